@@ -1,0 +1,81 @@
+"""Thin macros that apply Loom's flags in one place.
+
+loom_cc_library / loom_cc_test / loom_cc_binary / loom_cc_benchmark wrap the native
+rules with LOOM_COPTS. loom_cuda_library compiles .cu files with nvcc (only under
+--config=cuda; otherwise the target is skipped as incompatible).
+"""
+
+load("//bazel:copts.bzl", "LOOM_COPTS", "LOOM_NVCC_FLAGS", "LOOM_TEST_COPTS")
+
+def loom_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = LOOM_COPTS + copts, **kwargs)
+
+def loom_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = LOOM_COPTS + copts, **kwargs)
+
+def loom_cc_test(name, copts = [], deps = [], **kwargs):
+    """A GoogleTest test linked with gtest_main."""
+    native.cc_test(
+        name = name,
+        copts = LOOM_TEST_COPTS + copts,
+        deps = deps + ["@com_google_googletest//:gtest_main"],
+        **kwargs
+    )
+
+def loom_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
+    """A Google Benchmark binary: testonly, tagged `benchmark`, never run by `test`."""
+    native.cc_binary(
+        name = name,
+        testonly = True,
+        copts = LOOM_TEST_COPTS + copts,
+        deps = deps + ["@com_github_google_benchmark//:benchmark_main"],
+        tags = tags + ["benchmark"],
+        **kwargs
+    )
+
+_CUDA_ONLY = select({
+    "//bazel:cuda_enabled": [],
+    "//conditions:default": ["//bazel:incompatible"],
+})
+
+def loom_cuda_library(name, cu_srcs, hdrs = [], deps = [], tags = [], **kwargs):
+    """A library whose .cu sources are compiled by nvcc into objects.
+
+    The public headers are plain C++ so that CPU code can include them. Built only
+    under --config=cuda; without it the target is incompatible and skipped.
+    """
+    objs = []
+    for src in cu_srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj + "_nvcc",
+            srcs = [src] + hdrs,
+            outs = [obj],
+            cmd = "/usr/local/cuda/bin/nvcc %s -I. -I$(GENDIR) -c $(location %s) -o $@" % (
+                " ".join(LOOM_NVCC_FLAGS),
+                src,
+            ),
+            target_compatible_with = _CUDA_ONLY,
+            tags = tags + ["gpu"],
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        copts = LOOM_COPTS,
+        deps = deps + ["@local_cuda//:cudart"],
+        target_compatible_with = _CUDA_ONLY,
+        tags = tags + ["gpu"],
+        **kwargs
+    )
+
+def loom_cuda_test(name, deps = [], tags = [], **kwargs):
+    """A GPU test: built only under --config=cuda, tagged `gpu`."""
+    loom_cc_test(
+        name = name,
+        deps = deps,
+        tags = tags + ["gpu"],
+        target_compatible_with = _CUDA_ONLY,
+        **kwargs
+    )

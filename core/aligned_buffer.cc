@@ -1,0 +1,28 @@
+#include "core/aligned_buffer.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace loom {
+namespace aligned_buffer_internal {
+
+absl::StatusOr<std::unique_ptr<void, FreeDeleter>> AllocateAlignedBytes(size_t bytes,
+                                                                       size_t alignment) {
+  // aligned_alloc needs a size that is a multiple of the alignment; a zero-size buffer
+  // still gets one aligned block so data() is a valid, distinct pointer.
+  const size_t rounded = bytes == 0 ? alignment : (bytes + alignment - 1) / alignment * alignment;
+  if (rounded < bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes, " bytes rounded up to alignment ", alignment, " overflows size_t"));
+  }
+  void* memory = std::aligned_alloc(alignment, rounded);
+  if (memory == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("aligned_alloc(", alignment, ", ", rounded,
+                                                     ") failed: out of host memory"));
+  }
+  std::memset(memory, 0, rounded);
+  return std::unique_ptr<void, FreeDeleter>(memory);
+}
+
+}  // namespace aligned_buffer_internal
+}  // namespace loom
