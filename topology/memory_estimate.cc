@@ -1,0 +1,149 @@
+#include "topology/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+absl::Status CheckPositive(absl::string_view name, int64_t value) {
+  if (value < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "=", value, " must be >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+BytesPerParameter BytesPerParameterOf(PrecisionPolicy policy) {
+  switch (policy) {
+    case PrecisionPolicy::kMixedPrecisionAdam: return {2, 2, 12};
+    case PrecisionPolicy::kFp32Adam: return {4, 4, 8};
+  }
+  return {0, 0, 0};
+}
+
+absl::StatusOr<ModelStateBytes> EstimateModelStateBytes(const ModelStateOptions& options) {
+  if (options.num_parameters < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_parameters=", options.num_parameters, " is negative"));
+  }
+  if (options.zero_stage < 0 || options.zero_stage > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero_stage=", options.zero_stage, " is not one of 0, 1, 2, 3"));
+  }
+  LOOM_RETURN_IF_ERROR(CheckPositive("dp", options.dp));
+  LOOM_RETURN_IF_ERROR(CheckPositive("tp", options.tp));
+  LOOM_RETURN_IF_ERROR(CheckPositive("pp", options.pp));
+  const BytesPerParameter per = BytesPerParameterOf(options.precision);
+  if (options.num_parameters > (int64_t{1} << 50)) {  // Keeps bytes well inside int64_t.
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_parameters=", options.num_parameters, " exceeds 2^50"));
+  }
+  // Parameters held by this model-parallel rank before ZeRO sharding.
+  const int64_t local = CeilDiv(options.num_parameters, options.tp * options.pp);
+  const int64_t nd = options.dp;
+  ModelStateBytes bytes;
+  bytes.parameters = per.parameters * (options.zero_stage >= 3 ? CeilDiv(local, nd) : local);
+  bytes.gradients = per.gradients * (options.zero_stage >= 2 ? CeilDiv(local, nd) : local);
+  bytes.optimizer_states =
+      per.optimizer_states * (options.zero_stage >= 1 ? CeilDiv(local, nd) : local);
+  return bytes;
+}
+
+absl::StatusOr<int64_t> ActivationBytesPerLayer(const ActivationOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckPositive("hidden_size", o.hidden_size));
+  LOOM_RETURN_IF_ERROR(CheckPositive("seq_len", o.seq_len));
+  LOOM_RETURN_IF_ERROR(CheckPositive("micro_batch_size", o.micro_batch_size));
+  LOOM_RETURN_IF_ERROR(CheckPositive("num_heads", o.num_heads));
+  LOOM_RETURN_IF_ERROR(CheckPositive("tp", o.tp));
+  LOOM_RETURN_IF_ERROR(CheckPositive("cp", o.cp));
+  if (o.seq_len % o.cp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_len=", o.seq_len, " does not split over cp=", o.cp));
+  }
+  if (o.num_heads % o.tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads=", o.num_heads, " does not split over tp=", o.tp));
+  }
+  const int64_t s = o.seq_len / o.cp;  // Each context-parallel rank holds s/cp tokens.
+  if (o.sequence_parallel && s % o.tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence parallelism splits the local ",
+                                                   "sequence ", s, " over tp=", o.tp,
+                                                   ", which does not divide it"));
+  }
+  const int64_t b = o.micro_batch_size;
+  const int64_t h = o.hidden_size;
+  const int64_t a = o.num_heads;
+  const int64_t t = o.tp;
+  const int64_t sbh = s * b * h;
+  // Korthikanti et al., per layer: 10sbh of the activations (layer-norm inputs and
+  // dropout masks) are replicated across tp unless sequence parallelism splits them;
+  // 24sbh are split by tp; the attention scores/softmax/dropout cost 5as^2b, split
+  // by tp (heads) and removed by selective recompute.
+  switch (o.recompute) {
+    case Recompute::kFull:
+      return o.sequence_parallel ? CeilDiv(2 * sbh, t) : 2 * sbh;
+    case Recompute::kSelective:
+      return o.sequence_parallel ? CeilDiv(34 * sbh, t) : 10 * sbh + CeilDiv(24 * sbh, t);
+    case Recompute::kNone:
+      break;
+  }
+  const int64_t attention = 5 * a * s * s * b;
+  if (o.sequence_parallel) return CeilDiv(34 * sbh + attention, t);
+  return 10 * sbh + CeilDiv(24 * sbh + attention, t);
+}
+
+absl::StatusOr<int64_t> EstimateActivationBytes(const ActivationOptions& options) {
+  LOOM_RETURN_IF_ERROR(CheckPositive("layers", options.layers));
+  LOOM_RETURN_IF_ERROR(CheckPositive("in_flight_microbatches", options.in_flight_microbatches));
+  LOOM_ASSIGN_OR_RETURN(const int64_t per_layer, ActivationBytesPerLayer(options));
+  return per_layer * options.layers * options.in_flight_microbatches;
+}
+
+absl::StatusOr<int64_t> InFlightMicrobatches(PipelineScheduleKind schedule, int64_t pp,
+                                             int64_t rank, int64_t num_microbatches,
+                                             int64_t virtual_stages) {
+  LOOM_RETURN_IF_ERROR(CheckPositive("pp", pp));
+  LOOM_RETURN_IF_ERROR(CheckPositive("num_microbatches", num_microbatches));
+  LOOM_RETURN_IF_ERROR(CheckPositive("virtual_stages", virtual_stages));
+  if (rank < 0 || rank >= pp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline rank ", rank, " is outside [0, pp=", pp, ")"));
+  }
+  const int64_t m = num_microbatches;
+  switch (schedule) {
+    case PipelineScheduleKind::kGPipe:
+      return m;
+    case PipelineScheduleKind::k1F1B:
+    case PipelineScheduleKind::kZeroBubbleH1:
+      return std::min(pp - rank, m);
+    case PipelineScheduleKind::kInterleaved1F1B: {
+      const int64_t v = virtual_stages;
+      const int64_t warmup = (pp - rank - 1) * 2 + (v - 1) * pp;
+      return std::min(warmup + 1, m * v);
+    }
+    case PipelineScheduleKind::kZeroBubbleV:
+      return std::min(2 * pp, 2 * m);
+  }
+  return absl::InternalError("unhandled pipeline schedule");
+}
+
+std::string FormatBytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= 1'000'000'000'000) return absl::StrFormat("%.1f TB", b / 1e12);
+  if (bytes >= 1'000'000'000) return absl::StrFormat("%.1f GB", b / 1e9);
+  if (bytes >= 1'000'000) return absl::StrFormat("%.1f MB", b / 1e6);
+  if (bytes >= 1'000) return absl::StrFormat("%.1f kB", b / 1e3);
+  return absl::StrCat(bytes, " B");
+}
+
+}  // namespace loom

@@ -1,0 +1,115 @@
+// Memory estimates per rank: model states (parameters, gradients, optimizer states)
+// under ZeRO stages 0-3, and activations of a transformer stage under tensor,
+// sequence and context parallelism and a pipeline schedule's in-flight microbatches.
+// This replaces the prototypes' "1024 MB per layer" guess with the published models:
+//  - model states as in the ZeRO paper (Rajbhandari et al., 2020): mixed-precision
+//    Adam keeps 2 (fp16/bf16 params) + 2 (grads) + 12 (fp32 master, m, v) = 16 bytes
+//    per parameter; ZeRO-1 shards the 12, ZeRO-2 also the gradients, ZeRO-3 all 16;
+//  - activations as in "Reducing Activation Recomputation in Large Transformer
+//    Models" (Korthikanti et al., 2022): s*b*h*(34 + 5*a*s/h) bytes per layer with
+//    16-bit activations, and its tensor/sequence-parallel and recompute variants.
+//
+// Example (the ZeRO paper's worked case: 7.5B parameters, Nd = 64):
+//   ModelStateOptions opts;
+//   opts.num_parameters = 7'500'000'000;
+//   opts.dp = 64;
+//   opts.zero_stage = 0;  EstimateModelStateBytes(opts)->total();   // 120e9 bytes
+//   opts.zero_stage = 1;  EstimateModelStateBytes(opts)->total();   // 31.4e9
+//   opts.zero_stage = 2;  EstimateModelStateBytes(opts)->total();   // 16.6e9
+//   opts.zero_stage = 3;  EstimateModelStateBytes(opts)->total();   // 1.9e9
+#ifndef LOOM_TOPOLOGY_MEMORY_ESTIMATE_H_
+#define LOOM_TOPOLOGY_MEMORY_ESTIMATE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "topology/parallel_config.h"
+
+namespace loom {
+
+enum class PrecisionPolicy {
+  kMixedPrecisionAdam,  // bf16/fp16 params 2 + grads 2 + fp32 master/m/v 12 bytes.
+  kFp32Adam,            // fp32 params 4 + grads 4 + m/v 8 bytes.
+};
+
+// Bytes per parameter of each model state under `policy`.
+struct BytesPerParameter {
+  int64_t parameters;
+  int64_t gradients;
+  int64_t optimizer_states;
+};
+BytesPerParameter BytesPerParameterOf(PrecisionPolicy policy);
+
+struct ModelStateOptions {
+  int64_t num_parameters = 0;  // Whole model, Psi.
+  PrecisionPolicy precision = PrecisionPolicy::kMixedPrecisionAdam;
+  int zero_stage = 0;          // 0 (plain data parallel) to 3.
+  int64_t dp = 1;              // Nd: the data-parallel degree ZeRO shards over.
+  // Tensor and pipeline parallelism split the parameters evenly (an approximation:
+  // replicated layer norms and uneven embedding stages are not modelled).
+  int64_t tp = 1;
+  int64_t pp = 1;
+};
+
+// Model-state bytes held by one rank; sharded states are rounded up per rank.
+struct ModelStateBytes {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_states = 0;
+  int64_t total() const { return parameters + gradients + optimizer_states; }
+};
+
+// EstimateModelStateBytes returns the per-rank model-state bytes. InvalidArgument
+// for a negative parameter count, a zero stage outside 0..3, or a degree below 1.
+absl::StatusOr<ModelStateBytes> EstimateModelStateBytes(const ModelStateOptions& options);
+
+enum class Recompute {
+  kNone,       // Every activation kept for backward.
+  kSelective,  // Attention's softmax/dropout/score tensors recomputed (the 5as/h term).
+  kFull,       // Only each layer's input kept; the layer is recomputed in backward.
+};
+
+struct ActivationOptions {
+  int64_t hidden_size = 0;       // h
+  int64_t seq_len = 0;           // s (whole sequence; cp splits it)
+  int64_t micro_batch_size = 0;  // b
+  int64_t num_heads = 0;         // a
+  int64_t layers = 0;            // Transformer layers held by this rank (all its stages).
+  // Microbatches whose activations are alive at the same time on this rank, at the
+  // peak; see InFlightMicrobatches.
+  int64_t in_flight_microbatches = 1;
+  int64_t tp = 1;
+  int64_t cp = 1;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+};
+
+// ActivationBytesPerLayer returns the bytes one layer keeps for one microbatch
+// (16-bit activations, 1-byte dropout masks, 4h MLP), with s the local sequence s/cp.
+// InvalidArgument for sizes below 1, heads or tp not dividing what they split, or
+// sequence parallelism when the local sequence does not split over tp.
+absl::StatusOr<int64_t> ActivationBytesPerLayer(const ActivationOptions& options);
+
+// EstimateActivationBytes returns ActivationBytesPerLayer * layers *
+// in_flight_microbatches: the peak activation memory of the rank.
+absl::StatusOr<int64_t> EstimateActivationBytes(const ActivationOptions& options);
+
+// InFlightMicrobatches returns, for pipeline rank `rank` of `pp`, the most
+// (model-chunk, microbatch) activations a schedule keeps alive at once, in units of
+// one chunk's activations for one microbatch (a chunk is layers / virtual_stages):
+//   GPipe: m.  1F1B and ZB-H1: min(pp - rank, m).
+//   Interleaved 1F1B (Megatron): min((pp - rank - 1) * 2 + (v - 1) * pp + 1, m * v).
+//   ZB-V: min(2 * pp, 2 * m) chunk-microbatches (half-size chunks: 1F1B's peak).
+// InvalidArgument for rank outside [0, pp) or counts below 1.
+absl::StatusOr<int64_t> InFlightMicrobatches(PipelineScheduleKind schedule, int64_t pp,
+                                             int64_t rank, int64_t num_microbatches,
+                                             int64_t virtual_stages = 1);
+
+// FormatBytes renders bytes in decimal units, as the ZeRO paper does: "31.4 GB".
+std::string FormatBytes(int64_t bytes);
+
+}  // namespace loom
+
+#endif  // LOOM_TOPOLOGY_MEMORY_ESTIMATE_H_

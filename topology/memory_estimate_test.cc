@@ -1,0 +1,176 @@
+#include "topology/memory_estimate.h"
+
+#include <cstdint>
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The ZeRO paper (Rajbhandari et al., 2020), Figure 1: Psi = 7.5B, Nd = 64, K = 12.
+TEST(MemoryEstimateTest, ZeroPaperWorkedExample) {
+  ModelStateOptions opts;
+  opts.num_parameters = 7'500'000'000;
+  opts.dp = 64;
+  const char* expected[] = {"120.0 GB", "31.4 GB", "16.6 GB", "1.9 GB"};
+  const int64_t exact[] = {120'000'000'000, 31'406'250'000, 16'640'625'000, 1'875'000'000};
+  for (int stage = 0; stage <= 3; ++stage) {
+    opts.zero_stage = stage;
+    LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes bytes, EstimateModelStateBytes(opts));
+    EXPECT_EQ(bytes.total(), exact[stage]) << "ZeRO-" << stage;
+    EXPECT_EQ(FormatBytes(bytes.total()), expected[stage]) << "ZeRO-" << stage;
+  }
+}
+
+TEST(MemoryEstimateTest, BreakdownPerStateAndPolicy) {
+  ModelStateOptions opts;
+  opts.num_parameters = 1000;
+  opts.dp = 4;
+  opts.zero_stage = 2;
+  LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes mixed, EstimateModelStateBytes(opts));
+  EXPECT_EQ(mixed.parameters, 2000);       // Replicated under ZeRO-2.
+  EXPECT_EQ(mixed.gradients, 2 * 250);     // Sharded.
+  EXPECT_EQ(mixed.optimizer_states, 12 * 250);
+  opts.precision = PrecisionPolicy::kFp32Adam;
+  opts.zero_stage = 0;
+  LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes fp32, EstimateModelStateBytes(opts));
+  EXPECT_EQ(fp32.total(), 16 * 1000);      // 4 + 4 + 8 bytes per parameter.
+  EXPECT_EQ(fp32.optimizer_states, 8000);
+}
+
+TEST(MemoryEstimateTest, TensorAndPipelineParallelSplitParameters) {
+  ModelStateOptions opts;
+  opts.num_parameters = 1'000'000;
+  opts.tp = 2;
+  opts.pp = 5;
+  opts.dp = 3;
+  opts.zero_stage = 3;
+  LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes bytes, EstimateModelStateBytes(opts));
+  // 100'000 local parameters, ZeRO-3 over 3 ranks rounds up to 33'334 each.
+  EXPECT_EQ(bytes.total(), 16 * 33'334);
+}
+
+TEST(MemoryEstimateTest, RejectsBadModelStateOptions) {
+  ModelStateOptions opts;
+  opts.num_parameters = 10;
+  opts.zero_stage = 4;
+  EXPECT_THAT(EstimateModelStateBytes(opts), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      HasSubstr("zero_stage=4 is not one of")));
+  opts.zero_stage = 1;
+  opts.dp = 0;
+  EXPECT_THAT(EstimateModelStateBytes(opts),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dp=0 must be >= 1")));
+  opts.dp = 1;
+  opts.num_parameters = -5;
+  EXPECT_THAT(EstimateModelStateBytes(opts), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      HasSubstr("num_parameters=-5 is negative")));
+}
+
+// Korthikanti et al. 2022: a GPT-3-like layer, s=2048, b=1, h=12288, a=96, t=8.
+ActivationOptions Gpt3Layer() {
+  ActivationOptions o;
+  o.seq_len = 2048;
+  o.micro_batch_size = 1;
+  o.hidden_size = 12288;
+  o.num_heads = 96;
+  o.tp = 8;
+  o.layers = 1;
+  return o;
+}
+
+TEST(MemoryEstimateTest, ActivationFormulaVariants) {
+  ActivationOptions o = Gpt3Layer();
+  const int64_t sbh = 2048LL * 1 * 12288;
+  const int64_t as2b = 5LL * 96 * 2048 * 2048;
+  // Tensor parallel only: sbh(10 + 24/t + 5as/(ht)).
+  EXPECT_THAT(ActivationBytesPerLayer(o), IsOkAndHolds(10 * sbh + (24 * sbh + as2b) / 8));
+  o.sequence_parallel = true;  // sbh/t (34 + 5as/h).
+  EXPECT_THAT(ActivationBytesPerLayer(o), IsOkAndHolds((34 * sbh + as2b) / 8));
+  o.recompute = Recompute::kSelective;  // sbh * 34 / t.
+  EXPECT_THAT(ActivationBytesPerLayer(o), IsOkAndHolds(34 * sbh / 8));
+  o.sequence_parallel = false;  // sbh(10 + 24/t).
+  EXPECT_THAT(ActivationBytesPerLayer(o), IsOkAndHolds(10 * sbh + 24 * sbh / 8));
+  o.recompute = Recompute::kFull;  // 2sbh: only the layer input.
+  EXPECT_THAT(ActivationBytesPerLayer(o), IsOkAndHolds(2 * sbh));
+  o.tp = 1;
+  o.recompute = Recompute::kNone;  // No parallelism: sbh(34 + 5as/h).
+  EXPECT_THAT(ActivationBytesPerLayer(o), IsOkAndHolds(34 * sbh + as2b));
+  // The paper's headline: sequence parallel + selective recompute cuts the TP-only
+  // footprint by more than 4x for this model.
+  ActivationOptions tp_only = Gpt3Layer();
+  ActivationOptions best = Gpt3Layer();
+  best.sequence_parallel = true;
+  best.recompute = Recompute::kSelective;
+  EXPECT_GT(*ActivationBytesPerLayer(tp_only), 4 * *ActivationBytesPerLayer(best));
+}
+
+TEST(MemoryEstimateTest, ContextParallelSplitsTheSequence) {
+  ActivationOptions o = Gpt3Layer();
+  o.tp = 1;
+  o.cp = 2;
+  const int64_t s = 1024;  // Local sequence.
+  const int64_t sbh = s * 12288;
+  EXPECT_THAT(ActivationBytesPerLayer(o), IsOkAndHolds(34 * sbh + 5LL * 96 * s * s));
+}
+
+TEST(MemoryEstimateTest, StageActivationsScaleWithLayersAndInFlightMicrobatches) {
+  ActivationOptions o = Gpt3Layer();
+  o.layers = 12;
+  o.in_flight_microbatches = 4;
+  EXPECT_THAT(EstimateActivationBytes(o), IsOkAndHolds(48 * *ActivationBytesPerLayer(o)));
+}
+
+TEST(MemoryEstimateTest, InFlightMicrobatchesPerSchedule) {
+  // 1F1B: the first stage holds pp microbatches, the last one.
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::k1F1B, 4, 0, 8), IsOkAndHolds(4));
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::k1F1B, 4, 3, 8), IsOkAndHolds(1));
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::k1F1B, 4, 0, 2), IsOkAndHolds(2));
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::kZeroBubbleH1, 4, 1, 8), IsOkAndHolds(3));
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::kGPipe, 4, 2, 8), IsOkAndHolds(8));
+  // Interleaved, pp=4, v=2: rank 0 warms up (4-0-1)*2 + (2-1)*4 = 10 chunk-microbatches.
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::kInterleaved1F1B, 4, 0, 8, 2),
+              IsOkAndHolds(11));
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::kInterleaved1F1B, 4, 3, 8, 2),
+              IsOkAndHolds(5));
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::kZeroBubbleV, 4, 2, 8, 2), IsOkAndHolds(8));
+  EXPECT_THAT(InFlightMicrobatches(PipelineScheduleKind::k1F1B, 4, 4, 8),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pipeline rank 4 is outside [0, pp=4)")));
+}
+
+TEST(MemoryEstimateTest, RejectsBadActivationOptions) {
+  ActivationOptions o = Gpt3Layer();
+  o.num_heads = 100;
+  EXPECT_THAT(ActivationBytesPerLayer(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                   HasSubstr("num_heads=100 does not split over tp=8")));
+  o = Gpt3Layer();
+  o.seq_len = 0;
+  EXPECT_THAT(ActivationBytesPerLayer(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("seq_len=0 must be >= 1")));
+  o = Gpt3Layer();
+  o.cp = 3;
+  EXPECT_THAT(ActivationBytesPerLayer(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                   HasSubstr("seq_len=2048 does not split over cp=3")));
+  o = Gpt3Layer();
+  o.seq_len = 2044;
+  o.sequence_parallel = true;
+  EXPECT_THAT(ActivationBytesPerLayer(o), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                   HasSubstr("local sequence 2044 over tp=8")));
+  o = Gpt3Layer();
+  o.layers = 0;
+  EXPECT_THAT(EstimateActivationBytes(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layers=0 must be >= 1")));
+}
+
+TEST(MemoryEstimateTest, FormatBytes) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1'500), "1.5 kB");
+  EXPECT_EQ(FormatBytes(2'500'000), "2.5 MB");
+  EXPECT_EQ(FormatBytes(3'200'000'000'000), "3.2 TB");
+}
+
+}  // namespace
+}  // namespace loom
