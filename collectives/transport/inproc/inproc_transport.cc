@@ -1,0 +1,324 @@
+#include "collectives/transport/inproc/inproc_transport.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+// Synchronization uses std::mutex / std::condition_variable rather than absl::Mutex:
+// Debian's Abseil is a prebuilt shared library without ThreadSanitizer annotations,
+// so TSan could not see absl::Mutex's happens-before edges and would report false
+// races; pthread-based primitives are intercepted by TSan.
+
+namespace loom {
+namespace inproc_internal {
+
+// One posted send or receive. A message's pending send and receive both wait in the
+// destination rank's mailbox until matched; the side that matches copies the bytes.
+struct Op {
+  bool is_send = false;
+  int src = 0;  // Message source rank.
+  int dst = 0;  // Message destination rank.
+  Tag tag = 0;
+  const std::byte* send_data = nullptr;
+  std::byte* recv_data = nullptr;
+  size_t bytes = 0;
+
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  absl::Status status;  // Written once, before `done` is set.
+
+  void Finish(absl::Status result) {
+    status = std::move(result);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done.store(true, std::memory_order_release);
+    }
+    cv.notify_all();
+  }
+
+  std::string Describe() const {
+    return absl::StrCat(is_send ? "send to rank " : "receive from rank ", is_send ? dst : src,
+                        " (tag ", tag, ", ", bytes, " bytes)");
+  }
+};
+
+struct Mailbox {
+  std::mutex mu;
+  std::deque<std::shared_ptr<Op>> sends;  // Unmatched sends to this rank.
+  std::deque<std::shared_ptr<Op>> recvs;  // Unmatched receives posted by this rank.
+};
+
+class GroupState {
+ public:
+  GroupState(int size, InprocOptions options)
+      : options_(options), mailboxes_(size), dead_(size), taken_(size) {
+    for (auto& flag : dead_) flag.store(false);
+    for (auto& flag : taken_) flag.store(false);
+  }
+
+  int size() const { return static_cast<int>(mailboxes_.size()); }
+  const InprocOptions& options() const { return options_; }
+  Mailbox& mailbox(int rank) { return mailboxes_[rank]; }
+  bool is_dead(int rank) const { return dead_[rank].load(); }
+  bool Take(int rank) { return !taken_[rank].exchange(true); }
+
+  absl::Status DeadStatus(int rank) {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    return abort_reasons_[rank];
+  }
+
+  // MarkDead records that `rank` aborted with `reason`, then fails every unmatched
+  // request that involves it: its own with `reason`, its peers' with Unavailable.
+  void MarkDead(int rank, const absl::Status& reason) {
+    {
+      std::lock_guard<std::mutex> lock(abort_mu_);
+      if (dead_[rank].load()) return;
+      abort_reasons_[rank] = reason;
+      dead_[rank].store(true);  // Enqueuers check this under the mailbox lock.
+    }
+    const absl::Status peer_status = absl::UnavailableError(
+        absl::StrCat("rank ", rank, " aborted: ", reason.message()));
+    for (Mailbox& box : mailboxes_) {
+      std::vector<std::shared_ptr<Op>> failed;
+      {
+        std::lock_guard<std::mutex> lock(box.mu);
+        for (auto* queue : {&box.sends, &box.recvs}) {
+          for (auto it = queue->begin(); it != queue->end();) {
+            if ((*it)->src == rank || (*it)->dst == rank) {
+              failed.push_back(std::move(*it));
+              it = queue->erase(it);
+            } else {
+              ++it;
+            }
+          }
+        }
+      }
+      for (auto& op : failed) {
+        const int owner = op->is_send ? op->src : op->dst;
+        op->Finish(owner == rank ? reason : peer_status);
+      }
+    }
+  }
+
+ private:
+  const InprocOptions options_;
+  std::vector<Mailbox> mailboxes_;
+  std::vector<std::atomic<bool>> dead_;
+  std::vector<std::atomic<bool>> taken_;
+  std::mutex abort_mu_;
+  absl::flat_hash_map<int, absl::Status> abort_reasons_;
+};
+
+namespace {
+
+// Deliver copies a matched message and completes both sides.
+void Deliver(Op& send, Op& recv) {
+  if (send.bytes != recv.bytes) {
+    const absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
+        "rank ", send.src, " sent ", send.bytes, " bytes with tag ", send.tag, " to rank ",
+        send.dst, ", which posted a receive of ", recv.bytes, " bytes"));
+    recv.Finish(mismatch);
+    send.Finish(mismatch);
+    return;
+  }
+  if (send.bytes > 0) std::memcpy(recv.recv_data, send.send_data, send.bytes);
+  recv.Finish(absl::OkStatus());
+  send.Finish(absl::OkStatus());
+}
+
+class InprocTransport final : public Transport {
+ public:
+  InprocTransport(std::shared_ptr<GroupState> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+
+  ~InprocTransport() override {
+    // Requests never waited on must not be left for peers to write into.
+    std::vector<Request> pending;
+    for (const auto& [id, op] : requests_) pending.push_back(Request{id});
+    if (!pending.empty()) Wait(pending, absl::InfinitePast()).IgnoreError();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  std::string name() const override { return "inproc"; }
+
+  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override {
+    auto op = std::make_shared<Op>();
+    op->is_send = true;
+    op->src = rank_;
+    op->dst = peer;
+    op->tag = tag;
+    op->send_data = data.data();
+    op->bytes = data.size();
+    return Post(std::move(op));
+  }
+
+  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) override {
+    auto op = std::make_shared<Op>();
+    op->src = peer;
+    op->dst = rank_;
+    op->tag = tag;
+    op->recv_data = data.data();
+    op->bytes = data.size();
+    return Post(std::move(op));
+  }
+
+  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override {
+    absl::Status first_error;
+    for (const Request& request : requests) {
+      auto it = requests_.find(request.id);
+      if (it == requests_.end()) {
+        if (first_error.ok()) {
+          first_error = absl::NotFoundError(absl::StrCat("inproc rank ", rank_, ": request ",
+                                                         request.id, " is unknown or already waited"));
+        }
+        continue;
+      }
+      std::shared_ptr<Op> op = std::move(it->second);
+      requests_.erase(it);
+      if (!WaitUntil(*op, deadline)) Cancel(*op, deadline);
+      if (!op->status.ok() && first_error.ok()) first_error = op->status;
+    }
+    return first_error;
+  }
+
+  void Abort(const absl::Status& reason) override {
+    group_->MarkDead(rank_, reason.ok() ? absl::AbortedError("aborted") : reason);
+  }
+
+ private:
+  absl::StatusOr<Request> Post(std::shared_ptr<Op> op) {
+    const int peer = op->is_send ? op->dst : op->src;
+    if (peer < 0 || peer >= size()) {
+      return absl::InvalidArgumentError(absl::StrCat("inproc rank ", rank_, ": peer ", peer,
+                                                     " is outside the group of ", size()));
+    }
+    std::shared_ptr<Op> match;
+    {
+      Mailbox& box = group_->mailbox(op->dst);
+      std::lock_guard<std::mutex> lock(box.mu);
+      if (group_->is_dead(rank_)) return group_->DeadStatus(rank_);
+      if (group_->is_dead(peer)) {
+        return absl::UnavailableError(absl::StrCat("rank ", peer, " aborted: ",
+                                                   group_->DeadStatus(peer).message()));
+      }
+      auto& others = op->is_send ? box.recvs : box.sends;
+      for (auto it = others.begin(); it != others.end(); ++it) {
+        if ((*it)->src == op->src && (*it)->tag == op->tag) {  // First posted matches first.
+          match = std::move(*it);
+          others.erase(it);
+          break;
+        }
+      }
+      if (!match) (op->is_send ? box.sends : box.recvs).push_back(op);
+    }
+    if (match) {
+      if (op->is_send) {
+        Deliver(*op, *match);
+      } else {
+        Deliver(*match, *op);
+      }
+    }
+    const Request request{next_id_++};
+    requests_.emplace(request.id, std::move(op));
+    return request;
+  }
+
+  // WaitUntil spins, then blocks, until `op` is done or the deadline passes.
+  bool WaitUntil(Op& op, absl::Time deadline) {
+    for (int i = 0; i < group_->options().spin_iterations; ++i) {
+      if (op.done.load(std::memory_order_acquire)) return true;
+      if (i % 64 == 63) std::this_thread::yield();
+    }
+    std::unique_lock<std::mutex> lock(op.mu);
+    while (!op.done.load(std::memory_order_acquire)) {
+      if (deadline == absl::InfiniteFuture()) {
+        op.cv.wait(lock);
+      } else if (op.cv.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout) {
+        return op.done.load(std::memory_order_acquire);
+      }
+    }
+    return true;
+  }
+
+  // Cancel withdraws a request that missed its deadline. If a peer already matched
+  // it, the copy is under way and finishes shortly; wait for it instead, so that no
+  // one writes into the buffer after Wait returns.
+  void Cancel(Op& op, absl::Time deadline) {
+    bool withdrawn = false;
+    {
+      Mailbox& box = group_->mailbox(op.dst);
+      std::lock_guard<std::mutex> lock(box.mu);
+      auto& queue = op.is_send ? box.sends : box.recvs;
+      for (auto it = queue.begin(); it != queue.end(); ++it) {
+        if (it->get() == &op) {
+          queue.erase(it);
+          withdrawn = true;
+          break;
+        }
+      }
+    }
+    if (withdrawn) {
+      op.Finish(absl::DeadlineExceededError(absl::StrCat(
+          "inproc rank ", rank_, ": ", op.Describe(), " did not complete by the deadline ",
+          absl::FormatTime(deadline), "; rank ", op.is_send ? op.dst : op.src,
+          " never matched it")));
+      return;
+    }
+    WaitUntil(op, absl::InfiniteFuture());
+  }
+
+  const std::shared_ptr<GroupState> group_;
+  const int rank_;
+  uint64_t next_id_ = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Op>> requests_;
+};
+
+}  // namespace
+}  // namespace inproc_internal
+
+InprocGroup::InprocGroup(std::shared_ptr<inproc_internal::GroupState> state)
+    : state_(std::move(state)) {}
+
+absl::StatusOr<std::shared_ptr<InprocGroup>> InprocGroup::Create(int size, InprocOptions options) {
+  if (size < 1 || size > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("inproc group size ", size, " is not in [1, 4096]"));
+  }
+  if (options.spin_iterations < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spin_iterations=", options.spin_iterations, " is negative"));
+  }
+  return std::shared_ptr<InprocGroup>(
+      new InprocGroup(std::make_shared<inproc_internal::GroupState>(size, options)));
+}
+
+int InprocGroup::size() const { return state_->size(); }
+
+absl::StatusOr<std::unique_ptr<Transport>> InprocGroup::Endpoint(int rank) {
+  if (rank < 0 || rank >= size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("rank ", rank, " is outside the inproc group of ", size()));
+  }
+  if (!state_->Take(rank)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the endpoint of rank ", rank, " was already taken"));
+  }
+  return std::unique_ptr<Transport>(new inproc_internal::InprocTransport(state_, rank));
+}
+
+}  // namespace loom

@@ -1,0 +1,122 @@
+// Transport: the point-to-point interface every Loom collective algorithm is written
+// against. A Transport is one rank's endpoint in a group of `size()` ranks; it posts
+// tagged, asynchronous sends and receives of byte ranges and waits for them with a
+// deadline. Backends live in their own folders and mirror this interface: inproc/
+// (ranks are threads of one process), shm/ (processes on one host), and later mpi/
+// (across hosts) and nccl/ (GPU buffers).
+//
+// Example (rank 0 sends 4 floats to rank 1 while receiving 4 from it):
+//   std::vector<float> out = {1, 2, 3, 4}, in(4);
+//   LOOM_ASSIGN_OR_RETURN(Request send, transport.Send(1, /*tag=*/7, AsBytes(out)));
+//   LOOM_ASSIGN_OR_RETURN(Request recv, transport.Recv(1, /*tag=*/7, AsWritableBytes(in)));
+//   LOOM_RETURN_IF_ERROR(transport.Wait({send, recv}, absl::Now() + absl::Seconds(10)));
+//   // `in` now holds rank 1's four floats.
+//
+// CONTRACT (what every backend guarantees and what algorithms may rely on):
+//
+// Matching. A send from rank A to rank B with tag T matches a receive posted on B
+// for source A with tag T. Messages with the same (source, destination, tag) match in
+// the order they were posted on each side; different tags or peers never match each
+// other, so independent steps can use different tags and overlap freely.
+//
+// Sizes. A matched receive must be exactly as large as the send. A size mismatch is
+// a programming or cross-rank consistency error: both requests complete with
+// FailedPrecondition naming the ranks, the tag and both sizes. Zero-byte messages are
+// legal and still synchronize. A rank may send to itself.
+//
+// Buffers. The caller owns the bytes. A send's bytes must stay unchanged, and a
+// receive's bytes untouched, until the request completes; after that the transport
+// never touches them again. This holds also when Wait fails: by the time Wait
+// returns, every request it names is complete, failed or cancelled, and no late peer
+// can write into a receive buffer.
+//
+// Completion. A request completes when its bytes have been delivered (receive) or
+// may be reused (send). Wait(requests, deadline) returns OK once all are complete;
+// otherwise the first error. A request that is still pending at the deadline is
+// cancelled and Wait returns DeadlineExceeded naming its peer, tag and size. Waiting
+// spins briefly and then blocks, so more ranks than cores still make progress.
+// Each request may be waited on once; its id is then forgotten.
+//
+// Failure. Abort(reason) fails every pending and later request of this endpoint with
+// `reason` (code Aborted unless `reason` says otherwise) and, where the backend can,
+// the requests of the peers that are waiting on it. A peer that is gone is reported
+// as Unavailable naming it, where the backend can tell; otherwise its peers see
+// DeadlineExceeded. Nothing blocks past its deadline.
+//
+// Threads. One thread at a time drives an endpoint (the rank's collective engine);
+// Abort may be called from any thread. Different endpoints of one group are fully
+// independent and may run on different threads or processes.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_TRANSPORT_H_
+#define LOOM_COLLECTIVES_TRANSPORT_TRANSPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace loom {
+
+// A Tag separates independent message streams between the same two ranks.
+using Tag = uint64_t;
+
+// A Request names one posted send or receive of an endpoint.
+struct Request {
+  uint64_t id = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // rank returns this endpoint's rank in [0, size()).
+  virtual int rank() const = 0;
+  // size returns the number of ranks in the group.
+  virtual int size() const = 0;
+  // name returns the backend's name ("inproc", "shm", ...), for logs and errors.
+  virtual std::string name() const = 0;
+
+  // Send posts a send of `data` to `peer` with `tag`. InvalidArgument for a peer
+  // outside [0, size()); the abort status after Abort.
+  virtual absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) = 0;
+
+  // Recv posts a receive into `data` from `peer` with `tag`. Errors as Send.
+  virtual absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) = 0;
+
+  // Wait waits for all `requests` until `deadline`. Returns OK when all completed;
+  // otherwise the first error (FailedPrecondition for a size mismatch,
+  // DeadlineExceeded for a request still pending at the deadline, Unavailable for
+  // a peer that is gone, the abort status after Abort, NotFound for an unknown or
+  // already waited request). Every named request is finished when it returns.
+  virtual absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) = 0;
+
+  // Abort fails every pending and later request with `reason`; see the contract.
+  virtual void Abort(const absl::Status& reason) = 0;
+};
+
+// AsBytes / AsWritableBytes view a typed span as the bytes a Transport moves.
+template <typename T>
+absl::Span<const std::byte> AsBytes(absl::Span<const T> span) {
+  return absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(span.data()),
+                                     span.size() * sizeof(T));
+}
+template <typename T>
+absl::Span<const std::byte> AsBytes(const std::vector<T>& values) {
+  return AsBytes(absl::MakeConstSpan(values));
+}
+template <typename T>
+absl::Span<std::byte> AsWritableBytes(absl::Span<T> span) {
+  return absl::Span<std::byte>(reinterpret_cast<std::byte*>(span.data()), span.size() * sizeof(T));
+}
+template <typename T>
+absl::Span<std::byte> AsWritableBytes(std::vector<T>& values) {
+  return AsWritableBytes(absl::MakeSpan(values));
+}
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_TRANSPORT_H_

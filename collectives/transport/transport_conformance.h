@@ -1,0 +1,270 @@
+// The conformance suite every Transport backend passes (testonly). A backend's test
+// instantiates it with its harness factory and the world sizes it supports:
+//
+//   INSTANTIATE_TEST_SUITE_P(Inproc, TransportConformanceTest,
+//       ::testing::Combine(::testing::Values(MakeInprocHarness), ::testing::Values(1, 2, 3, 8)));
+//
+// Include it from exactly one .cc per test binary.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_TRANSPORT_CONFORMANCE_H_
+#define LOOM_COLLECTIVES_TRANSPORT_TRANSPORT_CONFORMANCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "collectives/transport/transport.h"
+#include "collectives/transport/transport_harness.h"
+#include "core/status_macros.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace transport_conformance {
+
+// Payload returns `bytes` seeded bytes unique to (src, dst, tag): a byte delivered
+// to the wrong place or in the wrong order shows.
+inline std::vector<std::byte> Payload(int src, int dst, Tag tag, size_t bytes) {
+  std::mt19937_64 rng((static_cast<uint64_t>(src) << 40) ^ (static_cast<uint64_t>(dst) << 20) ^ tag);
+  std::vector<std::byte> data(bytes);
+  for (auto& b : data) b = static_cast<std::byte>(rng());
+  return data;
+}
+
+inline absl::Status ExpectPayload(const std::vector<std::byte>& got, int src, int dst, Tag tag) {
+  if (got != Payload(src, dst, tag, got.size())) {
+    return absl::InternalError(absl::StrCat("rank ", dst, ": wrong bytes from rank ", src,
+                                            " tag ", tag, " (", got.size(), " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
+
+}  // namespace transport_conformance
+
+class TransportConformanceTest
+    : public ::testing::TestWithParam<std::tuple<TransportHarnessFactory, int>> {
+ protected:
+  int world() const { return std::get<1>(GetParam()); }
+
+  // RunAll runs `body` on every rank and expects each to succeed.
+  void RunAll(const std::function<absl::Status(Transport&)>& body) {
+    auto harness = std::get<0>(GetParam())();
+    const std::vector<absl::Status> results = harness->Run(world(), body);
+    ASSERT_EQ(static_cast<int>(results.size()), world());
+    for (int r = 0; r < world(); ++r) {
+      EXPECT_THAT(results[r], IsOk()) << harness->name() << " rank " << r << " of " << world();
+    }
+  }
+
+  std::vector<absl::Status> RunEach(const std::function<absl::Status(Transport&)>& body) {
+    return std::get<0>(GetParam())()->Run(world(), body);
+  }
+};
+
+// Every rank exchanges a distinct message with every rank (itself included), at
+// sizes from 0 bytes to 1 MiB, receives posted before and after the sends.
+TEST_P(TransportConformanceTest, AllPairsExchangeDistinctPayloads) {
+  using transport_conformance::ExpectPayload;
+  using transport_conformance::Payload;
+  // 1 MiB all-pairs at 16 ranks is 256 MiB of copies; large worlds use 64 KiB.
+  const size_t large = world() <= 4 ? size_t{1} << 20 : size_t{1} << 16;
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4097}, large}) {
+    RunAll([&](Transport& t) -> absl::Status {
+      const int n = t.size();
+      std::vector<std::vector<std::byte>> out(n), in(n);
+      std::vector<Request> requests;
+      for (int peer = 0; peer < n; ++peer) {
+        in[peer].resize(bytes);
+        out[peer] = Payload(t.rank(), peer, 3, bytes);
+      }
+      for (int peer = 0; peer < n; peer += 2) {  // Half the receives before any send.
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, 3, AsWritableBytes(in[peer])));
+        requests.push_back(r);
+      }
+      for (int peer = 0; peer < n; ++peer) {
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Send(peer, 3, AsBytes(out[peer])));
+        requests.push_back(r);
+      }
+      for (int peer = 1; peer < n; peer += 2) {
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, 3, AsWritableBytes(in[peer])));
+        requests.push_back(r);
+      }
+      LOOM_RETURN_IF_ERROR(t.Wait(requests, transport_conformance::Soon()));
+      for (int peer = 0; peer < n; ++peer) LOOM_RETURN_IF_ERROR(ExpectPayload(in[peer], peer, t.rank(), 3));
+      return absl::OkStatus();
+    });
+  }
+}
+
+// Tags are independent streams: receives posted in the reverse order of the sends
+// still get the right message each.
+TEST_P(TransportConformanceTest, TagsSeparateStreams) {
+  using transport_conformance::Payload;
+  RunAll([&](Transport& t) -> absl::Status {
+    const int next = (t.rank() + 1) % t.size();
+    const int prev = (t.rank() + t.size() - 1) % t.size();
+    constexpr int kTags = 5;
+    std::vector<std::vector<std::byte>> out(kTags), in(kTags, std::vector<std::byte>(64));
+    std::vector<Request> requests;
+    for (int tag = kTags - 1; tag >= 0; --tag) {
+      LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(prev, tag, AsWritableBytes(in[tag])));
+      requests.push_back(r);
+    }
+    for (int tag = 0; tag < kTags; ++tag) {
+      out[tag] = Payload(t.rank(), next, tag, 64);
+      LOOM_ASSIGN_OR_RETURN(Request r, t.Send(next, tag, AsBytes(out[tag])));
+      requests.push_back(r);
+    }
+    LOOM_RETURN_IF_ERROR(t.Wait(requests, transport_conformance::Soon()));
+    for (int tag = 0; tag < kTags; ++tag) {
+      LOOM_RETURN_IF_ERROR(transport_conformance::ExpectPayload(in[tag], prev, t.rank(), tag));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Messages with the same source, destination and tag arrive in posting order.
+TEST_P(TransportConformanceTest, SameTagIsFirstInFirstOut) {
+  RunAll([&](Transport& t) -> absl::Status {
+    const int next = (t.rank() + 1) % t.size();
+    const int prev = (t.rank() + t.size() - 1) % t.size();
+    constexpr int kMessages = 50;
+    std::vector<int64_t> out(kMessages), in(kMessages, -1);
+    std::vector<Request> requests;
+    for (int i = 0; i < kMessages; ++i) {
+      out[i] = int64_t{t.rank()} * 1000 + i;
+      LOOM_ASSIGN_OR_RETURN(Request s, t.Send(next, 9, AsBytes(absl::MakeConstSpan(&out[i], 1))));
+      LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(prev, 9, AsWritableBytes(absl::MakeSpan(&in[i], 1))));
+      requests.push_back(s);
+      requests.push_back(r);
+    }
+    LOOM_RETURN_IF_ERROR(t.Wait(requests, transport_conformance::Soon()));
+    for (int i = 0; i < kMessages; ++i) {
+      if (in[i] != int64_t{prev} * 1000 + i) {
+        return absl::InternalError(absl::StrCat("message ", i, " from rank ", prev, " arrived as ", in[i]));
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+// A receive of the wrong size fails on both sides, naming both sizes.
+TEST_P(TransportConformanceTest, SizeMismatchFailsBothSides) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
+    if (t.rank() > 1) return absl::OkStatus();
+    std::vector<std::byte> buffer(t.rank() == 0 ? 100 : 64);
+    LOOM_ASSIGN_OR_RETURN(Request r, t.rank() == 0 ? t.Send(1, 4, AsBytes(buffer))
+                                                   : t.Recv(0, 4, AsWritableBytes(buffer)));
+    return t.Wait({r}, transport_conformance::Soon());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     ::testing::HasSubstr("sent 100 bytes with tag 4 to rank 1, "
+                                                          "which posted a receive of 64 bytes")))
+        << "rank " << r;
+  }
+}
+
+// A receive nobody sends times out with DeadlineExceeded naming the peer, on time;
+// a send posted after that deadline finds no receiver and times out in turn.
+TEST_P(TransportConformanceTest, UnmatchedReceiveTimesOutNamingThePeer) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
+    if (t.rank() != 1) return absl::OkStatus();
+    std::vector<std::byte> buffer(32, std::byte{0x5A});
+    LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(0, 11, AsWritableBytes(buffer)));
+    const absl::Time start = absl::Now();
+    const absl::Status status = t.Wait({r}, start + absl::Milliseconds(200));
+    const absl::Duration took = absl::Now() - start;
+    if (took < absl::Milliseconds(190) || took > absl::Seconds(5)) {
+      return absl::InternalError(absl::StrCat("deadline of 200ms took ", absl::FormatDuration(took)));
+    }
+    for (std::byte b : buffer) {
+      if (b != std::byte{0x5A}) return absl::InternalError("a timed-out receive wrote its buffer");
+    }
+    return status;
+  });
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                   ::testing::HasSubstr("receive from rank 0 (tag 11, 32 bytes)")));
+}
+
+// Abort on one rank fails its peers' pending requests at once, naming it.
+TEST_P(TransportConformanceTest, AbortWakesPeersWithTheRankNamed) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
+    if (t.rank() == 1) {
+      absl::SleepFor(absl::Milliseconds(50));  // Let rank 0 block first.
+      t.Abort(absl::AbortedError("rank 1 gave up"));
+      std::vector<std::byte> byte(1);
+      const absl::StatusOr<Request> after = t.Send(0, 1, AsBytes(byte));
+      return after.ok() ? absl::InternalError("a send after Abort was accepted") : after.status();
+    }
+    if (t.rank() != 0) return absl::OkStatus();
+    std::vector<std::byte> buffer(8);
+    LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(1, 1, AsWritableBytes(buffer)));
+    const absl::Time start = absl::Now();
+    const absl::Status status = t.Wait({r}, start + absl::Seconds(20));
+    if (absl::Now() - start > absl::Seconds(10)) return absl::InternalError("abort did not wake rank 0");
+    return status;
+  });
+  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kUnavailable,
+                                   ::testing::HasSubstr("rank 1 aborted: rank 1 gave up")));
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kAborted, ::testing::HasSubstr("rank 1 gave up")));
+}
+
+TEST_P(TransportConformanceTest, RejectsBadPeersAndUnknownRequests) {
+  RunAll([](Transport& t) -> absl::Status {
+    std::vector<std::byte> byte(1);
+    const absl::StatusOr<Request> bad = t.Send(t.size(), 0, AsBytes(byte));
+    if (bad.status().code() != absl::StatusCode::kInvalidArgument ||
+        !absl::StrContains(bad.status().message(), absl::StrCat("peer ", t.size()))) {
+      return absl::InternalError(absl::StrCat("bad peer gave ", bad.status().ToString()));
+    }
+    const absl::StatusOr<Request> negative = t.Recv(-1, 0, AsWritableBytes(byte));
+    if (negative.status().code() != absl::StatusCode::kInvalidArgument) {
+      return absl::InternalError(absl::StrCat("peer -1 gave ", negative.status().ToString()));
+    }
+    const absl::Status unknown = t.Wait({Request{987654}}, transport_conformance::Soon());
+    if (unknown.code() != absl::StatusCode::kNotFound) {
+      return absl::InternalError(absl::StrCat("unknown request gave ", unknown.ToString()));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Many small ring steps with more ranks than cores: waits must block, not livelock.
+TEST_P(TransportConformanceTest, RingOfManySmallStepsProgresses) {
+  RunAll([](Transport& t) -> absl::Status {
+    const int next = (t.rank() + 1) % t.size();
+    const int prev = (t.rank() + t.size() - 1) % t.size();
+    int64_t token = t.rank();
+    for (int step = 0; step < 200; ++step) {
+      int64_t incoming = -1;
+      LOOM_ASSIGN_OR_RETURN(Request s, t.Send(next, step, AsBytes(absl::MakeConstSpan(&token, 1))));
+      LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(prev, step, AsWritableBytes(absl::MakeSpan(&incoming, 1))));
+      LOOM_RETURN_IF_ERROR(t.Wait({s, r}, transport_conformance::Soon()));
+      token = incoming;
+    }
+    // After 200 steps the token has travelled 200 ranks backwards around the ring.
+    const int64_t expected = ((t.rank() - 200) % t.size() + t.size()) % t.size();
+    if (token != expected) {
+      return absl::InternalError(absl::StrCat("token ", token, ", expected ", expected));
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_TRANSPORT_CONFORMANCE_H_
