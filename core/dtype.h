@@ -6,6 +6,9 @@
 //   ParseDType("bfloat16");               // DType::kBF16 (aliases accepted)
 //   ParseDType("f33");                    // InvalidArgument: unknown dtype "f33" ...
 //   DTypeOf<int64_t>();                   // DType::kI64
+//   VisitDType(DType::kBF16, [](auto zero) {
+//     using T = decltype(zero);           // T is BFloat16
+//   });
 #ifndef LOOM_CORE_DTYPE_H_
 #define LOOM_CORE_DTYPE_H_
 
@@ -71,6 +74,24 @@ template <>
 constexpr DType DTypeOf<int32_t>() { return DType::kI32; }
 template <>
 constexpr DType DTypeOf<int64_t>() { return DType::kI64; }
+
+// VisitDType calls fn(T{}) with a value of the C++ element type T of `dtype`, so
+// that code written once as a template runs for a run-time dtype; returns what fn
+// returns (the same type for every T).
+template <typename Fn>
+decltype(auto) VisitDType(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: return fn(float{});
+    case DType::kF64: return fn(double{});
+    case DType::kF16: return fn(Float16{});
+    case DType::kBF16: return fn(BFloat16{});
+    case DType::kI8: return fn(int8_t{});
+    case DType::kU8: return fn(uint8_t{});
+    case DType::kI32: return fn(int32_t{});
+    case DType::kI64: return fn(int64_t{});
+  }
+  return fn(uint8_t{});  // Unreachable for valid enumerators.
+}
 
 }  // namespace loom
 

@@ -59,5 +59,14 @@ TEST(DTypeTest, DTypeOfMapsCTypes) {
   EXPECT_EQ(os.str(), "i64");
 }
 
+TEST(DTypeTest, VisitDTypeReachesTheMatchingCType) {
+  for (DType dtype : AllDTypes()) {
+    const DType seen = VisitDType(dtype, [](auto zero) { return DTypeOf<decltype(zero)>(); });
+    EXPECT_EQ(seen, dtype);
+    const size_t size = VisitDType(dtype, [](auto zero) { return sizeof(zero); });
+    EXPECT_EQ(size, DTypeSize(dtype));
+  }
+}
+
 }  // namespace
 }  // namespace loom

@@ -467,28 +467,6 @@ std::pair<std::vector<T>, std::vector<T>> SpecialPairs() {
   return {std::move(src), std::move(dst)};
 }
 
-template <typename Fn>
-void WithType(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32:
-      return fn(float{});
-    case DType::kF64:
-      return fn(double{});
-    case DType::kF16:
-      return fn(Float16{});
-    case DType::kBF16:
-      return fn(BFloat16{});
-    case DType::kI8:
-      return fn(int8_t{});
-    case DType::kU8:
-      return fn(uint8_t{});
-    case DType::kI32:
-      return fn(int32_t{});
-    case DType::kI64:
-      return fn(int64_t{});
-  }
-}
-
 // ---------------------------------------------------------------------------------
 // Running a kernel on a window between guard elements.
 
@@ -708,7 +686,7 @@ class ReduceIntoTest : public ::testing::TestWithParam<ReduceParam> {
 
 TEST_P(ReduceIntoTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     std::mt19937_64 rng(Seed(dtype(), static_cast<int64_t>(op())));
     for (const size_t length : kLengths) {
@@ -722,7 +700,7 @@ TEST_P(ReduceIntoTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
 
 TEST_P(ReduceIntoTest, MatchesReferenceOnEveryPairOfSpecialValues) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     const auto [src, dst] = SpecialPairs<T>();
     for (const size_t offset : kOffsets) CheckReduceInto<T>(isa(), op(), src, dst, offset);
@@ -750,7 +728,7 @@ class AccumulateIntoTest : public ReduceIntoTest {};
 
 TEST_P(AccumulateIntoTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     if constexpr (kIsFloat<T> && !std::is_same_v<T, double>) {
       std::mt19937_64 rng(Seed(dtype(), 100 + static_cast<int64_t>(op())));
@@ -767,7 +745,7 @@ TEST_P(AccumulateIntoTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
 
 TEST_P(AccumulateIntoTest, MatchesReferenceOnEveryPairOfSpecialValues) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     if constexpr (kIsFloat<T> && !std::is_same_v<T, double>) {
       std::vector<T> src;
@@ -802,7 +780,7 @@ class LoadAccumulatorTest : public ::testing::TestWithParam<DTypeIsaParam> {
 
 TEST_P(LoadAccumulatorTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     if constexpr (kIsFloat<T> && !std::is_same_v<T, double>) {
       std::mt19937_64 rng(Seed(dtype(), 200));
@@ -816,7 +794,7 @@ TEST_P(LoadAccumulatorTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
 
 TEST_P(LoadAccumulatorTest, WidensSpecialValuesAndEvery16BitPattern) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     if constexpr (kIsFloat<T> && !std::is_same_v<T, double>) {
       std::vector<T> src = Specials<T>();
@@ -863,7 +841,7 @@ class StoreAccumulatorTest : public DivideTest {};
 
 TEST_P(StoreAccumulatorTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     if constexpr (kIsFloat<T> && !std::is_same_v<T, double>) {
       std::mt19937_64 rng(Seed(dtype(), 300 + divisor()));
@@ -879,7 +857,7 @@ TEST_P(StoreAccumulatorTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
 
 TEST_P(StoreAccumulatorTest, RoundsSpecialValuesAndEvery16BitNeighbourhood) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     if constexpr (kIsFloat<T> && !std::is_same_v<T, double>) {
       std::vector<float> acc = Specials<float>();
@@ -913,7 +891,7 @@ class FinishAverageTest : public DivideTest {};
 
 TEST_P(FinishAverageTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     std::mt19937_64 rng(Seed(dtype(), 400 + divisor()));
     for (const size_t length : kLengths) {
@@ -927,7 +905,7 @@ TEST_P(FinishAverageTest, MatchesReferenceAndScalarAtEveryLengthAndOffset) {
 
 TEST_P(FinishAverageTest, DividesSpecialValues) {
   LOOM_SKIP_IF_UNSUPPORTED(isa());
-  WithType(dtype(), [&](auto type) {
+  VisitDType(dtype(), [&](auto type) {
     using T = decltype(type);
     const std::vector<T> values = Specials<T>();
     for (const size_t offset : kOffsets) CheckFinishAverage<T>(isa(), values, divisor(), offset);
@@ -959,7 +937,7 @@ TEST(ReduceIntoApiTest, PublicFunctionMatchesTheReferenceForEveryDTypeAndOp) {
   for (const DType dtype : AllDTypes()) {
     for (const ReduceOp op : AllReduceOps()) {
       SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " ", ReduceOpName(op)));
-      WithType(dtype, [&](auto type) {
+      VisitDType(dtype, [&](auto type) {
         using T = decltype(type);
         std::mt19937_64 rng(Seed(dtype, 500 + static_cast<int64_t>(op)));
         const auto [src, dst] = RandomPair<T>(1001, rng);

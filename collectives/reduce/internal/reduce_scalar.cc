@@ -149,30 +149,7 @@ void WithOp(ReduceOp op, Fn&& fn) {
   }
 }
 
-// WithType calls fn(T{}) for the C++ element type T of `dtype`.
-template <typename Fn>
-void WithType(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32:
-      return fn(float{});
-    case DType::kF64:
-      return fn(double{});
-    case DType::kF16:
-      return fn(Float16{});
-    case DType::kBF16:
-      return fn(BFloat16{});
-    case DType::kI8:
-      return fn(int8_t{});
-    case DType::kU8:
-      return fn(uint8_t{});
-    case DType::kI32:
-      return fn(int32_t{});
-    case DType::kI64:
-      return fn(int64_t{});
-  }
-}
-
-// WithAccumulatorType is WithType for the dtypes an f32 accumulator pairs with.
+// WithAccumulatorType is VisitDType for the dtypes an f32 accumulator pairs with.
 template <typename Fn>
 void WithAccumulatorType(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -206,7 +183,7 @@ void AccumulateLoop(const T* src, float* acc, size_t size) {
 }  // namespace
 
 void ReduceIntoScalar(ReduceOp op, ConstBufferView src, BufferView dst) {
-  WithType(dst.dtype(), [&](auto type) {
+  VisitDType(dst.dtype(), [&](auto type) {
     using T = decltype(type);
     WithOp(op, [&](auto kernel_op) {
       ReduceLoop<decltype(kernel_op)::value>(Data<T>(src), Data<T>(dst), dst.size());
@@ -246,7 +223,7 @@ void StoreAccumulatorScalar(absl::Span<const float> acc, int64_t divisor, Buffer
 
 void FinishAverageScalar(BufferView buf, int64_t num_ranks) {
   if (num_ranks == 1) return;
-  WithType(buf.dtype(), [&](auto type) {
+  VisitDType(buf.dtype(), [&](auto type) {
     using T = decltype(type);
     T* data = Data<T>(buf);
     if constexpr (std::is_same_v<T, double>) {
