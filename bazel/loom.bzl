@@ -79,3 +79,21 @@ def loom_cuda_test(name, deps = [], tags = [], **kwargs):
         target_compatible_with = _CUDA_ONLY,
         **kwargs
     )
+
+def loom_deps_test(name, target, allowed):
+    """Fails if `target` depends (transitively, ignoring toolchains) on anything whose
+    label starts with none of the `allowed` prefixes: embedding one library must pull
+    in only what its package promises."""
+    native.genquery(
+        name = name + "_query",
+        expression = "deps(%s)" % target,
+        opts = ["--noimplicit_deps"],
+        scope = [target],
+    )
+    native.sh_test(
+        name = name,
+        size = "small",
+        srcs = ["//bazel:check_deps_test.sh"],
+        args = ["$(location :%s_query)" % name] + allowed,
+        data = [":%s_query" % name],
+    )
