@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "core/aligned_buffer.h"
+#include "core/float_bits_testing.h"
 #include "core/half.h"
 #include "core/internal/half_convert.h"
 #include "core/status_matchers.h"
@@ -23,6 +24,10 @@
 
 namespace loom {
 namespace {
+
+using testing_internal::BitsToFloat;
+using testing_internal::FloatBits;
+using testing_internal::Mismatches;
 
 namespace hci = half_convert_internal;
 using ::testing::HasSubstr;
@@ -77,27 +82,6 @@ uint32_t RawBits(T value) {
   std::memcpy(&bits, &value, sizeof(T));
   return bits;
 }
-
-float BitsToFloat(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
-// Mismatches gathers failures from a sweep, so a broken kernel reports a count and a few
-// examples rather than millions of lines.
-class Mismatches {
- public:
-  void Add(const std::string& what) {
-    if (count_++ < 10) examples_ += what + "\n";
-  }
-  int count() const { return count_; }
-  const std::string& examples() const { return examples_; }
-
- private:
-  int count_ = 0;
-  std::string examples_;
-};
 
 // Every 16-bit pattern, in order.
 template <typename Half>

@@ -9,44 +9,22 @@
 #include <string>
 #include <vector>
 
+#include "core/float_bits_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace loom {
 namespace {
 
-uint32_t FloatBits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  return bits;
-}
-
-float BitsToFloat(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
+using testing_internal::BitsToFloat;
+using testing_internal::FloatBits;
+using testing_internal::Mismatches;
 
 std::string Hex(uint32_t bits) {
   char text[16];
   std::snprintf(text, sizeof(text), "0x%08X", bits);
   return text;
 }
-
-// Mismatches gathers failures from a sweep, so a broken conversion reports a count and
-// a few examples rather than millions of lines.
-class Mismatches {
- public:
-  void Add(const std::string& what) {
-    if (count_++ < 10) examples_ += what + "\n";
-  }
-  int count() const { return count_; }
-  const std::string& examples() const { return examples_; }
-
- private:
-  int count_ = 0;
-  std::string examples_;
-};
 
 // The reference decoders compute a 16-bit pattern's value from its fields with ldexp,
 // in double, without sharing code or constants with half.h. A NaN decodes to a NaN with
