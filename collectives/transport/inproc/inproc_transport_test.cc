@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/transport/inproc/inproc_harness.h"
 #include "collectives/transport/transport_conformance.h"
 #include "collectives/transport/transport_harness.h"
 #include "core/status_matchers.h"
@@ -15,28 +16,6 @@ namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
-
-class InprocHarness final : public TransportHarness {
- public:
-  std::string name() const override { return "inproc"; }
-  std::vector<absl::Status> Run(int world,
-                                const std::function<absl::Status(Transport&)>& body) override {
-    std::vector<absl::Status> results(world);
-    absl::StatusOr<std::shared_ptr<InprocGroup>> group = InprocGroup::Create(world);
-    if (!group.ok()) return std::vector<absl::Status>(world, group.status());
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        absl::StatusOr<std::unique_ptr<Transport>> endpoint = (*group)->Endpoint(rank);
-        results[rank] = endpoint.ok() ? body(**endpoint) : endpoint.status();
-      });
-    }
-    for (auto& thread : threads) thread.join();
-    return results;
-  }
-};
-
-std::unique_ptr<TransportHarness> MakeInprocHarness() { return std::make_unique<InprocHarness>(); }
 
 INSTANTIATE_TEST_SUITE_P(Inproc, TransportConformanceTest,
                          ::testing::Combine(::testing::Values(TransportHarnessFactory(MakeInprocHarness)),

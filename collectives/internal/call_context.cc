@@ -1,0 +1,112 @@
+#include "collectives/internal/call_context.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/reduce/reduce_kernels.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace collectives_internal {
+
+absl::StatusOr<absl::Span<std::byte>> Scratch::Get(int slot, size_t bytes) {
+  if (slot < 0) return absl::InvalidArgumentError(absl::StrCat("scratch slot ", slot));
+  if (static_cast<size_t>(slot) >= slots_.size()) slots_.resize(slot + 1);
+  AlignedBuffer<std::byte>& buffer = slots_[slot];
+  if (buffer.size() < bytes) {
+    // Grow geometrically: calls of slowly growing sizes do not reallocate each time.
+    const size_t grown = std::max(bytes, buffer.size() + buffer.size() / 2);
+    LOOM_ASSIGN_OR_RETURN(AlignedBuffer<std::byte> bigger, AlignedBuffer<std::byte>::Create(grown));
+    buffer = std::move(bigger);
+  }
+  return buffer.span().subspan(0, bytes);
+}
+
+BlockRange Block(size_t count, int parts, int index) {
+  const size_t n = static_cast<size_t>(parts);
+  const size_t i = static_cast<size_t>(index);
+  const size_t base = count / n;
+  const size_t extra = count % n;
+  return BlockRange{i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+ConstBufferView Slice(ConstBufferView view, BlockRange range) {
+  return Slice(view, range.offset, range.count);
+}
+BufferView Slice(BufferView view, BlockRange range) { return Slice(view, range.offset, range.count); }
+
+ConstBufferView Slice(ConstBufferView view, size_t offset, size_t count) {
+  assert(offset + count <= view.size());
+  return ConstBufferView(view.data() + offset * DTypeSize(view.dtype()), count, view.dtype());
+}
+BufferView Slice(BufferView view, size_t offset, size_t count) {
+  assert(offset + count <= view.size());
+  return BufferView(view.data() + offset * DTypeSize(view.dtype()), count, view.dtype());
+}
+
+bool SameMemory(ConstBufferView a, ConstBufferView b) { return a.data() == b.data(); }
+
+int NumChunks(const CallContext& ctx, size_t count, DType dtype) {
+  const size_t bytes = count * DTypeSize(dtype);
+  const size_t chunk = std::max<size_t>(ctx.chunk_bytes, 1);
+  const size_t chunks = (bytes + chunk - 1) / chunk;
+  return static_cast<int>(std::clamp<size_t>(chunks, 1, std::max<size_t>(count, 1)));
+}
+
+absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer,
+                                 ConstBufferView data) {
+  return ctx.transport->Send(peer, ctx.StepTag(step), data.bytes());
+}
+
+absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer,
+                                 BufferView data) {
+  return ctx.transport->Recv(peer, ctx.StepTag(step), data.bytes());
+}
+
+absl::Status WaitAll(const CallContext& ctx, absl::Span<const Request> requests) {
+  if (requests.empty()) return absl::OkStatus();
+  return ctx.transport->Wait(requests, ctx.deadline);
+}
+
+absl::Status Exchange(const CallContext& ctx, uint32_t step, int send_peer, ConstBufferView send,
+                      int recv_peer, BufferView recv) {
+  for (int peer : {send_peer, recv_peer}) {
+    if (peer < 0 || peer >= ctx.size()) {
+      return absl::InternalError(absl::StrCat("exchange with rank ", peer, " of ", ctx.size()));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(const Request r, PostRecv(ctx, step, recv_peer, recv));
+  absl::StatusOr<Request> s = PostSend(ctx, step, send_peer, send);
+  if (!s.ok()) {
+    // With valid peers a post fails only on an aborted endpoint, whose posted
+    // receive then fails at once; finish it so nothing writes `recv` after return.
+    (void)ctx.transport->Wait({r}, ctx.deadline);
+    return s.status();
+  }
+  const Request both[] = {r, *s};
+  return WaitAll(ctx, both);
+}
+
+absl::Status Copy(ConstBufferView src, BufferView dst) {
+  if (src.dtype() != dst.dtype() || src.size() != dst.size()) {
+    return absl::InternalError(absl::StrCat("copy of ", src.size(), " ", DTypeName(src.dtype()),
+                                            " into ", dst.size(), " ", DTypeName(dst.dtype())));
+  }
+  if (src.data() != dst.data() && src.size_bytes() > 0) {
+    std::memcpy(dst.data(), src.data(), src.size_bytes());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReduceTo(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst) {
+  if (SameMemory(dst, a)) return ReduceInto(op, b, dst);
+  if (SameMemory(dst, b)) return ReduceInto(op, a, dst);  // every op here commutes
+  LOOM_RETURN_IF_ERROR(Copy(a, dst));
+  return ReduceInto(op, b, dst);
+}
+
+}  // namespace collectives_internal
+}  // namespace loom

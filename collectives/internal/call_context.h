@@ -1,0 +1,140 @@
+// What an algorithm gets for one collective call on one rank: the transport of the
+// communicator (ranks 0..size-1), a tag range of its own, a deadline, a pipelining
+// chunk size and a scratch arena that outlives the call. Algorithms (ring.h, tree.h,
+// ...) are written against this and the few primitives below: send, receive, wait,
+// reduce-into, copy.
+//
+// Example (one step of a ring: pass a block to the right, take one from the left):
+//   LOOM_RETURN_IF_ERROR(Exchange(ctx, /*step=*/s, RightPeer(ctx), ToSend(args, block),
+//                                 LeftPeer(ctx), ScratchBytes));
+#ifndef LOOM_COLLECTIVES_INTERNAL_CALL_CONTEXT_H_
+#define LOOM_COLLECTIVES_INTERNAL_CALL_CONTEXT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/collective_kind.h"
+#include "collectives/transport/transport.h"
+#include "core/aligned_buffer.h"
+#include "core/buffer_view.h"
+#include "core/reduce_op.h"
+
+namespace loom {
+namespace collectives_internal {
+
+// The low kStepBits bits of a tag number an algorithm's steps within one call; the
+// bits above them are the call's (the communicator's id and sequence number).
+inline constexpr int kStepBits = 16;
+inline constexpr uint32_t kMaxSteps = uint32_t{1} << kStepBits;
+
+// CollectiveArgs: the operands of one call. `count` is the per-rank element count
+// the Communicator checked; buffer sizes by kind (n = ranks):
+//   all_reduce      input count          output count
+//   reduce_scatter  input n * count      output count
+//   all_gather      input count          output n * count
+//   broadcast       input count (root)   output count (every rank; root may alias)
+//   reduce          input count          output count (root only; empty elsewhere)
+//   all_to_all      input n * count      output n * count
+//   all_to_allv     input sum(send_counts) output sum(recv_counts)
+//   gather          input count          output n * count (root only)
+//   scatter         input n * count (root only) output count
+//   barrier         empty                empty
+// `input` and `output` are either the same memory (in place; for reduce_scatter and
+// all_gather "in place" means output is rank's block of input, or input rank's block
+// of output, as in NCCL) or disjoint. `op` is never kAvg: the Communicator reduces
+// an average as a sum and divides once at the end.
+struct CollectiveArgs {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  size_t count = 0;
+  ConstBufferView input;
+  BufferView output;
+  // all_to_allv: elements this rank sends to / receives from each rank, packed in
+  // rank order in input / output.
+  absl::Span<const size_t> send_counts;
+  absl::Span<const size_t> recv_counts;
+};
+
+// Scratch: per-communicator working memory that survives calls, so a large
+// collective does not page-fault fresh memory in every call. Slots are independent
+// buffers; Get keeps a slot's old contents only up to its old size.
+class Scratch {
+ public:
+  // Get returns at least `bytes` bytes of slot `slot`, 64-byte aligned.
+  // ResourceExhausted when the allocation fails.
+  absl::StatusOr<absl::Span<std::byte>> Get(int slot, size_t bytes);
+
+ private:
+  std::vector<AlignedBuffer<std::byte>> slots_;
+};
+
+// CallContext: one rank's view of one collective call.
+struct CallContext {
+  Transport* transport = nullptr;
+  // Tags of this call are tag_base + step, step < kMaxSteps.
+  Tag tag_base = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+  // Large messages are cut into chunks of about this many bytes, so that sending
+  // one chunk overlaps reducing the previous one and a chunk stays in cache
+  // between its receive and its reduction.
+  size_t chunk_bytes = size_t{256} << 10;
+  Scratch* scratch = nullptr;
+
+  int rank() const { return transport->rank(); }
+  int size() const { return transport->size(); }
+  Tag StepTag(uint32_t step) const { return tag_base + step; }
+};
+
+// BlockRange: elements [offset, offset + count) of a buffer.
+struct BlockRange {
+  size_t offset = 0;
+  size_t count = 0;
+};
+
+// Block cuts `count` elements into `parts` contiguous blocks whose sizes differ by at
+// most one (the first count % parts blocks are one longer) and returns block
+// `index`. Used wherever a buffer is divided among ranks or chunks.
+BlockRange Block(size_t count, int parts, int index);
+
+// Slice returns the elements `range` of a view (no bounds check beyond a debug
+// assertion: callers compute ranges with Block from the view's own size).
+ConstBufferView Slice(ConstBufferView view, BlockRange range);
+BufferView Slice(BufferView view, BlockRange range);
+ConstBufferView Slice(ConstBufferView view, size_t offset, size_t count);
+BufferView Slice(BufferView view, size_t offset, size_t count);
+
+// SameMemory reports whether two views start at the same address (an in-place call).
+bool SameMemory(ConstBufferView a, ConstBufferView b);
+
+// NumChunks returns how many chunks of about ctx.chunk_bytes a block of `count`
+// elements of `dtype` is cut into (at least 1).
+int NumChunks(const CallContext& ctx, size_t count, DType dtype);
+
+// Primitives. `step` selects the tag (ctx.StepTag(step)); messages of one step
+// between the same two ranks match in order, so chunks of a step share its tag.
+absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer,
+                                 ConstBufferView data);
+absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer,
+                                 BufferView data);
+absl::Status WaitAll(const CallContext& ctx, absl::Span<const Request> requests);
+// Exchange sends `send` to `send_peer` and receives `recv` from `recv_peer` at once
+// and waits for both.
+absl::Status Exchange(const CallContext& ctx, uint32_t step, int send_peer, ConstBufferView send,
+                      int recv_peer, BufferView recv);
+// Copy copies src into dst (same dtype and size; a no-op when they alias).
+absl::Status Copy(ConstBufferView src, BufferView dst);
+// ReduceTo computes dst = a op b element-wise. `dst` may alias `a` (not `b`
+// unless b also equals a).
+absl::Status ReduceTo(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
+
+}  // namespace collectives_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_INTERNAL_CALL_CONTEXT_H_
