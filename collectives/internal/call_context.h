@@ -86,6 +86,9 @@ struct CallContext {
   // between its receive and its reduction.
   size_t chunk_bytes = size_t{256} << 10;
   Scratch* scratch = nullptr;
+  // Ranks per node for the hierarchical algorithm (ranks node*k .. node*k+k-1 share
+  // a node, as topology's NodeLayout numbers them); 0 means one node.
+  int ranks_per_node = 0;
 
   int rank() const { return transport->rank(); }
   int size() const { return transport->size(); }

@@ -1,0 +1,77 @@
+#include "collectives/algorithm_registry.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/binomial_tree.h"
+#include "collectives/direct.h"
+#include "collectives/double_binary_tree.h"
+#include "collectives/halving_doubling.h"
+#include "collectives/hierarchical.h"
+#include "collectives/pairwise.h"
+#include "collectives/ring.h"
+
+namespace loom {
+namespace {
+
+using namespace collectives_internal;  // NOLINT: the table names every algorithm
+
+struct Entry {
+  CollectiveKind kind;
+  Algorithm algorithm;
+  AlgorithmFn fn;
+};
+
+// Listed per kind from the bandwidth-oriented to the latency-oriented algorithms.
+constexpr Entry kTable[] = {
+    {CollectiveKind::kAllReduce, Algorithm::kRing, RingAllReduce},
+    {CollectiveKind::kAllReduce, Algorithm::kHalvingDoubling, HalvingDoublingAllReduce},
+    {CollectiveKind::kAllReduce, Algorithm::kDoubleBinaryTree, DoubleBinaryTreeAllReduce},
+    {CollectiveKind::kAllReduce, Algorithm::kHierarchical, HierarchicalAllReduce},
+    {CollectiveKind::kAllReduce, Algorithm::kBinomialTree, BinomialAllReduce},
+    {CollectiveKind::kAllReduce, Algorithm::kDirect, DirectAllReduce},
+    {CollectiveKind::kReduceScatter, Algorithm::kRing, RingReduceScatter},
+    {CollectiveKind::kReduceScatter, Algorithm::kHalvingDoubling, HalvingDoublingReduceScatter},
+    {CollectiveKind::kReduceScatter, Algorithm::kDirect, DirectReduceScatter},
+    {CollectiveKind::kAllGather, Algorithm::kRing, RingAllGather},
+    {CollectiveKind::kAllGather, Algorithm::kHalvingDoubling, HalvingDoublingAllGather},
+    {CollectiveKind::kAllGather, Algorithm::kDirect, DirectAllGather},
+    {CollectiveKind::kBroadcast, Algorithm::kRing, RingBroadcast},
+    {CollectiveKind::kBroadcast, Algorithm::kBinomialTree, BinomialBroadcast},
+    {CollectiveKind::kBroadcast, Algorithm::kDirect, DirectBroadcast},
+    {CollectiveKind::kReduce, Algorithm::kRing, RingReduce},
+    {CollectiveKind::kReduce, Algorithm::kBinomialTree, BinomialReduce},
+    {CollectiveKind::kReduce, Algorithm::kDirect, DirectReduce},
+    {CollectiveKind::kAllToAll, Algorithm::kPairwise, PairwiseAllToAll},
+    {CollectiveKind::kAllToAllV, Algorithm::kPairwise, PairwiseAllToAllV},
+    {CollectiveKind::kGather, Algorithm::kBinomialTree, BinomialGather},
+    {CollectiveKind::kGather, Algorithm::kDirect, DirectGather},
+    {CollectiveKind::kScatter, Algorithm::kBinomialTree, BinomialScatter},
+    {CollectiveKind::kScatter, Algorithm::kDirect, DirectScatter},
+    {CollectiveKind::kBarrier, Algorithm::kDirect, DirectBarrier},
+};
+
+}  // namespace
+
+std::vector<Algorithm> AlgorithmsFor(CollectiveKind kind) {
+  std::vector<Algorithm> algorithms;
+  for (const Entry& entry : kTable) {
+    if (entry.kind == kind) algorithms.push_back(entry.algorithm);
+  }
+  return algorithms;
+}
+
+absl::StatusOr<AlgorithmFn> FindAlgorithm(CollectiveKind kind, Algorithm algorithm) {
+  for (const Entry& entry : kTable) {
+    if (entry.kind == kind && entry.algorithm == algorithm) return entry.fn;
+  }
+  std::vector<std::string> names;
+  for (Algorithm a : AlgorithmsFor(kind)) names.emplace_back(AlgorithmName(a));
+  return absl::InvalidArgumentError(absl::StrCat(CollectiveKindName(kind), " has no ",
+                                                 AlgorithmName(algorithm), " algorithm; it has ",
+                                                 absl::StrJoin(names, ", ")));
+}
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+#!/bin/bash
+# Loom vs Open MPI (and Gloo, when Debian's libgloo-dev is installed) all-reduce on
+# this machine, in one run: f32 sum, 2 ranks, out of place, 4 KiB .. 64 MiB, plus a
+# latency pass at 8 B .. 4 KiB. Prints one row per size with both bus bandwidths
+# and their ratio, then the memory-bandwidth bound.
+#
+#   collectives/benchmarks/compare_openmpi.sh [ITERS] [LATENCY_ITERS]
+#
+# Open MPI runs with its shared-memory BTL (vader, CMA single copy where the kernel
+# allows) and its default (tuned) algorithm choice; Loom runs collective_bench
+# --transport=shm --algo=auto. Both time the same way: warm-up, barrier, timed
+# iterations, the slowest rank's mean.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ITERS="${1:-40}"
+LATENCY_ITERS="${2:-2000}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+./bazelw build -c opt //tools:collective_bench >&2
+BENCH="$(./bazelw info -c opt bazel-bin 2>/dev/null)/tools/collective_bench"
+mpicc -O3 -o "$WORK/mpi_allreduce" collectives/benchmarks/mpi_allreduce_bench.c
+gcc -O2 -o "$WORK/membw" collectives/benchmarks/membw.c
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none --mca btl self,vader)
+
+run_pass() {  # MIN MAX ITERS WARMUP -> "$WORK/mpi" and "$WORK/loom" rows "size time busbw wrong"
+  "${MPIRUN[@]}" "$WORK/mpi_allreduce" "$1" "$2" "$3" "$4" > "$WORK/mpi"
+  "$BENCH" --transport=shm --ranks=2 --op=all_reduce --dtype=f32 --redop=sum --check \
+    --min_bytes="$1" --max_bytes="$2" --iters="$3" --warmup="$4" |
+    awk '!/^#/ && NF >= 9 { print $1, $6, $8, $9 }' > "$WORK/loom"
+  if [ -x "$WORK/gloo_allreduce" ]; then
+    "$WORK/gloo_allreduce" 2 "$1" "$2" "$3" "$4" > "$WORK/gloo"
+  fi
+}
+
+report() {  # TITLE
+  echo "## $1"
+  printf "%10s %14s %14s %8s %12s %12s %10s" "size(B)" "openmpi_busbw" "loom_busbw" "ratio" \
+    "openmpi_us" "loom_us" "lat_ratio"
+  [ -s "$WORK/gloo" ] && printf " %12s %10s" "gloo_busbw" "vs_gloo"
+  echo
+  join "$WORK/mpi" "$WORK/loom" > "$WORK/joined"
+  if [ -s "$WORK/gloo" ]; then join "$WORK/joined" "$WORK/gloo" > "$WORK/joined3"; else cp "$WORK/joined" "$WORK/joined3"; fi
+  awk -v gloo="$([ -s "$WORK/gloo" ] && echo 1 || echo 0)" '{
+    # fields: size mpi_t mpi_bw mpi_wrong loom_t loom_bw loom_wrong [gloo_t gloo_bw gloo_wrong]
+    if ($4 != 0 || $7 != 0) { printf "WRONG RESULTS at %s: openmpi %s, loom %s\n", $1, $4, $7; bad = 1 }
+    printf "%10s %14.2f %14.2f %7.2fx %12.1f %12.1f %9.2fx", $1, $3, $6, $6 / $3, $2, $5, $2 / $5
+    if (gloo == 1) printf " %12.2f %9.2fx", $9, $6 / $9
+    printf "\n"
+  } END { exit bad }' "$WORK/joined3"
+}
+
+echo "# $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+echo "# Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), Loom $(git rev-parse --short HEAD)"
+run_pass 4096 67108864 "$ITERS" 5
+report "bandwidth: all_reduce f32 sum, 2 ranks, $ITERS iterations"
+run_pass 8 4096 "$LATENCY_ITERS" 100
+report "latency: all_reduce f32 sum, 2 ranks, $LATENCY_ITERS iterations"
+MEMBW="$("$WORK/membw" 2)"
+echo "## bound"
+echo "memory bandwidth, 2 processes copying at once (read + write bytes): $MEMBW GB/s"
+awk -v b="$MEMBW" 'BEGIN { printf "all_reduce bound for 2 ranks of private buffers: %.2f GB/s busbw (each rank reads its input and the peer half and writes its output: 2.5 bytes of memory traffic per vector byte per rank, 5 for both)\n", b / 5 }'

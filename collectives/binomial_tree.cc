@@ -1,0 +1,410 @@
+#include "collectives/binomial_tree.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/reduce/reduce_kernels.h"
+#include "core/buffer_view.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace collectives_internal {
+namespace {
+
+// A rank has at most one child per bit of an int rank.
+constexpr int kMaxChildren = 31;
+
+// Scratch slots; different slots for buffers in use at the same time.
+constexpr int kTreeSlot = 0;  // children's chunks (reduce), subtree blocks (gather, scatter)
+constexpr int kAccSlot = 1;   // an interior rank's partial result (reduce)
+
+// InFlight holds up to kCapacity posted requests that are waited for together. Its
+// destructor waits for whatever is still posted, so that returning early on an
+// error never leaves the transport touching a buffer after the call returned
+// (transport.h, "Buffers"); the first error is the one returned.
+template <int kCapacity>
+class InFlight {
+ public:
+  explicit InFlight(const CallContext& ctx) : ctx_(ctx) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() { (void)Wait(); }
+
+  absl::Status Send(uint32_t step, int peer, ConstBufferView data) {
+    return Add(PostSend(ctx_, step, peer, data));
+  }
+  absl::Status Recv(uint32_t step, int peer, BufferView data) {
+    return Add(PostRecv(ctx_, step, peer, data));
+  }
+  // Wait waits for every request posted since the last Wait; the first error.
+  absl::Status Wait() {
+    const size_t posted = size_;
+    size_ = 0;
+    return WaitAll(ctx_, absl::MakeConstSpan(requests_.data(), posted));
+  }
+
+ private:
+  absl::Status Add(absl::StatusOr<Request> request) {
+    if (!request.ok()) return request.status();
+    if (size_ == requests_.size()) {
+      const Request lone[] = {*request};
+      (void)WaitAll(ctx_, lone);
+      return absl::InternalError(absl::StrCat("more than ", kCapacity, " requests in flight"));
+    }
+    requests_[size_++] = *request;
+    return absl::OkStatus();
+  }
+
+  const CallContext& ctx_;
+  std::array<Request, kCapacity> requests_{};
+  size_t size_ = 0;
+};
+
+// BinomialNode: where one rank sits in the binomial tree over n ranks rooted at
+// `root`, in virtual ranks v = (rank - root + n) % n. The subtree of v is the vranks
+// [v, v + span) clipped to n, where span is v's lowest set bit (for the root: the
+// smallest power of two >= n). Child i is v + 2^i for 2^i < span and v + 2^i < n; its
+// subtree has min(2^i, n - v - 2^i) ranks. The parent of v is v - span.
+struct BinomialNode {
+  BinomialNode(int rank, int root_rank, int world) : n(world), root(root_rank) {
+    vrank = (rank - root + n) % n;
+    if (vrank == 0) {
+      while (span < n) span <<= 1;
+    } else {
+      span = vrank & -vrank;
+    }
+    while ((int64_t{1} << num_children) < span && vrank + (int64_t{1} << num_children) < n) {
+      ++num_children;
+    }
+  }
+
+  bool is_root() const { return vrank == 0; }
+  int Real(int64_t v) const { return static_cast<int>((v + root) % n); }
+  int parent() const { return Real(vrank - span); }
+  // Vranks in this rank's subtree, itself included.
+  int64_t subtree() const { return std::min<int64_t>(span, n - vrank); }
+  // Child i's offset in vranks from this rank, the size of its subtree, its rank.
+  int64_t child_offset(int i) const { return int64_t{1} << i; }
+  int64_t child_subtree(int i) const {
+    return std::min<int64_t>(child_offset(i), n - vrank - child_offset(i));
+  }
+  int child(int i) const { return Real(vrank + child_offset(i)); }
+
+  int n;
+  int root;
+  int64_t vrank = 0;
+  int64_t span = 1;
+  int num_children = 0;
+};
+
+absl::Status CheckRoot(const char* name, int root, int n) {
+  if (root < 0 || root >= n) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": root ", root, " outside [0, ", n, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSize(const char* name, const char* which, size_t got, size_t want) {
+  if (got != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", which, " has ", got, " elements, want ", want));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameDType(const char* name, ConstBufferView input, ConstBufferView output) {
+  if (input.dtype() != output.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": input is ", DTypeName(input.dtype()),
+                                                   " but output is ", DTypeName(output.dtype())));
+  }
+  return absl::OkStatus();
+}
+
+// CheckBlockAliasing: `part` (count elements) is either disjoint from `whole` or
+// exactly block `block` of it (the in-place gather / scatter of NCCL).
+absl::Status CheckBlockAliasing(const char* name, ConstBufferView part, ConstBufferView whole,
+                                int block) {
+  const std::byte* p = part.data();
+  const std::byte* w = whole.data();
+  const bool disjoint = p + part.size_bytes() <= w || w + whole.size_bytes() <= p;
+  if (disjoint || part.size_bytes() == 0) return absl::OkStatus();
+  const size_t offset = static_cast<size_t>(block) * part.size_bytes();
+  if (p == w + offset) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": the root's ", part.size(), "-element buffer overlaps its ",
+                   whole.size(), "-element one at byte offset ", p - w,
+                   " but is not its block (byte offset ", offset, ")"));
+}
+
+// TreeBroadcast: the root sends `source` down the tree; every other rank receives it
+// into `dest` and forwards it to its children, largest subtree first (so the deepest
+// subtree starts earliest). Chunk c + 1 is already posted while chunk c is forwarded,
+// and a chunk's sends stay in flight while the next chunk is handled.
+absl::Status TreeBroadcast(const CallContext& ctx, const BinomialNode& node,
+                           ConstBufferView source, BufferView dest, uint32_t step) {
+  const size_t count = node.is_root() ? source.size() : dest.size();
+  const DType dtype = node.is_root() ? source.dtype() : dest.dtype();
+  const int chunks = NumChunks(ctx, count, dtype);
+  InFlight<1> recvs[2] = {InFlight<1>(ctx), InFlight<1>(ctx)};
+  InFlight<kMaxChildren> sends[2] = {InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)};
+  auto post_recv = [&](int c) {
+    return recvs[c % 2].Recv(step, node.parent(), Slice(dest, Block(count, chunks, c)));
+  };
+  if (!node.is_root()) LOOM_RETURN_IF_ERROR(post_recv(0));
+  for (int c = 0; c < chunks; ++c) {
+    const BlockRange range = Block(count, chunks, c);
+    if (!node.is_root()) {
+      if (c + 1 < chunks) LOOM_RETURN_IF_ERROR(post_recv(c + 1));
+      LOOM_RETURN_IF_ERROR(recvs[c % 2].Wait());
+    }
+    const ConstBufferView chunk = node.is_root() ? Slice(source, range) : Slice(dest, range);
+    LOOM_RETURN_IF_ERROR(sends[c % 2].Wait());  // chunk c - 2
+    for (int i = node.num_children - 1; i >= 0; --i) {
+      LOOM_RETURN_IF_ERROR(sends[c % 2].Send(step, node.child(i), chunk));
+    }
+  }
+  LOOM_RETURN_IF_ERROR(sends[0].Wait());
+  return sends[1].Wait();
+}
+
+// TreeReduce: every rank reduces its children's partial results for a chunk into
+// its own input and sends the sum up (MPICH's binomial reduce); children are taken
+// smallest subtree first, the order in which their results become ready. An interior
+// rank accumulates into `result` when it has one (the root; every rank of an
+// all-reduce) and otherwise into two chunk buffers of scratch. On return the root's
+// `result` holds the reduction.
+absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
+                        ConstBufferView input, BufferView result, uint32_t step) {
+  const size_t count = input.size();
+  const DType dtype = input.dtype();
+  const size_t width = DTypeSize(dtype);
+  const int chunks = NumChunks(ctx, count, dtype);
+  const size_t max_chunk = Block(count, chunks, 0).count;
+  const int fan_in = node.num_children;
+  if (node.is_root() && fan_in == 0) return Copy(input, result);
+
+  // Children's chunks, double buffered: [parity][child][max_chunk].
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> tmp,
+                        ctx.scratch->Get(kTreeSlot, 2 * fan_in * max_chunk * width));
+  auto child_chunk = [&](int c, int i) {
+    const size_t offset = (static_cast<size_t>(c % 2) * fan_in + i) * max_chunk;
+    return BufferView(tmp.data() + offset * width, Block(count, chunks, c).count, dtype);
+  };
+  absl::Span<std::byte> partial;  // [parity][max_chunk]
+  if (result.empty() && fan_in > 0) {
+    LOOM_ASSIGN_OR_RETURN(partial, ctx.scratch->Get(kAccSlot, 2 * max_chunk * width));
+  }
+
+  InFlight<kMaxChildren> recvs[2] = {InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)};
+  InFlight<1> sends[2] = {InFlight<1>(ctx), InFlight<1>(ctx)};
+  auto post_recvs = [&](int c) -> absl::Status {
+    for (int i = 0; i < fan_in; ++i) {
+      LOOM_RETURN_IF_ERROR(recvs[c % 2].Recv(step, node.child(i), child_chunk(c, i)));
+    }
+    return absl::OkStatus();
+  };
+  LOOM_RETURN_IF_ERROR(post_recvs(0));
+  for (int c = 0; c < chunks; ++c) {
+    const BlockRange range = Block(count, chunks, c);
+    if (c + 1 < chunks) LOOM_RETURN_IF_ERROR(post_recvs(c + 1));
+    LOOM_RETURN_IF_ERROR(recvs[c % 2].Wait());
+    // The send of chunk c - 2 may still read this parity's partial buffer.
+    LOOM_RETURN_IF_ERROR(sends[c % 2].Wait());
+    ConstBufferView up = Slice(input, range);
+    if (fan_in > 0) {
+      const BufferView acc =
+          result.empty() ? BufferView(partial.data() + (c % 2) * max_chunk * width, range.count, dtype)
+                         : Slice(result, range);
+      LOOM_RETURN_IF_ERROR(ReduceTo(op, up, child_chunk(c, 0), acc));
+      for (int i = 1; i < fan_in; ++i) {
+        LOOM_RETURN_IF_ERROR(ReduceInto(op, child_chunk(c, i), acc));
+      }
+      up = acc;
+    }
+    if (!node.is_root()) LOOM_RETURN_IF_ERROR(sends[c % 2].Send(step, node.parent(), up));
+  }
+  LOOM_RETURN_IF_ERROR(sends[0].Wait());
+  return sends[1].Wait();
+}
+
+}  // namespace
+
+absl::Status BinomialBroadcast(const CallContext& ctx, const CollectiveArgs& args) {
+  constexpr char kName[] = "BinomialBroadcast";
+  const int n = ctx.size();
+  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), args.count));
+  const bool is_root = ctx.rank() == args.root;
+  if (is_root) {
+    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's input", args.input.size(), args.count));
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+    LOOM_RETURN_IF_ERROR(Copy(args.input, args.output));
+  }
+  if (n == 1 || args.count == 0) return absl::OkStatus();
+  return TreeBroadcast(ctx, BinomialNode(ctx.rank(), args.root, n), args.input, args.output,
+                       /*step=*/0);
+}
+
+absl::Status BinomialReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  constexpr char kName[] = "BinomialReduce";
+  const int n = ctx.size();
+  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), args.count));
+  const bool is_root = ctx.rank() == args.root;
+  if (is_root) {
+    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's output", args.output.size(), args.count));
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+  }
+  if (args.count == 0) return absl::OkStatus();
+  return TreeReduce(ctx, BinomialNode(ctx.rank(), args.root, n), args.op, args.input,
+                    is_root ? args.output : BufferView(), /*step=*/0);
+}
+
+absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  constexpr char kName[] = "BinomialAllReduce";
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), args.count));
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), args.count));
+  LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+  if (args.count == 0) return absl::OkStatus();
+  // Every rank accumulates in its own output, which the broadcast then overwrites
+  // with rank 0's result: the one place where each element is reduced.
+  const BinomialNode node(ctx.rank(), /*root_rank=*/0, ctx.size());
+  LOOM_RETURN_IF_ERROR(TreeReduce(ctx, node, args.op, args.input, args.output, /*step=*/0));
+  if (ctx.size() == 1) return absl::OkStatus();
+  return TreeBroadcast(ctx, node, args.output, args.output, /*step=*/1);
+}
+
+absl::Status BinomialGather(const CallContext& ctx, const CollectiveArgs& args) {
+  constexpr char kName[] = "BinomialGather";
+  const int n = ctx.size();
+  const size_t count = args.count;
+  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), count));
+  const BinomialNode node(ctx.rank(), args.root, n);
+  if (node.is_root()) {
+    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's output", args.output.size(), n * count));
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+    LOOM_RETURN_IF_ERROR(CheckBlockAliasing(kName, args.input, args.output, args.root));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (n == 1) return Copy(args.input, args.output);
+
+  // `tree` holds the blocks of this rank's subtree in vrank order: on root 0 that
+  // is rank order, so the output itself; a leaf sends its input as it is.
+  const DType dtype = args.input.dtype();
+  const int64_t blocks = node.subtree();
+  BufferView tree;
+  if (node.is_root() && args.root == 0) {
+    tree = args.output;
+  } else if (blocks > 1) {
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> bytes,
+                          ctx.scratch->Get(kTreeSlot, blocks * count * DTypeSize(dtype)));
+    tree = BufferView(bytes.data(), blocks * count, dtype);
+  }
+  if (blocks > 1) {
+    LOOM_RETURN_IF_ERROR(Copy(args.input, Slice(tree, 0, count)));
+    InFlight<kMaxChildren> recvs(ctx);
+    for (int i = 0; i < node.num_children; ++i) {
+      const BufferView part =
+          Slice(tree, node.child_offset(i) * count, node.child_subtree(i) * count);
+      LOOM_RETURN_IF_ERROR(recvs.Recv(/*step=*/0, node.child(i), part));
+    }
+    LOOM_RETURN_IF_ERROR(recvs.Wait());
+  }
+  if (!node.is_root()) {
+    InFlight<1> send(ctx);
+    LOOM_RETURN_IF_ERROR(
+        send.Send(/*step=*/0, node.parent(), blocks > 1 ? ConstBufferView(tree) : args.input));
+    return send.Wait();
+  }
+  if (args.root == 0) return absl::OkStatus();
+  // Undo the rotation: vrank v is rank (v + root) % n.
+  const size_t tail = static_cast<size_t>(n - args.root) * count;
+  LOOM_RETURN_IF_ERROR(Copy(Slice(tree, 0, tail), Slice(args.output, args.root * count, tail)));
+  return Copy(Slice(tree, tail, args.root * count), Slice(args.output, 0, args.root * count));
+}
+
+absl::Status BinomialScatter(const CallContext& ctx, const CollectiveArgs& args) {
+  constexpr char kName[] = "BinomialScatter";
+  const int n = ctx.size();
+  const size_t count = args.count;
+  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), count));
+  const BinomialNode node(ctx.rank(), args.root, n);
+  if (node.is_root()) {
+    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's input", args.input.size(), n * count));
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+    LOOM_RETURN_IF_ERROR(CheckBlockAliasing(kName, args.output, args.input, args.root));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (n == 1) return Copy(args.input, args.output);
+
+  // `tree` holds the blocks of this rank's subtree in vrank order (see Gather).
+  const DType dtype = args.output.dtype();
+  const int64_t blocks = node.subtree();
+  ConstBufferView tree;
+  if (node.is_root() && args.root == 0) {
+    tree = args.input;
+  } else if (blocks > 1) {
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> bytes,
+                          ctx.scratch->Get(kTreeSlot, blocks * count * DTypeSize(dtype)));
+    const BufferView staging(bytes.data(), blocks * count, dtype);
+    if (node.is_root()) {
+      // Rotate so that vrank v's block is block v: rank (v + root) % n's.
+      const size_t tail = static_cast<size_t>(n - args.root) * count;
+      LOOM_RETURN_IF_ERROR(Copy(Slice(args.input, args.root * count, tail), Slice(staging, 0, tail)));
+      LOOM_RETURN_IF_ERROR(
+          Copy(Slice(args.input, 0, args.root * count), Slice(staging, tail, args.root * count)));
+    } else {
+      InFlight<1> recv(ctx);
+      LOOM_RETURN_IF_ERROR(recv.Recv(/*step=*/0, node.parent(), staging));
+      LOOM_RETURN_IF_ERROR(recv.Wait());
+    }
+    tree = staging;
+  } else {
+    InFlight<1> recv(ctx);
+    LOOM_RETURN_IF_ERROR(recv.Recv(/*step=*/0, node.parent(), args.output));
+    return recv.Wait();
+  }
+  InFlight<kMaxChildren> sends(ctx);
+  for (int i = node.num_children - 1; i >= 0; --i) {
+    const ConstBufferView part =
+        Slice(tree, node.child_offset(i) * count, node.child_subtree(i) * count);
+    LOOM_RETURN_IF_ERROR(sends.Send(/*step=*/0, node.child(i), part));
+  }
+  LOOM_RETURN_IF_ERROR(sends.Wait());
+  return Copy(Slice(tree, 0, count), args.output);
+}
+
+absl::Status BinomialBarrier(const CallContext& ctx, const CollectiveArgs& args) {
+  constexpr char kName[] = "BinomialBarrier";
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), 0));
+  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), 0));
+  const BinomialNode node(ctx.rank(), /*root_rank=*/0, ctx.size());
+  // Arrival: rank 0 hears from every rank through its subtree; release: back down.
+  InFlight<kMaxChildren> up(ctx);
+  for (int i = 0; i < node.num_children; ++i) {
+    LOOM_RETURN_IF_ERROR(up.Recv(/*step=*/0, node.child(i), BufferView()));
+  }
+  LOOM_RETURN_IF_ERROR(up.Wait());
+  InFlight<kMaxChildren> down(ctx);
+  if (!node.is_root()) {
+    LOOM_RETURN_IF_ERROR(up.Send(/*step=*/0, node.parent(), ConstBufferView()));
+    LOOM_RETURN_IF_ERROR(up.Wait());
+    LOOM_RETURN_IF_ERROR(down.Recv(/*step=*/1, node.parent(), BufferView()));
+    LOOM_RETURN_IF_ERROR(down.Wait());
+  }
+  for (int i = node.num_children - 1; i >= 0; --i) {
+    LOOM_RETURN_IF_ERROR(down.Send(/*step=*/1, node.child(i), ConstBufferView()));
+  }
+  return down.Wait();
+}
+
+}  // namespace collectives_internal
+}  // namespace loom

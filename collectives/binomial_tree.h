@@ -1,0 +1,84 @@
+// Binomial tree collectives: the latency-optimal algorithms for small messages,
+// ceil(log2 n) rounds each (Thakur, Rabenseifner, Gropp 2005, "Optimization of
+// collective communication operations in MPICH", sections 4.1 and 4.3).
+//
+// The tree is rooted at args.root by rotating ranks: vrank = (rank - root + n) % n.
+// Virtual rank v's parent is v with its lowest set bit cleared, and its children are
+// v + m for every power of two m below that bit (below n for the root), as long as
+// v + m < n. The subtree of v is the vranks [v, v + m), which is what lets gather and
+// scatter forward whole subtrees as one contiguous message.
+//
+// Broadcast and reduce are cut into chunks of about ctx.chunk_bytes and pipelined:
+// a rank forwards chunk c while chunk c + 1 is already on its way to it, so a large
+// message costs about (chunks + depth) chunk times rather than chunks * depth.
+//
+// Buffers follow CollectiveArgs (call_context.h); a buffer that the kind uses only on
+// the root (the input of broadcast and scatter, the output of reduce and gather) is
+// not looked at on other ranks.
+//
+// Example (8 ranks, each calls with its own input; n = 8, root = 2):
+//   CollectiveArgs args;
+//   args.kind = CollectiveKind::kAllReduce;
+//   args.op = ReduceOp::kSum;
+//   args.count = 3;
+//   args.input = ConstBufferView::Of(absl::MakeConstSpan(mine));   // {r, r, r} on rank r
+//   args.output = BufferView::Of(absl::MakeSpan(result));
+//   LOOM_RETURN_IF_ERROR(BinomialAllReduce(ctx, args));
+//   // result == {28, 28, 28} on every rank, the same bits everywhere.
+//
+//   args.kind = CollectiveKind::kBroadcast;
+//   args.root = 2;
+//   LOOM_RETURN_IF_ERROR(BinomialBroadcast(ctx, args));
+//   // result == {2, 2, 2} on every rank.
+#ifndef LOOM_COLLECTIVES_BINOMIAL_TREE_H_
+#define LOOM_COLLECTIVES_BINOMIAL_TREE_H_
+
+#include "absl/status/status.h"
+#include "collectives/internal/call_context.h"
+
+namespace loom {
+namespace collectives_internal {
+
+// BinomialBroadcast copies the root's input (count elements) into every rank's
+// output; the root's output may alias its input. Returns InvalidArgument naming the
+// values for a root outside [0, n), mismatched dtypes or buffer sizes other than
+// count (the input is only read on the root); otherwise the transport's error
+// (DeadlineExceeded, Unavailable, ...).
+absl::Status BinomialBroadcast(const CallContext& ctx, const CollectiveArgs& args);
+
+// BinomialReduce reduces every rank's input (count elements) with args.op into the
+// root's output; other ranks' output is empty and untouched. Each interior rank
+// reduces its children's partial results into its own before passing it up. Errors
+// as BinomialBroadcast.
+absl::Status BinomialReduce(const CallContext& ctx, const CollectiveArgs& args);
+
+// BinomialAllReduce reduces every rank's input into every rank's output: a binomial
+// reduce to rank 0 followed by a binomial broadcast from it, so every element is
+// reduced once and every rank holds the same bits. args.root is ignored. Errors as
+// BinomialBroadcast.
+absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& args);
+
+// BinomialGather concatenates every rank's input (count elements) in rank order into
+// the root's output (n * count elements); other ranks' output is empty. The root's
+// input may be its own block of the output (in place). Each rank sends its whole
+// subtree's blocks to its parent in one message. Errors as BinomialBroadcast, plus
+// InvalidArgument when the root's input overlaps its output other than as its own
+// block.
+absl::Status BinomialGather(const CallContext& ctx, const CollectiveArgs& args);
+
+// BinomialScatter sends block r (count elements) of the root's input (n * count
+// elements) to rank r's output; other ranks' input is empty. The root's output may be
+// its own block of the input (in place). Each rank receives its whole subtree's blocks
+// from its parent in one message and passes the children theirs. Errors as
+// BinomialGather.
+absl::Status BinomialScatter(const CallContext& ctx, const CollectiveArgs& args);
+
+// BinomialBarrier returns on every rank only after every rank has entered it: empty
+// messages up a binomial tree to rank 0 and back down. Returns InvalidArgument for
+// non-empty buffers; otherwise the transport's error.
+absl::Status BinomialBarrier(const CallContext& ctx, const CollectiveArgs& args);
+
+}  // namespace collectives_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_BINOMIAL_TREE_H_

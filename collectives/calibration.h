@@ -1,0 +1,40 @@
+// Calibrate: measures the cost model's constants on the machine the communicator
+// runs on, so the adaptive selector prices algorithms with real numbers.
+//   alpha: half the round trip of an 8-byte message between ranks 0 and 1;
+//   beta:  from the round trip of a large message (minus alpha), per byte;
+//   gamma: the f32 sum kernel's time per byte, on rank 0;
+//   inter-node alpha and beta: as alpha and beta, between rank 0 and the first rank
+//   of the next node when the communicator has several nodes (else copies of
+//   alpha and beta).
+// Rank 0 measures with its partners and broadcasts the constants, so every rank
+// ends with the same model and hence makes the same choices.
+//
+// Example (every rank):
+//   LOOM_ASSIGN_OR_RETURN(CostModel model, Calibrate(*comm));
+//   if (comm->rank() == 0) LOOM_RETURN_IF_ERROR(model.Save("loom_cost_model.txt"));
+//   // later, in the job: options.cost_model = *CostModel::Load("loom_cost_model.txt");
+#ifndef LOOM_COLLECTIVES_CALIBRATION_H_
+#define LOOM_COLLECTIVES_CALIBRATION_H_
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "collectives/cost_model.h"
+
+namespace loom {
+
+struct CalibrationOptions {
+  int latency_round_trips = 200;
+  size_t bandwidth_bytes = size_t{4} << 20;
+  int bandwidth_round_trips = 10;
+};
+
+// Calibrate is collective: every rank of `comm` calls it. Returns the measured
+// model, or the communicator's error. A single-rank communicator measures gamma
+// only and keeps the default alpha and beta.
+absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions& options = {});
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_CALIBRATION_H_

@@ -1,0 +1,662 @@
+#include "collectives/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "collectives/algorithm_registry.h"
+#include "collectives/direct.h"
+#include "collectives/group_transport.h"
+#include "collectives/internal/call_context.h"
+#include "collectives/internal/counting_transport.h"
+#include "collectives/reduce/reduce_kernels.h"
+#include "collectives/ring.h"
+#include "core/status_macros.h"
+
+namespace loom {
+
+using collectives_internal::CallContext;
+using collectives_internal::CollectiveArgs;
+using collectives_internal::CountingTransport;
+using collectives_internal::kMaxSteps;
+using collectives_internal::SameMemory;
+using collectives_internal::Scratch;
+
+namespace {
+
+// Tag layout: [63..40] communicator id, [39..24] call sequence number (0xFFFF is
+// point-to-point), [23..16] hash of the call's arguments, [15..0] algorithm step.
+constexpr int kIdShift = 40;
+constexpr int kSeqShift = 24;
+constexpr int kHashShift = 16;
+constexpr uint64_t kIdMask = (uint64_t{1} << 24) - 1;
+constexpr uint64_t kSeqModulus = 0xFFFF;
+constexpr uint64_t kPointToPointSeq = 0xFFFF;
+// The fingerprint exchange of the full check uses the last step of a call, with a
+// zero argument hash (the hashes of mismatched calls differ, and it must match).
+constexpr uint32_t kFingerprintStep = kMaxSteps - 1;
+// Scratch slots of the communicator's own working buffers (algorithms use low ones).
+constexpr int kWideInputSlot = 60;
+constexpr int kWideOutputSlot = 61;
+constexpr int kFingerprintSlot = 62;
+
+bool IsReduction(CollectiveKind kind) {
+  return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter ||
+         kind == CollectiveKind::kReduce;
+}
+
+bool IsHalf(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16; }
+
+bool BreaksStreams(absl::StatusCode code) {
+  return code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kAborted || code == absl::StatusCode::kInternal ||
+         code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kCancelled;
+}
+
+// The full fingerprint of a call, exchanged under check = kFull.
+struct Fingerprint {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  int32_t root = -1;
+  uint8_t kind = 0;
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  uint8_t algorithm = 0;
+
+  bool operator==(const Fingerprint& other) const {
+    return seq == other.seq && count == other.count && root == other.root && kind == other.kind &&
+           dtype == other.dtype && op == other.op && algorithm == other.algorithm;
+  }
+  std::string ToString() const {
+    const CollectiveKind k = static_cast<CollectiveKind>(kind);
+    std::string out = absl::StrCat("call #", seq, " ", CollectiveKindName(k), "(",
+                                   DTypeName(static_cast<DType>(dtype)), ", count=", count);
+    if (IsReduction(k)) absl::StrAppend(&out, ", ", ReduceOpName(static_cast<ReduceOp>(op)));
+    if (root >= 0) absl::StrAppend(&out, ", root=", root);
+    absl::StrAppend(&out, ", ", AlgorithmName(static_cast<Algorithm>(algorithm)), ")");
+    return out;
+  }
+};
+static_assert(std::is_trivially_copyable_v<Fingerprint>);
+
+// InPlaceBlock: `block` is block `index` (block.size() elements) of `whole`, the
+// in-place form of reduce-scatter and all-gather.
+bool InPlaceBlock(ConstBufferView whole, ConstBufferView block, int index) {
+  return whole.data() != nullptr &&
+         block.data() == whole.data() + static_cast<size_t>(index) * block.size_bytes();
+}
+
+// Overlap: the two views share memory.
+bool Overlap(ConstBufferView a, ConstBufferView b) {
+  if (a.size_bytes() == 0 || b.size_bytes() == 0) return false;
+  return a.data() < b.data() + b.size_bytes() && b.data() < a.data() + a.size_bytes();
+}
+
+absl::Status SizeError(CollectiveKind kind, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(CollectiveKindName(kind), ": ", what));
+}
+
+absl::Status CheckSameDType(CollectiveKind kind, ConstBufferView input, ConstBufferView output) {
+  if (input.dtype() != output.dtype()) {
+    return SizeError(kind, absl::StrCat("input is ", DTypeName(input.dtype()), " but output is ",
+                                        DTypeName(output.dtype())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct Communicator::Call {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  DType dtype = DType::kU8;
+  ReduceOp op = ReduceOp::kSum;
+  int root = -1;
+  size_t count = 0;
+  ConstBufferView input;
+  BufferView output;
+  absl::Span<const size_t> send_counts;
+  absl::Span<const size_t> recv_counts;
+  CallOptions options;
+  Algorithm algorithm = Algorithm::kAuto;  // resolved by Run
+};
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
+    std::shared_ptr<Transport> transport, CommunicatorOptions options) {
+  if (transport == nullptr) return absl::InvalidArgumentError("communicator over a null transport");
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout ", absl::FormatDuration(options.timeout), " is not positive"));
+  }
+  if (options.ranks_per_node < 0 ||
+      (options.ranks_per_node > 0 && transport->size() % options.ranks_per_node != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks_per_node ", options.ranks_per_node,
+                                                   " does not divide the group of ",
+                                                   transport->size()));
+  }
+  if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk_bytes 0");
+  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), std::move(options), 1));
+}
+
+Communicator::Communicator(std::shared_ptr<Transport> transport, CommunicatorOptions options,
+                           uint64_t id)
+    : options_(std::move(options)),
+      id_(id & kIdMask),
+      transport_(std::move(transport)),
+      counting_(std::make_unique<CountingTransport>(transport_)),
+      scratch_(std::make_unique<Scratch>()),
+      recorder_(options_.flight_recorder_capacity),
+      sends_to_(transport_->size(), 0),
+      receives_from_(transport_->size(), 0) {}
+
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return transport_->rank(); }
+int Communicator::size() const { return transport_->size(); }
+
+Explanation Communicator::Explain(CollectiveKind kind, size_t bytes) const {
+  return options_.cost_model.Explain(kind, bytes, size(), options_.ranks_per_node);
+}
+
+CollectiveCounters Communicator::Counters(CollectiveKind kind) const {
+  const CountingTransport::Counts& c = counting_->counts(kind);
+  CollectiveCounters out;
+  out.calls = c.calls.load(std::memory_order_relaxed);
+  out.failed_calls = c.failed_calls.load(std::memory_order_relaxed);
+  out.bytes_sent = c.bytes_sent.load(std::memory_order_relaxed);
+  out.bytes_received = c.bytes_received.load(std::memory_order_relaxed);
+  return out;
+}
+
+Algorithm Communicator::Choose(const Call& call) const {
+  if (call.options.algorithm != Algorithm::kAuto) return call.options.algorithm;
+  const size_t n = static_cast<size_t>(size());
+  // Reductions of 16-bit floats travel as f32.
+  const size_t width = IsReduction(call.kind) && IsHalf(call.dtype) ? 4 : DTypeSize(call.dtype);
+  size_t bytes = call.count * width;
+  switch (call.kind) {
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kGather:
+    case CollectiveKind::kScatter: bytes *= n; break;
+    case CollectiveKind::kAllToAllV:
+      bytes = std::accumulate(call.send_counts.begin(), call.send_counts.end(), size_t{0}) * width;
+      break;
+    default: break;
+  }
+  return Explain(call.kind, bytes).chosen;
+}
+
+absl::Status Communicator::Run(Call& call) {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("communicator of rank ", rank(), " failed earlier and cannot be used: ",
+                     broken_.message()));
+  }
+  call.algorithm = Choose(call);
+  LOOM_RETURN_IF_ERROR(FindAlgorithm(call.kind, call.algorithm).status());
+
+  const uint64_t seq = next_seq_++;
+  Fingerprint fingerprint;
+  fingerprint.seq = seq;
+  fingerprint.count = call.count;
+  fingerprint.root = call.root;
+  fingerprint.kind = static_cast<uint8_t>(call.kind);
+  fingerprint.dtype = static_cast<uint8_t>(call.dtype);
+  fingerprint.op = static_cast<uint8_t>(IsReduction(call.kind) ? call.op : ReduceOp::kSum);
+  fingerprint.algorithm = static_cast<uint8_t>(call.algorithm);
+  const uint64_t hash =
+      absl::HashOf(fingerprint.count, fingerprint.root, fingerprint.kind, fingerprint.dtype,
+                   fingerprint.op, fingerprint.algorithm) & 0xFF;
+
+  const absl::Duration timeout =
+      call.options.timeout > absl::ZeroDuration() ? call.options.timeout : options_.timeout;
+  CallContext ctx;
+  ctx.transport = counting_.get();
+  ctx.tag_base = (id_ << kIdShift) | ((seq % kSeqModulus) << kSeqShift);
+  ctx.deadline = absl::Now() + timeout;
+  ctx.chunk_bytes = options_.chunk_bytes;
+  ctx.scratch = scratch_.get();
+  ctx.ranks_per_node = options_.ranks_per_node;
+
+  FlightRecord record;
+  record.seq = seq;
+  record.kind = call.kind;
+  record.dtype = call.dtype;
+  record.count = call.count;
+  record.peer = call.root;
+  record.algorithm = call.algorithm;
+  const uint64_t handle = recorder_.Begin(record);
+  counting_->set_kind(call.kind);
+  CountingTransport::Counts& counts = counting_->counts(call.kind);
+  counts.calls.fetch_add(1, std::memory_order_relaxed);
+
+  absl::Status status;
+  if (options_.check == CommunicatorOptions::Check::kFull) {
+    status = CheckFingerprints(call, ctx);
+  }
+  if (status.ok()) {
+    ctx.tag_base |= hash << kHashShift;
+    status = Execute(call, ctx);
+  }
+  recorder_.End(handle, status);
+  if (status.ok()) return status;
+
+  counts.failed_calls.fetch_add(1, std::memory_order_relaxed);
+  // A fingerprint mismatch is seen by every rank before any data moves, so the
+  // streams stay in step; anything else mid-call may leave them out of step.
+  const bool fingerprint_mismatch =
+      status.code() == absl::StatusCode::kFailedPrecondition &&
+      absl::StrContains(status.message(), "mismatched collective");
+  if (fingerprint_mismatch || !BreaksStreams(status.code())) return status;
+  broken_ = status;
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), "\nrank ", rank(), " of ", size(),
+                                   " flight recorder, ", recorder_.Format(16)));
+}
+
+absl::Status Communicator::CheckFingerprints(const Call& call, const CallContext& ctx) {
+  Fingerprint mine;
+  mine.seq = (ctx.tag_base >> kSeqShift) & 0xFFFF;
+  mine.count = call.count;
+  mine.root = call.root;
+  mine.kind = static_cast<uint8_t>(call.kind);
+  mine.dtype = static_cast<uint8_t>(call.dtype);
+  mine.op = static_cast<uint8_t>(IsReduction(call.kind) ? call.op : ReduceOp::kSum);
+  mine.algorithm = static_cast<uint8_t>(call.algorithm);
+  const int n = size();
+  LOOM_ASSIGN_OR_RETURN(absl::Span<std::byte> theirs,
+                        ctx.scratch->Get(kFingerprintSlot, n * sizeof(Fingerprint)));
+  std::vector<Request> requests;
+  requests.reserve(2 * n);
+  absl::Status posted;
+  for (int peer = 0; peer < n && posted.ok(); ++peer) {
+    absl::StatusOr<Request> r = ctx.transport->Recv(
+        peer, ctx.StepTag(kFingerprintStep), theirs.subspan(peer * sizeof(Fingerprint), sizeof(Fingerprint)));
+    if (!r.ok()) { posted = r.status(); break; }
+    requests.push_back(*r);
+    absl::StatusOr<Request> s = ctx.transport->Send(
+        peer, ctx.StepTag(kFingerprintStep),
+        absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(&mine), sizeof(mine)));
+    if (!s.ok()) { posted = s.status(); break; }
+    requests.push_back(*s);
+  }
+  const absl::Status waited = ctx.transport->Wait(requests, ctx.deadline);
+  LOOM_RETURN_IF_ERROR(posted);
+  LOOM_RETURN_IF_ERROR(waited);
+  for (int peer = 0; peer < n; ++peer) {
+    Fingerprint other;
+    std::memcpy(&other, theirs.data() + peer * sizeof(Fingerprint), sizeof(other));
+    if (!(other == mine)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("mismatched collective calls: rank ", rank(), " called ", mine.ToString(),
+                       " but rank ", peer, " called ", other.ToString()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::Execute(const Call& call, const CallContext& ctx) {
+  if (IsReduction(call.kind)) return ExecuteReduction(call, ctx);
+  CollectiveArgs args;
+  args.kind = call.kind;
+  args.root = call.root;
+  args.count = call.count;
+  args.input = call.input;
+  args.output = call.output;
+  args.send_counts = call.send_counts;
+  args.recv_counts = call.recv_counts;
+  LOOM_ASSIGN_OR_RETURN(AlgorithmFn fn, FindAlgorithm(call.kind, call.algorithm));
+  return fn(ctx, args);
+}
+
+absl::Status Communicator::ExecuteReduction(const Call& call, const CallContext& ctx) {
+  CollectiveArgs args;
+  args.kind = call.kind;
+  args.root = call.root;
+  args.count = call.count;
+  args.op = call.op == ReduceOp::kAvg ? ReduceOp::kSum : call.op;
+  args.input = call.input;
+  args.output = call.output;
+  const bool half = IsHalf(call.dtype);
+  if (half) {
+    // Widen to f32 so partial results round once, at the end.
+    LOOM_ASSIGN_OR_RETURN(absl::Span<std::byte> wide_in,
+                          ctx.scratch->Get(kWideInputSlot, call.input.size() * sizeof(float)));
+    const absl::Span<float> in_f32(reinterpret_cast<float*>(wide_in.data()), call.input.size());
+    LOOM_RETURN_IF_ERROR(LoadAccumulator(call.input, in_f32));
+    args.input = ConstBufferView::Of(in_f32);
+    if (SameMemory(call.input, call.output) && call.input.size() == call.output.size()) {
+      args.output = BufferView::Of(in_f32);
+    } else if (call.kind == CollectiveKind::kReduceScatter &&
+               InPlaceBlock(call.input, call.output, rank())) {
+      // In place reduce-scatter: output is this rank's block of input.
+      args.output = BufferView::Of(in_f32.subspan(call.count * rank(), call.count));
+    } else {
+      LOOM_ASSIGN_OR_RETURN(absl::Span<std::byte> wide_out,
+                            ctx.scratch->Get(kWideOutputSlot, call.output.size() * sizeof(float)));
+      args.output = BufferView::Of(
+          absl::Span<float>(reinterpret_cast<float*>(wide_out.data()), call.output.size()));
+    }
+  }
+  if (options_.deterministic) {
+    LOOM_RETURN_IF_ERROR(ExecuteDeterministic(call, call.algorithm, ctx, args));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(AlgorithmFn fn, FindAlgorithm(call.kind, call.algorithm));
+    LOOM_RETURN_IF_ERROR(fn(ctx, args));
+  }
+  const bool has_output = call.kind != CollectiveKind::kReduce || rank() == call.root;
+  if (!has_output) return absl::OkStatus();
+  const int64_t divisor = call.op == ReduceOp::kAvg ? size() : 1;
+  if (half) {
+    const absl::Span<const float> result(reinterpret_cast<const float*>(args.output.data()),
+                                         call.output.size());
+    return StoreAccumulator(result, divisor, call.output);
+  }
+  if (divisor != 1) return FinishAverage(call.output, divisor);
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::ExecuteDeterministic(const Call& call, Algorithm algorithm,
+                                                const CallContext& ctx,
+                                                const CollectiveArgs& args) {
+  using namespace collectives_internal;  // NOLINT: the rank-order building blocks
+  switch (call.kind) {
+    case CollectiveKind::kAllReduce: {
+      // Reduce each block in rank order at its owner, then move the finished
+      // blocks with the chosen algorithm family: copies cannot change bits.
+      LOOM_RETURN_IF_ERROR(DirectReduceScatterBlocks(ctx, args.op, args.input, args.output));
+      CallContext gather_ctx = ctx;
+      gather_ctx.tag_base = ctx.tag_base + kMaxSteps / 2;
+      return algorithm == Algorithm::kDirect ? DirectAllGatherBlocks(gather_ctx, args.output)
+                                             : RingAllGatherBlocks(gather_ctx, args.output);
+    }
+    case CollectiveKind::kReduceScatter: return DirectReduceScatter(ctx, args);
+    case CollectiveKind::kReduce: return DirectReduce(ctx, args);
+    default: break;
+  }
+  return absl::InternalError(absl::StrCat("no deterministic ", CollectiveKindName(call.kind)));
+}
+
+// --- The public calls: validate locally, then Run.
+
+absl::Status Communicator::AllReduce(ConstBufferView input, BufferView output, ReduceOp op,
+                                     const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kAllReduce;
+  LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+  if (input.size() != output.size()) {
+    return SizeError(kind, absl::StrCat("input has ", input.size(), " elements, output ",
+                                        output.size()));
+  }
+  Call call{kind, input.dtype(), op, -1, input.size(), input, output, {}, {}, options};
+  return Run(call);
+}
+
+absl::Status Communicator::ReduceScatter(ConstBufferView input, BufferView output, ReduceOp op,
+                                         const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kReduceScatter;
+  LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+  if (input.size() != output.size() * size()) {
+    return SizeError(kind, absl::StrCat("input has ", input.size(), " elements; want ", size(),
+                                        " ranks x output ", output.size()));
+  }
+  if (Overlap(input, output) && !InPlaceBlock(input, output, rank())) {
+    return SizeError(kind, absl::StrCat("output overlaps input but is not block ", rank(),
+                                        " of it (in place, output = input + rank * count)"));
+  }
+  Call call{kind, input.dtype(), op, -1, output.size(), input, output, {}, {}, options};
+  return Run(call);
+}
+
+absl::Status Communicator::AllGather(ConstBufferView input, BufferView output,
+                                     const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kAllGather;
+  LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+  if (output.size() != input.size() * size()) {
+    return SizeError(kind, absl::StrCat("output has ", output.size(), " elements; want ", size(),
+                                        " ranks x input ", input.size()));
+  }
+  if (Overlap(input, output) && !InPlaceBlock(output, input, rank())) {
+    return SizeError(kind, absl::StrCat("input overlaps output but is not block ", rank(),
+                                        " of it (in place, input = output + rank * count)"));
+  }
+  Call call{kind, input.dtype(), ReduceOp::kSum, -1, input.size(), input, output, {}, {}, options};
+  return Run(call);
+}
+
+absl::Status Communicator::Broadcast(ConstBufferView input, BufferView output, int root,
+                                     const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kBroadcast;
+  if (root < 0 || root >= size()) {
+    return SizeError(kind, absl::StrCat("root ", root, " is not a rank of ", size()));
+  }
+  if (rank() == root) {
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+    if (input.size() != output.size()) {
+      return SizeError(kind, absl::StrCat("root's input has ", input.size(), " elements, output ",
+                                          output.size()));
+    }
+  } else {
+    input = ConstBufferView(nullptr, 0, output.dtype());
+  }
+  Call call{kind, output.dtype(), ReduceOp::kSum, root, output.size(), input, output, {}, {}, options};
+  return Run(call);
+}
+
+absl::Status Communicator::Reduce(ConstBufferView input, BufferView output, ReduceOp op, int root,
+                                  const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kReduce;
+  if (root < 0 || root >= size()) {
+    return SizeError(kind, absl::StrCat("root ", root, " is not a rank of ", size()));
+  }
+  if (rank() == root) {
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+    if (input.size() != output.size()) {
+      return SizeError(kind, absl::StrCat("input has ", input.size(), " elements, root's output ",
+                                          output.size()));
+    }
+  } else {
+    output = BufferView(nullptr, 0, input.dtype());
+  }
+  Call call{kind, input.dtype(), op, root, input.size(), input, output, {}, {}, options};
+  return Run(call);
+}
+
+absl::Status Communicator::AllToAll(ConstBufferView input, BufferView output,
+                                    const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kAllToAll;
+  LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+  if (input.size() != output.size() || input.size() % size() != 0) {
+    return SizeError(kind, absl::StrCat("input has ", input.size(), " elements and output ",
+                                        output.size(), "; both must be ", size(),
+                                        " ranks x count"));
+  }
+  if (SameMemory(input, output) && input.size() > 0) {
+    return SizeError(kind, "input and output must not be the same memory");
+  }
+  Call call{kind, input.dtype(), ReduceOp::kSum, -1, input.size() / size(), input, output, {}, {},
+            options};
+  return Run(call);
+}
+
+absl::Status Communicator::AllToAllV(ConstBufferView input, absl::Span<const size_t> send_counts,
+                                     BufferView output, absl::Span<const size_t> recv_counts,
+                                     const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kAllToAllV;
+  LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+  const size_t n = static_cast<size_t>(size());
+  if (send_counts.size() != n || recv_counts.size() != n) {
+    return SizeError(kind, absl::StrCat(send_counts.size(), " send counts and ", recv_counts.size(),
+                                        " receive counts for ", n, " ranks"));
+  }
+  const size_t sent = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+  const size_t received = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+  if (sent != input.size() || received != output.size()) {
+    return SizeError(kind, absl::StrCat("send counts add up to ", sent, " for an input of ",
+                                        input.size(), "; receive counts to ", received,
+                                        " for an output of ", output.size()));
+  }
+  if (SameMemory(input, output) && input.size() > 0) {
+    return SizeError(kind, "input and output must not be the same memory");
+  }
+  Call call{kind, input.dtype(), ReduceOp::kSum, -1, n, input, output, send_counts, recv_counts,
+            options};
+  return Run(call);
+}
+
+absl::Status Communicator::Gather(ConstBufferView input, BufferView output, int root,
+                                  const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kGather;
+  if (root < 0 || root >= size()) {
+    return SizeError(kind, absl::StrCat("root ", root, " is not a rank of ", size()));
+  }
+  if (rank() == root) {
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+    if (output.size() != input.size() * size()) {
+      return SizeError(kind, absl::StrCat("root's output has ", output.size(), " elements; want ",
+                                          size(), " ranks x input ", input.size()));
+    }
+  } else {
+    output = BufferView(nullptr, 0, input.dtype());
+  }
+  Call call{kind, input.dtype(), ReduceOp::kSum, root, input.size(), input, output, {}, {}, options};
+  return Run(call);
+}
+
+absl::Status Communicator::Scatter(ConstBufferView input, BufferView output, int root,
+                                   const CallOptions& options) {
+  const CollectiveKind kind = CollectiveKind::kScatter;
+  if (root < 0 || root >= size()) {
+    return SizeError(kind, absl::StrCat("root ", root, " is not a rank of ", size()));
+  }
+  if (rank() == root) {
+    LOOM_RETURN_IF_ERROR(CheckSameDType(kind, input, output));
+    if (input.size() != output.size() * size()) {
+      return SizeError(kind, absl::StrCat("root's input has ", input.size(), " elements; want ",
+                                          size(), " ranks x output ", output.size()));
+    }
+  } else {
+    input = ConstBufferView(nullptr, 0, output.dtype());
+  }
+  Call call{kind, output.dtype(), ReduceOp::kSum, root, output.size(), input, output, {}, {},
+            options};
+  return Run(call);
+}
+
+absl::Status Communicator::Barrier(const CallOptions& options) {
+  Call call{CollectiveKind::kBarrier, DType::kU8, ReduceOp::kSum, -1, 0, {}, {}, {}, {}, options};
+  return Run(call);
+}
+
+absl::Status Communicator::Send(ConstBufferView data, int peer, const CallOptions& options) {
+  return PointToPoint(/*send=*/true, const_cast<std::byte*>(data.data()), data.size(), data.dtype(),
+                      peer, options);
+}
+
+absl::Status Communicator::Recv(BufferView data, int peer, const CallOptions& options) {
+  return PointToPoint(/*send=*/false, data.data(), data.size(), data.dtype(), peer, options);
+}
+
+absl::Status Communicator::PointToPoint(bool send, std::byte* data, size_t count, DType dtype,
+                                        int peer, const CallOptions& options) {
+  if (peer < 0 || peer >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat(send ? "send to" : "receive from", " rank ",
+                                                   peer, ", outside a group of ", size()));
+  }
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("communicator of rank ", rank(), " failed earlier and cannot be used: ",
+                     broken_.message()));
+  }
+  uint64_t& seq = send ? sends_to_[peer] : receives_from_[peer];
+  const Tag tag = (id_ << kIdShift) | (kPointToPointSeq << kSeqShift) | (seq++ & 0xFFFFFF);
+  const absl::Duration timeout =
+      options.timeout > absl::ZeroDuration() ? options.timeout : options_.timeout;
+  FlightRecord record;
+  record.seq = seq - 1;
+  record.kind = CollectiveKind::kSendRecv;
+  record.dtype = dtype;
+  record.count = count;
+  record.peer = peer;
+  const uint64_t handle = recorder_.Begin(record);
+  counting_->set_kind(CollectiveKind::kSendRecv);
+  CountingTransport::Counts& counts = counting_->counts(CollectiveKind::kSendRecv);
+  counts.calls.fetch_add(1, std::memory_order_relaxed);
+  const size_t bytes = count * DTypeSize(dtype);
+  absl::StatusOr<Request> request =
+      send ? counting_->Send(peer, tag, absl::Span<const std::byte>(data, bytes))
+           : counting_->Recv(peer, tag, absl::Span<std::byte>(data, bytes));
+  absl::Status status = request.status();
+  if (request.ok()) status = counting_->Wait({*request}, absl::Now() + timeout);
+  recorder_.End(handle, status);
+  if (status.ok()) return status;
+  counts.failed_calls.fetch_add(1, std::memory_order_relaxed);
+  if (!BreaksStreams(status.code())) return status;
+  broken_ = status;
+  return absl::Status(status.code(), absl::StrCat(status.message(), "\nrank ", rank(), " of ",
+                                                  size(), " flight recorder, ",
+                                                  recorder_.Format(16)));
+}
+
+// --- Split.
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(
+    absl::Span<const int64_t> ranks) const {
+  std::vector<int> narrow;
+  for (int64_t r : ranks) {
+    if (r < 0 || r >= size()) {
+      return absl::InvalidArgumentError(absl::StrCat("split group names rank ", r,
+                                                     ", outside a communicator of ", size()));
+    }
+    narrow.push_back(static_cast<int>(r));
+  }
+  return Split(absl::MakeConstSpan(narrow));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(absl::Span<const int> ranks) const {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GroupTransport> view, GroupTransport::Create(transport_, ranks));
+  // The child's id must be equal on its members and differ from other live
+  // communicators sharing a pair of ranks: mix the parent's id, how many splits
+  // the parent made before (every rank splits in the same order) and the members.
+  uint64_t id = absl::HashOf(id_, splits_++, std::vector<int>(ranks.begin(), ranks.end())) & kIdMask;
+  if (id == 0 || id == id_) id = (id_ + 1) & kIdMask;
+  CommunicatorOptions child = options_;
+  // A child keeps a node layout only where its members fill nodes evenly, in
+  // node-major order; otherwise the hierarchical algorithm does not apply to it.
+  child.ranks_per_node = 0;
+  if (options_.ranks_per_node > 0) {
+    const int k = options_.ranks_per_node;
+    const size_t members = ranks.size();
+    size_t per_node = 1;
+    while (per_node < members && ranks[per_node] / k == ranks[0] / k) ++per_node;
+    bool even = members % per_node == 0;
+    std::vector<int> nodes_seen;
+    for (size_t start = 0; even && start < members; start += per_node) {
+      const int node = ranks[start] / k;
+      even = std::find(nodes_seen.begin(), nodes_seen.end(), node) == nodes_seen.end();
+      nodes_seen.push_back(node);
+      for (size_t i = start; even && i < start + per_node; ++i) even = ranks[i] / k == node;
+    }
+    if (even && per_node < members) child.ranks_per_node = static_cast<int>(per_node);
+  }
+  return std::unique_ptr<Communicator>(new Communicator(std::move(view), std::move(child), id));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::SplitByMesh(const Mesh& mesh,
+                                                                        absl::string_view dims) const {
+  if (mesh.world_size() != size()) {
+    return absl::InvalidArgumentError(absl::StrCat("mesh ", mesh.ToString(), " has ",
+                                                   mesh.world_size(), " ranks, the communicator ",
+                                                   size()));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> group, mesh.Group(rank(), dims));
+  return Split(absl::MakeConstSpan(group));
+}
+
+}  // namespace loom

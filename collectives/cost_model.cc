@@ -1,0 +1,264 @@
+#include "collectives/cost_model.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "collectives/algorithm_registry.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace {
+
+constexpr size_t kPipelineChunkBytes = size_t{256} << 10;
+
+int CeilLog2(int n) {
+  int rounds = 0;
+  while ((1 << rounds) < n) ++rounds;
+  return rounds;
+}
+
+int FloorPowerOfTwo(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+// Link: the alpha and beta a flat algorithm sees. A ring or tree over several nodes
+// runs at the pace of its slowest hop, so flat algorithms spanning nodes are priced
+// with the inter-node constants.
+struct Link {
+  double alpha;
+  double beta;
+};
+
+std::string FormatSeconds(double seconds) {
+  if (seconds < 1e-3) return absl::StrFormat("%.1f us", seconds * 1e6);
+  if (seconds < 1) return absl::StrFormat("%.2f ms", seconds * 1e3);
+  return absl::StrFormat("%.3f s", seconds);
+}
+
+std::string FormatBytes(size_t bytes) {
+  if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0) return absl::StrCat(bytes >> 30, " GiB");
+  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return absl::StrCat(bytes >> 20, " MiB");
+  if (bytes >= (size_t{1} << 10) && bytes % (size_t{1} << 10) == 0) return absl::StrCat(bytes >> 10, " KiB");
+  return absl::StrCat(bytes, " B");
+}
+
+constexpr const char* kKeys[] = {"alpha_s", "beta_s_per_byte", "gamma_s_per_byte",
+                                 "inter_node_alpha_s", "inter_node_beta_s_per_byte"};
+
+double* Field(CostModel::Constants& c, int i) {
+  double* fields[] = {&c.alpha, &c.beta, &c.gamma, &c.inter_node_alpha, &c.inter_node_beta};
+  return fields[i];
+}
+
+}  // namespace
+
+std::string Explanation::ToString() const {
+  std::string out = absl::StrCat(CollectiveKindName(kind), " ", FormatBytes(bytes), " on ", ranks,
+                                 " ranks");
+  if (ranks_per_node > 0 && ranks_per_node < ranks) {
+    absl::StrAppend(&out, " (", ranks_per_node, " per node)");
+  }
+  absl::StrAppend(&out, ": ", AlgorithmName(chosen));
+  for (size_t i = 0; i < predictions.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? " (predicted " : (i == 1 ? "; " : ", "),
+                    i == 0 ? "" : absl::StrCat(AlgorithmName(predictions[i].first), " "),
+                    FormatSeconds(predictions[i].second), i == 0 ? ")" : "");
+  }
+  return out;
+}
+
+CostModel CostModel::Default() { return CostModel(Constants{}); }
+
+absl::StatusOr<CostModel> CostModel::FromConstants(const Constants& constants) {
+  Constants copy = constants;
+  for (int i = 0; i < 5; ++i) {
+    const double value = *Field(copy, i);
+    if (!std::isfinite(value) || value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost model constant ", kKeys[i], " = ", value, " is not finite and positive"));
+    }
+  }
+  return CostModel(constants);
+}
+
+absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorithm, size_t bytes,
+                                          int ranks, int ranks_per_node) const {
+  LOOM_RETURN_IF_ERROR(FindAlgorithm(kind, algorithm).status());
+  if (ranks < 1) return absl::InvalidArgumentError(absl::StrCat("cost of ", ranks, " ranks"));
+  const Constants& c = constants_;
+  const bool multi_node = ranks_per_node > 0 && ranks_per_node < ranks;
+  const Link flat = multi_node ? Link{c.inter_node_alpha, c.inter_node_beta} : Link{c.alpha, c.beta};
+  const double n = ranks;
+  const double s = static_cast<double>(bytes);
+  const double log_n = CeilLog2(ranks);
+  const int p_int = FloorPowerOfTwo(ranks);
+  const double p = p_int;
+  const double log_p = CeilLog2(p_int);
+  const bool folded = p_int != ranks;
+  const double a = flat.alpha, b = flat.beta, g = c.gamma;
+  const double part = (n - 1) / n;  // the fraction of the data a rank does not own
+  if (ranks == 1) return 0.0;
+
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      switch (algorithm) {
+        case Algorithm::kRing: return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
+        case Algorithm::kHalvingDoubling:
+          return 2 * log_p * a + 2 * (p - 1) / p * s * b + (p - 1) / p * s * g +
+                 (folded ? 2 * (a + s * b) + s * g : 0.0);
+        case Algorithm::kDoubleBinaryTree: return 2 * log_n * a + 2 * s * b + s * g;
+        case Algorithm::kBinomialTree: return 2 * log_n * (a + s * b) + log_n * s * g;
+        case Algorithm::kDirect: return (n - 1) * (a + s * b + s * g);
+        case Algorithm::kHierarchical: {
+          if (!multi_node || ranks % ranks_per_node != 0) {
+            return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;  // it runs the flat ring
+          }
+          const double k = ranks_per_node, m = n / k;
+          const double intra = (k - 1) / k;
+          const double inter = (m - 1) / m;
+          return 2 * (k - 1) * c.alpha + 2 * intra * s * c.beta + intra * s * g +
+                 2 * (m - 1) * c.inter_node_alpha + 2 * inter * (s / k) * c.inter_node_beta +
+                 inter * (s / k) * g;
+        }
+        default: break;
+      }
+      break;
+    case CollectiveKind::kReduceScatter:
+      switch (algorithm) {
+        case Algorithm::kRing: return (n - 1) * a + part * s * (b + g);
+        case Algorithm::kHalvingDoubling:
+          return log_p * a + (p - 1) / p * s * (b + g) + (folded ? 2 * a + s * (b + g) : 0.0);
+        case Algorithm::kDirect: return (n - 1) * a + part * s * (b + g);
+        default: break;
+      }
+      break;
+    case CollectiveKind::kAllGather:
+      switch (algorithm) {
+        case Algorithm::kRing: return (n - 1) * a + part * s * b;
+        case Algorithm::kHalvingDoubling:
+          return log_p * a + (p - 1) / p * s * b + (folded ? 2 * a + s * b : 0.0);
+        case Algorithm::kDirect: return (n - 1) * a + part * s * b;
+        default: break;
+      }
+      break;
+    case CollectiveKind::kBroadcast:
+      switch (algorithm) {
+        case Algorithm::kRing: {
+          const double chunks = std::max(1.0, std::ceil(s / kPipelineChunkBytes));
+          return (n - 2 + chunks) * (a + s / chunks * b);
+        }
+        case Algorithm::kBinomialTree: return log_n * (a + s * b);
+        case Algorithm::kDirect: return (n - 1) * (a + s * b);
+        default: break;
+      }
+      break;
+    case CollectiveKind::kReduce:
+      switch (algorithm) {
+        case Algorithm::kRing: return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
+        case Algorithm::kBinomialTree: return log_n * (a + s * b + s * g);
+        case Algorithm::kDirect: return (n - 1) * (a + s * b + s * g);
+        default: break;
+      }
+      break;
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kAllToAllV: return (n - 1) * (a + s / n * b);
+    case CollectiveKind::kGather:
+    case CollectiveKind::kScatter:
+      return (algorithm == Algorithm::kBinomialTree ? log_n : n - 1) * a + part * s * b;
+    case CollectiveKind::kBarrier: return (n - 1) * a;
+    case CollectiveKind::kSendRecv: return a + s * b;
+  }
+  return absl::InternalError(absl::StrCat("no cost formula for ", AlgorithmName(algorithm), " ",
+                                          CollectiveKindName(kind)));
+}
+
+Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks,
+                               int ranks_per_node) const {
+  Explanation why;
+  why.kind = kind;
+  why.bytes = bytes;
+  why.ranks = ranks;
+  why.ranks_per_node = ranks_per_node;
+  const bool multi_node = ranks_per_node > 0 && ranks_per_node < ranks && ranks % ranks_per_node == 0;
+  for (Algorithm algorithm : AlgorithmsFor(kind)) {
+    // Hierarchical only differs from the ring where there are nodes to span.
+    if (algorithm == Algorithm::kHierarchical && !multi_node) continue;
+    absl::StatusOr<double> seconds = Predict(kind, algorithm, bytes, ranks, ranks_per_node);
+    if (seconds.ok()) why.predictions.emplace_back(algorithm, *seconds);
+  }
+  std::stable_sort(why.predictions.begin(), why.predictions.end(),
+                   [](const auto& x, const auto& y) { return x.second < y.second; });
+  if (!why.predictions.empty()) why.chosen = why.predictions.front().first;
+  return why;
+}
+
+std::string CostModel::Serialize() const {
+  Constants copy = constants_;
+  std::string out = "# Loom collectives cost model (alpha-beta-gamma), seconds and seconds per byte\n";
+  for (int i = 0; i < 5; ++i) absl::StrAppend(&out, kKeys[i], " ", absl::StrFormat("%.6g", *Field(copy, i)), "\n");
+  return out;
+}
+
+absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
+  Constants constants;
+  bool seen[5] = {false, false, false, false, false};
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    const std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int key = -1;
+    for (int i = 0; i < 5; ++i) {
+      if (!fields.empty() && fields[0] == kKeys[i]) key = i;
+    }
+    double value = 0;
+    if (fields.size() != 2 || key < 0 || !absl::SimpleAtod(fields[1], &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("cost model line ", line_number, " \"", line,
+                                                     "\" is not \"<key> <number>\" with a known key"));
+    }
+    *Field(constants, key) = value;
+    seen[key] = true;
+  }
+  for (int i = 0; i < 5; ++i) {
+    if (!seen[i]) return absl::InvalidArgumentError(absl::StrCat("cost model lacks ", kKeys[i]));
+  }
+  return FromConstants(constants);
+}
+
+absl::Status CostModel::Save(const std::string& path) const {
+  std::ofstream file(path, std::ios::trunc);
+  file << Serialize();
+  file.close();
+  if (!file) {
+    return absl::UnavailableError(absl::StrCat("writing cost model to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CostModel> CostModel::Load(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("reading cost model ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  absl::StatusOr<CostModel> model = Parse(text.str());
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat(path, ": ", model.status().message()));
+  }
+  return model;
+}
+
+}  // namespace loom

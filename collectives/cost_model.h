@@ -1,0 +1,98 @@
+// CostModel: the alpha-beta-gamma model the adaptive selector uses to pick an
+// algorithm per (collective, bytes, ranks, node layout), with constants measured on
+// the machine (Calibrate, in calibration.h) and saved to / loaded from a small text
+// file, so a job does not re-measure at every start.
+//
+//   alpha: seconds per message (latency, synchronization);
+//   beta:  seconds per byte a rank sends (bandwidth);
+//   gamma: seconds per byte a rank reduces (reduction kernel speed);
+// with separate alpha and beta between nodes for the hierarchical algorithm. The
+// predicted time of each algorithm is its textbook cost (Thakur, Rabenseifner and
+// Gropp 2005; Chan et al. 2007) in these constants; the selector takes the minimum.
+//
+// Example:
+//   CostModel model = CostModel::Default();
+//   Explanation why = model.Explain(CollectiveKind::kAllReduce, /*bytes=*/64 << 20,
+//                                   /*ranks=*/8, /*ranks_per_node=*/0);
+//   why.chosen;          // Algorithm::kRing
+//   why.ToString();      // "all_reduce 64 MiB on 8 ranks: ring (predicted 31.2 ms);
+//                        //  halving_doubling 31.5 ms, double_binary_tree 45 ms, ..."
+//   LOOM_RETURN_IF_ERROR(model.Save("/tmp/loom_cost_model.txt"));
+//   LOOM_ASSIGN_OR_RETURN(CostModel same, CostModel::Load("/tmp/loom_cost_model.txt"));
+#ifndef LOOM_COLLECTIVES_COST_MODEL_H_
+#define LOOM_COLLECTIVES_COST_MODEL_H_
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "collectives/collective_kind.h"
+
+namespace loom {
+
+// Explanation: why the selector picked an algorithm.
+struct Explanation {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  size_t bytes = 0;
+  int ranks = 1;
+  int ranks_per_node = 0;
+  Algorithm chosen = Algorithm::kRing;
+  // Every candidate with its predicted seconds, fastest first.
+  std::vector<std::pair<Algorithm, double>> predictions;
+
+  std::string ToString() const;
+};
+
+class CostModel {
+ public:
+  // The constants, in seconds and seconds per byte.
+  struct Constants {
+    double alpha = 2e-6;
+    double beta = 1.0 / 5e9;
+    double gamma = 1.0 / 10e9;
+    double inter_node_alpha = 20e-6;
+    double inter_node_beta = 1.0 / 1e9;
+  };
+
+  // Default returns rough constants for shared memory on one host, used until a
+  // calibration run replaces them.
+  static CostModel Default();
+  // FromConstants validates them: InvalidArgument naming a constant that is not
+  // finite and positive.
+  static absl::StatusOr<CostModel> FromConstants(const Constants& constants);
+
+  const Constants& constants() const { return constants_; }
+
+  // Predict returns the model's seconds for `algorithm` running `kind` where each
+  // rank contributes `bytes` (all_reduce / broadcast / reduce: the vector;
+  // reduce_scatter / all_to_all: the whole input; all_gather / gather: the whole
+  // output) on `ranks` ranks, `ranks_per_node` per node (0: one node).
+  // InvalidArgument when the algorithm does not implement the collective.
+  absl::StatusOr<double> Predict(CollectiveKind kind, Algorithm algorithm, size_t bytes,
+                                 int ranks, int ranks_per_node) const;
+
+  // Explain prices every algorithm that implements `kind` and can run on this
+  // layout, and picks the fastest (ties go to the earlier one in AlgorithmsFor).
+  Explanation Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node) const;
+
+  // Serialize / Parse: "key value" lines, '#' comments; Parse rejects unknown or
+  // missing keys with InvalidArgument naming the line.
+  std::string Serialize() const;
+  static absl::StatusOr<CostModel> Parse(absl::string_view text);
+  // Save writes Serialize() to `path`; Load reads and parses it. Errors name the path
+  // and the errno text.
+  absl::Status Save(const std::string& path) const;
+  static absl::StatusOr<CostModel> Load(const std::string& path);
+
+ private:
+  explicit CostModel(const Constants& constants) : constants_(constants) {}
+  Constants constants_;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_COST_MODEL_H_

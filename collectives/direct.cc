@@ -1,0 +1,355 @@
+#include "collectives/direct.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "collectives/reduce/reduce_kernels.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace collectives_internal {
+namespace {
+
+// One step number per function, so that functions composed in one call never match
+// each other's messages.
+constexpr uint32_t kAllReduceStep = 0;
+constexpr uint32_t kReduceScatterStep = 1;
+constexpr uint32_t kAllGatherStep = 2;
+constexpr uint32_t kBroadcastStep = 3;
+constexpr uint32_t kReduceStep = 4;
+constexpr uint32_t kGatherStep = 5;
+constexpr uint32_t kScatterStep = 6;
+constexpr uint32_t kBarrierStep = 7;
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// PostedRequests: the requests a rank posts at once, kept in scratch so that a call
+// allocates nothing. Destroying it with requests not yet waited for (an early return
+// on an error) cancels them: Wait with a deadline in the past finishes, fails or
+// withdraws each one (transport.h), after which no peer touches their buffers.
+// Cancelling at once rather than at the deadline returns the error promptly; the
+// call has failed anyway.
+class PostedRequests {
+ public:
+  PostedRequests(const CallContext& ctx, absl::Span<std::byte> storage)
+      : ctx_(ctx),
+        requests_(reinterpret_cast<Request*>(storage.data())),
+        capacity_(storage.size() / sizeof(Request)) {
+    std::uninitialized_value_construct_n(requests_, capacity_);
+  }
+  PostedRequests(const PostedRequests&) = delete;
+  PostedRequests& operator=(const PostedRequests&) = delete;
+  ~PostedRequests() {
+    if (size_ > 0) {
+      ctx_.transport->Wait(absl::MakeConstSpan(requests_, size_), absl::InfinitePast())
+          .IgnoreError();
+    }
+  }
+
+  // Add records a posted request; returns the error of posting it, or Internal
+  // (after cancelling it) when there is no room.
+  absl::Status Add(absl::StatusOr<Request> posted) {
+    if (!posted.ok()) return posted.status();
+    if (size_ == capacity_) {
+      ctx_.transport->Wait({*posted}, absl::InfinitePast()).IgnoreError();
+      return absl::InternalError(absl::StrCat("direct: more than ", capacity_, " requests"));
+    }
+    requests_[size_++] = *posted;
+    return absl::OkStatus();
+  }
+
+  // WaitAll waits for every request added; they are all finished when it returns,
+  // even when it fails.
+  absl::Status WaitAll() {
+    const size_t count = size_;
+    size_ = 0;
+    return collectives_internal::WaitAll(ctx_, absl::MakeConstSpan(requests_, count));
+  }
+
+ private:
+  const CallContext& ctx_;
+  Request* const requests_;
+  const size_t capacity_;
+  size_t size_ = 0;
+};
+
+absl::StatusOr<absl::Span<std::byte>> RequestStorage(const CallContext& ctx, size_t requests) {
+  return ctx.scratch->Get(kDirectRequestsSlot, std::max<size_t>(requests, 1) * sizeof(Request));
+}
+
+// ExchangeWithEveryone sends send(k) to and receives recv(k) from every other rank k
+// at once, and waits for all of it. Rank r sends to r+1, r+2, ... and receives from
+// r-1, r-2, ..., so that the ranks do not all start on the same peer.
+template <typename SendFn, typename RecvFn>
+absl::Status ExchangeWithEveryone(const CallContext& ctx, uint32_t step, SendFn send, RecvFn recv) {
+  const int n = ctx.size();
+  const int r = ctx.rank();
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> storage, RequestStorage(ctx, 2 * (n - 1)));
+  PostedRequests requests(ctx, storage);
+  for (int i = 1; i < n; ++i) {
+    const int from = Mod(r - i, n);
+    const int to = Mod(r + i, n);
+    LOOM_RETURN_IF_ERROR(requests.Add(PostRecv(ctx, step, from, recv(from))));
+    LOOM_RETURN_IF_ERROR(requests.Add(PostSend(ctx, step, to, send(to))));
+  }
+  return requests.WaitAll();
+}
+
+// GatherToRoot: every rank but the root sends `mine` to the root, which receives rank
+// k's message into at_root(k), all at once.
+template <typename AtRoot>
+absl::Status GatherToRoot(const CallContext& ctx, uint32_t step, int root, ConstBufferView mine,
+                          AtRoot at_root) {
+  const int n = ctx.size();
+  const int r = ctx.rank();
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> storage, RequestStorage(ctx, n - 1));
+  PostedRequests requests(ctx, storage);
+  if (r != root) {
+    LOOM_RETURN_IF_ERROR(requests.Add(PostSend(ctx, step, root, mine)));
+  } else {
+    for (int i = 1; i < n; ++i) {
+      const int from = Mod(r + i, n);
+      LOOM_RETURN_IF_ERROR(requests.Add(PostRecv(ctx, step, from, at_root(from))));
+    }
+  }
+  return requests.WaitAll();
+}
+
+// ScatterFromRoot: the root sends at_root(k) to every other rank k, all at once; each
+// of them receives it into `mine`.
+template <typename AtRoot>
+absl::Status ScatterFromRoot(const CallContext& ctx, uint32_t step, int root, AtRoot at_root,
+                             BufferView mine) {
+  const int n = ctx.size();
+  const int r = ctx.rank();
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> storage, RequestStorage(ctx, n - 1));
+  PostedRequests requests(ctx, storage);
+  if (r != root) {
+    LOOM_RETURN_IF_ERROR(requests.Add(PostRecv(ctx, step, root, mine)));
+  } else {
+    for (int i = 1; i < n; ++i) {
+      const int to = Mod(r + i, n);
+      LOOM_RETURN_IF_ERROR(requests.Add(PostSend(ctx, step, to, at_root(to))));
+    }
+  }
+  return requests.WaitAll();
+}
+
+// Contributions: where the n operands of a rank-order fold into `result` live. Rank
+// k's arrives in block k of scratch; this rank's own is read where it is, unless it
+// is the result itself (in place), which the fold overwrites before it reaches this
+// rank's turn; then it is copied into its scratch block first.
+class Contributions {
+ public:
+  static absl::StatusOr<Contributions> Make(const CallContext& ctx, ConstBufferView own,
+                                            BufferView result) {
+    const size_t size = result.size();
+    LOOM_ASSIGN_OR_RETURN(
+        const absl::Span<std::byte> bytes,
+        ctx.scratch->Get(kDirectContributionsSlot, ctx.size() * size * DTypeSize(result.dtype())));
+    const Contributions contributions(ctx.rank(), own,
+                                      BufferView(bytes.data(), ctx.size() * size, result.dtype()),
+                                      size, SameMemory(own, result));
+    if (contributions.own_copied_) {
+      LOOM_RETURN_IF_ERROR(Copy(own, contributions.Received(ctx.rank())));
+    }
+    return contributions;
+  }
+
+  // Received returns the scratch block that rank k's contribution arrives in.
+  BufferView Received(int k) const { return Slice(blocks_, k * size_, size_); }
+
+  // Of returns rank k's contribution.
+  ConstBufferView Of(int k) const { return k == rank_ && !own_copied_ ? own_ : Received(k); }
+
+ private:
+  Contributions(int rank, ConstBufferView own, BufferView blocks, size_t size, bool own_copied)
+      : rank_(rank), own_(own), blocks_(blocks), size_(size), own_copied_(own_copied) {}
+
+  int rank_;
+  ConstBufferView own_;
+  BufferView blocks_;
+  size_t size_;
+  bool own_copied_;
+};
+
+// FoldInRankOrder sets result = ((x_0 op x_1) op x_2) ... op x_{n-1}, x_k =
+// contributions.Of(k), none of which may be `result`. ReduceTo and ReduceInto apply
+// the kernels exactly as RankOrderReduce does, so the bits are the same.
+absl::Status FoldInRankOrder(ReduceOp op, int n, const Contributions& contributions,
+                             BufferView result) {
+  if (n == 1) return Copy(contributions.Of(0), result);
+  LOOM_RETURN_IF_ERROR(ReduceTo(op, contributions.Of(0), contributions.Of(1), result));
+  for (int k = 2; k < n; ++k) LOOM_RETURN_IF_ERROR(ReduceInto(op, contributions.Of(k), result));
+  return absl::OkStatus();
+}
+
+// ReduceScatterInRankOrder: every rank sends block Block(input.size(), n, k) of its
+// input to rank k and folds the n blocks it receives, in rank order, into `result`
+// (the size of its own block).
+absl::Status ReduceScatterInRankOrder(const CallContext& ctx, ReduceOp op, ConstBufferView input,
+                                      BufferView result) {
+  const int n = ctx.size();
+  const size_t total = input.size();
+  LOOM_ASSIGN_OR_RETURN(
+      const Contributions contributions,
+      Contributions::Make(ctx, Slice(input, Block(total, n, ctx.rank())), result));
+  LOOM_RETURN_IF_ERROR(ExchangeWithEveryone(
+      ctx, kReduceScatterStep, [&](int k) { return Slice(input, Block(total, n, k)); },
+      [&](int k) { return contributions.Received(k); }));
+  return FoldInRankOrder(op, n, contributions, result);
+}
+
+// CheckArgs returns InvalidArgument naming the sizes when input or output does not
+// have the elements `kind` needs (kUnchecked skips one, and the dtype check), or when
+// both are non-empty and their dtypes differ.
+constexpr size_t kUnchecked = ~size_t{0};
+
+absl::Status CheckArgs(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind,
+                       size_t input_elements, size_t output_elements) {
+  const auto where = [&] {
+    return absl::StrCat("direct ", kind, " on rank ", ctx.rank(), " of ", ctx.size(), ", count ",
+                        args.count, ": ");
+  };
+  if (input_elements != kUnchecked && args.input.size() != input_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), "input has ", args.input.size(),
+                                                   " elements, expected ", input_elements));
+  }
+  if (output_elements != kUnchecked && args.output.size() != output_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), "output has ", args.output.size(),
+                                                   " elements, expected ", output_elements));
+  }
+  if (input_elements != kUnchecked && output_elements != kUnchecked && !args.input.empty() &&
+      !args.output.empty() && args.input.dtype() != args.output.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(where(), "input is ",
+                                                   DTypeName(args.input.dtype()), " but output is ",
+                                                   DTypeName(args.output.dtype())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRoot(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind) {
+  if (args.root < 0 || args.root >= ctx.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("direct ", kind, ": root ", args.root, " is not a rank of ", ctx.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DirectAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "all_reduce", args.count, args.count));
+  if (args.count == 0) return absl::OkStatus();
+  const int n = ctx.size();
+  LOOM_ASSIGN_OR_RETURN(const Contributions contributions,
+                        Contributions::Make(ctx, args.input, args.output));
+  LOOM_RETURN_IF_ERROR(ExchangeWithEveryone(
+      ctx, kAllReduceStep, [&](int) { return args.input; },
+      [&](int k) { return contributions.Received(k); }));
+  return FoldInRankOrder(args.op, n, contributions, args.output);
+}
+
+absl::Status DirectReduceScatter(const CallContext& ctx, const CollectiveArgs& args) {
+  const int n = ctx.size();
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "reduce_scatter", n * args.count, args.count));
+  if (args.count == 0) return absl::OkStatus();
+  return ReduceScatterInRankOrder(ctx, args.op, args.input, args.output);
+}
+
+absl::Status DirectReduceScatterBlocks(const CallContext& ctx, ReduceOp op, ConstBufferView input,
+                                       BufferView output) {
+  if (input.size() != output.size() || (!input.empty() && input.dtype() != output.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "direct reduce-scatter blocks: input has ", input.size(), " ", DTypeName(input.dtype()),
+        ", output ", output.size(), " ", DTypeName(output.dtype())));
+  }
+  if (input.empty()) return absl::OkStatus();
+  return ReduceScatterInRankOrder(ctx, op, input,
+                                  Slice(output, Block(output.size(), ctx.size(), ctx.rank())));
+}
+
+absl::Status DirectAllGatherBlocks(const CallContext& ctx, BufferView buffer) {
+  if (buffer.empty()) return absl::OkStatus();
+  const int n = ctx.size();
+  const BufferView mine = Slice(buffer, Block(buffer.size(), n, ctx.rank()));
+  return ExchangeWithEveryone(
+      ctx, kAllGatherStep, [&](int) { return mine; },
+      [&](int k) { return Slice(buffer, Block(buffer.size(), n, k)); });
+}
+
+absl::Status DirectAllGather(const CallContext& ctx, const CollectiveArgs& args) {
+  const int n = ctx.size();
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "all_gather", args.count, n * args.count));
+  if (args.count == 0) return absl::OkStatus();
+  LOOM_RETURN_IF_ERROR(Copy(args.input, Slice(args.output, ctx.rank() * args.count, args.count)));
+  return DirectAllGatherBlocks(ctx, args.output);
+}
+
+absl::Status DirectBroadcast(const CallContext& ctx, const CollectiveArgs& args) {
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "broadcast"));
+  const bool is_root = ctx.rank() == args.root;
+  LOOM_RETURN_IF_ERROR(
+      CheckArgs(ctx, args, "broadcast", is_root ? args.count : kUnchecked, args.count));
+  if (args.count == 0) return absl::OkStatus();
+  if (is_root) LOOM_RETURN_IF_ERROR(Copy(args.input, args.output));
+  return ScatterFromRoot(
+      ctx, kBroadcastStep, args.root, [&](int) { return args.input; }, args.output);
+}
+
+absl::Status DirectReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "reduce"));
+  const bool is_root = ctx.rank() == args.root;
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "reduce", args.count, is_root ? args.count : 0));
+  if (args.count == 0) return absl::OkStatus();
+  if (!is_root) {
+    return GatherToRoot(ctx, kReduceStep, args.root, args.input, [](int) { return BufferView(); });
+  }
+  LOOM_ASSIGN_OR_RETURN(const Contributions contributions,
+                        Contributions::Make(ctx, args.input, args.output));
+  LOOM_RETURN_IF_ERROR(GatherToRoot(ctx, kReduceStep, args.root, args.input,
+                                    [&](int k) { return contributions.Received(k); }));
+  return FoldInRankOrder(args.op, ctx.size(), contributions, args.output);
+}
+
+absl::Status DirectGather(const CallContext& ctx, const CollectiveArgs& args) {
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "gather"));
+  const bool is_root = ctx.rank() == args.root;
+  const size_t count = args.count;
+  LOOM_RETURN_IF_ERROR(
+      CheckArgs(ctx, args, "gather", count, is_root ? ctx.size() * count : kUnchecked));
+  if (count == 0) return absl::OkStatus();
+  if (is_root) LOOM_RETURN_IF_ERROR(Copy(args.input, Slice(args.output, args.root * count, count)));
+  return GatherToRoot(ctx, kGatherStep, args.root, args.input,
+                      [&](int k) { return Slice(args.output, k * count, count); });
+}
+
+absl::Status DirectScatter(const CallContext& ctx, const CollectiveArgs& args) {
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "scatter"));
+  const bool is_root = ctx.rank() == args.root;
+  const size_t count = args.count;
+  LOOM_RETURN_IF_ERROR(
+      CheckArgs(ctx, args, "scatter", is_root ? ctx.size() * count : kUnchecked, count));
+  if (count == 0) return absl::OkStatus();
+  if (is_root) LOOM_RETURN_IF_ERROR(Copy(Slice(args.input, args.root * count, count), args.output));
+  return ScatterFromRoot(
+      ctx, kScatterStep, args.root, [&](int k) { return Slice(args.input, k * count, count); },
+      args.output);
+}
+
+absl::Status DirectBarrier(const CallContext& ctx, const CollectiveArgs& args) {
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "barrier", 0, 0));
+  return ExchangeWithEveryone(
+      ctx, kBarrierStep, [](int) { return ConstBufferView(); }, [](int) { return BufferView(); });
+}
+
+}  // namespace collectives_internal
+}  // namespace loom

@@ -1,0 +1,280 @@
+#include "collectives/double_binary_tree.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/reduce/reduce_kernels.h"
+#include "core/buffer_view.h"
+#include "core/dtype.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace collectives_internal {
+namespace {
+
+constexpr int kNumTrees = 2;
+// Scratch slot of the children's chunks: [tree][parity][child][largest chunk].
+constexpr int kChildChunksSlot = 0;
+// Sends of one round: per tree, one up and two down.
+constexpr int kMaxSendsPerRound = 3 * kNumTrees;
+
+// InFlight holds up to kCapacity posted requests that are waited for together. Its
+// destructor waits for whatever is still posted, so that returning early on an
+// error never leaves the transport touching a buffer after the call returned
+// (transport.h, "Buffers"); the first error is the one returned.
+template <int kCapacity>
+class InFlight {
+ public:
+  explicit InFlight(const CallContext& ctx) : ctx_(ctx) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() { (void)Wait(); }
+
+  absl::Status Send(uint32_t step, int peer, ConstBufferView data) {
+    return Add(PostSend(ctx_, step, peer, data));
+  }
+  absl::Status Recv(uint32_t step, int peer, BufferView data) {
+    return Add(PostRecv(ctx_, step, peer, data));
+  }
+  // Wait waits for every request posted since the last Wait; the first error.
+  absl::Status Wait() {
+    const size_t posted = size_;
+    size_ = 0;
+    return WaitAll(ctx_, absl::MakeConstSpan(requests_.data(), posted));
+  }
+
+ private:
+  absl::Status Add(absl::StatusOr<Request> request) {
+    if (!request.ok()) return request.status();
+    if (size_ == requests_.size()) {
+      const Request lone[] = {*request};
+      (void)WaitAll(ctx_, lone);
+      return absl::InternalError(absl::StrCat("more than ", kCapacity, " requests in flight"));
+    }
+    requests_[size_++] = *request;
+    return absl::OkStatus();
+  }
+
+  const CallContext& ctx_;
+  std::array<Request, kCapacity> requests_{};
+  size_t size_ = 0;
+};
+
+// InOrderTree: rank r's place in the in-order binary tree over ranks 0..n-1 (NCCL's
+// ncclGetBtree). A rank r whose lowest set bit is b sits at height log2(b): its
+// parent is (r ^ b) | 2b, that is whichever of r - b and r + b has 2b as its lowest
+// set bit, or r - b when that would be r + b >= n; its children are r - b/2 and the
+// first of r + b/2, r + b/4, ... that is below n. Rank 0 is the root, with the one
+// child 2^k / 2 for the smallest 2^k >= n. The depth is at most ceil(log2 n).
+BinaryTreeLinks InOrderTree(int n, int r) {
+  BinaryTreeLinks links;
+  if (n <= 1) return links;
+  int64_t bit = 1;
+  while (bit < n && (r & bit) == 0) bit <<= 1;
+  if (r == 0) {
+    links.children[0] = static_cast<int>(bit >> 1);
+    return links;
+  }
+  const int64_t up = (r ^ bit) | (bit << 1);
+  links.parent = static_cast<int>(up < n ? up : (r ^ bit));
+  int64_t low = bit >> 1;
+  if (low == 0) return links;
+  links.children[0] = static_cast<int>(r - low);
+  while (low > 0 && r + low >= n) low >>= 1;
+  if (low > 0) links.children[1] = static_cast<int>(r + low);
+  return links;
+}
+
+int Depth(int n, int rank, int tree) {
+  int depth = 0;
+  for (int r = rank; (r = DoubleBinaryTreeLinks(n, r, tree).parent) >= 0;) ++depth;
+  return depth;
+}
+
+// HalfTree: one rank's part in moving one half of the data up and down one tree, in
+// chunks. Round i reduces chunk i + depth (children's partial sums into this rank's
+// input, then up to the parent) and passes chunk i - depth down (from the parent into
+// the output, then on to the children). A child is one level deeper, so the chunk a
+// rank reduces in round i left its children in round i - 1, and the chunk it passes
+// down in round i left its parent in round i - 1: no round waits on a peer's same
+// round, which keeps the two trees (and the ranks) from waiting on each other in a
+// cycle and keeps the pipeline full.
+class HalfTree {
+ public:
+  HalfTree(const CallContext& ctx, const CollectiveArgs& args, int tree, absl::Span<std::byte> tmp,
+           size_t tmp_chunk)
+      : ctx_(ctx),
+        op_(args.op),
+        tree_(tree),
+        links_(DoubleBinaryTreeLinks(ctx.size(), ctx.rank(), tree)),
+        depth_(Depth(ctx.size(), ctx.rank(), tree)),
+        input_(Slice(args.input, Block(args.count, kNumTrees, tree))),
+        output_(Slice(args.output, Block(args.count, kNumTrees, tree))),
+        chunks_(NumChunks(ctx, input_.size(), input_.dtype())),
+        tmp_(tmp),
+        tmp_chunk_(tmp_chunk),
+        up_recvs_{InFlight<2>(ctx), InFlight<2>(ctx)},
+        down_recvs_{InFlight<1>(ctx), InFlight<1>(ctx)} {
+    while (num_children_ < 2 && links_.children[num_children_] >= 0) ++num_children_;
+  }
+
+  bool active() const { return !input_.empty(); }
+  int64_t first_round() const { return -depth_; }
+  int64_t last_round() const { return chunks_ - 1 + depth_; }
+
+  // PostReceives posts what round i will wait for: the children's partial sums of
+  // chunk i + depth and the parent's result of chunk i - depth.
+  absl::Status PostReceives(int64_t i) {
+    const int64_t up = i + depth_;
+    if (InRange(up)) {
+      for (int c = 0; c < num_children_; ++c) {
+        LOOM_RETURN_IF_ERROR(
+            up_recvs_[up % 2].Recv(UpStep(), links_.children[c], ChildChunk(up, c)));
+      }
+    }
+    const int64_t down = i - depth_;
+    if (InRange(down) && links_.parent >= 0) {
+      LOOM_RETURN_IF_ERROR(down_recvs_[down % 2].Recv(DownStep(), links_.parent, Chunk(output_, down)));
+    }
+    return absl::OkStatus();
+  }
+
+  // Run runs round i, posting its sends into `sends`.
+  absl::Status Run(int64_t i, InFlight<kMaxSendsPerRound>& sends) {
+    const int64_t up = i + depth_;
+    if (InRange(up)) {
+      // Reduce: own input, then the children in order, into the output (or, on a
+      // leaf, the input as it is), and pass the partial result up. At the root this
+      // is the final value of the chunk, computed here once.
+      LOOM_RETURN_IF_ERROR(up_recvs_[up % 2].Wait());
+      ConstBufferView partial = Chunk(input_, up);
+      if (num_children_ > 0) {
+        const BufferView acc = Chunk(output_, up);
+        LOOM_RETURN_IF_ERROR(ReduceTo(op_, partial, ChildChunk(up, 0), acc));
+        for (int c = 1; c < num_children_; ++c) {
+          LOOM_RETURN_IF_ERROR(ReduceInto(op_, ChildChunk(up, c), acc));
+        }
+        partial = acc;
+      } else if (links_.parent < 0) {
+        return absl::InternalError(absl::StrCat("tree ", tree_, ": root ", ctx_.rank(), " of ",
+                                                ctx_.size(), " ranks has no children"));
+      }
+      if (links_.parent >= 0) LOOM_RETURN_IF_ERROR(sends.Send(UpStep(), links_.parent, partial));
+    }
+    const int64_t down = i - depth_;
+    if (InRange(down)) {
+      // Broadcast: the root's result of the chunk arrives from the parent (the root
+      // computed it just above) and goes on to the children.
+      LOOM_RETURN_IF_ERROR(down_recvs_[down % 2].Wait());
+      for (int c = 0; c < num_children_; ++c) {
+        LOOM_RETURN_IF_ERROR(sends.Send(DownStep(), links_.children[c], Chunk(output_, down)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool InRange(int64_t chunk) const { return chunk >= 0 && chunk < chunks_; }
+  // Steps: each tree has its own up and down streams; chunks of a stream match in order.
+  uint32_t UpStep() const { return static_cast<uint32_t>(2 * tree_); }
+  uint32_t DownStep() const { return static_cast<uint32_t>(2 * tree_ + 1); }
+  template <typename View>
+  View Chunk(View half, int64_t chunk) const {
+    return Slice(half, Block(half.size(), chunks_, static_cast<int>(chunk)));
+  }
+  BufferView ChildChunk(int64_t chunk, int child) const {
+    const DType dtype = input_.dtype();
+    const size_t slot = (static_cast<size_t>(tree_) * 2 + chunk % 2) * 2 + child;
+    return BufferView(tmp_.data() + slot * tmp_chunk_ * DTypeSize(dtype),
+                      Block(input_.size(), chunks_, static_cast<int>(chunk)).count, dtype);
+  }
+
+  const CallContext& ctx_;
+  const ReduceOp op_;
+  const int tree_;
+  const BinaryTreeLinks links_;
+  const int depth_;
+  const ConstBufferView input_;
+  const BufferView output_;
+  const int chunks_;
+  const absl::Span<std::byte> tmp_;
+  const size_t tmp_chunk_;
+  int num_children_ = 0;
+  // Double buffered by chunk parity: round i waits for chunk u while u + 1 is posted.
+  InFlight<2> up_recvs_[2];
+  InFlight<1> down_recvs_[2];
+};
+
+}  // namespace
+
+BinaryTreeLinks DoubleBinaryTreeLinks(int n, int rank, int tree) {
+  if (n < 1 || rank < 0 || rank >= n || (tree != 0 && tree != 1)) return BinaryTreeLinks();
+  if (tree == 0) return InOrderTree(n, rank);
+  // Tree 1 relabels tree 0: mirrored for even n, shifted by one for odd n (a mirror
+  // of an odd-sized tree would keep the middle rank interior in both).
+  const bool mirror = n % 2 == 0;
+  auto to_tree0 = [&](int r) { return mirror ? n - 1 - r : (r - 1 + n) % n; };
+  auto from_tree0 = [&](int r) { return r < 0 ? -1 : mirror ? n - 1 - r : (r + 1) % n; };
+  const BinaryTreeLinks base = InOrderTree(n, to_tree0(rank));
+  BinaryTreeLinks links;
+  links.parent = from_tree0(base.parent);
+  links.children = {from_tree0(base.children[0]), from_tree0(base.children[1])};
+  return links;
+}
+
+absl::Status DoubleBinaryTreeAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  if (args.input.size() != args.count || args.output.size() != args.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DoubleBinaryTreeAllReduce: input has ", args.input.size(),
+                     " elements and output ", args.output.size(), ", want count ", args.count));
+  }
+  if (args.input.dtype() != args.output.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DoubleBinaryTreeAllReduce: input is ", DTypeName(args.input.dtype()), " but output is ",
+        DTypeName(args.output.dtype())));
+  }
+  if (args.count == 0) return absl::OkStatus();
+  if (ctx.size() == 1) return Copy(args.input, args.output);
+
+  // The halves may be cut into different numbers of chunks (32769 and 32768 f32 in
+  // 4 KiB chunks: 33 of at most 993, 32 of 1024), so size for the larger chunk.
+  const DType dtype = args.input.dtype();
+  size_t tmp_chunk = 0;
+  for (int tree = 0; tree < kNumTrees; ++tree) {
+    const size_t half = Block(args.count, kNumTrees, tree).count;
+    tmp_chunk = std::max(tmp_chunk, Block(half, NumChunks(ctx, half, dtype), 0).count);
+  }
+  LOOM_ASSIGN_OR_RETURN(
+      const absl::Span<std::byte> tmp,
+      ctx.scratch->Get(kChildChunksSlot, kNumTrees * 2 * 2 * tmp_chunk * DTypeSize(dtype)));
+
+  HalfTree trees[kNumTrees] = {HalfTree(ctx, args, 0, tmp, tmp_chunk),
+                               HalfTree(ctx, args, 1, tmp, tmp_chunk)};
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const HalfTree& tree : trees) {
+    if (!tree.active()) continue;  // count 1: half 1 is empty on every rank
+    first = std::min(first, tree.first_round());
+    last = std::max(last, tree.last_round());
+  }
+  InFlight<kMaxSendsPerRound> sends(ctx);
+  for (int64_t i = first - 1; i <= last; ++i) {
+    for (HalfTree& tree : trees) {
+      if (tree.active()) LOOM_RETURN_IF_ERROR(tree.PostReceives(i + 1));
+    }
+    for (HalfTree& tree : trees) {
+      if (tree.active()) LOOM_RETURN_IF_ERROR(tree.Run(i, sends));
+    }
+    // A round's sends are matched by receives its peers posted at the start of the
+    // same round, so this wait never waits for a later round.
+    LOOM_RETURN_IF_ERROR(sends.Wait());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace collectives_internal
+}  // namespace loom

@@ -1,0 +1,72 @@
+// Recursive halving and doubling (Thakur, Rabenseifner, Gropp 2005, "Optimization of
+// collective communication operations in MPICH"): the bandwidth-optimal
+// reduce-scatter and all-gather in log2(n) exchanges, and Rabenseifner's all-reduce
+// built from them.
+//
+// Reduce-scatter by recursive halving (section 4.4): in the first step each rank
+// swaps half of its vector with the rank n/2 away, sending the half the partner keeps
+// and reducing the half it keeps; the next step does the same within the kept half
+// at distance n/4, and so on, until each rank holds the reduction of its own block.
+// Halving the distance (rather than doubling it, as MPICH's all-reduce does) is what
+// leaves rank i with block i, in rank order, without a bit-reversal permutation.
+// All-gather by recursive doubling (section 4.2) runs the same exchanges backwards:
+// distance 1, 2, 4, ..., each swapping everything gathered so far. All-reduce
+// (section 4.5, Rabenseifner's algorithm) is the one followed by the other on the
+// `count` elements cut into blocks with Block(count, p, i).
+//
+// n that is not a power of two (section 4.5): with p the largest power of two <= n
+// and r = n - p, the first 2r ranks pair up; each even one sends its whole input to
+// the odd one above it (which reduces or keeps it) and then waits, the remaining p
+// ranks run the power-of-two algorithm, and the odd ranks hand the result back to
+// their even partners at the end. This costs two extra full-size messages on those
+// ranks but keeps every element's reduction in one place, so every rank ends with
+// the same bits.
+//
+// Example (4 ranks, rank r's input is {r, r, r, r, r, r, r, r}, count 2):
+//   CollectiveArgs args;
+//   args.kind = CollectiveKind::kReduceScatter;
+//   args.op = ReduceOp::kSum;
+//   args.count = 2;
+//   args.input = ConstBufferView::Of(absl::MakeConstSpan(mine));   // 8 elements
+//   args.output = BufferView::Of(absl::MakeSpan(block));            // 2 elements
+//   LOOM_RETURN_IF_ERROR(HalvingDoublingReduceScatter(ctx, args));
+//   // block == {6, 6} on every rank: elements [2r, 2r + 2) summed over the ranks.
+//
+//   args.kind = CollectiveKind::kAllGather;   // input 2 elements, output 8
+//   LOOM_RETURN_IF_ERROR(HalvingDoublingAllGather(ctx, args));
+//   // output == {b0, b0, b1, b1, b2, b2, b3, b3}: rank r's input at [2r, 2r + 2).
+#ifndef LOOM_COLLECTIVES_HALVING_DOUBLING_H_
+#define LOOM_COLLECTIVES_HALVING_DOUBLING_H_
+
+#include "absl/status/status.h"
+#include "collectives/internal/call_context.h"
+
+namespace loom {
+namespace collectives_internal {
+
+// HalvingDoublingAllReduce reduces every rank's input (count elements) with args.op
+// into every rank's output, in place or out of place (the input is never written
+// then); count may be anything, including 0 and fewer than n. Returns
+// InvalidArgument naming the values when a buffer does not hold count elements or
+// the dtypes differ, ResourceExhausted when scratch cannot grow, and otherwise the
+// transport's error (DeadlineExceeded, Unavailable, FailedPrecondition for a size
+// mismatch between ranks, ...).
+absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveArgs& args);
+
+// HalvingDoublingReduceScatter reduces every rank's input (n * count elements) with
+// args.op and leaves block r (elements [r * count, (r + 1) * count)) of the result
+// in rank r's output (count elements). The output may be the rank's own block of the
+// input (in place); the input is never written. Errors as HalvingDoublingAllReduce,
+// plus InvalidArgument when the output overlaps the input other than as that block.
+absl::Status HalvingDoublingReduceScatter(const CallContext& ctx, const CollectiveArgs& args);
+
+// HalvingDoublingAllGather concatenates every rank's input (count elements) in rank
+// order into every rank's output (n * count elements). The input may be the rank's
+// own block of the output (in place). Errors as HalvingDoublingReduceScatter, with
+// the roles of input and output swapped.
+absl::Status HalvingDoublingAllGather(const CallContext& ctx, const CollectiveArgs& args);
+
+}  // namespace collectives_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_HALVING_DOUBLING_H_

@@ -1,0 +1,69 @@
+#include "collectives/hierarchical.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/group_transport.h"
+#include "collectives/ring.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace collectives_internal {
+namespace {
+
+// Each phase gets its own quarter of the call's steps, so the three phases' messages
+// can never match each other even between the same two ranks.
+constexpr uint32_t kPhaseSteps = kMaxSteps / 4;
+
+CallContext PhaseContext(const CallContext& ctx, Transport* transport, int phase) {
+  CallContext phase_ctx = ctx;
+  phase_ctx.transport = transport;
+  phase_ctx.tag_base = ctx.tag_base + phase * kPhaseSteps;
+  phase_ctx.ranks_per_node = 0;
+  return phase_ctx;
+}
+
+}  // namespace
+
+absl::Status HierarchicalAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  const int n = ctx.size();
+  const int k = ctx.ranks_per_node;
+  if (k <= 0 || k >= n) return RingAllReduce(ctx, args);
+  if (n % k != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("hierarchical all-reduce over ", n,
+                                                   " ranks with ", k,
+                                                   " ranks per node: ", n, " is not a multiple of ",
+                                                   k));
+  }
+  const int node = ctx.rank() / k;
+  const int local = ctx.rank() % k;
+  std::vector<int> node_ranks, peer_ranks;
+  for (int l = 0; l < k; ++l) node_ranks.push_back(node * k + l);
+  for (int m = 0; m < n / k; ++m) peer_ranks.push_back(m * k + local);
+
+  // The views borrow the call's transport; they live only for this call.
+  const std::shared_ptr<Transport> borrowed(ctx.transport, [](Transport*) {});
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GroupTransport> intra,
+                        GroupTransport::Create(borrowed, node_ranks));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GroupTransport> inter,
+                        GroupTransport::Create(borrowed, peer_ranks));
+
+  // 1. Intra-node reduce-scatter: block `local` of output holds the node's sum.
+  LOOM_RETURN_IF_ERROR(
+      RingReduceScatterBlocks(PhaseContext(ctx, intra.get(), 0), args.op, args.input, args.output));
+
+  // 2. Inter-node all-reduce of that block, in place.
+  const BlockRange mine = Block(args.count, k, local);
+  CollectiveArgs across = args;
+  across.count = mine.count;
+  across.input = Slice(args.output, mine);
+  across.output = Slice(args.output, mine);
+  LOOM_RETURN_IF_ERROR(RingAllReduce(PhaseContext(ctx, inter.get(), 1), across));
+
+  // 3. Intra-node all-gather of the k reduced blocks.
+  return RingAllGatherBlocks(PhaseContext(ctx, intra.get(), 2), args.output);
+}
+
+}  // namespace collectives_internal
+}  // namespace loom

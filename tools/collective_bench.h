@@ -1,0 +1,86 @@
+// collective_bench: the measurement loop and the nccl-tests-style report of
+// //tools:collective_bench, as a library so its arithmetic is tested.
+//
+// One row per message size:
+//   size(B) count type redop algo time(us) algbw(GB/s) busbw(GB/s) #wrong
+// with nccl-tests' definitions: `size` is the bytes of the largest buffer of the
+// call (all_reduce, broadcast, reduce: the vector; reduce_scatter, all_gather,
+// all_to_all: the n blocks together); algbw = size / time; busbw = algbw times the
+// collective's bus factor (all_reduce 2(n-1)/n; reduce_scatter, all_gather,
+// all_to_all (n-1)/n; broadcast, reduce 1), which makes busbw comparable with the
+// hardware's link bandwidth whatever the rank count. `time` is the slowest rank's
+// mean over the timed iterations. The report closes with "# Avg bus bandwidth".
+//
+// Example (each rank, with its communicator):
+//   BenchOptions options;   // all_reduce, f32, sum, 4 KiB .. 64 MiB
+//   LOOM_ASSIGN_OR_RETURN(std::vector<BenchRow> rows, RunCollectiveBench(comm, options));
+//   if (comm.rank() == 0) std::cout << FormatBenchTable(rows, comm.size(), options);
+#ifndef LOOM_TOOLS_COLLECTIVE_BENCH_H_
+#define LOOM_TOOLS_COLLECTIVE_BENCH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "collectives/collective_kind.h"
+#include "collectives/communicator.h"
+#include "core/dtype.h"
+#include "core/reduce_op.h"
+
+namespace loom {
+
+struct BenchOptions {
+  CollectiveKind op = CollectiveKind::kAllReduce;
+  Algorithm algorithm = Algorithm::kAuto;
+  DType dtype = DType::kF32;
+  ReduceOp redop = ReduceOp::kSum;
+  size_t min_bytes = size_t{4} << 10;
+  size_t max_bytes = size_t{64} << 20;
+  int step_factor = 2;
+  int iters = 20;
+  int warmup = 5;
+  bool check = false;
+  bool in_place = false;
+  int root = 0;
+};
+
+struct BenchRow {
+  size_t bytes = 0;
+  size_t count = 0;
+  DType dtype = DType::kF32;
+  ReduceOp redop = ReduceOp::kSum;
+  bool reduces = true;
+  Algorithm algorithm = Algorithm::kRing;
+  double time_us = 0;
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+  int64_t wrong = -1;  // -1: not checked
+};
+
+// BusFactor returns nccl-tests' bus bandwidth factor of `op` on `ranks` ranks.
+double BusFactor(CollectiveKind op, int ranks);
+
+// ParseByteSize parses "4096", "4K", "64M", "1G" (powers of 1024).
+// InvalidArgument naming the text otherwise.
+absl::StatusOr<size_t> ParseByteSize(absl::string_view text);
+
+// RunCollectiveBench runs the sizes min_bytes, min_bytes * step_factor, ... up to
+// max_bytes on every rank of `comm` (collectively). InvalidArgument for options that
+// make no sizes or an op the bench does not drive; otherwise the communicator's error.
+absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
+                                                         const BenchOptions& options);
+
+// FormatBenchTable formats rows as nccl-tests does, with a header naming the
+// transport-independent settings and the closing average bus bandwidth line.
+std::string FormatBenchTable(const std::vector<BenchRow>& rows, int ranks,
+                             const BenchOptions& options);
+// FormatBenchJson formats rows as a JSON array of objects with the table's columns.
+std::string FormatBenchJson(const std::vector<BenchRow>& rows, int ranks,
+                            const BenchOptions& options);
+
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_COLLECTIVE_BENCH_H_

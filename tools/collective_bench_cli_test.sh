@@ -1,0 +1,22 @@
+#!/bin/sh
+# collective_bench end to end: the inproc and shm transports (the latter launching
+# itself as processes) produce checked nccl-tests-style tables with no wrong
+# elements, and bad flags fail with a message.
+set -eu
+bench="$1"
+out="$("$bench" --transport=inproc --ranks=4 --op=all_reduce --min_bytes=1K --max_bytes=64K --iters=3 --warmup=1 --check)"
+echo "$out"
+echo "$out" | grep -q -- "# Avg bus bandwidth" || { echo "no closing line"; exit 1; }
+rows="$(echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)"' | wc -l)"
+[ "$rows" -eq 7 ] || { echo "want 7 rows, got $rows"; exit 1; }
+echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $9 != "0" { bad = 1 } END { exit bad }' ||
+  { echo "wrong elements"; exit 1; }
+
+out="$("$bench" --transport=shm --ranks=3 --op=reduce_scatter --dtype=bf16 --redop=avg --min_bytes=3K --max_bytes=48K --iters=3 --warmup=1 --check --json)"
+echo "$out"
+echo "$out" | grep -q -- '"wrong": 0' || { echo "shm rows missing"; exit 1; }
+if echo "$out" | grep -q -- '"wrong": [1-9]'; then echo "shm wrong elements"; exit 1; fi
+
+if "$bench" --transport=carrier-pigeon 2> "$TEST_TMPDIR/err.txt"; then echo "bad transport accepted"; exit 1; fi
+grep -q -- "--transport=carrier-pigeon is not inproc or shm" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
+echo PASS

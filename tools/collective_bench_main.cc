@@ -1,0 +1,177 @@
+// collective_bench: nccl-tests-style collective benchmark over Loom's transports.
+//
+//   collective_bench --transport=inproc --ranks=8 --op=all_reduce --algo=ring --check
+//   collective_bench --transport=shm --ranks=2 --min_bytes=4K --max_bytes=64M
+//
+// With --transport=shm and no LOOM_RANK in the environment it starts --ranks copies
+// of itself through the launcher (as //tools:launch would), each connecting to the
+// shared-memory transport; rank 0 prints the table.
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "collectives/communicator.h"
+#include "collectives/cost_model.h"
+#include "collectives/transport/inproc/inproc_transport.h"
+#include "collectives/transport/shm/shm_transport.h"
+#include "core/status_macros.h"
+#include "tools/collective_bench.h"
+#include "tools/launcher.h"
+
+ABSL_FLAG(std::string, transport, "inproc", "inproc (threads) or shm (processes, shared memory)");
+ABSL_FLAG(int, ranks, 2, "number of ranks");
+ABSL_FLAG(std::string, op, "all_reduce",
+          "all_reduce, reduce_scatter, all_gather, broadcast, reduce or all_to_all");
+ABSL_FLAG(std::string, algo, "auto",
+          "auto, ring, tree (binomial), dbtree, halving_doubling, hierarchical, direct, pairwise");
+ABSL_FLAG(std::string, dtype, "f32", "f32, f64, f16, bf16, i8, u8, i32, i64");
+ABSL_FLAG(std::string, redop, "sum", "sum, prod, min, max, avg");
+ABSL_FLAG(std::string, min_bytes, "4K", "smallest size (bytes; K, M, G suffixes)");
+ABSL_FLAG(std::string, max_bytes, "64M", "largest size");
+ABSL_FLAG(int, step_factor, 2, "size multiplier between rows");
+ABSL_FLAG(int, iters, 20, "timed iterations per size");
+ABSL_FLAG(int, warmup, 5, "untimed iterations per size");
+ABSL_FLAG(bool, check, false, "seed inputs and count wrong result elements");
+ABSL_FLAG(bool, in_place, false, "run the collectives in place");
+ABSL_FLAG(int, root, 0, "root of broadcast and reduce");
+ABSL_FLAG(int, ranks_per_node, 0, "node layout for hierarchical (0: one node)");
+ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and trees");
+ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reductions");
+ABSL_FLAG(std::string, cost_model, "", "cost model file for --algo=auto (default constants otherwise)");
+ABSL_FLAG(bool, json, false, "print JSON instead of the table");
+ABSL_FLAG(absl::Duration, timeout, absl::Minutes(2), "per-call timeout");
+
+namespace loom {
+namespace {
+
+absl::StatusOr<BenchOptions> OptionsFromFlags() {
+  BenchOptions options;
+  LOOM_ASSIGN_OR_RETURN(options.op, ParseCollectiveKind(absl::GetFlag(FLAGS_op)));
+  LOOM_ASSIGN_OR_RETURN(options.algorithm, ParseAlgorithm(absl::GetFlag(FLAGS_algo)));
+  LOOM_ASSIGN_OR_RETURN(options.dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  LOOM_ASSIGN_OR_RETURN(options.redop, ParseReduceOp(absl::GetFlag(FLAGS_redop)));
+  LOOM_ASSIGN_OR_RETURN(options.min_bytes, ParseByteSize(absl::GetFlag(FLAGS_min_bytes)));
+  LOOM_ASSIGN_OR_RETURN(options.max_bytes, ParseByteSize(absl::GetFlag(FLAGS_max_bytes)));
+  options.step_factor = absl::GetFlag(FLAGS_step_factor);
+  options.iters = absl::GetFlag(FLAGS_iters);
+  options.warmup = absl::GetFlag(FLAGS_warmup);
+  options.check = absl::GetFlag(FLAGS_check);
+  options.in_place = absl::GetFlag(FLAGS_in_place);
+  options.root = absl::GetFlag(FLAGS_root);
+  return options;
+}
+
+absl::StatusOr<CommunicatorOptions> CommunicatorOptionsFromFlags() {
+  CommunicatorOptions options;
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  options.deterministic = absl::GetFlag(FLAGS_deterministic);
+  LOOM_ASSIGN_OR_RETURN(options.chunk_bytes, ParseByteSize(absl::GetFlag(FLAGS_chunk_bytes)));
+  if (!absl::GetFlag(FLAGS_cost_model).empty()) {
+    LOOM_ASSIGN_OR_RETURN(options.cost_model, CostModel::Load(absl::GetFlag(FLAGS_cost_model)));
+  }
+  return options;
+}
+
+// RunRank benchmarks on one rank's transport; rank 0 prints.
+absl::Status RunRank(std::unique_ptr<Transport> transport, const BenchOptions& bench,
+                     const CommunicatorOptions& options, const std::string& transport_name) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                        Communicator::Create(std::move(transport), options));
+  LOOM_ASSIGN_OR_RETURN(std::vector<BenchRow> rows, RunCollectiveBench(*comm, bench));
+  if (comm->rank() == 0) {
+    if (absl::GetFlag(FLAGS_json)) {
+      std::cout << FormatBenchJson(rows, comm->size(), bench);
+    } else {
+      std::cout << "# transport " << transport_name << "\n" << FormatBenchTable(rows, comm->size(), bench);
+    }
+    std::cout.flush();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunInproc(int ranks, const BenchOptions& bench, const CommunicatorOptions& options) {
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(ranks));
+  std::vector<absl::Status> results(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<Transport>> endpoint = group->Endpoint(r);
+      results[r] = endpoint.ok() ? RunRank(std::move(*endpoint), bench, options, "inproc")
+                                 : endpoint.status();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int r = 0; r < ranks; ++r) {
+    if (!results[r].ok()) return absl::Status(results[r].code(), absl::StrCat("rank ", r, ": ", results[r].message()));
+  }
+  return absl::OkStatus();
+}
+
+// LaunchSelf re-runs this binary as `ranks` processes with the shm rendezvous
+// environment and returns the job's exit code.
+absl::StatusOr<int> LaunchSelf(int ranks, int argc, char** argv) {
+  LaunchOptions launch;
+  launch.num_ranks = ranks;
+  launch.argv.push_back("/proc/self/exe");
+  for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
+  launch.timeout = absl::Minutes(30);
+  LOOM_ASSIGN_OR_RETURN(LaunchResult result, Launch(launch));
+  if (result.ExitCode() != 0) std::cerr << Describe(result);
+  return result.ExitCode();
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "nccl-tests-style benchmark of Loom's collectives.\n"
+      "  collective_bench --transport=shm --ranks=2 --op=all_reduce --min_bytes=4K --max_bytes=64M --check");
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<BenchOptions> bench = OptionsFromFlags();
+  absl::StatusOr<CommunicatorOptions> options = CommunicatorOptionsFromFlags();
+  const int ranks = absl::GetFlag(FLAGS_ranks);
+  absl::Status status = bench.ok() ? options.status() : bench.status();
+  if (status.ok() && (ranks < 1 || ranks > 1024)) {
+    status = absl::InvalidArgumentError(absl::StrCat("--ranks=", ranks, " is not in [1, 1024]"));
+  }
+  if (!status.ok()) {
+    std::cerr << "collective_bench: " << status << "\n";
+    return 2;
+  }
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport == "inproc") {
+    status = RunInproc(ranks, *bench, *options);
+  } else if (transport == "shm") {
+    if (std::getenv("LOOM_RANK") == nullptr) {
+      absl::StatusOr<int> code = LaunchSelf(ranks, argc, argv);
+      if (!code.ok()) {
+        std::cerr << "collective_bench: " << code.status() << "\n";
+        return 1;
+      }
+      return *code;
+    }
+    absl::StatusOr<ShmOptions> shm = ShmOptionsFromEnvironment();
+    absl::StatusOr<std::unique_ptr<Transport>> endpoint =
+        shm.ok() ? ConnectShmTransport(*shm) : absl::StatusOr<std::unique_ptr<Transport>>(shm.status());
+    status = endpoint.ok() ? RunRank(std::move(*endpoint), *bench, *options, "shm") : endpoint.status();
+  } else {
+    status = absl::InvalidArgumentError(absl::StrCat("--transport=", transport, " is not inproc or shm"));
+  }
+  if (!status.ok()) {
+    std::cerr << "collective_bench: " << status << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace loom
+
+int main(int argc, char** argv) { return loom::Main(argc, argv); }

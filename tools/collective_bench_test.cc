@@ -1,0 +1,82 @@
+#include "tools/collective_bench.h"
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "collectives/transport/inproc/inproc_transport.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(BusFactorTest, MatchesNcclTests) {
+  EXPECT_DOUBLE_EQ(BusFactor(CollectiveKind::kAllReduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(BusFactor(CollectiveKind::kAllReduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(BusFactor(CollectiveKind::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(BusFactor(CollectiveKind::kBroadcast, 4), 1.0);
+}
+
+TEST(ParseByteSizeTest, Suffixes) {
+  EXPECT_THAT(ParseByteSize("4096"), IsOkAndHolds(4096u));
+  EXPECT_THAT(ParseByteSize("4K"), IsOkAndHolds(4096u));
+  EXPECT_THAT(ParseByteSize("64M"), IsOkAndHolds(size_t{64} << 20));
+  EXPECT_THAT(ParseByteSize("1g"), IsOkAndHolds(size_t{1} << 30));
+  EXPECT_THAT(ParseByteSize("lots"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("size \"lots\" is not a byte count")));
+}
+
+// Every op the bench drives, checked, on 3 thread ranks: no wrong elements, rows
+// for each size, and a table with the closing line.
+TEST(RunCollectiveBenchTest, EveryOpChecksClean) {
+  for (CollectiveKind op : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                            CollectiveKind::kAllGather, CollectiveKind::kBroadcast,
+                            CollectiveKind::kReduce, CollectiveKind::kAllToAll}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kI8}) {
+      BenchOptions options;
+      options.op = op;
+      options.dtype = dtype;
+      options.redop = dtype == DType::kI8 ? ReduceOp::kProd : ReduceOp::kAvg;
+      options.min_bytes = 96;
+      options.max_bytes = 96 << 6;
+      options.step_factor = 4;
+      options.iters = 2;
+      options.warmup = 1;
+      options.check = true;
+      options.in_place = dtype == DType::kBF16;
+      options.root = 1;
+      LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(3));
+      std::vector<absl::StatusOr<std::vector<BenchRow>>> results(3, absl::UnknownError("not run"));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 3; ++r) {
+        threads.emplace_back([&, r] {
+          absl::StatusOr<std::unique_ptr<Transport>> endpoint = group->Endpoint(r);
+          if (!endpoint.ok()) { results[r] = endpoint.status(); return; }
+          absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(std::move(*endpoint));
+          if (!comm.ok()) { results[r] = comm.status(); return; }
+          results[r] = RunCollectiveBench(**comm, options);
+        });
+      }
+      for (auto& thread : threads) thread.join();
+      for (int r = 0; r < 3; ++r) ASSERT_THAT(results[r], IsOk()) << CollectiveKindName(op);
+      const std::vector<BenchRow>& rows = *results[0];
+      ASSERT_EQ(rows.size(), 4u) << CollectiveKindName(op);
+      for (const BenchRow& row : rows) {
+        EXPECT_EQ(row.wrong, 0) << CollectiveKindName(op) << " " << DTypeName(dtype) << " " << row.bytes;
+        EXPECT_GT(row.time_us, 0);
+        EXPECT_GT(row.busbw_gbps, 0);
+      }
+      const std::string table = FormatBenchTable(rows, 3, options);
+      EXPECT_THAT(table, HasSubstr("size(B)        count   type  redop"));
+      EXPECT_THAT(table, HasSubstr("# Avg bus bandwidth    : "));
+      EXPECT_THAT(FormatBenchJson(rows, 3, options), HasSubstr("\"busbw_gbps\": "));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
