@@ -1,16 +1,17 @@
 // Binomial tree collectives: the latency-optimal algorithms for small messages,
-// ceil(log2 n) rounds each (Thakur, Rabenseifner, Gropp 2005, "Optimization of
-// collective communication operations in MPICH", sections 4.1 and 4.3).
+// ceil(log2 n) rounds each, as MPICH's binomial broadcast, reduce, gather and
+// scatter (Thakur, Rabenseifner, Gropp 2005, "Optimization of collective
+// communication operations in MPICH").
 //
 // The tree is rooted at args.root by rotating ranks: vrank = (rank - root + n) % n.
-// Virtual rank v's parent is v with its lowest set bit cleared, and its children are
-// v + m for every power of two m below that bit (below n for the root), as long as
-// v + m < n. The subtree of v is the vranks [v, v + m), which is what lets gather and
-// scatter forward whole subtrees as one contiguous message.
+// Virtual rank v's parent is v with its lowest set bit b cleared, and its children
+// are v + m for every power of two m < b (m < n for the root), as long as v + m < n.
+// The subtree of v is the vranks [v, v + b) clipped to n: contiguous, which is what
+// lets gather and scatter forward a whole subtree as one message.
 //
 // Broadcast and reduce are cut into chunks of about ctx.chunk_bytes and pipelined:
-// a rank forwards chunk c while chunk c + 1 is already on its way to it, so a large
-// message costs about (chunks + depth) chunk times rather than chunks * depth.
+// while a rank forwards chunk c, chunk c + 1 is already on its way to it, so a large
+// message pays for the depth of the tree once rather than once per chunk.
 //
 // Buffers follow CollectiveArgs (call_context.h); a buffer that the kind uses only on
 // the root (the input of broadcast and scatter, the output of reduce and gather) is

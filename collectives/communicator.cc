@@ -5,7 +5,6 @@
 #include <numeric>
 #include <utility>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,6 +44,15 @@ constexpr uint32_t kFingerprintStep = kMaxSteps - 1;
 constexpr int kWideInputSlot = 60;
 constexpr int kWideOutputSlot = 61;
 constexpr int kFingerprintSlot = 62;
+
+// Mix folds values into a hash that is the same in every process. (absl::Hash is
+// seeded per process, so ranks in different processes would disagree.)
+uint64_t Mix(uint64_t hash, uint64_t value) {
+  uint64_t z = hash ^ (value + 0x9E3779B97F4A7C15ull + (hash << 6) + (hash >> 2));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 bool IsReduction(CollectiveKind kind) {
   return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter ||
@@ -211,9 +219,13 @@ absl::Status Communicator::Run(Call& call) {
   fingerprint.dtype = static_cast<uint8_t>(call.dtype);
   fingerprint.op = static_cast<uint8_t>(IsReduction(call.kind) ? call.op : ReduceOp::kSum);
   fingerprint.algorithm = static_cast<uint8_t>(call.algorithm);
-  const uint64_t hash =
-      absl::HashOf(fingerprint.count, fingerprint.root, fingerprint.kind, fingerprint.dtype,
-                   fingerprint.op, fingerprint.algorithm) & 0xFF;
+  uint64_t hash = Mix(0, fingerprint.count);
+  for (uint64_t field : {uint64_t(uint32_t(fingerprint.root)), uint64_t{fingerprint.kind},
+                         uint64_t{fingerprint.dtype}, uint64_t{fingerprint.op},
+                         uint64_t{fingerprint.algorithm}}) {
+    hash = Mix(hash, field);
+  }
+  hash &= 0xFF;
 
   const absl::Duration timeout =
       call.options.timeout > absl::ZeroDuration() ? call.options.timeout : options_.timeout;
@@ -624,7 +636,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(absl::Span<con
   // The child's id must be equal on its members and differ from other live
   // communicators sharing a pair of ranks: mix the parent's id, how many splits
   // the parent made before (every rank splits in the same order) and the members.
-  uint64_t id = absl::HashOf(id_, splits_++, std::vector<int>(ranks.begin(), ranks.end())) & kIdMask;
+  uint64_t id = Mix(id_, splits_++);
+  for (int r : ranks) id = Mix(id, static_cast<uint64_t>(r));
+  id &= kIdMask;
   if (id == 0 || id == id_) id = (id_ + 1) & kIdMask;
   CommunicatorOptions child = options_;
   // A child keeps a node layout only where its members fill nodes evenly, in

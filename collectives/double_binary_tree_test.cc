@@ -41,7 +41,7 @@ int Children(const BinaryTreeLinks& links) {
 
 // The two trees are consistent spanning binary trees of depth <= ceil(log2 n) with
 // the documented roots, and together give no rank more than two children: the load
-// balance that lets both halves move at full bandwidth (Sanders et al., section 2).
+// balance that lets both halves move at full bandwidth (Sanders, Speck, Träff 2009).
 TEST(DoubleBinaryTreeLinksTest, TwoSpanningTreesWithAtMostTwoChildrenPerRankInAll) {
   for (int n = 1; n <= 130; ++n) {
     int log2n = 0;

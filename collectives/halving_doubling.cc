@@ -27,10 +27,11 @@ constexpr uint32_t kFoldOutStep = 65;
 constexpr int kReceiveSlot = 0;  // what the partner sends, before it is reduced
 constexpr int kSumSlot = 1;      // reduce-scatter's partial sums (the input is read-only)
 
-// Fold: how n ranks map onto the p = 2^k <= n ranks of the power-of-two algorithm
-// (Thakur et al., section 4.5). Of the first 2r ranks (r = n - p), each even one
-// folds into the odd one above it; those odd ones become ranks 0..r-1 of the
-// power-of-two group and ranks 2r.. become r..p-1, keeping rank order.
+// Fold: how n ranks map onto the p = 2^k <= n ranks of the power-of-two algorithm,
+// as Thakur et al. handle n that is not a power of two. Of the first 2r ranks
+// (r = n - p), each even one folds into the odd one above it; those odd ones become
+// ranks 0..r-1 of the power-of-two group and ranks 2r.. become r..p-1, keeping rank
+// order.
 struct Fold {
   Fold(int n, int rank) {
     while (p * 2 <= n) p *= 2;
@@ -83,7 +84,7 @@ absl::Status ReceiveFrom(const CallContext& ctx, uint32_t step, int peer, Buffer
   return WaitAll(ctx, requests);
 }
 
-// ReduceScatterByHalving: the power-of-two group's reduce-scatter (section 4.4). In
+// ReduceScatterByHalving: the power-of-two group's reduce-scatter by recursive halving. In
 // step k the group rank exchanges with the one p / 2^(k+1) away: it sends the half of
 // its current range of slots that the partner keeps (taken from `source`, the
 // unreduced input before the first step) and reduces the half it keeps into `sums`.
@@ -111,7 +112,7 @@ absl::Status ReduceScatterByHalving(const CallContext& ctx, const Slots& slots, 
   return absl::OkStatus();
 }
 
-// AllGatherByDoubling: the power-of-two group's all-gather (section 4.2). Before step
+// AllGatherByDoubling: the power-of-two group's all-gather by recursive doubling. Before step
 // k each group rank holds the 2^k slots of its aligned group of 2^k in `data`; it
 // swaps them with the rank 2^k away, doubling what it holds.
 absl::Status AllGatherByDoubling(const CallContext& ctx, const Slots& slots, BufferView data) {

@@ -3,21 +3,21 @@
 // reduce-scatter and all-gather in log2(n) exchanges, and Rabenseifner's all-reduce
 // built from them.
 //
-// Reduce-scatter by recursive halving (section 4.4): in the first step each rank
-// swaps half of its vector with the rank n/2 away, sending the half the partner keeps
-// and reducing the half it keeps; the next step does the same within the kept half
-// at distance n/4, and so on, until each rank holds the reduction of its own block.
+// Reduce-scatter by recursive halving: in the first step each rank swaps half of
+// its vector with the rank n/2 away, sending the half the partner keeps and
+// reducing the half it keeps; the next step does the same within the kept half at
+// distance n/4, and so on, until each rank holds the reduction of its own block.
 // Halving the distance (rather than doubling it, as MPICH's all-reduce does) is what
 // leaves rank i with block i, in rank order, without a bit-reversal permutation.
-// All-gather by recursive doubling (section 4.2) runs the same exchanges backwards:
-// distance 1, 2, 4, ..., each swapping everything gathered so far. All-reduce
-// (section 4.5, Rabenseifner's algorithm) is the one followed by the other on the
-// `count` elements cut into blocks with Block(count, p, i).
+// All-gather by recursive doubling runs the same exchanges backwards: distance 1, 2,
+// 4, ..., each swapping everything gathered so far. All-reduce (Rabenseifner's
+// algorithm) is the one followed by the other, on the `count` elements cut into
+// blocks with Block(count, p, i).
 //
-// n that is not a power of two (section 4.5): with p the largest power of two <= n
-// and r = n - p, the first 2r ranks pair up; each even one sends its whole input to
-// the odd one above it (which reduces or keeps it) and then waits, the remaining p
-// ranks run the power-of-two algorithm, and the odd ranks hand the result back to
+// n that is not a power of two, as in the paper: with p the largest power of two
+// <= n and r = n - p, the first 2r ranks pair up; each even one sends its whole input
+// to the odd one above it (which reduces or keeps it) and then waits, the remaining
+// p ranks run the power-of-two algorithm, and the odd ranks hand the result back to
 // their even partners at the end. This costs two extra full-size messages on those
 // ranks but keeps every element's reduction in one place, so every rank ends with
 // the same bits.

@@ -516,9 +516,9 @@ TEST(RingTest, ARankThatAbortsFailsEveryRankAndNoneHangs) {
       },
       kSmallChunk, absl::Seconds(1));
   for (int r = 0; r < world; ++r) {
-    EXPECT_THAT(statuses[r].code(), ::testing::AnyOf(absl::StatusCode::kUnavailable,
-                                                     absl::StatusCode::kDeadlineExceeded,
-                                                     absl::StatusCode::kAborted))
+    EXPECT_THAT(statuses[r].code(),
+                ::testing::AnyOf(absl::StatusCode::kUnavailable,
+                                 absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kAborted))
         << "rank " << r << ": " << statuses[r];
   }
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 2")));

@@ -15,6 +15,7 @@ cd "$(dirname "$0")/../.."
 ITERS="${1:-40}"
 LATENCY_ITERS="${2:-2000}"
 WORK="$(mktemp -d)"
+touch "$WORK/gloo"
 trap 'rm -rf "$WORK"' EXIT
 
 ./bazelw build -c opt //tools:collective_bench >&2
@@ -39,8 +40,11 @@ report() {  # TITLE
     "openmpi_us" "loom_us" "lat_ratio"
   [ -s "$WORK/gloo" ] && printf " %12s %10s" "gloo_busbw" "vs_gloo"
   echo
-  join "$WORK/mpi" "$WORK/loom" > "$WORK/joined"
-  if [ -s "$WORK/gloo" ]; then join "$WORK/joined" "$WORK/gloo" > "$WORK/joined3"; else cp "$WORK/joined" "$WORK/joined3"; fi
+  # Join the rows by size, in the order of the Open MPI run.
+  awk 'FILENAME == ARGV[1] { loom[$1] = $2 " " $3 " " $4; next }
+       FILENAME == ARGV[2] { gloo[$1] = " " $2 " " $3 " " $4; next }
+       ($1 in loom) { print $0, loom[$1] gloo[$1] }' \
+    "$WORK/loom" "$WORK/gloo" "$WORK/mpi" > "$WORK/joined3"
   awk -v gloo="$([ -s "$WORK/gloo" ] && echo 1 || echo 0)" '{
     # fields: size mpi_t mpi_bw mpi_wrong loom_t loom_bw loom_wrong [gloo_t gloo_bw gloo_wrong]
     if ($4 != 0 || $7 != 0) { printf "WRONG RESULTS at %s: openmpi %s, loom %s\n", $1, $4, $7; bad = 1 }
