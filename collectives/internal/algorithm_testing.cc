@@ -178,10 +178,11 @@ absl::Status ExpectReduction(const RankInputs& inputs, ReduceOp op, size_t first
     for (size_t i = 0; i < got.size(); ++i) {
       const T value = LoadView<T>(got, i);
       if constexpr (kIsHalf<T> || std::is_floating_point_v<T>) {
-        double exact = ToDouble(Load<T>(inputs.data[0], first + i));
-        double magnitude = std::fabs(exact);
+        // long double: the reference must round less often than the f64 result it checks.
+        long double exact = ToDouble(Load<T>(inputs.data[0], first + i));
+        long double magnitude = std::fabs(exact);
         for (int r = 1; r < world; ++r) {
-          const double x = ToDouble(Load<T>(inputs.data[r], first + i));
+          const long double x = ToDouble(Load<T>(inputs.data[r], first + i));
           switch (op) {
             case ReduceOp::kSum:
             case ReduceOp::kAvg: exact += x; break;
@@ -191,19 +192,20 @@ absl::Status ExpectReduction(const RankInputs& inputs, ReduceOp op, size_t first
           }
           magnitude += std::fabs(x);
         }
-        const double u = UnitRoundoff<T>();
-        double bound = 0;
+        const long double u = UnitRoundoff<T>();
+        long double bound = 0;
         if (op == ReduceOp::kSum || op == ReduceOp::kAvg) {
           bound = world * u * magnitude + SmallestNormal<T>();
         } else if (op == ReduceOp::kProd) {
           bound = world * u * std::fabs(exact) + SmallestNormal<T>();
         }
         // min and max pick an input, which the dtype holds exactly.
-        const double error = std::fabs(ToDouble(value) - exact);
+        const long double error = std::fabs(ToDouble(value) - exact);
         if (!(error <= bound)) {
           return absl::InternalError(absl::StrCat(
               ReduceOpName(op), " of ", world, " ranks, element ", first + i, ": got ",
-              Show(value), ", want ", exact, " within ", bound));
+              Show(value), ", want ", static_cast<double>(exact), " within ",
+              static_cast<double>(bound)));
         }
       } else {
         T want = Load<T>(inputs.data[0], first + i);

@@ -1,0 +1,177 @@
+// The Communicator over the shm transport: ranks are real processes on shared
+// memory. The gloo-style suite (worlds 2..4, every algorithm of the main
+// collectives, the counts of the issue, in and out of place, f32 and bf16), and a
+// rank killed with SIGKILL in the middle of an all-reduce.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "collectives/algorithm_registry.h"
+#include "collectives/communicator.h"
+#include "collectives/internal/algorithm_testing.h"
+#include "collectives/transport/shm/shm_harness.h"
+#include "core/status_macros.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using collectives_internal::ExpectReduction;
+using collectives_internal::ExpectSameBytes;
+using collectives_internal::MakeInputs;
+using collectives_internal::MutableViewOf;
+using collectives_internal::RankInputs;
+using collectives_internal::ViewOf;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+// Wraps a harness endpoint (owned by the harness) for Communicator::Create.
+std::shared_ptr<Transport> Borrow(Transport& transport) {
+  return std::shared_ptr<Transport>(&transport, [](Transport*) {});
+}
+
+// One process group per (world, collective): the body runs every algorithm and
+// count in turn, so the suite forks a few dozen processes, not thousands.
+class ShmCommunicatorTest : public ::testing::TestWithParam<std::tuple<int, CollectiveKind>> {};
+
+TEST_P(ShmCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
+  const auto [world, kind] = GetParam();
+  ShmHarness harness;
+  const std::vector<absl::Status> results = harness.Run(world, [&](Transport& t) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(Borrow(t)));
+    const int r = comm->rank();
+    const size_t n = world;
+    for (Algorithm algorithm : AlgorithmsFor(kind)) {
+      CallOptions call;
+      call.algorithm = algorithm;
+      call.timeout = absl::Seconds(30);
+      const size_t counts[] = {0, 1, 3, n - 1, 1000, 65537};
+      for (size_t c = 0; c < 6; ++c) {
+        const size_t count = counts[c];
+        const bool in_place = c % 2 == 1;
+        const DType dtype = c % 3 == 2 ? DType::kBF16 : DType::kF32;
+        const RankInputs inputs = MakeInputs(dtype, ReduceOp::kSum, world, n * count, 40 + c);
+        const size_t width = DTypeSize(dtype);
+        std::vector<std::byte> mine = inputs.data[r], out(n * count * width);
+        const std::string what = absl::StrCat(AlgorithmName(algorithm), " count ", count);
+        absl::Status checked;
+        switch (kind) {
+          case CollectiveKind::kAllReduce: {
+            mine.resize(count * width);
+            out.resize(count * width);
+            BufferView output = in_place ? MutableViewOf(mine, dtype) : MutableViewOf(out, dtype);
+            LOOM_RETURN_IF_ERROR(comm->AllReduce(ViewOf(mine, dtype), output, ReduceOp::kSum, call));
+            checked = ExpectReduction(inputs, ReduceOp::kSum, 0, output);
+            break;
+          }
+          case CollectiveKind::kReduceScatter: {
+            BufferView output = in_place ? BufferView(mine.data() + r * count * width, count, dtype)
+                                         : BufferView(out.data(), count, dtype);
+            LOOM_RETURN_IF_ERROR(comm->ReduceScatter(ViewOf(mine, dtype), output, ReduceOp::kSum, call));
+            checked = ExpectReduction(inputs, ReduceOp::kSum, r * count, output);
+            break;
+          }
+          case CollectiveKind::kAllGather: {
+            LOOM_RETURN_IF_ERROR(comm->AllGather(ConstBufferView(mine.data(), count, dtype),
+                                                 MutableViewOf(out, dtype), call));
+            for (size_t q = 0; q < n && checked.ok(); ++q) {
+              checked = ExpectSameBytes(ConstBufferView(inputs.data[q].data(), count, dtype),
+                                        ConstBufferView(out.data() + q * count * width, count, dtype),
+                                        absl::StrCat(what, " block ", q));
+            }
+            break;
+          }
+          case CollectiveKind::kBroadcast: {
+            mine.resize(count * width);
+            const int root = static_cast<int>(c % n);
+            LOOM_RETURN_IF_ERROR(comm->Broadcast(ViewOf(mine, dtype), MutableViewOf(mine, dtype), root, call));
+            checked = ExpectSameBytes(ConstBufferView(inputs.data[root].data(), count, dtype),
+                                      ViewOf(mine, dtype), what);
+            break;
+          }
+          case CollectiveKind::kAllToAll: {
+            LOOM_RETURN_IF_ERROR(comm->AllToAll(ViewOf(mine, dtype), MutableViewOf(out, dtype), call));
+            for (size_t q = 0; q < n && checked.ok(); ++q) {
+              checked = ExpectSameBytes(
+                  ConstBufferView(inputs.data[q].data() + r * count * width, count, dtype),
+                  ConstBufferView(out.data() + q * count * width, count, dtype), what);
+            }
+            break;
+          }
+          default: return absl::InternalError("kind not covered");
+        }
+        if (!checked.ok()) return absl::Status(checked.code(), absl::StrCat(what, ": ", checked.message()));
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < world; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
+  EXPECT_THAT(harness.last_leftovers(), ::testing::IsEmpty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, ShmCommunicatorTest,
+    ::testing::Combine(::testing::Values(2, 3, 4),
+                       ::testing::Values(CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                                         CollectiveKind::kAllGather, CollectiveKind::kBroadcast,
+                                         CollectiveKind::kAllToAll)),
+    [](const auto& param_info) {
+      return absl::StrCat(CollectiveKindName(std::get<1>(param_info.param)), "_world",
+                          std::get<0>(param_info.param));
+    });
+
+// Rank 1 is SIGKILLed by a thread of its own while it loops over all-reduces, so it
+// dies at an arbitrary point inside one. Ranks 0 and 2 must return an error naming
+// rank 1 within their timeout plus a small slack, and no segment may be left.
+TEST(ShmFailureTest, KillNineMidAllReduceIsReportedNamingTheRank) {
+  const absl::Duration timeout = absl::Seconds(3);
+  ShmHarness harness;
+  const absl::Time start = absl::Now();
+  const std::vector<absl::Status> results = harness.Run(3, [&](Transport& t) -> absl::Status {
+    CommunicatorOptions options;
+    options.timeout = timeout;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(Borrow(t), options));
+    std::vector<float> data(1 << 18, 1.0f);
+    if (comm->rank() == 1) {
+      std::thread([] {
+        absl::SleepFor(absl::Milliseconds(150));
+        kill(getpid(), SIGKILL);
+      }).detach();
+    }
+    for (int i = 0;; ++i) {
+      const absl::Time call_start = absl::Now();
+      const absl::Status status = comm->AllReduce(absl::MakeSpan(data), ReduceOp::kMax);
+      if (!status.ok()) {
+        const absl::Duration took = absl::Now() - call_start;
+        if (took > timeout + absl::Seconds(1)) {
+          return absl::InternalError(absl::StrCat("failure took ", absl::FormatDuration(took), ": ",
+                                                  status.message()));
+        }
+        return status;
+      }
+      if (absl::Now() - call_start > absl::Seconds(60)) return absl::InternalError("no failure");
+    }
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("signal 9")));
+  for (int r : {0, 2}) {
+    EXPECT_THAT(results[r].code(), AnyOf(absl::StatusCode::kUnavailable,
+                                         absl::StatusCode::kDeadlineExceeded)) << results[r];
+    EXPECT_THAT(results[r].message(), HasSubstr("rank 1")) << r;
+    EXPECT_THAT(results[r].message(), HasSubstr("flight recorder")) << r;
+  }
+  EXPECT_THAT(harness.last_leftovers(), ::testing::IsEmpty());
+}
+
+}  // namespace
+}  // namespace loom

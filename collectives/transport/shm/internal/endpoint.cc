@@ -1,0 +1,340 @@
+#include "collectives/transport/shm/internal/endpoint.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "collectives/transport/shm/internal/doorbell.h"
+#include "collectives/transport/shm/internal/liveness.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace loom {
+namespace shm_internal {
+namespace {
+
+// How often a waiting rank probes its peers' liveness mutexes, and the longest it
+// sleeps on its doorbell between looks: together they bound how late a dead peer is
+// noticed, at a few wake-ups per millisecond for a rank that waits long.
+constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(1);
+constexpr absl::Duration kMaxSleep = absl::Milliseconds(2);
+// Idle polls between looks at the clock while spinning.
+constexpr uint32_t kPollsPerClockRead = 64;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+int UsableCpus() {
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return CPU_COUNT(&cpus);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+bool AllFinished(const std::vector<Operation*>& ops) {
+  for (const Operation* op : ops) {
+    if (op != nullptr && !op->finished()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ShmEndpoint::ShmEndpoint(ConnectedGroup group, int spin_iterations)
+    : group_(std::move(group)),
+      rank_(group_.config.rank),
+      world_(group_.config.world_size),
+      spin_iterations_(spin_iterations),
+      yield_while_spinning_(world_ > UsableCpus()),
+      self_header_(group_.header(rank_)),
+      links_(world_) {
+  void* own_segment = group_.segments[rank_].base();
+  for (int peer = 0; peer < world_; ++peer) {
+    PeerLink& link = links_[peer];
+    link.rank = peer;
+    link.pid = group_.pids[peer];
+    link.header = &group_.header(peer);
+    link.outgoing = group_.layout.channel(group_.segments[peer].base(), rank_);
+    link.incoming = group_.layout.channel(own_segment, peer);
+    if (peer == rank_) {
+      link.large_kind = PayloadKind::kDirect;
+    } else {
+      link.large_kind = group_.peer_pulls[peer] ? PayloadKind::kPull : PayloadKind::kStaged;
+    }
+    outboxes_.push_back(std::make_unique<Outbox>(link));
+    inboxes_.push_back(std::make_unique<Inbox>(link));
+  }
+}
+
+ShmEndpoint::~ShmEndpoint() {
+  // Requests never waited on must not be left for peers to read or write.
+  std::vector<Request> pending;
+  for (const auto& [id, op] : requests_) {
+    if (!op->finished()) pending.push_back(Request{id});
+  }
+  if (!pending.empty()) Wait(pending, absl::InfinitePast()).IgnoreError();
+  // Departed before the liveness mutex is released: a peer that finds the mutex free
+  // knows the endpoint closed, rather than crashed.
+  self_header_.departed.store(1, std::memory_order_release);
+  for (int peer = 0; peer < world_; ++peer) {
+    if (peer != rank_) Ring(*links_[peer].header);
+  }
+  group_.liveness.reset();
+}
+
+absl::Status ShmEndpoint::CheckPostable(int peer) {
+  if (peer < 0 || peer >= world_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm rank ", rank_, ": peer ", peer, " is outside the group of ", world_));
+  }
+  if (abort_requested_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    return abort_status_;
+  }
+  return links_[peer].failure;
+}
+
+Request ShmEndpoint::Remember(std::unique_ptr<Operation> op) {
+  const Request request{next_id_++};
+  requests_.emplace(request.id, std::move(op));
+  return request;
+}
+
+absl::StatusOr<Request> ShmEndpoint::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+  const absl::Status postable = CheckPostable(peer);
+  if (!postable.ok()) return postable;
+  auto op = std::make_unique<Operation>();
+  op->is_send = true;
+  op->self = rank_;
+  op->peer = peer;
+  op->tag = tag;
+  op->send_data = data.data();
+  op->bytes = data.size();
+  outboxes_[peer]->Enqueue(op.get());
+  RingPeersWithNews();
+  return Remember(std::move(op));
+}
+
+absl::StatusOr<Request> ShmEndpoint::Recv(int peer, Tag tag, absl::Span<std::byte> data) {
+  const absl::Status postable = CheckPostable(peer);
+  if (!postable.ok()) return postable;
+  auto op = std::make_unique<Operation>();
+  op->self = rank_;
+  op->peer = peer;
+  op->tag = tag;
+  op->recv_data = data.data();
+  op->bytes = data.size();
+  inboxes_[peer]->Post(op.get());
+  RingPeersWithNews();
+  return Remember(std::move(op));
+}
+
+absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
+  // nullptr marks a request that is unknown or named twice.
+  std::vector<Operation*> ops;
+  ops.reserve(requests.size());
+  absl::flat_hash_set<uint64_t> seen;
+  for (const Request& request : requests) {
+    auto it = requests_.find(request.id);
+    const bool fresh = seen.insert(request.id).second;
+    ops.push_back(it != requests_.end() && fresh ? it->second.get() : nullptr);
+  }
+  WaitUntilFinished(ops, deadline);
+  absl::Status first_error;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (ops[i] == nullptr) {
+      if (first_error.ok()) {
+        first_error = absl::NotFoundError(absl::StrCat("shm rank ", rank_, ": request ", requests[i].id,
+                                                       " is unknown or already waited"));
+      }
+      continue;
+    }
+    if (first_error.ok() && !ops[i]->status.ok()) first_error = ops[i]->status;
+    requests_.erase(requests[i].id);
+  }
+  return first_error;
+}
+
+void ShmEndpoint::WaitUntilFinished(const std::vector<Operation*>& ops, absl::Time deadline) {
+  int idle_polls = 0;
+  uint32_t polls = 0;
+  absl::Time next_peer_check = absl::Now() + kPeerCheckInterval;
+  while (true) {
+    if (!abort_handled_ && abort_requested_.load(std::memory_order_acquire)) HandleAbort();
+    if (Progress()) {
+      idle_polls = 0;
+    } else {
+      ++idle_polls;
+    }
+    if (AllFinished(ops)) return;
+    const bool spun_out = idle_polls > spin_iterations_;
+    if (!spun_out && ++polls % kPollsPerClockRead != 0) {
+      if (yield_while_spinning_) {
+        sched_yield();
+      } else {
+        CpuRelax();
+      }
+      continue;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= next_peer_check) {
+      CheckPeers();
+      next_peer_check = now + kPeerCheckInterval;
+      if (AllFinished(ops)) return;
+    }
+    if (now >= deadline) {
+      CancelUnfinished(ops, deadline);
+      return;
+    }
+    // After a sleep without news the next idle poll sleeps again; news restarts the spin.
+    if (spun_out) Block(ops, std::min(deadline, now + kMaxSleep));
+  }
+}
+
+bool ShmEndpoint::Progress() {
+  bool changed = false;
+  for (int peer = 0; peer < world_; ++peer) {
+    if (!links_[peer].failure.ok()) continue;
+    changed |= inboxes_[peer]->Progress();
+    changed |= outboxes_[peer]->Progress();
+  }
+  RingPeersWithNews();
+  return changed;
+}
+
+void ShmEndpoint::Block(const std::vector<Operation*>& ops, absl::Time until) {
+  Sleeper sleeper(self_header_);
+  const uint32_t ticket = sleeper.Prepare();
+  // The re-check after announcing the sleep: anything published before a producer
+  // saw the flag down is visible here.
+  if (!Progress() && !AllFinished(ops) && !abort_requested_.load(std::memory_order_acquire)) {
+    sleeper.Sleep(ticket, until - absl::Now());
+  }
+  sleeper.Finish();
+}
+
+void ShmEndpoint::RingPeersWithNews() {
+  bool any = false;
+  for (const PeerLink& link : links_) any |= link.news;
+  if (!any) return;
+  StoreLoadFence();
+  for (PeerLink& link : links_) {
+    if (!link.news) continue;
+    link.news = false;
+    if (link.rank != rank_ && link.header->sleeping.load(std::memory_order_relaxed) != 0) {
+      RingAlways(*link.header);
+    }
+  }
+}
+
+void ShmEndpoint::CheckPeers() {
+  for (int peer = 0; peer < world_; ++peer) {
+    PeerLink& link = links_[peer];
+    if (peer == rank_ || !link.failure.ok()) continue;
+    if (link.header->aborted.load(std::memory_order_acquire) != 0) {
+      FailPeer(peer, absl::UnavailableError(absl::StrCat("shm rank ", peer, " aborted: ", ReadMessage(link.header->abort_message))),
+               /*dead=*/false);
+      continue;
+    }
+    switch (ProbeLiveness(&link.header->liveness, link.header->died)) {
+      case Liveness::kDied:
+        FailPeer(peer, absl::UnavailableError(absl::StrCat("shm rank ", peer, " (pid ", link.pid, ") died")),
+                 /*dead=*/true);
+        break;
+      case Liveness::kHeld:
+      case Liveness::kReleased:
+        // Closing an endpoint is no failure (a rank may finish before its peers, as
+        // an inproc thread may): requests that still need it run into their deadline.
+        break;
+    }
+  }
+}
+
+void ShmEndpoint::FailPeer(int peer, const absl::Status& status, bool dead) {
+  PeerLink& link = links_[peer];
+  link.dead = dead;
+  // Give the peer's last words a chance first: verdicts on sends it already matched
+  // count, and an aborting peer may have answered before it went.
+  if (!dead) {
+    inboxes_[peer]->Progress();
+    outboxes_[peer]->Progress();
+  }
+  link.failure = status;
+  outboxes_[peer]->CancelAll(status);
+  inboxes_[peer]->CancelAll(status, GiveUpReason::kAborted);
+  RingPeersWithNews();
+}
+
+void ShmEndpoint::HandleAbort() {
+  abort_handled_ = true;
+  absl::Status status;
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    status = abort_status_;
+  }
+  for (int peer = 0; peer < world_; ++peer) {
+    outboxes_[peer]->CancelAll(status);
+    inboxes_[peer]->CancelAll(status, GiveUpReason::kAborted);
+  }
+  RingPeersWithNews();
+}
+
+void ShmEndpoint::CancelUnfinished(const std::vector<Operation*>& ops, absl::Time deadline) {
+  for (Operation* op : ops) {
+    if (op == nullptr || op->finished()) continue;
+    std::string detail;
+    if (op->stage == Operation::Stage::kStreaming) {
+      detail = absl::StrCat("; rank ", op->peer, " matched it, but only ", op->streamed, " of ", op->bytes,
+                            " bytes moved");
+    } else {
+      detail = absl::StrCat("; rank ", op->peer, " never matched it");
+    }
+    if (op->peer != rank_ && links_[op->peer].header->departed.load(std::memory_order_acquire) != 0) {
+      absl::StrAppend(&detail, " (it closed its endpoint)");
+    }
+    const absl::Status status = absl::DeadlineExceededError(
+        absl::StrCat("shm rank ", rank_, ": ", op->Describe(), " did not complete by the deadline ",
+                     absl::FormatTime(deadline), detail));
+    if (op->is_send) {
+      outboxes_[op->peer]->Cancel(op, status);
+    } else {
+      inboxes_[op->peer]->Cancel(op, status, GiveUpReason::kDeadline);
+    }
+  }
+  RingPeersWithNews();
+}
+
+void ShmEndpoint::Abort(const absl::Status& reason) {
+  const absl::Status status = reason.ok() ? absl::AbortedError("aborted") : reason;
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (abort_requested_.load(std::memory_order_relaxed)) return;
+    abort_status_ = status;
+    self_header_.abort_code = static_cast<int32_t>(status.code());
+    WriteMessage(self_header_.abort_message, status.message());
+    self_header_.aborted.store(1, std::memory_order_release);
+    abort_requested_.store(true, std::memory_order_release);
+  }
+  // links_ and the headers never change after construction: safe from any thread.
+  for (const PeerLink& link : links_) RingAlways(*link.header);
+}
+
+}  // namespace shm_internal
+}  // namespace loom

@@ -1,0 +1,85 @@
+// ShmEndpoint: one rank's Transport over a connected group of shared-memory segments.
+// It owns the requests, drives every peer's Outbox and Inbox from Wait (a Wait
+// progresses all pending requests, named or not, so ranks waiting on each other in
+// different orders cannot deadlock), turns deadlines into cancellations, and watches
+// its peers: a peer that aborted or died fails every request that involves it.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_ENDPOINT_H_
+#define LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_ENDPOINT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/transport/shm/internal/inbox.h"
+#include "collectives/transport/shm/internal/operation.h"
+#include "collectives/transport/shm/internal/outbox.h"
+#include "collectives/transport/shm/internal/rendezvous.h"
+#include "collectives/transport/transport.h"
+
+namespace loom {
+namespace shm_internal {
+
+class ShmEndpoint final : public Transport {
+ public:
+  // `spin_iterations`: idle polls before a Wait blocks on the doorbell.
+  ShmEndpoint(ConnectedGroup group, int spin_iterations);
+  // Cancels requests never waited on, then tells the peers this endpoint is gone.
+  ~ShmEndpoint() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_; }
+  std::string name() const override { return "shm"; }
+
+  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
+  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) override;
+  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
+  void Abort(const absl::Status& reason) override;
+
+ private:
+  absl::Status CheckPostable(int peer);
+  Request Remember(std::unique_ptr<Operation> op);
+  void WaitUntilFinished(const std::vector<Operation*>& ops, absl::Time deadline);
+  // Progress runs one pass over every live peer; true if anything changed.
+  bool Progress();
+  void Block(const std::vector<Operation*>& ops, absl::Time until);
+  void RingPeersWithNews();
+  void CheckPeers();
+  void FailPeer(int peer, const absl::Status& status, bool dead);
+  void HandleAbort();
+  void CancelUnfinished(const std::vector<Operation*>& ops, absl::Time deadline);
+
+  ConnectedGroup group_;
+  const int rank_;
+  const int world_;
+  const int spin_iterations_;
+  // With more ranks than CPUs, a spinning rank would hold a CPU that the rank it
+  // waits for needs: it yields at each idle poll instead (measured on 2 cores: a
+  // 4-rank ring step 650 us pausing, 4.4 us yielding; 2 ranks about equal).
+  const bool yield_while_spinning_;
+  RankHeader& self_header_;
+  std::vector<PeerLink> links_;  // By rank; never resized (the boxes point into it).
+  std::vector<std::unique_ptr<Outbox>> outboxes_;
+  std::vector<std::unique_ptr<Inbox>> inboxes_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Operation>> requests_;
+  uint64_t next_id_ = 1;
+
+  // Abort may come from any thread; the driving thread acts on it in Wait.
+  std::atomic<bool> abort_requested_{false};
+  std::mutex abort_mu_;
+  absl::Status abort_status_ ABSL_GUARDED_BY(abort_mu_);
+  bool abort_handled_ = false;  // Driving thread only.
+};
+
+}  // namespace shm_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_ENDPOINT_H_

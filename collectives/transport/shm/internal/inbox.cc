@@ -1,0 +1,249 @@
+#include "collectives/transport/shm/internal/inbox.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "collectives/transport/shm/internal/cma.h"
+#include "collectives/transport/shm/internal/layout.h"
+#include "collectives/transport/shm/internal/liveness.h"
+
+namespace loom {
+namespace shm_internal {
+namespace {
+
+bool Claim(SendSlot& slot, const CellHeader& descriptor, SlotState to) {
+  uint64_t expected = PackSlot(descriptor.generation, SlotState::kPosted);
+  return slot.word.compare_exchange_strong(expected, PackSlot(descriptor.generation, to),
+                                           std::memory_order_acq_rel);
+}
+
+}  // namespace
+
+Inbox::Inbox(PeerLink& peer) : peer_(peer) {}
+
+void Inbox::Post(Operation* op) {
+  op->stage = Operation::Stage::kQueued;
+  fresh_.push_back(op);
+}
+
+bool Inbox::MatchFresh() {
+  if (fresh_.empty()) return false;
+  // Unexpected messages precede every descriptor still in the cells, so a new
+  // receive takes from them first; with none there, it waits behind older receives
+  // of its tag (which then have no unexpected message either).
+  for (Operation* op : fresh_) {
+    auto it = unexpected_.find(op->tag);
+    bool matched = false;
+    if (it != unexpected_.end()) {
+      std::deque<Unexpected>& queue = it->second;
+      while (!matched && !queue.empty()) {
+        const Unexpected message = std::move(queue.front());
+        queue.pop_front();
+        matched = Match(op, message.descriptor, message.payload.data());
+      }
+      if (queue.empty()) unexpected_.erase(it);
+    }
+    if (!matched) posted_[op->tag].push_back(op);
+  }
+  fresh_.clear();
+  return true;
+}
+
+bool Inbox::Progress() {
+  bool changed = MatchFresh();
+  const ChannelView& channel = peer_.incoming;
+  const uint64_t head = channel.control->cell_head.load(std::memory_order_acquire);
+  while (cell_tail_ < head) {
+    // A copy: the cell is the sender's again once the tail moves past it.
+    const CellHeader descriptor = *channel.cell(cell_tail_);
+    Deliver(descriptor, channel.cell_payload(cell_tail_));
+    ++cell_tail_;
+    channel.control->cell_tail.store(cell_tail_, std::memory_order_release);
+    changed = true;
+    peer_.news = true;  // The sender may be waiting for a free cell.
+  }
+  changed |= DrainChunks();
+  changed |= WatchStreams();
+  return changed;
+}
+
+void Inbox::Deliver(const CellHeader& descriptor, const std::byte* payload) {
+  auto it = posted_.find(descriptor.tag);
+  if (it != posted_.end()) {
+    std::deque<Operation*>& queue = it->second;
+    // A withdrawn message is dropped and the receive stays posted for the next one.
+    if (Match(queue.front(), descriptor, payload)) {
+      queue.pop_front();
+      if (queue.empty()) posted_.erase(it);
+    }
+    return;
+  }
+  Unexpected message{descriptor, {}};
+  if (descriptor.kind == PayloadKind::kEager) message.payload.assign(payload, payload + descriptor.bytes);
+  unexpected_[descriptor.tag].push_back(std::move(message));
+}
+
+bool Inbox::Match(Operation* op, const CellHeader& descriptor, const std::byte* payload) {
+  SendSlot& slot = peer_.incoming.slots[descriptor.slot];
+  if (descriptor.bytes != op->bytes) {
+    slot.receiver_bytes.store(op->bytes, std::memory_order_relaxed);
+    if (!Claim(slot, descriptor, SlotState::kMismatch)) return false;
+    op->Finish(MismatchError(op->peer, op->self, op->tag, descriptor.bytes, op->bytes));
+    peer_.news = true;
+    return true;
+  }
+  switch (descriptor.kind) {
+    case PayloadKind::kEager:
+      // The bytes are already this rank's (cell or unexpected copy): claim, then copy.
+      if (!Claim(slot, descriptor, SlotState::kDone)) return false;
+      if (op->bytes > 0) std::memcpy(op->recv_data, payload, op->bytes);
+      op->Finish(absl::OkStatus());
+      break;
+    case PayloadKind::kPull:
+    case PayloadKind::kDirect: {
+      if (!Claim(slot, descriptor, SlotState::kCopying)) return false;
+      absl::Status copied;
+      if (descriptor.kind == PayloadKind::kDirect) {
+        std::memcpy(op->recv_data, reinterpret_cast<const std::byte*>(descriptor.address), op->bytes);
+      } else {
+        copied = ReadFromProcess(peer_.pid, descriptor.address, absl::MakeSpan(op->recv_data, op->bytes));
+      }
+      uint64_t copying = PackSlot(descriptor.generation, SlotState::kCopying);
+      if (!copied.ok()) {
+        slot.receiver_bytes.store(static_cast<uint64_t>(GiveUpReason::kCopyFailed), std::memory_order_relaxed);
+        slot.word.compare_exchange_strong(copying, PackSlot(descriptor.generation, SlotState::kReceiverCancelled),
+                                          std::memory_order_acq_rel);
+        const bool died = copied.code() == absl::StatusCode::kUnavailable || !ProcessAlive(peer_.pid);
+        op->Finish(died ? absl::UnavailableError(absl::StrCat("shm rank ", peer_.rank, " (pid ", peer_.pid,
+                                                              ") died: ", copied.message()))
+                        : absl::Status(copied.code(), absl::StrCat("shm rank ", op->self, ": ", op->Describe(),
+                                                                   ": ", copied.message())));
+      } else if (!slot.word.compare_exchange_strong(copying, PackSlot(descriptor.generation, SlotState::kDone),
+                                                    std::memory_order_acq_rel)) {
+        // The sender stopped waiting mid-copy; what arrived may be torn.
+        op->Finish(absl::DeadlineExceededError(
+            absl::StrCat("shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank,
+                         " abandoned the send while this rank was copying it")));
+      } else {
+        op->Finish(absl::OkStatus());
+      }
+      break;
+    }
+    case PayloadKind::kStaged:
+      if (!Claim(slot, descriptor, SlotState::kStreaming)) return false;
+      op->stage = Operation::Stage::kStreaming;
+      op->slot = descriptor.slot;
+      op->generation = descriptor.generation;
+      op->streamed = 0;
+      streaming_[descriptor.slot] = op;
+      break;
+    default:
+      op->Finish(absl::InternalError(absl::StrCat("shm rank ", op->self, ": descriptor from rank ", peer_.rank,
+                                                  " has unknown payload kind ",
+                                                  static_cast<uint32_t>(descriptor.kind))));
+      break;
+  }
+  peer_.news = true;
+  return true;
+}
+
+bool Inbox::DrainChunks() {
+  const ChannelView& channel = peer_.incoming;
+  const uint64_t head = channel.control->chunk_head.load(std::memory_order_acquire);
+  if (chunk_tail_ == head) return false;
+  while (chunk_tail_ < head) {
+    const ChunkHeader* chunk = channel.chunk(chunk_tail_);
+    auto it = streaming_.find(chunk->slot);
+    // Chunks of a message this rank no longer waits for (cancelled) are dropped.
+    if (it != streaming_.end() && it->second->generation == chunk->generation) {
+      Operation* op = it->second;
+      if (chunk->offset + chunk->bytes <= op->bytes) {
+        std::memcpy(op->recv_data + chunk->offset, channel.chunk_payload(chunk_tail_), chunk->bytes);
+      }
+      op->streamed += chunk->bytes;
+      if (op->streamed >= op->bytes) {
+        uint64_t streaming = PackSlot(op->generation, SlotState::kStreaming);
+        if (channel.slots[op->slot].word.compare_exchange_strong(
+                streaming, PackSlot(op->generation, SlotState::kDone), std::memory_order_acq_rel)) {
+          op->Finish(absl::OkStatus());
+        } else {
+          op->Finish(absl::DeadlineExceededError(absl::StrCat(
+              "shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank,
+              " withdrew the send as its last bytes arrived")));
+        }
+        streaming_.erase(it);
+      }
+    }
+    ++chunk_tail_;
+    channel.control->chunk_tail.store(chunk_tail_, std::memory_order_release);
+  }
+  peer_.news = true;
+  return true;
+}
+
+bool Inbox::WatchStreams() {
+  bool changed = false;
+  for (auto it = streaming_.begin(); it != streaming_.end();) {
+    Operation* op = it->second;
+    const uint64_t word = peer_.incoming.slots[op->slot].word.load(std::memory_order_acquire);
+    if (word == PackSlot(op->generation, SlotState::kStreaming)) {
+      ++it;
+      continue;
+    }
+    op->Finish(absl::DeadlineExceededError(absl::StrCat(
+        "shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank, " withdrew the send after ",
+        op->streamed, " of ", op->bytes, " bytes arrived")));
+    streaming_.erase(it++);
+    changed = true;
+  }
+  return changed;
+}
+
+void Inbox::Cancel(Operation* op, const absl::Status& status, GiveUpReason reason) {
+  if (op->finished()) return;
+  if (op->stage == Operation::Stage::kQueued) {
+    auto fresh = std::find(fresh_.begin(), fresh_.end(), op);
+    if (fresh != fresh_.end()) fresh_.erase(fresh);
+    auto it = posted_.find(op->tag);
+    if (it != posted_.end()) {
+      std::deque<Operation*>& queue = it->second;
+      for (auto entry = queue.begin(); entry != queue.end(); ++entry) {
+        if (*entry == op) {
+          queue.erase(entry);
+          break;
+        }
+      }
+      if (queue.empty()) posted_.erase(it);
+    }
+    op->Finish(status);
+    return;
+  }
+  // Matched and streaming: tell the sender to stop. If it withdrew first the swap
+  // fails, and the receive fails all the same.
+  SendSlot& slot = peer_.incoming.slots[op->slot];
+  slot.receiver_bytes.store(static_cast<uint64_t>(reason), std::memory_order_relaxed);
+  uint64_t streaming = PackSlot(op->generation, SlotState::kStreaming);
+  slot.word.compare_exchange_strong(streaming, PackSlot(op->generation, SlotState::kReceiverCancelled),
+                                    std::memory_order_acq_rel);
+  streaming_.erase(op->slot);
+  op->Finish(status);
+  peer_.news = true;
+}
+
+void Inbox::CancelAll(const absl::Status& status, GiveUpReason reason) {
+  std::vector<Operation*> ops = fresh_;
+  for (const auto& [tag, queue] : posted_) ops.insert(ops.end(), queue.begin(), queue.end());
+  for (const auto& [slot, op] : streaming_) ops.push_back(op);
+  for (Operation* op : ops) Cancel(op, status, reason);
+  unexpected_.clear();
+}
+
+}  // namespace shm_internal
+}  // namespace loom

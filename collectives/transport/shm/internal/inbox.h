@@ -1,0 +1,78 @@
+// Inbox: the receiving side of one ordered pair (peer -> this rank). It drains the
+// pair's descriptor cells in order, matches each message to the first posted receive
+// with its tag (per-tag first-in first-out), and keeps the rest as unexpected, with
+// eager payloads copied out so the sender's cells never fill up behind a message no
+// one has asked for yet.
+//
+// Claiming a message is a compare-and-swap on the sender's slot, racing the sender's
+// cancellation: the receiver only writes a receive buffer after winning it, and the
+// sender only stops waiting for a pulled (CMA) send once the copy is over. Bytes
+// always move receiver-side (copy out of a cell or chunk, process_vm_readv out of the
+// sender), so no peer ever writes into this rank's buffers.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_INBOX_H_
+#define LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_INBOX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "collectives/transport/shm/internal/layout.h"
+#include "collectives/transport/shm/internal/operation.h"
+
+namespace loom {
+namespace shm_internal {
+
+class Inbox {
+ public:
+  explicit Inbox(PeerLink& peer);
+
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
+
+  // Post takes a new receive. It is matched (to the earliest unexpected message with
+  // its tag, or to a later arrival) in Progress, not here: a matched CMA message is
+  // copied at once, and copying inside Recv would hold back the caller's next Send,
+  // which the peer may be waiting to pull at the same time.
+  void Post(Operation* op);
+
+  // Progress matches new receives, drains new descriptors and staged chunks, and
+  // notices senders that cancelled a staged message mid-stream. Returns whether anything changed.
+  bool Progress();
+
+  // Cancel finishes an unfinished receive with `status`; a staged message it had
+  // matched is given up, so its sender stops streaming.
+  void Cancel(Operation* op, const absl::Status& status, GiveUpReason reason);
+
+  // CancelAll cancels every unfinished receive and drops unexpected messages.
+  void CancelAll(const absl::Status& status, GiveUpReason reason);
+
+ private:
+  struct Unexpected {
+    CellHeader descriptor;
+    std::vector<std::byte> payload;  // Eager messages only.
+  };
+
+  // Match delivers (or starts delivering) `descriptor` into `op`; false if the
+  // sender withdrew the message first, which then never happened.
+  bool Match(Operation* op, const CellHeader& descriptor, const std::byte* payload);
+  void Deliver(const CellHeader& descriptor, const std::byte* payload);
+  bool MatchFresh();
+  bool DrainChunks();
+  bool WatchStreams();
+
+  PeerLink& peer_;
+  uint64_t cell_tail_ = 0;
+  uint64_t chunk_tail_ = 0;
+  std::vector<Operation*> fresh_;  // Posted since the last Progress, in order.
+  absl::flat_hash_map<Tag, std::deque<Operation*>> posted_;
+  absl::flat_hash_map<Tag, std::deque<Unexpected>> unexpected_;
+  absl::flat_hash_map<uint32_t, Operation*> streaming_;  // By slot.
+};
+
+}  // namespace shm_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_INBOX_H_

@@ -1,0 +1,113 @@
+#include "collectives/transport/shm/internal/liveness.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom {
+namespace shm_internal {
+namespace {
+
+absl::Status PthreadError(const char* call, int error) {
+  return absl::InternalError(absl::StrCat(call, " failed: ", std::strerror(error)));
+}
+
+}  // namespace
+
+absl::Status InitLivenessMutex(pthread_mutex_t* mutex) {
+  pthread_mutexattr_t attr;
+  int error = pthread_mutexattr_init(&attr);
+  if (error != 0) return PthreadError("pthread_mutexattr_init", error);
+  error = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  if (error == 0) error = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  if (error == 0) error = pthread_mutex_init(mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+  if (error != 0) return PthreadError("pthread_mutex_init(PTHREAD_PROCESS_SHARED, ROBUST)", error);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LivenessHolder>> LivenessHolder::Start(pthread_mutex_t* mutex) {
+  std::unique_ptr<LivenessHolder> holder(new LivenessHolder(mutex));
+  holder->thread_ = std::thread([raw = holder.get()] { raw->Hold(); });
+  std::unique_lock<std::mutex> lock(holder->mu_);
+  holder->cv_.wait(lock, [&] { return holder->locked_ || holder->lock_error_ != 0; });
+  if (holder->lock_error_ != 0) {
+    const int error = holder->lock_error_;
+    lock.unlock();
+    holder->thread_.join();
+    holder->thread_ = std::thread();
+    return PthreadError("pthread_mutex_lock(liveness mutex)", error);
+  }
+  return holder;
+}
+
+void LivenessHolder::Hold() {
+  const int error = pthread_mutex_lock(mutex_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (error != 0) {
+    lock_error_ = error;
+    cv_.notify_all();
+    return;
+  }
+  locked_ = true;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return stop_; });
+  pthread_mutex_unlock(mutex_);
+}
+
+LivenessHolder::~LivenessHolder() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Liveness ProbeLiveness(pthread_mutex_t* mutex, std::atomic<uint32_t>& died) {
+  if (died.load(std::memory_order_acquire) != 0) return Liveness::kDied;
+  switch (pthread_mutex_trylock(mutex)) {
+    case 0:
+      pthread_mutex_unlock(mutex);
+      return died.load(std::memory_order_acquire) != 0 ? Liveness::kDied : Liveness::kReleased;
+    case EOWNERDEAD:
+      // Raise the flag before the mutex is free again, then hand the mutex back in a
+      // clean state, so that a prober that dies right here does not lose the news:
+      // the kernel reports its death on this mutex in turn.
+      died.store(1, std::memory_order_release);
+      pthread_mutex_consistent(mutex);
+      pthread_mutex_unlock(mutex);
+      return Liveness::kDied;
+    case ENOTRECOVERABLE:
+      died.store(1, std::memory_order_release);
+      return Liveness::kDied;
+    default:  // EBUSY: held by its live owner (or, for a moment, by another prober).
+      return Liveness::kHeld;
+  }
+}
+
+bool ProcessAlive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // kill() succeeds on zombies; their /proc state is 'Z' (or 'X' while being reaped).
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
+  const char state = line[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace shm_internal
+}  // namespace loom

@@ -1,0 +1,74 @@
+// Liveness: how ranks learn that a peer process is gone, zombies included. Each rank
+// holds a process-shared robust mutex in its segment for as long as its endpoint is
+// open. When the process dies (kill -9 included) the kernel marks the mutex
+// owner-dead while tearing the process down, before it is a zombie, so a peer's
+// pthread_mutex_trylock reports EOWNERDEAD. The check costs one failed
+// compare-and-swap, no system call, while the owner lives.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_LIVENESS_H_
+#define LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_LIVENESS_H_
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace loom {
+namespace shm_internal {
+
+// InitLivenessMutex initializes a process-shared robust mutex in shared memory.
+absl::Status InitLivenessMutex(pthread_mutex_t* mutex);
+
+// LivenessHolder holds a liveness mutex from a thread of its own. A robust mutex is
+// owned by a thread, not a process: held by the thread that called Connect, it would
+// read as dead as soon as that thread exited, though the process and endpoint live on.
+class LivenessHolder {
+ public:
+  // Start locks `mutex` on a new thread and returns once it is held. Internal if the
+  // mutex cannot be locked.
+  static absl::StatusOr<std::unique_ptr<LivenessHolder>> Start(pthread_mutex_t* mutex);
+  // Unlocks the mutex (peers then read it as released) and joins the thread.
+  ~LivenessHolder();
+
+  LivenessHolder(const LivenessHolder&) = delete;
+  LivenessHolder& operator=(const LivenessHolder&) = delete;
+
+ private:
+  explicit LivenessHolder(pthread_mutex_t* mutex) : mutex_(mutex) {}
+  void Hold();
+
+  pthread_mutex_t* const mutex_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool locked_ = false;  // Guarded by mu_.
+  int lock_error_ = 0;   // Guarded by mu_.
+  bool stop_ = false;    // Guarded by mu_.
+  std::thread thread_;
+};
+
+enum class Liveness {
+  kHeld,      // The owner process is alive and its endpoint open.
+  kReleased,  // The owner unlocked it: its endpoint closed normally (or never opened).
+  kDied,      // The owner died holding it.
+};
+
+// ProbeLiveness tells whether the owner of a peer's liveness mutex still holds it.
+// `died` is a flag next to the mutex in shared memory: the first prober to find the
+// owner dead (EOWNERDEAD) raises it, and later probes, by any rank, read it. The
+// mutex itself cannot carry the news: glibc leaves an unrecoverable robust mutex
+// locked by whoever probed it first, so it would look held ever after.
+Liveness ProbeLiveness(pthread_mutex_t* mutex, std::atomic<uint32_t>& died);
+
+// ProcessAlive is false when `pid` does not exist or is a zombie.
+bool ProcessAlive(pid_t pid);
+
+}  // namespace shm_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_LIVENESS_H_
