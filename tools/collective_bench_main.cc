@@ -47,7 +47,9 @@ ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and tr
 ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reductions");
 ABSL_FLAG(std::string, cost_model, "", "cost model file for --algo=auto (default constants otherwise)");
 ABSL_FLAG(bool, json, false, "print JSON instead of the table");
-ABSL_FLAG(absl::Duration, timeout, absl::Minutes(2), "per-call timeout");
+// A string, parsed with absl::ParseDuration: absl's Duration flags read through a
+// sequence lock whose fences ThreadSanitizer builds reject.
+ABSL_FLAG(std::string, timeout, "2m", "per-call timeout (e.g. 30s, 2m)");
 
 namespace loom {
 namespace {
@@ -71,7 +73,10 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
 
 absl::StatusOr<CommunicatorOptions> CommunicatorOptionsFromFlags() {
   CommunicatorOptions options;
-  options.timeout = absl::GetFlag(FLAGS_timeout);
+  if (!absl::ParseDuration(absl::GetFlag(FLAGS_timeout), &options.timeout)) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout=", absl::GetFlag(FLAGS_timeout),
+                                                   " is not a duration like 30s or 2m"));
+  }
   options.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
   LOOM_ASSIGN_OR_RETURN(options.chunk_bytes, ParseByteSize(absl::GetFlag(FLAGS_chunk_bytes)));
