@@ -268,6 +268,9 @@ absl::Status Communicator::Run(Call& call) {
       absl::StrContains(status.message(), "mismatched collective");
   if (fingerprint_mismatch || !BreaksStreams(status.code())) return status;
   broken_ = status;
+  // Tell the peers at once: ranks waiting on this one fail now, naming it, instead
+  // of at their deadlines.
+  counting_->Abort(status);
   return absl::Status(status.code(),
                       absl::StrCat(status.message(), "\nrank ", rank(), " of ", size(),
                                    " flight recorder, ", recorder_.Format(16)));
@@ -611,6 +614,7 @@ absl::Status Communicator::PointToPoint(bool send, std::byte* data, size_t count
   counts.failed_calls.fetch_add(1, std::memory_order_relaxed);
   if (!BreaksStreams(status.code())) return status;
   broken_ = status;
+  counting_->Abort(status);
   return absl::Status(status.code(), absl::StrCat(status.message(), "\nrank ", rank(), " of ",
                                                   size(), " flight recorder, ",
                                                   recorder_.Format(16)));

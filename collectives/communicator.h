@@ -34,7 +34,8 @@
 // - A call that fails with DeadlineExceeded, Unavailable or Aborted (a peer died,
 //   stalled or aborted) carries this rank's flight recorder in its message; the
 //   communicator is then broken and later calls fail with FailedPrecondition, since
-//   its message streams may be out of step.
+//   its message streams may be out of step; it aborts its transport endpoint, so
+//   peers waiting on this rank fail at once (Unavailable naming it).
 // - Threads: one thread at a time drives a communicator and every communicator split
 //   from it (they share one transport endpoint). Counters, the flight recorder and
 //   Explain may be read from any thread.

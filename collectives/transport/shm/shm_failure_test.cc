@@ -50,10 +50,29 @@ std::string PathOf(const std::string& job_id, int rank) {
   return absl::StrCat("/dev/shm/loom.", job_id, ".rank", rank);
 }
 
+// WaitUntilReady polls until rank `rank` of `job_id` has set up its segment.
+bool WaitUntilReady(const std::string& job_id, int rank) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up) {
+    uint64_t magic = 0;
+    const int fd = open(PathOf(job_id, rank).c_str(), O_RDONLY);
+    if (fd >= 0) {
+      const ssize_t got =
+          pread(fd, &magic, sizeof(magic), offsetof(shm_internal::RankHeader, magic));
+      close(fd);
+      if (got == sizeof(magic) && magic == shm_internal::kSegmentMagic) return true;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
+
 class ShmKillTest : public ::testing::TestWithParam<CopyMode> {};
 
 INSTANTIATE_TEST_SUITE_P(Modes, ShmKillTest, ::testing::Values(CopyMode::kAuto, CopyMode::kStaged),
-                         [](const auto& param_info) { return param_info.param == CopyMode::kAuto ? "Auto" : "Staged"; });
+                         [](const auto& param_info) {
+                           return param_info.param == CopyMode::kAuto ? "Auto" : "Staged";
+                         });
 
 // Three ranks exchange 1 MiB messages in a loop; rank 1 SIGKILLs itself with its
 // requests in flight. Ranks 0 and 2 must fail with Unavailable naming rank 1 long
@@ -86,7 +105,8 @@ TEST_P(ShmKillTest, KilledRankFailsItsPeersPromptly) {
         const absl::Status status = t.Wait(requests, wait_start + kDeadline);
         const absl::Duration took = absl::Now() - wait_start;
         if (took > kPrompt) {
-          return absl::InternalError(absl::StrCat("a wait took ", absl::FormatDuration(took), ": ", status.ToString()));
+          return absl::InternalError(
+              absl::StrCat("a wait took ", absl::FormatDuration(took), ": ", status.ToString()));
         }
         LOOM_RETURN_IF_ERROR(status);
       }
@@ -99,10 +119,12 @@ TEST_P(ShmKillTest, KilledRankFailsItsPeersPromptly) {
   EXPECT_LT(absl::Now() - start, kDeadline / 2);
   for (int rank : {0, 2}) {
     // Either it saw rank 1 die, or the other survivor aborted because it did.
-    EXPECT_THAT(results[rank], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shm rank 1 (pid ")))
+    EXPECT_THAT(results[rank],
+                StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shm rank 1 (pid ")))
         << "rank " << rank;
   }
-  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
+  EXPECT_THAT(results[1],
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
   EXPECT_THAT(harness.last_leftovers(), IsEmpty());
 }
 
@@ -121,10 +143,8 @@ TEST(ShmLeftoverTest, SegmentOfARankKilledWhileConnectingIsReplaced) {
     _exit(0);
   }
   ASSERT_GT(pid, 0);
-  // Wait until its segment is set up, then kill it mid-connect.
-  const absl::Time give_up = absl::Now() + absl::Seconds(20);
-  while (access(PathOf(job_id, 1).c_str(), F_OK) != 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
-  absl::SleepFor(absl::Milliseconds(200));
+  // Kill it once its segment is set up (liveness mutex held), while it waits for rank 0.
+  ASSERT_TRUE(WaitUntilReady(job_id, 1));
   kill(pid, SIGKILL);
   int wait_status = 0;
   ASSERT_EQ(waitpid(pid, &wait_status, 0), pid);
@@ -173,8 +193,9 @@ TEST(ShmLeftoverTest, HalfCreatedSegmentsOfDeadCreatorsAreReplaced) {
   ShmHarnessOptions options;
   options.transport.job_id = job_id;
   ShmHarness harness(options);
-  const std::vector<absl::Status> results =
-      harness.Run(2, [](Transport& t) -> absl::Status { return t.size() == 2 ? absl::OkStatus() : absl::InternalError("size"); });
+  const std::vector<absl::Status> results = harness.Run(2, [](Transport& t) -> absl::Status {
+    return t.size() == 2 ? absl::OkStatus() : absl::InternalError("size");
+  });
   for (int rank = 0; rank < 2; ++rank) EXPECT_THAT(results[rank], IsOk()) << "rank " << rank;
   EXPECT_THAT(harness.last_leftovers(), IsEmpty());
 }
@@ -184,17 +205,19 @@ TEST(ShmConnectTest, DeadlineNamesTheRanksThatNeverArrived) {
   const std::string job_id = UniqueJobId("partial");
   const int started[] = {0, 2};
   const absl::Time start = absl::Now();
-  const std::vector<absl::Status> results = RunProcesses(2, absl::Seconds(30), [&](int index) -> absl::Status {
-    ShmOptions options;
-    options.job_id = job_id;
-    options.rank = started[index];
-    options.size = 4;
-    options.connect_timeout = absl::Milliseconds(300);
-    return ConnectShmTransport(options).status();
-  });
+  const std::vector<absl::Status> results =
+      RunProcesses(2, absl::Seconds(30), [&](int index) -> absl::Status {
+        ShmOptions options;
+        options.job_id = job_id;
+        options.rank = started[index];
+        options.size = 4;
+        options.connect_timeout = absl::Milliseconds(300);
+        return ConnectShmTransport(options).status();
+      });
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   for (const absl::Status& result : results) {
-    EXPECT_THAT(result, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("ranks 1, 3 never arrived")));
+    EXPECT_THAT(result, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                 HasSubstr("ranks 1, 3 never arrived")));
   }
   EXPECT_THAT(Segments(job_id), IsEmpty());
 }
@@ -202,18 +225,20 @@ TEST(ShmConnectTest, DeadlineNamesTheRanksThatNeverArrived) {
 // Ranks that disagree on the group's shape fail at once, naming the difference.
 TEST(ShmConnectTest, RanksThatDisagreeOnOptionsFail) {
   const std::string job_id = UniqueJobId("disagree");
-  const std::vector<absl::Status> results = RunProcesses(2, absl::Seconds(30), [&](int index) -> absl::Status {
-    ShmOptions options;
-    options.job_id = job_id;
-    options.rank = index;
-    options.size = 2;
-    options.eager_bytes = index == 0 ? 16384 : 8192;
-    options.connect_timeout = absl::Seconds(20);
-    return ConnectShmTransport(options).status();
-  });
+  const std::vector<absl::Status> results =
+      RunProcesses(2, absl::Seconds(30), [&](int index) -> absl::Status {
+        ShmOptions options;
+        options.job_id = job_id;
+        options.rank = index;
+        options.size = 2;
+        options.eager_bytes = index == 0 ? 16384 : 8192;
+        options.connect_timeout = absl::Seconds(20);
+        return ConnectShmTransport(options).status();
+      });
   bool named = false;
   for (const absl::Status& result : results) {
-    EXPECT_THAT(result.code(), AnyOf(absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnavailable))
+    EXPECT_THAT(result.code(),
+                AnyOf(absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnavailable))
         << result;
     EXPECT_THAT(std::string(result.message()), HasSubstr("eager_bytes=16384"));
     named |= result.code() == absl::StatusCode::kInvalidArgument;
@@ -225,18 +250,22 @@ TEST(ShmConnectTest, RanksThatDisagreeOnOptionsFail) {
 // Two live jobs with one id: the second rank 0 is refused, naming the live holder.
 TEST(ShmConnectTest, LiveSegmentOfAnotherJobIsRefused) {
   const std::string job_id = UniqueJobId("twice");
-  const std::vector<absl::Status> results = RunProcesses(2, absl::Seconds(30), [&](int index) -> absl::Status {
-    ShmOptions options;
-    options.job_id = job_id;
-    options.rank = 0;
-    options.size = 2;
-    options.connect_timeout = absl::Milliseconds(index == 0 ? 1500 : 300);
-    if (index == 1) absl::SleepFor(absl::Milliseconds(300));  // The first one is set up by then.
-    return ConnectShmTransport(options).status();
-  });
-  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 1 never arrived")));
-  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kAlreadyExists,
-                                   AllOf(HasSubstr("belongs to live process"), HasSubstr("same job id"))));
+  const std::vector<absl::Status> results =
+      RunProcesses(2, absl::Seconds(30), [&](int index) -> absl::Status {
+        ShmOptions options;
+        options.job_id = job_id;
+        options.rank = 0;
+        options.size = 2;
+        options.connect_timeout = absl::Milliseconds(index == 0 ? 1500 : 300);
+        if (index == 1)
+          absl::SleepFor(absl::Milliseconds(300));  // The first one is set up by then.
+        return ConnectShmTransport(options).status();
+      });
+  EXPECT_THAT(results[0],
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 1 never arrived")));
+  EXPECT_THAT(results[1],
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       AllOf(HasSubstr("belongs to live process"), HasSubstr("same job id"))));
   EXPECT_THAT(Segments(job_id), IsEmpty());
 }
 

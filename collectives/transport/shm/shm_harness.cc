@@ -59,7 +59,8 @@ std::optional<absl::Status> DecodeStatus(const std::string& bytes) {
   std::memcpy(&code, bytes.data(), sizeof(code));
   std::memcpy(&length, bytes.data() + sizeof(code), sizeof(length));
   if (bytes.size() != sizeof(code) + sizeof(length) + length) return std::nullopt;
-  return absl::Status(static_cast<absl::StatusCode>(code), bytes.substr(sizeof(code) + sizeof(length)));
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      bytes.substr(sizeof(code) + sizeof(length)));
 }
 
 struct Child {
@@ -69,8 +70,8 @@ struct Child {
   bool killed_at_timeout = false;
 };
 
-std::string DescribeExit(int index, pid_t pid, int wait_status, const Child& child, absl::Duration timeout,
-                         absl::StatusCode* code) {
+std::string DescribeExit(int index, pid_t pid, int wait_status, const Child& child,
+                         absl::Duration timeout, absl::StatusCode* code) {
   if (child.killed_at_timeout) {
     *code = absl::StatusCode::kDeadlineExceeded;
     return absl::StrCat("process ", index, " (pid ", pid, ") did not finish within ",
@@ -78,12 +79,13 @@ std::string DescribeExit(int index, pid_t pid, int wait_status, const Child& chi
   }
   if (WIFSIGNALED(wait_status)) {
     *code = absl::StatusCode::kUnavailable;
-    return absl::StrCat("process ", index, " (pid ", pid, ") was killed by signal ", WTERMSIG(wait_status), " (",
-                        strsignal(WTERMSIG(wait_status)), ") before reporting");
+    return absl::StrCat("process ", index, " (pid ", pid, ") was killed by signal ",
+                        WTERMSIG(wait_status), " (", strsignal(WTERMSIG(wait_status)),
+                        ") before reporting");
   }
   *code = absl::StatusCode::kInternal;
-  return absl::StrCat("process ", index, " (pid ", pid, ") exited with code ", WEXITSTATUS(wait_status),
-                      " without reporting");
+  return absl::StrCat("process ", index, " (pid ", pid, ") exited with code ",
+                      WEXITSTATUS(wait_status), " without reporting");
 }
 
 const char* ModeName(ShmOptions::CopyMode mode) {
@@ -155,9 +157,10 @@ std::vector<absl::Status> RunProcesses(int count, absl::Duration timeout,
         }
       }
     }
-    const int wait_ms = left <= absl::ZeroDuration()
-                            ? 100
-                            : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000));
+    const int wait_ms =
+        left <= absl::ZeroDuration()
+            ? 100
+            : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000));
     const int ready = poll(polled.data(), polled.size(), wait_ms);
     if (ready < 0 && errno != EINTR) break;
     for (size_t k = 0; k < polled.size(); ++k) {
@@ -201,23 +204,28 @@ std::string UniqueJobId(absl::string_view prefix) {
 
 ShmHarness::ShmHarness(ShmHarnessOptions options) : options_(std::move(options)) {}
 
-std::string ShmHarness::name() const { return absl::StrCat("shm/", ModeName(options_.transport.copy_mode)); }
+std::string ShmHarness::name() const {
+  return absl::StrCat("shm/", ModeName(options_.transport.copy_mode));
+}
 
-std::vector<absl::Status> ShmHarness::Run(int world, const std::function<absl::Status(Transport&)>& body) {
+std::vector<absl::Status> ShmHarness::Run(int world,
+                                          const std::function<absl::Status(Transport&)>& body) {
   last_job_id_ = options_.transport.job_id.empty() ? UniqueJobId() : options_.transport.job_id;
-  std::vector<absl::Status> results = RunProcesses(world, options_.timeout, [&](int rank) -> absl::Status {
-    ShmOptions options = options_.transport;
-    options.job_id = last_job_id_;
-    options.rank = rank;
-    options.size = world;
-    absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectShmTransport(options);
-    if (!transport.ok()) return transport.status();
-    const absl::Status status = body(**transport);
-    transport->reset();  // Closing is part of the run: it must not hang either.
-    return status;
-  });
+  std::vector<absl::Status> results =
+      RunProcesses(world, options_.timeout, [&](int rank) -> absl::Status {
+        ShmOptions options = options_.transport;
+        options.job_id = last_job_id_;
+        options.rank = rank;
+        options.size = world;
+        absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectShmTransport(options);
+        if (!transport.ok()) return transport.status();
+        const absl::Status status = body(**transport);
+        transport->reset();  // Closing is part of the run: it must not hang either.
+        return status;
+      });
   absl::StatusOr<std::vector<std::string>> leftovers = shm_internal::ListSegments(last_job_id_);
-  last_leftovers_ = leftovers.ok() ? *std::move(leftovers) : std::vector<std::string>{"<cannot list /dev/shm>"};
+  last_leftovers_ =
+      leftovers.ok() ? *std::move(leftovers) : std::vector<std::string>{"<cannot list /dev/shm>"};
   RemoveShmSegments(last_job_id_).IgnoreError();
   return results;
 }
@@ -237,7 +245,8 @@ absl::Status ProbeShmCma() {
     options.transport.connect_timeout = absl::Seconds(20);
     options.timeout = absl::Seconds(30);
     ShmHarness harness(options);
-    const std::vector<absl::Status> results = harness.Run(2, [](Transport&) { return absl::OkStatus(); });
+    const std::vector<absl::Status> results =
+        harness.Run(2, [](Transport&) { return absl::OkStatus(); });
     absl::Status status;
     for (const absl::Status& result : results) {
       if (!result.ok()) {

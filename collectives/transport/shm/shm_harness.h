@@ -46,7 +46,8 @@ class ShmHarness final : public TransportHarness {
 
   // name is "shm/auto", "shm/cma" or "shm/staged".
   std::string name() const override;
-  std::vector<absl::Status> Run(int world, const std::function<absl::Status(Transport&)>& body) override;
+  std::vector<absl::Status> Run(int world,
+                                const std::function<absl::Status(Transport&)>& body) override;
 
   // The job id of the last Run, and the segment names (shm_open names,
   // "/loom.<job_id>.*") that existed once all its ranks had exited, before Run

@@ -50,20 +50,23 @@ TEST_F(EnvironmentTest, NamesTheMissingVariable) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOOM_RANK is not set")));
   Clear();
   Set("job", "0", nullptr);
-  EXPECT_THAT(ShmOptionsFromEnvironment(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOOM_WORLD_SIZE is not set")));
+  EXPECT_THAT(ShmOptionsFromEnvironment(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                    HasSubstr("LOOM_WORLD_SIZE is not set")));
 }
 
 TEST_F(EnvironmentTest, NamesTheMalformedValue) {
   Set("job", "one", "2");
-  EXPECT_THAT(ShmOptionsFromEnvironment(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOOM_RANK='one' is not an integer")));
+  EXPECT_THAT(
+      ShmOptionsFromEnvironment(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOOM_RANK='one' is not an integer")));
   Set("job", "2", "2");
   EXPECT_THAT(ShmOptionsFromEnvironment(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOOM_RANK=2 is outside [0, LOOM_WORLD_SIZE=2)")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("LOOM_RANK=2 is outside [0, LOOM_WORLD_SIZE=2)")));
   Set("job", "0", "0");
   EXPECT_THAT(ShmOptionsFromEnvironment(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOOM_WORLD_SIZE=0 is not in [1, 256]")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("LOOM_WORLD_SIZE=0 is not in [1, 256]")));
   Set("job/../etc", "0", "1");
   EXPECT_THAT(ShmOptionsFromEnvironment(),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -80,38 +83,43 @@ ShmOptions Valid() {
 
 TEST(ConnectShmTransportTest, RejectsBadOptionsBeforeTouchingSharedMemory) {
   ShmOptions options = Valid();
-  for (const std::string& bad : std::vector<std::string>{"", "a.b", "a b", "a/b", std::string(65, 'x')}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"", "a.b", "a b", "a/b", std::string(65, 'x')}) {
     options.job_id = bad;
-    EXPECT_THAT(ConnectShmTransport(options),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job_id='" + bad + "' must match")));
+    EXPECT_THAT(
+        ConnectShmTransport(options),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job_id='" + bad + "' must match")));
   }
   options = Valid();
   options.rank = 2;
   options.size = 2;
-  EXPECT_THAT(ConnectShmTransport(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank=2 is outside [0, size=2)")));
+  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("rank=2 is outside [0, size=2)")));
   options.rank = -1;
-  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank=-1")));
+  EXPECT_THAT(ConnectShmTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank=-1")));
   options = Valid();
   options.size = 257;
-  EXPECT_THAT(ConnectShmTransport(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("size=257 is not in [1, 256]")));
+  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("size=257 is not in [1, 256]")));
   options = Valid();
   options.spin_iterations = -5;
-  EXPECT_THAT(ConnectShmTransport(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("spin_iterations=-5 is negative")));
+  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("spin_iterations=-5 is negative")));
   options = Valid();
   options.eager_bytes = 1 << 20;
   EXPECT_THAT(ConnectShmTransport(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("eager_bytes=1048576 is not in [0, 262144]")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("eager_bytes=1048576 is not in [0, 262144]")));
   options = Valid();
   options.staging_bytes = 4096;
-  EXPECT_THAT(ConnectShmTransport(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("staging_bytes=4096 is not in")));
+  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("staging_bytes=4096 is not in")));
   options = Valid();
   options.connect_timeout = absl::ZeroDuration();
-  EXPECT_THAT(ConnectShmTransport(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("connect_timeout=0 is not positive")));
+  EXPECT_THAT(
+      ConnectShmTransport(options),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("connect_timeout=0 is not positive")));
 }
 
 TEST(ShmSegmentsTest, PrefixFollowsTheConvention) {

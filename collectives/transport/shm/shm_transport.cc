@@ -36,8 +36,8 @@ bool IsValidJobId(absl::string_view job_id) {
 
 absl::Status CheckJobId(absl::string_view job_id, absl::string_view what) {
   if (IsValidJobId(job_id)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(what, "='", job_id, "' must match [A-Za-z0-9_-]{1,64} (it names /dev/shm/loom.<job_id>.*)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, "='", job_id, "' must match [A-Za-z0-9_-]{1,64} (it names /dev/shm/loom.<job_id>.*)"));
 }
 
 absl::Status ValidateOptions(const ShmOptions& options) {
@@ -51,19 +51,21 @@ absl::Status ValidateOptions(const ShmOptions& options) {
         absl::StrCat("rank=", options.rank, " is outside [0, size=", options.size, ")"));
   }
   if (options.connect_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("connect_timeout=", absl::FormatDuration(options.connect_timeout), " is not positive"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "connect_timeout=", absl::FormatDuration(options.connect_timeout), " is not positive"));
   }
   if (options.spin_iterations < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spin_iterations=", options.spin_iterations, " is negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spin_iterations=", options.spin_iterations, " is negative"));
   }
   if (options.eager_bytes > kMaxEagerBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("eager_bytes=", options.eager_bytes, " is not in [0, ", kMaxEagerBytes, "]"));
   }
   if (options.staging_bytes < kMinStagingBytes || options.staging_bytes > kMaxStagingBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("staging_bytes=", options.staging_bytes, " is not in [",
-                                                   kMinStagingBytes, ", ", kMaxStagingBytes, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("staging_bytes=", options.staging_bytes,
+                                                   " is not in [", kMinStagingBytes, ", ",
+                                                   kMaxStagingBytes, "]"));
   }
   switch (options.copy_mode) {
     case ShmOptions::CopyMode::kAuto:
@@ -112,12 +114,12 @@ absl::StatusOr<ShmOptions> ShmOptionsFromEnvironment() {
   LOOM_ASSIGN_OR_RETURN(options.size, IntFromEnvironment("LOOM_WORLD_SIZE"));
   LOOM_ASSIGN_OR_RETURN(options.rank, IntFromEnvironment("LOOM_RANK"));
   if (options.size < 1 || options.size > shm_internal::kMaxWorldSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LOOM_WORLD_SIZE=", options.size, " is not in [1, ", shm_internal::kMaxWorldSize, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LOOM_WORLD_SIZE=", options.size, " is not in [1, ", shm_internal::kMaxWorldSize, "]"));
   }
   if (options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LOOM_RANK=", options.rank, " is outside [0, LOOM_WORLD_SIZE=", options.size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LOOM_RANK=", options.rank, " is outside [0, LOOM_WORLD_SIZE=", options.size, ")"));
   }
   return options;
 }
@@ -138,7 +140,9 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectShmTransport(const ShmOptions&
       std::make_unique<shm_internal::ShmEndpoint>(std::move(group), options.spin_iterations));
 }
 
-std::string ShmSegmentPrefix(absl::string_view job_id) { return shm_internal::SegmentPrefix(job_id); }
+std::string ShmSegmentPrefix(absl::string_view job_id) {
+  return shm_internal::SegmentPrefix(job_id);
+}
 
 absl::Status RemoveShmSegments(absl::string_view job_id) {
   LOOM_RETURN_IF_ERROR(CheckJobId(job_id, "job_id"));

@@ -14,10 +14,10 @@
 // Failure: a rank that aborts or dies (kill -9 included) fails every peer request
 // that involves it with Unavailable naming it, within milliseconds. A rank that
 // closes its endpoint normally is no failure, as with inproc: requests still waiting
-// for it run into their deadline. The segments (/dev/shm/loom.<job_id>.*) are unlinked as soon as every
-// rank has mapped them, so nothing is left behind after connect, crash or not; a
-// crash during connect leaves a segment that the next job with the same id replaces,
-// and RemoveShmSegments clears.
+// for it run into their deadline. The segments (/dev/shm/loom.<job_id>.*) are unlinked as soon as
+// every rank has mapped them, so nothing is left behind after connect, crash or not; a crash during
+// connect leaves a segment that the next job with the same id replaces, and RemoveShmSegments
+// clears.
 //
 // Example (in each of the N processes of a job started by //tools:launch):
 //   LOOM_ASSIGN_OR_RETURN(ShmOptions options, ShmOptionsFromEnvironment());

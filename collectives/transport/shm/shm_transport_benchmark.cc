@@ -29,7 +29,8 @@ enum class Pattern { kPingPong, kExchange };
 absl::Time Deadline() { return absl::Now() + absl::Seconds(60); }
 
 // One step of `pattern` on rank `rank` of two.
-absl::Status Step(Transport& t, Pattern pattern, std::vector<std::byte>& out, std::vector<std::byte>& in) {
+absl::Status Step(Transport& t, Pattern pattern, std::vector<std::byte>& out,
+                  std::vector<std::byte>& in) {
   const int peer = 1 - t.rank();
   if (pattern == Pattern::kExchange || t.rank() == 0) {
     LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, 0, AsWritableBytes(in)));
@@ -58,7 +59,8 @@ void BM_Shm(benchmark::State& state, ShmOptions::CopyMode mode, Pattern pattern)
     std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
     absl::StatusOr<std::unique_ptr<Transport>> peer = ConnectShmTransport(options);
     absl::Status status = peer.status();
-    for (int64_t i = 0; status.ok() && i <= iterations; ++i) status = Step(**peer, pattern, out, in);
+    for (int64_t i = 0; status.ok() && i <= iterations; ++i)
+      status = Step(**peer, pattern, out, in);
     _exit(status.ok() ? 0 : 1);
   }
   options.rank = 0;
@@ -81,16 +83,21 @@ void BM_Shm(benchmark::State& state, ShmOptions::CopyMode mode, Pattern pattern)
 }
 
 void Sizes(benchmark::internal::Benchmark* benchmark) {
-  for (int64_t bytes : {8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}) {
+  for (int64_t bytes :
+       {8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20}) {
     benchmark->Arg(bytes);
   }
   benchmark->UseRealTime();
 }
 
-BENCHMARK_CAPTURE(BM_Shm, PingPongCma, ShmOptions::CopyMode::kCma, Pattern::kPingPong)->Apply(Sizes);
-BENCHMARK_CAPTURE(BM_Shm, PingPongStaged, ShmOptions::CopyMode::kStaged, Pattern::kPingPong)->Apply(Sizes);
-BENCHMARK_CAPTURE(BM_Shm, ExchangeCma, ShmOptions::CopyMode::kCma, Pattern::kExchange)->Apply(Sizes);
-BENCHMARK_CAPTURE(BM_Shm, ExchangeStaged, ShmOptions::CopyMode::kStaged, Pattern::kExchange)->Apply(Sizes);
+BENCHMARK_CAPTURE(BM_Shm, PingPongCma, ShmOptions::CopyMode::kCma, Pattern::kPingPong)
+    ->Apply(Sizes);
+BENCHMARK_CAPTURE(BM_Shm, PingPongStaged, ShmOptions::CopyMode::kStaged, Pattern::kPingPong)
+    ->Apply(Sizes);
+BENCHMARK_CAPTURE(BM_Shm, ExchangeCma, ShmOptions::CopyMode::kCma, Pattern::kExchange)
+    ->Apply(Sizes);
+BENCHMARK_CAPTURE(BM_Shm, ExchangeStaged, ShmOptions::CopyMode::kStaged, Pattern::kExchange)
+    ->Apply(Sizes);
 
 }  // namespace
 }  // namespace loom

@@ -17,7 +17,8 @@ void AllowCmaFromAnyProcess() {
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 }
 
-absl::Status ReadFromProcess(pid_t pid, uint64_t remote_address, absl::Span<std::byte> destination) {
+absl::Status ReadFromProcess(pid_t pid, uint64_t remote_address,
+                             absl::Span<std::byte> destination) {
   size_t done = 0;
   while (done < destination.size()) {
     iovec local{destination.data() + done, destination.size() - done};

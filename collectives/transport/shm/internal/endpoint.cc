@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -48,7 +48,7 @@ int UsableCpus() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-bool AllFinished(const std::vector<Operation*>& ops) {
+bool AllFinished(absl::Span<Operation* const> ops) {
   for (const Operation* op : ops) {
     if (op != nullptr && !op->finished()) return false;
   }
@@ -147,22 +147,23 @@ absl::StatusOr<Request> ShmEndpoint::Recv(int peer, Tag tag, absl::Span<std::byt
 }
 
 absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
-  // nullptr marks a request that is unknown or named twice.
-  std::vector<Operation*> ops;
-  ops.reserve(requests.size());
-  absl::flat_hash_set<uint64_t> seen;
+  // nullptr marks a request that is unknown or named twice. Inline storage: a
+  // Wait is on the latency path of every small message.
+  absl::InlinedVector<Operation*, 16> ops;
   for (const Request& request : requests) {
     auto it = requests_.find(request.id);
-    const bool fresh = seen.insert(request.id).second;
-    ops.push_back(it != requests_.end() && fresh ? it->second.get() : nullptr);
+    Operation* op = it != requests_.end() ? it->second.get() : nullptr;
+    if (op != nullptr && op->named_by_wait) op = nullptr;  // Named twice.
+    if (op != nullptr) op->named_by_wait = true;           // Erased below, so never reset.
+    ops.push_back(op);
   }
   WaitUntilFinished(ops, deadline);
   absl::Status first_error;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (ops[i] == nullptr) {
       if (first_error.ok()) {
-        first_error = absl::NotFoundError(absl::StrCat("shm rank ", rank_, ": request ", requests[i].id,
-                                                       " is unknown or already waited"));
+        first_error = absl::NotFoundError(absl::StrCat(
+            "shm rank ", rank_, ": request ", requests[i].id, " is unknown or already waited"));
       }
       continue;
     }
@@ -172,7 +173,7 @@ absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time de
   return first_error;
 }
 
-void ShmEndpoint::WaitUntilFinished(const std::vector<Operation*>& ops, absl::Time deadline) {
+void ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline) {
   int idle_polls = 0;
   uint32_t polls = 0;
   absl::Time next_peer_check = absl::Now() + kPeerCheckInterval;
@@ -219,7 +220,7 @@ bool ShmEndpoint::Progress() {
   return changed;
 }
 
-void ShmEndpoint::Block(const std::vector<Operation*>& ops, absl::Time until) {
+void ShmEndpoint::Block(absl::Span<Operation* const> ops, absl::Time until) {
   Sleeper sleeper(self_header_);
   const uint32_t ticket = sleeper.Prepare();
   // The re-check after announcing the sleep: anything published before a producer
@@ -249,14 +250,18 @@ void ShmEndpoint::CheckPeers() {
     PeerLink& link = links_[peer];
     if (peer == rank_ || !link.failure.ok()) continue;
     if (link.header->aborted.load(std::memory_order_acquire) != 0) {
-      FailPeer(peer, absl::UnavailableError(absl::StrCat("shm rank ", peer, " aborted: ", ReadMessage(link.header->abort_message))),
+      FailPeer(peer,
+               absl::UnavailableError(absl::StrCat(
+                   "shm rank ", peer, " aborted: ", ReadMessage(link.header->abort_message))),
                /*dead=*/false);
       continue;
     }
-    switch (ProbeLiveness(&link.header->liveness, link.header->died)) {
+    switch (ProbeLiveness(&link.header->liveness)) {
       case Liveness::kDied:
-        FailPeer(peer, absl::UnavailableError(absl::StrCat("shm rank ", peer, " (pid ", link.pid, ") died")),
-                 /*dead=*/true);
+        FailPeer(
+            peer,
+            absl::UnavailableError(absl::StrCat("shm rank ", peer, " (pid ", link.pid, ") died")),
+            /*dead=*/true);
         break;
       case Liveness::kHeld:
       case Liveness::kReleased:
@@ -296,17 +301,18 @@ void ShmEndpoint::HandleAbort() {
   RingPeersWithNews();
 }
 
-void ShmEndpoint::CancelUnfinished(const std::vector<Operation*>& ops, absl::Time deadline) {
+void ShmEndpoint::CancelUnfinished(absl::Span<Operation* const> ops, absl::Time deadline) {
   for (Operation* op : ops) {
     if (op == nullptr || op->finished()) continue;
     std::string detail;
     if (op->stage == Operation::Stage::kStreaming) {
-      detail = absl::StrCat("; rank ", op->peer, " matched it, but only ", op->streamed, " of ", op->bytes,
-                            " bytes moved");
+      detail = absl::StrCat("; rank ", op->peer, " matched it, but only ", op->streamed, " of ",
+                            op->bytes, " bytes moved");
     } else {
       detail = absl::StrCat("; rank ", op->peer, " never matched it");
     }
-    if (op->peer != rank_ && links_[op->peer].header->departed.load(std::memory_order_acquire) != 0) {
+    if (op->peer != rank_ &&
+        links_[op->peer].header->departed.load(std::memory_order_acquire) != 0) {
       absl::StrAppend(&detail, " (it closed its endpoint)");
     }
     const absl::Status status = absl::DeadlineExceededError(

@@ -47,15 +47,15 @@ class ShmEndpoint final : public Transport {
  private:
   absl::Status CheckPostable(int peer);
   Request Remember(std::unique_ptr<Operation> op);
-  void WaitUntilFinished(const std::vector<Operation*>& ops, absl::Time deadline);
+  void WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline);
   // Progress runs one pass over every live peer; true if anything changed.
   bool Progress();
-  void Block(const std::vector<Operation*>& ops, absl::Time until);
+  void Block(absl::Span<Operation* const> ops, absl::Time until);
   void RingPeersWithNews();
   void CheckPeers();
   void FailPeer(int peer, const absl::Status& status, bool dead);
   void HandleAbort();
-  void CancelUnfinished(const std::vector<Operation*>& ops, absl::Time deadline);
+  void CancelUnfinished(absl::Span<Operation* const> ops, absl::Time deadline);
 
   ConnectedGroup group_;
   const int rank_;

@@ -39,18 +39,17 @@ bool Inbox::MatchFresh() {
   // receive takes from them first; with none there, it waits behind older receives
   // of its tag (which then have no unexpected message either).
   for (Operation* op : fresh_) {
-    auto it = unexpected_.find(op->tag);
     bool matched = false;
-    if (it != unexpected_.end()) {
-      std::deque<Unexpected>& queue = it->second;
-      while (!matched && !queue.empty()) {
-        const Unexpected message = std::move(queue.front());
-        queue.pop_front();
-        matched = Match(op, message.descriptor, message.payload.data());
+    for (auto it = unexpected_.begin(); !matched && it != unexpected_.end();) {
+      if (it->descriptor.tag != op->tag) {
+        ++it;
+        continue;
       }
-      if (queue.empty()) unexpected_.erase(it);
+      // Matched or withdrawn by its sender: either way the message is used up.
+      matched = Match(op, it->descriptor, it->payload.data());
+      it = unexpected_.erase(it);
     }
-    if (!matched) posted_[op->tag].push_back(op);
+    if (!matched) posted_.push_back(op);
   }
   fresh_.clear();
   return true;
@@ -75,19 +74,17 @@ bool Inbox::Progress() {
 }
 
 void Inbox::Deliver(const CellHeader& descriptor, const std::byte* payload) {
-  auto it = posted_.find(descriptor.tag);
-  if (it != posted_.end()) {
-    std::deque<Operation*>& queue = it->second;
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if ((*it)->tag != descriptor.tag) continue;
     // A withdrawn message is dropped and the receive stays posted for the next one.
-    if (Match(queue.front(), descriptor, payload)) {
-      queue.pop_front();
-      if (queue.empty()) posted_.erase(it);
-    }
+    if (Match(*it, descriptor, payload)) posted_.erase(it);
     return;
   }
   Unexpected message{descriptor, {}};
-  if (descriptor.kind == PayloadKind::kEager) message.payload.assign(payload, payload + descriptor.bytes);
-  unexpected_[descriptor.tag].push_back(std::move(message));
+  if (descriptor.kind == PayloadKind::kEager) {
+    message.payload.assign(payload, payload + descriptor.bytes);
+  }
+  unexpected_.push_back(std::move(message));
 }
 
 bool Inbox::Match(Operation* op, const CellHeader& descriptor, const std::byte* payload) {
@@ -111,22 +108,30 @@ bool Inbox::Match(Operation* op, const CellHeader& descriptor, const std::byte* 
       if (!Claim(slot, descriptor, SlotState::kCopying)) return false;
       absl::Status copied;
       if (descriptor.kind == PayloadKind::kDirect) {
-        std::memcpy(op->recv_data, reinterpret_cast<const std::byte*>(descriptor.address), op->bytes);
+        std::memcpy(op->recv_data, reinterpret_cast<const std::byte*>(descriptor.address),
+                    op->bytes);
       } else {
-        copied = ReadFromProcess(peer_.pid, descriptor.address, absl::MakeSpan(op->recv_data, op->bytes));
+        copied = ReadFromProcess(peer_.pid, descriptor.address,
+                                 absl::MakeSpan(op->recv_data, op->bytes));
       }
       uint64_t copying = PackSlot(descriptor.generation, SlotState::kCopying);
       if (!copied.ok()) {
-        slot.receiver_bytes.store(static_cast<uint64_t>(GiveUpReason::kCopyFailed), std::memory_order_relaxed);
-        slot.word.compare_exchange_strong(copying, PackSlot(descriptor.generation, SlotState::kReceiverCancelled),
-                                          std::memory_order_acq_rel);
-        const bool died = copied.code() == absl::StatusCode::kUnavailable || !ProcessAlive(peer_.pid);
-        op->Finish(died ? absl::UnavailableError(absl::StrCat("shm rank ", peer_.rank, " (pid ", peer_.pid,
-                                                              ") died: ", copied.message()))
-                        : absl::Status(copied.code(), absl::StrCat("shm rank ", op->self, ": ", op->Describe(),
-                                                                   ": ", copied.message())));
-      } else if (!slot.word.compare_exchange_strong(copying, PackSlot(descriptor.generation, SlotState::kDone),
-                                                    std::memory_order_acq_rel)) {
+        slot.receiver_bytes.store(static_cast<uint64_t>(GiveUpReason::kCopyFailed),
+                                  std::memory_order_relaxed);
+        slot.word.compare_exchange_strong(
+            copying, PackSlot(descriptor.generation, SlotState::kReceiverCancelled),
+            std::memory_order_acq_rel);
+        const bool died =
+            copied.code() == absl::StatusCode::kUnavailable || !ProcessAlive(peer_.pid);
+        op->Finish(
+            died ? absl::UnavailableError(absl::StrCat("shm rank ", peer_.rank, " (pid ", peer_.pid,
+                                                       ") died: ", copied.message()))
+                 : absl::Status(copied.code(),
+                                absl::StrCat("shm rank ", op->self, ": ", op->Describe(), ": ",
+                                             copied.message())));
+      } else if (!slot.word.compare_exchange_strong(
+                     copying, PackSlot(descriptor.generation, SlotState::kDone),
+                     std::memory_order_acq_rel)) {
         // The sender stopped waiting mid-copy; what arrived may be torn.
         op->Finish(absl::DeadlineExceededError(
             absl::StrCat("shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank,
@@ -145,8 +150,8 @@ bool Inbox::Match(Operation* op, const CellHeader& descriptor, const std::byte* 
       streaming_[descriptor.slot] = op;
       break;
     default:
-      op->Finish(absl::InternalError(absl::StrCat("shm rank ", op->self, ": descriptor from rank ", peer_.rank,
-                                                  " has unknown payload kind ",
+      op->Finish(absl::InternalError(absl::StrCat("shm rank ", op->self, ": descriptor from rank ",
+                                                  peer_.rank, " has unknown payload kind ",
                                                   static_cast<uint32_t>(descriptor.kind))));
       break;
   }
@@ -165,7 +170,8 @@ bool Inbox::DrainChunks() {
     if (it != streaming_.end() && it->second->generation == chunk->generation) {
       Operation* op = it->second;
       if (chunk->offset + chunk->bytes <= op->bytes) {
-        std::memcpy(op->recv_data + chunk->offset, channel.chunk_payload(chunk_tail_), chunk->bytes);
+        std::memcpy(op->recv_data + chunk->offset, channel.chunk_payload(chunk_tail_),
+                    chunk->bytes);
       }
       op->streamed += chunk->bytes;
       if (op->streamed >= op->bytes) {
@@ -174,9 +180,9 @@ bool Inbox::DrainChunks() {
                 streaming, PackSlot(op->generation, SlotState::kDone), std::memory_order_acq_rel)) {
           op->Finish(absl::OkStatus());
         } else {
-          op->Finish(absl::DeadlineExceededError(absl::StrCat(
-              "shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank,
-              " withdrew the send as its last bytes arrived")));
+          op->Finish(absl::DeadlineExceededError(
+              absl::StrCat("shm rank ", op->self, ": ", op->Describe(), " failed: rank ",
+                           peer_.rank, " withdrew the send as its last bytes arrived")));
         }
         streaming_.erase(it);
       }
@@ -198,8 +204,8 @@ bool Inbox::WatchStreams() {
       continue;
     }
     op->Finish(absl::DeadlineExceededError(absl::StrCat(
-        "shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank, " withdrew the send after ",
-        op->streamed, " of ", op->bytes, " bytes arrived")));
+        "shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank,
+        " withdrew the send after ", op->streamed, " of ", op->bytes, " bytes arrived")));
     streaming_.erase(it++);
     changed = true;
   }
@@ -211,17 +217,8 @@ void Inbox::Cancel(Operation* op, const absl::Status& status, GiveUpReason reaso
   if (op->stage == Operation::Stage::kQueued) {
     auto fresh = std::find(fresh_.begin(), fresh_.end(), op);
     if (fresh != fresh_.end()) fresh_.erase(fresh);
-    auto it = posted_.find(op->tag);
-    if (it != posted_.end()) {
-      std::deque<Operation*>& queue = it->second;
-      for (auto entry = queue.begin(); entry != queue.end(); ++entry) {
-        if (*entry == op) {
-          queue.erase(entry);
-          break;
-        }
-      }
-      if (queue.empty()) posted_.erase(it);
-    }
+    auto posted = std::find(posted_.begin(), posted_.end(), op);
+    if (posted != posted_.end()) posted_.erase(posted);
     op->Finish(status);
     return;
   }
@@ -230,7 +227,8 @@ void Inbox::Cancel(Operation* op, const absl::Status& status, GiveUpReason reaso
   SendSlot& slot = peer_.incoming.slots[op->slot];
   slot.receiver_bytes.store(static_cast<uint64_t>(reason), std::memory_order_relaxed);
   uint64_t streaming = PackSlot(op->generation, SlotState::kStreaming);
-  slot.word.compare_exchange_strong(streaming, PackSlot(op->generation, SlotState::kReceiverCancelled),
+  slot.word.compare_exchange_strong(streaming,
+                                    PackSlot(op->generation, SlotState::kReceiverCancelled),
                                     std::memory_order_acq_rel);
   streaming_.erase(op->slot);
   op->Finish(status);
@@ -239,7 +237,7 @@ void Inbox::Cancel(Operation* op, const absl::Status& status, GiveUpReason reaso
 
 void Inbox::CancelAll(const absl::Status& status, GiveUpReason reason) {
   std::vector<Operation*> ops = fresh_;
-  for (const auto& [tag, queue] : posted_) ops.insert(ops.end(), queue.begin(), queue.end());
+  ops.insert(ops.end(), posted_.begin(), posted_.end());
   for (const auto& [slot, op] : streaming_) ops.push_back(op);
   for (Operation* op : ops) Cancel(op, status, reason);
   unexpected_.clear();

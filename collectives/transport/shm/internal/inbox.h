@@ -67,8 +67,11 @@ class Inbox {
   uint64_t cell_tail_ = 0;
   uint64_t chunk_tail_ = 0;
   std::vector<Operation*> fresh_;  // Posted since the last Progress, in order.
-  absl::flat_hash_map<Tag, std::deque<Operation*>> posted_;
-  absl::flat_hash_map<Tag, std::deque<Unexpected>> unexpected_;
+  // Unmatched receives and messages, each in arrival order; matching takes the first
+  // of the tag. Linear scans, because a pair rarely has more than a few outstanding,
+  // and per-tag queues would allocate and free one for every step of an algorithm.
+  std::deque<Operation*> posted_;
+  std::deque<Unexpected> unexpected_;
   absl::flat_hash_map<uint32_t, Operation*> streaming_;  // By slot.
 };
 

@@ -22,7 +22,8 @@ SegmentLayout::SegmentLayout(int world_size, size_t eager_bytes, size_t staging_
       chunk_bytes_(staging_bytes / kChunksPerChannel / kCacheLineBytes * kCacheLineBytes),
       chunk_stride_(sizeof(ChunkHeader) + chunk_bytes_),
       header_bytes_(RoundUp(sizeof(RankHeader), kPageBytes)),
-      core_bytes_(RoundUp(kControlBytes + kSlotBytes + kCellsPerChannel * cell_stride_, kPageBytes)),
+      core_bytes_(
+          RoundUp(kControlBytes + kSlotBytes + kCellsPerChannel * cell_stride_, kPageBytes)),
       channel_bytes_(core_bytes_ + RoundUp(kChunksPerChannel * chunk_stride_, kPageBytes)) {}
 
 std::vector<ByteRange> SegmentLayout::CoreRanges() const {

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-
 #include "collectives/transport/transport.h"
 
 namespace loom {
@@ -28,7 +27,7 @@ namespace shm_internal {
 // "LOOMSHM1", little-endian; written last when a segment is ready.
 inline constexpr uint64_t kSegmentMagic = 0x314d48534d4f4f4cULL;
 // Bumped whenever anything below changes, so that mismatched builds refuse to talk.
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr int kMaxWorldSize = 256;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
@@ -64,10 +63,9 @@ struct RankHeader {
   uint64_t probe_cookie;
 
   // Held (by a thread of this rank that lives as long as the endpoint) from setup
-  // until the endpoint closes; robust, so peers learn of a crash from EOWNERDEAD.
+  // until the endpoint closes; robust, so that the kernel marks it when the process
+  // dies (see liveness.h).
   alignas(kCacheLineBytes) pthread_mutex_t liveness;
-  // Raised by the first peer that finds the liveness mutex owner-dead.
-  std::atomic<uint32_t> died;
 
   alignas(kCacheLineBytes) std::atomic<uint32_t> phase;  // ConnectPhase.
   std::atomic<uint32_t> attach_count;  // Ranks (this one included) that mapped the segment.

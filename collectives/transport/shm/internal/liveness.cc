@@ -1,6 +1,7 @@
 #include "collectives/transport/shm/internal/liveness.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -74,26 +75,16 @@ LivenessHolder::~LivenessHolder() {
   thread_.join();
 }
 
-Liveness ProbeLiveness(pthread_mutex_t* mutex, std::atomic<uint32_t>& died) {
-  if (died.load(std::memory_order_acquire) != 0) return Liveness::kDied;
-  switch (pthread_mutex_trylock(mutex)) {
-    case 0:
-      pthread_mutex_unlock(mutex);
-      return died.load(std::memory_order_acquire) != 0 ? Liveness::kDied : Liveness::kReleased;
-    case EOWNERDEAD:
-      // Raise the flag before the mutex is free again, then hand the mutex back in a
-      // clean state, so that a prober that dies right here does not lose the news:
-      // the kernel reports its death on this mutex in turn.
-      died.store(1, std::memory_order_release);
-      pthread_mutex_consistent(mutex);
-      pthread_mutex_unlock(mutex);
-      return Liveness::kDied;
-    case ENOTRECOVERABLE:
-      died.store(1, std::memory_order_release);
-      return Liveness::kDied;
-    default:  // EBUSY: held by its live owner (or, for a moment, by another prober).
-      return Liveness::kHeld;
-  }
+Liveness ProbeLiveness(const pthread_mutex_t* mutex) {
+#ifndef __GLIBC__
+#error "ProbeLiveness reads glibc's pthread_mutex_t futex word (__data.__lock)"
+#endif
+  // The futex word holds the owner's thread id; the kernel's robust-list walk at the
+  // owner's death replaces it with FUTEX_OWNER_DIED, which no one here ever clears.
+  const int word = __atomic_load_n(&mutex->__data.__lock, __ATOMIC_ACQUIRE);
+  if ((word & FUTEX_OWNER_DIED) != 0) return Liveness::kDied;
+  if ((word & FUTEX_TID_MASK) != 0) return Liveness::kHeld;
+  return Liveness::kReleased;
 }
 
 bool ProcessAlive(pid_t pid) {

@@ -1,16 +1,15 @@
 // Liveness: how ranks learn that a peer process is gone, zombies included. Each rank
 // holds a process-shared robust mutex in its segment for as long as its endpoint is
-// open. When the process dies (kill -9 included) the kernel marks the mutex
-// owner-dead while tearing the process down, before it is a zombie, so a peer's
-// pthread_mutex_trylock reports EOWNERDEAD. The check costs one failed
-// compare-and-swap, no system call, while the owner lives.
+// open. When the process dies (kill -9 included) the kernel, tearing it down and
+// before it is even a zombie, sets FUTEX_OWNER_DIED in the mutex's futex word. Peers
+// only read that word, never lock the mutex: a prober holding it, even for a moment,
+// would look like a live owner to the other probers. A probe is one load.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_LIVENESS_H_
 #define LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_LIVENESS_H_
 
 #include <pthread.h>
 #include <sys/types.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -59,11 +58,7 @@ enum class Liveness {
 };
 
 // ProbeLiveness tells whether the owner of a peer's liveness mutex still holds it.
-// `died` is a flag next to the mutex in shared memory: the first prober to find the
-// owner dead (EOWNERDEAD) raises it, and later probes, by any rank, read it. The
-// mutex itself cannot carry the news: glibc leaves an unrecoverable robust mutex
-// locked by whoever probed it first, so it would look held ever after.
-Liveness ProbeLiveness(pthread_mutex_t* mutex, std::atomic<uint32_t>& died);
+Liveness ProbeLiveness(const pthread_mutex_t* mutex);
 
 // ProcessAlive is false when `pid` does not exist or is a zombie.
 bool ProcessAlive(pid_t pid);

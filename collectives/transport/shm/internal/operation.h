@@ -38,7 +38,8 @@ struct Operation {
   PayloadKind kind = PayloadKind::kEager;
   uint32_t slot = 0;
   uint32_t generation = 0;
-  size_t streamed = 0;  // Staged: bytes pushed (send) or arrived (receive).
+  size_t streamed = 0;         // Staged: bytes pushed (send) or arrived (receive).
+  bool named_by_wait = false;  // Set while a Wait holds it, to catch a request named twice.
   absl::Status status;
 
   bool finished() const { return stage == Stage::kFinished; }
@@ -60,9 +61,9 @@ enum class GiveUpReason : uint64_t { kDeadline = 1, kCopyFailed = 2, kAborted = 
 struct PeerLink {
   int rank = 0;
   pid_t pid = 0;
-  RankHeader* header = nullptr;  // In the peer's segment.
-  ChannelView outgoing;          // This rank -> peer, in the peer's segment.
-  ChannelView incoming;          // Peer -> this rank, in this rank's segment.
+  RankHeader* header = nullptr;                   // In the peer's segment.
+  ChannelView outgoing;                           // This rank -> peer, in the peer's segment.
+  ChannelView incoming;                           // Peer -> this rank, in this rank's segment.
   PayloadKind large_kind = PayloadKind::kStaged;  // For sends above eager_bytes.
   // Set when something the peer may be waiting for changed; the endpoint then rings it.
   bool news = false;
@@ -74,9 +75,9 @@ struct PeerLink {
 // MismatchError is what both sides of a size mismatch report.
 inline absl::Status MismatchError(int source, int destination, Tag tag, uint64_t send_bytes,
                                   uint64_t receive_bytes) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "rank ", source, " sent ", send_bytes, " bytes with tag ", tag, " to rank ", destination,
-      ", which posted a receive of ", receive_bytes, " bytes"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("rank ", source, " sent ", send_bytes, " bytes with tag ", tag, " to rank ",
+                   destination, ", which posted a receive of ", receive_bytes, " bytes"));
 }
 
 }  // namespace shm_internal

@@ -102,9 +102,9 @@ bool Outbox::Collect(Operation* op) {
   const SendSlot& slot = peer_.outgoing.slots[op->slot];
   const uint64_t word = slot.word.load(std::memory_order_acquire);
   if (GenerationOf(word) != op->generation) {
-    op->Finish(absl::InternalError(absl::StrCat(
-        "shm rank ", op->self, ": slot ", op->slot, " of ", op->Describe(), " holds generation ",
-        GenerationOf(word), ", expected ", op->generation)));
+    op->Finish(absl::InternalError(
+        absl::StrCat("shm rank ", op->self, ": slot ", op->slot, " of ", op->Describe(),
+                     " holds generation ", GenerationOf(word), ", expected ", op->generation)));
     Erase(streams_, op);
     return true;
   }
@@ -125,9 +125,11 @@ bool Outbox::Collect(Operation* op) {
                                slot.receiver_bytes.load(std::memory_order_relaxed)));
       return true;
     case SlotState::kReceiverCancelled: {
-      const auto reason = static_cast<GiveUpReason>(slot.receiver_bytes.load(std::memory_order_relaxed));
-      const std::string what = absl::StrCat("shm rank ", op->self, ": ", op->Describe(), " failed: rank ",
-                                            op->peer, " gave up on the matched receive");
+      const auto reason =
+          static_cast<GiveUpReason>(slot.receiver_bytes.load(std::memory_order_relaxed));
+      const std::string what =
+          absl::StrCat("shm rank ", op->self, ": ", op->Describe(), " failed: rank ", op->peer,
+                       " gave up on the matched receive");
       if (reason == GiveUpReason::kAborted) {
         op->Finish(absl::UnavailableError(absl::StrCat(what, " (it aborted)")));
       } else if (reason == GiveUpReason::kCopyFailed) {
@@ -144,7 +146,8 @@ bool Outbox::Collect(Operation* op) {
       break;
   }
   op->Finish(absl::InternalError(absl::StrCat("shm rank ", op->self, ": slot of ", op->Describe(),
-                                              " is in sender-only state ", static_cast<uint32_t>(StateOf(word)))));
+                                              " is in sender-only state ",
+                                              static_cast<uint32_t>(StateOf(word)))));
   Erase(streams_, op);
   return true;
 }
@@ -194,7 +197,7 @@ bool Outbox::WaitWhileCopying(Operation* op) {
     uint64_t word = slot.word.load(std::memory_order_acquire);
     if (StateOf(word) != SlotState::kCopying || GenerationOf(word) != op->generation) return true;
     // A dead receiver reads nothing more.
-    if (peer_.dead || ProbeLiveness(&peer_.header->liveness, peer_.header->died) == Liveness::kDied) return false;
+    if (peer_.dead || ProbeLiveness(&peer_.header->liveness) == Liveness::kDied) return false;
     if (absl::Now() >= give_up &&
         slot.word.compare_exchange_strong(word, PackSlot(op->generation, SlotState::kAbandoned),
                                           std::memory_order_acq_rel)) {
@@ -220,7 +223,8 @@ void Outbox::Cancel(Operation* op, const absl::Status& status) {
         (state == SlotState::kPosted || state == SlotState::kStreaming)) {
       // Wins against the receiver's claim (kPosted -> kCopying / kStreaming / kDone)
       // or completion (kStreaming -> kDone); whoever swaps first decides.
-      if (slot.word.compare_exchange_strong(word, PackSlot(op->generation, SlotState::kSenderCancelled),
+      if (slot.word.compare_exchange_strong(word,
+                                            PackSlot(op->generation, SlotState::kSenderCancelled),
                                             std::memory_order_acq_rel)) {
         op->Finish(status);
         peer_.news = true;

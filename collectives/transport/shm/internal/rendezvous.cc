@@ -49,14 +49,15 @@ class Connector {
 
  private:
   std::string Who() const {
-    return absl::StrCat("shm rank ", config_.rank, " of job '", config_.job_id, "' (", config_.world_size,
-                        " ranks)");
+    return absl::StrCat("shm rank ", config_.rank, " of job '", config_.job_id, "' (",
+                        config_.world_size, " ranks)");
   }
   RankHeader& me() const { return group_.header(config_.rank); }
   std::string Self() const { return absl::StrCat("rank ", config_.rank, " (pid ", getpid(), ")"); }
 
   absl::Status CreateOwnSegment();
   absl::Status AttachAll();
+  absl::Status CommitStagingRings();
   absl::Status Adopt(int peer, Mapping mapping);
   // CheckPeers fails if a notice arrived or one of `peers` (attached, and still
   // needed) failed, died or left. Peers that finished connecting are not checked:
@@ -72,6 +73,7 @@ class Connector {
   std::vector<bool> attached_;
   std::string own_name_;
   SegmentId own_id_;
+  FileDescriptor own_fd_;  // Until the staging rings in use are committed.
 };
 
 absl::StatusOr<ConnectedGroup> Connector::Run() {
@@ -80,7 +82,6 @@ absl::StatusOr<ConnectedGroup> Connector::Run() {
   group_.layout = SegmentLayout(world, config_.eager_bytes, config_.staging_bytes);
   group_.segments.resize(world);
   group_.pids.assign(world, 0);
-  group_.pull_from_peer.assign(world, false);
   group_.peer_pulls.assign(world, false);
   attached_.assign(world, false);
   if (config_.cma != CmaPolicy::kNever) AllowCmaFromAnyProcess();
@@ -105,6 +106,7 @@ absl::StatusOr<ConnectedGroup> Connector::Run() {
   };
 
   absl::Status status = AttachAll();
+  if (status.ok()) status = CommitStagingRings();
   if (!status.ok()) return fail(status);
   me().phase.store(static_cast<uint32_t>(ConnectPhase::kAttached), std::memory_order_release);
   status = WaitForPeers(ConnectPhase::kAttached, "finish mapping the group");
@@ -119,7 +121,6 @@ absl::StatusOr<ConnectedGroup> Connector::Run() {
   if (config_.cma != CmaPolicy::kNever) {
     for (int peer = 0; peer < world; ++peer) {
       if (peer == config_.rank) continue;
-      group_.pull_from_peer[peer] = me().cma_readable_from[peer].load(std::memory_order_acquire) != 0;
       group_.peer_pulls[peer] =
           group_.header(peer).cma_readable_from[config_.rank].load(std::memory_order_acquire) != 0;
     }
@@ -131,6 +132,12 @@ absl::Status Connector::CreateOwnSegment() {
   LOOM_ASSIGN_OR_RETURN(CreatedSegment created,
                         CreateSegment(own_name_, group_.layout.segment_bytes(), config_.deadline));
   own_id_ = created.id;
+  own_fd_ = std::move(created.fd);
+  absl::Status committed = Commit(own_fd_, own_name_, group_.layout.CoreRanges());
+  if (!committed.ok()) {
+    UnlinkSegment(own_name_, own_id_).IgnoreError();
+    return committed;
+  }
   group_.segments[config_.rank] = std::move(created.mapping);
   group_.layout.Initialize(group_.segments[config_.rank].base());
   RankHeader& header = me();
@@ -141,13 +148,15 @@ absl::Status Connector::CreateOwnSegment() {
   header.copy_mode = config_.copy_mode;
   header.eager_bytes = config_.eager_bytes;
   header.staging_bytes = config_.staging_bytes;
-  group_.probe_word = std::make_unique<uint64_t>((uint64_t{std::random_device{}()} << 32) | getpid());
+  group_.probe_word =
+      std::make_unique<uint64_t>((uint64_t{std::random_device{}()} << 32) | getpid());
   header.probe_address = reinterpret_cast<uint64_t>(group_.probe_word.get());
   header.probe_cookie = *group_.probe_word;
   group_.pids[config_.rank] = getpid();
   absl::Status status = InitLivenessMutex(&header.liveness);
   if (status.ok()) {
-    absl::StatusOr<std::unique_ptr<LivenessHolder>> holder = LivenessHolder::Start(&header.liveness);
+    absl::StatusOr<std::unique_ptr<LivenessHolder>> holder =
+        LivenessHolder::Start(&header.liveness);
     if (holder.ok()) {
       group_.liveness = *std::move(holder);
     } else {
@@ -186,12 +195,27 @@ absl::Status Connector::AttachAll() {
     LOOM_RETURN_IF_ERROR(CheckPeers(attached));
     if (missing.empty()) return absl::OkStatus();
     if (absl::Now() >= config_.deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(Who(), ": ", RankList(missing), " never arrived by the connect deadline ",
-                       absl::FormatTime(config_.deadline)));
+      return absl::DeadlineExceededError(absl::StrCat(Who(), ": ", RankList(missing),
+                                                      " never arrived by the connect deadline ",
+                                                      absl::FormatTime(config_.deadline)));
     }
     PollPause(pause);
   }
+}
+
+absl::Status Connector::CommitStagingRings() {
+  // The probes are done: the ring from each peer this rank cannot pull from with
+  // CMA will carry that peer's large messages.
+  std::vector<ByteRange> rings;
+  for (int peer = 0; peer < config_.world_size; ++peer) {
+    if (peer == config_.rank) continue;  // Self-sends are one memcpy.
+    const bool pulled = config_.cma != CmaPolicy::kNever &&
+                        me().cma_readable_from[peer].load(std::memory_order_relaxed) != 0;
+    if (!pulled) rings.push_back(group_.layout.StagingRange(peer));
+  }
+  const absl::Status status = Commit(own_fd_, own_name_, rings);
+  own_fd_ = FileDescriptor();
+  return status;
 }
 
 absl::Status Connector::Adopt(int peer, Mapping mapping) {
@@ -214,13 +238,15 @@ absl::Status Connector::Adopt(int peer, Mapping mapping) {
   }
   if (config_.cma != CmaPolicy::kNever) {
     uint64_t value = 0;
-    const absl::Status read = ReadFromProcess(
-        pid, header.probe_address, absl::MakeSpan(reinterpret_cast<std::byte*>(&value), sizeof(value)));
+    const absl::Status read =
+        ReadFromProcess(pid, header.probe_address,
+                        absl::MakeSpan(reinterpret_cast<std::byte*>(&value), sizeof(value)));
     const bool readable = read.ok() && value == header.probe_cookie;
     if (!readable && config_.cma == CmaPolicy::kRequired) {
       return refuse(absl::FailedPreconditionError(absl::StrCat(
-          Who(), ": CopyMode::kCma needs process_vm_readv between the ranks, and reading rank ", peer,
-          " (pid ", pid, ") failed: ", read.ok() ? "it returned a wrong probe value" : read.message(),
+          Who(), ": CopyMode::kCma needs process_vm_readv between the ranks, and reading rank ",
+          peer, " (pid ", pid,
+          ") failed: ", read.ok() ? "it returned a wrong probe value" : read.message(),
           "; use CopyMode::kAuto to fall back to staged copies")));
     }
     me().cma_readable_from[peer].store(readable ? 1 : 0, std::memory_order_relaxed);
@@ -246,15 +272,15 @@ absl::Status Connector::CheckPeers(const std::vector<int>& peers) const {
                           absl::StrCat(Who(), ": rank ", peer, " (pid ", group_.pids[peer],
                                        ") failed: ", ReadMessage(header.abort_message)));
     }
-    switch (ProbeLiveness(&header.liveness, header.died)) {
+    switch (ProbeLiveness(&header.liveness)) {
       case Liveness::kHeld:
         break;
       case Liveness::kDied:
-        return absl::UnavailableError(
-            absl::StrCat(Who(), ": rank ", peer, " (pid ", group_.pids[peer], ") died while connecting"));
+        return absl::UnavailableError(absl::StrCat(Who(), ": rank ", peer, " (pid ",
+                                                   group_.pids[peer], ") died while connecting"));
       case Liveness::kReleased:
-        return absl::UnavailableError(
-            absl::StrCat(Who(), ": rank ", peer, " (pid ", group_.pids[peer], ") left while connecting"));
+        return absl::UnavailableError(absl::StrCat(Who(), ": rank ", peer, " (pid ",
+                                                   group_.pids[peer], ") left while connecting"));
     }
   }
   return absl::OkStatus();
@@ -265,18 +291,19 @@ absl::Status Connector::WaitForPeers(ConnectPhase phase, absl::string_view what)
   while (true) {
     std::vector<int> behind;
     for (int peer = 0; peer < config_.world_size; ++peer) {
-      if (group_.header(peer).phase.load(std::memory_order_acquire) < static_cast<uint32_t>(phase)) {
+      if (group_.header(peer).phase.load(std::memory_order_acquire) <
+          static_cast<uint32_t>(phase)) {
         behind.push_back(peer);
       }
     }
-    const bool all_mapped_me = phase != ConnectPhase::kAttached ||
-                               me().attach_count.load(std::memory_order_acquire) ==
-                                   static_cast<uint32_t>(config_.world_size);
+    const bool all_mapped_me =
+        phase != ConnectPhase::kAttached || me().attach_count.load(std::memory_order_acquire) ==
+                                                static_cast<uint32_t>(config_.world_size);
     if (behind.empty() && all_mapped_me) return absl::OkStatus();
     LOOM_RETURN_IF_ERROR(CheckPeers(behind));
     if (absl::Now() >= config_.deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(Who(), ": ", RankList(behind), " did not ", what,
-                                                      " by the connect deadline ",
+      return absl::DeadlineExceededError(absl::StrCat(Who(), ": ", RankList(behind), " did not ",
+                                                      what, " by the connect deadline ",
                                                       absl::FormatTime(config_.deadline)));
     }
     PollPause(pause);

@@ -49,8 +49,6 @@ struct ConnectedGroup {
   SegmentLayout layout{1, 0, 0};
   std::vector<Mapping> segments;  // By rank, this rank's included.
   std::vector<pid_t> pids;
-  // pull_from_peer[p]: this rank reads rank p's large sends with CMA.
-  std::vector<bool> pull_from_peer;
   // peer_pulls[p]: rank p reads this rank's large sends with CMA.
   std::vector<bool> peer_pulls;
   // The word peers read to probe CMA; it must outlive their probes.

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,21 +32,6 @@ absl::Status ErrnoError(absl::string_view call, int error) {
 }
 
 std::string PathOf(const std::string& name) { return absl::StrCat(kShmDirectory, name); }
-
-// FileDescriptor closes its descriptor when it goes out of scope.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 absl::StatusOr<Mapping> MapShared(int fd, size_t bytes, const std::string& name) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -79,26 +65,45 @@ absl::StatusOr<Leftover> InspectLeftover(const std::string& name) {
     if (!mapping.ok()) return mapping.status();
     RankHeader* header = static_cast<RankHeader*>(mapping->base());
     leftover.pid = header->pid.load(std::memory_order_acquire);
-    if (header->magic.load(std::memory_order_acquire) == kSegmentMagic &&
-        header->layout_version == kLayoutVersion) {
-      leftover.kind = ProbeLiveness(&header->liveness, header->died) == Liveness::kHeld ? LeftoverKind::kLive
-                                                                           : LeftoverKind::kStale;
+    const bool ready = header->magic.load(std::memory_order_acquire) == kSegmentMagic;
+    if (ready && header->layout_version == kLayoutVersion) {
+      // Its creator holds the liveness mutex for as long as it lives.
+      const bool held = ProbeLiveness(&header->liveness) == Liveness::kHeld;
+      leftover.kind = held ? LeftoverKind::kLive : LeftoverKind::kStale;
       return leftover;
     }
-    if (leftover.pid != 0) {
-      leftover.kind = ProcessAlive(leftover.pid) ? LeftoverKind::kLive : LeftoverKind::kStale;
-      if (leftover.kind == LeftoverKind::kStale || header->magic.load() == kSegmentMagic) {
-        return leftover;  // Dead creator, or a live one from a different build.
-      }
+    if (leftover.pid != 0 && !ProcessAlive(leftover.pid)) {
+      leftover.kind = LeftoverKind::kStale;
+      return leftover;
+    }
+    if (ready) {
+      leftover.kind = LeftoverKind::kLive;  // A live creator from another Loom build.
+      return leftover;
     }
   }
   // Not set up yet: give a creator that is still setting up some time.
   const absl::Time modified = absl::TimeFromTimespec(st.st_mtim);
-  leftover.kind = absl::Now() - modified > kSetupGrace ? LeftoverKind::kStale : LeftoverKind::kSettingUp;
+  leftover.kind =
+      absl::Now() - modified > kSetupGrace ? LeftoverKind::kStale : LeftoverKind::kSettingUp;
   return leftover;
 }
 
 }  // namespace
+
+FileDescriptor::FileDescriptor(FileDescriptor&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)) {}
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) close(fd_);
+}
 
 std::string SegmentPrefix(absl::string_view job_id) { return absl::StrCat("/loom.", job_id, "."); }
 
@@ -144,7 +149,7 @@ absl::StatusOr<CreatedSegment> CreateSegment(const std::string& name, size_t byt
         UnlinkSegment(name, id).IgnoreError();
         return mapping.status();
       }
-      return CreatedSegment{*std::move(mapping), id};
+      return CreatedSegment{*std::move(mapping), id, std::move(fd)};
     }
     if (errno != EEXIST) {
       return ErrnoError(absl::StrCat("shm_open(", name, ", O_CREAT | O_EXCL, 0600)"), errno);
@@ -160,9 +165,9 @@ absl::StatusOr<CreatedSegment> CreateSegment(const std::string& name, size_t byt
         break;
       }
       case LeftoverKind::kLive:
-        return absl::AlreadyExistsError(absl::StrCat(
-            "shared-memory segment ", PathOf(name), " belongs to live process ", leftover->pid,
-            "; is another job with the same job id running?"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("shared-memory segment ", PathOf(name), " belongs to live process ",
+                         leftover->pid, "; is another job with the same job id running?"));
       case LeftoverKind::kSettingUp:
         if (absl::Now() >= deadline) {
           return absl::DeadlineExceededError(absl::StrCat(
@@ -173,6 +178,30 @@ absl::StatusOr<CreatedSegment> CreateSegment(const std::string& name, size_t byt
         break;
     }
   }
+}
+
+absl::Status Commit(const FileDescriptor& fd, const std::string& name,
+                    absl::Span<const ByteRange> ranges) {
+  size_t total = 0;
+  for (const ByteRange& range : ranges) total += range.bytes;
+  for (const ByteRange& range : ranges) {
+    const int error = posix_fallocate(fd.get(), static_cast<off_t>(range.offset),
+                                      static_cast<off_t>(range.bytes));
+    if (error == 0) continue;
+    if (error == ENOSPC) {
+      struct statvfs fs;
+      const uint64_t free_bytes =
+          statvfs(kShmDirectory, &fs) == 0 ? uint64_t{fs.f_bavail} * fs.f_frsize : uint64_t{0};
+      return absl::ResourceExhaustedError(
+          absl::StrCat(kShmDirectory, " has no room for the ", total, " bytes of ", PathOf(name),
+                       " (", free_bytes,
+                       " bytes free); enlarge it (e.g. docker run --shm-size) or lower "
+                       "ShmOptions::staging_bytes"));
+    }
+    return ErrnoError(
+        absl::StrCat("posix_fallocate(", name, ", ", range.offset, ", ", range.bytes, ")"), error);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status UnlinkSegment(const std::string& name, SegmentId id) {
@@ -200,15 +229,17 @@ absl::StatusOr<std::optional<Mapping>> OpenReadySegment(const std::string& name)
   absl::StatusOr<Mapping> mapping = MapShared(fd.get(), static_cast<size_t>(st.st_size), name);
   if (!mapping.ok()) return mapping.status();
   RankHeader* header = static_cast<RankHeader*>(mapping->base());
-  if (header->magic.load(std::memory_order_acquire) != kSegmentMagic) return std::optional<Mapping>();
+  if (header->magic.load(std::memory_order_acquire) != kSegmentMagic)
+    return std::optional<Mapping>();
   if (header->layout_version != kLayoutVersion) {
     const pid_t pid = header->pid.load();
     if (!ProcessAlive(pid)) return std::optional<Mapping>();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shared-memory segment ", PathOf(name), " of pid ", pid, " has layout version ",
-        header->layout_version, "; this build has ", kLayoutVersion, " (mixed Loom builds in one job)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared-memory segment ", PathOf(name), " of pid ", pid,
+                     " has layout version ", header->layout_version, "; this build has ",
+                     kLayoutVersion, " (mixed Loom builds in one job)"));
   }
-  if (ProbeLiveness(&header->liveness, header->died) != Liveness::kHeld) return std::optional<Mapping>();
+  if (ProbeLiveness(&header->liveness) != Liveness::kHeld) return std::optional<Mapping>();
   return std::optional<Mapping>(*std::move(mapping));
 }
 
