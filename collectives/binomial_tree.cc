@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/internal/in_flight.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/buffer_view.h"
 #include "core/dtype.h"
@@ -23,48 +24,6 @@ constexpr int kMaxChildren = 31;
 // Scratch slots; different slots for buffers in use at the same time.
 constexpr int kTreeSlot = 0;  // children's chunks (reduce), subtree blocks (gather, scatter)
 constexpr int kAccSlot = 1;   // an interior rank's partial result (reduce)
-
-// InFlight holds up to kCapacity posted requests that are waited for together. Its
-// destructor waits for whatever is still posted, so that returning early on an
-// error never leaves the transport touching a buffer after the call returned
-// (transport.h, "Buffers"); the first error is the one returned.
-template <int kCapacity>
-class InFlight {
- public:
-  explicit InFlight(const CallContext& ctx) : ctx_(ctx) {}
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-  ~InFlight() { (void)Wait(); }
-
-  absl::Status Send(uint32_t step, int peer, ConstBufferView data) {
-    return Add(PostSend(ctx_, step, peer, data));
-  }
-  absl::Status Recv(uint32_t step, int peer, BufferView data) {
-    return Add(PostRecv(ctx_, step, peer, data));
-  }
-  // Wait waits for every request posted since the last Wait; the first error.
-  absl::Status Wait() {
-    const size_t posted = size_;
-    size_ = 0;
-    return WaitAll(ctx_, absl::MakeConstSpan(requests_.data(), posted));
-  }
-
- private:
-  absl::Status Add(absl::StatusOr<Request> request) {
-    if (!request.ok()) return request.status();
-    if (size_ == requests_.size()) {
-      const Request lone[] = {*request};
-      (void)WaitAll(ctx_, lone);
-      return absl::InternalError(absl::StrCat("more than ", kCapacity, " requests in flight"));
-    }
-    requests_[size_++] = *request;
-    return absl::OkStatus();
-  }
-
-  const CallContext& ctx_;
-  std::array<Request, kCapacity> requests_{};
-  size_t size_ = 0;
-};
 
 // BinomialNode: where one rank sits in the binomial tree over n ranks rooted at
 // `root`, in virtual ranks v = (rank - root + n) % n. The subtree of v is the vranks

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/internal/in_flight.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/buffer_view.h"
 #include "core/dtype.h"
@@ -22,48 +23,6 @@ constexpr int kNumTrees = 2;
 constexpr int kChildChunksSlot = 0;
 // Sends of one round: per tree, one up and two down.
 constexpr int kMaxSendsPerRound = 3 * kNumTrees;
-
-// InFlight holds up to kCapacity posted requests that are waited for together. Its
-// destructor waits for whatever is still posted, so that returning early on an
-// error never leaves the transport touching a buffer after the call returned
-// (transport.h, "Buffers"); the first error is the one returned.
-template <int kCapacity>
-class InFlight {
- public:
-  explicit InFlight(const CallContext& ctx) : ctx_(ctx) {}
-  InFlight(const InFlight&) = delete;
-  InFlight& operator=(const InFlight&) = delete;
-  ~InFlight() { (void)Wait(); }
-
-  absl::Status Send(uint32_t step, int peer, ConstBufferView data) {
-    return Add(PostSend(ctx_, step, peer, data));
-  }
-  absl::Status Recv(uint32_t step, int peer, BufferView data) {
-    return Add(PostRecv(ctx_, step, peer, data));
-  }
-  // Wait waits for every request posted since the last Wait; the first error.
-  absl::Status Wait() {
-    const size_t posted = size_;
-    size_ = 0;
-    return WaitAll(ctx_, absl::MakeConstSpan(requests_.data(), posted));
-  }
-
- private:
-  absl::Status Add(absl::StatusOr<Request> request) {
-    if (!request.ok()) return request.status();
-    if (size_ == requests_.size()) {
-      const Request lone[] = {*request};
-      (void)WaitAll(ctx_, lone);
-      return absl::InternalError(absl::StrCat("more than ", kCapacity, " requests in flight"));
-    }
-    requests_[size_++] = *request;
-    return absl::OkStatus();
-  }
-
-  const CallContext& ctx_;
-  std::array<Request, kCapacity> requests_{};
-  size_t size_ = 0;
-};
 
 // InOrderTree: rank r's place in the in-order binary tree over ranks 0..n-1 (NCCL's
 // ncclGetBtree). A rank r whose lowest set bit is b sits at height log2(b): its
