@@ -22,17 +22,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// SameBytes is ExpectSameBytes with one whole-buffer comparison first: the
-// element-by-element check is slow under the sanitizers and only needed to name
-// the first difference.
-absl::Status SameBytes(ConstBufferView want, ConstBufferView got, const std::string& what) {
-  if (want.dtype() == got.dtype() && want.size() == got.size() &&
-      (want.size_bytes() == 0 || std::memcmp(want.data(), got.data(), want.size_bytes()) == 0)) {
-    return absl::OkStatus();
-  }
-  return ExpectSameBytes(want, got, what);
-}
-
 constexpr size_t kSmallChunk = size_t{4} << 10;
 constexpr size_t kDefaultChunk = size_t{256} << 10;
 
@@ -149,7 +138,7 @@ struct Buffers {
 
 absl::Status ExpectInputsUntouched(const RankInputs& inputs, const Buffers& buffers) {
   for (size_t r = 0; r < buffers.input.size(); ++r) {
-    LOOM_RETURN_IF_ERROR(SameBytes(inputs.View(r), ViewOf(buffers.input[r], inputs.dtype),
+    LOOM_RETURN_IF_ERROR(ExpectSameBytes(inputs.View(r), ViewOf(buffers.input[r], inputs.dtype),
                                          absl::StrCat("rank ", r, "'s out-of-place input")));
   }
   return absl::OkStatus();
@@ -182,7 +171,7 @@ TEST_P(BinomialAllReduceTest, EveryRankHoldsTheSameReduction) {
       c.chunk_bytes)));
   const auto& results = c.in_place ? buffers.input : buffers.output;
   for (int r = 1; r < c.world; ++r) {
-    LOOM_EXPECT_OK(SameBytes(ViewOf(results[0], c.dtype), ViewOf(results[r], c.dtype),
+    LOOM_EXPECT_OK(ExpectSameBytes(ViewOf(results[0], c.dtype), ViewOf(results[r], c.dtype),
                                    absl::StrCat("rank ", r, " against rank 0")));
   }
   if (!c.in_place) {
@@ -227,7 +216,7 @@ TEST_P(BinomialReduceTest, RootHoldsTheReductionAndOthersAreUntouched) {
       c.chunk_bytes)));
   for (int r = 0; r < c.world; ++r) {
     if (c.in_place && r == c.root) continue;
-    LOOM_EXPECT_OK(SameBytes(inputs.View(r), ViewOf(buffers.input[r], c.dtype),
+    LOOM_EXPECT_OK(ExpectSameBytes(inputs.View(r), ViewOf(buffers.input[r], c.dtype),
                                    absl::StrCat("rank ", r, "'s input")));
   }
 }
@@ -262,7 +251,7 @@ TEST_P(BinomialBroadcastTest, EveryRankHoldsTheRootsBytes) {
           args.input = c.in_place ? ConstBufferView(args.output) : ViewOf(buffers.input[r], c.dtype);
         }
         LOOM_RETURN_IF_ERROR(BinomialBroadcast(ctx, args));
-        return SameBytes(inputs.View(c.root), args.output, absl::StrCat("rank ", r));
+        return ExpectSameBytes(inputs.View(c.root), args.output, absl::StrCat("rank ", r));
       },
       c.chunk_bytes)));
   LOOM_EXPECT_OK(ExpectInputsUntouched(inputs, buffers));
@@ -300,7 +289,7 @@ TEST_P(BinomialGatherTest, RootHoldsEveryBlockInRankOrder) {
         LOOM_RETURN_IF_ERROR(BinomialGather(ctx, args));
         if (r != c.root) return absl::OkStatus();
         for (int from = 0; from < c.world; ++from) {
-          LOOM_RETURN_IF_ERROR(SameBytes(inputs.View(from),
+          LOOM_RETURN_IF_ERROR(ExpectSameBytes(inputs.View(from),
                                                Slice(ConstBufferView(args.output), from * c.count, c.count),
                                                absl::StrCat("block ", from)));
         }
@@ -340,10 +329,10 @@ TEST_P(BinomialScatterTest, EveryRankHoldsItsBlockOfTheRootsInput) {
           if (c.in_place) args.output = Slice(MutableViewOf(root_input, c.dtype), r * c.count, c.count);
         }
         LOOM_RETURN_IF_ERROR(BinomialScatter(ctx, args));
-        return SameBytes(inputs.View(r), args.output, absl::StrCat("rank ", r));
+        return ExpectSameBytes(inputs.View(r), args.output, absl::StrCat("rank ", r));
       },
       c.chunk_bytes)));
-  LOOM_EXPECT_OK(SameBytes(ViewOf(original, c.dtype), ViewOf(root_input, c.dtype),
+  LOOM_EXPECT_OK(ExpectSameBytes(ViewOf(original, c.dtype), ViewOf(root_input, c.dtype),
                                  "the root's input"));
 }
 

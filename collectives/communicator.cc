@@ -181,7 +181,7 @@ CollectiveCounters Communicator::Counters(CollectiveKind kind) const {
   return out;
 }
 
-Algorithm Communicator::Choose(const Call& call) const {
+Algorithm Communicator::Choose(const Call& call) {
   if (call.options.algorithm != Algorithm::kAuto) return call.options.algorithm;
   const size_t n = static_cast<size_t>(size());
   // Reductions of 16-bit floats travel as f32.
@@ -198,7 +198,11 @@ Algorithm Communicator::Choose(const Call& call) const {
       break;
     default: break;
   }
-  return Explain(call.kind, bytes).chosen;
+  const auto key = std::make_pair(call.kind, bytes);
+  if (const auto it = choices_.find(key); it != choices_.end()) return it->second;
+  const Algorithm chosen = Explain(call.kind, bytes).chosen;
+  choices_.emplace(key, chosen);
+  return chosen;
 }
 
 absl::Status Communicator::Run(Call& call) {

@@ -48,8 +48,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -207,7 +209,7 @@ class Communicator {
   absl::Status ExecuteDeterministic(const Call& call, Algorithm algorithm,
                                     const collectives_internal::CallContext& ctx,
                                     const collectives_internal::CollectiveArgs& args);
-  Algorithm Choose(const Call& call) const;
+  Algorithm Choose(const Call& call);
   absl::Status PointToPoint(bool send, std::byte* data, size_t count, DType dtype, int peer,
                             const CallOptions& call);
 
@@ -219,6 +221,9 @@ class Communicator {
   FlightRecorder recorder_;
   uint64_t next_seq_ = 0;
   mutable uint64_t splits_ = 0;
+  // The selector's choices by (collective, bytes): pricing every candidate costs
+  // more than a small message's whole call, and training loops repeat sizes.
+  absl::flat_hash_map<std::pair<CollectiveKind, size_t>, Algorithm> choices_;
   absl::Status broken_;
   std::vector<uint64_t> sends_to_, receives_from_;  // point-to-point sequence per peer
 };

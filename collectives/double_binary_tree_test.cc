@@ -21,17 +21,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// SameBytes is ExpectSameBytes with one whole-buffer comparison first: the
-// element-by-element check is slow under the sanitizers and only needed to name
-// the first difference.
-absl::Status SameBytes(ConstBufferView want, ConstBufferView got, const std::string& what) {
-  if (want.dtype() == got.dtype() && want.size() == got.size() &&
-      (want.size_bytes() == 0 || std::memcmp(want.data(), got.data(), want.size_bytes()) == 0)) {
-    return absl::OkStatus();
-  }
-  return ExpectSameBytes(want, got, what);
-}
-
 constexpr size_t kSmallChunk = size_t{4} << 10;
 constexpr size_t kDefaultChunk = size_t{256} << 10;
 
@@ -188,12 +177,12 @@ TEST_P(DoubleBinaryTreeAllReduceTest, EveryRankHoldsTheSameReduction) {
       c.chunk_bytes)));
   const auto& results = c.in_place ? input : output;
   for (int r = 1; r < c.world; ++r) {
-    LOOM_EXPECT_OK(SameBytes(ViewOf(results[0], c.dtype), ViewOf(results[r], c.dtype),
+    LOOM_EXPECT_OK(ExpectSameBytes(ViewOf(results[0], c.dtype), ViewOf(results[r], c.dtype),
                                    absl::StrCat("rank ", r, " against rank 0")));
   }
   if (!c.in_place) {
     for (int r = 0; r < c.world; ++r) {
-      LOOM_EXPECT_OK(SameBytes(inputs.View(r), ViewOf(input[r], c.dtype),
+      LOOM_EXPECT_OK(ExpectSameBytes(inputs.View(r), ViewOf(input[r], c.dtype),
                                      absl::StrCat("rank ", r, "'s out-of-place input")));
     }
   }

@@ -21,17 +21,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// SameBytes is ExpectSameBytes with one whole-buffer comparison first: the
-// element-by-element check is slow under the sanitizers and only needed to name
-// the first difference.
-absl::Status SameBytes(ConstBufferView want, ConstBufferView got, const std::string& what) {
-  if (want.dtype() == got.dtype() && want.size() == got.size() &&
-      (want.size_bytes() == 0 || std::memcmp(want.data(), got.data(), want.size_bytes()) == 0)) {
-    return absl::OkStatus();
-  }
-  return ExpectSameBytes(want, got, what);
-}
-
 struct Case {
   int world = 1;
   size_t count = 0;
@@ -132,12 +121,12 @@ TEST_P(HalvingDoublingAllReduceTest, EveryRankHoldsTheSameReduction) {
   })));
   const auto& results = c.in_place ? input : output;
   for (int r = 1; r < c.world; ++r) {
-    LOOM_EXPECT_OK(SameBytes(ViewOf(results[0], c.dtype), ViewOf(results[r], c.dtype),
+    LOOM_EXPECT_OK(ExpectSameBytes(ViewOf(results[0], c.dtype), ViewOf(results[r], c.dtype),
                                    absl::StrCat("rank ", r, " against rank 0")));
   }
   if (!c.in_place) {
     for (int r = 0; r < c.world; ++r) {
-      LOOM_EXPECT_OK(SameBytes(inputs.View(r), ViewOf(input[r], c.dtype),
+      LOOM_EXPECT_OK(ExpectSameBytes(inputs.View(r), ViewOf(input[r], c.dtype),
                                      absl::StrCat("rank ", r, "'s out-of-place input")));
     }
   }
@@ -177,10 +166,10 @@ TEST_P(HalvingDoublingReduceScatterTest, RankRHoldsBlockROfTheReduction) {
     const ConstBufferView want = inputs.View(r);
     const ConstBufferView got = ViewOf(input[r], c.dtype);
     const size_t own = c.in_place ? r * c.count : total;
-    LOOM_EXPECT_OK(SameBytes(Slice(want, 0, own), Slice(got, 0, own),
+    LOOM_EXPECT_OK(ExpectSameBytes(Slice(want, 0, own), Slice(got, 0, own),
                                    absl::StrCat("rank ", r, "'s input before its block")));
     const size_t after = c.in_place ? own + c.count : total;
-    LOOM_EXPECT_OK(SameBytes(Slice(want, after, total - after), Slice(got, after, total - after),
+    LOOM_EXPECT_OK(ExpectSameBytes(Slice(want, after, total - after), Slice(got, after, total - after),
                                    absl::StrCat("rank ", r, "'s input after its block")));
   }
 }
@@ -217,14 +206,14 @@ TEST_P(HalvingDoublingAllGatherTest, EveryRankHoldsEveryBlockInRankOrder) {
                             : ViewOf(input[r], c.dtype);
     LOOM_RETURN_IF_ERROR(HalvingDoublingAllGather(ctx, args));
     for (int from = 0; from < c.world; ++from) {
-      LOOM_RETURN_IF_ERROR(SameBytes(inputs.View(from),
+      LOOM_RETURN_IF_ERROR(ExpectSameBytes(inputs.View(from),
                                            Slice(ConstBufferView(args.output), from * c.count, c.count),
                                            absl::StrCat("rank ", r, "'s block ", from)));
     }
     return absl::OkStatus();
   })));
   for (int r = 0; r < c.world; ++r) {
-    LOOM_EXPECT_OK(SameBytes(inputs.View(r), ViewOf(input[r], c.dtype),
+    LOOM_EXPECT_OK(ExpectSameBytes(inputs.View(r), ViewOf(input[r], c.dtype),
                                    absl::StrCat("rank ", r, "'s input")));
   }
 }
