@@ -454,8 +454,12 @@ TEST(FingerprintTest, SequenceCheckNeverMixesMismatchedCalls) {
   }, options);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   for (int r = 0; r < 2; ++r) {
-    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("flight recorder")))
-        << r;
+    // The first rank to time out aborts its endpoint, so the other may see that
+    // (Unavailable) before its own deadline.
+    EXPECT_THAT(results[r].code(), ::testing::AnyOf(absl::StatusCode::kDeadlineExceeded,
+                                                    absl::StatusCode::kUnavailable))
+        << results[r];
+    EXPECT_THAT(results[r].message(), HasSubstr("flight recorder")) << r;
     EXPECT_THAT(results[r].message(), HasSubstr("#0 all_reduce f32 x64"));
   }
 }
@@ -475,7 +479,10 @@ TEST(FailureTest, AMissingRankTimesOutNamingItAndBreaksTheCommunicator) {
   }, options);
   EXPECT_THAT(results[2], IsOk());
   for (int r = 0; r < 2; ++r) {
-    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank"))) << r;
+    EXPECT_THAT(results[r].code(), ::testing::AnyOf(absl::StatusCode::kDeadlineExceeded,
+                                                    absl::StatusCode::kUnavailable))
+        << results[r];
+    EXPECT_THAT(results[r].message(), HasSubstr("rank")) << r;
     EXPECT_THAT(results[r].message(), HasSubstr("rank"));
     EXPECT_THAT(results[r].message(), HasSubstr("#1 all_reduce f32 x1000"));
     EXPECT_THAT(results[r].message(), HasSubstr("#0 all_reduce f32 x1000"));
