@@ -16,6 +16,7 @@
 #include "collectives/internal/counting_transport.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "collectives/ring.h"
+#include "core/clock.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -236,7 +237,9 @@ absl::Status Communicator::Run(Call& call) {
   CallContext ctx;
   ctx.transport = counting_.get();
   ctx.tag_base = (id_ << kIdShift) | ((seq % kSeqModulus) << kSeqShift);
-  ctx.deadline = absl::Now() + timeout;
+  // One clock read serves the deadline and the flight record.
+  const absl::Time start = loom::Now();
+  ctx.deadline = start + timeout;
   ctx.chunk_bytes = options_.chunk_bytes;
   ctx.scratch = scratch_.get();
   ctx.ranks_per_node = options_.ranks_per_node;
@@ -248,10 +251,10 @@ absl::Status Communicator::Run(Call& call) {
   record.count = call.count;
   record.peer = call.root;
   record.algorithm = call.algorithm;
-  const uint64_t handle = recorder_.Begin(record);
+  const uint64_t handle = recorder_.Begin(record, start);
   counting_->set_kind(call.kind);
   CountingTransport::Counts& counts = counting_->counts(call.kind);
-  counts.calls.fetch_add(1, std::memory_order_relaxed);
+  CountingTransport::Add(counts.calls, 1);
 
   absl::Status status;
   if (options_.check == CommunicatorOptions::Check::kFull) {
@@ -264,7 +267,7 @@ absl::Status Communicator::Run(Call& call) {
   recorder_.End(handle, status);
   if (status.ok()) return status;
 
-  counts.failed_calls.fetch_add(1, std::memory_order_relaxed);
+  CountingTransport::Add(counts.failed_calls, 1);
   // A fingerprint mismatch is seen by every rank before any data moves, so the
   // streams stay in step; anything else mid-call may leave them out of step.
   const bool fingerprint_mismatch =
@@ -603,19 +606,20 @@ absl::Status Communicator::PointToPoint(bool send, std::byte* data, size_t count
   record.dtype = dtype;
   record.count = count;
   record.peer = peer;
-  const uint64_t handle = recorder_.Begin(record);
+  const absl::Time start = loom::Now();
+  const uint64_t handle = recorder_.Begin(record, start);
   counting_->set_kind(CollectiveKind::kSendRecv);
   CountingTransport::Counts& counts = counting_->counts(CollectiveKind::kSendRecv);
-  counts.calls.fetch_add(1, std::memory_order_relaxed);
+  CountingTransport::Add(counts.calls, 1);
   const size_t bytes = count * DTypeSize(dtype);
   absl::StatusOr<Request> request =
       send ? counting_->Send(peer, tag, absl::Span<const std::byte>(data, bytes))
            : counting_->Recv(peer, tag, absl::Span<std::byte>(data, bytes));
   absl::Status status = request.status();
-  if (request.ok()) status = counting_->Wait({*request}, absl::Now() + timeout);
+  if (request.ok()) status = counting_->Wait({*request}, start + timeout);
   recorder_.End(handle, status);
   if (status.ok()) return status;
-  counts.failed_calls.fetch_add(1, std::memory_order_relaxed);
+  CountingTransport::Add(counts.failed_calls, 1);
   if (!BreaksStreams(status.code())) return status;
   broken_ = status;
   counting_->Abort(status);

@@ -24,36 +24,41 @@ std::string FlightRecord::ToString() const {
   return out;
 }
 
-uint64_t FlightRecorder::Begin(FlightRecord record) {
-  record.state = FlightRecord::State::kRunning;
-  record.start = absl::Now();
+uint64_t FlightRecorder::Begin(const FlightRecord& record, absl::Time start) {
   std::lock_guard<std::mutex> lock(mu_);
-  records_.push_back(std::move(record));
-  if (records_.size() > capacity_) records_.pop_front();
+  FlightRecord& slot = ring_[next_handle_ % capacity_];
+  slot = record;
+  slot.state = FlightRecord::State::kRunning;
+  slot.start = start;
   return next_handle_++;
 }
 
 void FlightRecorder::End(uint64_t handle, const absl::Status& status) {
+  const absl::Time end = loom::Now();
   std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t oldest = next_handle_ - records_.size();
-  if (handle < oldest || handle >= next_handle_) return;
-  FlightRecord& record = records_[handle - oldest];
-  record.duration = absl::Now() - record.start;
+  if (handle + recorded() < next_handle_ || handle >= next_handle_) return;
+  FlightRecord& record = ring_[handle % capacity_];
+  record.duration = end - record.start;
   record.state = status.ok() ? FlightRecord::State::kDone : FlightRecord::State::kFailed;
   if (!status.ok()) record.error = std::string(absl::StatusCodeToString(status.code()));
 }
 
 std::vector<FlightRecord> FlightRecorder::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::vector<FlightRecord>(records_.begin(), records_.end());
+  std::vector<FlightRecord> records;
+  records.reserve(recorded());
+  for (uint64_t handle = next_handle_ - recorded(); handle < next_handle_; ++handle) {
+    records.push_back(ring_[handle % capacity_]);
+  }
+  return records;
 }
 
 std::string FlightRecorder::Format(size_t last) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const size_t shown = std::min(last, records_.size());
+  const size_t shown = std::min(last, recorded());
   std::string out = absl::StrCat("last ", shown, " of ", next_handle_, " calls:");
-  for (size_t i = records_.size() - shown; i < records_.size(); ++i) {
-    absl::StrAppend(&out, "\n  ", records_[i].ToString());
+  for (uint64_t handle = next_handle_ - shown; handle < next_handle_; ++handle) {
+    absl::StrAppend(&out, "\n  ", ring_[handle % capacity_].ToString());
   }
   return out;
 }

@@ -14,14 +14,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/collective_kind.h"
+#include "core/clock.h"
 #include "core/dtype.h"
 
 namespace loom {
@@ -47,10 +48,14 @@ struct FlightRecord {
 // read from any thread (a watchdog, a signal-safe dump is not attempted).
 class FlightRecorder {
  public:
-  explicit FlightRecorder(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+  explicit FlightRecorder(size_t capacity)
+      : capacity_(capacity == 0 ? 1 : capacity), ring_(capacity_) {}
 
-  // Begin records a call as running and returns its handle for End.
-  uint64_t Begin(FlightRecord record);
+  // Begin records a call as running since `start` and returns its handle for End.
+  // (A caller that has just read the clock passes its reading: on the latency
+  // path of small collectives every clock read shows.)
+  uint64_t Begin(const FlightRecord& record, absl::Time start);
+  uint64_t Begin(const FlightRecord& record) { return Begin(record, loom::Now()); }
   // End marks the call done or failed; a handle that has left the window is ignored.
   void End(uint64_t handle, const absl::Status& status);
 
@@ -61,10 +66,15 @@ class FlightRecorder {
   std::string Format(size_t last) const;
 
  private:
+  // The records of handles [next_handle_ - size, next_handle_), where size =
+  // min(next_handle_, capacity_); handle h lives in ring_[h % capacity_]. A ring
+  // allocated once: recording a call allocates nothing.
+  size_t recorded() const { return next_handle_ < capacity_ ? next_handle_ : capacity_; }
+
   const size_t capacity_;
   mutable std::mutex mu_;
-  std::deque<FlightRecord> records_;  // guarded by mu_
-  uint64_t next_handle_ = 0;          // guarded by mu_; handle of records_.back() + 1
+  std::vector<FlightRecord> ring_;  // guarded by mu_
+  uint64_t next_handle_ = 0;        // guarded by mu_
 };
 
 }  // namespace loom

@@ -20,9 +20,11 @@
 // other, so independent steps can use different tags and overlap freely.
 //
 // Sizes. A matched receive must be exactly as large as the send. A size mismatch is
-// a programming or cross-rank consistency error: both requests complete with
-// FailedPrecondition naming the ranks, the tag and both sizes. Zero-byte messages are
-// legal and still synchronize. A rank may send to itself.
+// a programming or cross-rank consistency error: the receive completes with
+// FailedPrecondition naming the ranks, the tag and both sizes, and so does the send
+// unless it had already completed as buffered (see Completion). Zero-byte messages
+// are legal and still match: the receive completes only once the send is posted.
+// A rank may send to itself.
 //
 // Buffers. The caller owns the bytes. A send's bytes must stay unchanged, and a
 // receive's bytes untouched, until the request completes; after that the transport
@@ -30,12 +32,18 @@
 // returns, every request it names is complete, failed or cancelled, and no late peer
 // can write into a receive buffer.
 //
-// Completion. A request completes when its bytes have been delivered (receive) or
-// may be reused (send). Wait(requests, deadline) returns OK once all are complete;
+// Completion. A receive completes when its bytes have been delivered. A send
+// completes when its bytes may be reused: a backend may complete a small send as
+// soon as it has copied the bytes into its own buffers (buffered, like MPI's eager
+// protocol; the backend documents up to which size), a large one when the receiver
+// has them. A buffered send cannot be withdrawn any more: the next receive that
+// matches it gets it. Wait(requests, deadline) returns OK once all are complete;
 // otherwise the first error. A request that is still pending at the deadline is
-// cancelled and Wait returns DeadlineExceeded naming its peer, tag and size. Waiting
-// spins briefly and then blocks, so more ranks than cores still make progress.
-// Each request may be waited on once; its id is then forgotten.
+// cancelled and Wait returns DeadlineExceeded naming its peer, tag and size.
+// Waiting spins briefly and then blocks, so more ranks than cores still make
+// progress. Messages move while their endpoint is inside Send, Recv or Wait; a peer
+// asleep in its Wait may be woken only by this endpoint's next Wait. Each request
+// may be waited on once; its id is then forgotten.
 //
 // Failure. Abort(reason) fails every pending and later request of this endpoint with
 // `reason` (code Aborted unless `reason` says otherwise) and, where the backend can,

@@ -158,22 +158,54 @@ TEST_P(TransportConformanceTest, SameTagIsFirstInFirstOut) {
   });
 }
 
-// A receive of the wrong size fails on both sides, naming both sizes.
+// A receive of the wrong size fails on both sides, naming both sizes. The send is
+// 1 MiB, above any backend's buffered (eager) size, so its sender learns it too.
 TEST_P(TransportConformanceTest, SizeMismatchFailsBothSides) {
   if (world() < 2) GTEST_SKIP() << "needs two ranks";
   const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
     if (t.rank() > 1) return absl::OkStatus();
-    std::vector<std::byte> buffer(t.rank() == 0 ? 100 : 64);
+    std::vector<std::byte> buffer(t.rank() == 0 ? size_t{1} << 20 : 64);
     LOOM_ASSIGN_OR_RETURN(Request r, t.rank() == 0 ? t.Send(1, 4, AsBytes(buffer))
                                                    : t.Recv(0, 4, AsWritableBytes(buffer)));
     return t.Wait({r}, transport_conformance::Soon());
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kFailedPrecondition,
-                                     ::testing::HasSubstr("sent 100 bytes with tag 4 to rank 1, "
+                                     ::testing::HasSubstr("sent 1048576 bytes with tag 4 to rank 1, "
                                                           "which posted a receive of 64 bytes")))
         << "rank " << r;
   }
+}
+
+// A small send may complete as buffered before the mismatch is found; the receive
+// fails all the same, naming both sizes, and the pair still works afterwards.
+TEST_P(TransportConformanceTest, SmallSizeMismatchFailsTheReceive) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
+    if (t.rank() > 1) return absl::OkStatus();
+    std::vector<std::byte> buffer(t.rank() == 0 ? 100 : 64);
+    LOOM_ASSIGN_OR_RETURN(Request r, t.rank() == 0 ? t.Send(1, 4, AsBytes(buffer))
+                                                   : t.Recv(0, 4, AsWritableBytes(buffer)));
+    const absl::Status mismatch = t.Wait({r}, transport_conformance::Soon());
+    if (t.rank() == 0 && !mismatch.ok() &&
+        mismatch.code() != absl::StatusCode::kFailedPrecondition) {
+      return absl::InternalError(absl::StrCat("the sender got ", mismatch.ToString()));
+    }
+    std::vector<std::byte> next(8, std::byte{static_cast<unsigned char>(t.rank() + 1)});
+    std::vector<std::byte> got(8);
+    const int peer = 1 - t.rank();
+    LOOM_ASSIGN_OR_RETURN(Request s2, t.Send(peer, 5, AsBytes(next)));
+    LOOM_ASSIGN_OR_RETURN(Request r2, t.Recv(peer, 5, AsWritableBytes(got)));
+    LOOM_RETURN_IF_ERROR(t.Wait({s2, r2}, transport_conformance::Soon()));
+    if (got != std::vector<std::byte>(8, std::byte{static_cast<unsigned char>(peer + 1)})) {
+      return absl::InternalError("the exchange after the mismatch delivered the wrong bytes");
+    }
+    return t.rank() == 1 ? mismatch : absl::OkStatus();
+  });
+  LOOM_EXPECT_OK(results[0]);
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   ::testing::HasSubstr("sent 100 bytes with tag 4 to rank 1, "
+                                                        "which posted a receive of 64 bytes")));
 }
 
 // A receive nobody sends times out with DeadlineExceeded naming the peer, on time;

@@ -5,7 +5,8 @@
 // full.
 //
 // Data paths: messages up to `eager_bytes` travel inline through per-pair cells in
-// shared memory (one copy in, one copy out). Larger ones are pulled by the receiver
+// shared memory (one copy in, one copy out); such a send is buffered, complete as
+// soon as it is in the cell (transport.h, Completion). Larger ones are pulled by the receiver
 // straight out of the sender's buffer with process_vm_readv (CMA, a single copy)
 // where the kernel allows it, and otherwise streamed in chunks through a per-pair
 // staging ring, pipelined. Waits spin briefly, then sleep on a process-shared futex,
@@ -68,8 +69,9 @@ struct ShmOptions {
   enum class CopyMode { kAuto, kCma, kStaged };
   CopyMode copy_mode = CopyMode::kAuto;
   // Messages of at most this many bytes travel inline, through per-pair cells, for
-  // latency; in [0, 262144]. Larger ones are pulled with CMA where it works, which
-  // is faster from about 8 KiB up (shm_transport_benchmark). Every rank passes the same.
+  // latency, and their sends complete once written there (buffered); in
+  // [0, 262144]. Larger ones are pulled with CMA where it works, which is faster
+  // from about 8 KiB up (shm_transport_benchmark). Every rank passes the same.
   size_t eager_bytes = 8 * 1024;
   // Bytes of the staging ring of each ordered pair of ranks (split into 8 chunks),
   // in [65536, 268435456]. Shared memory is only touched where the staged path runs.

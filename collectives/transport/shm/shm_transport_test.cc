@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <iostream>
@@ -122,39 +123,77 @@ TEST_P(ShmModeTest, ZeroEagerBytesSendsEverythingLarge) {
   }));
 }
 
-// A send withdrawn at its deadline never arrives: the receiver, asking later, gets
-// the next message with that tag.
+// A large send withdrawn at its deadline never arrives: the receiver, asking later,
+// gets the next message with that tag.
 TEST_P(ShmModeTest, SendCancelledAtItsDeadlineNeverArrives) {
-  for (size_t bytes : {size_t{100}, size_t{1} << 20}) {
-    ShmHarness harness(WithMode(GetParam()));
-    const Signal cancelled;
-    const std::vector<absl::Status> results = harness.Run(2, [&](Transport& t) -> absl::Status {
-      if (t.rank() == 0) {
-        const std::vector<std::byte> first(bytes, std::byte{1});
-        LOOM_ASSIGN_OR_RETURN(Request early, t.Send(1, 5, AsBytes(first)));
-        const absl::Status timed_out = t.Wait({early}, absl::Now() + absl::Milliseconds(100));
-        cancelled.Raise();
-        if (timed_out.code() != absl::StatusCode::kDeadlineExceeded ||
-            !absl::StrContains(timed_out.message(),
-                               absl::StrCat("send to rank 1 (tag 5, ", bytes, " bytes)"))) {
-          return absl::InternalError(
-              absl::StrCat("the unmatched send gave ", timed_out.ToString()));
-        }
-        const std::vector<std::byte> second(bytes, std::byte{2});
-        LOOM_ASSIGN_OR_RETURN(Request late, t.Send(1, 5, AsBytes(second)));
-        return t.Wait({late}, Soon());
+  constexpr size_t kBytes = size_t{1} << 20;  // Above eager_bytes: not buffered.
+  ShmHarness harness(WithMode(GetParam()));
+  const Signal cancelled;
+  const std::vector<absl::Status> results = harness.Run(2, [&](Transport& t) -> absl::Status {
+    if (t.rank() == 0) {
+      const std::vector<std::byte> first(kBytes, std::byte{1});
+      LOOM_ASSIGN_OR_RETURN(Request early, t.Send(1, 5, AsBytes(first)));
+      const absl::Status timed_out = t.Wait({early}, absl::Now() + absl::Milliseconds(100));
+      cancelled.Raise();
+      if (timed_out.code() != absl::StatusCode::kDeadlineExceeded ||
+          !absl::StrContains(timed_out.message(),
+                             absl::StrCat("send to rank 1 (tag 5, ", kBytes, " bytes)"))) {
+        return absl::InternalError(absl::StrCat("the unmatched send gave ", timed_out.ToString()));
       }
-      LOOM_RETURN_IF_ERROR(cancelled.Await());  // Without progressing.
-      std::vector<std::byte> in(bytes);
-      LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(0, 5, AsWritableBytes(in)));
-      LOOM_RETURN_IF_ERROR(t.Wait({r}, Soon()));
-      if (in != std::vector<std::byte>(bytes, std::byte{2})) {
-        return absl::InternalError("received the cancelled message, not the one after it");
+      const std::vector<std::byte> second(kBytes, std::byte{2});
+      LOOM_ASSIGN_OR_RETURN(Request late, t.Send(1, 5, AsBytes(second)));
+      return t.Wait({late}, Soon());
+    }
+    LOOM_RETURN_IF_ERROR(cancelled.Await());  // Without progressing.
+    std::vector<std::byte> in(kBytes);
+    LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(0, 5, AsWritableBytes(in)));
+    LOOM_RETURN_IF_ERROR(t.Wait({r}, Soon()));
+    if (in != std::vector<std::byte>(kBytes, std::byte{2})) {
+      return absl::InternalError("received the cancelled message, not the one after it");
+    }
+    return absl::OkStatus();
+  });
+  ExpectAllOk(results);
+}
+
+// A send up to eager_bytes is buffered: it completes before any receive is posted,
+// its buffer may be overwritten at once, and a receive posted later gets the bytes
+// as they were sent. Up to kCellsPerChannel (16) of them fit; the next ones wait
+// for the receiver to drain, and still arrive in order.
+TEST_P(ShmModeTest, SmallSendsAreBufferedUntilReceived) {
+  constexpr int kMessages = 40;
+  ShmHarness harness(WithMode(GetParam()));
+  const Signal sent;
+  const std::vector<absl::Status> results = harness.Run(2, [&](Transport& t) -> absl::Status {
+    if (t.rank() == 0) {
+      std::vector<std::byte> buffer(100);
+      for (int i = 0; i < 16; ++i) {
+        std::fill(buffer.begin(), buffer.end(), std::byte{static_cast<unsigned char>(i)});
+        LOOM_ASSIGN_OR_RETURN(Request s, t.Send(1, 6, AsBytes(buffer)));
+        // Completes although rank 1 has posted nothing yet.
+        LOOM_RETURN_IF_ERROR(t.Wait({s}, absl::Now() + absl::Seconds(5)));
+      }
+      std::fill(buffer.begin(), buffer.end(), std::byte{0xEE});  // Already sent: no effect.
+      sent.Raise();
+      for (int i = 16; i < kMessages; ++i) {
+        std::fill(buffer.begin(), buffer.end(), std::byte{static_cast<unsigned char>(i)});
+        LOOM_ASSIGN_OR_RETURN(Request s, t.Send(1, 6, AsBytes(buffer)));
+        LOOM_RETURN_IF_ERROR(t.Wait({s}, Soon()));
       }
       return absl::OkStatus();
-    });
-    ExpectAllOk(results);
-  }
+    }
+    LOOM_RETURN_IF_ERROR(sent.Await());
+    for (int i = 0; i < kMessages; ++i) {
+      std::vector<std::byte> in(100);
+      LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(0, 6, AsWritableBytes(in)));
+      LOOM_RETURN_IF_ERROR(t.Wait({r}, Soon()));
+      if (in != std::vector<std::byte>(100, std::byte{static_cast<unsigned char>(i)})) {
+        return absl::InternalError(absl::StrCat("message ", i, " arrived with the wrong bytes"));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ExpectAllOk(results);
 }
 
 // A staged receive that gives up mid-stream (its sender is not progressing) fails

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "collectives/transport/shm/internal/doorbell.h"
 #include "collectives/transport/shm/internal/liveness.h"
+#include "core/clock.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -33,8 +34,17 @@ namespace {
 // noticed, at a few wake-ups per millisecond for a rank that waits long.
 constexpr absl::Duration kPeerCheckInterval = absl::Milliseconds(1);
 constexpr absl::Duration kMaxSleep = absl::Milliseconds(2);
+// The longest sleep while a send waits for a free cell: receivers ring a sender
+// only when they free many cells at once (see Inbox::Progress), so a sender may
+// also have to look for itself.
+constexpr absl::Duration kMaxSleepWithQueuedSends = absl::Microseconds(50);
+
 // Idle polls between looks at the clock while spinning.
 constexpr uint32_t kPollsPerClockRead = 64;
+// Idle polls before each further poll pauses the core: a pause (up to ~140 cycles
+// on recent Intel cores) would add to the latency of a message that arrives in it,
+// and a small message usually arrives within the first polls.
+constexpr int kPollsWithoutPause = 256;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -86,8 +96,9 @@ ShmEndpoint::ShmEndpoint(ConnectedGroup group, int spin_iterations)
 ShmEndpoint::~ShmEndpoint() {
   // Requests never waited on must not be left for peers to read or write.
   std::vector<Request> pending;
-  for (const auto& [id, op] : requests_) {
-    if (!op->finished()) pending.push_back(Request{id});
+  for (const Request request : requests_.Live()) {
+    const Operation* op = requests_.Find(request);
+    if (op != nullptr && !op->finished()) pending.push_back(request);
   }
   if (!pending.empty()) Wait(pending, absl::InfinitePast()).IgnoreError();
   // Departed before the liveness mutex is released: a peer that finds the mutex free
@@ -111,39 +122,34 @@ absl::Status ShmEndpoint::CheckPostable(int peer) {
   return links_[peer].failure;
 }
 
-Request ShmEndpoint::Remember(std::unique_ptr<Operation> op) {
-  const Request request{next_id_++};
-  requests_.emplace(request.id, std::move(op));
-  return request;
-}
-
 absl::StatusOr<Request> ShmEndpoint::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
   const absl::Status postable = CheckPostable(peer);
   if (!postable.ok()) return postable;
-  auto op = std::make_unique<Operation>();
+  const auto [request, op] = requests_.Add();
   op->is_send = true;
   op->self = rank_;
   op->peer = peer;
   op->tag = tag;
   op->send_data = data.data();
   op->bytes = data.size();
-  outboxes_[peer]->Enqueue(op.get());
-  RingPeersWithNews();
-  return Remember(std::move(op));
+  // A peer asleep on this message is rung from the next Progress (in Wait), not
+  // here: by then the stores into its cell have drained, and the fence that must
+  // precede the look at its `sleeping` flag costs little.
+  outboxes_[peer]->Enqueue(op);
+  return request;
 }
 
 absl::StatusOr<Request> ShmEndpoint::Recv(int peer, Tag tag, absl::Span<std::byte> data) {
   const absl::Status postable = CheckPostable(peer);
   if (!postable.ok()) return postable;
-  auto op = std::make_unique<Operation>();
+  const auto [request, op] = requests_.Add();
   op->self = rank_;
   op->peer = peer;
   op->tag = tag;
   op->recv_data = data.data();
   op->bytes = data.size();
-  inboxes_[peer]->Post(op.get());
-  RingPeersWithNews();
-  return Remember(std::move(op));
+  inboxes_[peer]->Post(op);
+  return request;
 }
 
 absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
@@ -151,8 +157,7 @@ absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time de
   // Wait is on the latency path of every small message.
   absl::InlinedVector<Operation*, 16> ops;
   for (const Request& request : requests) {
-    auto it = requests_.find(request.id);
-    Operation* op = it != requests_.end() ? it->second.get() : nullptr;
+    Operation* op = requests_.Find(request);
     if (op != nullptr && op->named_by_wait) op = nullptr;  // Named twice.
     if (op != nullptr) op->named_by_wait = true;           // Erased below, so never reset.
     ops.push_back(op);
@@ -168,7 +173,7 @@ absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time de
       continue;
     }
     if (first_error.ok() && !ops[i]->status.ok()) first_error = ops[i]->status;
-    requests_.erase(requests[i].id);
+    requests_.Remove(requests[i]);
   }
   return first_error;
 }
@@ -176,7 +181,8 @@ absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time de
 void ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline) {
   int idle_polls = 0;
   uint32_t polls = 0;
-  absl::Time next_peer_check = absl::Now() + kPeerCheckInterval;
+  // Set at the first look at the clock: most small waits end before it.
+  absl::Time next_peer_check = absl::InfiniteFuture();
   while (true) {
     if (!abort_handled_ && abort_requested_.load(std::memory_order_acquire)) HandleAbort();
     if (Progress()) {
@@ -189,12 +195,13 @@ void ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time
     if (!spun_out && ++polls % kPollsPerClockRead != 0) {
       if (yield_while_spinning_) {
         sched_yield();
-      } else {
+      } else if (idle_polls > kPollsWithoutPause) {
         CpuRelax();
       }
       continue;
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = loom::Now();
+    if (next_peer_check == absl::InfiniteFuture()) next_peer_check = now + kPeerCheckInterval;
     if (now >= next_peer_check) {
       CheckPeers();
       next_peer_check = now + kPeerCheckInterval;
@@ -205,7 +212,12 @@ void ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time
       return;
     }
     // After a sleep without news the next idle poll sleeps again; news restarts the spin.
-    if (spun_out) Block(ops, std::min(deadline, now + kMaxSleep));
+    if (spun_out) {
+      bool sends_queued = false;
+      for (const auto& outbox : outboxes_) sends_queued |= outbox->has_queued();
+      Block(ops, std::min(deadline,
+                          now + (sends_queued ? kMaxSleepWithQueuedSends : kMaxSleep)));
+    }
   }
 }
 
@@ -226,7 +238,7 @@ void ShmEndpoint::Block(absl::Span<Operation* const> ops, absl::Time until) {
   // The re-check after announcing the sleep: anything published before a producer
   // saw the flag down is visible here.
   if (!Progress() && !AllFinished(ops) && !abort_requested_.load(std::memory_order_acquire)) {
-    sleeper.Sleep(ticket, until - absl::Now());
+    sleeper.Sleep(ticket, until - loom::Now());
   }
   sleeper.Finish();
 }

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -23,6 +22,7 @@
 #include "collectives/transport/shm/internal/operation.h"
 #include "collectives/transport/shm/internal/outbox.h"
 #include "collectives/transport/shm/internal/rendezvous.h"
+#include "collectives/transport/shm/internal/request_table.h"
 #include "collectives/transport/transport.h"
 
 namespace loom {
@@ -46,7 +46,6 @@ class ShmEndpoint final : public Transport {
 
  private:
   absl::Status CheckPostable(int peer);
-  Request Remember(std::unique_ptr<Operation> op);
   void WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline);
   // Progress runs one pass over every live peer; true if anything changed.
   bool Progress();
@@ -69,8 +68,7 @@ class ShmEndpoint final : public Transport {
   std::vector<PeerLink> links_;  // By rank; never resized (the boxes point into it).
   std::vector<std::unique_ptr<Outbox>> outboxes_;
   std::vector<std::unique_ptr<Inbox>> inboxes_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Operation>> requests_;
-  uint64_t next_id_ = 1;
+  RequestTable requests_;
 
   // Abort may come from any thread; the driving thread acts on it in Wait.
   std::atomic<bool> abort_requested_{false};

@@ -18,7 +18,7 @@ namespace loom {
 namespace shm_internal {
 namespace {
 
-bool Claim(SendSlot& slot, const CellHeader& descriptor, SlotState to) {
+bool Claim(SendSlot& slot, const MessageDescriptor& descriptor, SlotState to) {
   uint64_t expected = PackSlot(descriptor.generation, SlotState::kPosted);
   return slot.word.compare_exchange_strong(expected, PackSlot(descriptor.generation, to),
                                            std::memory_order_acq_rel);
@@ -58,22 +58,30 @@ bool Inbox::MatchFresh() {
 bool Inbox::Progress() {
   bool changed = MatchFresh();
   const ChannelView& channel = peer_.incoming;
-  const uint64_t head = channel.control->cell_head.load(std::memory_order_acquire);
-  while (cell_tail_ < head) {
+  const uint64_t first = cell_tail_;
+  while (true) {
+    const CellHeader* cell = channel.cell(cell_tail_);
+    if (cell->sequence.load(std::memory_order_acquire) != cell_tail_ + 1) break;
     // A copy: the cell is the sender's again once the tail moves past it.
-    const CellHeader descriptor = *channel.cell(cell_tail_);
+    const MessageDescriptor descriptor = cell->descriptor;
     Deliver(descriptor, channel.cell_payload(cell_tail_));
     ++cell_tail_;
+  }
+  if (cell_tail_ != first) {
     channel.control->cell_tail.store(cell_tail_, std::memory_order_release);
     changed = true;
-    peer_.news = true;  // The sender may be waiting for a free cell.
+    // A sender can only be waiting for a free cell when the ring was full, so a
+    // pass that freed few cells does not ring it: ringing costs a fence, on every
+    // small message. (A sender that misjudged the ring from a stale tail looks
+    // again within kMaxSleepWithQueuedSends.)
+    if (cell_tail_ - first >= kCellsPerChannel / 2) peer_.news = true;
   }
   changed |= DrainChunks();
   changed |= WatchStreams();
   return changed;
 }
 
-void Inbox::Deliver(const CellHeader& descriptor, const std::byte* payload) {
+void Inbox::Deliver(const MessageDescriptor& descriptor, const std::byte* payload) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if ((*it)->tag != descriptor.tag) continue;
     // A withdrawn message is dropped and the receive stays posted for the next one.
@@ -87,7 +95,19 @@ void Inbox::Deliver(const CellHeader& descriptor, const std::byte* payload) {
   unexpected_.push_back(std::move(message));
 }
 
-bool Inbox::Match(Operation* op, const CellHeader& descriptor, const std::byte* payload) {
+bool Inbox::Match(Operation* op, const MessageDescriptor& descriptor, const std::byte* payload) {
+  if (descriptor.kind == PayloadKind::kEager) {
+    // The bytes are already this rank's (cell or unexpected copy), and the sender
+    // completed when it buffered them: nothing to claim, nothing to tell it, and a
+    // size mismatch is this side's alone to report.
+    if (descriptor.bytes != op->bytes) {
+      op->Finish(MismatchError(op->peer, op->self, op->tag, descriptor.bytes, op->bytes));
+    } else {
+      if (op->bytes > 0) std::memcpy(op->recv_data, payload, op->bytes);
+      op->Finish(absl::OkStatus());
+    }
+    return true;
+  }
   SendSlot& slot = peer_.incoming.slots[descriptor.slot];
   if (descriptor.bytes != op->bytes) {
     slot.receiver_bytes.store(op->bytes, std::memory_order_relaxed);
@@ -97,12 +117,6 @@ bool Inbox::Match(Operation* op, const CellHeader& descriptor, const std::byte* 
     return true;
   }
   switch (descriptor.kind) {
-    case PayloadKind::kEager:
-      // The bytes are already this rank's (cell or unexpected copy): claim, then copy.
-      if (!Claim(slot, descriptor, SlotState::kDone)) return false;
-      if (op->bytes > 0) std::memcpy(op->recv_data, payload, op->bytes);
-      op->Finish(absl::OkStatus());
-      break;
     case PayloadKind::kPull:
     case PayloadKind::kDirect: {
       if (!Claim(slot, descriptor, SlotState::kCopying)) return false;
@@ -195,6 +209,7 @@ bool Inbox::DrainChunks() {
 }
 
 bool Inbox::WatchStreams() {
+  if (streaming_.empty()) return false;
   bool changed = false;
   for (auto it = streaming_.begin(); it != streaming_.end();) {
     Operation* op = it->second;

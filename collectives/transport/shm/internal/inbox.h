@@ -4,7 +4,8 @@
 // eager payloads copied out so the sender's cells never fill up behind a message no
 // one has asked for yet.
 //
-// Claiming a message is a compare-and-swap on the sender's slot, racing the sender's
+// An eager message is the receiver's as soon as it is in the cell. Claiming a large
+// message is a compare-and-swap on the sender's slot, racing the sender's
 // cancellation: the receiver only writes a receive buffer after winning it, and the
 // sender only stops waiting for a pulled (CMA) send once the copy is over. Bytes
 // always move receiver-side (copy out of a cell or chunk, process_vm_readv out of the
@@ -51,14 +52,14 @@ class Inbox {
 
  private:
   struct Unexpected {
-    CellHeader descriptor;
+    MessageDescriptor descriptor;
     std::vector<std::byte> payload;  // Eager messages only.
   };
 
   // Match delivers (or starts delivering) `descriptor` into `op`; false if the
   // sender withdrew the message first, which then never happened.
-  bool Match(Operation* op, const CellHeader& descriptor, const std::byte* payload);
-  void Deliver(const CellHeader& descriptor, const std::byte* payload);
+  bool Match(Operation* op, const MessageDescriptor& descriptor, const std::byte* payload);
+  void Deliver(const MessageDescriptor& descriptor, const std::byte* payload);
   bool MatchFresh();
   bool DrainChunks();
   bool WatchStreams();

@@ -18,7 +18,7 @@ constexpr size_t kSlotBytes = RoundUp(kSlotsPerChannel * sizeof(SendSlot), kCach
 SegmentLayout::SegmentLayout(int world_size, size_t eager_bytes, size_t staging_bytes)
     : world_size_(world_size),
       eager_bytes_(eager_bytes),
-      cell_stride_(sizeof(CellHeader) + RoundUp(eager_bytes, kCacheLineBytes)),
+      cell_stride_(RoundUp(sizeof(CellHeader) + eager_bytes, kCacheLineBytes)),
       chunk_bytes_(staging_bytes / kChunksPerChannel / kCacheLineBytes * kCacheLineBytes),
       chunk_stride_(sizeof(ChunkHeader) + chunk_bytes_),
       header_bytes_(RoundUp(sizeof(RankHeader), kPageBytes)),
@@ -60,6 +60,7 @@ void SegmentLayout::Initialize(void* segment) const {
     const ChannelView view = channel(segment, source);
     new (view.control) ChannelControl();
     for (uint32_t i = 0; i < kSlotsPerChannel; ++i) new (&view.slots[i]) SendSlot();
+    for (uint32_t i = 0; i < kCellsPerChannel; ++i) new (view.cell(i)) CellHeader();
   }
 }
 

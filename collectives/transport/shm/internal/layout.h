@@ -27,7 +27,7 @@ namespace shm_internal {
 // "LOOMSHM1", little-endian; written last when a segment is ready.
 inline constexpr uint64_t kSegmentMagic = 0x314d48534d4f4f4cULL;
 // Bumped whenever anything below changes, so that mismatched builds refuse to talk.
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr int kMaxWorldSize = 256;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
@@ -35,6 +35,8 @@ inline constexpr size_t kPageBytes = 4096;
 // receiver matched it (or it was cancelled); more sends wait in the sender's queue.
 inline constexpr uint32_t kSlotsPerChannel = 1024;
 // Descriptor cells per ordered pair; each carries up to eager_bytes of payload.
+// An eager send is complete once its cell is written, so this is also how far a
+// sender may run ahead of a receiver that is not draining.
 inline constexpr uint32_t kCellsPerChannel = 16;
 // The staging ring of a pair is split into this many chunks: enough to keep the
 // sender filling one while the receiver drains another.
@@ -131,15 +133,28 @@ enum class PayloadKind : uint32_t {
   kStaged = 3,  // The sender streams chunks through the pair's staging ring.
 };
 
-// A message descriptor, at the start of each cell; an eager payload follows it.
-struct alignas(kCacheLineBytes) CellHeader {
+// A message descriptor: where a message's bytes are and how they travel.
+struct MessageDescriptor {
   Tag tag;
   uint64_t bytes;
   uint64_t address;  // kPull / kDirect: the send buffer in the sender's address space.
-  uint32_t slot;
+  uint32_t slot;     // kPull / kDirect / kStaged: the send's slot; unused for kEager.
   uint32_t generation;
   PayloadKind kind;
+  uint32_t reserved;
 };
+
+// A cell: a sequence word, the descriptor, then the eager payload right after it,
+// so that a message of up to 16 bytes lives in one cache line with its descriptor
+// and the receiver's poll of the sequence word brings both in one transfer.
+struct CellHeader {
+  // The message's index in the pair's stream plus one, stored last (release) by the
+  // sender. The receiver polls the cell it expects next instead of a shared head
+  // index: one cache line to move per small message, not two in a row.
+  std::atomic<uint64_t> sequence;
+  MessageDescriptor descriptor;
+};
+static_assert(sizeof(CellHeader) == 48, "a cell's first line keeps 16 payload bytes");
 
 // A staged chunk's header, at the start of each chunk; its bytes follow it.
 struct alignas(kCacheLineBytes) ChunkHeader {
@@ -150,9 +165,9 @@ struct alignas(kCacheLineBytes) ChunkHeader {
 };
 
 // Single-producer single-consumer ring indices of a channel, each on its own line:
-// the sender writes the heads, the receiver the tails.
+// the sender writes the heads, the receiver the tails. (The cells need no head: each
+// carries its own sequence word.)
 struct ChannelControl {
-  alignas(kCacheLineBytes) std::atomic<uint64_t> cell_head;
   alignas(kCacheLineBytes) std::atomic<uint64_t> cell_tail;
   alignas(kCacheLineBytes) std::atomic<uint64_t> chunk_head;
   alignas(kCacheLineBytes) std::atomic<uint64_t> chunk_tail;

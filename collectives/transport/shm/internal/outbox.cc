@@ -45,35 +45,42 @@ void Outbox::Enqueue(Operation* op) {
 }
 
 bool Outbox::TryPublish(Operation* op) {
-  if (free_slots_.empty()) return false;
   const ChannelView& channel = peer_.outgoing;
+  const bool eager = op->bytes <= channel.eager_bytes;
+  if (!eager && free_slots_.empty()) return false;
   if (cell_head_ - cell_tail_seen_ >= kCellsPerChannel) {
     cell_tail_seen_ = channel.control->cell_tail.load(std::memory_order_acquire);
     if (cell_head_ - cell_tail_seen_ >= kCellsPerChannel) return false;
   }
-  const uint32_t slot = free_slots_.back();
-  free_slots_.pop_back();
-  op->slot = slot;
-  op->generation = generations_[slot];
-  op->kind = op->bytes <= channel.eager_bytes ? PayloadKind::kEager : peer_.large_kind;
-
+  op->kind = eager ? PayloadKind::kEager : peer_.large_kind;
   CellHeader* cell = channel.cell(cell_head_);
-  cell->tag = op->tag;
-  cell->bytes = op->bytes;
-  cell->address = reinterpret_cast<uint64_t>(op->send_data);
-  cell->slot = slot;
-  cell->generation = op->generation;
-  cell->kind = op->kind;
-  if (op->kind == PayloadKind::kEager && op->bytes > 0) {
-    std::memcpy(channel.cell_payload(cell_head_), op->send_data, op->bytes);
+  MessageDescriptor& descriptor = cell->descriptor;
+  descriptor.tag = op->tag;
+  descriptor.bytes = op->bytes;
+  descriptor.address = reinterpret_cast<uint64_t>(op->send_data);
+  descriptor.kind = op->kind;
+  if (eager) {
+    if (op->bytes > 0) std::memcpy(channel.cell_payload(cell_head_), op->send_data, op->bytes);
+  } else {
+    const uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    op->slot = slot;
+    op->generation = generations_[slot];
+    descriptor.slot = slot;
+    descriptor.generation = op->generation;
+    channel.slots[slot].word.store(PackSlot(op->generation, SlotState::kPosted),
+                                   std::memory_order_relaxed);
   }
-  channel.slots[slot].word.store(PackSlot(op->generation, SlotState::kPosted),
-                                 std::memory_order_relaxed);
   ++cell_head_;
-  channel.control->cell_head.store(cell_head_, std::memory_order_release);  // Publishes all above.
-  op->stage = Operation::Stage::kPosted;
-  published_.push_back(op);
+  cell->sequence.store(cell_head_, std::memory_order_release);  // Publishes all above.
   peer_.news = true;
+  if (eager) {
+    // Buffered: the bytes are in the cell, the caller's buffer is free again.
+    op->Finish(absl::OkStatus());
+  } else {
+    op->stage = Operation::Stage::kPosted;
+    published_.push_back(op);
+  }
   return true;
 }
 
