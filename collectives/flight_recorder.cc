@@ -1,5 +1,12 @@
 #include "collectives/flight_recorder.h"
 
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -24,41 +31,93 @@ std::string FlightRecord::ToString() const {
   return out;
 }
 
+FlightRecorder::FlightRecorder(size_t capacity)
+    : capacity_(capacity == 0 ? 1 : capacity), slots_(new Slot[capacity_]) {}
+
 uint64_t FlightRecorder::Begin(const FlightRecord& record, absl::Time start) {
-  std::lock_guard<std::mutex> lock(mu_);
-  FlightRecord& slot = ring_[next_handle_ % capacity_];
-  slot = record;
-  slot.state = FlightRecord::State::kRunning;
-  slot.start = start;
-  return next_handle_++;
+  const uint64_t handle = next_handle_.load(std::memory_order_relaxed);
+  Slot& slot = slots_[handle % capacity_];
+  const uint64_t version = slot.version.load(std::memory_order_relaxed);
+  // Fields are stored with release, so a reader that sees any new field also sees
+  // the odd version stored before it (a fence would do the same, but TSan does not
+  // support fences).
+  slot.version.store(version + 1, std::memory_order_relaxed);
+  slot.seq.store(record.seq, std::memory_order_release);
+  slot.count.store(record.count, std::memory_order_release);
+  slot.start_ns.store(absl::ToUnixNanos(start), std::memory_order_release);
+  slot.duration_ns.store(0, std::memory_order_release);
+  slot.peer.store(record.peer, std::memory_order_release);
+  slot.code.store(0, std::memory_order_release);
+  slot.kind.store(static_cast<uint8_t>(record.kind), std::memory_order_release);
+  slot.dtype.store(static_cast<uint8_t>(record.dtype), std::memory_order_release);
+  slot.algorithm.store(static_cast<uint8_t>(record.algorithm), std::memory_order_release);
+  slot.state.store(static_cast<uint8_t>(FlightRecord::State::kRunning), std::memory_order_release);
+  slot.version.store(version + 2, std::memory_order_release);
+  next_handle_.store(handle + 1, std::memory_order_release);
+  return handle;
 }
 
 void FlightRecorder::End(uint64_t handle, const absl::Status& status) {
   const absl::Time end = loom::Now();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (handle + recorded() < next_handle_ || handle >= next_handle_) return;
-  FlightRecord& record = ring_[handle % capacity_];
-  record.duration = end - record.start;
-  record.state = status.ok() ? FlightRecord::State::kDone : FlightRecord::State::kFailed;
-  if (!status.ok()) record.error = std::string(absl::StatusCodeToString(status.code()));
+  const uint64_t next = next_handle_.load(std::memory_order_relaxed);
+  if (handle < first_recorded(next) || handle >= next) return;
+  Slot& slot = slots_[handle % capacity_];
+  const uint64_t version = slot.version.load(std::memory_order_relaxed);
+  slot.version.store(version + 1, std::memory_order_relaxed);
+  slot.duration_ns.store(absl::ToInt64Nanoseconds(
+                             end - absl::FromUnixNanos(slot.start_ns.load(std::memory_order_relaxed))),
+                         std::memory_order_release);
+  slot.code.store(static_cast<int32_t>(status.code()), std::memory_order_release);
+  slot.state.store(static_cast<uint8_t>(status.ok() ? FlightRecord::State::kDone
+                                                    : FlightRecord::State::kFailed),
+                   std::memory_order_release);
+  slot.version.store(version + 2, std::memory_order_release);
+}
+
+FlightRecord FlightRecorder::Read(uint64_t handle) const {
+  const Slot& slot = slots_[handle % capacity_];
+  FlightRecord record;
+  while (true) {
+    const uint64_t before = slot.version.load(std::memory_order_acquire);
+    if (before % 2 == 0) {
+      record.seq = slot.seq.load(std::memory_order_acquire);
+      record.count = slot.count.load(std::memory_order_acquire);
+      record.start = absl::FromUnixNanos(slot.start_ns.load(std::memory_order_acquire));
+      record.duration = absl::Nanoseconds(slot.duration_ns.load(std::memory_order_acquire));
+      record.peer = slot.peer.load(std::memory_order_acquire);
+      const auto code = static_cast<absl::StatusCode>(slot.code.load(std::memory_order_acquire));
+      record.kind = static_cast<CollectiveKind>(slot.kind.load(std::memory_order_acquire));
+      record.dtype = static_cast<DType>(slot.dtype.load(std::memory_order_acquire));
+      record.algorithm = static_cast<Algorithm>(slot.algorithm.load(std::memory_order_acquire));
+      record.state = static_cast<FlightRecord::State>(slot.state.load(std::memory_order_acquire));
+      // The acquire loads above keep this re-check after them.
+      if (slot.version.load(std::memory_order_relaxed) == before) {
+        record.error = record.state == FlightRecord::State::kFailed
+                           ? std::string(absl::StatusCodeToString(code))
+                           : std::string();
+        return record;
+      }
+    }
+    std::this_thread::yield();
+  }
 }
 
 std::vector<FlightRecord> FlightRecorder::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t next = next_handle_.load(std::memory_order_acquire);
   std::vector<FlightRecord> records;
-  records.reserve(recorded());
-  for (uint64_t handle = next_handle_ - recorded(); handle < next_handle_; ++handle) {
-    records.push_back(ring_[handle % capacity_]);
+  records.reserve(next - first_recorded(next));
+  for (uint64_t handle = first_recorded(next); handle < next; ++handle) {
+    records.push_back(Read(handle));
   }
   return records;
 }
 
 std::string FlightRecorder::Format(size_t last) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const size_t shown = std::min(last, recorded());
-  std::string out = absl::StrCat("last ", shown, " of ", next_handle_, " calls:");
-  for (uint64_t handle = next_handle_ - shown; handle < next_handle_; ++handle) {
-    absl::StrAppend(&out, "\n  ", ring_[handle % capacity_].ToString());
+  const uint64_t next = next_handle_.load(std::memory_order_acquire);
+  const uint64_t shown = std::min<uint64_t>(last, next - first_recorded(next));
+  std::string out = absl::StrCat("last ", shown, " of ", next, " calls:");
+  for (uint64_t handle = next - shown; handle < next; ++handle) {
+    absl::StrAppend(&out, "\n  ", Read(handle).ToString());
   }
   return out;
 }

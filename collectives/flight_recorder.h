@@ -14,7 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,11 +46,16 @@ struct FlightRecord {
 };
 
 // The recorder is written by the thread that drives its communicator and may be
-// read from any thread (a watchdog, a signal-safe dump is not attempted).
+// read from any thread (a watchdog; a signal-safe dump is not attempted). Writing
+// takes no lock: each record is a set of atomics behind a version counter (a
+// seqlock), which readers retry on, so a call costs a few plain stores rather than
+// two mutex round trips on the latency path.
 class FlightRecorder {
  public:
-  explicit FlightRecorder(size_t capacity)
-      : capacity_(capacity == 0 ? 1 : capacity), ring_(capacity_) {}
+  explicit FlightRecorder(size_t capacity);
+
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Begin records a call as running since `start` and returns its handle for End.
   // (A caller that has just read the clock passes its reading: on the latency
@@ -66,15 +72,31 @@ class FlightRecorder {
   std::string Format(size_t last) const;
 
  private:
-  // The records of handles [next_handle_ - size, next_handle_), where size =
-  // min(next_handle_, capacity_); handle h lives in ring_[h % capacity_]. A ring
-  // allocated once: recording a call allocates nothing.
-  size_t recorded() const { return next_handle_ < capacity_ ? next_handle_ : capacity_; }
+  // One record, every field an atomic so that a reader racing the writer reads
+  // torn values at worst, never undefined behaviour; `version` is odd while the
+  // writer is between its stores, and readers retry until it is even and unchanged.
+  struct Slot {
+    std::atomic<uint64_t> version{0};
+    std::atomic<uint64_t> seq{0};
+    std::atomic<uint64_t> count{0};
+    std::atomic<int64_t> start_ns{0};
+    std::atomic<int64_t> duration_ns{0};
+    std::atomic<int32_t> peer{-1};
+    std::atomic<int32_t> code{0};  // absl::StatusCode of a failed call
+    std::atomic<uint8_t> kind{0};
+    std::atomic<uint8_t> dtype{0};
+    std::atomic<uint8_t> algorithm{0};
+    std::atomic<uint8_t> state{0};
+  };
+
+  // Read copies the slot of `handle` consistently.
+  FlightRecord Read(uint64_t handle) const;
+  // The handles [first, next) still in the window, from a consistent `next`.
+  uint64_t first_recorded(uint64_t next) const { return next < capacity_ ? 0 : next - capacity_; }
 
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::vector<FlightRecord> ring_;  // guarded by mu_
-  uint64_t next_handle_ = 0;        // guarded by mu_
+  std::unique_ptr<Slot[]> slots_;      // handle h lives in slots_[h % capacity_]
+  std::atomic<uint64_t> next_handle_{0};  // written by the driving thread only
 };
 
 }  // namespace loom

@@ -1,5 +1,9 @@
 #include "collectives/flight_recorder.h"
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -54,6 +58,36 @@ TEST(FlightRecorderTest, NamesRootsAndPeers) {
   bcast.kind = CollectiveKind::kBroadcast;
   bcast.peer = 0;
   EXPECT_THAT(bcast.ToString(), HasSubstr("broadcast f32 x1002 root 0 ring"));
+}
+
+// A reader on another thread (a watchdog) never sees a record half written: every
+// record it reads has the count that belongs to its sequence number and an outcome
+// that belongs to its parity, however the writer's stores interleave with it.
+TEST(FlightRecorderTest, ReadersOnOtherThreadsSeeWholeRecords) {
+  FlightRecorder recorder(8);
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0};
+  std::atomic<int> checked{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      for (const FlightRecord& record : recorder.Snapshot()) {
+        const bool count_ok = record.count == 1000 + record.seq;
+        const bool outcome_ok = record.state == FlightRecord::State::kRunning ||
+                                (record.seq % 2 == 0 ? record.state == FlightRecord::State::kDone
+                                                     : record.error == "UNAVAILABLE");
+        if (!count_ok || !outcome_ok) torn.fetch_add(1);
+        checked.fetch_add(1);
+      }
+    }
+  });
+  for (uint64_t seq = 0; seq < 200000 || checked.load() < 1000; ++seq) {
+    const uint64_t handle = recorder.Begin(Call(seq));
+    recorder.End(handle, seq % 2 == 0 ? absl::OkStatus() : absl::UnavailableError("gone"));
+  }
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GE(checked.load(), 1000);
 }
 
 }  // namespace
