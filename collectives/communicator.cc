@@ -133,6 +133,7 @@ struct Communicator::Call {
   absl::Span<const size_t> recv_counts;
   CallOptions options;
   Algorithm algorithm = Algorithm::kAuto;  // resolved by Run
+  AlgorithmFn fn = nullptr;                // algorithm's implementation, found by Run
 };
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
@@ -213,7 +214,7 @@ absl::Status Communicator::Run(Call& call) {
                      broken_.message()));
   }
   call.algorithm = Choose(call);
-  LOOM_RETURN_IF_ERROR(FindAlgorithm(call.kind, call.algorithm).status());
+  LOOM_ASSIGN_OR_RETURN(call.fn, FindAlgorithm(call.kind, call.algorithm));
 
   const uint64_t seq = next_seq_++;
   Fingerprint fingerprint;
@@ -334,8 +335,7 @@ absl::Status Communicator::Execute(const Call& call, const CallContext& ctx) {
   args.output = call.output;
   args.send_counts = call.send_counts;
   args.recv_counts = call.recv_counts;
-  LOOM_ASSIGN_OR_RETURN(AlgorithmFn fn, FindAlgorithm(call.kind, call.algorithm));
-  return fn(ctx, args);
+  return call.fn(ctx, args);
 }
 
 absl::Status Communicator::ExecuteReduction(const Call& call, const CallContext& ctx) {
@@ -370,8 +370,7 @@ absl::Status Communicator::ExecuteReduction(const Call& call, const CallContext&
   if (options_.deterministic) {
     LOOM_RETURN_IF_ERROR(ExecuteDeterministic(call, call.algorithm, ctx, args));
   } else {
-    LOOM_ASSIGN_OR_RETURN(AlgorithmFn fn, FindAlgorithm(call.kind, call.algorithm));
-    LOOM_RETURN_IF_ERROR(fn(ctx, args));
+    LOOM_RETURN_IF_ERROR(call.fn(ctx, args));
   }
   const bool has_output = call.kind != CollectiveKind::kReduce || rank() == call.root;
   if (!has_output) return absl::OkStatus();

@@ -62,7 +62,7 @@ report() {  # TITLE
       printf "WRONG RESULTS at %s: openmpi %s, loom %s, gloo %s\n", $1, $4, $7, $10; bad = 1
     }
     printf "%10s %14.2f %14.2f %7.2fx %12.1f %12.1f %9.2fx", $1, $3, $6, $6 / $3, $2, $5, $2 / $5
-    # vs_gloo: Gloo's time over Loom's (for bandwidth rows, also the busbw ratio).
+    # vs_gloo: the Gloo time over the Loom time (for bandwidth rows, also the busbw ratio).
     if (gloo == 1) printf " %12.2f %10.1f %9.2fx", $9, $8, $8 / $5
     printf "\n"
   } END { exit bad }' "$WORK/joined3"

@@ -63,8 +63,19 @@ bool Inbox::Progress() {
     const CellHeader* cell = channel.cell(cell_tail_);
     if (cell->sequence.load(std::memory_order_acquire) != cell_tail_ + 1) break;
     // A copy: the cell is the sender's again once the tail moves past it.
-    const MessageDescriptor descriptor = cell->descriptor;
-    Deliver(descriptor, channel.cell_payload(cell_tail_));
+    MessageDescriptor descriptor{};
+    descriptor.tag = cell->tag;
+    descriptor.bytes = cell->bytes;
+    descriptor.kind = cell->kind;
+    const std::byte* payload = channel.cell_payload(cell_tail_);
+    if (descriptor.kind != PayloadKind::kEager) {
+      CellLargeFields large;
+      std::memcpy(&large, payload, sizeof(large));
+      descriptor.slot = cell->slot;
+      descriptor.address = large.address;
+      descriptor.generation = large.generation;
+    }
+    Deliver(descriptor, payload);
     ++cell_tail_;
   }
   if (cell_tail_ != first) {

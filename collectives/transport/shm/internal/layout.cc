@@ -1,5 +1,6 @@
 #include "collectives/transport/shm/internal/layout.h"
 
+#include <algorithm>
 #include <new>
 
 namespace loom {
@@ -18,7 +19,8 @@ constexpr size_t kSlotBytes = RoundUp(kSlotsPerChannel * sizeof(SendSlot), kCach
 SegmentLayout::SegmentLayout(int world_size, size_t eager_bytes, size_t staging_bytes)
     : world_size_(world_size),
       eager_bytes_(eager_bytes),
-      cell_stride_(RoundUp(sizeof(CellHeader) + eager_bytes, kCacheLineBytes)),
+      cell_stride_(RoundUp(sizeof(CellHeader) + std::max(eager_bytes, sizeof(CellLargeFields)),
+                           kCacheLineBytes)),
       chunk_bytes_(staging_bytes / kChunksPerChannel / kCacheLineBytes * kCacheLineBytes),
       chunk_stride_(sizeof(ChunkHeader) + chunk_bytes_),
       header_bytes_(RoundUp(sizeof(RankHeader), kPageBytes)),

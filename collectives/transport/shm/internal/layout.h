@@ -27,7 +27,7 @@ namespace shm_internal {
 // "LOOMSHM1", little-endian; written last when a segment is ready.
 inline constexpr uint64_t kSegmentMagic = 0x314d48534d4f4f4cULL;
 // Bumped whenever anything below changes, so that mismatched builds refuse to talk.
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
 inline constexpr int kMaxWorldSize = 256;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
@@ -133,7 +133,8 @@ enum class PayloadKind : uint32_t {
   kStaged = 3,  // The sender streams chunks through the pair's staging ring.
 };
 
-// A message descriptor: where a message's bytes are and how they travel.
+// A message descriptor: where a message's bytes are and how they travel, as the
+// receiver works with it (assembled from the cell, see CellHeader).
 struct MessageDescriptor {
   Tag tag;
   uint64_t bytes;
@@ -144,17 +145,29 @@ struct MessageDescriptor {
   uint32_t reserved;
 };
 
-// A cell: a sequence word, the descriptor, then the eager payload right after it,
-// so that a message of up to 16 bytes lives in one cache line with its descriptor
-// and the receiver's poll of the sequence word brings both in one transfer.
+// A cell: a sequence word and the fields every message has, then the payload area.
+// An eager message's bytes follow the header directly, so up to 32 of them share
+// the header's cache line and the receiver's poll of the sequence word brings both
+// in one transfer. A large message has no bytes there; its CellLargeFields are
+// there instead.
 struct CellHeader {
   // The message's index in the pair's stream plus one, stored last (release) by the
   // sender. The receiver polls the cell it expects next instead of a shared head
   // index: one cache line to move per small message, not two in a row.
   std::atomic<uint64_t> sequence;
-  MessageDescriptor descriptor;
+  Tag tag;
+  uint64_t bytes;
+  PayloadKind kind;
+  uint32_t slot;  // Large messages only.
 };
-static_assert(sizeof(CellHeader) == 48, "a cell's first line keeps 16 payload bytes");
+static_assert(sizeof(CellHeader) == 32, "a cell's first line keeps 32 payload bytes");
+
+// Where a large message's bytes are: in the payload area of its cell.
+struct CellLargeFields {
+  uint64_t address;
+  uint32_t generation;
+  uint32_t reserved;
+};
 
 // A staged chunk's header, at the start of each chunk; its bytes follow it.
 struct alignas(kCacheLineBytes) ChunkHeader {

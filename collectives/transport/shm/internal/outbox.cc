@@ -54,11 +54,9 @@ bool Outbox::TryPublish(Operation* op) {
   }
   op->kind = eager ? PayloadKind::kEager : peer_.large_kind;
   CellHeader* cell = channel.cell(cell_head_);
-  MessageDescriptor& descriptor = cell->descriptor;
-  descriptor.tag = op->tag;
-  descriptor.bytes = op->bytes;
-  descriptor.address = reinterpret_cast<uint64_t>(op->send_data);
-  descriptor.kind = op->kind;
+  cell->tag = op->tag;
+  cell->bytes = op->bytes;
+  cell->kind = op->kind;
   if (eager) {
     if (op->bytes > 0) std::memcpy(channel.cell_payload(cell_head_), op->send_data, op->bytes);
   } else {
@@ -66,8 +64,10 @@ bool Outbox::TryPublish(Operation* op) {
     free_slots_.pop_back();
     op->slot = slot;
     op->generation = generations_[slot];
-    descriptor.slot = slot;
-    descriptor.generation = op->generation;
+    cell->slot = slot;
+    auto* large = reinterpret_cast<CellLargeFields*>(channel.cell_payload(cell_head_));
+    large->address = reinterpret_cast<uint64_t>(op->send_data);
+    large->generation = op->generation;
     channel.slots[slot].word.store(PackSlot(op->generation, SlotState::kPosted),
                                    std::memory_order_relaxed);
   }
