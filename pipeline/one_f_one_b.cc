@@ -3,7 +3,6 @@
 // to fill the pipeline below this rank, then one forward and one backward in turn,
 // so a rank never holds more than p - r activations.
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -20,7 +19,7 @@ absl::StatusOr<Schedule> Make1F1BSchedule(int64_t num_ranks, int64_t num_microba
   const int64_t m = num_microbatches;
   for (int64_t rank = 0; rank < num_ranks; ++rank) {
     std::vector<Action>& actions = schedule.ranks[rank];
-    const int64_t warmup = std::min(num_ranks - rank - 1, m);
+    const int64_t warmup = pipeline_internal::OneFOneBWarmup(num_ranks, rank, m);
     for (int64_t mb = 0; mb < warmup; ++mb) {
       pipeline_internal::Add(actions, ActionKind::kForward, rank, mb);
     }

@@ -7,7 +7,6 @@
 // number of warm-up microbatches" (the construction of PyTorch's zero-bubble 1F1B
 // and of the paper's zb-h1 patch for Megatron-LM).
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -24,7 +23,7 @@ absl::StatusOr<Schedule> MakeZeroBubbleH1Schedule(int64_t num_ranks, int64_t num
   const int64_t m = num_microbatches;
   for (int64_t rank = 0; rank < num_ranks; ++rank) {
     std::vector<Action>& actions = schedule.ranks[rank];
-    const int64_t warmup = std::min(num_ranks - rank - 1, m);
+    const int64_t warmup = pipeline_internal::OneFOneBWarmup(num_ranks, rank, m);
     const int64_t w_delay = rank;
     for (int64_t mb = 0; mb < warmup; ++mb) {
       pipeline_internal::Add(actions, ActionKind::kForward, rank, mb);

@@ -22,6 +22,14 @@ namespace pipeline_internal {
 absl::StatusOr<Schedule> StartSchedule(absl::string_view name, absl::StatusOr<StageLayout> layout,
                                        int64_t num_ranks, int64_t num_microbatches);
 
+// OneFOneBWarmup: the forwards rank `rank` of `num_ranks` runs before its first
+// backward in 1F1B (Megatron-LM: enough to fill the pipeline below it), capped at
+// the microbatches there are. ZB-H1 keeps the same warmup, hence the same memory.
+inline int64_t OneFOneBWarmup(int64_t num_ranks, int64_t rank, int64_t num_microbatches) {
+  const int64_t below = num_ranks - rank - 1;
+  return below < num_microbatches ? below : num_microbatches;
+}
+
 // Appends a compute action to a rank's list.
 inline void Add(std::vector<Action>& actions, ActionKind kind, int64_t stage, int64_t microbatch) {
   actions.push_back(Action{kind, stage, microbatch});
