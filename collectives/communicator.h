@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,7 +76,8 @@ struct CallContext;
 }  // namespace collectives_internal
 
 struct CommunicatorOptions {
-  // Deadline of a call that does not set its own.
+  // Deadline of a call that does not set its own. Measured from the coarse clock
+  // (core/clock.h), so it holds to a few milliseconds, not to the microsecond.
   absl::Duration timeout = absl::Minutes(5);
   // Rank-order reductions: bitwise-reproducible results (see the header comment).
   bool deterministic = false;
@@ -224,6 +226,7 @@ class Communicator {
   // The selector's choices by (collective, bytes): pricing every candidate costs
   // more than a small message's whole call, and training loops repeat sizes.
   absl::flat_hash_map<std::pair<CollectiveKind, size_t>, Algorithm> choices_;
+  std::optional<std::pair<std::pair<CollectiveKind, size_t>, Algorithm>> last_choice_;
   absl::Status broken_;
   std::vector<uint64_t> sends_to_, receives_from_;  // point-to-point sequence per peer
 };

@@ -97,8 +97,10 @@ absl::Status ExchangeWithEveryone(const CallContext& ctx, uint32_t step, SendFn 
   for (int i = 1; i < n; ++i) {
     const int from = Mod(r - i, n);
     const int to = Mod(r + i, n);
-    LOOM_RETURN_IF_ERROR(requests.Add(PostRecv(ctx, step, from, recv(from))));
+    // Send first: a small send leaves at once, and the receive posted after it
+    // still comes before this rank next looks for messages (in Wait).
     LOOM_RETURN_IF_ERROR(requests.Add(PostSend(ctx, step, to, send(to))));
+    LOOM_RETURN_IF_ERROR(requests.Add(PostRecv(ctx, step, from, recv(from))));
   }
   return requests.WaitAll();
 }

@@ -9,8 +9,19 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/clock.h"
 
 namespace loom {
+namespace {
+
+// Durations come from the coarse clock: below one tick they are only "under a tick".
+std::string FormatTicks(absl::Duration duration) {
+  const absl::Duration tick = CoarseResolution();
+  if (duration < tick) return absl::StrCat("<", absl::FormatDuration(tick));
+  return absl::FormatDuration(duration);
+}
+
+}  // namespace
 
 std::string FlightRecord::ToString() const {
   std::string out = absl::StrCat("#", seq, " ", CollectiveKindName(kind));
@@ -21,11 +32,11 @@ std::string FlightRecord::ToString() const {
   if (algorithm != Algorithm::kAuto) absl::StrAppend(&out, " ", AlgorithmName(algorithm));
   switch (state) {
     case State::kRunning:
-      absl::StrAppend(&out, ": RUNNING for ", absl::FormatDuration(absl::Now() - start));
+      absl::StrAppend(&out, ": RUNNING for ", FormatTicks(absl::Now() - start));
       break;
-    case State::kDone: absl::StrAppend(&out, ": ok in ", absl::FormatDuration(duration)); break;
+    case State::kDone: absl::StrAppend(&out, ": ok in ", FormatTicks(duration)); break;
     case State::kFailed:
-      absl::StrAppend(&out, ": FAILED after ", absl::FormatDuration(duration), " (", error, ")");
+      absl::StrAppend(&out, ": FAILED after ", FormatTicks(duration), " (", error, ")");
       break;
   }
   return out;
@@ -58,7 +69,7 @@ uint64_t FlightRecorder::Begin(const FlightRecord& record, absl::Time start) {
 }
 
 void FlightRecorder::End(uint64_t handle, const absl::Status& status) {
-  const absl::Time end = loom::Now();
+  const absl::Time end = CoarseNow();
   const uint64_t next = next_handle_.load(std::memory_order_relaxed);
   if (handle < first_recorded(next) || handle >= next) return;
   Slot& slot = slots_[handle % capacity_];

@@ -8,7 +8,7 @@
 //   const uint64_t id = recorder.Begin({.seq = 7, .kind = CollectiveKind::kAllReduce, ...});
 //   recorder.End(id, absl::OkStatus());
 //   recorder.Format(/*last=*/8);
-//     // "#7 all_reduce f32 x1000 ring: ok in 52us"
+//     // "#7 all_reduce f32 x1000 ring: ok in <4ms"
 #ifndef LOOM_COLLECTIVES_FLIGHT_RECORDER_H_
 #define LOOM_COLLECTIVES_FLIGHT_RECORDER_H_
 
@@ -38,6 +38,9 @@ struct FlightRecord {
   int peer = -1;  // root of a rooted collective, peer of send/recv; -1 otherwise
   Algorithm algorithm = Algorithm::kAuto;
   State state = State::kRunning;
+  // Start and duration have the coarse clock's resolution (core/clock.h: a kernel
+  // tick, 4 ms here), which is what the latency path can afford and enough to see
+  // where a stalled job stood; the recorder is not a profiler.
   absl::Time start;
   absl::Duration duration;
   std::string error;  // the failure, for kFailed
@@ -58,8 +61,8 @@ class FlightRecorder {
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Begin records a call as running since `start` and returns its handle for End.
-  // (A caller that has just read the clock passes its reading: on the latency
-  // path of small collectives every clock read shows.)
+  // (A caller that has just read the clock passes its reading, from CoarseNow():
+  // on the latency path of small collectives every clock read shows.)
   uint64_t Begin(const FlightRecord& record, absl::Time start);
   uint64_t Begin(const FlightRecord& record) { return Begin(record, loom::Now()); }
   // End marks the call done or failed; a handle that has left the window is ignored.

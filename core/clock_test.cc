@@ -27,5 +27,26 @@ TEST(ClockTest, AdvancesWithASleep) {
   EXPECT_GE(Now() - start, absl::Milliseconds(19));
 }
 
+// CoarseNow never runs ahead of Now and trails it by about a tick: more when the
+// kernel's tick runs late (seen: 6 ms on a 4 ms tick in a VM), so the bound here is
+// loose, but far below any deadline Loom builds from it.
+TEST(ClockTest, CoarseNowTrailsNow) {
+  const absl::Duration tick = CoarseResolution();
+  EXPECT_GT(tick, absl::ZeroDuration());
+  EXPECT_LE(tick, absl::Milliseconds(100));
+  for (int i = 0; i < 1000; ++i) {
+    const absl::Time coarse = CoarseNow();
+    const absl::Time now = Now();
+    EXPECT_LE(coarse, now);
+    EXPECT_GE(coarse, now - tick - absl::Milliseconds(100));
+  }
+}
+
+TEST(ClockTest, CoarseNowAdvancesWithASleep) {
+  const absl::Time start = CoarseNow();
+  absl::SleepFor(absl::Milliseconds(20) + 2 * CoarseResolution());
+  EXPECT_GE(CoarseNow() - start, absl::Milliseconds(19));
+}
+
 }  // namespace
 }  // namespace loom

@@ -71,7 +71,9 @@ class Inbox {
   // Unmatched receives and messages, each in arrival order; matching takes the first
   // of the tag. Linear scans, because a pair rarely has more than a few outstanding,
   // and per-tag queues would allocate and free one for every step of an algorithm.
-  std::deque<Operation*> posted_;
+  // (A vector for the receives: erasing its usual single entry is a store, where a
+  // deque's erase is an out-of-line call on every message.)
+  std::vector<Operation*> posted_;
   std::deque<Unexpected> unexpected_;
   absl::flat_hash_map<uint32_t, Operation*> streaming_;  // By slot.
 };

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collectives/transport/shm/internal/cache_hints.h"
 #include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/shm/internal/liveness.h"
 
@@ -73,6 +74,8 @@ bool Outbox::TryPublish(Operation* op) {
   }
   ++cell_head_;
   cell->sequence.store(cell_head_, std::memory_order_release);  // Publishes all above.
+  // The receiver reads the cell next: from the shared cache, not from this core.
+  DemoteLines(cell, sizeof(CellHeader) + (eager ? op->bytes : sizeof(CellLargeFields)));
   peer_.news = true;
   if (eager) {
     // Buffered: the bytes are in the cell, the caller's buffer is free again.
