@@ -75,10 +75,13 @@ std::string FormatGrid(const Schedule& schedule, const GridOptions& options) {
   const int64_t num_rows = schedule.num_ranks() + 1;
   const bool left_out_before = window.begin > 0;
   const bool left_out_after = window.end < total;
-  std::vector<std::vector<std::string>> cells(num_rows);
-  cells[0].push_back("step");
+  // Built row by row (not sized up front): GCC 12 at -O3 otherwise warns that
+  // cells[0] may not exist (-Wnull-dereference).
+  std::vector<std::vector<std::string>> cells;
+  cells.reserve(num_rows);
+  cells.push_back({"step"});
   for (int64_t rank = 0; rank < schedule.num_ranks(); ++rank) {
-    cells[rank + 1].push_back(absl::StrCat("rank ", rank));
+    cells.push_back({absl::StrCat("rank ", rank)});
   }
   if (left_out_before) {
     for (auto& row : cells) row.push_back(" ...");
