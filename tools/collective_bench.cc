@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "collectives/transport/shm/shared_buffer.h"
 #include "core/half.h"
 #include "core/status_macros.h"
 
@@ -47,8 +48,34 @@ int64_t InputValue(ReduceOp op, int rank, size_t i) {
   return static_cast<int64_t>(mix % 17) - 8;
 }
 
+// BenchBuffer: a rank's input or output, in ordinary memory or, with
+// --shared_buffers, in a SharedBuffer that shm peers map instead of reading with CMA.
+class BenchBuffer {
+ public:
+  static absl::StatusOr<BenchBuffer> Make(size_t bytes, bool shared) {
+    BenchBuffer buffer;
+    if (shared && bytes > 0) {
+      LOOM_ASSIGN_OR_RETURN(buffer.shared_, SharedBuffer::Allocate(bytes));
+      buffer.bytes_ = buffer.shared_.bytes();
+    } else {
+      buffer.plain_.resize(bytes);
+      buffer.bytes_ = absl::MakeSpan(buffer.plain_);
+    }
+    return buffer;
+  }
+  std::byte* data() const { return bytes_.data(); }
+  size_t size() const { return bytes_.size(); }
+  std::byte* begin() const { return bytes_.data(); }
+  std::byte* end() const { return bytes_.data() + bytes_.size(); }
+
+ private:
+  std::vector<std::byte> plain_;
+  SharedBuffer shared_;
+  absl::Span<std::byte> bytes_;
+};
+
 template <typename T>
-void Fill(std::vector<std::byte>& buffer, ReduceOp op, int rank, size_t first) {
+void Fill(BenchBuffer& buffer, ReduceOp op, int rank, size_t first) {
   T* values = reinterpret_cast<T*>(buffer.data());
   const size_t n = buffer.size() / sizeof(T);
   for (size_t i = 0; i < n; ++i) values[i] = FromDouble<T>(static_cast<double>(InputValue(op, rank, first + i)));
@@ -122,8 +149,8 @@ Shape ShapeOf(CollectiveKind op, size_t bytes, size_t width, size_t n) {
   }
 }
 
-absl::Status RunOnce(Communicator& comm, const BenchOptions& options, std::vector<std::byte>& in,
-                     std::vector<std::byte>& out, const Shape& shape, const CallOptions& call) {
+absl::Status RunOnce(Communicator& comm, const BenchOptions& options, BenchBuffer& in,
+                     BenchBuffer& out, const Shape& shape, const CallOptions& call) {
   const DType t = options.dtype;
   const ConstBufferView input(in.data(), shape.in, t);
   BufferView output(out.data(), shape.out, t);
@@ -161,7 +188,7 @@ absl::Status RunOnce(Communicator& comm, const BenchOptions& options, std::vecto
 
 // CountWrong checks this rank's result of the call just made.
 int64_t CountWrong(const Communicator& comm, const BenchOptions& options,
-                   const std::vector<std::byte>& in, const std::vector<std::byte>& out,
+                   const BenchBuffer& in, const BenchBuffer& out,
                    const Shape& shape) {
   const int n = comm.size();
   const int r = comm.rank();
@@ -266,7 +293,8 @@ absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
   for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.step_factor) {
     const Shape shape = ShapeOf(options.op, bytes, width, n);
     if (shape.row_count == 0) continue;
-    std::vector<std::byte> in(shape.in * width), out(shape.out * width);
+    LOOM_ASSIGN_OR_RETURN(BenchBuffer in, BenchBuffer::Make(shape.in * width, options.shared_buffers));
+    LOOM_ASSIGN_OR_RETURN(BenchBuffer out, BenchBuffer::Make(shape.out * width, options.shared_buffers));
     auto fill = [&] {
       VisitDType(options.dtype, [&](auto zero) {
         Fill<decltype(zero)>(in, options.redop, comm.rank(), 0);

@@ -45,6 +45,9 @@ struct BenchOptions {
   bool check = false;
   bool in_place = false;
   int root = 0;
+  // Inputs and outputs in SharedBuffers (collectives/transport/shm/shared_buffer.h),
+  // which shm peers copy from by mapping them rather than with CMA.
+  bool shared_buffers = false;
 };
 
 struct BenchRow {

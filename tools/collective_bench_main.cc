@@ -41,6 +41,8 @@ ABSL_FLAG(int, iters, 20, "timed iterations per size");
 ABSL_FLAG(int, warmup, 5, "untimed iterations per size");
 ABSL_FLAG(bool, check, false, "seed inputs and count wrong result elements");
 ABSL_FLAG(bool, in_place, false, "run the collectives in place");
+ABSL_FLAG(bool, shared_buffers, false,
+          "inputs and outputs in SharedBuffers (shm peers map them instead of using CMA)");
 ABSL_FLAG(int, root, 0, "root of broadcast and reduce");
 ABSL_FLAG(int, ranks_per_node, 0, "node layout for hierarchical (0: one node)");
 ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and trees");
@@ -67,6 +69,7 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.check = absl::GetFlag(FLAGS_check);
   options.in_place = absl::GetFlag(FLAGS_in_place);
+  options.shared_buffers = absl::GetFlag(FLAGS_shared_buffers);
   options.root = absl::GetFlag(FLAGS_root);
   return options;
 }

@@ -12,8 +12,11 @@
 # --transport=shm --algo=auto; Gloo (collectives/benchmarks/gloo_allreduce_bench.cc,
 # built only if /usr/include/gloo/allreduce.h exists) forks its ranks itself and runs
 # gloo::allreduce with the ring algorithm, out of place, over its TCP device on
-# 127.0.0.1 (loopback sockets: Gloo has no shared-memory transport). All time the same
-# way: warm-up, barrier, timed iterations, the slowest rank's mean.
+# 127.0.0.1 (loopback sockets: Gloo has no shared-memory transport). Loom runs twice:
+# with ordinary buffers (large messages pulled with CMA) and with --shared_buffers
+# (inputs and outputs in SharedBuffers, which the peer maps and copies with memcpy):
+# the shared_busbw columns. All time the same way: warm-up, barrier, timed
+# iterations, the slowest rank's mean.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ITERS="${1:-40}"
@@ -38,6 +41,10 @@ run_pass() {  # MIN MAX ITERS WARMUP -> "$WORK/mpi" and "$WORK/loom" rows "size 
   "$BENCH" --transport=shm --ranks=2 --op=all_reduce --dtype=f32 --redop=sum --check \
     --min_bytes="$1" --max_bytes="$2" --iters="$3" --warmup="$4" |
     awk '!/^#/ && NF >= 9 { print $1, $6, $8, $9 }' > "$WORK/loom"
+  # The same with inputs and outputs in SharedBuffers (peers map them: no CMA).
+  "$BENCH" --transport=shm --ranks=2 --op=all_reduce --dtype=f32 --redop=sum --check \
+    --shared_buffers --min_bytes="$1" --max_bytes="$2" --iters="$3" --warmup="$4" |
+    awk '!/^#/ && NF >= 9 { print $1, $6, $8, $9 }' > "$WORK/shared"
   if [ -x "$WORK/gloo_allreduce" ]; then
     # A reference, not the subject: if it fails, say so and go on without it.
     "$WORK/gloo_allreduce" 2 "$1" "$2" "$3" "$4" > "$WORK/gloo" ||
@@ -47,23 +54,27 @@ run_pass() {  # MIN MAX ITERS WARMUP -> "$WORK/mpi" and "$WORK/loom" rows "size 
 
 report() {  # TITLE
   echo "## $1"
-  printf "%10s %14s %14s %8s %12s %12s %10s" "size(B)" "openmpi_busbw" "loom_busbw" "ratio" \
-    "openmpi_us" "loom_us" "lat_ratio"
+  printf "%10s %14s %14s %8s %12s %12s %10s %13s %8s" "size(B)" "openmpi_busbw" "loom_busbw" \
+    "ratio" "openmpi_us" "loom_us" "lat_ratio" "shared_busbw" "ratio"
   [ -s "$WORK/gloo" ] && printf " %12s %10s %10s" "gloo_busbw" "gloo_us" "vs_gloo"
   echo
   # Join the rows by size, in the order of the Open MPI run.
   awk 'FILENAME == ARGV[1] { loom[$1] = $2 " " $3 " " $4; next }
-       FILENAME == ARGV[2] { gloo[$1] = " " $2 " " $3 " " $4; next }
-       ($1 in loom) { print $0, loom[$1] gloo[$1] }' \
-    "$WORK/loom" "$WORK/gloo" "$WORK/mpi" > "$WORK/joined3"
+       FILENAME == ARGV[2] { shared[$1] = " " $2 " " $3 " " $4; next }
+       FILENAME == ARGV[3] { gloo[$1] = " " $2 " " $3 " " $4; next }
+       ($1 in loom) && ($1 in shared) { print $0, loom[$1] shared[$1] gloo[$1] }' \
+    "$WORK/loom" "$WORK/shared" "$WORK/gloo" "$WORK/mpi" > "$WORK/joined3"
   awk -v gloo="$([ -s "$WORK/gloo" ] && echo 1 || echo 0)" '{
-    # fields: size mpi_t mpi_bw mpi_wrong loom_t loom_bw loom_wrong [gloo_t gloo_bw gloo_wrong]
-    if ($4 != 0 || $7 != 0 || (gloo == 1 && $10 != 0)) {
-      printf "WRONG RESULTS at %s: openmpi %s, loom %s, gloo %s\n", $1, $4, $7, $10; bad = 1
+    # fields: size mpi_t mpi_bw mpi_wrong loom_t loom_bw loom_wrong shared_t shared_bw
+    #         shared_wrong [gloo_t gloo_bw gloo_wrong]
+    if ($4 != 0 || $7 != 0 || $10 != 0 || (gloo == 1 && $13 != 0)) {
+      printf "WRONG RESULTS at %s: openmpi %s, loom %s, loom shared %s, gloo %s\n", $1, $4, $7, $10, $13
+      bad = 1
     }
-    printf "%10s %14.2f %14.2f %7.2fx %12.1f %12.1f %9.2fx", $1, $3, $6, $6 / $3, $2, $5, $2 / $5
+    printf "%10s %14.2f %14.2f %7.2fx %12.1f %12.1f %9.2fx %13.2f %7.2fx", $1, $3, $6, $6 / $3, $2, $5,
+      $2 / $5, $9, $9 / $3
     # vs_gloo: the Gloo time over the Loom time (for bandwidth rows, also the busbw ratio).
-    if (gloo == 1) printf " %12.2f %10.1f %9.2fx", $9, $8, $8 / $5
+    if (gloo == 1) printf " %12.2f %10.1f %9.2fx", $12, $11, $11 / $5
     printf "\n"
   } END { exit bad }' "$WORK/joined3"
 }

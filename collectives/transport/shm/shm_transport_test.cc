@@ -19,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collectives/transport/shm/internal/shared_regions.h"
+#include "collectives/transport/shm/shared_buffer.h"
 #include "collectives/transport/shm/shm_harness.h"
 #include "collectives/transport/transport_conformance.h"
 #include "core/status_macros.h"
@@ -118,6 +120,49 @@ TEST_P(ShmModeTest, ZeroEagerBytesSendsEverythingLarge) {
       ++tag;
       for (int peer = 0; peer < t.size(); ++peer)
         LOOM_RETURN_IF_ERROR(Exchange(t, peer, tag, bytes));
+    }
+    return absl::OkStatus();
+  }));
+}
+
+// Large sends out of SharedBuffers travel as kMapped: the receiver maps the buffer
+// once and copies with memcpy (or, where the kernel refuses the mapping, with CMA).
+// Covers an offset inside a buffer, reuse of a mapping, a buffer freed and another
+// allocated (new id, possibly the same fd number), and a plain buffer in between.
+TEST(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
+  ShmHarness harness(WithMode(CopyMode::kAuto));
+  ExpectAllOk(harness.Run(2, [](Transport& t) -> absl::Status {
+    const int peer = 1 - t.rank();
+    const size_t bytes = (1 << 20) + 12;
+    int mapped_messages = 0;
+    Tag tag = 0;
+    for (int round = 0; round < 3; ++round) {
+      // A fresh buffer each round; inside it, the message starts 4 KiB + 4 in.
+      LOOM_ASSIGN_OR_RETURN(SharedBuffer buffer, SharedBuffer::Allocate(bytes + 8192));
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        ++tag;
+        const std::vector<std::byte> payload = Payload(t.rank(), peer, tag, bytes);
+        std::copy(payload.begin(), payload.end(), buffer.data() + 4100);
+        std::vector<std::byte> in(bytes);
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, tag, AsWritableBytes(in)));
+        LOOM_ASSIGN_OR_RETURN(
+            Request s, t.Send(peer, tag, absl::Span<const std::byte>(buffer.data() + 4100, bytes)));
+        LOOM_RETURN_IF_ERROR(t.Wait({s, r}, Soon()));
+        LOOM_RETURN_IF_ERROR(ExpectPayload(in, peer, t.rank(), tag));
+        ++mapped_messages;
+      }
+      LOOM_RETURN_IF_ERROR(Exchange(t, peer, ++tag, bytes));  // not shared: CMA
+    }
+    const shm_internal::MappedReceiveCounts counts = shm_internal::MappedReceives();
+    if (counts.mapped + counts.fell_back != static_cast<uint64_t>(mapped_messages)) {
+      return absl::InternalError(absl::StrCat("rank ", t.rank(), " received ", mapped_messages,
+                                              " messages out of shared buffers, but ",
+                                              counts.mapped, " mapped and ", counts.fell_back,
+                                              " fallbacks were counted"));
+    }
+    if (counts.fell_back > 0) {
+      std::cerr << "rank " << t.rank() << ": the kernel refused pidfd_getfd; " << counts.fell_back
+                << " receives fell back to CMA\n";
     }
     return absl::OkStatus();
   }));

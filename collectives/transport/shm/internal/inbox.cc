@@ -13,6 +13,7 @@
 #include "collectives/transport/shm/internal/cma.h"
 #include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/shm/internal/liveness.h"
+#include "collectives/transport/shm/internal/shared_regions.h"
 
 namespace loom {
 namespace shm_internal {
@@ -26,7 +27,7 @@ bool Claim(SendSlot& slot, const MessageDescriptor& descriptor, SlotState to) {
 
 }  // namespace
 
-Inbox::Inbox(PeerLink& peer) : peer_(peer) {}
+Inbox::Inbox(PeerLink& peer) : peer_(peer), mappings_(peer.pid) {}
 
 void Inbox::Post(Operation* op) {
   op->stage = Operation::Stage::kQueued;
@@ -74,6 +75,12 @@ bool Inbox::Progress() {
       descriptor.slot = cell->slot;
       descriptor.address = large.address;
       descriptor.generation = large.generation;
+      if (descriptor.kind == PayloadKind::kMapped) {
+        descriptor.region_fd = large.region_fd;
+        descriptor.region_id = large.region_id;
+        descriptor.region_bytes = large.region_bytes;
+        descriptor.region_offset = large.region_offset;
+      }
     }
     Deliver(descriptor, payload);
     ++cell_tail_;
@@ -129,12 +136,23 @@ bool Inbox::Match(Operation* op, const MessageDescriptor& descriptor, const std:
   }
   switch (descriptor.kind) {
     case PayloadKind::kPull:
-    case PayloadKind::kDirect: {
+    case PayloadKind::kDirect:
+    case PayloadKind::kMapped: {
       if (!Claim(slot, descriptor, SlotState::kCopying)) return false;
       absl::Status copied;
+      const std::byte* mapped = nullptr;
+      if (descriptor.kind == PayloadKind::kMapped) {
+        absl::StatusOr<const std::byte*> region = mappings_.Map(
+            descriptor.region_fd, descriptor.region_id, descriptor.region_bytes);
+        // Refused (old kernel, no permission): the same bytes are there for CMA.
+        if (region.ok()) mapped = *region + descriptor.region_offset;
+        CountMappedReceive(mapped != nullptr);
+      }
       if (descriptor.kind == PayloadKind::kDirect) {
         std::memcpy(op->recv_data, reinterpret_cast<const std::byte*>(descriptor.address),
                     op->bytes);
+      } else if (mapped != nullptr) {
+        std::memcpy(op->recv_data, mapped, op->bytes);
       } else {
         copied = ReadFromProcess(peer_.pid, descriptor.address,
                                  absl::MakeSpan(op->recv_data, op->bytes));

@@ -9,7 +9,8 @@
 // cancellation: the receiver only writes a receive buffer after winning it, and the
 // sender only stops waiting for a pulled (CMA) send once the copy is over. Bytes
 // always move receiver-side (copy out of a cell or chunk, process_vm_readv out of the
-// sender), so no peer ever writes into this rank's buffers.
+// sender, memcpy out of its mapped SharedBuffer), so no peer ever writes into this
+// rank's buffers.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_INBOX_H_
 #define LOOM_COLLECTIVES_TRANSPORT_SHM_INTERNAL_INBOX_H_
 
@@ -22,6 +23,7 @@
 #include "absl/status/status.h"
 #include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/shm/internal/operation.h"
+#include "collectives/transport/shm/internal/peer_mappings.h"
 
 namespace loom {
 namespace shm_internal {
@@ -76,6 +78,7 @@ class Inbox {
   std::vector<Operation*> posted_;
   std::deque<Unexpected> unexpected_;
   absl::flat_hash_map<uint32_t, Operation*> streaming_;  // By slot.
+  PeerMappings mappings_;  // The peer's SharedBuffers this rank has mapped.
 };
 
 }  // namespace shm_internal

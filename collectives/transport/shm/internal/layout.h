@@ -27,7 +27,7 @@ namespace shm_internal {
 // "LOOMSHM1", little-endian; written last when a segment is ready.
 inline constexpr uint64_t kSegmentMagic = 0x314d48534d4f4f4cULL;
 // Bumped whenever anything below changes, so that mismatched builds refuse to talk.
-inline constexpr uint32_t kLayoutVersion = 4;
+inline constexpr uint32_t kLayoutVersion = 5;
 inline constexpr int kMaxWorldSize = 256;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
@@ -131,6 +131,8 @@ enum class PayloadKind : uint32_t {
   kPull = 1,    // The receiver reads the sender's buffer with process_vm_readv.
   kDirect = 2,  // A self-send: the receiver copies from its own address space.
   kStaged = 3,  // The sender streams chunks through the pair's staging ring.
+  kMapped = 4,  // The send buffer is in a SharedBuffer: the receiver maps its memfd
+                // (pidfd_getfd) and copies with memcpy; CMA if that is refused.
 };
 
 // A message descriptor: where a message's bytes are and how they travel, as the
@@ -138,11 +140,14 @@ enum class PayloadKind : uint32_t {
 struct MessageDescriptor {
   Tag tag;
   uint64_t bytes;
-  uint64_t address;  // kPull / kDirect: the send buffer in the sender's address space.
-  uint32_t slot;     // kPull / kDirect / kStaged: the send's slot; unused for kEager.
+  uint64_t address;  // kPull / kDirect / kMapped: the send buffer in the sender's address space.
+  uint32_t slot;     // Every kind but kEager: the send's slot.
   uint32_t generation;
   PayloadKind kind;
-  uint32_t reserved;
+  int32_t region_fd;       // kMapped: the SharedBuffer's memfd in the sender,
+  uint64_t region_id;      // its id there,
+  uint64_t region_bytes;   // its size,
+  uint64_t region_offset;  // and where the message starts in it.
 };
 
 // A cell: a sequence word and the fields every message has, then the payload area.
@@ -166,7 +171,10 @@ static_assert(sizeof(CellHeader) == 32, "a cell's first line keeps 32 payload by
 struct CellLargeFields {
   uint64_t address;
   uint32_t generation;
-  uint32_t reserved;
+  int32_t region_fd;  // kMapped only, as the three below.
+  uint64_t region_id;
+  uint64_t region_bytes;
+  uint64_t region_offset;
 };
 
 // A staged chunk's header, at the start of each chunk; its bytes follow it.

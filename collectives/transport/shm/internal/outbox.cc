@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,6 +14,7 @@
 #include "collectives/transport/shm/internal/cache_hints.h"
 #include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/shm/internal/liveness.h"
+#include "collectives/transport/shm/internal/shared_regions.h"
 
 namespace loom {
 namespace shm_internal {
@@ -69,6 +71,17 @@ bool Outbox::TryPublish(Operation* op) {
     auto* large = reinterpret_cast<CellLargeFields*>(channel.cell_payload(cell_head_));
     large->address = reinterpret_cast<uint64_t>(op->send_data);
     large->generation = op->generation;
+    // Where CMA works, so does taking a SharedBuffer's memfd (the same permission).
+    if (op->kind == PayloadKind::kPull) {
+      if (const std::optional<SharedRegionRef> region = FindSharedRegion(op->send_data, op->bytes)) {
+        op->kind = PayloadKind::kMapped;
+        large->region_fd = region->fd;
+        large->region_id = region->id;
+        large->region_bytes = region->bytes;
+        large->region_offset = region->offset;
+      }
+    }
+    cell->kind = op->kind;
     channel.slots[slot].word.store(PackSlot(op->generation, SlotState::kPosted),
                                    std::memory_order_relaxed);
   }
