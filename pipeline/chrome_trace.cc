@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
 #include "pipeline/action.h"
 
 namespace loom {
@@ -101,11 +102,7 @@ struct Placed {
 
 absl::StatusOr<std::string> ToChromeTrace(const Schedule& schedule, const SimulationResult& result,
                                           const ChromeTraceOptions& options) {
-  if (static_cast<int64_t>(result.ranks.size()) != schedule.num_ranks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the simulation has ", result.ranks.size(), " ranks, the schedule \"",
-                     schedule.name, "\" has ", schedule.num_ranks()));
-  }
+  LOOM_RETURN_IF_ERROR(CheckSimulationOf(schedule, result));
   const double scale = options.microseconds_per_unit;
   if (!std::isfinite(scale) || scale <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -209,4 +209,13 @@ absl::StatusOr<SimulationResult> Simulate(const Schedule& schedule, const Simula
   return result;
 }
 
+absl::Status CheckSimulationOf(const Schedule& schedule, const SimulationResult& result) {
+  if (static_cast<int64_t>(result.ranks.size()) != schedule.num_ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the simulation has ", result.ranks.size(), " ranks, the schedule \"",
+                     schedule.name, "\" has ", schedule.num_ranks()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace loom

@@ -130,6 +130,10 @@ struct SimulationResult {
 // schedule that is malformed or deadlocks.
 absl::StatusOr<SimulationResult> Simulate(const Schedule& schedule, const SimulationCosts& costs);
 
+// CheckSimulationOf returns InvalidArgument unless `result` has one timeline per
+// rank of `schedule`: what the exports (Chrome trace, SVG) check before drawing.
+absl::Status CheckSimulationOf(const Schedule& schedule, const SimulationResult& result);
+
 }  // namespace loom
 
 #endif  // LOOM_PIPELINE_SIMULATOR_H_

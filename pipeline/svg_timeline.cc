@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
 #include "pipeline/action.h"
 #include "pipeline/stage_layout.h"
 
@@ -159,11 +160,7 @@ std::string Title(const Schedule& schedule, const SimulationResult& result) {
 
 absl::StatusOr<std::string> ToSvgTimeline(const Schedule& schedule, const SimulationResult& result,
                                           const SvgTimelineOptions& options) {
-  if (static_cast<int64_t>(result.ranks.size()) != schedule.num_ranks()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the simulation has ", result.ranks.size(), " ranks, the schedule \"",
-                     schedule.name, "\" has ", schedule.num_ranks()));
-  }
+  LOOM_RETURN_IF_ERROR(CheckSimulationOf(schedule, result));
   // The negated comparisons also refuse NaN.
   if (!(options.width >= kMinWidth && options.width <= kMaxWidth)) {
     return absl::InvalidArgumentError(absl::StrCat("width=", options.width, " must be between ",
