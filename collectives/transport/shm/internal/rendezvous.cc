@@ -60,9 +60,12 @@ class Connector {
   absl::Status CommitStagingRings();
   absl::Status Adopt(int peer, Mapping mapping);
   // CheckPeers fails if a notice arrived or one of `peers` (attached, and still
-  // needed) failed, died or left. Peers that finished connecting are not checked:
-  // they may already be working, aborting or closing, as any connected peer may.
-  absl::Status CheckPeers(const std::vector<int>& peers) const;
+  // needed) failed, died or left before reaching `needed`. A peer that reached it
+  // meanwhile is fine whatever it does next: `peers` was listed before this call,
+  // and a peer that finished connecting may already be working, aborting or gone,
+  // as any connected peer may.
+  absl::Status CheckPeers(const std::vector<int>& peers, ConnectPhase needed) const;
+  absl::Status CheckPeer(int peer) const;
   // WaitForPeers polls until every peer's phase is at least `phase` (and, for
   // kAttached, this segment's attach count is complete).
   absl::Status WaitForPeers(ConnectPhase phase, absl::string_view what);
@@ -192,7 +195,7 @@ absl::Status Connector::AttachAll() {
     for (int peer = 0; peer < config_.world_size; ++peer) {
       if (attached_[peer] && peer != config_.rank) attached.push_back(peer);
     }
-    LOOM_RETURN_IF_ERROR(CheckPeers(attached));
+    LOOM_RETURN_IF_ERROR(CheckPeers(attached, ConnectPhase::kAttached));
     if (missing.empty()) return absl::OkStatus();
     if (absl::Now() >= config_.deadline) {
       return absl::DeadlineExceededError(absl::StrCat(Who(), ": ", RankList(missing),
@@ -258,30 +261,40 @@ absl::Status Connector::Adopt(int peer, Mapping mapping) {
   return absl::OkStatus();
 }
 
-absl::Status Connector::CheckPeers(const std::vector<int>& peers) const {
+absl::Status Connector::CheckPeers(const std::vector<int>& peers, ConnectPhase needed) const {
   if (me().notice_state.load(std::memory_order_acquire) == 2) {
     return absl::Status(static_cast<absl::StatusCode>(me().notice_code),
                         absl::StrCat(Who(), ": ", ReadMessage(me().notice_message)));
   }
   for (int peer : peers) {
     if (peer == config_.rank) continue;
-    RankHeader& header = group_.header(peer);
-    if (header.aborted.load(std::memory_order_acquire) != 0) {
-      // The peer's own code: a rank that saw the same ranks missing reports the same.
-      return absl::Status(static_cast<absl::StatusCode>(header.abort_code),
-                          absl::StrCat(Who(), ": rank ", peer, " (pid ", group_.pids[peer],
-                                       ") failed: ", ReadMessage(header.abort_message)));
-    }
-    switch (ProbeLiveness(&header.liveness)) {
-      case Liveness::kHeld:
-        break;
-      case Liveness::kDied:
-        return absl::UnavailableError(absl::StrCat(Who(), ": rank ", peer, " (pid ",
-                                                   group_.pids[peer], ") died while connecting"));
-      case Liveness::kReleased:
-        return absl::UnavailableError(absl::StrCat(Who(), ": rank ", peer, " (pid ",
-                                                   group_.pids[peer], ") left while connecting"));
-    }
+    const absl::Status status = CheckPeer(peer);
+    // The phase is read after the verdict: a peer advances before it leaves, so a
+    // departure seen here that followed the phase it needed shows that phase too.
+    const bool reached = group_.header(peer).phase.load(std::memory_order_acquire) >=
+                         static_cast<uint32_t>(needed);
+    if (!status.ok() && !reached) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Connector::CheckPeer(int peer) const {
+  RankHeader& header = group_.header(peer);
+  if (header.aborted.load(std::memory_order_acquire) != 0) {
+    // The peer's own code: a rank that saw the same ranks missing reports the same.
+    return absl::Status(static_cast<absl::StatusCode>(header.abort_code),
+                        absl::StrCat(Who(), ": rank ", peer, " (pid ", group_.pids[peer],
+                                     ") failed: ", ReadMessage(header.abort_message)));
+  }
+  switch (ProbeLiveness(&header.liveness)) {
+    case Liveness::kHeld:
+      return absl::OkStatus();
+    case Liveness::kDied:
+      return absl::UnavailableError(absl::StrCat(Who(), ": rank ", peer, " (pid ",
+                                                 group_.pids[peer], ") died while connecting"));
+    case Liveness::kReleased:
+      return absl::UnavailableError(absl::StrCat(Who(), ": rank ", peer, " (pid ",
+                                                 group_.pids[peer], ") left while connecting"));
   }
   return absl::OkStatus();
 }
@@ -300,7 +313,7 @@ absl::Status Connector::WaitForPeers(ConnectPhase phase, absl::string_view what)
         phase != ConnectPhase::kAttached || me().attach_count.load(std::memory_order_acquire) ==
                                                 static_cast<uint32_t>(config_.world_size);
     if (behind.empty() && all_mapped_me) return absl::OkStatus();
-    LOOM_RETURN_IF_ERROR(CheckPeers(behind));
+    LOOM_RETURN_IF_ERROR(CheckPeers(behind, phase));
     if (absl::Now() >= config_.deadline) {
       return absl::DeadlineExceededError(absl::StrCat(Who(), ": ", RankList(behind), " did not ",
                                                       what, " by the connect deadline ",
