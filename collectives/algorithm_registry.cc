@@ -1,5 +1,7 @@
 #include "collectives/algorithm_registry.h"
 
+#include <array>
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
@@ -53,6 +55,21 @@ constexpr Entry kTable[] = {
     {CollectiveKind::kBarrier, Algorithm::kDirect, DirectBarrier},
 };
 
+// kTable indexed by kind and algorithm, for FindAlgorithm: the Communicator looks
+// an algorithm up in every call, and a scan of the table showed in small calls.
+constexpr size_t kKinds = static_cast<size_t>(CollectiveKind::kSendRecv) + 1;
+constexpr size_t kAlgorithms = static_cast<size_t>(Algorithm::kHierarchical) + 1;
+using Index = std::array<std::array<AlgorithmFn, kAlgorithms>, kKinds>;
+
+constexpr Index MakeIndex() {
+  Index index{};
+  for (const Entry& entry : kTable) {
+    index[static_cast<size_t>(entry.kind)][static_cast<size_t>(entry.algorithm)] = entry.fn;
+  }
+  return index;
+}
+constexpr Index kIndex = MakeIndex();
+
 }  // namespace
 
 std::vector<Algorithm> AlgorithmsFor(CollectiveKind kind) {
@@ -64,8 +81,10 @@ std::vector<Algorithm> AlgorithmsFor(CollectiveKind kind) {
 }
 
 absl::StatusOr<AlgorithmFn> FindAlgorithm(CollectiveKind kind, Algorithm algorithm) {
-  for (const Entry& entry : kTable) {
-    if (entry.kind == kind && entry.algorithm == algorithm) return entry.fn;
+  const auto row = static_cast<size_t>(kind);
+  const auto column = static_cast<size_t>(algorithm);
+  if (row < kKinds && column < kAlgorithms && kIndex[row][column] != nullptr) {
+    return kIndex[row][column];
   }
   std::vector<std::string> names;
   for (Algorithm a : AlgorithmsFor(kind)) names.emplace_back(AlgorithmName(a));

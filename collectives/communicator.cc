@@ -5,6 +5,7 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,7 +14,6 @@
 #include "collectives/direct.h"
 #include "collectives/group_transport.h"
 #include "collectives/internal/call_context.h"
-#include "collectives/internal/counting_transport.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "collectives/ring.h"
 #include "core/clock.h"
@@ -22,8 +22,8 @@
 namespace loom {
 
 using collectives_internal::CallContext;
+using collectives_internal::CallCounters;
 using collectives_internal::CollectiveArgs;
-using collectives_internal::CountingTransport;
 using collectives_internal::kMaxSteps;
 using collectives_internal::SameMemory;
 using collectives_internal::Scratch;
@@ -45,6 +45,15 @@ constexpr uint32_t kFingerprintStep = kMaxSteps - 1;
 constexpr int kWideInputSlot = 60;
 constexpr int kWideOutputSlot = 61;
 constexpr int kFingerprintSlot = 62;
+
+constexpr size_t kCounterKinds = static_cast<size_t>(CollectiveKind::kSendRecv) + 1;
+
+// DeadlineBudgetNanos: how long after the coarse clock's reading at its start a call
+// with `timeout` may run. The tick added makes up for the coarse clock's lag. In
+// int64 nanoseconds because absl::Time arithmetic is out of line (core/clock.h).
+int64_t DeadlineBudgetNanos(absl::Duration timeout) {
+  return absl::ToInt64Nanoseconds(CoarseResolution() + timeout);
+}
 
 // Mix folds values into a hash that is the same in every process. (absl::Hash is
 // seeded per process, so ranks in different processes would disagree.)
@@ -111,11 +120,15 @@ absl::Status SizeError(CollectiveKind kind, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(CollectiveKindName(kind), ": ", what));
 }
 
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status DTypeError(CollectiveKind kind,
+                                                                   ConstBufferView input,
+                                                                   ConstBufferView output) {
+  return SizeError(kind, absl::StrCat("input is ", DTypeName(input.dtype()), " but output is ",
+                                      DTypeName(output.dtype())));
+}
+
 absl::Status CheckSameDType(CollectiveKind kind, ConstBufferView input, ConstBufferView output) {
-  if (input.dtype() != output.dtype()) {
-    return SizeError(kind, absl::StrCat("input is ", DTypeName(input.dtype()), " but output is ",
-                                        DTypeName(output.dtype())));
-  }
+  if (input.dtype() != output.dtype()) return DTypeError(kind, input, output);
   return absl::OkStatus();
 }
 
@@ -157,8 +170,9 @@ Communicator::Communicator(std::shared_ptr<Transport> transport, CommunicatorOpt
                            uint64_t id)
     : options_(std::move(options)),
       id_(id & kIdMask),
+      default_budget_nanos_(DeadlineBudgetNanos(options_.timeout)),
       transport_(std::move(transport)),
-      counting_(std::make_unique<CountingTransport>(transport_)),
+      counters_(std::make_unique<CallCounters[]>(kCounterKinds)),
       scratch_(std::make_unique<Scratch>()),
       recorder_(options_.flight_recorder_capacity),
       sends_to_(transport_->size(), 0),
@@ -174,7 +188,7 @@ Explanation Communicator::Explain(CollectiveKind kind, size_t bytes) const {
 }
 
 CollectiveCounters Communicator::Counters(CollectiveKind kind) const {
-  const CountingTransport::Counts& c = counting_->counts(kind);
+  const CallCounters& c = counters_[static_cast<size_t>(kind)];
   CollectiveCounters out;
   out.calls = c.calls.load(std::memory_order_relaxed);
   out.failed_calls = c.failed_calls.load(std::memory_order_relaxed);
@@ -240,15 +254,18 @@ absl::Status Communicator::Run(Call& call) {
       uint64_t{fingerprint.algorithm} << 56;
   const uint64_t hash = Mix(Mix(0, fingerprint.count), small_fields) & 0xFF;
 
-  const absl::Duration timeout =
-      call.options.timeout > absl::ZeroDuration() ? call.options.timeout : options_.timeout;
+  const int64_t budget = call.options.timeout > absl::ZeroDuration()
+                             ? DeadlineBudgetNanos(call.options.timeout)
+                             : default_budget_nanos_;
+  CallCounters& counters = counters_[static_cast<size_t>(call.kind)];
   CallContext ctx;
-  ctx.transport = counting_.get();
+  ctx.transport = transport_.get();
+  ctx.counters = &counters;
   ctx.tag_base = (id_ << kIdShift) | ((seq % kSeqModulus) << kSeqShift);
   // One coarse clock read (7 ns, against 24 for the precise one) serves the deadline
-  // and the flight record; the tick added makes up for the coarse clock's lag.
-  const absl::Time start = CoarseNow();
-  ctx.deadline = start + CoarseResolution() + timeout;
+  // and the flight record.
+  const int64_t start = CoarseNowNanos();
+  ctx.deadline = DeadlineAfterNanos(start, budget);
   ctx.chunk_bytes = options_.chunk_bytes;
   ctx.scratch = scratch_.get();
   ctx.ranks_per_node = options_.ranks_per_node;
@@ -261,9 +278,7 @@ absl::Status Communicator::Run(Call& call) {
   record.peer = call.root;
   record.algorithm = call.algorithm;
   const uint64_t handle = recorder_.Begin(record, start);
-  counting_->set_kind(call.kind);
-  CountingTransport::Counts& counts = counting_->counts(call.kind);
-  CountingTransport::Add(counts.calls, 1);
+  CallCounters::Add(counters.calls, 1);
 
   absl::Status status;
   if (options_.check == CommunicatorOptions::Check::kFull) {
@@ -276,7 +291,7 @@ absl::Status Communicator::Run(Call& call) {
   recorder_.End(handle, status);
   if (status.ok()) return status;
 
-  CountingTransport::Add(counts.failed_calls, 1);
+  CallCounters::Add(counters.failed_calls, 1);
   // A fingerprint mismatch is seen by every rank before any data moves, so the
   // streams stay in step; anything else mid-call may leave them out of step.
   const bool fingerprint_mismatch =
@@ -286,7 +301,7 @@ absl::Status Communicator::Run(Call& call) {
   broken_ = status;
   // Tell the peers at once: ranks waiting on this one fail now, naming it, instead
   // of at their deadlines.
-  counting_->Abort(status);
+  transport_->Abort(status);
   return absl::Status(status.code(),
                       absl::StrCat(status.message(), "\nrank ", rank(), " of ", size(),
                                    " flight recorder, ", recorder_.Format(16)));
@@ -308,13 +323,14 @@ absl::Status Communicator::CheckFingerprints(const Call& call, const CallContext
   requests.reserve(2 * n);
   absl::Status posted;
   for (int peer = 0; peer < n && posted.ok(); ++peer) {
-    absl::StatusOr<Request> r = ctx.transport->Recv(
-        peer, ctx.StepTag(kFingerprintStep), theirs.subspan(peer * sizeof(Fingerprint), sizeof(Fingerprint)));
+    absl::StatusOr<Request> r = collectives_internal::PostRecv(
+        ctx, kFingerprintStep, peer,
+        BufferView(theirs.data() + peer * sizeof(Fingerprint), sizeof(Fingerprint), DType::kU8));
     if (!r.ok()) { posted = r.status(); break; }
     requests.push_back(*r);
-    absl::StatusOr<Request> s = ctx.transport->Send(
-        peer, ctx.StepTag(kFingerprintStep),
-        absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(&mine), sizeof(mine)));
+    absl::StatusOr<Request> s = collectives_internal::PostSend(
+        ctx, kFingerprintStep, peer,
+        ConstBufferView(reinterpret_cast<const std::byte*>(&mine), sizeof(mine), DType::kU8));
     if (!s.ok()) { posted = s.status(); break; }
     requests.push_back(*s);
   }
@@ -605,31 +621,32 @@ absl::Status Communicator::PointToPoint(bool send, std::byte* data, size_t count
   }
   uint64_t& seq = send ? sends_to_[peer] : receives_from_[peer];
   const Tag tag = (id_ << kIdShift) | (kPointToPointSeq << kSeqShift) | (seq++ & 0xFFFFFF);
-  const absl::Duration timeout =
-      options.timeout > absl::ZeroDuration() ? options.timeout : options_.timeout;
+  const int64_t budget = options.timeout > absl::ZeroDuration()
+                             ? DeadlineBudgetNanos(options.timeout)
+                             : default_budget_nanos_;
   FlightRecord record;
   record.seq = seq - 1;
   record.kind = CollectiveKind::kSendRecv;
   record.dtype = dtype;
   record.count = count;
   record.peer = peer;
-  const absl::Time start = CoarseNow();
+  const int64_t start = CoarseNowNanos();
   const uint64_t handle = recorder_.Begin(record, start);
-  counting_->set_kind(CollectiveKind::kSendRecv);
-  CountingTransport::Counts& counts = counting_->counts(CollectiveKind::kSendRecv);
-  CountingTransport::Add(counts.calls, 1);
+  CallCounters& counters = counters_[static_cast<size_t>(CollectiveKind::kSendRecv)];
+  CallCounters::Add(counters.calls, 1);
   const size_t bytes = count * DTypeSize(dtype);
+  CallCounters::Add(send ? counters.bytes_sent : counters.bytes_received, bytes);
   absl::StatusOr<Request> request =
-      send ? counting_->Send(peer, tag, absl::Span<const std::byte>(data, bytes))
-           : counting_->Recv(peer, tag, absl::Span<std::byte>(data, bytes));
+      send ? transport_->Send(peer, tag, absl::Span<const std::byte>(data, bytes))
+           : transport_->Recv(peer, tag, absl::Span<std::byte>(data, bytes));
   absl::Status status = request.status();
-  if (request.ok()) status = counting_->Wait({*request}, start + CoarseResolution() + timeout);
+  if (request.ok()) status = transport_->Wait({*request}, DeadlineAfterNanos(start, budget));
   recorder_.End(handle, status);
   if (status.ok()) return status;
-  CountingTransport::Add(counts.failed_calls, 1);
+  CallCounters::Add(counters.failed_calls, 1);
   if (!BreaksStreams(status.code())) return status;
   broken_ = status;
-  counting_->Abort(status);
+  transport_->Abort(status);
   return absl::Status(status.code(), absl::StrCat(status.message(), "\nrank ", rank(), " of ",
                                                   size(), " flight recorder, ",
                                                   recorder_.Format(16)));

@@ -69,7 +69,7 @@
 namespace loom {
 
 namespace collectives_internal {
-class CountingTransport;
+struct CallCounters;
 class Scratch;
 struct CollectiveArgs;
 struct CallContext;
@@ -217,8 +217,11 @@ class Communicator {
 
   const CommunicatorOptions options_;
   const uint64_t id_;  // 24 bits: the top of every tag
+  // The default deadline budget of a call, CoarseResolution() + options_.timeout, in
+  // nanoseconds (see Run).
+  const int64_t default_budget_nanos_;
   std::shared_ptr<Transport> transport_;
-  std::unique_ptr<collectives_internal::CountingTransport> counting_;
+  std::unique_ptr<collectives_internal::CallCounters[]> counters_;  // by CollectiveKind
   std::unique_ptr<collectives_internal::Scratch> scratch_;
   FlightRecorder recorder_;
   uint64_t next_seq_ = 0;

@@ -4,7 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <type_traits>
 
+#include "absl/base/attributes.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -29,7 +32,9 @@ constexpr uint32_t kGatherStep = 5;
 constexpr uint32_t kScatterStep = 6;
 constexpr uint32_t kBarrierStep = 7;
 
-int Mod(int a, int n) { return ((a % n) + n) % n; }
+// Wrap returns a mod n for a in (-n, 2n): a peer's rank from an offset to this one's,
+// without the two divisions of a general modulo.
+int Wrap(int a, int n) { return a < 0 ? a + n : (a >= n ? a - n : a); }
 
 // PostedRequests: the requests a rank posts at once, kept in scratch so that a call
 // allocates nothing. Destroying it with requests not yet waited for (an early return
@@ -38,13 +43,14 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 // Cancelling at once rather than at the deadline returns the error promptly; the
 // call has failed anyway.
 class PostedRequests {
+  static_assert(std::is_trivially_destructible_v<Request>, "requests are never destroyed");
+
  public:
+  // `storage` is raw scratch memory; each Add constructs its request in place.
   PostedRequests(const CallContext& ctx, absl::Span<std::byte> storage)
       : ctx_(ctx),
         requests_(reinterpret_cast<Request*>(storage.data())),
-        capacity_(storage.size() / sizeof(Request)) {
-    std::uninitialized_value_construct_n(requests_, capacity_);
-  }
+        capacity_(storage.size() / sizeof(Request)) {}
   PostedRequests(const PostedRequests&) = delete;
   PostedRequests& operator=(const PostedRequests&) = delete;
   ~PostedRequests() {
@@ -62,7 +68,7 @@ class PostedRequests {
       ctx_.transport->Wait({*posted}, absl::InfinitePast()).IgnoreError();
       return absl::InternalError(absl::StrCat("direct: more than ", capacity_, " requests"));
     }
-    requests_[size_++] = *posted;
+    new (&requests_[size_++]) Request(*posted);
     return absl::OkStatus();
   }
 
@@ -95,8 +101,8 @@ absl::Status ExchangeWithEveryone(const CallContext& ctx, uint32_t step, SendFn 
   LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> storage, RequestStorage(ctx, 2 * (n - 1)));
   PostedRequests requests(ctx, storage);
   for (int i = 1; i < n; ++i) {
-    const int from = Mod(r - i, n);
-    const int to = Mod(r + i, n);
+    const int from = Wrap(r - i, n);
+    const int to = Wrap(r + i, n);
     // Send first: a small send leaves at once, and the receive posted after it
     // still comes before this rank next looks for messages (in Wait).
     LOOM_RETURN_IF_ERROR(requests.Add(PostSend(ctx, step, to, send(to))));
@@ -118,7 +124,7 @@ absl::Status GatherToRoot(const CallContext& ctx, uint32_t step, int root, Const
     LOOM_RETURN_IF_ERROR(requests.Add(PostSend(ctx, step, root, mine)));
   } else {
     for (int i = 1; i < n; ++i) {
-      const int from = Mod(r + i, n);
+      const int from = Wrap(r + i, n);
       LOOM_RETURN_IF_ERROR(requests.Add(PostRecv(ctx, step, from, at_root(from))));
     }
   }
@@ -138,7 +144,7 @@ absl::Status ScatterFromRoot(const CallContext& ctx, uint32_t step, int root, At
     LOOM_RETURN_IF_ERROR(requests.Add(PostRecv(ctx, step, root, mine)));
   } else {
     for (int i = 1; i < n; ++i) {
-      const int to = Mod(r + i, n);
+      const int to = Wrap(r + i, n);
       LOOM_RETURN_IF_ERROR(requests.Add(PostSend(ctx, step, to, at_root(to))));
     }
   }
@@ -215,8 +221,9 @@ absl::Status ReduceScatterInRankOrder(const CallContext& ctx, ReduceOp op, Const
 // both are non-empty and their dtypes differ.
 constexpr size_t kUnchecked = ~size_t{0};
 
-absl::Status CheckArgs(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind,
-                       size_t input_elements, size_t output_elements) {
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status DescribeBadArgs(
+    const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind,
+    size_t input_elements, size_t output_elements) {
   const auto where = [&] {
     return absl::StrCat("direct ", kind, " on rank ", ctx.rank(), " of ", ctx.size(), ", count ",
                         args.count, ": ");
@@ -236,6 +243,19 @@ absl::Status CheckArgs(const CallContext& ctx, const CollectiveArgs& args, absl:
                                                    DTypeName(args.output.dtype())));
   }
   return absl::OkStatus();
+}
+
+// The checks inline, the messages (DescribeBadArgs) out of line: they run in every call.
+absl::Status CheckArgs(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind,
+                       size_t input_elements, size_t output_elements) {
+  const bool both_checked = input_elements != kUnchecked && output_elements != kUnchecked;
+  if ((input_elements == kUnchecked || args.input.size() == input_elements) &&
+      (output_elements == kUnchecked || args.output.size() == output_elements) &&
+      (!both_checked || args.input.empty() || args.output.empty() ||
+       args.input.dtype() == args.output.dtype())) {
+    return absl::OkStatus();
+  }
+  return DescribeBadArgs(ctx, args, kind, input_elements, output_elements);
 }
 
 absl::Status CheckRoot(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind) {

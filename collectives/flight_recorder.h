@@ -60,12 +60,14 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // Begin records a call as running since `start` and returns its handle for End.
-  // (A caller that has just read the clock passes its reading, from CoarseNow():
-  // on the latency path of small collectives every clock read shows.)
-  uint64_t Begin(const FlightRecord& record, absl::Time start);
-  uint64_t Begin(const FlightRecord& record) { return Begin(record, loom::Now()); }
-  // End marks the call done or failed; a handle that has left the window is ignored.
+  // Begin records a call as running since `start_unix_nanos` (nanoseconds since 1970,
+  // as core/clock.h's CoarseNowNanos returns them) and returns its handle for End. A
+  // caller that has just read the clock passes its reading: on the latency path of
+  // small collectives every clock read shows, and so does converting an absl::Time.
+  uint64_t Begin(const FlightRecord& record, int64_t start_unix_nanos);
+  uint64_t Begin(const FlightRecord& record) { return Begin(record, loom::NowNanos()); }
+  // End marks the call done or failed, at the coarse clock's time; a handle that has
+  // left the window is ignored.
   void End(uint64_t handle, const absl::Status& status);
 
   // Snapshot returns the recorded calls, oldest first.
@@ -100,6 +102,7 @@ class FlightRecorder {
   const size_t capacity_;
   std::unique_ptr<Slot[]> slots_;      // handle h lives in slots_[h % capacity_]
   std::atomic<uint64_t> next_handle_{0};  // written by the driving thread only
+  size_t newest_slot_ = 0;  // slot of handle next_handle_ - 1; driving thread only
 };
 
 }  // namespace loom

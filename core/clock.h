@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "absl/time/time.h"
 
@@ -47,6 +48,31 @@ inline absl::Time CoarseNow() {
   timespec now;
   clock_gettime(CLOCK_REALTIME_COARSE, &now);
   return clock_internal::FromTimespec(now);
+}
+
+// NowNanos / CoarseNowNanos: the same readings as int64 nanoseconds since 1970, for
+// arithmetic on the latency path. (absl::Time and absl::Duration arithmetic and
+// conversions such as ToUnixNanos are out-of-line calls into Debian's shared Abseil;
+// the int64 forms are a few instructions.)
+inline int64_t NowNanos() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+inline int64_t CoarseNowNanos() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// DeadlineAfterNanos returns the time `budget_nanos` (>= 0) after `start_unix_nanos`,
+// absl::InfiniteFuture() where that is past what int64 nanoseconds hold (such as an
+// infinite timeout, which absl::ToInt64Nanoseconds saturates to the int64 maximum).
+inline absl::Time DeadlineAfterNanos(int64_t start_unix_nanos, int64_t budget_nanos) {
+  if (budget_nanos > std::numeric_limits<int64_t>::max() - start_unix_nanos) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromUnixNanos(start_unix_nanos + budget_nanos);
 }
 
 // CoarseResolution is the tick of CoarseNow (clock_getres), read once.

@@ -35,20 +35,6 @@ constexpr Alias kAliases[] = {
 
 absl::Span<const DType> AllDTypes() { return kAllDTypes; }
 
-size_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-  }
-  return 0;  // Unreachable for valid enumerators.
-}
-
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "f32";

@@ -37,8 +37,22 @@ enum class DType : uint8_t {
 // AllDTypes returns every DType, in declaration order (for parametrized tests).
 absl::Span<const DType> AllDTypes();
 
-// DTypeSize returns the size of one element in bytes.
-size_t DTypeSize(DType dtype);
+// DTypeSize returns the size of one element in bytes (0 for an invalid enumerator).
+// Inline: views, slices and kernels ask for it several times per collective call,
+// and an out-of-line call cost more than the switch itself.
+constexpr size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF64: return 8;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI8: return 1;
+    case DType::kU8: return 1;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
 
 // DTypeName returns the canonical short name: "f32", "f64", "f16", "bf16", "i8",
 // "u8", "i32", "i64".

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstring>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/dtype.h"
@@ -12,7 +13,7 @@
 namespace loom {
 namespace collectives_internal {
 
-absl::StatusOr<absl::Span<std::byte>> Scratch::Get(int slot, size_t bytes) {
+absl::StatusOr<absl::Span<std::byte>> Scratch::Grow(int slot, size_t bytes) {
   if (slot < 0) return absl::InvalidArgumentError(absl::StrCat("scratch slot ", slot));
   if (static_cast<size_t>(slot) >= slots_.size()) slots_.resize(slot + 1);
   AlignedBuffer<std::byte>& buffer = slots_[slot];
@@ -25,30 +26,6 @@ absl::StatusOr<absl::Span<std::byte>> Scratch::Get(int slot, size_t bytes) {
   return buffer.span().subspan(0, bytes);
 }
 
-BlockRange Block(size_t count, int parts, int index) {
-  const size_t n = static_cast<size_t>(parts);
-  const size_t i = static_cast<size_t>(index);
-  const size_t base = count / n;
-  const size_t extra = count % n;
-  return BlockRange{i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
-}
-
-ConstBufferView Slice(ConstBufferView view, BlockRange range) {
-  return Slice(view, range.offset, range.count);
-}
-BufferView Slice(BufferView view, BlockRange range) { return Slice(view, range.offset, range.count); }
-
-ConstBufferView Slice(ConstBufferView view, size_t offset, size_t count) {
-  assert(offset + count <= view.size());
-  return ConstBufferView(view.data() + offset * DTypeSize(view.dtype()), count, view.dtype());
-}
-BufferView Slice(BufferView view, size_t offset, size_t count) {
-  assert(offset + count <= view.size());
-  return BufferView(view.data() + offset * DTypeSize(view.dtype()), count, view.dtype());
-}
-
-bool SameMemory(ConstBufferView a, ConstBufferView b) { return a.data() == b.data(); }
-
 int NumChunks(const CallContext& ctx, size_t count, DType dtype) {
   const size_t bytes = count * DTypeSize(dtype);
   const size_t chunk = std::max<size_t>(ctx.chunk_bytes, 1);
@@ -58,12 +35,16 @@ int NumChunks(const CallContext& ctx, size_t count, DType dtype) {
 
 absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer,
                                  ConstBufferView data) {
-  return ctx.transport->Send(peer, ctx.StepTag(step), data.bytes());
+  const absl::Span<const std::byte> bytes = data.bytes();
+  if (ctx.counters != nullptr) CallCounters::Add(ctx.counters->bytes_sent, bytes.size());
+  return ctx.transport->Send(peer, ctx.StepTag(step), bytes);
 }
 
 absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer,
                                  BufferView data) {
-  return ctx.transport->Recv(peer, ctx.StepTag(step), data.bytes());
+  const absl::Span<std::byte> bytes = data.bytes();
+  if (ctx.counters != nullptr) CallCounters::Add(ctx.counters->bytes_received, bytes.size());
+  return ctx.transport->Recv(peer, ctx.StepTag(step), bytes);
 }
 
 absl::Status WaitAll(const CallContext& ctx, absl::Span<const Request> requests) {
@@ -90,11 +71,19 @@ absl::Status Exchange(const CallContext& ctx, uint32_t step, int send_peer, Cons
   return WaitAll(ctx, both);
 }
 
+namespace {
+
+// Out of line and cold: building the message would weigh on every Copy.
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status CopyError(ConstBufferView src,
+                                                                  BufferView dst) {
+  return absl::InternalError(absl::StrCat("copy of ", src.size(), " ", DTypeName(src.dtype()),
+                                          " into ", dst.size(), " ", DTypeName(dst.dtype())));
+}
+
+}  // namespace
+
 absl::Status Copy(ConstBufferView src, BufferView dst) {
-  if (src.dtype() != dst.dtype() || src.size() != dst.size()) {
-    return absl::InternalError(absl::StrCat("copy of ", src.size(), " ", DTypeName(src.dtype()),
-                                            " into ", dst.size(), " ", DTypeName(dst.dtype())));
-  }
+  if (src.dtype() != dst.dtype() || src.size() != dst.size()) return CopyError(src, dst);
   if (src.data() != dst.data() && src.size_bytes() > 0) {
     std::memcpy(dst.data(), src.data(), src.size_bytes());
   }

@@ -10,6 +10,8 @@
 #ifndef LOOM_COLLECTIVES_INTERNAL_CALL_CONTEXT_H_
 #define LOOM_COLLECTIVES_INTERNAL_CALL_CONTEXT_H_
 
+#include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,6 +25,7 @@
 #include "collectives/transport/transport.h"
 #include "core/aligned_buffer.h"
 #include "core/buffer_view.h"
+#include "core/dtype.h"
 #include "core/reduce_op.h"
 
 namespace loom {
@@ -68,16 +71,43 @@ struct CollectiveArgs {
 class Scratch {
  public:
   // Get returns at least `bytes` bytes of slot `slot`, 64-byte aligned.
-  // ResourceExhausted when the allocation fails.
-  absl::StatusOr<absl::Span<std::byte>> Get(int slot, size_t bytes);
+  // ResourceExhausted when the allocation fails. Inline where the slot is already
+  // large enough, as it is in every call of a loop after the first.
+  absl::StatusOr<absl::Span<std::byte>> Get(int slot, size_t bytes) {
+    if (slot >= 0 && static_cast<size_t>(slot) < slots_.size() && slots_[slot].size() >= bytes) {
+      return slots_[slot].span().subspan(0, bytes);
+    }
+    return Grow(slot, bytes);
+  }
 
  private:
+  absl::StatusOr<absl::Span<std::byte>> Grow(int slot, size_t bytes);
+
   std::vector<AlignedBuffer<std::byte>> slots_;
+};
+
+// CallCounters: one collective's counters in a communicator: calls, and the payload
+// bytes its calls posted to send and to receive (PostSend and PostRecv add them).
+// Atomics, so that other threads may read them while the driving thread adds to
+// them; only that one thread writes them, so Add is a plain load and store rather
+// than a locked read-modify-write on every message.
+struct CallCounters {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> failed_calls{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+
+  // Add adds `n` to a counter of the driving thread.
+  static void Add(std::atomic<uint64_t>& counter, uint64_t n) {
+    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
 };
 
 // CallContext: one rank's view of one collective call.
 struct CallContext {
   Transport* transport = nullptr;
+  // Where PostSend and PostRecv count the bytes they post; none when null.
+  CallCounters* counters = nullptr;
   // Tags of this call are tag_base + step, step < kMaxSteps.
   Tag tag_base = 0;
   absl::Time deadline = absl::InfiniteFuture();
@@ -104,17 +134,35 @@ struct BlockRange {
 // Block cuts `count` elements into `parts` contiguous blocks whose sizes differ by at
 // most one (the first count % parts blocks are one longer) and returns block
 // `index`. Used wherever a buffer is divided among ranks or chunks.
-BlockRange Block(size_t count, int parts, int index);
+inline BlockRange Block(size_t count, int parts, int index) {
+  const size_t n = static_cast<size_t>(parts);
+  const size_t i = static_cast<size_t>(index);
+  const size_t base = count / n;
+  const size_t extra = count % n;
+  return BlockRange{i * base + (i < extra ? i : extra), base + (i < extra ? 1 : 0)};
+}
 
-// Slice returns the elements `range` of a view (no bounds check beyond a debug
-// assertion: callers compute ranges with Block from the view's own size).
-ConstBufferView Slice(ConstBufferView view, BlockRange range);
-BufferView Slice(BufferView view, BlockRange range);
-ConstBufferView Slice(ConstBufferView view, size_t offset, size_t count);
-BufferView Slice(BufferView view, size_t offset, size_t count);
+// Slice returns the elements [offset, offset + count) of a view (no bounds check
+// beyond a debug assertion: callers compute ranges with Block from the view's own
+// size).
+inline ConstBufferView Slice(ConstBufferView view, size_t offset, size_t count) {
+  assert(offset + count <= view.size());
+  return ConstBufferView(view.data() + offset * DTypeSize(view.dtype()), count, view.dtype());
+}
+inline BufferView Slice(BufferView view, size_t offset, size_t count) {
+  assert(offset + count <= view.size());
+  return BufferView(view.data() + offset * DTypeSize(view.dtype()), count, view.dtype());
+}
+// Slice returns the elements `range` of a view.
+inline ConstBufferView Slice(ConstBufferView view, BlockRange range) {
+  return Slice(view, range.offset, range.count);
+}
+inline BufferView Slice(BufferView view, BlockRange range) {
+  return Slice(view, range.offset, range.count);
+}
 
 // SameMemory reports whether two views start at the same address (an in-place call).
-bool SameMemory(ConstBufferView a, ConstBufferView b);
+inline bool SameMemory(ConstBufferView a, ConstBufferView b) { return a.data() == b.data(); }
 
 // NumChunks returns how many chunks of about ctx.chunk_bytes a block of `count`
 // elements of `dtype` is cut into (at least 1).

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/base/attributes.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -37,58 +38,84 @@ Bytes BytesOf(absl::Span<T> span) {
   return {reinterpret_cast<uintptr_t>(span.data()), span.size() * sizeof(T)};
 }
 
-absl::Status CheckOp(absl::string_view function, ReduceOp op) {
+// The checks are plain comparisons, inline; building an error message is not, and
+// happens only when one fails (the *Error functions, out of line and cold). On the
+// latency path of a small collective these functions run several times per call.
+
+bool IsValid(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kProd:
     case ReduceOp::kMin:
     case ReduceOp::kMax:
     case ReduceOp::kAvg:
-      return absl::OkStatus();
+      return true;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(function, ": unknown ReduceOp ", static_cast<int>(op)));
+  return false;
 }
 
-absl::Status CheckSizes(absl::string_view function, absl::string_view src_name, size_t src_size,
-                        absl::string_view dst_name, size_t dst_size) {
-  if (src_size == dst_size) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(function, ": ", src_name, " has ", src_size,
-                                                 " elements but ", dst_name, " has ", dst_size));
-}
-
-// Unaligned elements would be undefined behaviour in the scalar kernels.
-absl::Status CheckAligned(absl::string_view function, absl::string_view name,
-                          ConstBufferView view) {
-  const size_t element = DTypeSize(view.dtype());
-  if (view.empty() || reinterpret_cast<uintptr_t>(view.data()) % element == 0) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      function, ": ", name, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(view.data())),
-      " is not aligned to its ", element, "-byte ", DTypeName(view.dtype()), " elements"));
+// Unaligned elements would be undefined behaviour in the scalar kernels. Element
+// sizes are powers of two.
+bool IsAligned(ConstBufferView view) {
+  return view.empty() ||
+         (reinterpret_cast<uintptr_t>(view.data()) & (DTypeSize(view.dtype()) - 1)) == 0;
 }
 
 // The kernels read a vector of src before writing the same elements of dst, which is
 // safe in place but not for a shifted overlap (nor for a widening one).
-absl::Status CheckIdenticalOrDisjoint(absl::string_view function, absl::string_view src_name,
-                                      Bytes src, absl::string_view dst_name, Bytes dst) {
-  if (src.size == 0 || dst.size == 0) return absl::OkStatus();
-  if (src.begin == dst.begin && src.size == dst.size) return absl::OkStatus();
-  if (src.begin < dst.begin + dst.size && dst.begin < src.begin + src.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(function, ": ", src_name, " [0x", absl::Hex(src.begin), ", +", src.size,
-                     " bytes) and ", dst_name, " [0x", absl::Hex(dst.begin), ", +", dst.size,
-                     " bytes) overlap without being the same memory"));
-  }
-  return absl::OkStatus();
+bool IdenticalOrDisjoint(Bytes src, Bytes dst) {
+  if (src.size == 0 || dst.size == 0) return true;
+  if (src.begin == dst.begin && src.size == dst.size) return true;
+  return !(src.begin < dst.begin + dst.size && dst.begin < src.begin + src.size);
 }
 
-absl::Status CheckAccumulatorDType(absl::string_view function, absl::string_view name,
-                                   DType dtype) {
-  if (dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16) {
-    return absl::OkStatus();
-  }
+bool IsAccumulatorDType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status OpError(absl::string_view function,
+                                                                ReduceOp op) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(function, ": unknown ReduceOp ", static_cast<int>(op)));
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status DTypeMismatchError(
+    absl::string_view function, DType src, DType dst) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(function, ": src is ", DTypeName(src), " but dst is ", DTypeName(dst)));
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status SizeError(absl::string_view function,
+                                                                  absl::string_view src_name,
+                                                                  size_t src_size,
+                                                                  absl::string_view dst_name,
+                                                                  size_t dst_size) {
+  return absl::InvalidArgumentError(absl::StrCat(function, ": ", src_name, " has ", src_size,
+                                                 " elements but ", dst_name, " has ", dst_size));
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status AlignmentError(absl::string_view function,
+                                                                       absl::string_view name,
+                                                                       ConstBufferView view) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      function, ": ", name, " at 0x", absl::Hex(reinterpret_cast<uintptr_t>(view.data())),
+      " is not aligned to its ", DTypeSize(view.dtype()), "-byte ", DTypeName(view.dtype()),
+      " elements"));
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status OverlapError(absl::string_view function,
+                                                                     absl::string_view src_name,
+                                                                     Bytes src,
+                                                                     absl::string_view dst_name,
+                                                                     Bytes dst) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(function, ": ", src_name, " [0x", absl::Hex(src.begin), ", +", src.size,
+                   " bytes) and ", dst_name, " [0x", absl::Hex(dst.begin), ", +", dst.size,
+                   " bytes) overlap without being the same memory"));
+}
+
+ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status AccumulatorDTypeError(
+    absl::string_view function, absl::string_view name, DType dtype) {
   return absl::InvalidArgumentError(
       absl::StrCat(function, ": ", name, " is ", DTypeName(dtype),
                    "; an f32 accumulator pairs with f32, f16 or bf16"));
@@ -98,18 +125,13 @@ absl::Status CheckAccumulatorDType(absl::string_view function, absl::string_view
 
 absl::Status ReduceInto(ReduceOp op, ConstBufferView src, BufferView dst) {
   constexpr absl::string_view kFunction = "ReduceInto";
-  if (absl::Status status = CheckOp(kFunction, op); !status.ok()) return status;
-  if (src.dtype() != dst.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(kFunction, ": src is ", DTypeName(src.dtype()),
-                                                   " but dst is ", DTypeName(dst.dtype())));
-  }
-  for (absl::Status status : {
-           CheckSizes(kFunction, "src", src.size(), "dst", dst.size()),
-           CheckAligned(kFunction, "src", src),
-           CheckAligned(kFunction, "dst", dst),
-           CheckIdenticalOrDisjoint(kFunction, "src", BytesOf(src), "dst", BytesOf(dst)),
-       }) {
-    if (!status.ok()) return status;
+  if (!IsValid(op)) return OpError(kFunction, op);
+  if (src.dtype() != dst.dtype()) return DTypeMismatchError(kFunction, src.dtype(), dst.dtype());
+  if (src.size() != dst.size()) return SizeError(kFunction, "src", src.size(), "dst", dst.size());
+  if (!IsAligned(src)) return AlignmentError(kFunction, "src", src);
+  if (!IsAligned(dst)) return AlignmentError(kFunction, "dst", dst);
+  if (!IdenticalOrDisjoint(BytesOf(src), BytesOf(dst))) {
+    return OverlapError(kFunction, "src", BytesOf(src), "dst", BytesOf(dst));
   }
   ActiveKernels().reduce_into(op, src, dst);
   return absl::OkStatus();
@@ -117,14 +139,12 @@ absl::Status ReduceInto(ReduceOp op, ConstBufferView src, BufferView dst) {
 
 absl::Status AccumulateInto(ReduceOp op, ConstBufferView src, absl::Span<float> acc) {
   constexpr absl::string_view kFunction = "AccumulateInto";
-  for (absl::Status status : {
-           CheckOp(kFunction, op),
-           CheckAccumulatorDType(kFunction, "src", src.dtype()),
-           CheckSizes(kFunction, "src", src.size(), "acc", acc.size()),
-           CheckAligned(kFunction, "src", src),
-           CheckIdenticalOrDisjoint(kFunction, "src", BytesOf(src), "acc", BytesOf(acc)),
-       }) {
-    if (!status.ok()) return status;
+  if (!IsValid(op)) return OpError(kFunction, op);
+  if (!IsAccumulatorDType(src.dtype())) return AccumulatorDTypeError(kFunction, "src", src.dtype());
+  if (src.size() != acc.size()) return SizeError(kFunction, "src", src.size(), "acc", acc.size());
+  if (!IsAligned(src)) return AlignmentError(kFunction, "src", src);
+  if (!IdenticalOrDisjoint(BytesOf(src), BytesOf(acc))) {
+    return OverlapError(kFunction, "src", BytesOf(src), "acc", BytesOf(acc));
   }
   ActiveKernels().accumulate_into(op, src, acc);
   return absl::OkStatus();
@@ -132,13 +152,11 @@ absl::Status AccumulateInto(ReduceOp op, ConstBufferView src, absl::Span<float> 
 
 absl::Status LoadAccumulator(ConstBufferView src, absl::Span<float> acc) {
   constexpr absl::string_view kFunction = "LoadAccumulator";
-  for (absl::Status status : {
-           CheckAccumulatorDType(kFunction, "src", src.dtype()),
-           CheckSizes(kFunction, "src", src.size(), "acc", acc.size()),
-           CheckAligned(kFunction, "src", src),
-           CheckIdenticalOrDisjoint(kFunction, "src", BytesOf(src), "acc", BytesOf(acc)),
-       }) {
-    if (!status.ok()) return status;
+  if (!IsAccumulatorDType(src.dtype())) return AccumulatorDTypeError(kFunction, "src", src.dtype());
+  if (src.size() != acc.size()) return SizeError(kFunction, "src", src.size(), "acc", acc.size());
+  if (!IsAligned(src)) return AlignmentError(kFunction, "src", src);
+  if (!IdenticalOrDisjoint(BytesOf(src), BytesOf(acc))) {
+    return OverlapError(kFunction, "src", BytesOf(src), "acc", BytesOf(acc));
   }
   ActiveKernels().load_accumulator(src, acc);
   return absl::OkStatus();
@@ -150,13 +168,11 @@ absl::Status StoreAccumulator(absl::Span<const float> acc, int64_t divisor, Buff
     return absl::InvalidArgumentError(
         absl::StrCat(kFunction, ": divisor is ", divisor, "; it must be at least 1"));
   }
-  for (absl::Status status : {
-           CheckAccumulatorDType(kFunction, "dst", dst.dtype()),
-           CheckSizes(kFunction, "acc", acc.size(), "dst", dst.size()),
-           CheckAligned(kFunction, "dst", dst),
-           CheckIdenticalOrDisjoint(kFunction, "acc", BytesOf(acc), "dst", BytesOf(dst)),
-       }) {
-    if (!status.ok()) return status;
+  if (!IsAccumulatorDType(dst.dtype())) return AccumulatorDTypeError(kFunction, "dst", dst.dtype());
+  if (acc.size() != dst.size()) return SizeError(kFunction, "acc", acc.size(), "dst", dst.size());
+  if (!IsAligned(dst)) return AlignmentError(kFunction, "dst", dst);
+  if (!IdenticalOrDisjoint(BytesOf(acc), BytesOf(dst))) {
+    return OverlapError(kFunction, "acc", BytesOf(acc), "dst", BytesOf(dst));
   }
   ActiveKernels().store_accumulator(acc, divisor, dst);
   return absl::OkStatus();
@@ -168,7 +184,7 @@ absl::Status FinishAverage(BufferView buf, int64_t num_ranks) {
     return absl::InvalidArgumentError(
         absl::StrCat(kFunction, ": num_ranks is ", num_ranks, "; it must be at least 1"));
   }
-  if (absl::Status status = CheckAligned(kFunction, "buf", buf); !status.ok()) return status;
+  if (!IsAligned(buf)) return AlignmentError(kFunction, "buf", buf);
   ActiveKernels().finish_average(buf, num_ranks);
   return absl::OkStatus();
 }

@@ -1,7 +1,8 @@
-// AVX2 kernels: 256-bit registers. AVX2 has no masked loads for 8- and 16-bit lanes, so
-// a tail is copied into a register-sized scratch array, reduced with the same vector
-// code as the body, and copied back: no lane outside the spans is read or written, and
-// the tail cannot round differently from the body.
+// AVX2 kernels: 256-bit registers. A tail is moved into a register-sized scratch array
+// (with a masked load for 32- and 64-bit lanes; AVX2 has none for 8- and 16-bit ones,
+// which are copied), reduced with the same vector code as the body, and moved back:
+// no lane outside the spans is read or written, and the tail cannot round differently
+// from the body.
 //
 // Only the functions marked LOOM_AVX2 are compiled for AVX2 + F16C (function-level
 // target attributes), so this file links into binaries for any x86-64 CPU;
@@ -250,20 +251,55 @@ struct U8Lanes : IntLanes<uint8_t> {
   LOOM_AVX2 static Vec Max(Vec a, Vec b) { return _mm256_max_epu8(a, b); }
 };
 
+// TailMask sets the first `count` lanes of elements of kBytes (4 or 8) bytes, for
+// AVX2's masked loads and stores, which exist for those widths only.
+template <size_t kBytes>
+LOOM_AVX2 __m256i TailMask(size_t count) {
+  if constexpr (kBytes == 4) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  } else {
+    static_assert(kBytes == 8, "AVX2 masks 32- and 64-bit lanes only");
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<long long>(count)),
+                              _mm256_setr_epi64x(0, 1, 2, 3));
+  }
+}
+
 // LoadPartial / StorePartial move the first `count` (< L::kLanes) elements through a
-// zero-filled scratch register image.
+// scratch register image, zero beyond them. Elements of 4 and 8 bytes move with one
+// masked load or store (a tiny reduction is all tail, and a copy through memcpy cost
+// more than the arithmetic); masked-off lanes are neither read nor written.
 template <typename L>
 LOOM_AVX2 typename L::Vec LoadPartial(const typename L::Storage* p, size_t count) {
-  typename L::Storage staged[L::kLanes] = {};
-  std::memcpy(staged, p, count * sizeof(*p));
+  constexpr size_t kBytes = sizeof(typename L::Storage);
+  alignas(32) typename L::Storage staged[L::kLanes] = {};
+  if constexpr (kBytes == 4) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(staged),
+                       _mm256_maskload_epi32(reinterpret_cast<const int*>(p), TailMask<4>(count)));
+  } else if constexpr (kBytes == 8) {
+    _mm256_store_si256(
+        reinterpret_cast<__m256i*>(staged),
+        _mm256_maskload_epi64(reinterpret_cast<const long long*>(p), TailMask<8>(count)));
+  } else {
+    std::memcpy(staged, p, count * sizeof(*p));
+  }
   return L::Load(staged);
 }
 
 template <typename L>
 LOOM_AVX2 void StorePartial(typename L::Storage* p, size_t count, typename L::Vec v) {
-  typename L::Storage staged[L::kLanes] = {};
+  constexpr size_t kBytes = sizeof(typename L::Storage);
+  alignas(32) typename L::Storage staged[L::kLanes] = {};
   L::Store(staged, v);
-  std::memcpy(p, staged, count * sizeof(*p));
+  if constexpr (kBytes == 4) {
+    _mm256_maskstore_epi32(reinterpret_cast<int*>(p), TailMask<4>(count),
+                           _mm256_load_si256(reinterpret_cast<const __m256i*>(staged)));
+  } else if constexpr (kBytes == 8) {
+    _mm256_maskstore_epi64(reinterpret_cast<long long*>(p), TailMask<8>(count),
+                           _mm256_load_si256(reinterpret_cast<const __m256i*>(staged)));
+  } else {
+    std::memcpy(p, staged, count * sizeof(*p));
+  }
 }
 
 // The ops, as types the loops are instantiated with.

@@ -110,7 +110,7 @@ ShmEndpoint::~ShmEndpoint() {
   group_.liveness.reset();
 }
 
-absl::Status ShmEndpoint::CheckPostable(int peer) {
+absl::Status ShmEndpoint::PostableError(int peer) {
   if (peer < 0 || peer >= world_) {
     return absl::InvalidArgumentError(
         absl::StrCat("shm rank ", rank_, ": peer ", peer, " is outside the group of ", world_));
@@ -243,10 +243,7 @@ void ShmEndpoint::Block(absl::Span<Operation* const> ops, absl::Time until) {
   sleeper.Finish();
 }
 
-void ShmEndpoint::RingPeersWithNews() {
-  bool any = false;
-  for (const PeerLink& link : links_) any |= link.news;
-  if (!any) return;
+void ShmEndpoint::RingNews() {
   StoreLoadFence();
   for (PeerLink& link : links_) {
     if (!link.news) continue;

@@ -45,12 +45,28 @@ class ShmEndpoint final : public Transport {
   void Abort(const absl::Status& reason) override;
 
  private:
-  absl::Status CheckPostable(int peer);
+  // CheckPostable returns OK when a request to `peer` may be posted, else why not.
+  // Inline for the usual answer, which every Send and Recv asks for.
+  absl::Status CheckPostable(int peer) {
+    if (peer >= 0 && peer < world_ && !abort_requested_.load(std::memory_order_acquire) &&
+        links_[peer].failure.ok()) {
+      return absl::OkStatus();
+    }
+    return PostableError(peer);
+  }
+  absl::Status PostableError(int peer);
   void WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline);
   // Progress runs one pass over every live peer; true if anything changed.
   bool Progress();
   void Block(absl::Span<Operation* const> ops, absl::Time until);
-  void RingPeersWithNews();
+  // RingPeersWithNews wakes the sleeping peers whose links have news. Inline: every
+  // poll asks, and usually none has.
+  void RingPeersWithNews() {
+    bool any = false;
+    for (const PeerLink& link : links_) any |= link.news;
+    if (any) RingNews();
+  }
+  void RingNews();
   void CheckPeers();
   void FailPeer(int peer, const absl::Status& status, bool dead);
   void HandleAbort();

@@ -35,7 +35,6 @@ void Inbox::Post(Operation* op) {
 }
 
 bool Inbox::MatchFresh() {
-  if (fresh_.empty()) return false;
   // Unexpected messages precede every descriptor still in the cells, so a new
   // receive takes from them first; with none there, it waits behind older receives
   // of its tag (which then have no unexpected message either).
@@ -56,8 +55,8 @@ bool Inbox::MatchFresh() {
   return true;
 }
 
-bool Inbox::Progress() {
-  bool changed = MatchFresh();
+bool Inbox::DrainCells() {
+  bool changed = false;
   const ChannelView& channel = peer_.incoming;
   const uint64_t first = cell_tail_;
   while (true) {
@@ -94,8 +93,6 @@ bool Inbox::Progress() {
     // again within kMaxSleepWithQueuedSends.)
     if (cell_tail_ - first >= kCellsPerChannel / 2) peer_.news = true;
   }
-  changed |= DrainChunks();
-  changed |= WatchStreams();
   return changed;
 }
 
@@ -205,7 +202,6 @@ bool Inbox::Match(Operation* op, const MessageDescriptor& descriptor, const std:
 bool Inbox::DrainChunks() {
   const ChannelView& channel = peer_.incoming;
   const uint64_t head = channel.control->chunk_head.load(std::memory_order_acquire);
-  if (chunk_tail_ == head) return false;
   while (chunk_tail_ < head) {
     const ChunkHeader* chunk = channel.chunk(chunk_tail_);
     auto it = streaming_.find(chunk->slot);
@@ -238,7 +234,6 @@ bool Inbox::DrainChunks() {
 }
 
 bool Inbox::WatchStreams() {
-  if (streaming_.empty()) return false;
   bool changed = false;
   for (auto it = streaming_.begin(); it != streaming_.end();) {
     Operation* op = it->second;

@@ -100,7 +100,7 @@ bool Outbox::TryPublish(Operation* op) {
   return true;
 }
 
-bool Outbox::Progress() {
+bool Outbox::ProgressPending() {
   bool changed = false;
   while (!queued_.empty() && TryPublish(queued_.front())) {
     queued_.pop_front();

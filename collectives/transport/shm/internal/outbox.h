@@ -35,8 +35,12 @@ class Outbox {
   void Enqueue(Operation* op);
 
   // Progress publishes queued sends, collects the receiver's verdicts and streams
-  // staged chunks. Returns whether anything changed.
-  bool Progress();
+  // staged chunks. Returns whether anything changed. Inline for the usual case of a
+  // poll: eager sends finish when posted, so there is nothing to do.
+  bool Progress() {
+    if (queued_.empty() && published_.empty() && streams_.empty()) return false;
+    return ProgressPending();
+  }
 
   // Cancel finishes an unfinished send with `status`, unless the receiver completed
   // it first (then with that outcome). A receiver that is copying the send buffer
@@ -51,6 +55,7 @@ class Outbox {
   void CancelAll(const absl::Status& status);
 
  private:
+  bool ProgressPending();
   bool TryPublish(Operation* op);
   // Collect applies the slot's state to a published send; true if it changed.
   bool Collect(Operation* op);
