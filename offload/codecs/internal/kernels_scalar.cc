@@ -1,0 +1,126 @@
+// Scalar reference kernels, the CPU detection and the per-ISA table.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "offload/codecs/internal/kernels.h"
+
+namespace loom {
+namespace codecs_internal {
+
+size_t QuantizeInt8Scalar(absl::Span<const float> x, size_t block_size, std::byte* out) {
+  for (size_t begin = 0, block = 0; begin < x.size(); begin += block_size, ++block) {
+    const size_t len = std::min(block_size, x.size() - begin);
+    const float* p = x.data() + begin;
+    // Integer max of |x|'s bits: the order of non-negative floats, NaN and Inf on top.
+    uint32_t absmax_bits = 0;
+    for (size_t i = 0; i < len; ++i)
+      absmax_bits = std::max(absmax_bits, FloatBits(p[i]) & 0x7FFFFFFFu);
+    if (absmax_bits >= 0x7F800000u) return block;
+    float scale;
+    float inv;
+    Int8Scale(BitsToFloat(absmax_bits), &scale, &inv);
+    std::memcpy(out, &scale, sizeof(scale));
+    out += sizeof(scale);
+    for (size_t i = 0; i < len; ++i) out[i] = static_cast<std::byte>(QuantizeOne(p[i], inv));
+    out += len;
+  }
+  return kAllFinite;
+}
+
+void DequantizeInt8Scalar(const std::byte* in, size_t block_size, absl::Span<float> x) {
+  for (size_t begin = 0; begin < x.size(); begin += block_size) {
+    const size_t len = std::min(block_size, x.size() - begin);
+    float scale;
+    std::memcpy(&scale, in, sizeof(scale));
+    in += sizeof(scale);
+    float* p = x.data() + begin;
+    for (size_t i = 0; i < len; ++i) {
+      p[i] = static_cast<float>(static_cast<int8_t>(in[i])) * scale;
+    }
+    in += len;
+  }
+}
+
+void Shuffle4Scalar(const std::byte* in, size_t count, std::byte* out) {
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t j = 0; j < 4; ++j) out[j * count + i] = in[4 * i + j];
+  }
+}
+
+void Unshuffle4Scalar(const std::byte* in, size_t count, std::byte* out) {
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t j = 0; j < 4; ++j) out[4 * i + j] = in[j * count + i];
+  }
+}
+
+size_t FindOverflowScalar(absl::Span<const float> x, uint32_t overflow_abs_bits) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (Overflows(x[i], overflow_abs_bits)) return i;
+  }
+  return x.size();
+}
+
+absl::Span<const Isa> AllIsas() {
+  static constexpr std::array<Isa, 3> kIsas = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+  return kIsas;
+}
+
+bool IsaSupported(Isa isa) {
+  // __builtin_cpu_supports also checks XCR0, so an OS that does not save the wider
+  // register state reports false.
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2");
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2");
+  }
+  return false;
+}
+
+Isa ActiveIsa() {
+  static const Isa isa = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
+                         : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
+                                                    : Isa::kScalar;
+  return isa;
+}
+
+absl::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+const Kernels& KernelsFor(Isa isa) {
+  static constexpr Kernels kScalar = {&QuantizeInt8Scalar, &DequantizeInt8Scalar, &Shuffle4Scalar,
+                                      &Unshuffle4Scalar, &FindOverflowScalar};
+  static constexpr Kernels kAvx2 = {&QuantizeInt8Avx2, &DequantizeInt8Avx2, &Shuffle4Avx2,
+                                    &Unshuffle4Avx2, &FindOverflowAvx2};
+  // The AVX2 byte shuffle already runs at L2/DRAM speed (README.md); AVX-512 reuses it.
+  static constexpr Kernels kAvx512 = {&QuantizeInt8Avx512, &DequantizeInt8Avx512, &Shuffle4Avx2,
+                                      &Unshuffle4Avx2, &FindOverflowAvx512};
+  switch (isa) {
+    case Isa::kAvx2:
+      return kAvx2;
+    case Isa::kAvx512:
+      return kAvx512;
+    case Isa::kScalar:
+      break;
+  }
+  return kScalar;
+}
+
+}  // namespace codecs_internal
+}  // namespace loom
