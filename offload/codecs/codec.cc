@@ -25,7 +25,7 @@
 #include "core/half.h"
 #include "core/half_convert.h"
 #include "core/status_macros.h"
-#include "offload/codecs/crc32c.h"
+#include "core/crc32c.h"
 #include "offload/codecs/internal/kernels.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,

@@ -19,7 +19,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "offload/codecs/crc32c.h"
+#include "core/crc32c.h"
 
 namespace loom {
 namespace {

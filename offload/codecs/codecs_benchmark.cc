@@ -39,7 +39,7 @@
 #include "core/aligned_buffer.h"
 #include "core/half.h"
 #include "offload/codecs/codec.h"
-#include "offload/codecs/crc32c.h"
+#include "core/crc32c.h"
 #include "offload/codecs/internal/kernels.h"
 
 namespace loom {

@@ -1,6 +1,6 @@
 // CRC-32C (Castagnoli; polynomial 0x1EDC6F41, bit-reflected 0x82F63B78, initial and
 // final XOR 0xFFFFFFFF), the checksum of iSCSI, ext4 and RocksDB. The offload codecs
-// store it for every encoded payload.
+// store it for every encoded payload and the disk tier for every block.
 //
 // On CPUs with SSE4.2 the crc32 instruction runs three independent streams at once
 // (its latency is three cycles, its throughput one) and the three partial CRCs are
@@ -12,8 +12,8 @@
 //   Crc32c(absl::MakeSpan(reinterpret_cast<const std::byte*>(s.data()), s.size()));
 //   // == 0xE3069283, the standard check value
 //   ExtendCrc32c(Crc32c(a), b) == Crc32c(a followed by b);   // streaming
-#ifndef LOOM_OFFLOAD_CODECS_CRC32C_H_
-#define LOOM_OFFLOAD_CODECS_CRC32C_H_
+#ifndef LOOM_CORE_CRC32C_H_
+#define LOOM_CORE_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -39,4 +39,4 @@ uint32_t ExtendHardware(uint32_t crc, absl::Span<const std::byte> data);
 }  // namespace crc32c_internal
 }  // namespace loom
 
-#endif  // LOOM_OFFLOAD_CODECS_CRC32C_H_
+#endif  // LOOM_CORE_CRC32C_H_

@@ -1,4 +1,4 @@
-#include "offload/codecs/crc32c.h"
+#include "core/crc32c.h"
 
 #include <cstddef>
 #include <cstdint>
