@@ -235,7 +235,12 @@ absl::Status Communicator::Run(Call& call) {
                      broken_.message()));
   }
   call.algorithm = Choose(call);
-  LOOM_ASSIGN_OR_RETURN(call.fn, FindAlgorithm(call.kind, call.algorithm));
+  if (found_fn_ == nullptr || call.kind != found_kind_ || call.algorithm != found_algorithm_) {
+    LOOM_ASSIGN_OR_RETURN(found_fn_, FindAlgorithm(call.kind, call.algorithm));
+    found_kind_ = call.kind;
+    found_algorithm_ = call.algorithm;
+  }
+  call.fn = found_fn_;
 
   const uint64_t seq = next_seq_++;
   Fingerprint fingerprint;

@@ -230,6 +230,13 @@ class Communicator {
   // more than a small message's whole call, and training loops repeat sizes.
   absl::flat_hash_map<std::pair<CollectiveKind, size_t>, Algorithm> choices_;
   std::optional<std::pair<std::pair<CollectiveKind, size_t>, Algorithm>> last_choice_;
+  // The implementation of the last (collective, algorithm) run: loops repeat it, and
+  // looking it up again (a StatusOr made and checked) showed in every small call.
+  CollectiveKind found_kind_ = CollectiveKind::kAllReduce;
+  Algorithm found_algorithm_ = Algorithm::kAuto;
+  // An AlgorithmFn (algorithm_registry.h, which this public header does not include).
+  absl::Status (*found_fn_)(const collectives_internal::CallContext&,
+                            const collectives_internal::CollectiveArgs&) = nullptr;
   absl::Status broken_;
   std::vector<uint64_t> sends_to_, receives_from_;  // point-to-point sequence per peer
 };

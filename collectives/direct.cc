@@ -62,7 +62,9 @@ class PostedRequests {
 
   // Add records a posted request; returns the error of posting it, or Internal
   // (after cancelling it) when there is no room.
-  absl::Status Add(absl::StatusOr<Request> posted) {
+  // (By reference: a StatusOr moved into a parameter and destroyed there weighed on
+  // every small call.)
+  absl::Status Add(const absl::StatusOr<Request>& posted) {
     if (!posted.ok()) return posted.status();
     if (size_ == capacity_) {
       ctx_.transport->Wait({*posted}, absl::InfinitePast()).IgnoreError();
@@ -154,7 +156,11 @@ absl::Status ScatterFromRoot(const CallContext& ctx, uint32_t step, int root, At
 // Contributions: where the n operands of a rank-order fold into `result` live. Rank
 // k's arrives in block k of scratch; this rank's own is read where it is, unless it
 // is the result itself (in place), which the fold overwrites before it reaches this
-// rank's turn; then it is copied into its scratch block first.
+// rank's turn; then it is copied into its scratch block first. When the result is
+// not this rank's own memory, the first of x_0, x_1 that another rank sends arrives
+// in `result` itself: the fold's first step then reduces into it where it lies (the
+// ops commute, see ReduceTo) instead of first copying x_0 there, a pass over the
+// block that showed as much as the reduction itself in small calls.
 class Contributions {
  public:
   static absl::StatusOr<Contributions> Make(const CallContext& ctx, ConstBufferView own,
@@ -163,35 +169,49 @@ class Contributions {
     LOOM_ASSIGN_OR_RETURN(
         const absl::Span<std::byte> bytes,
         ctx.scratch->Get(kDirectContributionsSlot, ctx.size() * size * DTypeSize(result.dtype())));
+    const bool own_copied = SameMemory(own, result);
+    const int lands_in_result = own_copied || ctx.size() == 1 ? -1 : (ctx.rank() == 0 ? 1 : 0);
     const Contributions contributions(ctx.rank(), own,
                                       BufferView(bytes.data(), ctx.size() * size, result.dtype()),
-                                      size, SameMemory(own, result));
-    if (contributions.own_copied_) {
+                                      result, size, own_copied, lands_in_result);
+    if (own_copied) {
       LOOM_RETURN_IF_ERROR(Copy(own, contributions.Received(ctx.rank())));
     }
     return contributions;
   }
 
-  // Received returns the scratch block that rank k's contribution arrives in.
-  BufferView Received(int k) const { return Slice(blocks_, k * size_, size_); }
+  // Received returns where rank k's contribution arrives.
+  BufferView Received(int k) const {
+    return k == lands_in_result_ ? result_ : Slice(blocks_, k * size_, size_);
+  }
 
   // Of returns rank k's contribution.
   ConstBufferView Of(int k) const { return k == rank_ && !own_copied_ ? own_ : Received(k); }
 
  private:
-  Contributions(int rank, ConstBufferView own, BufferView blocks, size_t size, bool own_copied)
-      : rank_(rank), own_(own), blocks_(blocks), size_(size), own_copied_(own_copied) {}
+  Contributions(int rank, ConstBufferView own, BufferView blocks, BufferView result, size_t size,
+                bool own_copied, int lands_in_result)
+      : rank_(rank),
+        own_(own),
+        blocks_(blocks),
+        result_(result),
+        size_(size),
+        own_copied_(own_copied),
+        lands_in_result_(lands_in_result) {}
 
   int rank_;
   ConstBufferView own_;
   BufferView blocks_;
+  BufferView result_;
   size_t size_;
   bool own_copied_;
+  int lands_in_result_;  // The rank whose contribution arrives in result; -1 for none.
 };
 
 // FoldInRankOrder sets result = ((x_0 op x_1) op x_2) ... op x_{n-1}, x_k =
-// contributions.Of(k), none of which may be `result`. ReduceTo and ReduceInto apply
-// the kernels exactly as RankOrderReduce does, so the bits are the same.
+// contributions.Of(k); only x_0 or x_1 may be `result` itself (see Contributions).
+// ReduceTo and ReduceInto apply the kernels exactly as RankOrderReduce does, so the
+// bits are the same.
 absl::Status FoldInRankOrder(ReduceOp op, int n, const Contributions& contributions,
                              BufferView result) {
   if (n == 1) return Copy(contributions.Of(0), result);

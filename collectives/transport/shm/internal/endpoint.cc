@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/inlined_vector.h"
+#include "absl/container/fixed_array.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -153,14 +153,14 @@ absl::StatusOr<Request> ShmEndpoint::Recv(int peer, Tag tag, absl::Span<std::byt
 }
 
 absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
-  // nullptr marks a request that is unknown or named twice. Inline storage: a
-  // Wait is on the latency path of every small message.
-  absl::InlinedVector<Operation*, 16> ops;
-  for (const Request& request : requests) {
-    Operation* op = requests_.Find(request);
+  // nullptr marks a request that is unknown or named twice. Inline storage of the
+  // final size: a Wait is on the latency path of every small message.
+  absl::FixedArray<Operation*, 16> ops(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Operation* op = requests_.Find(requests[i]);
     if (op != nullptr && op->named_by_wait) op = nullptr;  // Named twice.
     if (op != nullptr) op->named_by_wait = true;           // Erased below, so never reset.
-    ops.push_back(op);
+    ops[i] = op;
   }
   WaitUntilFinished(ops, deadline);
   absl::Status first_error;
