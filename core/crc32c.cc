@@ -2,6 +2,7 @@
 
 #include <nmmintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -153,5 +154,12 @@ uint32_t ExtendCrc32c(uint32_t crc, absl::Span<const std::byte> data) {
 }
 
 uint32_t Crc32c(absl::Span<const std::byte> data) { return ExtendCrc32c(0, data); }
+
+void Crc32cBlocks(absl::Span<const std::byte> data, size_t block_bytes, absl::Span<uint32_t> out) {
+  for (size_t b = 0; b < out.size(); ++b) {
+    const size_t begin = b * block_bytes;
+    out[b] = Crc32c(data.subspan(begin, std::min(block_bytes, data.size() - begin)));
+  }
+}
 
 }  // namespace loom

@@ -12,6 +12,7 @@
 //   Crc32c(absl::MakeSpan(reinterpret_cast<const std::byte*>(s.data()), s.size()));
 //   // == 0xE3069283, the standard check value
 //   ExtendCrc32c(Crc32c(a), b) == Crc32c(a followed by b);   // streaming
+//   Crc32cBlocks(data, 65536, absl::MakeSpan(crcs));          // crcs[b] = Crc32c(block b)
 #ifndef LOOM_CORE_CRC32C_H_
 #define LOOM_CORE_CRC32C_H_
 
@@ -27,6 +28,12 @@ uint32_t Crc32c(absl::Span<const std::byte> data);
 
 // ExtendCrc32c returns the CRC-32C of the bytes that gave `crc` followed by `data`.
 uint32_t ExtendCrc32c(uint32_t crc, absl::Span<const std::byte> data);
+
+// Crc32cBlocks cuts `data` into consecutive blocks of `block_bytes` (the last one may
+// be shorter) and writes the CRC-32C of block b to out[b] (a per-block checksum, as
+// the disk tier stores). Requires block_bytes > 0 and
+// out.size() == ceil(data.size() / block_bytes).
+void Crc32cBlocks(absl::Span<const std::byte> data, size_t block_bytes, absl::Span<uint32_t> out);
 
 namespace crc32c_internal {
 

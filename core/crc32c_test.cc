@@ -88,5 +88,17 @@ TEST(Crc32cTest, DetectsEverySingleBitFlip) {
   }
 }
 
+TEST(Crc32cTest, BlocksAreEachBlocksChecksum) {
+  std::vector<std::byte> data(3 * 1000 + 17);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 131 + (i >> 7));
+  std::vector<uint32_t> crcs(4);
+  Crc32cBlocks(data, 1000, absl::MakeSpan(crcs));
+  for (size_t b = 0; b < 4; ++b) {
+    const absl::Span<const std::byte> block =
+        absl::MakeConstSpan(data).subspan(b * 1000, b == 3 ? 17 : 1000);
+    EXPECT_EQ(crcs[b], Crc32c(block)) << "block " << b;
+  }
+}
+
 }  // namespace
 }  // namespace loom
