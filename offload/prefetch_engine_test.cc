@@ -1,5 +1,6 @@
 #include "offload/prefetch_engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -58,7 +59,17 @@ TEST(PrefetchEngineTest, TransfersStartInSubmissionOrderAndFillTheirBuffers) {
     }
     std::lock_guard<std::mutex> lock(mu);
     ASSERT_EQ(started.size(), size_t{kTensors});
-    for (int t = 0; t < kTensors; ++t) EXPECT_EQ(started[t], t) << "workers=" << workers;
+    // Workers take transfers in submission order, but the log is written from inside
+    // the transfer, after the worker may have been preempted: only one worker's log
+    // shows the order exactly. With more, every transfer ran once.
+    std::vector<int> sorted = started;
+    std::sort(sorted.begin(), sorted.end());
+    for (int t = 0; t < kTensors; ++t) {
+      EXPECT_EQ(sorted[t], t);
+      if (workers == 1) {
+        EXPECT_EQ(started[t], t);
+      }
+    }
     EXPECT_EQ(engine->stats().completed, kTensors);
   }
 }
