@@ -187,9 +187,9 @@ absl::Status ValidateOffloadConfig(const OffloadConfig& config) {
                                     " applies to offloaded parameters and gradients, and ",
                                     "neither is offloaded"));
   }
-  if (config.cpu_threads < 0 || config.cpu_threads > 4096) {
-    problems.push_back(
-        absl::StrCat("threads ", config.cpu_threads, " must be in [0, 4096] (0: one per core)"));
+  if (config.cpu_threads < 0 || config.cpu_threads > 256) {
+    problems.push_back(absl::StrCat("threads ", config.cpu_threads,
+                                    " must be in [0, 256] (0: one per core)"));
   }
   if (!problems.empty()) {
     return absl::InvalidArgumentError(

@@ -62,7 +62,7 @@ struct OffloadConfig {
   OptimizerStateFormat state_format = OptimizerStateFormat::kF32;
   // Elements per quantization block for kBlockwise8: a power of two in [256, 2048].
   int state_block_size = 2048;
-  // CPU optimizer threads; 0 means one per core.
+  // CPU optimizer threads, at most 256 (AdamWStep's limit); 0 means one per core.
   int cpu_threads = 0;
 };
 
