@@ -17,6 +17,15 @@ echo "$out"
 echo "$out" | grep -q -- '"wrong": 0' || { echo "shm rows missing"; exit 1; }
 if echo "$out" | grep -q -- '"wrong": [1-9]'; then echo "shm wrong elements"; exit 1; fi
 
+# The staged path (no CMA) checked end to end at sizes above the eager limit.
+out="$("$bench" --transport=shm --ranks=2 --op=all_reduce --min_bytes=64K --max_bytes=1M --step_factor=4 --iters=2 --warmup=1 --check --shm_copy=staged --shm_staging_bytes=256K)"
+echo "$out"
+echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $9 != "0" { bad = 1 } END { exit bad }' ||
+  { echo "staged: wrong elements"; exit 1; }
+
+if "$bench" --transport=shm --ranks=2 --shm_copy=pigeon 2> "$TEST_TMPDIR/err.txt"; then echo "bad shm_copy accepted"; exit 1; fi
+grep -q -- "--shm_copy=pigeon is not auto, cma or staged" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
+
 if "$bench" --transport=carrier-pigeon 2> "$TEST_TMPDIR/err.txt"; then echo "bad transport accepted"; exit 1; fi
 grep -q -- "--transport=carrier-pigeon is not inproc or shm" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
 echo PASS

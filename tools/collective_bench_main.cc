@@ -51,6 +51,9 @@ ABSL_FLAG(std::string, cost_model, "", "cost model file for --algo=auto (default
 ABSL_FLAG(bool, json, false, "print JSON instead of the table");
 // A string, parsed with absl::ParseDuration: absl's Duration flags read through a
 // sequence lock whose fences ThreadSanitizer builds reject.
+ABSL_FLAG(std::string, shm_copy, "auto",
+          "shm: how messages above the eager size travel: auto, cma or staged");
+ABSL_FLAG(std::string, shm_staging_bytes, "1M", "shm: staging ring bytes per ordered pair of ranks");
 ABSL_FLAG(std::string, timeout, "2m", "per-call timeout (e.g. 30s, 2m)");
 
 namespace loom {
@@ -166,6 +169,25 @@ int Main(int argc, char** argv) {
       return *code;
     }
     absl::StatusOr<ShmOptions> shm = ShmOptionsFromEnvironment();
+    if (shm.ok()) {
+      const std::string copy = absl::GetFlag(FLAGS_shm_copy);
+      absl::StatusOr<size_t> staging = ParseByteSize(absl::GetFlag(FLAGS_shm_staging_bytes));
+      if (copy == "auto") {
+        shm->copy_mode = ShmOptions::CopyMode::kAuto;
+      } else if (copy == "cma") {
+        shm->copy_mode = ShmOptions::CopyMode::kCma;
+      } else if (copy == "staged") {
+        shm->copy_mode = ShmOptions::CopyMode::kStaged;
+      } else {
+        shm = absl::InvalidArgumentError(
+            absl::StrCat("--shm_copy=", copy, " is not auto, cma or staged"));
+      }
+      if (!staging.ok()) {
+        shm = staging.status();
+      } else if (shm.ok()) {
+        shm->staging_bytes = *staging;
+      }
+    }
     absl::StatusOr<std::unique_ptr<Transport>> endpoint =
         shm.ok() ? ConnectShmTransport(*shm) : absl::StatusOr<std::unique_ptr<Transport>>(shm.status());
     status = endpoint.ok() ? RunRank(std::move(*endpoint), *bench, *options, "shm") : endpoint.status();
