@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/byte_size.h"
 #include "core/status_macros.h"
 #include "offload/internal/pinned_memory.h"
 
@@ -205,28 +206,6 @@ absl::Status ValidateOffloadConfig(const OffloadConfig& config) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> ParseBytes(absl::string_view text) {
-  const absl::string_view original = text;
-  double scale = 1;
-  if (!text.empty()) {
-    switch (absl::ascii_toupper(text.back())) {
-      case 'K': scale = 1024.0; break;
-      case 'M': scale = 1024.0 * 1024; break;
-      case 'G': scale = 1024.0 * 1024 * 1024; break;
-      case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
-      default: break;
-    }
-    if (scale != 1) text.remove_suffix(1);
-  }
-  double value = 0;
-  if (text.empty() || !absl::SimpleAtod(text, &value) || !std::isfinite(value) || value < 0 ||
-      value * scale >= 18446744073709551615.0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", original, "' is not a byte size such as 4096, 64K, 1.5G"));
-  }
-  return static_cast<size_t>(std::llround(value * scale));
-}
-
 absl::StatusOr<OffloadConfig> ParseOffloadConfig(absl::string_view spec) {
   OffloadConfig config;
   std::set<std::string> seen;
@@ -250,7 +229,7 @@ absl::StatusOr<OffloadConfig> ParseOffloadConfig(absl::string_view spec) {
       return absl::OkStatus();
     };
     auto bytes = [&](size_t& out) -> absl::Status {
-      absl::StatusOr<size_t> parsed = ParseBytes(value);
+      absl::StatusOr<size_t> parsed = ParseByteSize(value);
       if (!parsed.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("offload: ", key, ": ", parsed.status().message()));
       }

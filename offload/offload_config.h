@@ -84,8 +84,6 @@ absl::StatusOr<OffloadConfig> ParseOffloadConfig(absl::string_view spec);
 // FormatOffloadConfig writes the spec string ParseOffloadConfig reads back equal.
 std::string FormatOffloadConfig(const OffloadConfig& config);
 
-// ParseBytes reads "4096", "64K", "1.5G" (powers of 1024); InvalidArgument otherwise.
-absl::StatusOr<size_t> ParseBytes(absl::string_view text);
 
 }  // namespace loom
 

@@ -59,15 +59,6 @@ TEST(OffloadConfigTest, ParseNamesWhatIsWrong) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'cpu' is not key=value")));
 }
 
-TEST(OffloadConfigTest, ParseBytesUnits) {
-  EXPECT_THAT(ParseBytes("4096"), IsOkAndHolds(4096u));
-  EXPECT_THAT(ParseBytes("64k"), IsOkAndHolds(65536u));
-  EXPECT_THAT(ParseBytes("1.5G"), IsOkAndHolds(size_t{3} << 29));
-  EXPECT_THAT(ParseBytes("-1").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'-1'")));
-  EXPECT_THAT(ParseBytes("G").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'G'")));
-  EXPECT_THAT(ParseBytes("99999999T").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("99999999T")));
-}
-
 TEST(OffloadConfigTest, NothingOffloadedIsValid) {
   LOOM_EXPECT_OK(ValidateOffloadConfig(OffloadConfig{}));
 }

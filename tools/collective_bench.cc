@@ -258,25 +258,6 @@ double BusFactor(CollectiveKind op, int ranks) {
   }
 }
 
-absl::StatusOr<size_t> ParseByteSize(absl::string_view text) {
-  std::string digits(absl::StripAsciiWhitespace(text));
-  size_t scale = 1;
-  if (!digits.empty()) {
-    switch (absl::ascii_toupper(digits.back())) {
-      case 'K': scale = size_t{1} << 10; break;
-      case 'M': scale = size_t{1} << 20; break;
-      case 'G': scale = size_t{1} << 30; break;
-      default: break;
-    }
-    if (scale != 1) digits.pop_back();
-  }
-  uint64_t value = 0;
-  if (digits.empty() || !absl::SimpleAtoi(digits, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat("size \"", text, "\" is not a byte count like 4096, 4K, 64M or 1G"));
-  }
-  return static_cast<size_t>(value) * scale;
-}
-
 absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
                                                          const BenchOptions& options) {
   if (options.min_bytes == 0 || options.max_bytes < options.min_bytes || options.step_factor < 2 ||

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "collectives/collective_kind.h"
 #include "collectives/communicator.h"
+#include "core/byte_size.h"
 #include "core/dtype.h"
 #include "core/reduce_op.h"
 
@@ -66,9 +67,6 @@ struct BenchRow {
 // BusFactor returns nccl-tests' bus bandwidth factor of `op` on `ranks` ranks.
 double BusFactor(CollectiveKind op, int ranks);
 
-// ParseByteSize parses "4096", "4K", "64M", "1G" (powers of 1024).
-// InvalidArgument naming the text otherwise.
-absl::StatusOr<size_t> ParseByteSize(absl::string_view text);
 
 // RunCollectiveBench runs the sizes min_bytes, min_bytes * step_factor, ... up to
 // max_bytes on every rank of `comm` (collectively). InvalidArgument for options that

@@ -21,15 +21,6 @@ TEST(BusFactorTest, MatchesNcclTests) {
   EXPECT_DOUBLE_EQ(BusFactor(CollectiveKind::kBroadcast, 4), 1.0);
 }
 
-TEST(ParseByteSizeTest, Suffixes) {
-  EXPECT_THAT(ParseByteSize("4096"), IsOkAndHolds(4096u));
-  EXPECT_THAT(ParseByteSize("4K"), IsOkAndHolds(4096u));
-  EXPECT_THAT(ParseByteSize("64M"), IsOkAndHolds(size_t{64} << 20));
-  EXPECT_THAT(ParseByteSize("1g"), IsOkAndHolds(size_t{1} << 30));
-  EXPECT_THAT(ParseByteSize("lots"), StatusIs(absl::StatusCode::kInvalidArgument,
-                                              HasSubstr("size \"lots\" is not a byte count")));
-}
-
 // Every op the bench drives, checked, on 3 thread ranks: no wrong elements, rows
 // for each size, and a table with the closing line.
 TEST(RunCollectiveBenchTest, EveryOpChecksClean) {
