@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "offload/adamw/blockwise8.h"
 #include "offload/adamw/internal/isa_for_testing.h"
@@ -40,18 +41,17 @@ constexpr int kMaxThreads = 256;
 // The ISA ceiling of SetIsaCeilingForTesting; kAvx512 (no ceiling) outside tests.
 std::atomic<Isa> isa_ceiling{Isa::kAvx512};
 
+// What this CPU runs, as core/cpu_features.h detects it for every package's kernels
+// (its kAvx512 includes the AVX-512CD these kernels are built with).
 bool CpuSupports(Isa isa) {
-  // __builtin_cpu_supports also checks XCR0, so an OS that does not save the wider register
-  // state reports false.
   switch (isa) {
     case Isa::kAuto:
     case Isa::kScalar:
       return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return loom::CpuSupports(CpuIsa::kAvx2);
     case Isa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("f16c");
+      return loom::CpuSupports(CpuIsa::kAvx512);
   }
   return false;
 }
@@ -257,9 +257,7 @@ bool IsaSupported(Isa isa) {
   if (isa == Isa::kAuto || isa == Isa::kScalar) return true;
   const Isa ceiling = isa_ceiling.load(std::memory_order_relaxed);
   if (static_cast<int>(isa) > static_cast<int>(ceiling)) return false;
-  static const bool avx2 = CpuSupports(Isa::kAvx2);
-  static const bool avx512 = CpuSupports(Isa::kAvx512);
-  return isa == Isa::kAvx2 ? avx2 : isa == Isa::kAvx512 ? avx512 : false;
+  return CpuSupports(isa);
 }
 
 Isa SupportedIsa() {

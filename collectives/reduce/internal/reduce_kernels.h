@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/buffer_view.h"
+#include "core/cpu_features.h"
 #include "core/reduce_op.h"
 
 namespace loom {
@@ -30,24 +31,13 @@ namespace reduce_internal {
 inline constexpr uint32_t kCanonicalNaNF32Bits = 0x7FC00000u;
 inline constexpr uint64_t kCanonicalNaNF64Bits = 0x7FF8000000000000u;
 
-// The instruction sets a kernel can run on.
-enum class Isa {
-  kScalar,  // Plain C++; runs everywhere.
-  kAvx2,    // AVX2 + F16C, 256-bit registers.
-  kAvx512,  // AVX-512F + AVX-512BW + F16C, 512-bit registers, masked tails.
-};
-
-// AllIsas returns every Isa, slowest first (for parametrized tests and benchmarks).
-absl::Span<const Isa> AllIsas();
-
-// IsaSupported returns true when this CPU and OS can run `isa`'s kernels.
-bool IsaSupported(Isa isa);
-
-// ActiveIsa returns the fastest supported Isa; the public functions use it.
-Isa ActiveIsa();
-
-// IsaName returns "scalar", "avx2" or "avx512".
-absl::string_view IsaName(Isa isa);
+// The instruction-set levels, as core/cpu_features.h defines and detects them (one
+// definition of "supported" for every package's kernels).
+using Isa = CpuIsa;
+inline absl::Span<const Isa> AllIsas() { return AllCpuIsas(); }
+inline bool IsaSupported(Isa isa) { return CpuSupports(isa); }
+inline Isa ActiveIsa() { return BestCpuIsa(); }
+inline absl::string_view IsaName(Isa isa) { return CpuIsaName(isa); }
 
 // Kernels is one ISA's implementation of the public functions, minus their checks.
 // Each one requires what the public function checks (matching sizes, supported dtypes,

@@ -23,28 +23,18 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/cpu_features.h"
 
 namespace loom {
 namespace codecs_internal {
 
-// The instruction sets a kernel can run on.
-enum class Isa {
-  kScalar,  // Plain C++; runs everywhere.
-  kAvx2,    // AVX2, 256-bit registers.
-  kAvx512,  // AVX-512F (and AVX2, whose byte shuffle it reuses), 512-bit registers.
-};
-
-// AllIsas returns every Isa, slowest first.
-absl::Span<const Isa> AllIsas();
-
-// IsaSupported returns true when this CPU and OS can run `isa`'s kernels.
-bool IsaSupported(Isa isa);
-
-// ActiveIsa returns the fastest supported Isa; codec.h uses it.
-Isa ActiveIsa();
-
-// IsaName returns "scalar", "avx2" or "avx512".
-absl::string_view IsaName(Isa isa);
+// The instruction-set levels, as core/cpu_features.h defines and detects them (one
+// definition of "supported" for every package's kernels).
+using Isa = CpuIsa;
+inline absl::Span<const Isa> AllIsas() { return AllCpuIsas(); }
+inline bool IsaSupported(Isa isa) { return CpuSupports(isa); }
+inline Isa ActiveIsa() { return BestCpuIsa(); }
+inline absl::string_view IsaName(Isa isa) { return CpuIsaName(isa); }
 
 // --- int8 blockwise ----------------------------------------------------------------
 //

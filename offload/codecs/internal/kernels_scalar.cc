@@ -65,44 +65,6 @@ size_t FindOverflowScalar(absl::Span<const float> x, uint32_t overflow_abs_bits)
   return x.size();
 }
 
-absl::Span<const Isa> AllIsas() {
-  static constexpr std::array<Isa, 3> kIsas = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
-  return kIsas;
-}
-
-bool IsaSupported(Isa isa) {
-  // __builtin_cpu_supports also checks XCR0, so an OS that does not save the wider
-  // register state reports false.
-  switch (isa) {
-    case Isa::kScalar:
-      return true;
-    case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2");
-    case Isa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2");
-  }
-  return false;
-}
-
-Isa ActiveIsa() {
-  static const Isa isa = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
-                         : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
-                                                    : Isa::kScalar;
-  return isa;
-}
-
-absl::string_view IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return "scalar";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-  }
-  return "unknown";
-}
-
 const Kernels& KernelsFor(Isa isa) {
   static constexpr Kernels kScalar = {&QuantizeInt8Scalar, &DequantizeInt8Scalar, &Shuffle4Scalar,
                                       &Unshuffle4Scalar, &FindOverflowScalar};

@@ -1,0 +1,41 @@
+// CpuIsa: the x86-64 instruction-set levels Loom's SIMD kernels are built for, and
+// whether this CPU (and OS) runs them. Every package with per-ISA kernels (the
+// reductions in collectives, the codecs, the CPU AdamW) asks here, so they agree on
+// what "AVX-512 supported" means: the union of the features any of their kernels use.
+//
+//   kScalar  plain C++; runs everywhere.
+//   kAvx2    AVX2 + F16C (256-bit lanes; half-precision conversions).
+//   kAvx512  kAvx2 + AVX-512 F, BW and CD (512-bit lanes, byte/word ops).
+//
+// Example:
+//   BestCpuIsa();                      // CpuIsa::kAvx512 on a Skylake-SP or later
+//   CpuSupports(CpuIsa::kAvx2);        // true there too
+//   CpuIsaName(CpuIsa::kAvx512);       // "avx512"
+#ifndef LOOM_CORE_CPU_FEATURES_H_
+#define LOOM_CORE_CPU_FEATURES_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace loom {
+
+enum class CpuIsa : uint8_t { kScalar, kAvx2, kAvx512 };
+
+// AllCpuIsas returns every level, slowest first (for parametrized tests and benchmarks).
+absl::Span<const CpuIsa> AllCpuIsas();
+
+// CpuSupports returns whether this CPU and OS run `isa`'s kernels (the OS must save
+// the wider registers: __builtin_cpu_supports checks XCR0). Detected once.
+bool CpuSupports(CpuIsa isa);
+
+// BestCpuIsa returns the fastest supported level.
+CpuIsa BestCpuIsa();
+
+// CpuIsaName returns "scalar", "avx2" or "avx512" ("unknown" outside the enum).
+absl::string_view CpuIsaName(CpuIsa isa);
+
+}  // namespace loom
+
+#endif  // LOOM_CORE_CPU_FEATURES_H_
