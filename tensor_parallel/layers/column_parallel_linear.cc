@@ -1,0 +1,200 @@
+#include "tensor_parallel/layers/column_parallel_linear.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/internal/layer_math.h"
+#include "tensor_parallel/layers/internal/sharded_comm.h"
+
+namespace loom {
+
+using tp_layers_internal::AddBias;
+using tp_layers_internal::AllGatherV;
+using tp_layers_internal::AllReduceSum;
+using tp_layers_internal::CheckActivation;
+using tp_layers_internal::F32Values;
+using tp_layers_internal::GatherLastDim;
+using tp_layers_internal::ReduceScatterV;
+using tp_layers_internal::ShardCounts;
+using tp_layers_internal::SumRows;
+using tp_layers_internal::ToTensor;
+
+namespace {
+
+constexpr char kName[] = "ColumnParallelLinear";
+
+absl::Status CheckOptions(const ColumnParallelOptions& options) {
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
+  if (options.sequence_parallel && options.sequence_length <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": sequence_parallel needs sequence_length > 0, got ",
+                     options.sequence_length));
+  }
+  if (options.sequence_parallel && options.gather_output) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": gather_output cannot be combined with sequence_parallel"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Create(
+    const Tensor& full_weight, const Tensor* full_bias, Communicator& tp,
+    const ColumnParallelOptions& options) {
+  LOOM_RETURN_IF_ERROR(CheckOptions(options));
+  if (full_weight.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight shape ", ShapeString(full_weight.shape()), " must be [out, in]"));
+  }
+  const int64_t out = full_weight.dim(0);
+  if (full_bias != nullptr && full_bias->shape() != std::vector<int64_t>{out}) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": bias shape ",
+                                                   ShapeString(full_bias->shape()),
+                                                   " must be [", out, "] for weight ",
+                                                   ShapeString(full_weight.shape())));
+  }
+  const ShardExtent extent = ShardExtentOf(out, tp.size(), tp.rank(), options.rule);
+  LOOM_ASSIGN_OR_RETURN(Tensor weight, full_weight.Slice(0, extent.offset, extent.length));
+  Tensor bias;
+  if (full_bias != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(bias, full_bias->Slice(0, extent.offset, extent.length));
+  }
+  return FromShard(weight, full_bias != nullptr ? &bias : nullptr,
+                   ShardCounts(out, tp.size(), options.rule, 1), tp, options);
+}
+
+absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::FromShard(
+    const Tensor& local_weight, const Tensor* local_bias, std::vector<int64_t> out_widths,
+    Communicator& tp, const ColumnParallelOptions& options) {
+  LOOM_RETURN_IF_ERROR(CheckOptions(options));
+  if (static_cast<int>(out_widths.size()) != tp.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": ", out_widths.size(),
+                                                   " output widths for tp = ", tp.size()));
+  }
+  const int64_t local_out = out_widths[static_cast<size_t>(tp.rank())];
+  if (local_weight.rank() != 2 || local_weight.dim(0) != local_out) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight shard shape ", ShapeString(local_weight.shape()), " must be [",
+        local_out, ", in] on rank ", tp.rank(), " (widths ", absl::StrJoin(out_widths, ","), ")"));
+  }
+  if (local_bias != nullptr && local_bias->shape() != std::vector<int64_t>{local_out}) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": bias shard shape ",
+                                                   ShapeString(local_bias->shape()),
+                                                   " must be [", local_out, "]"));
+  }
+  ColumnParallelLinear layer;
+  layer.tp_ = &tp;
+  layer.rank_ = tp.rank();
+  layer.options_ = options;
+  layer.in_ = local_weight.dim(1);
+  layer.out_widths_ = std::move(out_widths);
+  LOOM_ASSIGN_OR_RETURN(layer.weight_, local_weight.ConvertTo(options.weight_dtype));
+  if (local_bias != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(layer.bias_, local_bias->ConvertTo(options.weight_dtype));
+    layer.has_bias_ = true;
+  }
+  return layer;
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
+  const bool sp = options_.sequence_parallel;
+  const int64_t expected_dim0 =
+      sp ? ShardExtentOf(options_.sequence_length, tp_->size(), rank_, options_.rule).length : -1;
+  LOOM_RETURN_IF_ERROR(CheckActivation(input, in_, expected_dim0, kName).status());
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> x, input.As<float>());
+  std::vector<int64_t> full_shape = input.shape();
+  if (sp) {
+    // Rows of one sequence position (the batch): the unit of the sequence split.
+    int64_t per_position = 1;
+    for (int d = 1; d + 1 < input.rank(); ++d) per_position *= input.dim(d);
+    full_shape[0] = options_.sequence_length;
+    LOOM_ASSIGN_OR_RETURN(saved_input_,
+                          AllGatherV(*tp_, x, ShardCounts(options_.sequence_length, tp_->size(),
+                                                          options_.rule, per_position * in_), tally_));
+  } else {
+    saved_input_.assign(x.begin(), x.end());
+  }
+  rows_ = 1;
+  for (size_t d = 0; d + 1 < full_shape.size(); ++d) rows_ *= full_shape[d];
+  const int64_t rows = rows_;
+  const int64_t out_local = out_features_local();
+  std::vector<float> weight_scratch;
+  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  std::vector<float> y(static_cast<size_t>(rows * out_local));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(saved_input_, rows, in_), Transpose::kNo,
+                            Dense(w, out_local, in_), Transpose::kYes,
+                            Dense(absl::MakeSpan(y), rows, out_local)));
+  if (has_bias_) {
+    std::vector<float> bias_scratch;
+    AddBias(absl::MakeSpan(y), F32Values(bias_, bias_scratch));
+  }
+  input_shape_ = input.shape();
+  output_shape_ = full_shape;
+  if (options_.gather_output) {
+    LOOM_ASSIGN_OR_RETURN(y, GatherLastDim(*tp_, y, rows, out_widths_, tally_));
+    output_shape_.back() = 0;
+    for (int64_t width : out_widths_) output_shape_.back() += width;
+  } else {
+    output_shape_.back() = out_local;
+  }
+  has_forward_ = true;
+  return ToTensor(output_shape_, y);
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
+  }
+  if (grad_output.dtype() != DType::kF32 || grad_output.shape() != output_shape_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": grad_output is ", DTypeName(grad_output.dtype()), " ",
+        ShapeString(grad_output.shape()), ", Forward returned f32 ", ShapeString(output_shape_)));
+  }
+  const int64_t out_local = out_features_local();
+  const int64_t rows = rows_;
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_all, grad_output.As<float>());
+  std::vector<float> g_local;
+  absl::Span<const float> g = g_all;
+  if (options_.gather_output) {
+    // The gather's backward: keep this rank's columns (no communication).
+    int64_t col = 0;
+    for (int r = 0; r < rank_; ++r) col += out_widths_[static_cast<size_t>(r)];
+    const int64_t width = output_shape_.back();
+    g_local.resize(static_cast<size_t>(rows * out_local));
+    for (int64_t i = 0; i < rows; ++i) {
+      std::copy_n(g_all.begin() + i * width + col, out_local, g_local.begin() + i * out_local);
+    }
+    g = g_local;
+  }
+  // dW_local = g^T x: [out_local, rows] x [rows, in].
+  std::vector<float> dw(static_cast<size_t>(out_local * in_));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kYes,
+                            Dense(saved_input_, rows, in_), Transpose::kNo,
+                            Dense(absl::MakeSpan(dw), out_local, in_)));
+  LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_local, in_}, dw));
+  if (has_bias_) {
+    LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_local}, SumRows(g, out_local)));
+  }
+  // dx = g W_local: this rank's share of the input gradient, summed over ranks.
+  std::vector<float> weight_scratch;
+  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  std::vector<float> dx(static_cast<size_t>(rows * in_));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kNo, Dense(w, out_local, in_),
+                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows, in_)));
+  if (options_.sequence_parallel) {
+    const int64_t per_position = rows / options_.sequence_length;
+    LOOM_ASSIGN_OR_RETURN(dx, ReduceScatterV(*tp_, dx,
+                                             ShardCounts(options_.sequence_length, tp_->size(),
+                                                         options_.rule, per_position * in_), tally_));
+  } else {
+    LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(dx), tally_));
+  }
+  return ToTensor(input_shape_, dx);
+}
+
+}  // namespace loom

@@ -1,0 +1,126 @@
+// ColumnParallelLinear: y = x W^T + b with W [out, in] split by rows (output
+// features) across the tensor-parallel group, as in Megatron-LM. Each rank computes
+// its slice of y's features; nothing is communicated in the forward pass unless the
+// output is gathered, and the backward pass all-reduces the input gradient.
+//
+// Sequence parallelism (options.sequence_parallel): the input arrives split along
+// dimension 0 (the sequence, Megatron's [s, b, h] layout) and is all-gathered before
+// the product; the input gradient is reduce-scattered back to the sequence pieces
+// instead of all-reduced. Pieces follow ShardExtentOf(sequence_length, tp, rank,
+// rule); uneven pieces are padded to the largest for the equal-block collectives.
+//
+// Activations and gradients are f32; the weight (and bias) may be stored as bf16
+// (options.weight_dtype) and is widened to f32 for each product. Gradients are f32.
+//
+// Example (tp = 2, in = 4, out = 6; every rank holds the same full weight):
+//   LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear fc,
+//                         ColumnParallelLinear::Create(w /*[6,4]*/, &b /*[6]*/, tp, {}));
+//   fc.weight().shape();                                  // {3, 4}: rows 3*rank..
+//   LOOM_ASSIGN_OR_RETURN(Tensor y, fc.Forward(x /*[5,4]*/));   // [5,3], local features
+//   LOOM_ASSIGN_OR_RETURN(Tensor dx, fc.Backward(dy /*[5,3]*/));// [5,4], all-reduced
+//   fc.weight_grad().shape();                             // {3, 4}
+//   fc.Forward(x2 /*[5,7]*/);
+//   // InvalidArgument: "ColumnParallelLinear: input shape [5,7] must be [..., 4]"
+#ifndef LOOM_TENSOR_PARALLEL_LAYERS_COLUMN_PARALLEL_LINEAR_H_
+#define LOOM_TENSOR_PARALLEL_LAYERS_COLUMN_PARALLEL_LINEAR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "core/dtype.h"
+#include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/placement.h"
+#include "tensor_parallel/tensor.h"
+
+namespace loom {
+
+struct ColumnParallelOptions {
+  // Gather the output features (all ranks get [.., out]); not with sequence_parallel,
+  // whose consumer is a row-parallel layer that wants the split features.
+  bool gather_output = false;
+  bool sequence_parallel = false;
+  // Full length of input dimension 0 under sequence parallelism (fixed per layer,
+  // as Megatron fixes seq_length): each rank's piece is ShardExtentOf of it.
+  int64_t sequence_length = 0;
+  // How output features (and the sequence, under sequence parallelism) are split.
+  ShardRule rule = ShardRule::kBalanced;
+  // Storage of the weight shard and bias: f32 or bf16.
+  DType weight_dtype = DType::kF32;
+};
+
+class ColumnParallelLinear {
+ public:
+  // Create takes this rank's rows of `full_weight` [out, in] (and of `full_bias`
+  // [out], if given), per options.rule, converted to options.weight_dtype.
+  // InvalidArgument naming the shapes for a weight that is not 2-D, a bias that is not
+  // [out], sequence parallelism without a positive sequence_length or with
+  // gather_output, or a storage dtype other than f32/bf16.
+  static absl::StatusOr<ColumnParallelLinear> Create(const Tensor& full_weight,
+                                                     const Tensor* full_bias, Communicator& tp,
+                                                     const ColumnParallelOptions& options);
+
+  // FromShard takes a shard the caller cut itself (e.g. an attention block's Q, K
+  // and V rows of its heads): local_weight [out_widths[rank], in], local_bias
+  // [out_widths[rank]] or null; out_widths lists every rank's rows (for
+  // gather_output). options.rule still splits the sequence. InvalidArgument as in
+  // Create, or when out_widths has not tp.size() entries or disagrees with the shard.
+  static absl::StatusOr<ColumnParallelLinear> FromShard(const Tensor& local_weight,
+                                                        const Tensor* local_bias,
+                                                        std::vector<int64_t> out_widths,
+                                                        Communicator& tp,
+                                                        const ColumnParallelOptions& options);
+
+  ColumnParallelLinear(ColumnParallelLinear&&) = default;
+  ColumnParallelLinear& operator=(ColumnParallelLinear&&) = default;
+
+  // Forward returns x W_local^T + b_local, of shape [s, ..., out_local] ([s, ..., out]
+  // with gather_output), where s is the full sequence (gathered under sequence
+  // parallelism). Keeps the gathered input for Backward. InvalidArgument naming the
+  // shape for an input that is not f32 [..., in] (dim 0 = this rank's sequence piece
+  // under sequence parallelism); otherwise a collective's error.
+  absl::StatusOr<Tensor> Forward(const Tensor& input);
+
+  // Backward takes dL/dy (the shape Forward returned), sets weight_grad() and
+  // bias_grad(), and returns dL/dx in the input's shape: the sum over ranks
+  // (all-reduce, or reduce-scatter to the sequence piece). FailedPrecondition before
+  // any Forward; InvalidArgument naming both shapes for a mismatched gradient;
+  // otherwise a collective's error.
+  absl::StatusOr<Tensor> Backward(const Tensor& grad_output);
+
+  // The local shards: weight [out_local, in] and bias [out_local] (empty without
+  // bias) in the storage dtype; their gradients in f32 (empty before Backward).
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+  const Tensor& weight_grad() const { return weight_grad_; }
+  const Tensor& bias_grad() const { return bias_grad_; }
+  bool has_bias() const { return has_bias_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features_local() const { return out_widths_[static_cast<size_t>(rank_)]; }
+
+  // comm_tally returns the collective payloads this layer has issued since Create.
+  const CommTally& comm_tally() const { return tally_; }
+
+ private:
+  ColumnParallelLinear() = default;
+
+  Communicator* tp_ = nullptr;
+  CommTally tally_;
+  int rank_ = 0;
+  ColumnParallelOptions options_;
+  int64_t in_ = 0;
+  std::vector<int64_t> out_widths_;
+  Tensor weight_, bias_, weight_grad_, bias_grad_;
+  bool has_bias_ = false;
+  // Saved by Forward: the (gathered) input, its shape on this rank, the output shape.
+  std::vector<float> saved_input_;
+  std::vector<int64_t> input_shape_, output_shape_;
+  int64_t rows_ = 0;  // rows of the full-sequence input
+  bool has_forward_ = false;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_TENSOR_PARALLEL_LAYERS_COLUMN_PARALLEL_LINEAR_H_

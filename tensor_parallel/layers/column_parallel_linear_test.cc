@@ -1,0 +1,181 @@
+// ColumnParallelLinear against an unsharded double-precision reference, for
+// tp = 1..4 (3 and 4 give uneven feature and sequence pieces), both shard rules,
+// with and without sequence parallelism and output gathering, f32 and bf16 storage.
+// Bound: tp_testing.h (relative 1e-5 of the largest reference magnitude).
+#include "tensor_parallel/layers/column_parallel_linear.h"
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor_parallel/layers/internal/tp_testing.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+using tp_layers_testing::ExpectAllOk;
+using tp_layers_testing::ExpectClose;
+using tp_layers_testing::MatMulNN;
+using tp_layers_testing::MatMulNT;
+using tp_layers_testing::MatMulTN;
+using tp_layers_testing::RandomTensor;
+using tp_layers_testing::RoundedToStorage;
+using tp_layers_testing::RuleName;
+using tp_layers_testing::RunTp;
+using tp_layers_testing::SliceCols;
+using tp_layers_testing::SliceRows;
+using tp_layers_testing::Values;
+
+constexpr int64_t kSeq = 7, kBatch = 2, kIn = 6, kOut = 10;
+
+using Param = std::tuple<int /*tp*/, bool /*sp*/, ShardRule, bool /*gather*/, DType>;
+
+class ColumnParallelLinearTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(ColumnParallelLinearTest, MatchesUnshardedReference) {
+  const auto [tp, sp, rule, gather, dtype] = GetParam();
+  const Tensor w = RandomTensor({kOut, kIn}, 1);
+  const Tensor b = RandomTensor({kOut}, 2);
+  const Tensor x = RandomTensor({kSeq, kBatch, kIn}, 3);
+  const Tensor dy = RandomTensor({kSeq, kBatch, kOut}, 4);
+  const int64_t rows = kSeq * kBatch;
+
+  // Reference: y = x W^T + b, dx = dy W, dW = dy^T x, db = column sums of dy.
+  const std::vector<double> wd = RoundedToStorage(w, dtype), bd = RoundedToStorage(b, dtype);
+  const std::vector<double> xd = Values(x), dyd = Values(dy);
+  std::vector<double> y_ref = MatMulNT(xd, wd, rows, kOut, kIn);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < kOut; ++j) y_ref[i * kOut + j] += bd[j];
+  }
+  const std::vector<double> dx_ref = MatMulNN(dyd, wd, rows, kIn, kOut);
+  const std::vector<double> dw_ref = MatMulTN(dyd, xd, kOut, kIn, rows);
+  std::vector<double> db_ref(kOut, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < kOut; ++j) db_ref[j] += dyd[i * kOut + j];
+  }
+
+  ExpectAllOk(RunTp(tp, [&](Communicator& comm) -> absl::Status {
+    const std::string where = absl::StrCat("rank ", comm.rank());
+    ColumnParallelOptions options;
+    options.gather_output = gather;
+    options.sequence_parallel = sp;
+    options.sequence_length = kSeq;
+    options.rule = rule;
+    options.weight_dtype = dtype;
+    LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear fc,
+                          ColumnParallelLinear::Create(w, &b, comm, options));
+    const ShardExtent feat = ShardExtentOf(kOut, tp, comm.rank(), rule);
+    const ShardExtent seq = ShardExtentOf(kSeq, tp, comm.rank(), rule);
+    Tensor input;
+    if (sp) {
+      LOOM_ASSIGN_OR_RETURN(input, x.Slice(0, seq.offset, seq.length));
+    } else {
+      input = x.Clone();
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor y, fc.Forward(input));
+    Tensor grad;
+    if (gather) {
+      EXPECT_EQ(y.shape(), (std::vector<int64_t>{kSeq, kBatch, kOut})) << where;
+      ExpectClose(y, y_ref, where + " y");
+      grad = dy.Clone();
+    } else {
+      EXPECT_EQ(y.shape(), (std::vector<int64_t>{kSeq, kBatch, feat.length})) << where;
+      ExpectClose(y, SliceCols(y_ref, kOut, feat.offset, feat.length), where + " y");
+      LOOM_ASSIGN_OR_RETURN(grad, dy.Slice(2, feat.offset, feat.length));
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, fc.Backward(grad));
+    if (sp) {
+      EXPECT_EQ(dx.shape(), (std::vector<int64_t>{seq.length, kBatch, kIn})) << where;
+      ExpectClose(dx, SliceRows(dx_ref, kIn, seq.offset * kBatch, seq.length * kBatch),
+                  where + " dx");
+    } else {
+      ExpectClose(dx, dx_ref, where + " dx");
+    }
+    ExpectClose(fc.weight_grad(), SliceRows(dw_ref, kIn, feat.offset, feat.length),
+                where + " dW");
+    ExpectClose(fc.bias_grad(), SliceRows(db_ref, 1, feat.offset, feat.length), where + " db");
+    return absl::OkStatus();
+  }));
+}
+
+std::vector<Param> Params() {
+  std::vector<Param> params;
+  for (int tp : {1, 2, 3, 4}) {
+    for (bool sp : {false, true}) {
+      for (ShardRule rule : {ShardRule::kBalanced, ShardRule::kChunk}) {
+        for (bool gather : {false, true}) {
+          if (sp && gather) continue;
+          for (DType dtype : {DType::kF32, DType::kBF16}) {
+            params.emplace_back(tp, sp, rule, gather, dtype);
+          }
+        }
+      }
+    }
+  }
+  return params;
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  const auto [tp, sp, rule, gather, dtype] = info.param;
+  return absl::StrCat("tp", tp, sp ? "_sp" : "", "_", RuleName(rule), gather ? "_gather" : "",
+                      "_", DTypeName(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ColumnParallelLinearTest, ::testing::ValuesIn(Params()), ParamName);
+
+TEST(ColumnParallelLinearErrors, WrongInputShapeNamesShapes) {
+  ExpectAllOk(RunTp(2, [&](Communicator& comm) -> absl::Status {
+    const Tensor w = RandomTensor({kOut, kIn}, 1);
+    LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear fc,
+                          ColumnParallelLinear::Create(w, nullptr, comm, {}));
+    EXPECT_THAT(fc.Forward(RandomTensor({5, 7}, 2)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("input shape [5,7] must be [..., 6]")));
+    EXPECT_THAT(fc.Backward(RandomTensor({5, 5}, 2)),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("before Forward")));
+    LOOM_RETURN_IF_ERROR(fc.Forward(RandomTensor({5, kIn}, 3)).status());
+    EXPECT_THAT(fc.Backward(RandomTensor({5, 4}, 2)),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[5,4]")));
+    return absl::OkStatus();
+  }));
+}
+
+TEST(ColumnParallelLinearErrors, BadCreateArguments) {
+  ExpectAllOk(RunTp(1, [&](Communicator& comm) -> absl::Status {
+    const Tensor w = RandomTensor({kOut, kIn}, 1);
+    const Tensor bad_bias = RandomTensor({kOut + 1}, 2);
+    EXPECT_THAT(ColumnParallelLinear::Create(w, &bad_bias, comm, {}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("bias shape [11] must be [10] for weight [10,6]")));
+    ColumnParallelOptions sp;
+    sp.sequence_parallel = true;
+    EXPECT_THAT(ColumnParallelLinear::Create(w, nullptr, comm, sp),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sequence_length > 0")));
+    return absl::OkStatus();
+  }));
+}
+
+TEST(ColumnParallelLinearErrors, WrongSequencePieceNamesShape) {
+  ExpectAllOk(RunTp(2, [&](Communicator& comm) -> absl::Status {
+    ColumnParallelOptions options;
+    options.sequence_parallel = true;
+    options.sequence_length = kSeq;  // pieces 4 and 3
+    LOOM_ASSIGN_OR_RETURN(
+        ColumnParallelLinear fc,
+        ColumnParallelLinear::Create(RandomTensor({kOut, kIn}, 1), nullptr, comm, options));
+    EXPECT_THAT(fc.Forward(RandomTensor({kSeq, kBatch, kIn}, 2)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("input shape [7,2,6] must have dim 0 = ",
+                                                comm.rank() == 0 ? 4 : 3))));
+    return absl::OkStatus();
+  }));
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,65 @@
+// Gemm: the one matrix multiply of the parallel layers, row-major f32 through
+// OpenBLAS's cblas_sgemm, with the shapes checked first (a wrong shape is an
+// InvalidArgument naming both operands, never a BLAS abort or an overrun).
+//
+// Threads: the first call sets OpenBLAS to one thread (openblas_set_num_threads(1)).
+// Tensor-parallel ranks run as threads of one process in tests and benchmarks, each
+// calling Gemm at once; OpenBLAS's own pool on top would oversubscribe the cores and
+// make the summation order depend on the thread count. Parallelism comes from the
+// ranks, not from BLAS.
+//
+// Example:
+//   std::vector<float> a = {1, 2, 3, 4, 5, 6};        // [2,3]
+//   std::vector<float> b = {1, 0, 0, 1, 1, 1};        // [3,2]
+//   std::vector<float> c(4);
+//   LOOM_RETURN_IF_ERROR(Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(b, 3, 2),
+//                             Transpose::kNo, Dense(absl::MakeSpan(c), 2, 2)));
+//   // c == {4, 5, 10, 11}
+//   Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(a, 2, 3), Transpose::kNo, ...);
+//   // InvalidArgument: "Gemm: op(A) is [2,3] but op(B) is [2,3]: inner dimensions differ"
+#ifndef LOOM_TENSOR_PARALLEL_LAYERS_GEMM_H_
+#define LOOM_TENSOR_PARALLEL_LAYERS_GEMM_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace loom {
+
+enum class Transpose { kNo, kYes };
+
+// A row-major matrix of `rows` x `cols` inside `data`, rows `ld` elements apart
+// (ld >= cols; a sub-matrix of a wider one, e.g. one attention head's columns).
+struct ConstMatrixView {
+  absl::Span<const float> data;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+};
+struct MatrixView {
+  absl::Span<float> data;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+};
+
+// Dense returns the view of a packed rows x cols matrix (ld = cols).
+inline ConstMatrixView Dense(absl::Span<const float> data, int64_t rows, int64_t cols) {
+  return ConstMatrixView{data, rows, cols, cols};
+}
+inline MatrixView Dense(absl::Span<float> data, int64_t rows, int64_t cols) {
+  return MatrixView{data, rows, cols, cols};
+}
+
+// Gemm computes C = alpha * op(A) * op(B) + beta * C, where op transposes when asked.
+// Returns InvalidArgument (naming the shapes) when op(A) is not [m,k], op(B) not
+// [k,n] and C not [m,n], when a view's ld is below its cols, or when a view's span
+// is too short for its rows and ld. Empty products (m, n or k zero) are fine: C is
+// then only scaled by beta.
+absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
+                  MatrixView c, float alpha = 1.0f, float beta = 0.0f);
+
+}  // namespace loom
+
+#endif  // LOOM_TENSOR_PARALLEL_LAYERS_GEMM_H_

@@ -1,0 +1,101 @@
+// Gemm against plain-loop products for every transpose combination, strided
+// (sub-matrix) views, beta accumulation and empty shapes; and the shape errors.
+#include "tensor_parallel/layers/gemm.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<float> Random(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+TEST(GemmTest, HeaderExample) {
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {1, 0, 0, 1, 1, 1};
+  std::vector<float> c(4);
+  ASSERT_THAT(Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(b, 3, 2), Transpose::kNo,
+                   Dense(absl::MakeSpan(c), 2, 2)),
+              IsOk());
+  EXPECT_EQ(c, (std::vector<float>{4, 5, 10, 11}));
+}
+
+TEST(GemmTest, AllTransposesStridedWithBeta) {
+  constexpr int64_t m = 5, n = 7, k = 9, pad = 3;
+  for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+    for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+      // Stored shapes, with `pad` extra columns so ld > cols.
+      const int64_t ar = ta == Transpose::kNo ? m : k, ac = ta == Transpose::kNo ? k : m;
+      const int64_t br = tb == Transpose::kNo ? k : n, bc = tb == Transpose::kNo ? n : k;
+      const std::vector<float> a = Random(ar * (ac + pad), 1), b = Random(br * (bc + pad), 2);
+      std::vector<float> c = Random(m * (n + pad), 3);
+      const std::vector<float> c0 = c;
+      auto A = [&](int64_t i, int64_t p) {
+        return ta == Transpose::kNo ? a[i * (ac + pad) + p] : a[p * (ac + pad) + i];
+      };
+      auto B = [&](int64_t p, int64_t j) {
+        return tb == Transpose::kNo ? b[p * (bc + pad) + j] : b[j * (bc + pad) + p];
+      };
+      ASSERT_THAT(Gemm(ConstMatrixView{a, ar, ac, ac + pad}, ta, ConstMatrixView{b, br, bc, bc + pad},
+                       tb, MatrixView{absl::MakeSpan(c), m, n, n + pad}, 0.5f, 2.0f),
+                  IsOk());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n + pad; ++j) {
+          double expected = static_cast<double>(c0[i * (n + pad) + j]);
+          if (j < n) {
+            double dot = 0;
+            for (int64_t p = 0; p < k; ++p) dot += static_cast<double>(A(i, p)) * static_cast<double>(B(p, j));
+            expected = 0.5 * dot + 2.0 * expected;
+          }
+          EXPECT_NEAR(c[i * (n + pad) + j], expected, 1e-5) << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmTest, EmptyInnerDimensionScalesByBeta) {
+  std::vector<float> c = {1, 2, 3, 4};
+  ASSERT_THAT(Gemm(Dense(absl::Span<const float>(), 2, 0), Transpose::kNo,
+                   Dense(absl::Span<const float>(), 0, 2), Transpose::kNo,
+                   Dense(absl::MakeSpan(c), 2, 2), 1.0f, 0.5f),
+              IsOk());
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1, 1.5f, 2}));
+  ASSERT_THAT(Gemm(Dense(absl::Span<const float>(), 0, 3), Transpose::kNo,
+                   Dense(absl::Span<const float>(), 3, 0), Transpose::kNo,
+                   Dense(absl::Span<float>(), 0, 0)),
+              IsOk());
+}
+
+TEST(GemmTest, ShapeErrorsNameTheShapes) {
+  std::vector<float> a(6), c(4);
+  EXPECT_THAT(Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(a, 2, 3), Transpose::kNo,
+                   Dense(absl::MakeSpan(c), 2, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("op(A) is [2,3] but op(B) is [2,3]: inner dimensions differ")));
+  EXPECT_THAT(Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(a, 2, 3), Transpose::kYes,
+                   Dense(absl::MakeSpan(c), 1, 4)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is [2,2] but C is [1,4]")));
+  EXPECT_THAT(Gemm(Dense(a, 3, 3), Transpose::kNo, Dense(a, 3, 2), Transpose::kNo,
+                   Dense(absl::MakeSpan(c), 3, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("A is [3,3] with ld 3, needing 9 elements, but its span has 6")));
+  EXPECT_THAT(Gemm(ConstMatrixView{a, 2, 3, 2}, Transpose::kNo, Dense(a, 3, 2), Transpose::kNo,
+                   Dense(absl::MakeSpan(c), 2, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("with ld 2; need ld >= cols")));
+}
+
+}  // namespace
+}  // namespace loom

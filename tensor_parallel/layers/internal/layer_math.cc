@@ -1,0 +1,73 @@
+#include "tensor_parallel/layers/internal/layer_math.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace tp_layers_internal {
+
+absl::Span<const float> F32Values(const Tensor& t, std::vector<float>& scratch) {
+  if (t.dtype() == DType::kF32) return *t.As<float>();
+  scratch = t.ToF32();
+  return scratch;
+}
+
+void AddBias(absl::Span<float> y, absl::Span<const float> bias) {
+  const size_t cols = bias.size();
+  if (cols == 0) return;
+  for (size_t i = 0; i < y.size(); i += cols) {
+    for (size_t j = 0; j < cols; ++j) y[i + j] += bias[j];
+  }
+}
+
+std::vector<float> SumRows(absl::Span<const float> g, int64_t cols) {
+  std::vector<float> sums(static_cast<size_t>(cols), 0.0f);
+  if (cols == 0) return sums;
+  for (size_t i = 0; i < g.size(); i += static_cast<size_t>(cols)) {
+    for (size_t j = 0; j < sums.size(); ++j) sums[j] += g[i + j];
+  }
+  return sums;
+}
+
+absl::StatusOr<Tensor> StoreSlice(const Tensor& full, int dim, int64_t offset, int64_t length,
+                                  DType dtype) {
+  LOOM_ASSIGN_OR_RETURN(Tensor piece, full.Slice(dim, offset, length));
+  if (piece.dtype() == dtype) return piece;
+  return piece.ConvertTo(dtype);
+}
+
+absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values) {
+  return Tensor::FromValues(std::move(shape), values);
+}
+
+absl::StatusOr<int64_t> CheckActivation(const Tensor& x, int64_t features, int64_t expected_dim0,
+                                        const std::string& who) {
+  if (x.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": input must be f32, got ",
+                                                   DTypeName(x.dtype()), " of shape ",
+                                                   ShapeString(x.shape())));
+  }
+  if (x.rank() < 2 || x.dim(x.rank() - 1) != features) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": input shape ", ShapeString(x.shape()),
+                                                   " must be [..., ", features, "]"));
+  }
+  if (expected_dim0 >= 0 && x.dim(0) != expected_dim0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": sequence-parallel input shape ", ShapeString(x.shape()), " must have dim 0 = ",
+        expected_dim0, " (this rank's piece of the sequence)"));
+  }
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.rank(); ++d) rows *= x.dim(d);
+  return rows;
+}
+
+absl::Status CheckStorage(DType dtype, const std::string& who) {
+  if (dtype == DType::kF32 || dtype == DType::kBF16) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(who, ": weight storage must be f32 or bf16, got ", DTypeName(dtype)));
+}
+
+}  // namespace tp_layers_internal
+}  // namespace loom

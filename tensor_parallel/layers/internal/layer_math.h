@@ -1,0 +1,49 @@
+// Small element-wise helpers of the parallel layers (private). Matrix products go
+// through Gemm (BLAS); these are the O(rows * cols) passes around them.
+#ifndef LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_LAYER_MATH_H_
+#define LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_LAYER_MATH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/dtype.h"
+#include "tensor_parallel/tensor.h"
+
+namespace loom {
+namespace tp_layers_internal {
+
+// F32Values returns `t`'s values as f32: a view for an f32 tensor, otherwise the
+// widened copy kept in `scratch` (bf16 storage is widened for every product, so the
+// layer never holds an f32 copy of its weights).
+absl::Span<const float> F32Values(const Tensor& t, std::vector<float>& scratch);
+
+// AddBias adds bias (cols) to every row of y (rows x cols).
+void AddBias(absl::Span<float> y, absl::Span<const float> bias);
+
+// SumRows returns the column sums of g (rows x cols).
+std::vector<float> SumRows(absl::Span<const float> g, int64_t cols);
+
+// StoreSlice returns full.Slice(dim, offset, length) converted to `dtype`.
+absl::StatusOr<Tensor> StoreSlice(const Tensor& full, int dim, int64_t offset, int64_t length,
+                                  DType dtype);
+
+// ToTensor returns an f32 tensor of `shape` holding `values`.
+absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values);
+
+// CheckActivation returns the rows (all dimensions but the last) of activation
+// `x` of layer `who`, or InvalidArgument naming the shape unless x is f32 of rank
+// >= 2 with last dimension `features` and, when expected_dim0 >= 0, dimension 0 of
+// that size (the local sequence piece under sequence parallelism).
+absl::StatusOr<int64_t> CheckActivation(const Tensor& x, int64_t features, int64_t expected_dim0,
+                                        const std::string& who);
+
+// CheckStorage returns InvalidArgument unless dtype is f32 or bf16 (`who` names the layer).
+absl::Status CheckStorage(DType dtype, const std::string& who);
+
+}  // namespace tp_layers_internal
+}  // namespace loom
+
+#endif  // LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_LAYER_MATH_H_

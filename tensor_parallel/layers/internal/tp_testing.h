@@ -1,0 +1,77 @@
+// Test helpers of the parallel layers (testonly): tensor-parallel ranks as threads
+// over inproc, seeded values, and the comparison against an unsharded reference.
+//
+// Bound: ExpectClose accepts |actual - expected| <= rel * max(1, max |expected|).
+// References are computed in double; the layers accumulate in f32 in another
+// order (BLAS blocking, the ranks' partial sums), so the difference is a few f32
+// roundings per accumulated term: about k * 2^-24 relative for k-term sums. The
+// tests use k <= 64 terms of magnitude <= 1, so rel = 1e-5 (~170 ulps) holds with
+// margin and still catches any wrong element, shard offset or missing reduction.
+#ifndef LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_TP_TESTING_H_
+#define LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_TP_TESTING_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "collectives/communicator.h"
+#include "tensor_parallel/placement.h"
+#include "tensor_parallel/tensor.h"
+
+namespace loom {
+namespace tp_layers_testing {
+
+inline constexpr double kRelBound = 1e-5;
+
+// RunTp runs body(rank's tp communicator) on `tp` threads over a fresh inproc group
+// and returns every rank's status.
+std::vector<absl::Status> RunTp(int tp, const std::function<absl::Status(Communicator&)>& body);
+
+// ExpectAllOk expects every status OK, naming the rank.
+void ExpectAllOk(const std::vector<absl::Status>& results);
+
+// RandomValues returns n values uniform in [-1, 1) from std::mt19937(seed).
+std::vector<float> RandomValues(int64_t n, uint32_t seed);
+
+// RandomTensor returns an f32 tensor of `shape` filled by RandomValues.
+Tensor RandomTensor(std::vector<int64_t> shape, uint32_t seed);
+
+// RoundedToStorage returns t's values as stored in `dtype` and widened back
+// (bf16 rounds; f32 is unchanged): what a layer with that storage computes with.
+std::vector<double> RoundedToStorage(const Tensor& t, DType dtype);
+
+// Values returns t's values widened to double.
+std::vector<double> Values(const Tensor& t);
+
+// ExpectClose checks actual against expected elementwise within the bound above.
+void ExpectClose(absl::Span<const float> actual, absl::Span<const double> expected,
+                 const std::string& what, double rel = kRelBound);
+void ExpectClose(const Tensor& actual, absl::Span<const double> expected, const std::string& what,
+                 double rel = kRelBound);
+
+// SliceRows returns rows [offset, offset + length) of a [rows, width] matrix.
+std::vector<double> SliceRows(absl::Span<const double> m, int64_t width, int64_t offset,
+                              int64_t length);
+// SliceCols returns columns [offset, offset + length) of a [rows, width] matrix.
+std::vector<double> SliceCols(absl::Span<const double> m, int64_t width, int64_t offset,
+                              int64_t length);
+
+// MatMulNT returns a [m,k] x b[n,k]^T in double (plain loops: the tests' reference).
+std::vector<double> MatMulNT(absl::Span<const double> a, absl::Span<const double> b, int64_t m,
+                             int64_t n, int64_t k);
+// MatMulNN returns a [m,k] x b[k,n]; MatMulTN returns a[k,m]^T x b[k,n].
+std::vector<double> MatMulNN(absl::Span<const double> a, absl::Span<const double> b, int64_t m,
+                             int64_t n, int64_t k);
+std::vector<double> MatMulTN(absl::Span<const double> a, absl::Span<const double> b, int64_t m,
+                             int64_t n, int64_t k);
+
+// RuleName returns "chunk" or "balanced" for test names.
+std::string RuleName(ShardRule rule);
+
+}  // namespace tp_layers_testing
+}  // namespace loom
+
+#endif  // LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_TP_TESTING_H_

@@ -1,0 +1,194 @@
+#include "tensor_parallel/layers/parallel_self_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/internal/layer_math.h"
+
+namespace loom {
+
+namespace {
+
+constexpr char kName[] = "ParallelSelfAttention";
+
+// HeadView is one (batch, head) matrix [s, head_dim] inside a [s, b, width] tensor
+// whose column `col` starts the head: rows are b * width apart.
+ConstMatrixView HeadView(absl::Span<const float> data, int64_t s, int64_t b, int64_t width,
+                         int64_t batch, int64_t col, int64_t head_dim) {
+  return ConstMatrixView{data.subspan(static_cast<size_t>(batch * width + col)), s, head_dim,
+                         b * width};
+}
+MatrixView HeadView(absl::Span<float> data, int64_t s, int64_t b, int64_t width, int64_t batch,
+                    int64_t col, int64_t head_dim) {
+  return MatrixView{data.subspan(static_cast<size_t>(batch * width + col)), s, head_dim,
+                    b * width};
+}
+
+}  // namespace
+
+absl::StatusOr<ParallelSelfAttention> ParallelSelfAttention::Create(
+    const Tensor& qkv_weight, const Tensor* qkv_bias, const Tensor& out_weight,
+    const Tensor* out_bias, Communicator& tp, const ParallelSelfAttentionOptions& options) {
+  const int64_t h = out_weight.rank() == 2 ? out_weight.dim(0) : -1;
+  if (h < 1 || out_weight.shape() != std::vector<int64_t>{h, h} ||
+      qkv_weight.shape() != std::vector<int64_t>{3 * h, h}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": qkv_weight ", ShapeString(qkv_weight.shape()), " and out_weight ",
+        ShapeString(out_weight.shape()), " must be [3h, h] and [h, h]"));
+  }
+  if (qkv_bias != nullptr && qkv_bias->shape() != std::vector<int64_t>{3 * h}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": qkv_bias shape ", ShapeString(qkv_bias->shape()), " must be [", 3 * h, "]"));
+  }
+  if (options.num_heads < 1 || h % options.num_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": num_heads ", options.num_heads,
+                                                   " must be >= 1 and divide hidden ", h));
+  }
+  const int64_t d = h / options.num_heads;
+  const ShardExtent heads = ShardExtentOf(options.num_heads, tp.size(), tp.rank(), options.rule);
+  const int64_t lo = heads.offset * d, width = heads.length * d;
+  // This rank's Q, K and V rows: three slices of the [Q; K; V] weight.
+  std::vector<Tensor> rows, biases;
+  for (int64_t part = 0; part < 3; ++part) {
+    LOOM_ASSIGN_OR_RETURN(Tensor r, qkv_weight.Slice(0, part * h + lo, width));
+    rows.push_back(std::move(r));
+    if (qkv_bias != nullptr) {
+      LOOM_ASSIGN_OR_RETURN(Tensor b, qkv_bias->Slice(0, part * h + lo, width));
+      biases.push_back(std::move(b));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor local_qkv, Tensor::Concat(rows, 0));
+  Tensor local_qkv_bias;
+  if (qkv_bias != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(local_qkv_bias, Tensor::Concat(biases, 0));
+  }
+  std::vector<int64_t> widths;
+  for (int r = 0; r < tp.size(); ++r) {
+    widths.push_back(3 * d * ShardExtentOf(options.num_heads, tp.size(), r, options.rule).length);
+  }
+  ColumnParallelOptions column;
+  column.sequence_parallel = options.sequence_parallel;
+  column.sequence_length = options.sequence_length;
+  column.rule = options.rule;
+  column.weight_dtype = options.weight_dtype;
+  LOOM_ASSIGN_OR_RETURN(
+      ColumnParallelLinear qkv,
+      ColumnParallelLinear::FromShard(local_qkv, qkv_bias != nullptr ? &local_qkv_bias : nullptr,
+                                      std::move(widths), tp, column));
+  RowParallelOptions row;
+  row.sequence_parallel = options.sequence_parallel;
+  row.sequence_length = options.sequence_length;
+  row.rule = options.rule;
+  row.weight_dtype = options.weight_dtype;
+  LOOM_ASSIGN_OR_RETURN(Tensor local_out, out_weight.Slice(1, lo, width));
+  LOOM_ASSIGN_OR_RETURN(RowParallelLinear out,
+                        RowParallelLinear::FromShard(local_out, out_bias, tp, row));
+  ParallelSelfAttention attn(std::move(qkv), std::move(out));
+  attn.options_ = options;
+  attn.hidden_ = h;
+  attn.head_dim_ = d;
+  attn.heads_ = heads;
+  return attn;
+}
+
+absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
+  if (input.rank() != 3 || input.dim(2) != hidden_) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": input shape ",
+                                                   ShapeString(input.shape()), " must be [s, b, ",
+                                                   hidden_, "]"));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor qkv, qkv_.Forward(input));  // [s, b, 3L], s gathered
+  const int64_t s = qkv.dim(0), b = qkv.dim(1), d = head_dim_, local = heads_.length;
+  const int64_t L = local * d;
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> qkv_span, qkv.As<float>());
+  qkv_values_.assign(qkv_span.begin(), qkv_span.end());
+  probs_.assign(static_cast<size_t>(b * local * s * s), 0.0f);
+  std::vector<float> ctx(static_cast<size_t>(s * b * L), 0.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t j = 0; j < local; ++j) {
+      absl::Span<float> p =
+          absl::MakeSpan(probs_).subspan(static_cast<size_t>((bi * local + j) * s * s),
+                                         static_cast<size_t>(s * s));
+      // Scores = scale * Q K^T, then a row-wise (causal) softmax in place.
+      LOOM_RETURN_IF_ERROR(Gemm(HeadView(qkv_values_, s, b, 3 * L, bi, j * d, d), Transpose::kNo,
+                                HeadView(qkv_values_, s, b, 3 * L, bi, L + j * d, d),
+                                Transpose::kYes, Dense(p, s, s), scale));
+      for (int64_t i = 0; i < s; ++i) {
+        const int64_t visible = options_.causal ? i + 1 : s;
+        float* row = p.data() + i * s;
+        float max = -std::numeric_limits<float>::infinity();
+        for (int64_t k = 0; k < visible; ++k) max = std::max(max, row[k]);
+        float sum = 0.0f;
+        for (int64_t k = 0; k < visible; ++k) {
+          row[k] = std::exp(row[k] - max);
+          sum += row[k];
+        }
+        for (int64_t k = 0; k < visible; ++k) row[k] /= sum;
+        for (int64_t k = visible; k < s; ++k) row[k] = 0.0f;
+      }
+      // Context = P V, into this head's columns of [s, b, L].
+      LOOM_RETURN_IF_ERROR(Gemm(Dense(absl::Span<const float>(p), s, s), Transpose::kNo,
+                                HeadView(qkv_values_, s, b, 3 * L, bi, 2 * L + j * d, d),
+                                Transpose::kNo, HeadView(absl::MakeSpan(ctx), s, b, L, bi, j * d, d)));
+    }
+  }
+  seq_ = s;
+  batch_ = b;
+  has_forward_ = true;
+  LOOM_ASSIGN_OR_RETURN(Tensor ctx_tensor, tp_layers_internal::ToTensor({s, b, L}, ctx));
+  return out_.Forward(ctx_tensor);
+}
+
+absl::StatusOr<Tensor> ParallelSelfAttention::Backward(const Tensor& grad_output) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor grad_ctx, out_.Backward(grad_output));  // [s, b, L]
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dctx, grad_ctx.As<float>());
+  const int64_t s = seq_, b = batch_, d = head_dim_, local = heads_.length;
+  const int64_t L = local * d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> dqkv(qkv_values_.size(), 0.0f);
+  std::vector<float> dp(static_cast<size_t>(s * s));
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t j = 0; j < local; ++j) {
+      const absl::Span<const float> p =
+          absl::MakeConstSpan(probs_).subspan(static_cast<size_t>((bi * local + j) * s * s),
+                                              static_cast<size_t>(s * s));
+      const ConstMatrixView q = HeadView(qkv_values_, s, b, 3 * L, bi, j * d, d);
+      const ConstMatrixView k = HeadView(qkv_values_, s, b, 3 * L, bi, L + j * d, d);
+      const ConstMatrixView v = HeadView(qkv_values_, s, b, 3 * L, bi, 2 * L + j * d, d);
+      const ConstMatrixView dc = HeadView(dctx, s, b, L, bi, j * d, d);
+      // dV = P^T dC; dP = dC V^T.
+      LOOM_RETURN_IF_ERROR(Gemm(Dense(p, s, s), Transpose::kYes, dc, Transpose::kNo,
+                                HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, 2 * L + j * d, d)));
+      LOOM_RETURN_IF_ERROR(Gemm(dc, Transpose::kNo, v, Transpose::kYes,
+                                Dense(absl::MakeSpan(dp), s, s)));
+      // Softmax backward: dS = P * (dP - rowsum(dP * P)); masked entries have P = 0.
+      for (int64_t i = 0; i < s; ++i) {
+        float dot = 0.0f;
+        for (int64_t c = 0; c < s; ++c) dot += dp[i * s + c] * p[i * s + c];
+        for (int64_t c = 0; c < s; ++c) dp[i * s + c] = p[i * s + c] * (dp[i * s + c] - dot);
+      }
+      // dQ = scale * dS K; dK = scale * dS^T Q.
+      LOOM_RETURN_IF_ERROR(Gemm(Dense(absl::Span<const float>(dp), s, s), Transpose::kNo, k,
+                                Transpose::kNo,
+                                HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, j * d, d), scale));
+      LOOM_RETURN_IF_ERROR(Gemm(Dense(absl::Span<const float>(dp), s, s), Transpose::kYes, q,
+                                Transpose::kNo,
+                                HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, L + j * d, d),
+                                scale));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dqkv_tensor, tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv));
+  return qkv_.Backward(dqkv_tensor);
+}
+
+}  // namespace loom

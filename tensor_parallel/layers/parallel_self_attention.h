@@ -1,0 +1,108 @@
+// ParallelSelfAttention: a Megatron-LM self-attention block split by heads across
+// the tensor-parallel group: a column-parallel QKV projection that gives each rank
+// the queries, keys and values of its own heads, causal scaled dot-product
+// attention per local head (no communication), and a row-parallel output
+// projection whose all-reduce (or, with sequence parallelism, reduce-scatter) sums
+// the heads' contributions. Heads are split by ShardExtentOf(num_heads, tp, rank,
+// rule), so 5 heads on 3 ranks give 2, 2, 1 (kBalanced); a rank may hold none.
+//
+// Layout: activations are [s, b, hidden] (Megatron's sequence-first layout). The
+// QKV weight is [3 * hidden, hidden] with rows [Q; K; V], head h's rows of each
+// being [h * head_dim, (h + 1) * head_dim); the output weight is [hidden, hidden].
+// With sequence parallelism the input and output are each rank's piece of s.
+//
+// Example (tp = 2, hidden = 8, 4 heads of 2 dims; each rank holds 2 heads):
+//   ParallelSelfAttentionOptions options;
+//   options.num_heads = 4;
+//   LOOM_ASSIGN_OR_RETURN(ParallelSelfAttention attn,
+//       ParallelSelfAttention::Create(wqkv /*[24,8]*/, &bqkv, wo /*[8,8]*/, &bo, tp, options));
+//   attn.local_heads();                                  // 2
+//   LOOM_ASSIGN_OR_RETURN(Tensor y, attn.Forward(x /*[5,3,8]*/));     // [5,3,8]
+//   LOOM_ASSIGN_OR_RETURN(Tensor dx, attn.Backward(dy /*[5,3,8]*/));  // [5,3,8]
+//   attn.qkv().weight_grad().shape();                    // {12, 8}: this rank's Q, K, V rows
+//   attn.Forward(x /*[5,8]*/);
+//   // InvalidArgument: "ParallelSelfAttention: input shape [5,8] must be [s, b, 8]"
+#ifndef LOOM_TENSOR_PARALLEL_LAYERS_PARALLEL_SELF_ATTENTION_H_
+#define LOOM_TENSOR_PARALLEL_LAYERS_PARALLEL_SELF_ATTENTION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "core/dtype.h"
+#include "tensor_parallel/layers/column_parallel_linear.h"
+#include "tensor_parallel/layers/row_parallel_linear.h"
+#include "tensor_parallel/placement.h"
+#include "tensor_parallel/tensor.h"
+
+namespace loom {
+
+struct ParallelSelfAttentionOptions {
+  int64_t num_heads = 1;
+  // Mask future positions (a decoder's self-attention).
+  bool causal = true;
+  bool sequence_parallel = false;
+  // Full sequence length under sequence parallelism (see ColumnParallelOptions).
+  int64_t sequence_length = 0;
+  // How heads (and the sequence, under sequence parallelism) are split.
+  ShardRule rule = ShardRule::kBalanced;
+  // Storage of the projection weights: f32 or bf16.
+  DType weight_dtype = DType::kF32;
+};
+
+class ParallelSelfAttention {
+ public:
+  // Create takes this rank's heads from the full weights: qkv_weight [3h, h],
+  // qkv_bias [3h] or null, out_weight [h, h], out_bias [h] or null. InvalidArgument
+  // naming the shapes when they disagree, when num_heads < 1 or does not divide h,
+  // or for the options the projections reject.
+  static absl::StatusOr<ParallelSelfAttention> Create(const Tensor& qkv_weight,
+                                                      const Tensor* qkv_bias,
+                                                      const Tensor& out_weight,
+                                                      const Tensor* out_bias, Communicator& tp,
+                                                      const ParallelSelfAttentionOptions& options);
+
+  ParallelSelfAttention(ParallelSelfAttention&&) = default;
+  ParallelSelfAttention& operator=(ParallelSelfAttention&&) = default;
+
+  // Forward returns the block's output, the input's shape ([s, b, h], or this
+  // rank's sequence piece under sequence parallelism). InvalidArgument naming the
+  // shape for an input that is not f32 [s, b, h] (dim 0 = this rank's piece under
+  // sequence parallelism); otherwise a collective's error.
+  absl::StatusOr<Tensor> Forward(const Tensor& input);
+
+  // Backward takes dL/dy (Forward's shape), fills the projections' gradients and
+  // returns dL/dx. FailedPrecondition before any Forward; InvalidArgument naming
+  // both shapes for a mismatched gradient; otherwise a collective's error.
+  absl::StatusOr<Tensor> Backward(const Tensor& grad_output);
+
+  // The projections, for their weights and gradients.
+  const ColumnParallelLinear& qkv() const { return qkv_; }
+  const RowParallelLinear& out() const { return out_; }
+  // comm_tally returns the projections' collective payloads since Create.
+  CommTally comm_tally() const { return qkv_.comm_tally() + out_.comm_tally(); }
+  int64_t local_heads() const { return heads_.length; }
+  ShardExtent head_extent() const { return heads_; }
+
+ private:
+  ParallelSelfAttention(ColumnParallelLinear qkv, RowParallelLinear out)
+      : qkv_(std::move(qkv)), out_(std::move(out)) {}
+
+  ColumnParallelLinear qkv_;
+  RowParallelLinear out_;
+  ParallelSelfAttentionOptions options_;
+  int64_t hidden_ = 0;
+  int64_t head_dim_ = 0;
+  ShardExtent heads_;
+  // Saved by Forward: the local Q, K, V [s, b, 3 * local_heads * head_dim] and the
+  // attention probabilities [b][local head][s, s].
+  std::vector<float> qkv_values_, probs_;
+  int64_t seq_ = 0, batch_ = 0;
+  bool has_forward_ = false;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_TENSOR_PARALLEL_LAYERS_PARALLEL_SELF_ATTENTION_H_

@@ -1,0 +1,159 @@
+#include "tensor_parallel/layers/row_parallel_linear.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/internal/layer_math.h"
+#include "tensor_parallel/layers/internal/sharded_comm.h"
+
+namespace loom {
+
+using tp_layers_internal::AddBias;
+using tp_layers_internal::AllGatherV;
+using tp_layers_internal::AllReduceSum;
+using tp_layers_internal::CheckActivation;
+using tp_layers_internal::F32Values;
+using tp_layers_internal::ReduceScatterV;
+using tp_layers_internal::ShardCounts;
+using tp_layers_internal::SumRows;
+using tp_layers_internal::ToTensor;
+
+namespace {
+
+constexpr char kName[] = "RowParallelLinear";
+
+absl::Status CheckOptions(const RowParallelOptions& options) {
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
+  if (options.sequence_parallel && options.sequence_length <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": sequence_parallel needs sequence_length > 0, got ",
+                     options.sequence_length));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RowParallelLinear> RowParallelLinear::Create(const Tensor& full_weight,
+                                                            const Tensor* full_bias,
+                                                            Communicator& tp,
+                                                            const RowParallelOptions& options) {
+  LOOM_RETURN_IF_ERROR(CheckOptions(options));
+  if (full_weight.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight shape ", ShapeString(full_weight.shape()), " must be [out, in]"));
+  }
+  const ShardExtent extent = ShardExtentOf(full_weight.dim(1), tp.size(), tp.rank(), options.rule);
+  LOOM_ASSIGN_OR_RETURN(Tensor weight, full_weight.Slice(1, extent.offset, extent.length));
+  return FromShard(weight, full_bias, tp, options);
+}
+
+absl::StatusOr<RowParallelLinear> RowParallelLinear::FromShard(const Tensor& local_weight,
+                                                               const Tensor* full_bias,
+                                                               Communicator& tp,
+                                                               const RowParallelOptions& options) {
+  LOOM_RETURN_IF_ERROR(CheckOptions(options));
+  if (local_weight.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": weight shard shape ",
+                                                   ShapeString(local_weight.shape()),
+                                                   " must be [out, in_local]"));
+  }
+  const int64_t out = local_weight.dim(0);
+  if (full_bias != nullptr && full_bias->shape() != std::vector<int64_t>{out}) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": bias shape ",
+                                                   ShapeString(full_bias->shape()),
+                                                   " must be [", out, "] for weight shard ",
+                                                   ShapeString(local_weight.shape())));
+  }
+  RowParallelLinear layer;
+  layer.tp_ = &tp;
+  layer.rank_ = tp.rank();
+  layer.options_ = options;
+  layer.out_ = out;
+  layer.in_local_ = local_weight.dim(1);
+  LOOM_ASSIGN_OR_RETURN(layer.weight_, local_weight.ConvertTo(options.weight_dtype));
+  if (full_bias != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(layer.bias_, full_bias->ConvertTo(options.weight_dtype));
+    layer.has_bias_ = true;
+  }
+  return layer;
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
+  const bool sp = options_.sequence_parallel;
+  LOOM_ASSIGN_OR_RETURN(const int64_t rows,
+                        CheckActivation(input, in_local_, sp ? options_.sequence_length : -1,
+                                        kName));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> x, input.As<float>());
+  saved_input_.assign(x.begin(), x.end());
+  rows_ = rows;
+  per_position_ = 1;
+  for (int d = 1; d + 1 < input.rank(); ++d) per_position_ *= input.dim(d);
+  std::vector<float> weight_scratch;
+  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  std::vector<float> y(static_cast<size_t>(rows * out_));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(x, rows, in_local_), Transpose::kNo,
+                            Dense(w, out_, in_local_), Transpose::kYes,
+                            Dense(absl::MakeSpan(y), rows, out_)));
+  input_shape_ = input.shape();
+  output_shape_ = input.shape();
+  output_shape_.back() = out_;
+  if (sp) {
+    LOOM_ASSIGN_OR_RETURN(y, ReduceScatterV(*tp_, y,
+                                            ShardCounts(options_.sequence_length, tp_->size(),
+                                                        options_.rule, per_position_ * out_), tally_));
+    output_shape_[0] =
+        ShardExtentOf(options_.sequence_length, tp_->size(), rank_, options_.rule).length;
+  } else {
+    LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(y), tally_));
+  }
+  if (has_bias_) {
+    std::vector<float> bias_scratch;
+    AddBias(absl::MakeSpan(y), F32Values(bias_, bias_scratch));
+  }
+  has_forward_ = true;
+  return ToTensor(output_shape_, y);
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
+  }
+  if (grad_output.dtype() != DType::kF32 || grad_output.shape() != output_shape_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": grad_output is ", DTypeName(grad_output.dtype()), " ",
+        ShapeString(grad_output.shape()), ", Forward returned f32 ", ShapeString(output_shape_)));
+  }
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_in, grad_output.As<float>());
+  std::vector<float> gathered;
+  absl::Span<const float> g = g_in;
+  if (options_.sequence_parallel) {
+    LOOM_ASSIGN_OR_RETURN(gathered,
+                          AllGatherV(*tp_, g_in,
+                                     ShardCounts(options_.sequence_length, tp_->size(),
+                                                 options_.rule, per_position_ * out_), tally_));
+    g = gathered;
+  }
+  const int64_t rows = rows_;
+  // The whole gradient is on every rank (gathered under sequence parallelism), so
+  // the bias gradient is complete here and needs no all-reduce.
+  if (has_bias_) {
+    LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_}, SumRows(g, out_)));
+  }
+  std::vector<float> dw(static_cast<size_t>(out_ * in_local_));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kYes,
+                            Dense(saved_input_, rows, in_local_), Transpose::kNo,
+                            Dense(absl::MakeSpan(dw), out_, in_local_)));
+  LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_, in_local_}, dw));
+  std::vector<float> weight_scratch;
+  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  std::vector<float> dx(static_cast<size_t>(rows * in_local_));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kNo, Dense(w, out_, in_local_),
+                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows, in_local_)));
+  return ToTensor(input_shape_, dx);
+}
+
+}  // namespace loom

@@ -1,0 +1,114 @@
+// RowParallelLinear: y = x W^T + b with W [out, in] split by columns (input
+// features) across the tensor-parallel group, as in Megatron-LM. The input arrives
+// already split along its last dimension (a ColumnParallelLinear's output); each rank
+// multiplies its piece, the partial products are all-reduced, and the bias, which
+// every rank holds whole, is added once after the sum. The backward pass needs no
+// communication.
+//
+// Sequence parallelism (options.sequence_parallel): the partial products are
+// reduce-scattered along dimension 0 (the sequence) instead of all-reduced, so each
+// rank gets its piece ShardExtentOf(sequence_length, tp, rank, rule) of y; the
+// backward pass all-gathers the output gradient first. Uneven pieces are padded to
+// the largest for the equal-block collectives.
+//
+// Activations and gradients are f32; the weight and bias may be stored as bf16.
+//
+// Example (tp = 2, in = 6, out = 4):
+//   LOOM_ASSIGN_OR_RETURN(RowParallelLinear proj,
+//                         RowParallelLinear::Create(w /*[4,6]*/, &b /*[4]*/, tp, {}));
+//   proj.weight().shape();                                  // {4, 3}
+//   LOOM_ASSIGN_OR_RETURN(Tensor y, proj.Forward(x /*[5,3]*/));    // [5,4], summed
+//   LOOM_ASSIGN_OR_RETURN(Tensor dx, proj.Backward(dy /*[5,4]*/)); // [5,3]
+//   proj.Forward(x /*[5,6]*/);
+//   // InvalidArgument: "RowParallelLinear: input shape [5,6] must be [..., 3]"
+#ifndef LOOM_TENSOR_PARALLEL_LAYERS_ROW_PARALLEL_LINEAR_H_
+#define LOOM_TENSOR_PARALLEL_LAYERS_ROW_PARALLEL_LINEAR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "core/dtype.h"
+#include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/placement.h"
+#include "tensor_parallel/tensor.h"
+
+namespace loom {
+
+struct RowParallelOptions {
+  bool sequence_parallel = false;
+  // Full length of dimension 0 under sequence parallelism (see ColumnParallelOptions).
+  int64_t sequence_length = 0;
+  // How input features (and the sequence, under sequence parallelism) are split.
+  ShardRule rule = ShardRule::kBalanced;
+  // Storage of the weight shard and bias: f32 or bf16.
+  DType weight_dtype = DType::kF32;
+};
+
+class RowParallelLinear {
+ public:
+  // Create takes this rank's columns of `full_weight` [out, in] per options.rule and
+  // the whole `full_bias` [out] (or none). InvalidArgument naming the shapes for a
+  // weight that is not 2-D, a bias that is not [out], sequence parallelism without a
+  // positive sequence_length, or a storage dtype other than f32/bf16.
+  static absl::StatusOr<RowParallelLinear> Create(const Tensor& full_weight,
+                                                  const Tensor* full_bias, Communicator& tp,
+                                                  const RowParallelOptions& options);
+
+  // FromShard takes a shard the caller cut itself, local_weight [out, in_local]
+  // (e.g. the columns of an attention block's local heads), and the whole bias [out]
+  // or null. InvalidArgument as in Create.
+  static absl::StatusOr<RowParallelLinear> FromShard(const Tensor& local_weight,
+                                                     const Tensor* full_bias, Communicator& tp,
+                                                     const RowParallelOptions& options);
+
+  RowParallelLinear(RowParallelLinear&&) = default;
+  RowParallelLinear& operator=(RowParallelLinear&&) = default;
+
+  // Forward returns sum over ranks of x_r W_r^T, plus the bias: [s, ..., out], or
+  // this rank's sequence piece [s_r, ..., out] under sequence parallelism. Keeps x
+  // for Backward. InvalidArgument naming the shape for an input that is not f32
+  // [..., in_local] (dim 0 = sequence_length under sequence parallelism); otherwise
+  // a collective's error.
+  absl::StatusOr<Tensor> Forward(const Tensor& input);
+
+  // Backward takes dL/dy (the shape Forward returned), sets weight_grad() (local
+  // columns) and bias_grad() (whole, identical on every rank), and returns dL/dx in
+  // the input's shape. FailedPrecondition before any Forward; InvalidArgument naming
+  // both shapes for a mismatched gradient; otherwise a collective's error.
+  absl::StatusOr<Tensor> Backward(const Tensor& grad_output);
+
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+  const Tensor& weight_grad() const { return weight_grad_; }
+  const Tensor& bias_grad() const { return bias_grad_; }
+  bool has_bias() const { return has_bias_; }
+  int64_t in_features_local() const { return in_local_; }
+  int64_t out_features() const { return out_; }
+
+  // comm_tally returns the collective payloads this layer has issued since Create.
+  const CommTally& comm_tally() const { return tally_; }
+
+ private:
+  RowParallelLinear() = default;
+
+  Communicator* tp_ = nullptr;
+  CommTally tally_;
+  int rank_ = 0;
+  RowParallelOptions options_;
+  int64_t in_local_ = 0;
+  int64_t out_ = 0;
+  Tensor weight_, bias_, weight_grad_, bias_grad_;
+  bool has_bias_ = false;
+  std::vector<float> saved_input_;
+  std::vector<int64_t> input_shape_, output_shape_;
+  int64_t rows_ = 0;          // rows of the full-sequence input
+  int64_t per_position_ = 1;  // rows per sequence position (the batch)
+  bool has_forward_ = false;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_TENSOR_PARALLEL_LAYERS_ROW_PARALLEL_LINEAR_H_

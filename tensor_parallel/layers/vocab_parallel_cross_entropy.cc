@@ -1,0 +1,114 @@
+#include "tensor_parallel/layers/vocab_parallel_cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/internal/layer_math.h"
+#include "tensor_parallel/layers/internal/sharded_comm.h"
+
+namespace loom {
+
+using tp_layers_internal::AllReduceSum;
+using tp_layers_internal::CheckActivation;
+using tp_layers_internal::ToTensor;
+
+namespace {
+constexpr char kName[] = "VocabParallelCrossEntropy";
+}  // namespace
+
+absl::StatusOr<VocabParallelCrossEntropy> VocabParallelCrossEntropy::Create(int64_t vocab_size,
+                                                                            Communicator& tp,
+                                                                            ShardRule rule) {
+  if (vocab_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": vocab_size must be at least 1, got ", vocab_size));
+  }
+  VocabParallelCrossEntropy loss;
+  loss.tp_ = &tp;
+  loss.vocab_ = vocab_size;
+  loss.extent_ = ShardExtentOf(vocab_size, tp.size(), tp.rank(), rule);
+  return loss;
+}
+
+absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
+                                                          absl::Span<const int64_t> targets) {
+  const int64_t width = extent_.length;
+  LOOM_ASSIGN_OR_RETURN(const int64_t tokens, CheckActivation(logits, width, -1, kName));
+  if (static_cast<int64_t>(targets.size()) != tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": ", targets.size(),
+                                                   " targets for logits ",
+                                                   ShapeString(logits.shape()), " (", tokens,
+                                                   " tokens)"));
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] < 0 || targets[i] >= vocab_) {
+      return absl::InvalidArgumentError(absl::StrCat(kName, ": target ", targets[i],
+                                                     " at position ", i,
+                                                     " is outside the vocabulary [0, ", vocab_,
+                                                     ")"));
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> z, logits.As<float>());
+  // 1. The row maxima, for a stable exp. An empty shard contributes -inf.
+  std::vector<float> row_max(static_cast<size_t>(tokens), -std::numeric_limits<float>::infinity());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < width; ++j) row_max[t] = std::max(row_max[t], z[t * width + j]);
+  }
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::AllReduceMax(*tp_, absl::MakeSpan(row_max), tally_));
+  // 2. One sum for two values per token: [target logit - max | sum of exp], so the
+  // two reductions cost one call's latency.
+  std::vector<float> sums(static_cast<size_t>(2 * tokens), 0.0f);
+  softmax_.assign(z.begin(), z.end());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t local_target = targets[t] - extent_.offset;
+    if (local_target >= 0 && local_target < width) {
+      sums[t] = z[t * width + local_target] - row_max[t];
+    }
+    float sum_exp = 0.0f;
+    for (int64_t j = 0; j < width; ++j) {
+      float& e = softmax_[t * width + j];
+      e = std::exp(e - row_max[t]);
+      sum_exp += e;
+    }
+    sums[tokens + t] = sum_exp;
+  }
+  LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(sums), tally_));
+  std::vector<float> loss(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float sum_exp = sums[tokens + t];
+    loss[t] = std::log(sum_exp) - sums[t];
+    for (int64_t j = 0; j < width; ++j) softmax_[t * width + j] /= sum_exp;
+  }
+  targets_.assign(targets.begin(), targets.end());
+  logits_shape_ = logits.shape();
+  loss_shape_.assign(logits_shape_.begin(), logits_shape_.end() - 1);
+  has_forward_ = true;
+  return ToTensor(loss_shape_, loss);
+}
+
+absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(const Tensor& grad_loss) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
+  }
+  if (grad_loss.dtype() != DType::kF32 || grad_loss.shape() != loss_shape_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": grad_loss is ", DTypeName(grad_loss.dtype()), " ",
+        ShapeString(grad_loss.shape()), ", Forward returned f32 ", ShapeString(loss_shape_)));
+  }
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_loss.As<float>());
+  const int64_t width = extent_.length;
+  std::vector<float> dz(softmax_.size());
+  for (size_t t = 0; t < targets_.size(); ++t) {
+    for (int64_t j = 0; j < width; ++j) dz[t * width + j] = softmax_[t * width + j] * g[t];
+    const int64_t local_target = targets_[t] - extent_.offset;
+    if (local_target >= 0 && local_target < width) dz[t * width + local_target] -= g[t];
+  }
+  return ToTensor(logits_shape_, dz);
+}
+
+}  // namespace loom

@@ -1,0 +1,116 @@
+#include "tensor_parallel/layers/vocab_parallel_embedding.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/internal/layer_math.h"
+#include "tensor_parallel/layers/internal/sharded_comm.h"
+
+namespace loom {
+
+using tp_layers_internal::AllGatherV;
+using tp_layers_internal::AllReduceSum;
+using tp_layers_internal::F32Values;
+using tp_layers_internal::ReduceScatterV;
+using tp_layers_internal::ShardCounts;
+using tp_layers_internal::ToTensor;
+
+namespace {
+constexpr char kName[] = "VocabParallelEmbedding";
+}  // namespace
+
+absl::StatusOr<VocabParallelEmbedding> VocabParallelEmbedding::Create(
+    const Tensor& full_table, Communicator& tp, const VocabParallelEmbeddingOptions& options) {
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
+  if (full_table.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": table shape ", ShapeString(full_table.shape()), " must be [vocab, hidden]"));
+  }
+  VocabParallelEmbedding layer;
+  layer.tp_ = &tp;
+  layer.rank_ = tp.rank();
+  layer.options_ = options;
+  layer.vocab_ = full_table.dim(0);
+  layer.hidden_ = full_table.dim(1);
+  layer.extent_ = ShardExtentOf(layer.vocab_, tp.size(), tp.rank(), options.rule);
+  LOOM_ASSIGN_OR_RETURN(layer.weight_, tp_layers_internal::StoreSlice(
+                                           full_table, 0, layer.extent_.offset,
+                                           layer.extent_.length, options.weight_dtype));
+  return layer;
+}
+
+absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(absl::Span<const int64_t> ids,
+                                                       absl::Span<const int64_t> ids_shape) {
+  std::vector<int64_t> shape(ids_shape.begin(), ids_shape.end());
+  if (shape.empty()) shape = {static_cast<int64_t>(ids.size())};
+  if (NumElements(shape) != static_cast<int64_t>(ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": ids shape ", ShapeString(shape),
+                                                   " does not hold ", ids.size(), " ids"));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_) {
+      return absl::InvalidArgumentError(absl::StrCat(kName, ": id ", ids[i], " at position ", i,
+                                                     " is outside the vocabulary [0, ", vocab_,
+                                                     ")"));
+    }
+  }
+  // Masked lookup: ids owned by other ranks contribute zero rows to the sum.
+  std::vector<float> scratch;
+  const absl::Span<const float> table = F32Values(weight_, scratch);
+  std::vector<float> y(ids.size() * static_cast<size_t>(hidden_), 0.0f);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t local = ids[i] - extent_.offset;
+    if (local < 0 || local >= extent_.length) continue;
+    std::copy_n(table.begin() + local * hidden_, hidden_, y.begin() + i * hidden_);
+  }
+  output_shape_ = shape;
+  output_shape_.push_back(hidden_);
+  if (options_.sequence_parallel) {
+    const int64_t per_position = static_cast<int64_t>(ids.size()) / std::max<int64_t>(shape[0], 1);
+    LOOM_ASSIGN_OR_RETURN(
+        y, ReduceScatterV(*tp_, y,
+                          ShardCounts(shape[0], tp_->size(), options_.rule, per_position * hidden_), tally_));
+    output_shape_[0] = ShardExtentOf(shape[0], tp_->size(), rank_, options_.rule).length;
+  } else {
+    LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(y), tally_));
+  }
+  saved_ids_.assign(ids.begin(), ids.end());
+  ids_shape_ = std::move(shape);
+  has_forward_ = true;
+  return ToTensor(output_shape_, y);
+}
+
+absl::Status VocabParallelEmbedding::Backward(const Tensor& grad_output) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
+  }
+  if (grad_output.dtype() != DType::kF32 || grad_output.shape() != output_shape_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": grad_output is ", DTypeName(grad_output.dtype()), " ",
+        ShapeString(grad_output.shape()), ", Forward returned f32 ", ShapeString(output_shape_)));
+  }
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_in, grad_output.As<float>());
+  std::vector<float> gathered;
+  absl::Span<const float> g = g_in;
+  if (options_.sequence_parallel) {
+    const int64_t per_position =
+        static_cast<int64_t>(saved_ids_.size()) / std::max<int64_t>(ids_shape_[0], 1);
+    LOOM_ASSIGN_OR_RETURN(gathered, AllGatherV(*tp_, g_in,
+                                               ShardCounts(ids_shape_[0], tp_->size(),
+                                                           options_.rule, per_position * hidden_), tally_));
+    g = gathered;
+  }
+  std::vector<float> dw(static_cast<size_t>(extent_.length * hidden_), 0.0f);
+  for (size_t i = 0; i < saved_ids_.size(); ++i) {
+    const int64_t local = saved_ids_[i] - extent_.offset;
+    if (local < 0 || local >= extent_.length) continue;
+    for (int64_t j = 0; j < hidden_; ++j) dw[local * hidden_ + j] += g[i * hidden_ + j];
+  }
+  LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({extent_.length, hidden_}, dw));
+  return absl::OkStatus();
+}
+
+}  // namespace loom
