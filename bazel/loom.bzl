@@ -13,12 +13,18 @@ def loom_cc_library(name, copts = [], **kwargs):
 def loom_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = LOOM_COPTS + copts, **kwargs)
 
-def loom_cc_test(name, copts = [], deps = [], **kwargs):
-    """A GoogleTest test linked with gtest_main."""
+def loom_cc_test(name, copts = [], deps = [], tags = [], single_threaded = False, **kwargs):
+    """A GoogleTest test linked with gtest_main.
+
+    single_threaded: the test starts no threads or processes, so ThreadSanitizer has
+    nothing to check in it; it is tagged `single_threaded` and CI's TSan pass skips it
+    (AddressSanitizer still runs it).
+    """
     native.cc_test(
         name = name,
         copts = LOOM_TEST_COPTS + copts,
         deps = deps + ["@com_google_googletest//:gtest_main"],
+        tags = tags + (["single_threaded"] if single_threaded else []),
         **kwargs
     )
 
@@ -96,4 +102,5 @@ def loom_deps_test(name, target, allowed):
         srcs = ["//bazel:check_deps_test.sh"],
         args = ["$(location :%s_query)" % name] + allowed,
         data = [":%s_query" % name],
+        tags = ["single_threaded"],
     )
