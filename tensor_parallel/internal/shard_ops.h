@@ -3,9 +3,10 @@
 // collective or local computation and the packing around it. Shard pieces follow
 // ShardExtentOf (placement.h); the rank's piece is comm.rank().
 //
-// Uneven pieces: all-gather and reduce-scatter pad every rank's piece to the largest
-// one (zeros) and trim after, so they run on the communicator's equal-block
-// algorithms; all-to-all sends exact pieces with AllToAllV, which needs no padding.
+// Uneven pieces: all-gather and reduce-scatter lay the pieces out contiguously in
+// rank order and go through padded_collectives.h, which pads them to the largest
+// one for the communicator's equal-block algorithms; all-to-all sends exact pieces
+// with AllToAllV, which needs no padding.
 #ifndef LOOM_TENSOR_PARALLEL_INTERNAL_SHARD_OPS_H_
 #define LOOM_TENSOR_PARALLEL_INTERNAL_SHARD_OPS_H_
 

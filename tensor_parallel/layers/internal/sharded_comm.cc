@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <numeric>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "tensor_parallel/internal/padded_collectives.h"
 
 namespace loom {
 namespace tp_layers_internal {
+
+using tensor_parallel_internal::PaddedAllGather;
+using tensor_parallel_internal::PaddedReduceScatter;
+
 namespace {
 
-absl::Status CheckCounts(const Communicator& comm, absl::Span<const int64_t> counts,
-                         const char* what) {
-  if (static_cast<int>(counts.size()) != comm.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", counts.size(),
-                                                   " piece counts for ", comm.size(), " ranks"));
-  }
-  return absl::OkStatus();
+// ElementsOrZero sizes an output before PaddedAllGather / PaddedReduceScatter have
+// checked the counts; with bad counts they fail before touching it.
+int64_t ElementsOrZero(absl::Span<const int64_t> counts) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += std::max<int64_t>(c, 0);
+  return total;
 }
 
 }  // namespace
@@ -30,61 +32,27 @@ std::vector<int64_t> ShardCounts(int64_t size, int shards, ShardRule rule, int64
 
 absl::StatusOr<std::vector<float>> AllGatherV(Communicator& comm, absl::Span<const float> local,
                                               absl::Span<const int64_t> counts, CommTally& tally) {
-  LOOM_RETURN_IF_ERROR(CheckCounts(comm, counts, "AllGatherV"));
-  const int64_t mine = counts[comm.rank()];
-  if (static_cast<int64_t>(local.size()) != mine) {
-    return absl::InvalidArgumentError(absl::StrCat("AllGatherV: rank ", comm.rank(), " has ",
-                                                   local.size(), " elements, expected ", mine,
-                                                   " (pieces ", absl::StrJoin(counts, ","), ")"));
-  }
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  if (comm.size() == 1) return std::vector<float>(local.begin(), local.end());
-  const int64_t block = *std::max_element(counts.begin(), counts.end());
-  std::vector<float> padded_in(static_cast<size_t>(block), 0.0f);
-  std::copy(local.begin(), local.end(), padded_in.begin());
-  std::vector<float> gathered(static_cast<size_t>(block * comm.size()));
-  tally.all_gather_bytes += static_cast<uint64_t>(total) * sizeof(float);
-  ++tally.calls;
-  LOOM_RETURN_IF_ERROR(comm.AllGather(ConstBufferView::Of(absl::MakeConstSpan(padded_in)),
-                                      BufferView::Of(absl::MakeSpan(gathered))));
-  if (block * comm.size() == total) return gathered;  // even pieces: nothing to trim
-  std::vector<float> out(static_cast<size_t>(total));
-  int64_t offset = 0;
-  for (int r = 0; r < comm.size(); ++r) {
-    std::copy_n(gathered.begin() + r * block, counts[r], out.begin() + offset);
-    offset += counts[r];
+  std::vector<float> out(static_cast<size_t>(ElementsOrZero(counts)));
+  LOOM_RETURN_IF_ERROR(PaddedAllGather(comm, ConstBufferView::Of(local), counts,
+                                       BufferView::Of(absl::MakeSpan(out))));
+  if (comm.size() > 1) {
+    tally.all_gather_bytes += out.size() * sizeof(float);
+    ++tally.calls;
   }
   return out;
 }
 
 absl::StatusOr<std::vector<float>> ReduceScatterV(Communicator& comm, absl::Span<const float> full,
                                                   absl::Span<const int64_t> counts, CommTally& tally) {
-  LOOM_RETURN_IF_ERROR(CheckCounts(comm, counts, "ReduceScatterV"));
-  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  if (static_cast<int64_t>(full.size()) != total) {
-    return absl::InvalidArgumentError(absl::StrCat("ReduceScatterV: input has ", full.size(),
-                                                   " elements, pieces ", absl::StrJoin(counts, ","),
-                                                   " sum to ", total));
+  const size_t rank = static_cast<size_t>(comm.rank());
+  std::vector<float> out(
+      rank < counts.size() ? static_cast<size_t>(ElementsOrZero(counts.subspan(rank, 1))) : 0);
+  LOOM_RETURN_IF_ERROR(PaddedReduceScatter(comm, ConstBufferView::Of(full), counts,
+                                           BufferView::Of(absl::MakeSpan(out)), ReduceOp::kSum));
+  if (comm.size() > 1) {
+    tally.reduce_scatter_bytes += full.size() * sizeof(float);
+    ++tally.calls;
   }
-  if (comm.size() == 1) return std::vector<float>(full.begin(), full.end());
-  const int64_t block = *std::max_element(counts.begin(), counts.end());
-  std::vector<float> padded;
-  absl::Span<const float> input = full;
-  if (block * comm.size() != total) {
-    padded.assign(static_cast<size_t>(block * comm.size()), 0.0f);
-    int64_t offset = 0;
-    for (int r = 0; r < comm.size(); ++r) {
-      std::copy_n(full.begin() + offset, counts[r], padded.begin() + r * block);
-      offset += counts[r];
-    }
-    input = padded;
-  }
-  std::vector<float> out(static_cast<size_t>(block));
-  tally.reduce_scatter_bytes += static_cast<uint64_t>(total) * sizeof(float);
-  ++tally.calls;
-  LOOM_RETURN_IF_ERROR(comm.ReduceScatter(ConstBufferView::Of(input),
-                                          BufferView::Of(absl::MakeSpan(out)), ReduceOp::kSum));
-  out.resize(static_cast<size_t>(counts[comm.rank()]));
   return out;
 }
 

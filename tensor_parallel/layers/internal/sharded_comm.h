@@ -1,13 +1,13 @@
-// Collectives over uneven pieces for the parallel layers (private).
+// Collectives over uneven pieces for the parallel layers (private), each adding
+// its logical payload to a CommTally.
 //
 // The Communicator's AllGather and ReduceScatter move equal blocks. Layers shard
 // sequences, features, vocabularies and heads with ShardExtentOf, whose pieces
-// differ by up to ceil(n/k) - floor(n/k) (tp = 3 and n = 10: 4,3,3 or 4,4,2). These
-// helpers pad every piece to the largest one, run the equal-block collective, and
-// trim. Padding costs at most (k - 1) extra rows per call and keeps the collective
-// one bandwidth-optimal ring; an AllToAllV gather would move exact sizes but as
-// k - 1 point-to-point rounds with no reduction, and reduce-scatter has no V form.
-// With even pieces no padding is added, so byte counts equal the analytical ones.
+// differ by up to ceil(n/k) - floor(n/k) (tp = 3 and n = 10: 4,3,3 or 4,4,2).
+// AllGatherV and ReduceScatterV go through padded_collectives.h, which pads every
+// piece to the largest one, runs the equal-block collective, and trims (why, and
+// what it costs, is written there). With even pieces no padding is added, so byte
+// counts equal the analytical ones.
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_SHARDED_COMM_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_SHARDED_COMM_H_
 
