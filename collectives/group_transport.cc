@@ -53,9 +53,10 @@ absl::StatusOr<Request> GroupTransport::Send(int peer, Tag tag, absl::Span<const
   return parent_->Send(parent_peer, tag, data);
 }
 
-absl::StatusOr<Request> GroupTransport::Recv(int peer, Tag tag, absl::Span<std::byte> data) {
+absl::StatusOr<Request> GroupTransport::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                                    Combiner combiner) {
   LOOM_ASSIGN_OR_RETURN(const int parent_peer, MapPeer(peer));
-  return parent_->Recv(parent_peer, tag, data);
+  return parent_->RecvCombine(parent_peer, tag, data, combiner);
 }
 
 absl::Status GroupTransport::Wait(absl::Span<const Request> requests, absl::Time deadline) {

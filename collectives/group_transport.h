@@ -39,7 +39,8 @@ class GroupTransport final : public Transport {
   int size() const override { return static_cast<int>(ranks_.size()); }
   std::string name() const override;
   absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
-  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) override;
+  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                      Combiner combiner) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   // Abort aborts the shared parent endpoint, and so every view of it.
   void Abort(const absl::Status& reason) override;

@@ -121,19 +121,25 @@ struct RingItem {
   int slot;
 };
 
+// RingRecv: where a ring item's receive lands and how it is written there.
+struct RingRecv {
+  BufferView into;
+  Delivery how;
+};
+
 // RunRingPhase drives the n-1 steps of one ring phase. Item (s, c) sends
 // send_chunk(item) to the right neighbour and receives recv_chunk(item) from the left
-// one; finish(item) then consumes what arrived. Items are posted in order, sends
-// before receives, at most plan.window() ahead of the item being finished. A phase
-// forwards at step s+1 what it received at step s, so an item's send may read what
-// the item `chunks` earlier received; window <= chunks has that item finished before
-// the send is posted, and has the send of item j - chunks complete before item j's
-// receive may overwrite what it read. A send is waited for only when its place in
-// the window is needed again, so a slow right neighbour does not hold up the
-// reduction of what the left one sent.
-template <typename SendChunk, typename RecvChunk, typename Finish>
+// one, which delivers it (copied, or combined with this rank's data as it lands).
+// Items are posted in order, sends before receives, at most plan.window() ahead of
+// the item being finished. A phase forwards at step s+1 what it received at step s,
+// so an item's send may read what the item `chunks` earlier received; window <=
+// chunks has that item finished before the send is posted, and has the send of item
+// j - chunks complete before item j's receive may overwrite what it read. A send is
+// waited for only when its place in the window is needed again, so a slow right
+// neighbour does not hold up what the left one sent.
+template <typename SendChunk, typename RecvChunk>
 absl::Status RunRingPhase(const CallContext& ctx, uint32_t step, const RingPlan& plan,
-                          SendChunk send_chunk, RecvChunk recv_chunk, Finish finish) {
+                          SendChunk send_chunk, RecvChunk recv_chunk) {
   const int right = Mod(ctx.rank() + 1, plan.n);
   const int left = Mod(ctx.rank() - 1, plan.n);
   const int64_t items = int64_t{plan.n - 1} * plan.chunks;
@@ -142,6 +148,9 @@ absl::Status RunRingPhase(const CallContext& ctx, uint32_t step, const RingPlan&
     return RingItem{static_cast<int>(i / plan.chunks), static_cast<int>(i % plan.chunks),
                     static_cast<int>(i % window)};
   };
+  // One Delivery per slot: a slot is reused only after its receive was waited for.
+  // Declared before the queues, whose destructors may still cancel receives.
+  std::array<Delivery, kChunksInFlight> deliveries;
   RequestQueue sends(ctx);
   RequestQueue recvs(ctx);
   int64_t posted = 0;
@@ -150,10 +159,13 @@ absl::Status RunRingPhase(const CallContext& ctx, uint32_t step, const RingPlan&
       const RingItem item = item_at(posted);
       if (sends.size() == window) LOOM_RETURN_IF_ERROR(sends.WaitOldest());
       LOOM_RETURN_IF_ERROR(sends.Push(PostSend(ctx, step, right, send_chunk(item))));
-      LOOM_RETURN_IF_ERROR(recvs.Push(PostRecv(ctx, step, left, recv_chunk(item))));
+      RingRecv recv = recv_chunk(item);
+      deliveries[item.slot] = std::move(recv.how);
+      LOOM_RETURN_IF_ERROR(
+          recvs.Push(PostRecv(ctx, step, left, recv.into, deliveries[item.slot])));
     }
     LOOM_RETURN_IF_ERROR(recvs.WaitOldest());
-    LOOM_RETURN_IF_ERROR(finish(item_at(done)));
+    LOOM_RETURN_IF_ERROR(deliveries[item_at(done).slot].failure);
   }
   return sends.WaitAll();
 }
@@ -161,18 +173,15 @@ absl::Status RunRingPhase(const CallContext& ctx, uint32_t step, const RingPlan&
 // ReduceScatterPass: the reduce-scatter phase over the n blocks of `input`. At step s
 // the partial reduction of block b = r-s-2 arrives from the left; with this rank's
 // input block b folded in, it becomes accumulator(s, b) (a view of block b's size),
-// which step s+1 forwards to the right. Rank r's result is accumulator(n-2, r).
-// Where the accumulator is not the input block, a chunk is received straight into it
-// and the input folded in: no staging copy, and the output is never copied from the
-// input first. Where it is (in place), the chunk is received into staging scratch
-// and folded into the input block.
+// which step s+1 forwards to the right. Rank r's result is accumulator(n-2, r). Every
+// chunk is reduced as it is received (acc = input op theirs), so there is no staging
+// buffer, in place or not, and the output is never copied from the input first.
 template <typename Accumulator>
 absl::Status ReduceScatterPass(const CallContext& ctx, ReduceOp op, ConstBufferView input,
                                Accumulator accumulator) {
   const RingPlan plan(ctx, input.size(), input.dtype());
   const int n = plan.n;
   const int r = ctx.rank();
-  const DType dtype = input.dtype();
   const auto recv_block = [&](int s) { return Mod(r - s - 2, n); };
   const auto input_chunk = [&](int block, int chunk) {
     return Slice(input, plan.Chunk(block, chunk));
@@ -181,24 +190,6 @@ absl::Status ReduceScatterPass(const CallContext& ctx, ReduceOp op, ConstBufferV
     const BufferView acc = accumulator(s, recv_block(s));
     return Slice(acc, Block(acc.size(), plan.chunks, chunk));
   };
-  const auto in_place = [&](int s, int chunk) {
-    return SameMemory(acc_chunk(s, chunk), input_chunk(recv_block(s), chunk));
-  };
-
-  bool any_in_place = false;
-  for (int s = 0; s < n - 1 && !any_in_place; ++s) any_in_place = in_place(s, 0);
-  std::byte* staging = nullptr;
-  const size_t slot_bytes = plan.max_chunk() * DTypeSize(dtype);
-  if (any_in_place) {
-    LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> bytes,
-                          ctx.scratch->Get(kRingStagingSlot, plan.window() * slot_bytes));
-    staging = bytes.data();
-  }
-  const auto staged = [&](const RingItem& item) {
-    return BufferView(staging + item.slot * slot_bytes, acc_chunk(item.step, item.chunk).size(),
-                      dtype);
-  };
-
   return RunRingPhase(
       ctx, kReduceScatterStep, plan,
       [&](const RingItem& item) -> ConstBufferView {
@@ -207,14 +198,9 @@ absl::Status ReduceScatterPass(const CallContext& ctx, ReduceOp op, ConstBufferV
         if (item.step == 0) return input_chunk(Mod(r - 1, n), item.chunk);
         return acc_chunk(item.step - 1, item.chunk);
       },
-      [&](const RingItem& item) -> BufferView {
-        if (in_place(item.step, item.chunk)) return staged(item);
-        return acc_chunk(item.step, item.chunk);
-      },
-      [&](const RingItem& item) -> absl::Status {
-        const BufferView acc = acc_chunk(item.step, item.chunk);
-        if (in_place(item.step, item.chunk)) return ReduceInto(op, staged(item), acc);
-        return ReduceInto(op, input_chunk(recv_block(item.step), item.chunk), acc);
+      [&](const RingItem& item) {
+        return RingRecv{acc_chunk(item.step, item.chunk),
+                        Delivery::Reduce(op, input_chunk(recv_block(item.step), item.chunk))};
       });
 }
 
@@ -282,10 +268,10 @@ absl::Status RingAllGatherBlocks(const CallContext& ctx, BufferView buffer) {
         // Step 0 sends this rank's own block; later steps forward what arrived.
         return Slice(buffer, plan.Chunk(Mod(r - item.step, n), item.chunk));
       },
-      [&](const RingItem& item) -> BufferView {
-        return Slice(buffer, plan.Chunk(Mod(r - item.step - 1, n), item.chunk));
-      },
-      [](const RingItem&) { return absl::OkStatus(); });
+      [&](const RingItem& item) {
+        return RingRecv{Slice(buffer, plan.Chunk(Mod(r - item.step - 1, n), item.chunk)),
+                        Delivery::Copy()};
+      });
 }
 
 absl::Status RingAllReduce(const CallContext& ctx, const CollectiveArgs& args) {

@@ -40,10 +40,10 @@
 // posted in the same order on both sides, so FIFO matching pairs them); a call uses
 // steps 0 to 3 only.
 //
-// Scratch: slot kRingStagingSlot holds the chunks in flight of an in-place
-// reduction; slot kRingAccumulatorSlot holds partial reductions where the output is
-// too small to (reduce-scatter, and reduce on ranks other than the root). Buffers
-// passed in must not live in these slots.
+// Receives reduce as they land (call_context.h Delivery), so no chunk is staged.
+// Scratch: slot kRingAccumulatorSlot holds partial reductions where the output is too
+// small to (reduce-scatter, and reduce on ranks other than the root). Buffers passed
+// in must not live in it.
 #ifndef LOOM_COLLECTIVES_RING_H_
 #define LOOM_COLLECTIVES_RING_H_
 
@@ -55,7 +55,6 @@
 namespace loom {
 namespace collectives_internal {
 
-inline constexpr int kRingStagingSlot = 0;
 inline constexpr int kRingAccumulatorSlot = 1;
 
 // RingAllReduce: output = op over all ranks' input (count elements each), in place

@@ -47,6 +47,40 @@ absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer
   return ctx.transport->Recv(peer, ctx.StepTag(step), bytes);
 }
 
+absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer, BufferView data,
+                                 const Delivery& delivery) {
+  const absl::Span<std::byte> bytes = data.bytes();
+  if (ctx.counters != nullptr) CallCounters::Add(ctx.counters->bytes_received, bytes.size());
+  Combiner combiner = delivery.AsCombiner();
+  // A reduction may read the message where it landed in `data`, unless its own
+  // operand is `data` too (in place), which the landing would overwrite.
+  const ConstBufferView mine = delivery.mine;
+  const std::byte* begin = data.data();
+  combiner.lands_in_place =
+      mine.empty() || data.empty() || mine.data() + mine.size_bytes() <= begin ||
+      begin + data.size_bytes() <= mine.data();
+  return ctx.transport->RecvCombine(peer, ctx.StepTag(step), bytes, combiner);
+}
+
+void Delivery::Apply(const void* state, std::byte* dst, const std::byte* src, size_t offset,
+                     size_t bytes) {
+  // Only kReduce gets here: a copy is the transport's own (AsCombiner).
+  const Delivery& delivery = *static_cast<const Delivery*>(state);
+  const DType dtype = delivery.mine.dtype();
+  const size_t element = DTypeSize(dtype);
+  const size_t count = bytes / element;
+  const size_t first = offset / element;
+  if (bytes % element != 0 || offset % element != 0 || first + count > delivery.mine.size()) {
+    delivery.failure = absl::InternalError(
+        absl::StrCat("delivery of ", bytes, " bytes at ", offset, " into ",
+                     delivery.mine.size(), " ", DTypeName(dtype), " elements"));
+    return;
+  }
+  absl::Status reduced = ReduceTo(delivery.op, Slice(delivery.mine, first, count),
+                                  ConstBufferView(src, count, dtype), BufferView(dst, count, dtype));
+  if (!reduced.ok() && delivery.failure.ok()) delivery.failure = std::move(reduced);
+}
+
 absl::Status WaitAll(const CallContext& ctx, absl::Span<const Request> requests) {
   if (requests.empty()) return absl::OkStatus();
   return ctx.transport->Wait(requests, ctx.deadline);
@@ -88,13 +122,6 @@ absl::Status Copy(ConstBufferView src, BufferView dst) {
     std::memcpy(dst.data(), src.data(), src.size_bytes());
   }
   return absl::OkStatus();
-}
-
-absl::Status ReduceTo(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst) {
-  if (SameMemory(dst, a)) return ReduceInto(op, b, dst);
-  if (SameMemory(dst, b)) return ReduceInto(op, a, dst);  // every op here commutes
-  LOOM_RETURN_IF_ERROR(Copy(a, dst));
-  return ReduceInto(op, b, dst);
 }
 
 }  // namespace collectives_internal

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "collectives/collective_kind.h"
+#include "collectives/reduce/reduce_kernels.h"
 #include "collectives/transport/transport.h"
 #include "core/aligned_buffer.h"
 #include "core/buffer_view.h"
@@ -168,12 +169,50 @@ inline bool SameMemory(ConstBufferView a, ConstBufferView b) { return a.data() =
 // elements of `dtype` is cut into (at least 1).
 int NumChunks(const CallContext& ctx, size_t count, DType dtype);
 
+// Delivery: how a receive writes what arrives (a Combiner for the transport; see
+// transport.h). kCopy: dst = theirs, the transport's own copy. kReduce:
+// dst = op(mine, theirs), `mine` being this rank's operand of dst's size (dst itself
+// for in place): the reduction reads the message where the transport has it (over
+// shm, straight out of the sender's mapped buffer), with no staging buffer and no
+// second pass over the data. A Delivery must outlive its request; after the request
+// completes, `failure` holds what went wrong in a piece (never expected: the
+// algorithms build every Delivery to match its receive).
+struct Delivery {
+  enum class Kind : uint8_t { kCopy, kReduce };
+
+  static Delivery Copy() { return Delivery(); }
+  static Delivery Reduce(ReduceOp op, ConstBufferView mine) {
+    Delivery delivery;
+    delivery.kind = Kind::kReduce;
+    delivery.op = op;
+    delivery.mine = mine;
+    return delivery;
+  }
+
+  Combiner AsCombiner() const {
+    if (kind == Kind::kCopy) return Combiner{};
+    return Combiner{&Apply, this};
+  }
+
+  Kind kind = Kind::kCopy;
+  ReduceOp op = ReduceOp::kSum;
+  ConstBufferView mine;
+  mutable absl::Status failure;
+
+ private:
+  static void Apply(const void* state, std::byte* dst, const std::byte* src, size_t offset,
+                    size_t bytes);
+};
+
 // Primitives. `step` selects the tag (ctx.StepTag(step)); messages of one step
 // between the same two ranks match in order, so chunks of a step share its tag.
 absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer,
                                  ConstBufferView data);
 absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer,
                                  BufferView data);
+// PostRecv with a Delivery (which must outlive the request).
+absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer, BufferView data,
+                                 const Delivery& delivery);
 absl::Status WaitAll(const CallContext& ctx, absl::Span<const Request> requests);
 // Exchange sends `send` to `send_peer` and receives `recv` from `recv_peer` at once
 // and waits for both.
@@ -181,9 +220,7 @@ absl::Status Exchange(const CallContext& ctx, uint32_t step, int send_peer, Cons
                       int recv_peer, BufferView recv);
 // Copy copies src into dst (same dtype and size; a no-op when they alias).
 absl::Status Copy(ConstBufferView src, BufferView dst);
-// ReduceTo computes dst = a op b element-wise. `dst` may alias `a` (not `b`
-// unless b also equals a).
-absl::Status ReduceTo(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
+// (dst = a op b is collectives/reduce's ReduceTo: one pass, dst may be a or b.)
 
 }  // namespace collectives_internal
 }  // namespace loom

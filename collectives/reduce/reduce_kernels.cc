@@ -137,6 +137,26 @@ absl::Status ReduceInto(ReduceOp op, ConstBufferView src, BufferView dst) {
   return absl::OkStatus();
 }
 
+absl::Status ReduceTo(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst) {
+  constexpr absl::string_view kFunction = "ReduceTo";
+  if (!IsValid(op)) return OpError(kFunction, op);
+  if (a.dtype() != dst.dtype()) return DTypeMismatchError(kFunction, a.dtype(), dst.dtype());
+  if (b.dtype() != dst.dtype()) return DTypeMismatchError(kFunction, b.dtype(), dst.dtype());
+  if (a.size() != dst.size()) return SizeError(kFunction, "a", a.size(), "dst", dst.size());
+  if (b.size() != dst.size()) return SizeError(kFunction, "b", b.size(), "dst", dst.size());
+  if (!IsAligned(a)) return AlignmentError(kFunction, "a", a);
+  if (!IsAligned(b)) return AlignmentError(kFunction, "b", b);
+  if (!IsAligned(dst)) return AlignmentError(kFunction, "dst", dst);
+  if (!IdenticalOrDisjoint(BytesOf(a), BytesOf(dst))) {
+    return OverlapError(kFunction, "a", BytesOf(a), "dst", BytesOf(dst));
+  }
+  if (!IdenticalOrDisjoint(BytesOf(b), BytesOf(dst))) {
+    return OverlapError(kFunction, "b", BytesOf(b), "dst", BytesOf(dst));
+  }
+  ActiveKernels().reduce_to(op, a, b, dst);
+  return absl::OkStatus();
+}
+
 absl::Status AccumulateInto(ReduceOp op, ConstBufferView src, absl::Span<float> acc) {
   constexpr absl::string_view kFunction = "AccumulateInto";
   if (!IsValid(op)) return OpError(kFunction, op);

@@ -28,7 +28,7 @@
 //
 // Vector code runs where the CPU has it, chosen once at run time: AVX-512F + AVX-512BW
 // + F16C, else AVX2 + F16C, else scalar. It covers
-// - ReduceInto: f32, f64, f16, bf16 and i32 with every op; i64, i8 and u8 with sum,
+// - ReduceInto and ReduceTo: f32, f64, f16, bf16 and i32 with every op; i64, i8 and u8 with sum,
 //   avg, min and max. i64, i8 and u8 prod run scalar (neither AVX2 nor AVX-512F has a
 //   64-bit multiply; x86 has no 8-bit one).
 // - AccumulateInto, LoadAccumulator, StoreAccumulator: every dtype and op they take.
@@ -79,6 +79,14 @@ namespace loom {
 // (naming both), the sizes differ (naming both), a buffer is not aligned to its
 // elements, src and dst overlap without being the same memory, or op is not a ReduceOp.
 absl::Status ReduceInto(ReduceOp op, ConstBufferView src, BufferView dst);
+
+// ReduceTo sets dst[i] = op(a[i], b[i]) for every i, in one pass (no copy of a into
+// dst first); kAvg adds. dst may be exactly a or b (in place) or disjoint from both.
+// The result is bitwise that of ReduceInto(op, b, dst) with dst holding a. Returns
+// InvalidArgument, writing nothing, when the dtypes or sizes of the three differ
+// (naming them), a buffer is not aligned to its elements, dst overlaps a or b without
+// being the same memory, or op is not a ReduceOp.
+absl::Status ReduceTo(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
 
 // AccumulateInto sets acc[i] = op(acc[i], float(src[i])) for an f16, bf16 or f32 src,
 // in f32; kAvg adds. Returns InvalidArgument, writing nothing, when src has another

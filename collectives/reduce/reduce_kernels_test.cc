@@ -720,6 +720,72 @@ INSTANTIATE_TEST_SUITE_P(AllDTypesOpsIsas, ReduceIntoTest,
                          ReduceParamName);
 
 // ---------------------------------------------------------------------------------
+// ReduceTo (three operands): every dtype x op x ISA, out of place and with dst = b.
+
+// CheckReduceTo runs `isa`'s reduce_to on (a, b) into a fresh window and, in place,
+// into a copy of b, and holds both to the reference bit for bit.
+template <typename T>
+void CheckReduceTo(Isa isa, ReduceOp op, absl::Span<const T> a, absl::Span<const T> b,
+                   size_t offset) {
+  SCOPED_TRACE(absl::StrCat("length ", a.size(), ", offset ", offset));
+  Window<T> a_window = Window<T>::Create(a, offset);
+  Window<T> b_window = Window<T>::Create(b, offset);
+  const std::vector<T> zeros(a.size());
+  Window<T> out_window = Window<T>::Create(zeros, offset);
+  ri::KernelsFor(isa).reduce_to(op, ConstBufferView::Of(a_window.span()),
+                                ConstBufferView::Of(b_window.span()),
+                                BufferView::Of(out_window.span()));
+  Window<T> in_place = Window<T>::Create(b, offset);
+  ri::KernelsFor(isa).reduce_to(op, ConstBufferView::Of(a_window.span()),
+                                ConstBufferView::Of(in_place.span()),
+                                BufferView::Of(in_place.span()));
+  Mismatches mismatches;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const uint64_t expected = ExpectedReduce(op, a[i], b[i]);
+    if (Bits(out_window.span()[i]) != expected || Bits(in_place.span()[i]) != expected) {
+      mismatches.Add(absl::StrCat("[", i, "] a ", Hex(Bits(a[i])), " b ", Hex(Bits(b[i])),
+                                  ": got ", Hex(Bits(out_window.span()[i])), ", in place ",
+                                  Hex(Bits(in_place.span()[i])), ", expected ", Hex(expected)));
+    }
+    if (Bits(a_window.span()[i]) != Bits(a[i]) || Bits(b_window.span()[i]) != Bits(b[i])) {
+      mismatches.Add(absl::StrCat("[", i, "] an operand changed"));
+    }
+  }
+  out_window.CheckGuards("dst", &mismatches);
+  in_place.CheckGuards("in place", &mismatches);
+  EXPECT_EQ(mismatches.count(), 0) << mismatches.examples();
+}
+
+class ReduceToTest : public ReduceIntoTest {};
+
+TEST_P(ReduceToTest, MatchesReferenceAtEveryLengthAndOffsetOutOfPlaceAndInPlace) {
+  LOOM_SKIP_IF_UNSUPPORTED(isa());
+  VisitDType(dtype(), [&](auto type) {
+    using T = decltype(type);
+    std::mt19937_64 rng(Seed(dtype(), 50 + static_cast<int64_t>(op())));
+    for (const size_t length : kLengths) {
+      const auto [a, b] = RandomPair<T>(length, rng);
+      for (const size_t offset : kOffsets) CheckReduceTo<T>(isa(), op(), a, b, offset);
+    }
+  });
+}
+
+TEST_P(ReduceToTest, MatchesReferenceOnEveryPairOfSpecialValues) {
+  LOOM_SKIP_IF_UNSUPPORTED(isa());
+  VisitDType(dtype(), [&](auto type) {
+    using T = decltype(type);
+    const auto [a, b] = SpecialPairs<T>();
+    for (const size_t offset : kOffsets) CheckReduceTo<T>(isa(), op(), a, b, offset);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypesOpsIsas, ReduceToTest,
+                         ::testing::Combine(::testing::ValuesIn(AllDTypes()),
+                                            ::testing::ValuesIn(AllReduceOps()),
+                                            ::testing::ValuesIn(ri::AllIsas())),
+                         ReduceParamName);
+
+// ---------------------------------------------------------------------------------
 // AccumulateInto: f32 / f16 / bf16 sources x op x ISA.
 
 constexpr DType kAccumulatorDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
@@ -952,6 +1018,62 @@ TEST(ReduceIntoApiTest, PublicFunctionMatchesTheReferenceForEveryDTypeAndOp) {
       });
     }
   }
+}
+
+// The public ReduceTo at every start of dst within a cache line: the reference bit
+// for bit, in place too, and nothing written outside dst.
+TEST(ReduceToApiTest, MatchesTheReferenceAtEveryAlignment) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF64, DType::kI8}) {
+    for (const ReduceOp op : AllReduceOps()) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " ", ReduceOpName(op)));
+      VisitDType(dtype, [&](auto type) {
+        using T = decltype(type);
+        std::mt19937_64 rng(Seed(dtype, 700 + static_cast<int64_t>(op)));
+        const size_t length = 3 * 4096 / sizeof(T) + 5;
+        const auto [a, b] = RandomPair<T>(length, rng);
+        for (size_t offset = 0; offset < 64 / sizeof(T); offset += 3) {
+          const std::vector<T> zeros(length);
+          Window<T> out = Window<T>::Create(zeros, offset);
+          LOOM_ASSERT_OK(ReduceTo(op, ConstBufferView::Of(absl::MakeConstSpan(a)),
+                                  ConstBufferView::Of(absl::MakeConstSpan(b)),
+                                  BufferView::Of(out.span())));
+          Window<T> in_place = Window<T>::Create(a, offset);
+          LOOM_ASSERT_OK(ReduceTo(op, ConstBufferView::Of(in_place.span()),
+                                  ConstBufferView::Of(absl::MakeConstSpan(b)),
+                                  BufferView::Of(in_place.span())));
+          Mismatches mismatches;
+          for (size_t i = 0; i < length; ++i) {
+            const uint64_t expected = ExpectedReduce(op, a[i], b[i]);
+            if (Bits(out.span()[i]) != expected || Bits(in_place.span()[i]) != expected) {
+              mismatches.Add(absl::StrCat("[", i, "] offset ", offset));
+            }
+          }
+          out.CheckGuards("dst", &mismatches);
+          in_place.CheckGuards("in place", &mismatches);
+          EXPECT_EQ(mismatches.count(), 0) << mismatches.examples();
+        }
+      });
+    }
+  }
+}
+
+TEST(ReduceToApiTest, RejectsMismatchesAndOverlapNamingThem) {
+  std::vector<float> a(8), b(8), dst(8), longer(9);
+  std::vector<BFloat16> half(8);
+  const auto view = [](auto& v) { return BufferView::Of(absl::MakeSpan(v)); };
+  EXPECT_THAT(ReduceTo(ReduceOp::kSum, view(a), view(half), view(dst)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ReduceTo: src is bf16 but dst is f32")));
+  EXPECT_THAT(ReduceTo(ReduceOp::kSum, view(a), view(longer), view(dst)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ReduceTo: b has 9 elements but dst has 8")));
+  std::vector<float> all(16);
+  EXPECT_THAT(ReduceTo(ReduceOp::kSum, ConstBufferView::Of(absl::MakeConstSpan(all).subspan(1, 8)),
+                       view(b), BufferView::Of(absl::MakeSpan(all).subspan(0, 8))),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("overlap without being the same memory")));
+  EXPECT_THAT(ReduceTo(static_cast<ReduceOp>(9), view(a), view(b), view(dst)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown ReduceOp 9")));
 }
 
 TEST(ReduceIntoApiTest, HeaderExample) {

@@ -45,6 +45,24 @@
 // asleep in its Wait may be woken only by this endpoint's next Wait. Each request
 // may be waited on once; its id is then forgotten.
 //
+// Combining receives. RecvCombine is a receive whose bytes are not copied into its
+// buffer but handed to a Combiner, which writes the buffer from them (for example
+// out = mine + theirs, straight from the sender's memory where the backend can read
+// it, so a reduction needs no separate copy pass). The combiner is called for
+// consecutive pieces of the message, in order, covering it exactly once; a piece
+// starts at a multiple of kCombineAlignment bytes (so a typed combiner never sees a
+// split element) and its source bytes are valid only during the call, aligned at
+// least as the sender's buffer is at that offset, up to 16 bytes (so a typed sender's
+// elements arrive aligned to their size). A combiner that allows it
+// (`lands_in_place`) may get the destination itself as its source: a backend that
+// can only land bytes in this process's memory (shm's CMA path) then lands each
+// piece there first, rather than in a buffer of its own. Each call runs
+// before the receive completes, on whichever thread the backend delivers on (inproc:
+// the thread that matches the message, possibly the sender's), never concurrently
+// with another piece of the same receive; it must not call the transport. Everything
+// else (matching, sizes, completion, failure) is as for Recv; when a receive fails
+// midway, the pieces already combined may have been written.
+//
 // Failure. Abort(reason) fails every pending and later request of this endpoint with
 // `reason` (code Aborted unless `reason` says otherwise) and, where the backend can,
 // the requests of the peers that are waiting on it. A peer that is gone is reported
@@ -59,6 +77,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -77,6 +96,27 @@ struct Request {
   uint64_t id = 0;
 };
 
+// Pieces a Combiner sees start at multiples of this many bytes of the message.
+inline constexpr size_t kCombineAlignment = 64;
+
+// Combiner: what a combining receive does with each piece of its message (see the
+// contract). `fn(state, dst, src, offset, bytes)` writes dst[0, bytes) (the receive
+// buffer at `offset`) from src[0, bytes) (the message at `offset`; dst itself
+// when `lands_in_place` allows it: set it only where fn computes each element from
+// its source before writing it and reads nothing else that aliases dst). `state` is the
+// caller's and must outlive the request. A default Combiner (no fn) copies.
+struct Combiner {
+  using Fn = void (*)(const void* state, std::byte* dst, const std::byte* src, size_t offset,
+                      size_t bytes);
+  Fn fn = nullptr;
+  const void* state = nullptr;
+  bool lands_in_place = false;
+
+  bool copies() const { return fn == nullptr; }
+  // Apply delivers one piece.
+  void Apply(std::byte* dst, const std::byte* src, size_t offset, size_t bytes) const;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -93,7 +133,14 @@ class Transport {
   virtual absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) = 0;
 
   // Recv posts a receive into `data` from `peer` with `tag`. Errors as Send.
-  virtual absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) = 0;
+  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) {
+    return RecvCombine(peer, tag, data, Combiner{});
+  }
+
+  // RecvCombine posts a receive that writes `data` through `combiner`; see the
+  // contract. A default Combiner makes it Recv. Errors as Send.
+  virtual absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                              Combiner combiner) = 0;
 
   // Wait waits for all `requests` until `deadline`. Returns OK when all completed;
   // otherwise the first error (FailedPrecondition for a size mismatch,
@@ -105,6 +152,15 @@ class Transport {
   // Abort fails every pending and later request with `reason`; see the contract.
   virtual void Abort(const absl::Status& reason) = 0;
 };
+
+inline void Combiner::Apply(std::byte* dst, const std::byte* src, size_t offset,
+                            size_t bytes) const {
+  if (fn == nullptr) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  } else {
+    fn(state, dst, src, offset, bytes);
+  }
+}
 
 // AsBytes / AsWritableBytes view a typed span as the bytes a Transport moves.
 template <typename T>

@@ -9,14 +9,15 @@ namespace loom {
 namespace reduce_internal {
 
 const Kernels& KernelsFor(Isa isa) {
-  static constexpr Kernels kScalar = {&ReduceIntoScalar, &AccumulateIntoScalar,
-                                      &LoadAccumulatorScalar, &StoreAccumulatorScalar,
-                                      &FinishAverageScalar};
-  static constexpr Kernels kAvx2 = {&ReduceIntoAvx2, &AccumulateIntoAvx2, &LoadAccumulatorAvx2,
+  static constexpr Kernels kScalar = {&ReduceIntoScalar,       &ReduceToScalar,
+                                      &AccumulateIntoScalar,   &LoadAccumulatorScalar,
+                                      &StoreAccumulatorScalar, &FinishAverageScalar};
+  static constexpr Kernels kAvx2 = {&ReduceIntoAvx2,       &ReduceToAvx2,
+                                    &AccumulateIntoAvx2,   &LoadAccumulatorAvx2,
                                     &StoreAccumulatorAvx2, &FinishAverageAvx2};
-  static constexpr Kernels kAvx512 = {&ReduceIntoAvx512, &AccumulateIntoAvx512,
-                                      &LoadAccumulatorAvx512, &StoreAccumulatorAvx512,
-                                      &FinishAverageAvx512};
+  static constexpr Kernels kAvx512 = {&ReduceIntoAvx512,       &ReduceToAvx512,
+                                      &AccumulateIntoAvx512,   &LoadAccumulatorAvx512,
+                                      &StoreAccumulatorAvx512, &FinishAverageAvx512};
   switch (isa) {
     case Isa::kAvx2:
       return kAvx2;

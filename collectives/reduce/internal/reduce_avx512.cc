@@ -339,20 +339,20 @@ struct MaxOp {
   }
 };
 
-// CombineLoop: dst[i] = Op(dst[i], src[i]), computed in Dst's registers.
+// CombineLoop: dst[i] = Op(a[i], b[i]), computed in Dst's registers. `dst` may be
+// `a` (in place); each vector is loaded before its lanes are stored.
 template <typename Dst, typename Src, typename Op>
-LOOM_AVX512 void CombineLoop(const typename Src::Storage* src, typename Dst::Storage* dst,
-                             size_t size) {
+LOOM_AVX512 void CombineLoop(const typename Dst::Storage* a, const typename Src::Storage* b,
+                             typename Dst::Storage* dst, size_t size) {
   static_assert(Dst::kLanes == Src::kLanes, "one register of each per step");
   size_t i = 0;
   for (; i + Dst::kLanes <= size; i += Dst::kLanes) {
-    Dst::Store(dst + i, Op::template Apply<Dst>(Dst::Load(dst + i), Src::Load(src + i)));
+    Dst::Store(dst + i, Op::template Apply<Dst>(Dst::Load(a + i), Src::Load(b + i)));
   }
   if (i < size) {
     const size_t rest = size - i;
-    Dst::StorePartial(
-        dst + i, rest,
-        Op::template Apply<Dst>(Dst::LoadPartial(dst + i, rest), Src::LoadPartial(src + i, rest)));
+    Dst::StorePartial(dst + i, rest,
+        Op::template Apply<Dst>(Dst::LoadPartial(a + i, rest), Src::LoadPartial(b + i, rest)));
   }
 }
 
@@ -392,23 +392,24 @@ typename L::Storage* Data(BufferView view) {
   return reinterpret_cast<typename L::Storage*>(view.data());
 }
 
+// Reduce: dst = op(a, b).
 template <typename L>
-void Reduce(ReduceOp op, ConstBufferView src, BufferView dst) {
+void Reduce(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst) {
   const size_t size = dst.size();
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      return CombineLoop<L, L, SumOp>(Data<L>(src), Data<L>(dst), size);
+      return CombineLoop<L, L, SumOp>(Data<L>(a), Data<L>(b), Data<L>(dst), size);
     case ReduceOp::kProd:
       if constexpr (L::kHasProd) {
-        return CombineLoop<L, L, ProdOp>(Data<L>(src), Data<L>(dst), size);
+        return CombineLoop<L, L, ProdOp>(Data<L>(a), Data<L>(b), Data<L>(dst), size);
       } else {
-        return ReduceIntoScalar(op, src, dst);
+        return ReduceToScalar(op, a, b, dst);
       }
     case ReduceOp::kMin:
-      return CombineLoop<L, L, MinOp>(Data<L>(src), Data<L>(dst), size);
+      return CombineLoop<L, L, MinOp>(Data<L>(a), Data<L>(b), Data<L>(dst), size);
     case ReduceOp::kMax:
-      return CombineLoop<L, L, MaxOp>(Data<L>(src), Data<L>(dst), size);
+      return CombineLoop<L, L, MaxOp>(Data<L>(a), Data<L>(b), Data<L>(dst), size);
   }
 }
 
@@ -417,13 +418,17 @@ void Accumulate(ReduceOp op, ConstBufferView src, absl::Span<float> acc) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      return CombineLoop<F32Lanes, Src, SumOp>(Data<Src>(src), acc.data(), acc.size());
+      return CombineLoop<F32Lanes, Src, SumOp>(acc.data(), Data<Src>(src), acc.data(),
+                                                     acc.size());
     case ReduceOp::kProd:
-      return CombineLoop<F32Lanes, Src, ProdOp>(Data<Src>(src), acc.data(), acc.size());
+      return CombineLoop<F32Lanes, Src, ProdOp>(acc.data(), Data<Src>(src), acc.data(),
+                                                      acc.size());
     case ReduceOp::kMin:
-      return CombineLoop<F32Lanes, Src, MinOp>(Data<Src>(src), acc.data(), acc.size());
+      return CombineLoop<F32Lanes, Src, MinOp>(acc.data(), Data<Src>(src), acc.data(),
+                                                     acc.size());
     case ReduceOp::kMax:
-      return CombineLoop<F32Lanes, Src, MaxOp>(Data<Src>(src), acc.data(), acc.size());
+      return CombineLoop<F32Lanes, Src, MaxOp>(acc.data(), Data<Src>(src), acc.data(),
+                                                     acc.size());
   }
 }
 
@@ -441,25 +446,29 @@ void Average(BufferView buf, int64_t num_ranks) {
 
 }  // namespace
 
-void ReduceIntoAvx512(ReduceOp op, ConstBufferView src, BufferView dst) {
+void ReduceToAvx512(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst) {
   switch (dst.dtype()) {
     case DType::kF32:
-      return Reduce<F32Lanes>(op, src, dst);
+      return Reduce<F32Lanes>(op, a, b, dst);
     case DType::kF64:
-      return Reduce<F64Lanes>(op, src, dst);
+      return Reduce<F64Lanes>(op, a, b, dst);
     case DType::kF16:
-      return Reduce<F16Lanes>(op, src, dst);
+      return Reduce<F16Lanes>(op, a, b, dst);
     case DType::kBF16:
-      return Reduce<BF16PairLanes>(op, src, dst);
+      return Reduce<BF16PairLanes>(op, a, b, dst);
     case DType::kI8:
-      return Reduce<I8Lanes>(op, src, dst);
+      return Reduce<I8Lanes>(op, a, b, dst);
     case DType::kU8:
-      return Reduce<U8Lanes>(op, src, dst);
+      return Reduce<U8Lanes>(op, a, b, dst);
     case DType::kI32:
-      return Reduce<I32Lanes>(op, src, dst);
+      return Reduce<I32Lanes>(op, a, b, dst);
     case DType::kI64:
-      return Reduce<I64Lanes>(op, src, dst);
+      return Reduce<I64Lanes>(op, a, b, dst);
   }
+}
+
+void ReduceIntoAvx512(ReduceOp op, ConstBufferView src, BufferView dst) {
+  ReduceToAvx512(op, dst, src, dst);
 }
 
 void AccumulateIntoAvx512(ReduceOp op, ConstBufferView src, absl::Span<float> acc) {

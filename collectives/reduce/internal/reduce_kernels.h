@@ -46,6 +46,8 @@ inline absl::string_view IsaName(Isa isa) { return CpuIsaName(isa); }
 // has no vector code for a combination (see reduce_kernels.h) it runs the scalar one.
 struct Kernels {
   void (*reduce_into)(ReduceOp op, ConstBufferView src, BufferView dst);
+  // dst = op(a, b); dst may be a or b exactly, or disjoint from both.
+  void (*reduce_to)(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
   void (*accumulate_into)(ReduceOp op, ConstBufferView src, absl::Span<float> acc);
   void (*load_accumulator)(ConstBufferView src, absl::Span<float> acc);
   void (*store_accumulator)(absl::Span<const float> acc, int64_t divisor, BufferView dst);
@@ -58,18 +60,21 @@ const Kernels& KernelsFor(Isa isa);
 
 // The per-ISA entry points that KernelsFor collects.
 void ReduceIntoScalar(ReduceOp op, ConstBufferView src, BufferView dst);
+void ReduceToScalar(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
 void AccumulateIntoScalar(ReduceOp op, ConstBufferView src, absl::Span<float> acc);
 void LoadAccumulatorScalar(ConstBufferView src, absl::Span<float> acc);
 void StoreAccumulatorScalar(absl::Span<const float> acc, int64_t divisor, BufferView dst);
 void FinishAverageScalar(BufferView buf, int64_t num_ranks);
 
 void ReduceIntoAvx2(ReduceOp op, ConstBufferView src, BufferView dst);
+void ReduceToAvx2(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
 void AccumulateIntoAvx2(ReduceOp op, ConstBufferView src, absl::Span<float> acc);
 void LoadAccumulatorAvx2(ConstBufferView src, absl::Span<float> acc);
 void StoreAccumulatorAvx2(absl::Span<const float> acc, int64_t divisor, BufferView dst);
 void FinishAverageAvx2(BufferView buf, int64_t num_ranks);
 
 void ReduceIntoAvx512(ReduceOp op, ConstBufferView src, BufferView dst);
+void ReduceToAvx512(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
 void AccumulateIntoAvx512(ReduceOp op, ConstBufferView src, absl::Span<float> acc);
 void LoadAccumulatorAvx512(ConstBufferView src, absl::Span<float> acc);
 void StoreAccumulatorAvx512(absl::Span<const float> acc, int64_t divisor, BufferView dst);

@@ -164,13 +164,14 @@ void WithAccumulatorType(DType dtype, Fn&& fn) {
   }
 }
 
+// ReduceLoop: dst[i] = op(a[i], b[i]); `dst` may be `a` (in place).
 template <ReduceOp kOp, typename T>
-void ReduceLoop(const T* src, T* dst, size_t size) {
+void ReduceLoop(const T* a, const T* b, T* dst, size_t size) {
   for (size_t i = 0; i < size; ++i) {
     if constexpr (kIsHalf<T>) {
-      dst[i] = Narrow<T>(Combine<kOp>(Widen(dst[i]), Widen(src[i])));
+      dst[i] = Narrow<T>(Combine<kOp>(Widen(a[i]), Widen(b[i])));
     } else {
-      dst[i] = Combine<kOp>(dst[i], src[i]);
+      dst[i] = Combine<kOp>(a[i], b[i]);
     }
   }
 }
@@ -182,13 +183,17 @@ void AccumulateLoop(const T* src, float* acc, size_t size) {
 
 }  // namespace
 
-void ReduceIntoScalar(ReduceOp op, ConstBufferView src, BufferView dst) {
+void ReduceToScalar(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst) {
   VisitDType(dst.dtype(), [&](auto type) {
     using T = decltype(type);
     WithOp(op, [&](auto kernel_op) {
-      ReduceLoop<decltype(kernel_op)::value>(Data<T>(src), Data<T>(dst), dst.size());
+      ReduceLoop<decltype(kernel_op)::value>(Data<T>(a), Data<T>(b), Data<T>(dst), dst.size());
     });
   });
+}
+
+void ReduceIntoScalar(ReduceOp op, ConstBufferView src, BufferView dst) {
+  ReduceToScalar(op, dst, src, dst);
 }
 
 void AccumulateIntoScalar(ReduceOp op, ConstBufferView src, absl::Span<float> acc) {

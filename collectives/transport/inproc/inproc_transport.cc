@@ -36,6 +36,7 @@ struct Op {
   const std::byte* send_data = nullptr;
   std::byte* recv_data = nullptr;
   size_t bytes = 0;
+  Combiner combiner;  // Receives: how the bytes are written.
 
   std::atomic<bool> done{false};
   std::mutex mu;
@@ -126,7 +127,7 @@ class GroupState {
 
 namespace {
 
-// Deliver copies a matched message and completes both sides.
+// Deliver copies (or combines) a matched message and completes both sides.
 void Deliver(Op& send, Op& recv) {
   if (send.bytes != recv.bytes) {
     const absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
@@ -136,7 +137,8 @@ void Deliver(Op& send, Op& recv) {
     send.Finish(mismatch);
     return;
   }
-  if (send.bytes > 0) std::memcpy(recv.recv_data, send.send_data, send.bytes);
+  // The whole message is one piece, read straight from the sender's buffer.
+  if (send.bytes > 0) recv.combiner.Apply(recv.recv_data, send.send_data, 0, send.bytes);
   recv.Finish(absl::OkStatus());
   send.Finish(absl::OkStatus());
 }
@@ -168,13 +170,15 @@ class InprocTransport final : public Transport {
     return Post(std::move(op));
   }
 
-  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) override {
+  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                      Combiner combiner) override {
     auto op = std::make_shared<Op>();
     op->src = peer;
     op->dst = rank_;
     op->tag = tag;
     op->recv_data = data.data();
     op->bytes = data.size();
+    op->combiner = combiner;
     return Post(std::move(op));
   }
 

@@ -127,7 +127,7 @@ TEST_P(ShmModeTest, ZeroEagerBytesSendsEverythingLarge) {
 
 // Large sends out of SharedBuffers travel as kMapped: the receiver maps the buffer
 // once and copies with memcpy (or, where the kernel refuses the mapping, with CMA).
-// Covers an offset inside a buffer, reuse of a mapping, a buffer freed and another
+// Covers a combining receive, an offset inside a buffer, reuse of a mapping, a buffer freed and another
 // allocated (new id, possibly the same fd number), and a plain buffer in between.
 TEST(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
   ShmHarness harness(WithMode(CopyMode::kAuto));
@@ -144,10 +144,23 @@ TEST(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
         const std::vector<std::byte> payload = Payload(t.rank(), peer, tag, bytes);
         std::copy(payload.begin(), payload.end(), buffer.data() + 4100);
         std::vector<std::byte> in(bytes);
-        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, tag, AsWritableBytes(in)));
+        // The repeat goes through a combiner (each byte plus one), read straight
+        // out of the mapping.
+        const Combiner plus_one{[](const void*, std::byte* dst, const std::byte* src, size_t,
+                                   size_t n) {
+                                  for (size_t i = 0; i < n; ++i) {
+                                    dst[i] = static_cast<std::byte>(static_cast<uint8_t>(src[i]) + 1);
+                                  }
+                                },
+                                nullptr};
+        LOOM_ASSIGN_OR_RETURN(Request r, t.RecvCombine(peer, tag, AsWritableBytes(in),
+                                                       repeat == 1 ? plus_one : Combiner{}));
         LOOM_ASSIGN_OR_RETURN(
             Request s, t.Send(peer, tag, absl::Span<const std::byte>(buffer.data() + 4100, bytes)));
         LOOM_RETURN_IF_ERROR(t.Wait({s, r}, Soon()));
+        if (repeat == 1) {
+          for (std::byte& b : in) b = static_cast<std::byte>(static_cast<uint8_t>(b) - 1);
+        }
         LOOM_RETURN_IF_ERROR(ExpectPayload(in, peer, t.rank(), tag));
         ++mapped_messages;
       }

@@ -139,7 +139,8 @@ absl::StatusOr<Request> ShmEndpoint::Send(int peer, Tag tag, absl::Span<const st
   return request;
 }
 
-absl::StatusOr<Request> ShmEndpoint::Recv(int peer, Tag tag, absl::Span<std::byte> data) {
+absl::StatusOr<Request> ShmEndpoint::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                                 Combiner combiner) {
   const absl::Status postable = CheckPostable(peer);
   if (!postable.ok()) return postable;
   const auto [request, op] = requests_.Add();
@@ -148,6 +149,7 @@ absl::StatusOr<Request> ShmEndpoint::Recv(int peer, Tag tag, absl::Span<std::byt
   op->tag = tag;
   op->recv_data = data.data();
   op->bytes = data.size();
+  op->combiner = combiner;
   inboxes_[peer]->Post(op);
   return request;
 }

@@ -40,7 +40,8 @@ class ShmEndpoint final : public Transport {
   std::string name() const override { return "shm"; }
 
   absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
-  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) override;
+  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                      Combiner combiner) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
 

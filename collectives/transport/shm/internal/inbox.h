@@ -81,6 +81,9 @@ class Inbox {
     return peer_.incoming.control->chunk_head.load(std::memory_order_acquire) != chunk_tail_;
   }
   bool DrainChunks();
+  // PullFromPeer copies a CMA message from the sender's memory at `address` into
+  // op's buffer, through op's combiner.
+  absl::Status PullFromPeer(const Operation& op, uint64_t address);
   bool WatchStreams();
 
   PeerLink& peer_;
@@ -96,6 +99,11 @@ class Inbox {
   std::deque<Unexpected> unexpected_;
   absl::flat_hash_map<uint32_t, Operation*> streaming_;  // By slot.
   PeerMappings mappings_;  // The peer's SharedBuffers this rank has mapped.
+  // A combining receive pulls a CMA message in pieces of this size, each combined
+  // while still in cache; a multiple of kCombineAlignment, and as large as the
+  // algorithms' default chunk, so a chunk is one system call.
+  static constexpr size_t kPullPieceBytes = size_t{256} << 10;
+  std::vector<std::byte> pull_bounce_;  // Pieces of combiners that do not land in place.
 };
 
 }  // namespace shm_internal

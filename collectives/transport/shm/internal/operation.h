@@ -33,6 +33,7 @@ struct Operation {
   const std::byte* send_data = nullptr;
   std::byte* recv_data = nullptr;
   size_t bytes = 0;
+  Combiner combiner;  // Receives: how arriving bytes are written (default: copied).
 
   Stage stage = Stage::kQueued;
   PayloadKind kind = PayloadKind::kEager;
