@@ -29,11 +29,8 @@ constexpr char kName[] = "ColumnParallelLinear";
 
 absl::Status CheckOptions(const ColumnParallelOptions& options) {
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
-  if (options.sequence_parallel && options.sequence_length <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": sequence_parallel needs sequence_length > 0, got ",
-                     options.sequence_length));
-  }
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckSequenceParallel(
+      options.sequence_parallel, options.sequence_length, kName));
   if (options.sequence_parallel && options.gather_output) {
     return absl::InvalidArgumentError(
         absl::StrCat(kName, ": gather_output cannot be combined with sequence_parallel"));
@@ -147,14 +144,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output) {
-  if (!has_forward_) {
-    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
-  }
-  if (grad_output.dtype() != DType::kF32 || grad_output.shape() != output_shape_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": grad_output is ", DTypeName(grad_output.dtype()), " ",
-        ShapeString(grad_output.shape()), ", Forward returned f32 ", ShapeString(output_shape_)));
-  }
+  LOOM_RETURN_IF_ERROR(
+      tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
   const int64_t out_local = out_features_local();
   const int64_t rows = rows_;
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_all, grad_output.As<float>());

@@ -27,11 +27,8 @@ constexpr char kName[] = "RowParallelLinear";
 
 absl::Status CheckOptions(const RowParallelOptions& options) {
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
-  if (options.sequence_parallel && options.sequence_length <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": sequence_parallel needs sequence_length > 0, got ",
-                     options.sequence_length));
-  }
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckSequenceParallel(
+      options.sequence_parallel, options.sequence_length, kName));
   return absl::OkStatus();
 }
 
@@ -119,14 +116,8 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {
-  if (!has_forward_) {
-    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
-  }
-  if (grad_output.dtype() != DType::kF32 || grad_output.shape() != output_shape_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": grad_output is ", DTypeName(grad_output.dtype()), " ",
-        ShapeString(grad_output.shape()), ", Forward returned f32 ", ShapeString(output_shape_)));
-  }
+  LOOM_RETURN_IF_ERROR(
+      tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_in, grad_output.As<float>());
   std::vector<float> gathered;
   absl::Span<const float> g = g_in;

@@ -19,17 +19,14 @@ namespace {
 
 using ::testing::HasSubstr;
 using tp_layers_testing::ExpectAllOk;
+using tp_layers_testing::DenseLinearReference;
 using tp_layers_testing::ExpectClose;
-using tp_layers_testing::MatMulNN;
-using tp_layers_testing::MatMulNT;
-using tp_layers_testing::MatMulTN;
+using tp_layers_testing::LinearReference;
 using tp_layers_testing::RandomTensor;
-using tp_layers_testing::RoundedToStorage;
 using tp_layers_testing::RuleName;
 using tp_layers_testing::RunTp;
 using tp_layers_testing::SliceCols;
 using tp_layers_testing::SliceRows;
-using tp_layers_testing::Values;
 
 constexpr int64_t kSeq = 7, kBatch = 2, kIn = 10, kOut = 6;
 
@@ -43,20 +40,9 @@ TEST_P(RowParallelLinearTest, MatchesUnshardedReference) {
   const Tensor b = RandomTensor({kOut}, 12);
   const Tensor x = RandomTensor({kSeq, kBatch, kIn}, 13);
   const Tensor dy = RandomTensor({kSeq, kBatch, kOut}, 14);
-  const int64_t rows = kSeq * kBatch;
 
-  const std::vector<double> wd = RoundedToStorage(w, dtype), bd = RoundedToStorage(b, dtype);
-  const std::vector<double> xd = Values(x), dyd = Values(dy);
-  std::vector<double> y_ref = MatMulNT(xd, wd, rows, kOut, kIn);
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < kOut; ++j) y_ref[i * kOut + j] += bd[j];
-  }
-  const std::vector<double> dx_ref = MatMulNN(dyd, wd, rows, kIn, kOut);
-  const std::vector<double> dw_ref = MatMulTN(dyd, xd, kOut, kIn, rows);
-  std::vector<double> db_ref(kOut, 0.0);
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < kOut; ++j) db_ref[j] += dyd[i * kOut + j];
-  }
+  const LinearReference ref = DenseLinearReference(w, b, x, dy, dtype);
+  const std::vector<double>&y_ref = ref.y, &dx_ref = ref.dx, &dw_ref = ref.dw, &db_ref = ref.db;
 
   ExpectAllOk(RunTp(tp, [&](Communicator& comm) -> absl::Status {
     const std::string where = absl::StrCat("rank ", comm.rank());

@@ -92,14 +92,8 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
 }
 
 absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(const Tensor& grad_loss) {
-  if (!has_forward_) {
-    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
-  }
-  if (grad_loss.dtype() != DType::kF32 || grad_loss.shape() != loss_shape_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": grad_loss is ", DTypeName(grad_loss.dtype()), " ",
-        ShapeString(grad_loss.shape()), ", Forward returned f32 ", ShapeString(loss_shape_)));
-  }
+  LOOM_RETURN_IF_ERROR(
+      tp_layers_internal::CheckGradient(kName, has_forward_, grad_loss, loss_shape_, "grad_loss"));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_loss.As<float>());
   const int64_t width = extent_.length;
   std::vector<float> dz(softmax_.size());

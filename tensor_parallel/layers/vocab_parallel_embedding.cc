@@ -84,14 +84,8 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(absl::Span<const int64_t>
 }
 
 absl::Status VocabParallelEmbedding::Backward(const Tensor& grad_output) {
-  if (!has_forward_) {
-    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
-  }
-  if (grad_output.dtype() != DType::kF32 || grad_output.shape() != output_shape_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": grad_output is ", DTypeName(grad_output.dtype()), " ",
-        ShapeString(grad_output.shape()), ", Forward returned f32 ", ShapeString(output_shape_)));
-  }
+  LOOM_RETURN_IF_ERROR(
+      tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_in, grad_output.As<float>());
   std::vector<float> gathered;
   absl::Span<const float> g = g_in;

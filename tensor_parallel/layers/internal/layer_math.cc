@@ -69,5 +69,27 @@ absl::Status CheckStorage(DType dtype, const std::string& who) {
       absl::StrCat(who, ": weight storage must be f32 or bf16, got ", DTypeName(dtype)));
 }
 
+absl::Status CheckSequenceParallel(bool sequence_parallel, int64_t sequence_length,
+                                   const std::string& who) {
+  if (!sequence_parallel || sequence_length > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(who, ": sequence_parallel needs sequence_length > 0, got ", sequence_length));
+}
+
+absl::Status CheckGradient(const std::string& who, bool has_forward, const Tensor& grad,
+                           const std::vector<int64_t>& forward_shape, const std::string& name) {
+  if (!has_forward) {
+    return absl::FailedPreconditionError(absl::StrCat(who, ": Backward before Forward"));
+  }
+  if (grad.dtype() != DType::kF32 || grad.shape() != forward_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": ", name, " is ",
+                                                   DTypeName(grad.dtype()), " ",
+                                                   ShapeString(grad.shape()),
+                                                   ", Forward returned f32 ",
+                                                   ShapeString(forward_shape)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tp_layers_internal
 }  // namespace loom

@@ -43,6 +43,18 @@ absl::StatusOr<int64_t> CheckActivation(const Tensor& x, int64_t features, int64
 // CheckStorage returns InvalidArgument unless dtype is f32 or bf16 (`who` names the layer).
 absl::Status CheckStorage(DType dtype, const std::string& who);
 
+// CheckSequenceParallel returns InvalidArgument unless sequence parallelism, when
+// on, comes with the full sequence length (> 0) that its pieces divide.
+absl::Status CheckSequenceParallel(bool sequence_parallel, int64_t sequence_length,
+                                   const std::string& who);
+
+// CheckGradient checks a Backward argument of layer `who`: FailedPrecondition before
+// any Forward, InvalidArgument naming both unless `grad` (called `name`) is f32 of
+// the shape Forward returned.
+absl::Status CheckGradient(const std::string& who, bool has_forward, const Tensor& grad,
+                           const std::vector<int64_t>& forward_shape,
+                           const std::string& name = "grad_output");
+
 }  // namespace tp_layers_internal
 }  // namespace loom
 

@@ -136,6 +136,28 @@ std::vector<double> MatMulTN(absl::Span<const double> a, absl::Span<const double
   return c;
 }
 
+LinearReference DenseLinearReference(const Tensor& w, const Tensor& b, const Tensor& x,
+                                     const Tensor& dy, DType weight_dtype) {
+  const int64_t out = w.shape()[0];
+  const int64_t in = w.shape()[1];
+  const int64_t rows = x.numel() / in;
+  const std::vector<double> wd = RoundedToStorage(w, weight_dtype);
+  const std::vector<double> bd = RoundedToStorage(b, weight_dtype);
+  const std::vector<double> xd = Values(x), dyd = Values(dy);
+  LinearReference ref;
+  ref.y = MatMulNT(xd, wd, rows, out, in);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < out; ++j) ref.y[i * out + j] += bd[j];
+  }
+  ref.dx = MatMulNN(dyd, wd, rows, in, out);
+  ref.dw = MatMulTN(dyd, xd, out, in, rows);
+  ref.db.assign(static_cast<size_t>(out), 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < out; ++j) ref.db[j] += dyd[i * out + j];
+  }
+  return ref;
+}
+
 std::string RuleName(ShardRule rule) { return std::string(ShardRuleName(rule)); }
 
 }  // namespace tp_layers_testing

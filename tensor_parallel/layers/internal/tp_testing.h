@@ -68,6 +68,16 @@ std::vector<double> MatMulNN(absl::Span<const double> a, absl::Span<const double
 std::vector<double> MatMulTN(absl::Span<const double> a, absl::Span<const double> b, int64_t m,
                              int64_t n, int64_t k);
 
+// LinearReference: an unsharded linear layer y = x W^T + b in double, and its
+// gradients for output gradient dy: dx = dy W, dW = dy^T x, db = column sums of dy.
+// W [out, in] and b [out] are rounded to `weight_dtype` first, as the layers store
+// them; x is [..., in] and dy [..., out], flattened to rows.
+struct LinearReference {
+  std::vector<double> y, dx, dw, db;
+};
+LinearReference DenseLinearReference(const Tensor& w, const Tensor& b, const Tensor& x,
+                                     const Tensor& dy, DType weight_dtype);
+
 // RuleName returns "chunk" or "balanced" for test names.
 std::string RuleName(ShardRule rule);
 
