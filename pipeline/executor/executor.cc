@@ -358,11 +358,12 @@ class RankRunner {
     const std::string context =
         absl::StrCat(Where(step, action), " waiting for rank ", peer, "'s ", expected.ToString());
 
+    // Posting fails too once the group is aborted, so it gets the same context.
     WireHeaderWords words = {};
-    LOOM_ASSIGN_OR_RETURN(Request header_request,
-                          transport_.Recv(peer, options_.tag_base,
-                                          AsWritableBytes(absl::MakeSpan(words))));
-    absl::Status status = Wait({header_request});
+    absl::StatusOr<Request> header_request =
+        transport_.Recv(peer, options_.tag_base, AsWritableBytes(absl::MakeSpan(words)));
+    if (!header_request.ok()) return Prefix(header_request.status(), context);
+    absl::Status status = Wait({*header_request});
     if (!status.ok()) return Prefix(status, context);
     absl::StatusOr<WireHeader> header = DecodeWireHeader(words);
     if (!header.ok()) return Prefix(header.status(), context);
@@ -383,10 +384,10 @@ class RankRunner {
     }
 
     F32Tensor tensor = F32Tensor::Zeros(header->shape);
-    LOOM_ASSIGN_OR_RETURN(Request payload_request,
-                          transport_.Recv(peer, options_.tag_base + 1,
-                                          AsWritableBytes(tensor.values)));
-    status = Wait({payload_request});
+    absl::StatusOr<Request> payload_request =
+        transport_.Recv(peer, options_.tag_base + 1, AsWritableBytes(tensor.values));
+    if (!payload_request.ok()) return Prefix(payload_request.status(), context);
+    status = Wait({*payload_request});
     if (!status.ok()) return Prefix(status, context);
     const Key key = {action.stage, action.microbatch};
     return activation ? Put(inputs_, key, std::move(tensor), step, action, "the input")

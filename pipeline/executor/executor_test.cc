@@ -370,6 +370,21 @@ TEST(ExecutorTest, APeerThatNeverRunsIsDeadlineExceeded) {
                        HasSubstr("1f1b rank 1 step 0 (1RECV_F0) waiting for rank 0's 0SEND_F0")));
 }
 
+// A receive posted after the peer aborted fails at once, and says where.
+TEST(ExecutorTest, AReceiveAfterThePeerAbortedNamesTheAction) {
+  const Fixture f = TwoRankFixture(2);
+  LOOM_ASSERT_OK_AND_ASSIGN(const PipelineExecutor executor,
+                            PipelineExecutor::Create(*Make1F1BSchedule(2, 2), PatientOptions()));
+  std::vector<std::unique_ptr<MlpStageModule>> modules =
+      MakeModules(f.config, f.layout, f.params, f.data, false);
+  std::vector<std::unique_ptr<Transport>> endpoints = MakeEndpoints(2);
+  endpoints[0]->Abort(absl::InternalError("rank 0 gave up"));
+  EXPECT_THAT(executor.Run(*endpoints[1], *modules[1]),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("1f1b rank 1 step 0 (1RECV_F0) waiting for rank 0's 0SEND_F0: "
+                                 "rank 0 aborted: rank 0 gave up")));
+}
+
 // Rank 1's model has another width where the two stages meet: its module expects
 // activations of 9 columns, rank 0's sends 8.
 TEST(ExecutorTest, ShapesThatDisagreeAcrossRanksFailNamingBoth) {
