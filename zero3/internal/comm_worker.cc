@@ -1,0 +1,82 @@
+#include "zero3/internal/comm_worker.h"
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace loom {
+namespace zero3_internal {
+
+CommWorker::CommWorker() : thread_([this] { Loop(); }) {}
+
+CommWorker::~CommWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  thread_.join();
+}
+
+CommWorker::Ticket CommWorker::Submit(std::function<absl::Status()> job) {
+  Ticket ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(job));
+    ticket = ++submitted_;
+  }
+  work_.notify_one();
+  return ticket;
+}
+
+absl::Status CommWorker::Wait(Ticket ticket, absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (finished_ < ticket) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "collective job ", ticket, " has not finished by its deadline (", finished_, " of ",
+          submitted_, " submitted jobs done)"));
+    }
+    done_.wait_for(lock, absl::ToChronoNanoseconds(left));
+  }
+  if (!first_error_.ok() && first_error_ticket_ <= ticket) return first_error_;
+  return absl::OkStatus();
+}
+
+absl::Status CommWorker::WaitAll(absl::Time deadline) {
+  Ticket last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last = submitted_;
+  }
+  return Wait(last, deadline);
+}
+
+void CommWorker::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and nothing left to run
+    std::function<absl::Status()> job = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    absl::Status status = job();
+    lock.lock();
+    ++finished_;
+    if (!status.ok() && first_error_.ok()) {
+      first_error_ = std::move(status);
+      first_error_ticket_ = finished_;
+    }
+    done_.notify_all();
+  }
+}
+
+}  // namespace zero3_internal
+}  // namespace loom

@@ -1,0 +1,64 @@
+// CommWorker: one thread that runs a rank's collectives in the order they were
+// submitted, so that the caller's compute overlaps them and every rank still makes
+// its collective calls in one agreed order (the order of submission). Each job's
+// completion is waited on with a deadline.
+//
+// Example:
+//   CommWorker worker;
+//   CommWorker::Ticket t = worker.Submit([&] { return comm->AllGather(in, out); });
+//   ...compute...
+//   LOOM_RETURN_IF_ERROR(worker.Wait(t, absl::Now() + absl::Minutes(1)));
+#ifndef LOOM_ZERO3_INTERNAL_COMM_WORKER_H_
+#define LOOM_ZERO3_INTERNAL_COMM_WORKER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace loom {
+namespace zero3_internal {
+
+class CommWorker {
+ public:
+  using Ticket = int64_t;  // jobs are numbered 1, 2, ... in submission order
+
+  CommWorker();
+  // The destructor runs what was submitted, then joins the thread.
+  ~CommWorker();
+  CommWorker(const CommWorker&) = delete;
+  CommWorker& operator=(const CommWorker&) = delete;
+
+  // Submit queues `job`; it runs after every job submitted before it.
+  Ticket Submit(std::function<absl::Status()> job);
+  // Wait returns once job `ticket` (and so every earlier one) has run: the first
+  // error of the jobs up to it, or OK. DeadlineExceeded naming the ticket if it
+  // has not run by `deadline`.
+  absl::Status Wait(Ticket ticket, absl::Time deadline);
+  // WaitAll waits for everything submitted so far.
+  absl::Status WaitAll(absl::Time deadline);
+
+ private:
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable work_;  // a job was queued, or stopping
+  std::condition_variable done_;  // a job finished
+  std::deque<std::function<absl::Status()>> queue_;
+  Ticket submitted_ = 0;
+  Ticket finished_ = 0;
+  absl::Status first_error_;  // sticky: later waits report it too
+  Ticket first_error_ticket_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace zero3_internal
+}  // namespace loom
+
+#endif  // LOOM_ZERO3_INTERNAL_COMM_WORKER_H_

@@ -1,0 +1,660 @@
+#include "zero3/zero3_engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/types/span.h"
+#include "core/aligned_buffer.h"
+#include "core/buffer_view.h"
+#include "core/half.h"
+#include "core/half_convert.h"
+#include "core/status_macros.h"
+#include "zero3/internal/comm_worker.h"
+
+namespace loom {
+namespace zero3_internal {
+
+// GatherBuffer: room for the largest bucket, gathered in the compute dtype, and
+// (bf16) its f32 widening, which is what Acquire hands out.
+struct GatherBuffer {
+  std::vector<float> f32;        // f32 compute: the gathered bucket itself
+  std::vector<BFloat16> bf16;    // bf16 compute: the gathered bucket
+  std::vector<float> widened;    // bf16 compute: f32 copy of it
+};
+
+// BucketState: one bucket's shard (or, `replicated`, the persistent block whole)
+// and what the current pass is doing with it.
+struct BucketState {
+  int index = -1;                  // bucket index; -1 for the persistent block
+  bool replicated = false;
+  int64_t numel = 0;               // elements held: shard_numel or PersistentNumel
+  int64_t padded_numel = 0;        // gathered size (replicated: numel)
+  AlignedBuffer<float> master;     // f32 weights (in f32 compute, the parameters)
+  std::vector<BFloat16> compute;   // bf16 compute copy of master
+  std::vector<float> grad_f32;     // gradient shard, f32 compute
+  std::vector<BFloat16> grad_bf16; // gradient shard, bf16 compute
+  std::optional<AdamWState> adam;
+
+  // This pass.
+  int buffer = -1;                      // GatherBuffer in use, or -1
+  CommWorker::Ticket gather_ticket = 0;
+  bool gather_waited = false;
+  std::vector<float> grad_buffer;       // whole bucket, f32, while gradients arrive
+  bool reduced = false;                 // its reduce-scatter was submitted
+
+  int64_t StateBytes() const {
+    return static_cast<int64_t>(master.size() * sizeof(float) +
+                                compute.size() * sizeof(BFloat16) +
+                                grad_f32.size() * sizeof(float) +
+                                grad_bf16.size() * sizeof(BFloat16)) +
+           static_cast<int64_t>(adam->size_bytes());
+  }
+};
+
+// EngineShared: the gather buffers (the pool and its free list are used by the
+// caller's thread only; the worker writes into buffers it was handed) and the
+// gradient-buffer byte counters, which the worker updates.
+struct EngineShared {
+  std::vector<GatherBuffer> pool;
+  std::vector<int> free_buffers;
+  std::atomic<int64_t> live_grad_bytes{0};
+  std::atomic<int64_t> peak_grad_bytes{0};
+};
+
+}  // namespace zero3_internal
+
+namespace {
+
+using zero3_internal::BucketState;
+using zero3_internal::CommWorker;
+using zero3_internal::EngineShared;
+using zero3_internal::GatherBuffer;
+
+int64_t DTypeBytes(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
+
+// AddInto adds src to a gradient shard held in the compute dtype (bf16: widened,
+// added in f32, rounded once).
+void AddInto(absl::Span<const float> src, BucketState& bucket) {
+  if (!bucket.grad_f32.empty()) {
+    for (size_t i = 0; i < src.size(); ++i) bucket.grad_f32[i] += src[i];
+    return;
+  }
+  for (size_t i = 0; i < src.size(); ++i) {
+    bucket.grad_bf16[i] = ToBFloat16(ToFloat(bucket.grad_bf16[i]) + src[i]);
+  }
+}
+
+}  // namespace
+
+Zero3Engine::Zero3Engine(const Partition& partition, Communicator* dp, const Zero3Options& options)
+    : partition_(partition), dp_(dp), options_(options), rank_(dp->rank()) {}
+
+Zero3Engine::~Zero3Engine() {
+  // The worker finishes what it runs (each collective has its own deadline)
+  // before the buffers it uses go away.
+  worker_.reset();
+}
+
+std::string Zero3Engine::Who() const { return absl::StrCat("Zero3Engine rank ", rank_); }
+
+absl::StatusOr<std::unique_ptr<Zero3Engine>> Zero3Engine::Create(const Partition& partition,
+                                                                 Communicator* dp,
+                                                                 absl::Span<const float> initial,
+                                                                 const Zero3Options& options) {
+  if (dp == nullptr) return absl::InvalidArgumentError("Zero3Engine: the dp communicator is null");
+  if (dp->size() != partition.options().dp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Zero3Engine: the partition is for dp_size ", partition.options().dp_size,
+                     ", the communicator has ", dp->size(), " ranks"));
+  }
+  if (options.compute_dtype != DType::kF32 && options.compute_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("Zero3Options.compute_dtype ",
+                                                   DTypeName(options.compute_dtype),
+                                                   " is not f32 or bf16"));
+  }
+  if (options.prefetch_depth < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Zero3Options.prefetch_depth ", options.prefetch_depth, " is negative"));
+  }
+  if (options.max_live_gathered_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Zero3Options.max_live_gathered_bytes ",
+                                                   options.max_live_gathered_bytes,
+                                                   " is negative"));
+  }
+  if (options.adamw_threads < 1 || options.adamw_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Zero3Options.adamw_threads ", options.adamw_threads, " is not in [1, 256]"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("Zero3Options.timeout ",
+                                                   absl::FormatDuration(options.timeout),
+                                                   " is not positive"));
+  }
+  if (static_cast<int64_t>(initial.size()) != partition.TotalNumel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Zero3Engine: the initial parameters have ", initial.size(),
+                     " elements, the partition's model has ", partition.TotalNumel()));
+  }
+  std::unique_ptr<Zero3Engine> engine(new Zero3Engine(partition, dp, options));
+  LOOM_RETURN_IF_ERROR(engine->Init(initial));
+  return engine;
+}
+
+absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
+  const bool bf16 = options_.compute_dtype == DType::kBF16;
+  // Gathered bytes per bucket slot: the compute dtype, plus the f32 widening in bf16.
+  const int64_t slot_bytes =
+      partition_.MaxBucketNumel() * (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0));
+  slots_ = options_.prefetch_depth + 1;
+  if (options_.max_live_gathered_bytes > 0 && slot_bytes > 0) {
+    const int64_t fit = options_.max_live_gathered_bytes / slot_bytes;
+    if (fit < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Zero3Options.max_live_gathered_bytes ", options_.max_live_gathered_bytes,
+          " does not hold one gathered bucket of ", slot_bytes, " bytes (the largest bucket, ",
+          partition_.MaxBucketNumel(), " elements)"));
+    }
+    slots_ = static_cast<int>(std::min<int64_t>(slots_, fit));
+  }
+  shared_ = std::make_unique<EngineShared>();
+  const int pool_size = std::min(slots_, std::max(partition_.num_buckets(), 1));
+  shared_->pool.resize(pool_size);
+  for (int i = pool_size - 1; i >= 0; --i) {
+    GatherBuffer& buffer = shared_->pool[i];
+    const size_t n = static_cast<size_t>(partition_.MaxBucketNumel());
+    if (bf16) {
+      buffer.bf16.resize(n);
+      buffer.widened.resize(n);
+    } else {
+      buffer.f32.resize(n);
+    }
+    shared_->free_buffers.push_back(i);
+  }
+
+  // Each bucket's shard of the initial model; padding is zero.
+  auto make_state = [&](int index, bool replicated, int64_t numel, int64_t padded)
+      -> absl::StatusOr<std::unique_ptr<BucketState>> {
+    auto state = std::make_unique<BucketState>();
+    state->index = index;
+    state->replicated = replicated;
+    state->numel = numel;
+    state->padded_numel = padded;
+    LOOM_ASSIGN_OR_RETURN(state->master, AlignedBuffer<float>::Create(numel));
+    std::fill(state->master.span().begin(), state->master.span().end(), 0.0f);
+    if (bf16) {
+      state->compute.resize(numel);
+      state->grad_bf16.assign(numel, BFloat16());
+    } else {
+      state->grad_f32.assign(numel, 0.0f);
+    }
+    LOOM_ASSIGN_OR_RETURN(AdamWState adam, AdamWState::Create(numel));
+    state->adam.emplace(std::move(adam));
+    return state;
+  };
+  for (int b = 0; b < partition_.num_buckets(); ++b) {
+    const Bucket& bucket = partition_.bucket(b);
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<BucketState> state,
+                          make_state(b, false, bucket.shard_numel, bucket.padded_numel));
+    const int64_t shard_begin = static_cast<int64_t>(rank_) * bucket.shard_numel;
+    for (const int p : bucket.params) {
+      const ParamSlot& slot = partition_.slot(p);
+      const Partition::Range range = partition_.OwnedRange(p, rank_);
+      for (int64_t i = range.begin; i < range.end; ++i) {
+        state->master[slot.offset + i - shard_begin] = initial[partition_.FlatOffset(p) + i];
+      }
+    }
+    buckets_.push_back(std::move(state));
+  }
+  const int64_t persistent = partition_.PersistentNumel();
+  LOOM_ASSIGN_OR_RETURN(persistent_, make_state(-1, true, persistent, persistent));
+  for (int p = 0; p < partition_.num_params(); ++p) {
+    const ParamSlot& slot = partition_.slot(p);
+    if (!slot.persistent) continue;
+    std::copy_n(initial.begin() + partition_.FlatOffset(p), slot.numel,
+                persistent_->master.span().begin() + slot.offset);
+  }
+  if (bf16) persistent_view_.resize(persistent);
+  LOOM_RETURN_IF_ERROR(RefreshComputeCopies());
+  worker_ = std::make_unique<CommWorker>();
+  return absl::OkStatus();
+}
+
+// RefreshComputeCopies rounds the masters to bf16 (bf16 compute) and widens the
+// persistent block for Acquire.
+absl::Status Zero3Engine::RefreshComputeCopies() {
+  if (options_.compute_dtype != DType::kBF16) return absl::OkStatus();
+  for (const auto& bucket : buckets_) {
+    LOOM_RETURN_IF_ERROR(
+        ConvertF32ToBF16(absl::MakeConstSpan(bucket->master.data(), bucket->master.size()),
+                         absl::MakeSpan(bucket->compute)));
+  }
+  LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(
+      absl::MakeConstSpan(persistent_->master.data(), persistent_->master.size()),
+      absl::MakeSpan(persistent_->compute)));
+  return ConvertBF16ToF32(persistent_->compute, absl::MakeSpan(persistent_view_));
+}
+
+int Zero3Engine::BucketAt(int position) const {
+  return pass_ == Zero3Pass::kBackward ? partition_.num_buckets() - 1 - position : position;
+}
+
+int Zero3Engine::PositionOf(int bucket) const {
+  return pass_ == Zero3Pass::kBackward ? partition_.num_buckets() - 1 - bucket : bucket;
+}
+
+absl::Status Zero3Engine::RecordError(absl::Status status) {
+  if (!status.ok() && pass_error_.ok()) pass_error_ = status;
+  return status;
+}
+
+absl::Time Zero3Engine::Deadline() const { return absl::Now() + options_.timeout; }
+
+void Zero3Engine::CountGathered(int64_t delta) {
+  stats_.live_gathered_bytes += delta;
+  stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.live_gathered_bytes);
+}
+
+absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
+  if (pass_ != Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": BeginPass inside a pass; call EndPass first"));
+  }
+  if (pass == Zero3Pass::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(), ": BeginPass(kNone)"));
+  }
+  pass_ = pass;
+  position_ = 0;
+  next_gather_ = 0;
+  pass_error_ = absl::OkStatus();
+  for (const auto& bucket : buckets_) {
+    bucket->reduced = false;
+    bucket->gather_waited = false;
+  }
+  persistent_->grad_buffer.clear();
+  EnqueueGathers();
+  return absl::OkStatus();
+}
+
+// EnqueueGathers submits the all-gathers of the positions in the window
+// [position_, position_ + slots_) that have none yet, while buffers are free.
+void Zero3Engine::EnqueueGathers() {
+  const bool bf16 = options_.compute_dtype == DType::kBF16;
+  while (next_gather_ < partition_.num_buckets() && next_gather_ < position_ + slots_ &&
+         !shared_->free_buffers.empty()) {
+    BucketState& bucket = *buckets_[BucketAt(next_gather_)];
+    bucket.buffer = shared_->free_buffers.back();
+    shared_->free_buffers.pop_back();
+    bucket.gather_waited = false;
+    GatherBuffer& buffer = shared_->pool[bucket.buffer];
+    const size_t padded = static_cast<size_t>(bucket.padded_numel);
+    CountGathered(bucket.padded_numel * (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0)));
+    ++stats_.gathers;
+    Communicator* dp = dp_;
+    BucketState* state = &bucket;
+    bucket.gather_ticket = worker_->Submit([dp, state, &buffer, bf16, padded]() -> absl::Status {
+      if (bf16) {
+        LOOM_RETURN_IF_ERROR(dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->compute)),
+                                           BufferView::Of(absl::MakeSpan(buffer.bf16).first(padded))));
+        return ConvertBF16ToF32(absl::MakeConstSpan(buffer.bf16).first(padded),
+                                absl::MakeSpan(buffer.widened).first(padded));
+      }
+      return dp->AllGather(
+          ConstBufferView::Of(absl::MakeConstSpan(state->master.data(), state->master.size())),
+          BufferView::Of(absl::MakeSpan(buffer.f32).first(padded)));
+    });
+    ++next_gather_;
+  }
+}
+
+// ReleaseThrough releases the positions before `position`: each is gathered (so
+// every rank makes the same calls) and its buffer goes back to the pool; in a
+// backward pass its gradients are reduce-scattered.
+absl::Status Zero3Engine::ReleaseBefore(int position) {
+  const bool bf16 = options_.compute_dtype == DType::kBF16;
+  while (position_ < position) {
+    EnqueueGathers();
+    BucketState& bucket = *buckets_[BucketAt(position_)];
+    if (bucket.buffer < 0) {
+      // Only when no buffer is free: impossible, since released buffers return
+      // before the window moves. Keep the calls in step anyway.
+      return RecordError(absl::InternalError(
+          absl::StrCat(Who(), ": bucket ", bucket.index, " was never gathered")));
+    }
+    absl::Status gathered = worker_->Wait(bucket.gather_ticket, Deadline());
+    shared_->free_buffers.push_back(bucket.buffer);
+    bucket.buffer = -1;
+    CountGathered(-bucket.padded_numel * (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0)));
+    if (!gathered.ok()) return RecordError(gathered);
+    if (pass_ == Zero3Pass::kBackward) LOOM_RETURN_IF_ERROR(RecordError(EnqueueReduce(bucket)));
+    ++position_;
+  }
+  EnqueueGathers();
+  return absl::OkStatus();
+}
+
+// EnqueueReduce submits the reduce-scatter (average over dp) of the bucket's
+// gradients into this rank's gradient shard; the whole-bucket buffer is freed by
+// the job once reduced.
+absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
+  const bool bf16 = options_.compute_dtype == DType::kBF16;
+  bucket.reduced = true;
+  ++stats_.reduce_scatters;
+  if (bucket.grad_buffer.empty()) {
+    bucket.grad_buffer.assign(static_cast<size_t>(bucket.padded_numel), 0.0f);
+    CountGradBuffer(bucket.padded_numel * 4);
+  }
+  Communicator* dp = dp_;
+  BucketState* state = &bucket;
+  EngineShared* shared = shared_.get();
+  worker_->Submit([dp, state, shared, bf16]() -> absl::Status {
+    const int64_t held = static_cast<int64_t>(state->grad_buffer.size()) * 4;
+    absl::Status status;
+    if (bf16) {
+      std::vector<BFloat16> whole(state->grad_buffer.size());
+      std::vector<BFloat16> mine(static_cast<size_t>(state->numel));
+      status = ConvertF32ToBF16(state->grad_buffer, absl::MakeSpan(whole));
+      if (status.ok()) {
+        status = dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(whole)),
+                                   BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
+      }
+      if (status.ok()) {
+        for (size_t i = 0; i < mine.size(); ++i) {
+          state->grad_bf16[i] = ToBFloat16(ToFloat(state->grad_bf16[i]) + ToFloat(mine[i]));
+        }
+      }
+    } else {
+      std::vector<float> mine(static_cast<size_t>(state->numel));
+      status = dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(state->grad_buffer)),
+                                 BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
+      if (status.ok()) AddInto(mine, *state);
+    }
+    state->grad_buffer = std::vector<float>();
+    shared->live_grad_bytes.fetch_sub(held);
+    return status;
+  });
+  return absl::OkStatus();
+}
+
+void Zero3Engine::CountGradBuffer(int64_t bytes) {
+  const int64_t live = shared_->live_grad_bytes.fetch_add(bytes) + bytes;
+  int64_t peak = shared_->peak_grad_bytes.load();
+  while (live > peak && !shared_->peak_grad_bytes.compare_exchange_weak(peak, live)) {
+  }
+}
+
+absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
+  if (param < 0 || param >= partition_.num_params()) {
+    return absl::OutOfRangeError(absl::StrCat(Who(), ": Acquire(", param,
+                                              "): the model has ", partition_.num_params(),
+                                              " parameters"));
+  }
+  const ParamSlot& slot = partition_.slot(param);
+  const std::string what = absl::StrCat("Acquire(", param, " \"", slot.name, "\")");
+  if (pass_ == Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(Who(), ": ", what, " outside a pass"));
+  }
+  if (slot.persistent) {
+    const float* base = options_.compute_dtype == DType::kBF16 ? persistent_view_.data()
+                                                               : persistent_->master.data();
+    return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
+  }
+  const int position = PositionOf(slot.bucket);
+  if (position < position_) {
+    return RecordError(absl::FailedPreconditionError(absl::StrCat(
+        Who(), ": ", what, ": its bucket ", slot.bucket, " was already released in this ",
+        pass_ == Zero3Pass::kForward ? "forward" : "backward",
+        " pass (parameters are used in pass order: forward in the partition's order, backward "
+        "in reverse)")));
+  }
+  LOOM_RETURN_IF_ERROR(ReleaseBefore(position));
+  BucketState& bucket = *buckets_[slot.bucket];
+  if (!bucket.gather_waited) {
+    LOOM_RETURN_IF_ERROR(RecordError(worker_->Wait(bucket.gather_ticket, Deadline())));
+    bucket.gather_waited = true;
+  }
+  const GatherBuffer& buffer = shared_->pool[bucket.buffer];
+  const float* base = options_.compute_dtype == DType::kBF16 ? buffer.widened.data()
+                                                             : buffer.f32.data();
+  return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
+}
+
+absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
+  if (param < 0 || param >= partition_.num_params()) {
+    return absl::OutOfRangeError(absl::StrCat(Who(), ": AddGrad(", param,
+                                              "): the model has ", partition_.num_params(),
+                                              " parameters"));
+  }
+  const ParamSlot& slot = partition_.slot(param);
+  const std::string what = absl::StrCat("AddGrad(", param, " \"", slot.name, "\")");
+  if (pass_ != Zero3Pass::kBackward) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": ", what, " outside a backward pass"));
+  }
+  if (static_cast<int64_t>(grad.size()) != slot.numel) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(), ": ", what, " has ", grad.size(),
+                                                   " elements, the parameter has ", slot.numel));
+  }
+  BucketState& bucket = slot.persistent ? *persistent_ : *buckets_[slot.bucket];
+  if (bucket.reduced) {
+    return RecordError(absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": ", what, ": bucket ", slot.bucket,
+                     "'s gradients were already reduce-scattered in this backward pass (the pass "
+                     "moved past it; gradients arrive in reverse partition order)")));
+  }
+  if (bucket.grad_buffer.empty()) {
+    bucket.grad_buffer.assign(static_cast<size_t>(bucket.padded_numel), 0.0f);
+    if (!slot.persistent) CountGradBuffer(bucket.padded_numel * 4);
+  }
+  float* dst = bucket.grad_buffer.data() + slot.offset;
+  for (size_t i = 0; i < grad.size(); ++i) dst[i] += grad[i];
+  return absl::OkStatus();
+}
+
+absl::Status Zero3Engine::EndPass() {
+  if (pass_ == Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(Who(), ": EndPass outside a pass"));
+  }
+  absl::Status status = ReleaseBefore(partition_.num_buckets());
+  if (pass_ == Zero3Pass::kBackward && persistent_->numel > 0) {
+    // The persistent gradients, whole on every rank: one all-reduce (average).
+    if (persistent_->grad_buffer.empty()) {
+      persistent_->grad_buffer.assign(static_cast<size_t>(persistent_->numel), 0.0f);
+    }
+    const bool bf16 = options_.compute_dtype == DType::kBF16;
+    Communicator* dp = dp_;
+    BucketState* state = persistent_.get();
+    worker_->Submit([dp, state, bf16]() -> absl::Status {
+      if (bf16) {
+        std::vector<BFloat16> reduced(state->grad_buffer.size());
+        LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(state->grad_buffer, absl::MakeSpan(reduced)));
+        LOOM_RETURN_IF_ERROR(dp->AllReduce(ConstBufferView::Of(absl::MakeConstSpan(reduced)),
+                                           BufferView::Of(absl::MakeSpan(reduced)),
+                                           ReduceOp::kAvg));
+        for (size_t i = 0; i < reduced.size(); ++i) {
+          state->grad_bf16[i] = ToBFloat16(ToFloat(state->grad_bf16[i]) + ToFloat(reduced[i]));
+        }
+        return absl::OkStatus();
+      }
+      std::vector<float> reduced = state->grad_buffer;
+      LOOM_RETURN_IF_ERROR(dp->AllReduce(absl::MakeSpan(reduced), ReduceOp::kAvg));
+      AddInto(reduced, *state);
+      return absl::OkStatus();
+    });
+  }
+  const absl::Status drained = worker_->WaitAll(Deadline());
+  if (pass_ == Zero3Pass::kBackward) ++passes_since_step_;
+  pass_ = Zero3Pass::kNone;
+  if (!pass_error_.ok()) return pass_error_;
+  if (!status.ok()) return status;
+  return drained;
+}
+
+absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
+  if (pass_ != Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(Who(), ": Step inside a pass"));
+  }
+  if (passes_since_step_ == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": Step without a backward pass since the last one"));
+  }
+  LOOM_RETURN_IF_ERROR(ValidateAdamWHyper(hyper));
+  LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
+  AdamWHyper averaged = hyper;
+  averaged.grad_scale = hyper.grad_scale / static_cast<float>(passes_since_step_);
+  AdamWOptions adam_options;
+  adam_options.threads = options_.offload_optimizer ? options_.adamw_threads : 1;
+  const bool bf16 = options_.compute_dtype == DType::kBF16;
+  std::vector<float> widened;  // bf16: one bucket's gradient shard at a time
+  auto step_one = [&](BucketState& bucket) -> absl::Status {
+    absl::Span<float> params(bucket.master.data(), bucket.master.size());
+    absl::Span<const float> grads;
+    if (bf16) {
+      widened.resize(bucket.grad_bf16.size());
+      LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(bucket.grad_bf16, absl::MakeSpan(widened)));
+      grads = widened;
+    } else {
+      grads = bucket.grad_f32;
+    }
+    LOOM_RETURN_IF_ERROR(
+        AdamWStep(averaged, params, grads, *bucket.adam, adam_options,
+                  bf16 ? HalfCopy(absl::MakeSpan(bucket.compute)) : HalfCopy()));
+    std::fill(bucket.grad_f32.begin(), bucket.grad_f32.end(), 0.0f);
+    std::fill(bucket.grad_bf16.begin(), bucket.grad_bf16.end(), BFloat16());
+    return absl::OkStatus();
+  };
+  for (const auto& bucket : buckets_) LOOM_RETURN_IF_ERROR(step_one(*bucket));
+  LOOM_RETURN_IF_ERROR(step_one(*persistent_));
+  if (bf16) {
+    LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(persistent_->compute, absl::MakeSpan(persistent_view_)));
+  }
+  passes_since_step_ = 0;
+  ++stats_.steps;
+  return absl::OkStatus();
+}
+
+absl::Status Zero3Engine::CheckShardSpans(absl::string_view what, size_t sharded,
+                                          size_t persistent) const {
+  if (static_cast<int64_t>(sharded) != partition_.ShardNumel() ||
+      static_cast<int64_t>(persistent) != partition_.PersistentNumel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Who(), ": ", what, " got ", sharded, " sharded and ", persistent,
+        " persistent elements; the partition has ", partition_.ShardNumel(), " and ",
+        partition_.PersistentNumel()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Zero3Engine::ReadShard(absl::Span<float> sharded, absl::Span<float> persistent) const {
+  LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadShard", sharded.size(), persistent.size()));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    std::copy(buckets_[b]->master.span().begin(), buckets_[b]->master.span().end(),
+              sharded.begin() + partition_.ShardOffset(static_cast<int>(b)));
+  }
+  std::copy(persistent_->master.span().begin(), persistent_->master.span().end(), persistent.begin());
+  return absl::OkStatus();
+}
+
+absl::Status Zero3Engine::WriteShard(absl::Span<const float> sharded,
+                                     absl::Span<const float> persistent) {
+  LOOM_RETURN_IF_ERROR(CheckShardSpans("WriteShard", sharded.size(), persistent.size()));
+  if (pass_ != Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(Who(), ": WriteShard inside a pass"));
+  }
+  LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    std::copy_n(sharded.begin() + partition_.ShardOffset(static_cast<int>(b)),
+                buckets_[b]->master.size(), buckets_[b]->master.span().begin());
+  }
+  std::copy(persistent.begin(), persistent.end(), persistent_->master.span().begin());
+  return RefreshComputeCopies();
+}
+
+absl::Status Zero3Engine::ReadMoments(absl::Span<float> m_sharded, absl::Span<float> m_persistent,
+                                      absl::Span<float> v_sharded,
+                                      absl::Span<float> v_persistent) const {
+  LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadMoments (m)", m_sharded.size(), m_persistent.size()));
+  LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadMoments (v)", v_sharded.size(), v_persistent.size()));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const size_t offset = static_cast<size_t>(partition_.ShardOffset(static_cast<int>(b)));
+    const size_t n = buckets_[b]->master.size();
+    LOOM_RETURN_IF_ERROR(
+        buckets_[b]->adam->ReadMoments(m_sharded.subspan(offset, n), v_sharded.subspan(offset, n)));
+  }
+  return persistent_->adam->ReadMoments(m_persistent, v_persistent);
+}
+
+absl::Status Zero3Engine::WriteMoments(absl::Span<const float> m_sharded,
+                                       absl::Span<const float> m_persistent,
+                                       absl::Span<const float> v_sharded,
+                                       absl::Span<const float> v_persistent) {
+  LOOM_RETURN_IF_ERROR(CheckShardSpans("WriteMoments (m)", m_sharded.size(), m_persistent.size()));
+  LOOM_RETURN_IF_ERROR(CheckShardSpans("WriteMoments (v)", v_sharded.size(), v_persistent.size()));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const size_t offset = static_cast<size_t>(partition_.ShardOffset(static_cast<int>(b)));
+    const size_t n = buckets_[b]->master.size();
+    LOOM_RETURN_IF_ERROR(buckets_[b]->adam->WriteMoments(m_sharded.subspan(offset, n),
+                                                         v_sharded.subspan(offset, n)));
+  }
+  return persistent_->adam->WriteMoments(m_persistent, v_persistent);
+}
+
+absl::StatusOr<std::vector<float>> Zero3Engine::GatherAll() {
+  if (pass_ != Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(Who(), ": GatherAll inside a pass"));
+  }
+  std::vector<float> flat(static_cast<size_t>(partition_.TotalNumel()));
+  std::vector<float> whole(static_cast<size_t>(partition_.MaxBucketNumel()));
+  for (int b = 0; b < partition_.num_buckets(); ++b) {
+    BucketState& bucket = *buckets_[b];
+    Communicator* dp = dp_;
+    absl::Span<float> out = absl::MakeSpan(whole).first(static_cast<size_t>(bucket.padded_numel));
+    const CommWorker::Ticket ticket = worker_->Submit([dp, &bucket, out]() {
+      return dp->AllGather(
+          ConstBufferView::Of(absl::MakeConstSpan(bucket.master.data(), bucket.master.size())),
+          BufferView::Of(out));
+    });
+    LOOM_RETURN_IF_ERROR(worker_->Wait(ticket, Deadline()));
+    for (const int p : partition_.bucket(b).params) {
+      const ParamSlot& slot = partition_.slot(p);
+      std::copy_n(whole.begin() + slot.offset, slot.numel,
+                  flat.begin() + partition_.FlatOffset(p));
+    }
+  }
+  for (int p = 0; p < partition_.num_params(); ++p) {
+    const ParamSlot& slot = partition_.slot(p);
+    if (!slot.persistent) continue;
+    std::copy_n(persistent_->master.span().begin() + slot.offset, slot.numel,
+                flat.begin() + partition_.FlatOffset(p));
+  }
+  return flat;
+}
+
+Zero3Stats Zero3Engine::Stats() const {
+  Zero3Stats stats = stats_;
+  stats.model_state_bytes = 0;
+  stats.host_state_bytes = 0;
+  for (const auto& bucket : buckets_) stats.model_state_bytes += bucket->StateBytes();
+  stats.persistent_state_bytes = persistent_->StateBytes();
+  if (options_.offload_optimizer) {
+    auto host = [](const BucketState& b) {
+      return static_cast<int64_t>(b.master.size() * sizeof(float) + b.adam->size_bytes());
+    };
+    for (const auto& bucket : buckets_) stats.host_state_bytes += host(*bucket);
+    stats.host_state_bytes += host(*persistent_);
+  }
+  stats.peak_grad_buffer_bytes = shared_->peak_grad_bytes.load();
+  return stats;
+}
+
+}  // namespace loom

@@ -1,0 +1,210 @@
+// Zero3Engine: one data-parallel rank's ZeRO-3 state and its traffic. Every rank
+// keeps only its shard of the parameters, the gradients and the AdamW state; whole
+// parameters exist only while a pass uses them.
+//
+// A step is a forward pass, a backward pass and Step():
+//   - BeginPass(kForward) starts gathering buckets 0, 1, ... ahead of use, at most
+//     `prefetch_depth` buckets past the one in use and never more than
+//     max_live_gathered_bytes of them, on the engine's communication thread, so the
+//     all-gathers overlap compute. Acquire(p) waits for p's bucket and returns the
+//     whole parameter; acquiring a later bucket releases the earlier ones.
+//   - BeginPass(kBackward) gathers the buckets again in reverse order. AddGrad(p, g)
+//     accumulates p's gradient into its bucket's buffer; when the pass moves past a
+//     bucket its gradients are reduce-scattered (averaged over dp) into each rank's
+//     gradient shard, overlapping the rest of the backward pass.
+//   - EndPass finishes the pass: every bucket is gathered (and, backward, reduced) on
+//     every rank even where this rank used none of it, so ranks that take different
+//     branches still make the same collective calls (an unused parameter contributes
+//     a zero gradient) and nothing hangs.
+//   - Step runs AdamW on this rank's shard, bucket by bucket, with offload's fused
+//     CPU AdamW (threads when the optimizer state is offloaded), and writes the
+//     compute copy (bf16 in mixed precision) of the new shard.
+// Several backward passes before a Step accumulate (averaged over the passes).
+//
+// Memory per rank (counted, Stats()): with Psi parameters in buckets, 16 * Psi / dp
+// bytes of model state in both precisions — f32: param 4 + grad 4 + m 4 + v 4; bf16:
+// param 2 + grad 2 + f32 master 4 + m 4 + v 4 — plus the padding of the last
+// shard of each bucket, plus persistent (unsharded) parameters at 16 bytes each,
+// plus buffers bounded by: live gathered buckets (at most prefetch_depth + 1 of the
+// largest bucket, in the compute dtype, and an f32 copy of each in bf16) and the
+// gradient buffers of buckets being reduced.
+// Traffic per step and rank (read from the communicator's counters): all-gather
+// twice and reduce-scatter once, each (dp - 1) / dp of the padded bucket bytes:
+// 3 * Psi * (dp - 1) / dp elements, 1.5x plain data parallelism's all-reduce
+// (2 * Psi * (dp - 1) / dp); persistent gradients add one all-reduce.
+//
+// Example (each data-parallel rank runs this on its own thread or process):
+//   LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(model.Specs(), {...}));
+//   Zero3Options options;
+//   options.compute_dtype = DType::kBF16;
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Zero3Engine> engine,
+//                         Zero3Engine::Create(partition, dp_comm, init_flat, options));
+//   for (int64_t step = 1; ...; ++step) {
+//     LOOM_RETURN_IF_ERROR(engine->BeginPass(Zero3Pass::kForward));
+//     for (int p : model.ForwardOrder()) {
+//       LOOM_ASSIGN_OR_RETURN(absl::Span<const float> w, engine->Acquire(p));
+//       ...compute with w...
+//     }
+//     LOOM_RETURN_IF_ERROR(engine->EndPass());
+//     LOOM_RETURN_IF_ERROR(engine->BeginPass(Zero3Pass::kBackward));
+//     for (int p : reversed order) { Acquire(p); ...; engine->AddGrad(p, dw); }
+//     LOOM_RETURN_IF_ERROR(engine->EndPass());
+//     AdamWHyper hyper;
+//     hyper.step = step;
+//     LOOM_RETURN_IF_ERROR(engine->Step(hyper));
+//   }
+//   engine->Acquire(3);   // outside a pass:
+//   // FailedPrecondition: "Zero3Engine rank 1: Acquire(3 \"fc.w\") outside a pass"
+#ifndef LOOM_ZERO3_ZERO3_ENGINE_H_
+#define LOOM_ZERO3_ZERO3_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/communicator.h"
+#include "core/dtype.h"
+#include "offload/adamw/cpu_adamw.h"
+#include "zero3/partition.h"
+
+namespace loom {
+
+namespace zero3_internal {
+class CommWorker;
+struct BucketState;
+struct EngineShared;
+}  // namespace zero3_internal
+
+enum class Zero3Pass { kNone, kForward, kBackward };
+
+struct Zero3Options {
+  // kF32: parameters and gradients in f32 (the master weights are the parameters).
+  // kBF16: gathered and reduced in bf16, an f32 master shard for the optimizer.
+  DType compute_dtype = DType::kF32;
+  // Buckets gathered ahead of the one in use, >= 0.
+  int prefetch_depth = 2;
+  // Bound on gathered bytes alive at once (compute dtype plus, for bf16, the f32
+  // copy Acquire returns); 0: only prefetch_depth bounds it. Must hold at least
+  // one bucket.
+  int64_t max_live_gathered_bytes = 0;
+  // Optimizer state in host memory, the step on `adamw_threads` threads (offload's
+  // ZeRO-Offload path). Otherwise the step runs on the calling thread.
+  bool offload_optimizer = false;
+  int adamw_threads = 1;
+  // How long any wait for a collective may take.
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+// Zero3Stats: what the engine holds and has moved, in bytes.
+struct Zero3Stats {
+  int64_t model_state_bytes = 0;       // shards: params, grads, master, m, v
+  int64_t persistent_state_bytes = 0;  // unsharded parameters' state, same four parts
+  int64_t host_state_bytes = 0;        // the part of both in host (offload) memory
+  int64_t live_gathered_bytes = 0;     // now
+  int64_t peak_gathered_bytes = 0;     // since Create
+  int64_t peak_grad_buffer_bytes = 0;  // since Create
+  int64_t gathers = 0;                 // all-gather calls
+  int64_t reduce_scatters = 0;         // reduce-scatter calls
+  int64_t steps = 0;
+};
+
+class Zero3Engine {
+ public:
+  // Create takes this rank's shard of `initial` (the whole model, flat: parameters
+  // in order, Partition::TotalNumel() elements, the same on every rank) for the
+  // partition laid out over `dp` (dp->size() == partition's dp_size; `dp` must
+  // outlive the engine and be driven by nobody else while it lives).
+  // InvalidArgument naming the values for a size mismatch or bad options.
+  static absl::StatusOr<std::unique_ptr<Zero3Engine>> Create(const Partition& partition,
+                                                             Communicator* dp,
+                                                             absl::Span<const float> initial,
+                                                             const Zero3Options& options = {});
+  ~Zero3Engine();
+  Zero3Engine(const Zero3Engine&) = delete;
+  Zero3Engine& operator=(const Zero3Engine&) = delete;
+
+  const Partition& partition() const { return partition_; }
+  int rank() const { return rank_; }
+
+  // BeginPass starts a forward or backward pass (FailedPrecondition inside one).
+  absl::Status BeginPass(Zero3Pass pass);
+  // Acquire returns parameter `param`, whole, valid until its bucket is released
+  // (the pass moves past it, or ends). FailedPrecondition outside a pass or for a
+  // bucket this pass already released (parameters are used in pass order);
+  // OutOfRange for a bad index; the collective's error if its gather failed.
+  absl::StatusOr<absl::Span<const float>> Acquire(int param);
+  // AddGrad adds `grad` (the parameter's numel elements) to `param`'s gradient in
+  // a backward pass. FailedPrecondition outside a backward pass or after the
+  // parameter's bucket was reduced; InvalidArgument for a wrong size.
+  absl::Status AddGrad(int param, absl::Span<const float> grad);
+  // EndPass finishes the pass's collectives (see the top of this file) and returns
+  // the first error of the pass, if any.
+  absl::Status EndPass();
+  // Step applies AdamW to this rank's shard with the gradients accumulated since
+  // the last Step, averaged over the backward passes (hyper.grad_scale is
+  // multiplied by 1 / passes). FailedPrecondition inside a pass or without one.
+  absl::Status Step(const AdamWHyper& hyper);
+
+  // ReadShard copies this rank's master weights (f32, Partition::ShardNumel()
+  // elements, bucket by bucket) and the persistent block into the spans; ReadMoments
+  // the same for AdamW's m and v. WriteShard / WriteMoments restore them (the
+  // compute copies are refreshed). InvalidArgument for wrong sizes.
+  absl::Status ReadShard(absl::Span<float> sharded, absl::Span<float> persistent) const;
+  absl::Status WriteShard(absl::Span<const float> sharded, absl::Span<const float> persistent);
+  absl::Status ReadMoments(absl::Span<float> m_sharded, absl::Span<float> m_persistent,
+                           absl::Span<float> v_sharded, absl::Span<float> v_persistent) const;
+  absl::Status WriteMoments(absl::Span<const float> m_sharded,
+                            absl::Span<const float> m_persistent,
+                            absl::Span<const float> v_sharded,
+                            absl::Span<const float> v_persistent);
+  // GatherAll collectively gathers the whole model (flat, TotalNumel()) on every
+  // rank: for evaluation and tests. Outside a pass.
+  absl::StatusOr<std::vector<float>> GatherAll();
+
+  Zero3Stats Stats() const;
+
+ private:
+  Zero3Engine(const Partition& partition, Communicator* dp, const Zero3Options& options);
+  absl::Status Init(absl::Span<const float> initial);
+  std::string Who() const;
+  absl::Time Deadline() const;
+  // Positions count buckets in pass order: forward 0..B-1, backward B-1..0.
+  int BucketAt(int position) const;
+  int PositionOf(int bucket) const;
+  void EnqueueGathers();
+  absl::Status ReleaseBefore(int position);
+  absl::Status EnqueueReduce(zero3_internal::BucketState& bucket);
+  absl::Status RecordError(absl::Status status);
+  absl::Status RefreshComputeCopies();
+  absl::Status CheckShardSpans(absl::string_view what, size_t sharded, size_t persistent) const;
+  void CountGathered(int64_t delta);
+  void CountGradBuffer(int64_t bytes);
+
+  Partition partition_;
+  Communicator* dp_;
+  Zero3Options options_;
+  int rank_ = 0;
+  int slots_ = 1;  // buckets that may be gathered at once
+  std::vector<std::unique_ptr<zero3_internal::BucketState>> buckets_;
+  std::unique_ptr<zero3_internal::BucketState> persistent_;
+  std::vector<float> persistent_view_;  // bf16 compute: the persistent block widened
+  std::unique_ptr<zero3_internal::EngineShared> shared_;
+  std::unique_ptr<zero3_internal::CommWorker> worker_;
+
+  Zero3Pass pass_ = Zero3Pass::kNone;
+  int position_ = 0;        // the pass's current bucket, as a position in pass order
+  int next_gather_ = 0;     // the next position to gather
+  int passes_since_step_ = 0;
+  absl::Status pass_error_;
+  Zero3Stats stats_;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_ZERO3_ZERO3_ENGINE_H_

@@ -1,0 +1,359 @@
+#include "zero3/zero3_engine.h"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "collectives/collective_kind.h"
+#include "collectives/communicator.h"
+#include "collectives/transport/inproc/inproc_transport.h"
+#include "core/half.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "offload/adamw/cpu_adamw.h"
+#include "zero3/partition.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A model of odd sizes: an empty tensor, tiny persistent ones, parameters larger
+// than a bucket, and several sharing one.
+std::vector<ParamSpec> Specs() {
+  return {{"wte", {37, 5}},  {"ln0.g", {5}},     {"attn.w", {5, 15}}, {"attn.b", {15}},
+          {"empty", {0}},    {"mlp.w1", {5, 23}}, {"mlp.b1", {3}},    {"mlp.w2", {23, 5}},
+          {"scalar", {}},    {"head.w", {5, 41}}};
+}
+
+PartitionOptions Options(int dp, int64_t bucket = 96, int64_t threshold = 4) {
+  PartitionOptions options;
+  options.dp_size = dp;
+  options.bucket_numel = bucket;
+  options.persistence_threshold = threshold;
+  options.align_numel = 16;
+  return options;
+}
+
+std::vector<float> InitialParams(const Partition& partition) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> flat(static_cast<size_t>(partition.TotalNumel()));
+  for (float& x : flat) x = dist(rng);
+  return flat;
+}
+
+// The toy loss of rank r on pass k: its gradient for element i of parameter p is
+// w * a + c, with a and c drawn from (r, k, p, i): it depends on the gathered
+// value and differs per rank, so both the gather and the reduction are checked.
+float Grad(float w, int rank, int pass, int param, int64_t i) {
+  const uint32_t h = static_cast<uint32_t>((rank * 7919 + pass * 104729 + param * 1299709) ^
+                                           static_cast<int>(i * 2654435761u));
+  const float a = 0.5f + static_cast<float>(h % 97) / 97.0f;
+  const float c = static_cast<float>(static_cast<int>(h % 1013) - 506) / 1013.0f;
+  return w * a + c;
+}
+
+float RoundBF16(float x) { return ToFloat(ToBFloat16(x)); }
+
+// Which parameters rank `rank` uses: all, unless `skip_on_rank1` names one that
+// rank 1 leaves out (a branch taken on the other ranks only).
+using Uses = std::function<bool(int rank, int param)>;
+
+// RunRanks runs `body(rank, comm)` on dp threads over one inproc group.
+// deterministic: rank-order folds, so the references below are bitwise; it costs
+// the reduce-scatter extra traffic, so the traffic test turns it off.
+void RunRanks(int dp, const std::function<void(int, Communicator&)>& body,
+              bool deterministic = true) {
+  std::shared_ptr<InprocGroup> group = *InprocGroup::Create(dp);
+  std::vector<std::unique_ptr<Transport>> endpoints;
+  for (int r = 0; r < dp; ++r) endpoints.push_back(*group->Endpoint(r));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < dp; ++r) {
+    threads.emplace_back([&, r] {
+      CommunicatorOptions options;
+      options.deterministic = deterministic;
+      options.timeout = absl::Seconds(60);
+      std::unique_ptr<Communicator> comm =
+          *Communicator::Create(std::shared_ptr<Transport>(std::move(endpoints[r])), options);
+      body(r, *comm);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+AdamWHyper Hyper(int64_t step) {
+  AdamWHyper hyper;
+  hyper.lr = 1e-2f;
+  hyper.weight_decay = 0.1f;
+  hyper.step = step;
+  return hyper;
+}
+
+// Reference: the same training on the whole model in one place. Each rank's
+// gradient (from the compute copy: bf16-rounded in bf16) is averaged over ranks in
+// rank order and rounded as the engine's wire dtype is; passes accumulate.
+std::vector<float> Reference(const Partition& partition, DType dtype, int steps, int passes,
+                             const Uses& uses) {
+  const int dp = partition.options().dp_size;
+  const bool bf16 = dtype == DType::kBF16;
+  std::vector<float> master = InitialParams(partition);
+  AdamWState state = *AdamWState::Create(static_cast<int64_t>(master.size()));
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<float> compute = master;
+    if (bf16) {
+      for (float& x : compute) x = RoundBF16(x);
+    }
+    std::vector<float> grad(master.size(), 0.0f);
+    for (int pass = 0; pass < passes; ++pass) {
+      for (int p = 0; p < partition.num_params(); ++p) {
+        const int64_t base = partition.FlatOffset(p);
+        for (int64_t i = 0; i < partition.slot(p).numel; ++i) {
+          float sum = 0.0f;
+          for (int r = 0; r < dp; ++r) {
+            float g = uses(r, p) ? Grad(compute[base + i], r, pass, p, i) : 0.0f;
+            if (bf16) g = RoundBF16(g);
+            sum = r == 0 ? g : sum + g;
+          }
+          float avg = sum / static_cast<float>(dp);
+          if (bf16) avg = RoundBF16(avg);
+          grad[base + i] = bf16 ? RoundBF16(grad[base + i] + avg) : grad[base + i] + avg;
+        }
+      }
+    }
+    AdamWHyper hyper = Hyper(step);
+    hyper.grad_scale = 1.0f / static_cast<float>(passes);
+    EXPECT_THAT(AdamWStep(hyper, absl::MakeSpan(master), grad, state), IsOk());
+  }
+  return master;
+}
+
+struct RunResult {
+  std::vector<std::vector<float>> params;  // GatherAll on each rank
+  std::vector<Zero3Stats> stats;
+  std::vector<CollectiveCounters> gathers, reduces, all_reduces;
+};
+
+// Train runs `steps` steps of `passes` forward + backward passes per step on dp
+// ranks: forward acquires every used parameter in order, backward in reverse
+// and adds its gradient.
+RunResult Train(const Partition& partition, const Zero3Options& options, int steps, int passes,
+                const Uses& uses, bool deterministic = true) {
+  const int dp = partition.options().dp_size;
+  RunResult result;
+  result.params.resize(dp);
+  result.stats.resize(dp);
+  result.gathers.resize(dp);
+  result.reduces.resize(dp);
+  result.all_reduces.resize(dp);
+  const std::vector<float> initial = InitialParams(partition);
+  RunRanks(dp, [&](int rank, Communicator& comm) {
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Zero3Engine> engine,
+                              Zero3Engine::Create(partition, &comm, initial, options));
+    for (int step = 1; step <= steps; ++step) {
+      for (int pass = 0; pass < passes; ++pass) {
+        LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kForward));
+        for (int p = 0; p < partition.num_params(); ++p) {
+          if (!uses(rank, p)) continue;
+          LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
+          ASSERT_EQ(static_cast<int64_t>(w.size()), partition.slot(p).numel);
+        }
+        LOOM_ASSERT_OK(engine->EndPass());
+        LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kBackward));
+        for (int p = partition.num_params() - 1; p >= 0; --p) {
+          if (!uses(rank, p)) continue;
+          LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
+          std::vector<float> g(w.size());
+          for (size_t i = 0; i < w.size(); ++i) {
+            g[i] = Grad(w[i], rank, pass, p, static_cast<int64_t>(i));
+          }
+          LOOM_ASSERT_OK(engine->AddGrad(p, g));
+        }
+        LOOM_ASSERT_OK(engine->EndPass());
+      }
+      LOOM_ASSERT_OK(engine->Step(Hyper(step)));
+    }
+    // The training's traffic, before GatherAll adds its own.
+    result.gathers[rank] = comm.Counters(CollectiveKind::kAllGather);
+    result.reduces[rank] = comm.Counters(CollectiveKind::kReduceScatter);
+    result.all_reduces[rank] = comm.Counters(CollectiveKind::kAllReduce);
+    result.stats[rank] = engine->Stats();
+    LOOM_ASSERT_OK_AND_ASSIGN(result.params[rank], engine->GatherAll());
+  }, deterministic);
+  return result;
+}
+
+bool UseAll(int, int) { return true; }
+
+TEST(Zero3EngineTest, F32TrainingEqualsTheUnshardedReferenceBitwise) {
+  for (const int dp : {1, 2, 3, 4}) {
+    for (const int passes : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("dp ", dp, " passes ", passes));
+      LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
+      Zero3Options options;
+      const RunResult run = Train(partition, options, 3, passes, UseAll);
+      const std::vector<float> reference = Reference(partition, DType::kF32, 3, passes, UseAll);
+      for (int r = 0; r < dp; ++r) EXPECT_EQ(run.params[r], reference) << "rank " << r;
+    }
+  }
+}
+
+TEST(Zero3EngineTest, BF16MixedPrecisionEqualsItsReferenceBitwise) {
+  for (const int dp : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("dp ", dp));
+    LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
+    Zero3Options options;
+    options.compute_dtype = DType::kBF16;
+    options.offload_optimizer = true;
+    options.adamw_threads = 2;
+    const RunResult run = Train(partition, options, 3, 2, UseAll);
+    const std::vector<float> reference = Reference(partition, DType::kBF16, 3, 2, UseAll);
+    for (int r = 0; r < dp; ++r) EXPECT_EQ(run.params[r], reference) << "rank " << r;
+  }
+}
+
+// Prefetch depth and the live-byte bound change when gathers happen, never the
+// result; the peak of gathered bytes stays within the bound.
+TEST(Zero3EngineTest, PrefetchDepthAndLiveBoundChangeNothingButPeaks) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(3)));
+  const std::vector<float> reference = Reference(partition, DType::kF32, 2, 1, UseAll);
+  const int64_t bucket_bytes = partition.MaxBucketNumel() * 4;
+  for (const int depth : {0, 1, 3, 100}) {
+    for (const int64_t bound : {int64_t{0}, 2 * bucket_bytes}) {
+      SCOPED_TRACE(absl::StrCat("depth ", depth, " bound ", bound));
+      Zero3Options options;
+      options.prefetch_depth = depth;
+      options.max_live_gathered_bytes = bound;
+      const RunResult run = Train(partition, options, 2, 1, UseAll);
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_EQ(run.params[r], reference);
+        const int64_t slots = std::min<int64_t>(depth + 1, partition.num_buckets());
+        int64_t limit = slots * bucket_bytes;
+        if (bound > 0) limit = std::min(limit, bound);
+        EXPECT_LE(run.stats[r].peak_gathered_bytes, limit);
+        EXPECT_GT(run.stats[r].peak_gathered_bytes, 0);
+        EXPECT_EQ(run.stats[r].live_gathered_bytes, 0);  // all released after each pass
+      }
+    }
+  }
+}
+
+// Model-state bytes per rank are 16 per sharded element (the padding of each
+// bucket's shard included) plus 16 per persistent element; traffic per step is two
+// all-gathers and one reduce-scatter of the padded buckets, (dp-1)/dp of each:
+// 3 * Psi_padded * (dp-1)/dp elements.
+TEST(Zero3EngineTest, MemoryAndTrafficMatchTheFormulas) {
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int dp : {2, 4}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " dp ", dp));
+      LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition,
+                                Partition::Create(Specs(), Options(dp)));
+      Zero3Options options;
+      options.compute_dtype = dtype;
+      const RunResult run = Train(partition, options, 1, 1, UseAll, /*deterministic=*/false);
+      const int64_t bytes = dtype == DType::kBF16 ? 2 : 4;
+      int64_t padded = 0;
+      for (int b = 0; b < partition.num_buckets(); ++b) padded += partition.bucket(b).padded_numel;
+      for (int r = 0; r < dp; ++r) {
+        EXPECT_EQ(run.stats[r].model_state_bytes, 16 * partition.ShardNumel());
+        EXPECT_EQ(run.stats[r].persistent_state_bytes, 16 * partition.PersistentNumel());
+        EXPECT_EQ(run.gathers[r].bytes_sent, static_cast<uint64_t>(2 * padded * bytes * (dp - 1) / dp));
+        // The communicator reduces bf16 in f32 and rounds once at the end, so the
+        // partial sums travel as f32: the reduce-scatter moves 4 bytes per element
+        // in both precisions.
+        EXPECT_EQ(run.reduces[r].bytes_sent, static_cast<uint64_t>(padded * 4 * (dp - 1) / dp));
+        EXPECT_EQ(run.gathers[r].calls, static_cast<uint64_t>(2 * partition.num_buckets()));
+        EXPECT_EQ(run.reduces[r].calls, static_cast<uint64_t>(partition.num_buckets()));
+        EXPECT_EQ(run.all_reduces[r].calls, 1u);  // the persistent gradients
+      }
+    }
+  }
+}
+
+// Rank 1 never uses mlp.w1 (a branch the other ranks take): nothing hangs, and
+// the result is the reference with rank 1 contributing zero gradient there.
+TEST(Zero3EngineTest, ARankThatSkipsAParameterContributesZero) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(3)));
+  const Uses uses = [](int rank, int param) { return !(rank == 1 && (param == 5 || param == 3)); };
+  const RunResult run = Train(partition, Zero3Options(), 2, 1, uses);
+  const std::vector<float> reference = Reference(partition, DType::kF32, 2, 1, uses);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(run.params[r], reference) << "rank " << r;
+  EXPECT_NE(reference, Reference(partition, DType::kF32, 2, 1, UseAll));
+}
+
+// Using a released bucket again is refused on that rank; the others, which make
+// the same collective calls, finish normally.
+TEST(Zero3EngineTest, OutOfOrderUseIsAClearErrorAndNobodyHangs) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(2)));
+  ASSERT_GE(partition.num_buckets(), 3);
+  const std::vector<float> initial = InitialParams(partition);
+  std::vector<absl::Status> ends(2);
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    std::unique_ptr<Zero3Engine> engine = *Zero3Engine::Create(partition, &comm, initial);
+    LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kForward));
+    const int last = partition.bucket(partition.num_buckets() - 1).params[0];
+    LOOM_ASSERT_OK(engine->Acquire(last).status());
+    if (rank == 0) {
+      EXPECT_THAT(engine->Acquire(0),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("Zero3Engine rank 0: Acquire(0 \"wte\"): its bucket 0 was "
+                                     "already released in this forward pass")));
+      EXPECT_THAT(engine->AddGrad(0, std::vector<float>(185)),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("outside a backward pass")));
+    }
+    ends[rank] = engine->EndPass();
+  });
+  EXPECT_THAT(ends[0], StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("wte")));
+  LOOM_EXPECT_OK(ends[1]);
+}
+
+TEST(Zero3EngineTest, BadInputIsNamed) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(2)));
+  const std::vector<float> initial = InitialParams(partition);
+  RunRanks(1, [&](int, Communicator& comm) {
+    EXPECT_THAT(Zero3Engine::Create(partition, &comm, initial),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("the partition is for dp_size 2, the communicator has 1")));
+  });
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition one, Partition::Create(Specs(), Options(1)));
+  RunRanks(1, [&](int, Communicator& comm) {
+    EXPECT_THAT(Zero3Engine::Create(one, &comm, std::vector<float>(5)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("the initial parameters have 5 elements, the partition's "
+                                   "model has 719")));
+    Zero3Options options;
+    options.max_live_gathered_bytes = 100;
+    EXPECT_THAT(Zero3Engine::Create(one, &comm, initial, options),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("max_live_gathered_bytes 100 does not hold one gathered bucket")));
+    options = Zero3Options();
+    options.compute_dtype = DType::kI32;
+    EXPECT_THAT(Zero3Engine::Create(one, &comm, initial, options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("compute_dtype i32")));
+    std::unique_ptr<Zero3Engine> engine = *Zero3Engine::Create(one, &comm, initial);
+    EXPECT_THAT(engine->Acquire(3), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                             HasSubstr("Acquire(3 \"attn.b\") outside a pass")));
+    EXPECT_THAT(engine->Acquire(99), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("the model has 10 parameters")));
+    EXPECT_THAT(engine->Step(Hyper(1)),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("without a backward")));
+    LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kBackward));
+    EXPECT_THAT(engine->AddGrad(0, std::vector<float>(3)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("AddGrad(0 \"wte\") has 3 elements, the parameter has 185")));
+    EXPECT_THAT(engine->BeginPass(Zero3Pass::kForward),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("inside a pass")));
+    LOOM_EXPECT_OK(engine->EndPass());
+  });
+}
+
+}  // namespace
+}  // namespace loom
