@@ -347,7 +347,6 @@ absl::Status Zero3Engine::ReleaseBefore(int position) {
 // gradients into this rank's gradient shard; the whole-bucket buffer is freed by
 // the job once reduced.
 absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
-  const bool bf16 = options_.compute_dtype == DType::kBF16;
   bucket.reduced = true;
   ++stats_.reduce_scatters;
   if (bucket.grad_buffer.empty()) {
@@ -357,28 +356,17 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
   Communicator* dp = dp_;
   BucketState* state = &bucket;
   EngineShared* shared = shared_.get();
-  worker_->Submit([dp, state, shared, bf16]() -> absl::Status {
+  worker_->Submit([dp, state, shared]() -> absl::Status {
     const int64_t held = static_cast<int64_t>(state->grad_buffer.size()) * 4;
-    absl::Status status;
-    if (bf16) {
-      std::vector<BFloat16> whole(state->grad_buffer.size());
-      std::vector<BFloat16> mine(static_cast<size_t>(state->numel));
-      status = ConvertF32ToBF16(state->grad_buffer, absl::MakeSpan(whole));
-      if (status.ok()) {
-        status = dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(whole)),
-                                   BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
-      }
-      if (status.ok()) {
-        for (size_t i = 0; i < mine.size(); ++i) {
-          state->grad_bf16[i] = ToBFloat16(ToFloat(state->grad_bf16[i]) + ToFloat(mine[i]));
-        }
-      }
-    } else {
-      std::vector<float> mine(static_cast<size_t>(state->numel));
-      status = dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(state->grad_buffer)),
-                                 BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
-      if (status.ok()) AddInto(mine, *state);
-    }
+    // The f32 gradients are reduced as they are: in bf16 the communicator would
+    // widen them to f32 on the wire anyway (it rounds once, at the end), so
+    // rounding them first would only add a rounding. The average is rounded once,
+    // into the bf16 shard.
+    std::vector<float> mine(static_cast<size_t>(state->numel));
+    absl::Status status =
+        dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(state->grad_buffer)),
+                          BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
+    if (status.ok()) AddInto(mine, *state);
     state->grad_buffer = std::vector<float>();
     shared->live_grad_bytes.fetch_sub(held);
     return status;
@@ -467,28 +455,16 @@ absl::Status Zero3Engine::EndPass() {
   }
   absl::Status status = ReleaseBefore(partition_.num_buckets());
   if (pass_ == Zero3Pass::kBackward && persistent_->numel > 0) {
-    // The persistent gradients, whole on every rank: one all-reduce (average).
+    // The persistent gradients, whole on every rank: one all-reduce (average) of
+    // the f32 sums, rounded once into the gradient (as EnqueueReduce does).
     if (persistent_->grad_buffer.empty()) {
       persistent_->grad_buffer.assign(static_cast<size_t>(persistent_->numel), 0.0f);
     }
-    const bool bf16 = options_.compute_dtype == DType::kBF16;
     Communicator* dp = dp_;
     BucketState* state = persistent_.get();
-    worker_->Submit([dp, state, bf16]() -> absl::Status {
-      if (bf16) {
-        std::vector<BFloat16> reduced(state->grad_buffer.size());
-        LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(state->grad_buffer, absl::MakeSpan(reduced)));
-        LOOM_RETURN_IF_ERROR(dp->AllReduce(ConstBufferView::Of(absl::MakeConstSpan(reduced)),
-                                           BufferView::Of(absl::MakeSpan(reduced)),
-                                           ReduceOp::kAvg));
-        for (size_t i = 0; i < reduced.size(); ++i) {
-          state->grad_bf16[i] = ToBFloat16(ToFloat(state->grad_bf16[i]) + ToFloat(reduced[i]));
-        }
-        return absl::OkStatus();
-      }
-      std::vector<float> reduced = state->grad_buffer;
-      LOOM_RETURN_IF_ERROR(dp->AllReduce(absl::MakeSpan(reduced), ReduceOp::kAvg));
-      AddInto(reduced, *state);
+    worker_->Submit([dp, state]() -> absl::Status {
+      LOOM_RETURN_IF_ERROR(dp->AllReduce(absl::MakeSpan(state->grad_buffer), ReduceOp::kAvg));
+      AddInto(state->grad_buffer, *state);
       return absl::OkStatus();
     });
   }

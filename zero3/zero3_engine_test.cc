@@ -98,9 +98,9 @@ AdamWHyper Hyper(int64_t step) {
   return hyper;
 }
 
-// Reference: the same training on the whole model in one place. Each rank's
+// Reference: the same training on the whole model in one place. Each rank's f32
 // gradient (from the compute copy: bf16-rounded in bf16) is averaged over ranks in
-// rank order and rounded as the engine's wire dtype is; passes accumulate.
+// rank order, then (bf16) rounded once into the bf16 gradient; passes accumulate.
 std::vector<float> Reference(const Partition& partition, DType dtype, int steps, int passes,
                              const Uses& uses) {
   const int dp = partition.options().dp_size;
@@ -119,12 +119,10 @@ std::vector<float> Reference(const Partition& partition, DType dtype, int steps,
         for (int64_t i = 0; i < partition.slot(p).numel; ++i) {
           float sum = 0.0f;
           for (int r = 0; r < dp; ++r) {
-            float g = uses(r, p) ? Grad(compute[base + i], r, pass, p, i) : 0.0f;
-            if (bf16) g = RoundBF16(g);
+            const float g = uses(r, p) ? Grad(compute[base + i], r, pass, p, i) : 0.0f;
             sum = r == 0 ? g : sum + g;
           }
-          float avg = sum / static_cast<float>(dp);
-          if (bf16) avg = RoundBF16(avg);
+          const float avg = sum / static_cast<float>(dp);
           grad[base + i] = bf16 ? RoundBF16(grad[base + i] + avg) : grad[base + i] + avg;
         }
       }

@@ -1,0 +1,63 @@
+#include "zero3/internal/comm_worker.h"
+
+#include <atomic>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace zero3_internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(CommWorkerTest, JobsRunInSubmissionOrder) {
+  std::vector<int> order;  // written by the worker only, read after Wait
+  CommWorker worker;
+  CommWorker::Ticket last = 0;
+  for (int i = 0; i < 100; ++i) {
+    last = worker.Submit([&order, i] {
+      order.push_back(i);
+      return absl::OkStatus();
+    });
+  }
+  LOOM_ASSERT_OK(worker.Wait(last, absl::Now() + absl::Seconds(30)));
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(CommWorkerTest, TheFirstErrorStaysWithLaterTicketsOnly) {
+  CommWorker worker;
+  const CommWorker::Ticket ok = worker.Submit([] { return absl::OkStatus(); });
+  const CommWorker::Ticket bad = worker.Submit([] { return absl::UnavailableError("peer 3 gone"); });
+  const CommWorker::Ticket after = worker.Submit([] { return absl::OkStatus(); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  LOOM_EXPECT_OK(worker.Wait(ok, deadline));
+  EXPECT_THAT(worker.Wait(bad, deadline),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer 3 gone")));
+  EXPECT_THAT(worker.Wait(after, deadline), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer 3 gone")));
+  EXPECT_THAT(worker.WaitAll(deadline), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer 3 gone")));
+}
+
+TEST(CommWorkerTest, AWaitPastItsDeadlineSaysSo) {
+  std::atomic<bool> release{false};
+  CommWorker worker;
+  const CommWorker::Ticket stuck = worker.Submit([&release] {
+    while (!release.load()) absl::SleepFor(absl::Milliseconds(1));
+    return absl::OkStatus();
+  });
+  EXPECT_THAT(worker.Wait(stuck, absl::Now() + absl::Milliseconds(50)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("collective job 1 has not finished by its deadline (0 of 1")));
+  release.store(true);
+  LOOM_EXPECT_OK(worker.Wait(stuck, absl::Now() + absl::Seconds(30)));
+}
+
+}  // namespace
+}  // namespace zero3_internal
+}  // namespace loom
