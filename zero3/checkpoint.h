@@ -7,7 +7,7 @@
 // saved by N ranks with one bucket size loads on M ranks with another: the
 // parameter list (names and shapes, in order) is all that must match.
 //
-// On disk (`dir` holds one committed checkpoint; see CHECKPOINT.md):
+// On disk (`dir` holds one committed checkpoint; see README.md, "Checkpoints"):
 //   dir/LATEST                          names the committed subdirectory (+ CRC32C)
 //   dir/step-00000100/MANIFEST          text: step, fields, params, files, pieces, CRC32C
 //   dir/step-00000100/rank-00000-of-00004.bin   header | payload | block CRC32C table

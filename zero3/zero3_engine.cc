@@ -246,11 +246,15 @@ absl::Status Zero3Engine::RefreshComputeCopies() {
 }
 
 int Zero3Engine::BucketAt(int position) const {
-  return pass_ == Zero3Pass::kBackward ? partition_.num_buckets() - 1 - position : position;
+  return pass_ == Zero3Pass::kForward ? position : partition_.num_buckets() - 1 - position;
 }
 
 int Zero3Engine::PositionOf(int bucket) const {
-  return pass_ == Zero3Pass::kBackward ? partition_.num_buckets() - 1 - bucket : bucket;
+  return pass_ == Zero3Pass::kForward ? bucket : partition_.num_buckets() - 1 - bucket;
+}
+
+bool Zero3Engine::Reducing() const {
+  return pass_ == Zero3Pass::kBackward || pass_ == Zero3Pass::kGradients;
 }
 
 absl::Status Zero3Engine::RecordError(absl::Status status) {
@@ -289,6 +293,7 @@ absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
 // EnqueueGathers submits the all-gathers of the positions in the window
 // [position_, position_ + slots_) that have none yet, while buffers are free.
 void Zero3Engine::EnqueueGathers() {
+  if (pass_ == Zero3Pass::kGradients) return;
   const bool bf16 = options_.compute_dtype == DType::kBF16;
   while (next_gather_ < partition_.num_buckets() && next_gather_ < position_ + slots_ &&
          !shared_->free_buffers.empty()) {
@@ -325,18 +330,20 @@ absl::Status Zero3Engine::ReleaseBefore(int position) {
   while (position_ < position) {
     EnqueueGathers();
     BucketState& bucket = *buckets_[BucketAt(position_)];
-    if (bucket.buffer < 0) {
-      // Only when no buffer is free: impossible, since released buffers return
-      // before the window moves. Keep the calls in step anyway.
-      return RecordError(absl::InternalError(
-          absl::StrCat(Who(), ": bucket ", bucket.index, " was never gathered")));
+    if (pass_ != Zero3Pass::kGradients) {
+      if (bucket.buffer < 0) {
+        // Impossible: released buffers return before the window moves.
+        return RecordError(absl::InternalError(
+            absl::StrCat(Who(), ": bucket ", bucket.index, " was never gathered")));
+      }
+      absl::Status gathered = worker_->Wait(bucket.gather_ticket, Deadline());
+      shared_->free_buffers.push_back(bucket.buffer);
+      bucket.buffer = -1;
+      CountGathered(-bucket.padded_numel *
+                    (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0)));
+      if (!gathered.ok()) return RecordError(gathered);
     }
-    absl::Status gathered = worker_->Wait(bucket.gather_ticket, Deadline());
-    shared_->free_buffers.push_back(bucket.buffer);
-    bucket.buffer = -1;
-    CountGathered(-bucket.padded_numel * (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0)));
-    if (!gathered.ok()) return RecordError(gathered);
-    if (pass_ == Zero3Pass::kBackward) LOOM_RETURN_IF_ERROR(RecordError(EnqueueReduce(bucket)));
+    if (Reducing()) LOOM_RETURN_IF_ERROR(RecordError(EnqueueReduce(bucket)));
     ++position_;
   }
   EnqueueGathers();
@@ -392,6 +399,10 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
   if (pass_ == Zero3Pass::kNone) {
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": ", what, " outside a pass"));
   }
+  if (pass_ == Zero3Pass::kGradients) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": ", what, " in a kGradients pass, which gathers nothing"));
+  }
   if (slot.persistent) {
     const float* base = options_.compute_dtype == DType::kBF16 ? persistent_view_.data()
                                                                : persistent_->master.data();
@@ -425,7 +436,7 @@ absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
   }
   const ParamSlot& slot = partition_.slot(param);
   const std::string what = absl::StrCat("AddGrad(", param, " \"", slot.name, "\")");
-  if (pass_ != Zero3Pass::kBackward) {
+  if (!Reducing()) {
     return absl::FailedPreconditionError(
         absl::StrCat(Who(), ": ", what, " outside a backward pass"));
   }
@@ -454,7 +465,7 @@ absl::Status Zero3Engine::EndPass() {
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": EndPass outside a pass"));
   }
   absl::Status status = ReleaseBefore(partition_.num_buckets());
-  if (pass_ == Zero3Pass::kBackward && persistent_->numel > 0) {
+  if (Reducing() && persistent_->numel > 0) {
     // The persistent gradients, whole on every rank: one all-reduce (average) of
     // the f32 sums, rounded once into the gradient (as EnqueueReduce does).
     if (persistent_->grad_buffer.empty()) {
@@ -469,7 +480,7 @@ absl::Status Zero3Engine::EndPass() {
     });
   }
   const absl::Status drained = worker_->WaitAll(Deadline());
-  if (pass_ == Zero3Pass::kBackward) ++passes_since_step_;
+  if (Reducing()) ++passes_since_step_;
   pass_ = Zero3Pass::kNone;
   if (!pass_error_.ok()) return pass_error_;
   if (!status.ok()) return status;

@@ -81,7 +81,11 @@ struct BucketState;
 struct EngineShared;
 }  // namespace zero3_internal
 
-enum class Zero3Pass { kNone, kForward, kBackward };
+// kGradients: a backward pass that gathers nothing, for callers that kept the
+// parameters from the forward pass (a pipeline stage holding its weights for a
+// whole step): gradients arrive and are reduce-scattered as in kBackward, and a
+// step costs one all-gather and one reduce-scatter instead of two and one.
+enum class Zero3Pass { kNone, kForward, kBackward, kGradients };
 
 struct Zero3Options {
   // kF32: parameters and gradients in f32 (the master weights are the parameters).
@@ -132,15 +136,16 @@ class Zero3Engine {
   const Partition& partition() const { return partition_; }
   int rank() const { return rank_; }
 
-  // BeginPass starts a forward or backward pass (FailedPrecondition inside one).
+  // BeginPass starts a pass (FailedPrecondition inside one).
   absl::Status BeginPass(Zero3Pass pass);
   // Acquire returns parameter `param`, whole, valid until its bucket is released
   // (the pass moves past it, or ends). FailedPrecondition outside a pass or for a
   // bucket this pass already released (parameters are used in pass order);
-  // OutOfRange for a bad index; the collective's error if its gather failed.
+  // (or in a kGradients pass); OutOfRange for a bad index; the collective's error
+  // if its gather failed.
   absl::StatusOr<absl::Span<const float>> Acquire(int param);
   // AddGrad adds `grad` (the parameter's numel elements) to `param`'s gradient in
-  // a backward pass. FailedPrecondition outside a backward pass or after the
+  // a kBackward or kGradients pass. FailedPrecondition outside a backward pass or after the
   // parameter's bucket was reduced; InvalidArgument for a wrong size.
   absl::Status AddGrad(int param, absl::Span<const float> grad);
   // EndPass finishes the pass's collectives (see the top of this file) and returns
@@ -177,6 +182,7 @@ class Zero3Engine {
   // Positions count buckets in pass order: forward 0..B-1, backward B-1..0.
   int BucketAt(int position) const;
   int PositionOf(int bucket) const;
+  bool Reducing() const;  // a kBackward or kGradients pass
   void EnqueueGathers();
   absl::Status ReleaseBefore(int position);
   absl::Status EnqueueReduce(zero3_internal::BucketState& bucket);
