@@ -24,6 +24,7 @@
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_COLUMN_PARALLEL_LINEAR_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_COLUMN_PARALLEL_LINEAR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -99,6 +100,22 @@ class ColumnParallelLinear {
   bool has_bias() const { return has_bias_; }
   int64_t in_features() const { return in_; }
   int64_t out_features_local() const { return out_widths_[static_cast<size_t>(rank_)]; }
+
+  // mutable_weight / mutable_bias give in-place write access to the local shards
+  // (an optimizer step, or ZeRO-3 gathering values into them); the caller keeps
+  // their shape and dtype.
+  Tensor& mutable_weight() { return weight_; }
+  Tensor& mutable_bias() { return bias_; }
+
+  // saved_activation_bytes returns the bytes Forward keeps for Backward.
+  // ReleaseActivations frees them (activation checkpointing drops a layer's state
+  // and recomputes it); Backward then returns FailedPrecondition until the next
+  // Forward.
+  size_t saved_activation_bytes() const { return saved_input_.capacity() * sizeof(float); }
+  void ReleaseActivations() {
+    std::vector<float>().swap(saved_input_);
+    has_forward_ = false;
+  }
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }

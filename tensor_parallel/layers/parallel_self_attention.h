@@ -25,6 +25,7 @@
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_PARALLEL_SELF_ATTENTION_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_PARALLEL_SELF_ATTENTION_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -81,6 +82,25 @@ class ParallelSelfAttention {
   // The projections, for their weights and gradients.
   const ColumnParallelLinear& qkv() const { return qkv_; }
   const RowParallelLinear& out() const { return out_; }
+  // mutable_qkv / mutable_out give in-place access to the projections' weights.
+  ColumnParallelLinear& mutable_qkv() { return qkv_; }
+  RowParallelLinear& mutable_out() { return out_; }
+
+  // saved_activation_bytes returns the bytes Forward keeps for Backward: the local
+  // Q, K, V and attention probabilities and the projections' inputs.
+  // ReleaseActivations frees them; Backward then returns FailedPrecondition until
+  // the next Forward.
+  size_t saved_activation_bytes() const {
+    return (qkv_values_.capacity() + probs_.capacity()) * sizeof(float) +
+           qkv_.saved_activation_bytes() + out_.saved_activation_bytes();
+  }
+  void ReleaseActivations() {
+    std::vector<float>().swap(qkv_values_);
+    std::vector<float>().swap(probs_);
+    qkv_.ReleaseActivations();
+    out_.ReleaseActivations();
+    has_forward_ = false;
+  }
   // comm_tally returns the projections' collective payloads since Create.
   CommTally comm_tally() const { return qkv_.comm_tally() + out_.comm_tally(); }
   int64_t local_heads() const { return heads_.length; }

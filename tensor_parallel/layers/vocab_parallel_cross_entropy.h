@@ -20,6 +20,7 @@
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_VOCAB_PARALLEL_CROSS_ENTROPY_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_VOCAB_PARALLEL_CROSS_ENTROPY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -57,6 +58,18 @@ class VocabParallelCrossEntropy {
   absl::StatusOr<Tensor> Backward(const Tensor& grad_loss);
 
   ShardExtent vocab_extent() const { return extent_; }
+
+  // saved_activation_bytes returns the bytes Forward keeps for Backward (the local
+  // softmax and the targets). ReleaseActivations frees them; Backward then returns
+  // FailedPrecondition until the next Forward.
+  size_t saved_activation_bytes() const {
+    return softmax_.capacity() * sizeof(float) + targets_.capacity() * sizeof(int64_t);
+  }
+  void ReleaseActivations() {
+    std::vector<float>().swap(softmax_);
+    std::vector<int64_t>().swap(targets_);
+    has_forward_ = false;
+  }
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }

@@ -21,6 +21,7 @@
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_VOCAB_PARALLEL_EMBEDDING_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_VOCAB_PARALLEL_EMBEDDING_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -73,6 +74,19 @@ class VocabParallelEmbedding {
   const Tensor& weight_grad() const { return weight_grad_; }
   // The vocabulary rows this rank owns.
   ShardExtent vocab_extent() const { return extent_; }
+
+  // mutable_weight gives in-place write access to the local table shard; the
+  // caller keeps its shape and dtype.
+  Tensor& mutable_weight() { return weight_; }
+
+  // saved_activation_bytes returns the bytes Forward keeps for Backward (the ids).
+  // ReleaseActivations frees them; Backward then returns FailedPrecondition until
+  // the next Forward.
+  size_t saved_activation_bytes() const { return saved_ids_.capacity() * sizeof(int64_t); }
+  void ReleaseActivations() {
+    std::vector<int64_t>().swap(saved_ids_);
+    has_forward_ = false;
+  }
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }
