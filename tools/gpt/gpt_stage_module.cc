@@ -1,0 +1,211 @@
+#include "tools/gpt/gpt_stage_module.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/tensor.h"
+
+namespace loom {
+
+namespace {
+
+constexpr char kName[] = "GptStageModule";
+
+absl::StatusOr<Tensor> ToTensor(const F32Tensor& t) {
+  return Tensor::FromValues(t.shape, t.values);
+}
+
+F32Tensor ToF32Tensor(const Tensor& t) {
+  F32Tensor out;
+  out.shape = t.shape();
+  out.values = t.ToF32();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
+    const GptConfig& config, const StageLayout& layout, int64_t rank, Communicator& tp,
+    GptMicrobatchFn data, const GptStageModuleOptions& options) {
+  LOOM_RETURN_IF_ERROR(config.Validate(tp.size()));
+  if (rank < 0 || rank >= layout.num_ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": rank ", rank, " is outside ",
+                                                   layout.ToString()));
+  }
+  if (options.micro_batch < 1 || options.num_microbatches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": micro_batch ", options.micro_batch,
+                                                   " and num_microbatches ",
+                                                   options.num_microbatches, " must be >= 1"));
+  }
+  if (!data) return absl::InvalidArgumentError(absl::StrCat(kName, ": no data function"));
+  StageLayout blocks = layout;
+  if (!blocks.has_layers()) {
+    LOOM_ASSIGN_OR_RETURN(blocks, layout.WithEvenLayers(config.layers));
+  } else if (blocks.num_layers() != config.layers) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": layout ", layout.ToString(),
+                                                   " has ", layout.num_layers(),
+                                                   " layers, the model ", config.layers));
+  }
+  std::unique_ptr<GptStageModule> module(
+      new GptStageModule(config, blocks, rank, std::move(data), options));
+  for (const int64_t stage : blocks.StagesOf(rank)) {
+    const int64_t first = blocks.FirstLayer(stage);
+    const int64_t end = first + blocks.layers_per_stage()[static_cast<size_t>(stage)];
+    GptModelOptions model_options = GptModelOptions::Stage(config, first, end, options.recompute);
+    model_options.embedding = stage == 0;
+    model_options.head = stage == blocks.num_stages() - 1;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
+                          GptModel::Create(config, tp, model_options));
+    module->models_[stage] = std::move(model);
+    module->live_[stage] = -1;
+    module->stages_.push_back(stage);
+  }
+  module->BeginStep(0);
+  return module;
+}
+
+std::vector<int64_t> GptStageModule::InputShape(int64_t stage, int64_t) const {
+  if (stage == 0) return {options_.micro_batch, config_.seq_len};
+  return {config_.seq_len, options_.micro_batch, config_.hidden};
+}
+
+std::vector<int64_t> GptStageModule::OutputShape(int64_t stage, int64_t) const {
+  if (stage == layout_.num_stages() - 1) return {1};
+  return {config_.seq_len, options_.micro_batch, config_.hidden};
+}
+
+absl::Status GptStageModule::Check(int64_t stage, int64_t microbatch) const {
+  if (models_.count(stage) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": stage ", stage,
+                                                   " is not on rank ", rank_, " in ",
+                                                   layout_.ToString()));
+  }
+  if (microbatch < 0 || microbatch >= options_.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": microbatch ", microbatch,
+                                                   " is outside [0, ", options_.num_microbatches,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const GptBatch*> GptStageModule::BatchOf(int64_t microbatch) {
+  auto it = batches_.find(microbatch);
+  if (it == batches_.end()) {
+    LOOM_ASSIGN_OR_RETURN(GptBatch batch, data_(step_, microbatch));
+    const size_t expected = static_cast<size_t>(options_.micro_batch * config_.seq_len);
+    if (batch.tokens.size() != expected || batch.targets.size() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": the data function gave ", batch.tokens.size(), " tokens and ",
+          batch.targets.size(), " targets for microbatch ", microbatch, "; expected ", expected,
+          " (micro_batch ", options_.micro_batch, " x seq_len ", config_.seq_len, ")"));
+    }
+    it = batches_.emplace(microbatch, std::move(batch)).first;
+  }
+  return &it->second;
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Input(int64_t microbatch) {
+  LOOM_RETURN_IF_ERROR(Check(0, microbatch));
+  LOOM_ASSIGN_OR_RETURN(const GptBatch* batch, BatchOf(microbatch));
+  F32Tensor tokens;
+  tokens.shape = InputShape(0, microbatch);
+  tokens.values.assign(batch->tokens.begin(), batch->tokens.end());
+  return tokens;
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Loss(int64_t microbatch, const F32Tensor& output) {
+  LOOM_RETURN_IF_ERROR(Check(layout_.num_stages() - 1, microbatch));
+  if (output.values.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": loss output has ",
+                                                   output.values.size(), " values, not 1"));
+  }
+  losses_[static_cast<size_t>(microbatch)] = output.values[0];
+  F32Tensor grad;
+  grad.shape = {1};
+  grad.values = {1.0f / static_cast<float>(options_.num_microbatches)};
+  return grad;
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t microbatch) {
+  const F32Tensor& input = inputs_.at({stage, microbatch});
+  GptStageInput in;
+  std::vector<int64_t> tokens;
+  Tensor hidden;
+  if (stage == 0) {
+    tokens.reserve(input.values.size());
+    for (const float v : input.values) {
+      if (!(v >= 0.0f) || v != std::floor(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kName, ": stage 0 input value ", v, " of microbatch ", microbatch,
+            " is not a token id"));
+      }
+      tokens.push_back(static_cast<int64_t>(v));
+    }
+    in.tokens = tokens;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(hidden, ToTensor(input));
+    in.hidden = &hidden;
+  }
+  if (stage == layout_.num_stages() - 1) {
+    LOOM_ASSIGN_OR_RETURN(const GptBatch* batch, BatchOf(microbatch));
+    in.targets = batch->targets;
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor out, models_.at(stage)->ForwardStage(in));
+  live_[stage] = microbatch;
+  return ToF32Tensor(out);
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microbatch,
+                                                  const F32Tensor& input) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  inputs_[{stage, microbatch}] = input;
+  return RunForward(stage, microbatch);
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
+                                                   const F32Tensor& output_grad) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  if (inputs_.count({stage, microbatch}) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kName, ": Backward of stage ", stage, " microbatch ", microbatch, " before its Forward"));
+  }
+  if (live_[stage] != microbatch) {
+    LOOM_RETURN_IF_ERROR(RunForward(stage, microbatch).status());
+    ++recomputed_;
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor grad, ToTensor(output_grad));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
+  live_[stage] = -1;
+  inputs_.erase({stage, microbatch});
+  if (stage == 0) return F32Tensor::Zeros({0});
+  return ToF32Tensor(dx);
+}
+
+void GptStageModule::BeginStep(int64_t step) {
+  step_ = step;
+  for (auto& [stage, model] : models_) {
+    model->ReleaseActivations();
+    model->ZeroGrad();
+    live_[stage] = -1;
+  }
+  inputs_.clear();
+  batches_.clear();
+  losses_.assign(static_cast<size_t>(options_.num_microbatches), 0.0f);
+}
+
+std::vector<GptParameter> GptStageModule::Parameters() {
+  std::vector<GptParameter> params;
+  for (const int64_t stage : stages_) {
+    for (GptParameter& p : models_.at(stage)->Parameters()) params.push_back(std::move(p));
+  }
+  return params;
+}
+
+float GptStageModule::loss() const {
+  float sum = 0.0f;
+  for (const float l : losses_) sum += l;
+  return sum / static_cast<float>(options_.num_microbatches);
+}
+
+}  // namespace loom

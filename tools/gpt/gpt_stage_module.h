@@ -1,0 +1,143 @@
+// GptStageModule: the GPT model of gpt_model.h cut into pipeline stages, as the
+// StageModule the pipeline executor (pipeline/executor) runs microbatch by
+// microbatch. Each pipeline rank builds one for the stages its StageLayout gives it
+// (a GptModel piece per stage: stage 0 with the embeddings, the last stage with the
+// final LayerNorm, head and loss), on its tensor-parallel communicator.
+//
+// What moves between stages: stage 0's input is the microbatch's tokens as floats,
+// [micro_batch, seq_len] (exact for any vocabulary below 2^24); a stage's output is
+// the hidden activations [seq_len, micro_batch, hidden]; the last stage's output is
+// its microbatch's mean loss, shape {1}. Loss records it and returns 1 /
+// num_microbatches, so the gradients of a step are those of the mean loss over all
+// its tokens, summed microbatch by microbatch in ascending order (the order every
+// schedule's backwards come in, see stage_module.h).
+//
+// Forward state: the tensor-parallel layers keep one forward's state each, so a
+// stage's model holds the state of its latest forward only. The module keeps every
+// in-flight microbatch's stage input, and a Backward for a microbatch other than
+// the latest forward recomputes that stage's forward first (counted by
+// recomputed_forwards()). The recomputation is the same arithmetic, so gradients
+// are bitwise those of running the microbatches one after another.
+//
+// Example (2 pipeline ranks, tp = 1, 1F1B over 4 microbatches; in rank r's thread):
+//   LOOM_ASSIGN_OR_RETURN(StageLayout layout, StageLayout::Loop(2)->WithEvenLayers(4));
+//   GptStageModuleOptions options;
+//   options.micro_batch = 2;
+//   options.num_microbatches = 4;
+//   auto data_fn = [&](int64_t step, int64_t mb) {
+//     return data.Microbatch(batch_layout, step, mb, dp_rank);
+//   };
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
+//       GptStageModule::Create(config, layout, r, tp, data_fn, options));
+//   module->BeginStep(/*step=*/0);
+//   LOOM_ASSIGN_OR_RETURN(RankExecution run, executor.Run(*endpoint, *module));
+//   module->loss();           // rank 1: mean loss of the step's 4 microbatches
+//   module->Parameters();     // rank 0: embeddings + blocks 0, 1, with gradients
+#ifndef LOOM_TOOLS_GPT_GPT_STAGE_MODULE_H_
+#define LOOM_TOOLS_GPT_GPT_STAGE_MODULE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "pipeline/executor/f32_tensor.h"
+#include "pipeline/executor/stage_module.h"
+#include "pipeline/stage_layout.h"
+#include "tools/gpt/gpt_config.h"
+#include "tools/gpt/gpt_model.h"
+#include "tools/gpt/gpt_parameter.h"
+#include "tools/gpt/markov_data.h"
+
+namespace loom {
+
+struct GptStageModuleOptions {
+  int64_t micro_batch = 1;  // sequences per microbatch
+  int64_t num_microbatches = 1;
+  Recompute recompute = Recompute::kNone;
+};
+
+// GptMicrobatchFn returns this data-parallel rank's microbatch `microbatch` of step
+// `step` (e.g. MarkovData::Microbatch), with micro_batch sequences.
+using GptMicrobatchFn = std::function<absl::StatusOr<GptBatch>(int64_t step, int64_t microbatch)>;
+
+class GptStageModule : public StageModule {
+ public:
+  // Create builds the models of `rank`'s stages. The layout's layers, if assigned,
+  // are the blocks of each stage (and must total config.layers); otherwise the
+  // blocks are split evenly. InvalidArgument naming the values for a rank outside
+  // the layout, options below 1, a missing data function, or blocks that do not
+  // fit; config and model errors as GptModel::Create.
+  static absl::StatusOr<std::unique_ptr<GptStageModule>> Create(
+      const GptConfig& config, const StageLayout& layout, int64_t rank, Communicator& tp,
+      GptMicrobatchFn data, const GptStageModuleOptions& options);
+
+  std::vector<int64_t> InputShape(int64_t stage, int64_t microbatch) const override;
+  std::vector<int64_t> OutputShape(int64_t stage, int64_t microbatch) const override;
+  absl::StatusOr<F32Tensor> Input(int64_t microbatch) override;
+  absl::StatusOr<F32Tensor> Loss(int64_t microbatch, const F32Tensor& output) override;
+  absl::StatusOr<F32Tensor> Forward(int64_t stage, int64_t microbatch,
+                                    const F32Tensor& input) override;
+  absl::StatusOr<F32Tensor> Backward(int64_t stage, int64_t microbatch,
+                                     const F32Tensor& output_grad) override;
+
+  // BeginStep zeroes the gradients and losses, drops any forward state a failed
+  // step left, and makes `step` the step whose data Input and the loss read.
+  void BeginStep(int64_t step);
+
+  // Parameters returns the parameters of this rank's stages, stage by stage.
+  std::vector<GptParameter> Parameters();
+
+  // stages returns this rank's stages, ascending; model(stage) the piece of one.
+  const std::vector<int64_t>& stages() const { return stages_; }
+  GptModel& model(int64_t stage) { return *models_.at(stage); }
+
+  // holds_loss is true on the rank of the last stage, whose losses are filled in.
+  bool holds_loss() const { return layout_.RankOf(layout_.num_stages() - 1) == rank_; }
+  const std::vector<float>& microbatch_losses() const { return losses_; }
+  // loss returns the step's mean loss: the microbatch losses summed in order,
+  // divided by num_microbatches.
+  float loss() const;
+
+  // recomputed_forwards counts the forwards run again since Create because a
+  // backward's microbatch was not its stage's latest forward.
+  int64_t recomputed_forwards() const { return recomputed_; }
+  // SavedInputs counts the (stage, microbatch) inputs still held (0 after a step).
+  int64_t SavedInputs() const { return static_cast<int64_t>(inputs_.size()); }
+
+ private:
+  GptStageModule(GptConfig config, StageLayout layout, int64_t rank, GptMicrobatchFn data,
+                 GptStageModuleOptions options)
+      : config_(std::move(config)),
+        layout_(std::move(layout)),
+        rank_(rank),
+        data_(std::move(data)),
+        options_(options) {}
+
+  absl::Status Check(int64_t stage, int64_t microbatch) const;
+  absl::StatusOr<const GptBatch*> BatchOf(int64_t microbatch);
+  absl::StatusOr<F32Tensor> RunForward(int64_t stage, int64_t microbatch);
+
+  const GptConfig config_;
+  const StageLayout layout_;
+  const int64_t rank_;
+  const GptMicrobatchFn data_;
+  const GptStageModuleOptions options_;
+  std::vector<int64_t> stages_;
+  std::map<int64_t, std::unique_ptr<GptModel>> models_;
+  std::map<int64_t, int64_t> live_;  // stage -> microbatch of its model's forward state
+  std::map<std::pair<int64_t, int64_t>, F32Tensor> inputs_;
+  std::map<int64_t, GptBatch> batches_;
+  std::vector<float> losses_;
+  int64_t step_ = 0;
+  int64_t recomputed_ = 0;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_GPT_GPT_STAGE_MODULE_H_

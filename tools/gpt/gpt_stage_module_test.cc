@@ -1,0 +1,215 @@
+// The GPT model cut into pipeline stages and run by the pipeline executor on 2
+// ranks (threads over inproc) against the whole model run microbatch after
+// microbatch on one rank: the same loss and the same gradients, bit for bit.
+// Bitwise holds because a stage runs the whole model's arithmetic on the same
+// values (activations cross ranks as raw f32), the backwards of each stage come in
+// ascending microbatch order (stage_module.h), and a recomputed forward repeats the
+// original exactly.
+#include "tools/gpt/gpt_stage_module.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/transport/inproc/inproc_transport.h"
+#include "core/status_macros.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pipeline/executor/executor.h"
+#include "pipeline/generators.h"
+#include "tools/gpt/internal/train_testing.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+using train_testing::ExpectAllOk;
+using train_testing::RunTp;
+
+GptConfig SmallConfig() {
+  GptConfig config;
+  config.vocab = 32;
+  config.seq_len = 8;
+  config.hidden = 32;
+  config.heads = 4;
+  config.layers = 4;
+  return config;
+}
+
+constexpr int64_t kMicroBatch = 2;
+constexpr int64_t kMicrobatches = 4;
+
+BatchLayout Layout() {
+  BatchLayout layout;
+  layout.micro_batch = kMicroBatch;
+  layout.num_microbatches = kMicrobatches;
+  return layout;
+}
+
+MarkovData Data(const GptConfig& config) {
+  MarkovOptions options;
+  options.vocab = config.vocab;
+  options.seq_len = config.seq_len;
+  return *MarkovData::Create(options);
+}
+
+struct Gradients {
+  float loss = 0;
+  std::map<std::string, std::vector<float>> grads;
+};
+
+// The whole model on one rank, microbatch after microbatch, loss averaged.
+Gradients Reference(const GptConfig& config, int64_t step) {
+  const MarkovData data = Data(config);
+  Gradients out;
+  ExpectAllOk(RunTp(1, [&](Communicator& tp) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, tp));
+    float sum = 0;
+    for (int64_t mb = 0; mb < kMicrobatches; ++mb) {
+      LOOM_ASSIGN_OR_RETURN(GptBatch batch, data.Microbatch(Layout(), step, mb, 0));
+      LOOM_ASSIGN_OR_RETURN(const float loss, model->Forward(batch.tokens, batch.targets));
+      sum += loss;
+      LOOM_RETURN_IF_ERROR(model->Backward(1.0f / kMicrobatches));
+    }
+    out.loss = sum / kMicrobatches;
+    for (const GptParameter& p : model->Parameters()) {
+      out.grads[p.name].assign(p.grad.begin(), p.grad.end());
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+enum class Kind { kGPipe, k1F1B, kInterleaved };
+
+absl::StatusOr<Schedule> MakeScheduleOf(Kind kind) {
+  switch (kind) {
+    case Kind::kGPipe:
+      return MakeGPipeSchedule(2, kMicrobatches);
+    case Kind::k1F1B:
+      return Make1F1BSchedule(2, kMicrobatches);
+    case Kind::kInterleaved:
+      return MakeInterleaved1F1BSchedule(2, kMicrobatches, 2);
+  }
+  return absl::InvalidArgumentError("unknown kind");
+}
+
+class GptPipelineTest : public ::testing::TestWithParam<std::tuple<Kind, Recompute>> {};
+
+TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
+  const auto [kind, recompute] = GetParam();
+  const GptConfig config = SmallConfig();
+  const MarkovData data = Data(config);
+  LOOM_ASSERT_OK_AND_ASSIGN(const Schedule schedule, MakeScheduleOf(kind));
+  LOOM_ASSERT_OK_AND_ASSIGN(const PipelineExecutor executor, PipelineExecutor::Create(schedule));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> pp, InprocGroup::Create(2));
+  GptStageModuleOptions options;
+  options.micro_batch = kMicroBatch;
+  options.num_microbatches = kMicrobatches;
+  options.recompute = recompute;
+  const int64_t kStep = 3;
+  std::vector<absl::Status> status(2);
+  std::vector<float> losses(2);
+  std::vector<std::map<std::string, std::vector<float>>> grads(2);
+  std::vector<int64_t> recomputed(2), saved(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      // Each pipeline rank has its own (tp = 1) tensor-parallel group.
+      status[r] = RunTp(1, [&](Communicator& tp) -> absl::Status {
+        auto data_fn = [&](int64_t step, int64_t mb) {
+          return data.Microbatch(Layout(), step, mb, 0);
+        };
+        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
+                              GptStageModule::Create(config, schedule.layout, r, tp, data_fn,
+                                                     options));
+        module->BeginStep(kStep);
+        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> endpoint, pp->Endpoint(r));
+        LOOM_RETURN_IF_ERROR(executor.Run(*endpoint, *module).status());
+        if (module->holds_loss()) losses[r] = module->loss();
+        for (const GptParameter& p : module->Parameters()) {
+          grads[r][p.name].assign(p.grad.begin(), p.grad.end());
+        }
+        recomputed[r] = module->recomputed_forwards();
+        saved[r] = module->SavedInputs();
+        return absl::OkStatus();
+      })[0];
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ExpectAllOk(status);
+  const Gradients expected = Reference(config, kStep);
+  // The last stage is on rank 1 in every layout here (loop placement, 2 ranks).
+  EXPECT_EQ(losses[1], expected.loss);
+  std::map<std::string, std::vector<float>> got = grads[0];
+  for (const auto& [name, g] : grads[1]) {
+    EXPECT_EQ(got.count(name), 0u) << name << " on both ranks";
+    got[name] = g;
+  }
+  EXPECT_EQ(got.size(), expected.grads.size());
+  for (const auto& [name, g] : expected.grads) {
+    EXPECT_EQ(got[name], g) << name;
+  }
+  EXPECT_EQ(saved[0] + saved[1], 0) << "every saved input was consumed";
+  if (kind == Kind::kGPipe) {
+    // All forwards before any backward: every backward but the last one's
+    // microbatch recomputes on each stage.
+    EXPECT_GT(recomputed[0], 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, GptPipelineTest,
+    ::testing::Combine(::testing::Values(Kind::kGPipe, Kind::k1F1B, Kind::kInterleaved),
+                       ::testing::Values(Recompute::kNone, Recompute::kFull)),
+    [](const ::testing::TestParamInfo<std::tuple<Kind, Recompute>>& param) {
+      const Kind kind = std::get<0>(param.param);
+      return absl::StrCat(kind == Kind::kGPipe ? "GPipe" : kind == Kind::k1F1B ? "OneFOneB"
+                                                                                 : "Interleaved",
+                          std::get<1>(param.param) == Recompute::kFull ? "Recompute" : "");
+    });
+
+TEST(GptStageModuleTest, ShapesAndErrors) {
+  const GptConfig config = SmallConfig();
+  const MarkovData data = Data(config);
+  ExpectAllOk(RunTp(1, [&](Communicator& tp) -> absl::Status {
+    auto data_fn = [&](int64_t step, int64_t mb) { return data.Microbatch(Layout(), step, mb, 0); };
+    GptStageModuleOptions options;
+    options.micro_batch = kMicroBatch;
+    options.num_microbatches = kMicrobatches;
+    LOOM_ASSIGN_OR_RETURN(StageLayout layout, StageLayout::Loop(2));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> first,
+                          GptStageModule::Create(config, layout, 0, tp, data_fn, options));
+    EXPECT_EQ(first->InputShape(0, 0), (std::vector<int64_t>{2, 8}));
+    EXPECT_EQ(first->OutputShape(0, 0), (std::vector<int64_t>{8, 2, 32}));
+    EXPECT_EQ(first->OutputShape(1, 0), (std::vector<int64_t>{1}));
+    EXPECT_FALSE(first->holds_loss());
+    EXPECT_EQ(first->stages(), std::vector<int64_t>{0});
+    LOOM_ASSIGN_OR_RETURN(F32Tensor input, first->Input(1));
+    LOOM_ASSIGN_OR_RETURN(GptBatch batch, data.Microbatch(Layout(), 0, 1, 0));
+    EXPECT_EQ(input.values, std::vector<float>(batch.tokens.begin(), batch.tokens.end()));
+    EXPECT_THAT(first->Forward(1, 0, input),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("stage 1 is not on rank 0")));
+    EXPECT_THAT(first->Input(4), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("microbatch 4 is outside [0, 4)")));
+    EXPECT_THAT(first->Backward(0, 0, F32Tensor::Zeros({8, 2, 32})),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("before its Forward")));
+    EXPECT_THAT(GptStageModule::Create(config, layout, 2, tp, data_fn, options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 is outside")));
+    LOOM_ASSIGN_OR_RETURN(StageLayout three, StageLayout::Loop(3));
+    EXPECT_THAT(GptStageModule::Create(config, three, 0, tp, data_fn, options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not split evenly over the 3 stages")));
+    LOOM_ASSIGN_OR_RETURN(StageLayout uneven, layout.WithLayers(3, {1, 2}));
+    EXPECT_THAT(GptStageModule::Create(config, uneven, 0, tp, data_fn, options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 3 layers, the model 4")));
+    return absl::OkStatus();
+  }));
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the real //tools:train binary: a short default-mesh run prints its step
+# lines, summary, reference comparison, trace and JSON; bad flags exit 2 with one
+# line naming the values.
+set -euo pipefail
+TRAIN="$1"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+dir="${TEST_TMPDIR:-$(mktemp -d)}"
+
+out="$("$TRAIN" --steps=4 --trace="$dir/trace.json" --summary_json="$dir/summary.json")"
+grep -q '^train: dp=2 tp=2 pp=2 (8 thread ranks), schedule 1f1b' <<<"$out" || fail "header: $out"
+[[ "$(grep -c '^step ' <<<"$out")" == 4 ]] || fail "four step lines: $out"
+grep -q '^reference (1 rank, same seed and batch): final loss ' <<<"$out" || fail "reference: $out"
+grep -q '"traceEvents":\[' "$dir/trace.json" || fail "trace"
+grep -q '"name":"0F0"' "$dir/trace.json" || fail "trace has actions"
+for key in final_loss reference_final_loss max_abs_param_diff peak_model_state_bytes_per_rank \
+           comm_bytes_per_rank_per_step steps tokens_per_second; do
+  grep -q "\"$key\": " "$dir/summary.json" || fail "summary lacks $key: $(cat "$dir/summary.json")"
+done
+grep -q '"steps": 4,' "$dir/summary.json" || fail "steps in summary"
+
+expect_error() {
+  local want="$1"; shift
+  local err status=0
+  err="$("$TRAIN" "$@" 2>&1 >/dev/null)" || status=$?
+  [[ "$status" == 2 ]] || fail "$* exited $status, expected 2"
+  [[ "$(wc -l <<<"$err")" == 1 ]] || fail "$*: one line expected: $err"
+  grep -qF -- "$want" <<<"$err" || fail "$*: expected '$want' in: $err"
+}
+expect_error "--layers 4 is not divisible by the 3 pipeline stages" --pp=3
+expect_error "--microbatches 1 is fewer than --pp 2" --microbatches=1
+expect_error "--offload disk is not none, cpu or nvme" --offload=disk
+expect_error "--zero 1 is not built yet" --zero=1
+expect_error "heads" --tp=3
+echo PASS
