@@ -2,12 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tensor_parallel/tensor.h"
@@ -15,33 +12,6 @@
 
 namespace loom {
 namespace train_testing {
-
-std::vector<absl::Status> RunTp(int tp, const std::function<absl::Status(Communicator&)>& body) {
-  std::vector<absl::Status> results(static_cast<size_t>(tp));
-  absl::StatusOr<std::shared_ptr<InprocGroup>> group = InprocGroup::Create(tp);
-  if (!group.ok()) return std::vector<absl::Status>(static_cast<size_t>(tp), group.status());
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < tp; ++rank) {
-    threads.emplace_back([&, rank] {
-      absl::StatusOr<std::unique_ptr<Transport>> endpoint = (*group)->Endpoint(rank);
-      if (!endpoint.ok()) {
-        results[rank] = endpoint.status();
-        return;
-      }
-      CommunicatorOptions options;
-      options.timeout = absl::Seconds(60);
-      absl::StatusOr<std::unique_ptr<Communicator>> comm =
-          Communicator::Create(std::move(*endpoint), options);
-      results[rank] = comm.ok() ? body(**comm) : comm.status();
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  return results;
-}
-
-void ExpectAllOk(const std::vector<absl::Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
-}
 
 absl::Status RandomizeParameters(absl::Span<GptParameter> params, uint64_t seed, float scale,
                                  int tp_size, int tp_rank) {

@@ -12,17 +12,15 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
+#include "tensor_parallel/layers/internal/tp_testing.h"
 #include "tools/gpt/gpt_parameter.h"
 
 namespace loom {
 namespace train_testing {
 
-// RunTp runs body(rank's tp communicator) on `tp` threads over a fresh inproc group
-// and returns every rank's status.
-std::vector<absl::Status> RunTp(int tp, const std::function<absl::Status(Communicator&)>& body);
-
-// ExpectAllOk expects every status OK, naming the rank.
-void ExpectAllOk(const std::vector<absl::Status>& results);
+// The layers' harness: tp ranks as threads over inproc, and every status OK.
+using tp_layers_testing::ExpectAllOk;
+using tp_layers_testing::RunTp;
 
 // RandomizeParameters overwrites every parameter with seeded values uniform in
 // [-scale, scale) (layer-norm gains around 1): this rank's shard of a full tensor
