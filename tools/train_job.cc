@@ -42,7 +42,9 @@ constexpr absl::Duration kTimeout = absl::Seconds(120);
 struct RankWiring {
   int rank = 0, d = 0, s = 0, t = 0;
   std::unique_ptr<Communicator> tp, dp, world;
-  std::shared_ptr<Transport> world_transport;  // aborted when this rank fails
+  // Every endpoint of the rank, aborted when it fails so that its peers in each
+  // group stop waiting at once instead of at their deadlines.
+  std::vector<std::shared_ptr<Transport>> endpoints;
   std::unique_ptr<Transport> pp;
 };
 
@@ -361,15 +363,12 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
         auto make = [&](const std::shared_ptr<InprocGroup>& g,
                         int r) -> absl::StatusOr<std::unique_ptr<Communicator>> {
           LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> endpoint, g->Endpoint(r));
-          return Communicator::Create(std::shared_ptr<Transport>(std::move(endpoint)),
-                                      comm_options);
+          w.endpoints.push_back(std::move(endpoint));
+          return Communicator::Create(w.endpoints.back(), comm_options);
         };
         LOOM_ASSIGN_OR_RETURN(w.tp, make(tp_groups[d * pp + s], t));
         LOOM_ASSIGN_OR_RETURN(w.dp, make(dp_groups[s * tp + t], d));
-        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> world_endpoint,
-                              world_group->Endpoint(w.rank));
-        w.world_transport = std::move(world_endpoint);
-        LOOM_ASSIGN_OR_RETURN(w.world, Communicator::Create(w.world_transport, comm_options));
+        LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, w.rank));
         LOOM_ASSIGN_OR_RETURN(w.pp, pp_groups[d * tp + t]->Endpoint(s));
       }
     }
@@ -473,7 +472,10 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
       results[r] = run_rank(wiring[r]);
       // A rank that failed tells the others at once instead of at their deadline.
       if (!results[r].ok()) {
-        wiring[r].world_transport->Abort(results[r]);
+        for (const std::shared_ptr<Transport>& endpoint : wiring[r].endpoints) {
+          endpoint->Abort(results[r]);
+        }
+        wiring[r].pp->Abort(results[r]);
       }
     });
   }
