@@ -322,7 +322,7 @@ void Zero3Engine::EnqueueGathers() {
   }
 }
 
-// ReleaseThrough releases the positions before `position`: each is gathered (so
+// ReleaseBefore releases the positions before `position`: each is gathered (so
 // every rank makes the same calls) and its buffer goes back to the pool; in a
 // backward pass its gradients are reduce-scattered.
 absl::Status Zero3Engine::ReleaseBefore(int position) {
