@@ -182,7 +182,8 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     shared_->free_buffers.push_back(i);
   }
 
-  // Each bucket's shard of the initial model; padding is zero.
+  // Each bucket's shard of the initial model; the padding stays zero (AlignedBuffer
+  // zeroes what it allocates).
   auto make_state = [&](int index, bool replicated, int64_t numel, int64_t padded)
       -> absl::StatusOr<std::unique_ptr<BucketState>> {
     auto state = std::make_unique<BucketState>();
@@ -191,7 +192,6 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     state->numel = numel;
     state->padded_numel = padded;
     LOOM_ASSIGN_OR_RETURN(state->master, AlignedBuffer<float>::Create(numel));
-    std::fill(state->master.span().begin(), state->master.span().end(), 0.0f);
     if (bf16) {
       state->compute.resize(numel);
       state->grad_bf16.assign(numel, BFloat16());
