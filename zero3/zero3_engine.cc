@@ -40,10 +40,21 @@ struct BucketState {
   bool replicated = false;
   int64_t numel = 0;               // elements held: shard_numel or PersistentNumel
   int64_t padded_numel = 0;        // gathered size (replicated: numel)
-  AlignedBuffer<float> master;     // f32 weights (in f32 compute, the parameters)
-  std::vector<BFloat16> compute;   // bf16 compute copy of master
-  std::vector<float> grad_f32;     // gradient shard, f32 compute
-  std::vector<BFloat16> grad_bf16; // gradient shard, bf16 compute
+  // The f32 master weights (in f32 compute, the parameters): `master`, or in f32
+  // at stages 1 and 2 this rank's block of `whole_f32`.
+  absl::Span<float> weights;
+  AlignedBuffer<float> master;
+  // bf16 compute: the bf16 copy of `weights`, in `compute_shard` or (stages 1 and
+  // 2) this rank's block of `whole_bf16`.
+  absl::Span<BFloat16> compute;
+  std::vector<BFloat16> compute_shard;
+  // Stages 1 and 2: the whole bucket, on every rank, in the compute dtype.
+  std::vector<float> whole_f32;
+  std::vector<BFloat16> whole_bf16;
+  // The gradient: this rank's shard (stages 2 and 3, and the persistent block), or
+  // at stage 1 the whole bucket's, accumulated here until Step reduces it.
+  std::vector<float> grad_f32;
+  std::vector<BFloat16> grad_bf16;
   std::optional<AdamWState> adam;
 
   // This pass.
@@ -55,10 +66,12 @@ struct BucketState {
 
   int64_t StateBytes() const {
     return static_cast<int64_t>(master.size() * sizeof(float) +
-                                compute.size() * sizeof(BFloat16) +
+                                compute_shard.size() * sizeof(BFloat16) +
+                                whole_f32.size() * sizeof(float) +
+                                whole_bf16.size() * sizeof(BFloat16) +
                                 grad_f32.size() * sizeof(float) +
                                 grad_bf16.size() * sizeof(BFloat16)) +
-           static_cast<int64_t>(adam->size_bytes());
+           static_cast<int64_t>(adam.has_value() ? adam->size_bytes() : 0);
   }
 };
 
@@ -123,6 +136,10 @@ absl::StatusOr<std::unique_ptr<Zero3Engine>> Zero3Engine::Create(const Partition
                                                    DTypeName(options.compute_dtype),
                                                    " is not f32 or bf16"));
   }
+  if (options.stage < 1 || options.stage > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Zero3Options.stage ", options.stage, " is not 1, 2 or 3"));
+  }
   if (options.prefetch_depth < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Zero3Options.prefetch_depth ", options.prefetch_depth, " is negative"));
@@ -153,9 +170,9 @@ absl::StatusOr<std::unique_ptr<Zero3Engine>> Zero3Engine::Create(const Partition
 
 absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
   const bool bf16 = options_.compute_dtype == DType::kBF16;
-  // Gathered bytes per bucket slot: the compute dtype, plus the f32 widening in bf16.
-  const int64_t slot_bytes =
-      partition_.MaxBucketNumel() * (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0));
+  // Bytes per bucket slot (BufferBytes): stage 3 gathers in the compute dtype, plus
+  // the f32 widening in bf16; stages 1 and 2 need only the widening, in bf16.
+  const int64_t slot_bytes = BufferBytes(partition_.MaxBucketNumel());
   slots_ = options_.prefetch_depth + 1;
   if (options_.max_live_gathered_bytes > 0 && slot_bytes > 0) {
     const int64_t fit = options_.max_live_gathered_bytes / slot_bytes;
@@ -168,13 +185,14 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     slots_ = static_cast<int>(std::min<int64_t>(slots_, fit));
   }
   shared_ = std::make_unique<EngineShared>();
-  const int pool_size = std::min(slots_, std::max(partition_.num_buckets(), 1));
+  const int pool_size =
+      UsesBuffers() ? std::min(slots_, std::max(partition_.num_buckets(), 1)) : 0;
   shared_->pool.resize(pool_size);
   for (int i = pool_size - 1; i >= 0; --i) {
     GatherBuffer& buffer = shared_->pool[i];
     const size_t n = static_cast<size_t>(partition_.MaxBucketNumel());
     if (bf16) {
-      buffer.bf16.resize(n);
+      if (options_.stage == 3) buffer.bf16.resize(n);
       buffer.widened.resize(n);
     } else {
       buffer.f32.resize(n);
@@ -182,8 +200,9 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     shared_->free_buffers.push_back(i);
   }
 
-  // Each bucket's shard of the initial model; the padding stays zero (AlignedBuffer
-  // zeroes what it allocates).
+  // Each bucket's shard of the initial model (and at stages 1 and 2 the whole
+  // bucket); the padding stays zero (AlignedBuffer and vectors start zeroed).
+  const int stage = options_.stage;
   auto make_state = [&](int index, bool replicated, int64_t numel, int64_t padded)
       -> absl::StatusOr<std::unique_ptr<BucketState>> {
     auto state = std::make_unique<BucketState>();
@@ -191,12 +210,30 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     state->replicated = replicated;
     state->numel = numel;
     state->padded_numel = padded;
-    LOOM_ASSIGN_OR_RETURN(state->master, AlignedBuffer<float>::Create(numel));
-    if (bf16) {
-      state->compute.resize(numel);
-      state->grad_bf16.assign(numel, BFloat16());
+    const bool whole = !replicated && stage < 3;
+    const size_t block = static_cast<size_t>(rank_) * static_cast<size_t>(numel);
+    if (whole && !bf16) {
+      state->whole_f32.resize(static_cast<size_t>(padded));
+      state->weights = absl::MakeSpan(state->whole_f32).subspan(block, numel);
     } else {
-      state->grad_f32.assign(numel, 0.0f);
+      LOOM_ASSIGN_OR_RETURN(state->master, AlignedBuffer<float>::Create(numel));
+      state->weights = state->master.span();
+    }
+    if (bf16) {
+      if (whole) {
+        state->whole_bf16.resize(static_cast<size_t>(padded));
+        state->compute = absl::MakeSpan(state->whole_bf16).subspan(block, numel);
+      } else {
+        state->compute_shard.resize(static_cast<size_t>(numel));
+        state->compute = absl::MakeSpan(state->compute_shard);
+      }
+    }
+    // Stage 1 keeps the whole bucket's gradient until Step; the others a shard.
+    const size_t grad_numel = static_cast<size_t>(!replicated && stage == 1 ? padded : numel);
+    if (bf16) {
+      state->grad_bf16.assign(grad_numel, BFloat16());
+    } else {
+      state->grad_f32.assign(grad_numel, 0.0f);
     }
     LOOM_ASSIGN_OR_RETURN(AdamWState adam, AdamWState::Create(numel));
     state->adam.emplace(std::move(adam));
@@ -211,7 +248,19 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
       const ParamSlot& slot = partition_.slot(p);
       const Partition::Range range = partition_.OwnedRange(p, rank_);
       for (int64_t i = range.begin; i < range.end; ++i) {
-        state->master[slot.offset + i - shard_begin] = initial[partition_.FlatOffset(p) + i];
+        state->weights[slot.offset + i - shard_begin] = initial[partition_.FlatOffset(p) + i];
+      }
+      // Stages 1 and 2: every rank starts from the same whole model, so the whole
+      // copy needs no collective.
+      const float* from = initial.data() + partition_.FlatOffset(p);
+      if (!state->whole_f32.empty()) {
+        std::copy_n(from, slot.numel, state->whole_f32.begin() + slot.offset);
+      }
+      if (!state->whole_bf16.empty()) {
+        LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(
+            absl::MakeConstSpan(from, static_cast<size_t>(slot.numel)),
+            absl::MakeSpan(state->whole_bf16).subspan(static_cast<size_t>(slot.offset),
+                                                     static_cast<size_t>(slot.numel))));
       }
     }
     buckets_.push_back(std::move(state));
@@ -222,7 +271,7 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     const ParamSlot& slot = partition_.slot(p);
     if (!slot.persistent) continue;
     std::copy_n(initial.begin() + partition_.FlatOffset(p), slot.numel,
-                persistent_->master.span().begin() + slot.offset);
+                persistent_->weights.begin() + slot.offset);
   }
   if (bf16) persistent_view_.resize(persistent);
   LOOM_RETURN_IF_ERROR(RefreshComputeCopies());
@@ -235,13 +284,9 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
 absl::Status Zero3Engine::RefreshComputeCopies() {
   if (options_.compute_dtype != DType::kBF16) return absl::OkStatus();
   for (const auto& bucket : buckets_) {
-    LOOM_RETURN_IF_ERROR(
-        ConvertF32ToBF16(absl::MakeConstSpan(bucket->master.data(), bucket->master.size()),
-                         absl::MakeSpan(bucket->compute)));
+    LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(bucket->weights, bucket->compute));
   }
-  LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(
-      absl::MakeConstSpan(persistent_->master.data(), persistent_->master.size()),
-      absl::MakeSpan(persistent_->compute)));
+  LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(persistent_->weights, persistent_->compute));
   return ConvertBF16ToF32(persistent_->compute, absl::MakeSpan(persistent_view_));
 }
 
@@ -277,6 +322,13 @@ absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
   if (pass == Zero3Pass::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(Who(), ": BeginPass(kNone)"));
   }
+  if (whole_stale_) {
+    // WriteShard changed every rank's shard: the whole copies (stages 1 and 2)
+    // gather them before anyone uses them.
+    for (const auto& bucket : buckets_) GatherWhole(*bucket);
+    LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
+    whole_stale_ = false;
+  }
   pass_ = pass;
   position_ = 0;
   next_gather_ = 0;
@@ -290,11 +342,26 @@ absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
   return absl::OkStatus();
 }
 
-// EnqueueGathers submits the all-gathers of the positions in the window
-// [position_, position_ + slots_) that have none yet, while buffers are free.
-void Zero3Engine::EnqueueGathers() {
-  if (pass_ == Zero3Pass::kGradients) return;
+// UsesBuffers: whether Acquire hands out a pool buffer — the gathered bucket at
+// stage 3, the f32 widening of the whole bf16 bucket at stages 1 and 2 — rather
+// than the whole f32 bucket itself (stages 1 and 2 in f32).
+bool Zero3Engine::UsesBuffers() const {
+  return options_.stage == 3 || options_.compute_dtype == DType::kBF16;
+}
+
+int64_t Zero3Engine::BufferBytes(int64_t numel) const {
   const bool bf16 = options_.compute_dtype == DType::kBF16;
+  if (options_.stage < 3) return bf16 ? numel * 4 : 0;
+  return numel * (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0));
+}
+
+// EnqueueGathers fills the pool buffers of the positions in the window
+// [position_, position_ + slots_) that have none yet, while buffers are free:
+// an all-gather at stage 3, a widening of the whole bf16 copy at stages 1 and 2.
+void Zero3Engine::EnqueueGathers() {
+  if (pass_ == Zero3Pass::kGradients || !UsesBuffers()) return;
+  const bool bf16 = options_.compute_dtype == DType::kBF16;
+  const bool gather = options_.stage == 3;
   while (next_gather_ < partition_.num_buckets() && next_gather_ < position_ + slots_ &&
          !shared_->free_buffers.empty()) {
     BucketState& bucket = *buckets_[BucketAt(next_gather_)];
@@ -303,21 +370,26 @@ void Zero3Engine::EnqueueGathers() {
     bucket.gather_waited = false;
     GatherBuffer& buffer = shared_->pool[bucket.buffer];
     const size_t padded = static_cast<size_t>(bucket.padded_numel);
-    CountGathered(bucket.padded_numel * (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0)));
-    ++stats_.gathers;
+    CountGathered(BufferBytes(bucket.padded_numel));
+    if (gather) ++stats_.gathers;
     Communicator* dp = dp_;
     BucketState* state = &bucket;
-    bucket.gather_ticket = worker_->Submit([dp, state, &buffer, bf16, padded]() -> absl::Status {
-      if (bf16) {
-        LOOM_RETURN_IF_ERROR(dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->compute)),
-                                           BufferView::Of(absl::MakeSpan(buffer.bf16).first(padded))));
-        return ConvertBF16ToF32(absl::MakeConstSpan(buffer.bf16).first(padded),
-                                absl::MakeSpan(buffer.widened).first(padded));
-      }
-      return dp->AllGather(
-          ConstBufferView::Of(absl::MakeConstSpan(state->master.data(), state->master.size())),
-          BufferView::Of(absl::MakeSpan(buffer.f32).first(padded)));
-    });
+    bucket.gather_ticket =
+        worker_->Submit([dp, state, &buffer, bf16, gather, padded]() -> absl::Status {
+          if (!gather) {
+            return ConvertBF16ToF32(absl::MakeConstSpan(state->whole_bf16),
+                                    absl::MakeSpan(buffer.widened).first(padded));
+          }
+          if (bf16) {
+            LOOM_RETURN_IF_ERROR(
+                dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->compute)),
+                              BufferView::Of(absl::MakeSpan(buffer.bf16).first(padded))));
+            return ConvertBF16ToF32(absl::MakeConstSpan(buffer.bf16).first(padded),
+                                    absl::MakeSpan(buffer.widened).first(padded));
+          }
+          return dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->weights)),
+                               BufferView::Of(absl::MakeSpan(buffer.f32).first(padded)));
+        });
     ++next_gather_;
   }
 }
@@ -326,11 +398,10 @@ void Zero3Engine::EnqueueGathers() {
 // every rank makes the same calls) and its buffer goes back to the pool; in a
 // backward pass its gradients are reduce-scattered.
 absl::Status Zero3Engine::ReleaseBefore(int position) {
-  const bool bf16 = options_.compute_dtype == DType::kBF16;
   while (position_ < position) {
     EnqueueGathers();
     BucketState& bucket = *buckets_[BucketAt(position_)];
-    if (pass_ != Zero3Pass::kGradients) {
+    if (pass_ != Zero3Pass::kGradients && UsesBuffers()) {
       if (bucket.buffer < 0) {
         // Impossible: released buffers return before the window moves.
         return RecordError(absl::InternalError(
@@ -339,8 +410,7 @@ absl::Status Zero3Engine::ReleaseBefore(int position) {
       absl::Status gathered = worker_->Wait(bucket.gather_ticket, Deadline());
       shared_->free_buffers.push_back(bucket.buffer);
       bucket.buffer = -1;
-      CountGathered(-bucket.padded_numel *
-                    (DTypeBytes(options_.compute_dtype) + (bf16 ? 4 : 0)));
+      CountGathered(-BufferBytes(bucket.padded_numel));
       if (!gathered.ok()) return RecordError(gathered);
     }
     if (Reducing()) LOOM_RETURN_IF_ERROR(RecordError(EnqueueReduce(bucket)));
@@ -352,9 +422,18 @@ absl::Status Zero3Engine::ReleaseBefore(int position) {
 
 // EnqueueReduce submits the reduce-scatter (average over dp) of the bucket's
 // gradients into this rank's gradient shard; the whole-bucket buffer is freed by
-// the job once reduced.
+// the job once reduced. Stage 1 only adds them into its whole-bucket gradient,
+// which Step reduces.
 absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
   bucket.reduced = true;
+  if (options_.stage == 1) {
+    if (!bucket.grad_buffer.empty()) {
+      AddInto(bucket.grad_buffer, bucket);
+      shared_->live_grad_bytes.fetch_sub(static_cast<int64_t>(bucket.grad_buffer.size()) * 4);
+      bucket.grad_buffer = std::vector<float>();
+    }
+    return absl::OkStatus();
+  }
   ++stats_.reduce_scatters;
   if (bucket.grad_buffer.empty()) {
     bucket.grad_buffer.assign(static_cast<size_t>(bucket.padded_numel), 0.0f);
@@ -405,7 +484,7 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
   }
   if (slot.persistent) {
     const float* base = options_.compute_dtype == DType::kBF16 ? persistent_view_.data()
-                                                               : persistent_->master.data();
+                                                               : persistent_->weights.data();
     return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
   }
   const int position = PositionOf(slot.bucket);
@@ -418,6 +497,10 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
   }
   LOOM_RETURN_IF_ERROR(ReleaseBefore(position));
   BucketState& bucket = *buckets_[slot.bucket];
+  if (!UsesBuffers()) {
+    return absl::MakeConstSpan(bucket.whole_f32).subspan(static_cast<size_t>(slot.offset),
+                                                         static_cast<size_t>(slot.numel));
+  }
   if (!bucket.gather_waited) {
     LOOM_RETURN_IF_ERROR(RecordError(worker_->Wait(bucket.gather_ticket, Deadline())));
     bucket.gather_waited = true;
@@ -487,6 +570,22 @@ absl::Status Zero3Engine::EndPass() {
   return drained;
 }
 
+// GatherWhole (stages 1 and 2) all-gathers, in place, every rank's block of the
+// bucket's compute copy into its whole copy, on the communication thread.
+void Zero3Engine::GatherWhole(BucketState& bucket) {
+  ++stats_.gathers;
+  Communicator* dp = dp_;
+  BucketState* state = &bucket;
+  worker_->Submit([dp, state]() -> absl::Status {
+    if (!state->whole_bf16.empty()) {
+      return dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->compute)),
+                           BufferView::Of(absl::MakeSpan(state->whole_bf16)));
+    }
+    return dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->weights)),
+                         BufferView::Of(absl::MakeSpan(state->whole_f32)));
+  });
+}
+
 absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   if (pass_ != Zero3Pass::kNone) {
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": Step inside a pass"));
@@ -502,9 +601,9 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   AdamWOptions adam_options;
   adam_options.threads = options_.offload_optimizer ? options_.adamw_threads : 1;
   const bool bf16 = options_.compute_dtype == DType::kBF16;
-  std::vector<float> widened;  // bf16: one bucket's gradient shard at a time
+  std::vector<float> widened;  // bf16: one bucket's gradient (stage 1: whole) in f32
+  std::vector<float> reduced;  // stage 1: one bucket's averaged gradient shard
   auto step_one = [&](BucketState& bucket) -> absl::Status {
-    absl::Span<float> params(bucket.master.data(), bucket.master.size());
     absl::Span<const float> grads;
     if (bf16) {
       widened.resize(bucket.grad_bf16.size());
@@ -513,11 +612,29 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
     } else {
       grads = bucket.grad_f32;
     }
-    LOOM_RETURN_IF_ERROR(
-        AdamWStep(averaged, params, grads, *bucket.adam, adam_options,
-                  bf16 ? HalfCopy(absl::MakeSpan(bucket.compute)) : HalfCopy()));
+    if (options_.stage == 1 && !bucket.replicated) {
+      // Stage 1 reduces the whole gradient once per step, here, and (bf16) rounds
+      // the average as the other stages round their reduced shard.
+      reduced.resize(static_cast<size_t>(bucket.numel));
+      ++stats_.reduce_scatters;
+      Communicator* dp = dp_;
+      const CommWorker::Ticket ticket = worker_->Submit([dp, grads, &reduced] {
+        return dp->ReduceScatter(ConstBufferView::Of(grads),
+                                 BufferView::Of(absl::MakeSpan(reduced)), ReduceOp::kAvg);
+      });
+      LOOM_RETURN_IF_ERROR(worker_->Wait(ticket, Deadline()));
+      if (bf16) {
+        for (float& x : reduced) x = ToFloat(ToBFloat16(x));
+      }
+      grads = reduced;
+    }
+    LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bucket.weights, grads, *bucket.adam, adam_options,
+                                   bf16 ? HalfCopy(bucket.compute) : HalfCopy()));
     std::fill(bucket.grad_f32.begin(), bucket.grad_f32.end(), 0.0f);
     std::fill(bucket.grad_bf16.begin(), bucket.grad_bf16.end(), BFloat16());
+    // Stages 1 and 2: every rank's new block into the whole copy, while the next
+    // bucket steps.
+    if (options_.stage < 3 && !bucket.replicated) GatherWhole(bucket);
     return absl::OkStatus();
   };
   for (const auto& bucket : buckets_) LOOM_RETURN_IF_ERROR(step_one(*bucket));
@@ -525,6 +642,7 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   if (bf16) {
     LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(persistent_->compute, absl::MakeSpan(persistent_view_)));
   }
+  LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
   passes_since_step_ = 0;
   ++stats_.steps;
   return absl::OkStatus();
@@ -545,10 +663,10 @@ absl::Status Zero3Engine::CheckShardSpans(absl::string_view what, size_t sharded
 absl::Status Zero3Engine::ReadShard(absl::Span<float> sharded, absl::Span<float> persistent) const {
   LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadShard", sharded.size(), persistent.size()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    std::copy(buckets_[b]->master.span().begin(), buckets_[b]->master.span().end(),
+    std::copy(buckets_[b]->weights.begin(), buckets_[b]->weights.end(),
               sharded.begin() + partition_.ShardOffset(static_cast<int>(b)));
   }
-  std::copy(persistent_->master.span().begin(), persistent_->master.span().end(), persistent.begin());
+  std::copy(persistent_->weights.begin(), persistent_->weights.end(), persistent.begin());
   return absl::OkStatus();
 }
 
@@ -561,9 +679,10 @@ absl::Status Zero3Engine::WriteShard(absl::Span<const float> sharded,
   LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     std::copy_n(sharded.begin() + partition_.ShardOffset(static_cast<int>(b)),
-                buckets_[b]->master.size(), buckets_[b]->master.span().begin());
+                buckets_[b]->weights.size(), buckets_[b]->weights.begin());
   }
-  std::copy(persistent.begin(), persistent.end(), persistent_->master.span().begin());
+  std::copy(persistent.begin(), persistent.end(), persistent_->weights.begin());
+  whole_stale_ = options_.stage < 3;
   return RefreshComputeCopies();
 }
 
@@ -574,7 +693,7 @@ absl::Status Zero3Engine::ReadMoments(absl::Span<float> m_sharded, absl::Span<fl
   LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadMoments (v)", v_sharded.size(), v_persistent.size()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const size_t offset = static_cast<size_t>(partition_.ShardOffset(static_cast<int>(b)));
-    const size_t n = buckets_[b]->master.size();
+    const size_t n = buckets_[b]->weights.size();
     LOOM_RETURN_IF_ERROR(
         buckets_[b]->adam->ReadMoments(m_sharded.subspan(offset, n), v_sharded.subspan(offset, n)));
   }
@@ -589,7 +708,7 @@ absl::Status Zero3Engine::WriteMoments(absl::Span<const float> m_sharded,
   LOOM_RETURN_IF_ERROR(CheckShardSpans("WriteMoments (v)", v_sharded.size(), v_persistent.size()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const size_t offset = static_cast<size_t>(partition_.ShardOffset(static_cast<int>(b)));
-    const size_t n = buckets_[b]->master.size();
+    const size_t n = buckets_[b]->weights.size();
     LOOM_RETURN_IF_ERROR(buckets_[b]->adam->WriteMoments(m_sharded.subspan(offset, n),
                                                          v_sharded.subspan(offset, n)));
   }
@@ -608,7 +727,7 @@ absl::StatusOr<std::vector<float>> Zero3Engine::GatherAll() {
     absl::Span<float> out = absl::MakeSpan(whole).first(static_cast<size_t>(bucket.padded_numel));
     const CommWorker::Ticket ticket = worker_->Submit([dp, &bucket, out]() {
       return dp->AllGather(
-          ConstBufferView::Of(absl::MakeConstSpan(bucket.master.data(), bucket.master.size())),
+          ConstBufferView::Of(absl::MakeConstSpan(bucket.weights)),
           BufferView::Of(out));
     });
     LOOM_RETURN_IF_ERROR(worker_->Wait(ticket, Deadline()));
@@ -621,7 +740,7 @@ absl::StatusOr<std::vector<float>> Zero3Engine::GatherAll() {
   for (int p = 0; p < partition_.num_params(); ++p) {
     const ParamSlot& slot = partition_.slot(p);
     if (!slot.persistent) continue;
-    std::copy_n(persistent_->master.span().begin() + slot.offset, slot.numel,
+    std::copy_n(persistent_->weights.begin() + slot.offset, slot.numel,
                 flat.begin() + partition_.FlatOffset(p));
   }
   return flat;
@@ -635,7 +754,7 @@ Zero3Stats Zero3Engine::Stats() const {
   stats.persistent_state_bytes = persistent_->StateBytes();
   if (options_.offload_optimizer) {
     auto host = [](const BucketState& b) {
-      return static_cast<int64_t>(b.master.size() * sizeof(float) + b.adam->size_bytes());
+      return static_cast<int64_t>(b.weights.size() * sizeof(float) + b.adam->size_bytes());
     };
     for (const auto& bucket : buckets_) stats.host_state_bytes += host(*bucket);
     stats.host_state_bytes += host(*persistent_);

@@ -1,6 +1,7 @@
-// Zero3Engine: one data-parallel rank's ZeRO-3 state and its traffic. Every rank
-// keeps only its shard of the parameters, the gradients and the AdamW state; whole
-// parameters exist only while a pass uses them.
+// Zero3Engine: one data-parallel rank's ZeRO state and its traffic. At stage 3
+// (the default) every rank keeps only its shard of the parameters, the gradients
+// and the AdamW state, and whole parameters exist only while a pass uses them.
+// Stages 1 and 2 (Zero3Options.stage) shard less: see Zero3Options.
 //
 // A step is a forward pass, a backward pass and Step():
 //   - BeginPass(kForward) starts gathering buckets 0, 1, ... ahead of use, at most
@@ -22,16 +23,20 @@
 // Several backward passes before a Step accumulate (averaged over the passes).
 //
 // Memory per rank (counted, Stats()): with Psi parameters in buckets, 16 * Psi / dp
-// bytes of model state in both precisions — f32: param 4 + grad 4 + m 4 + v 4; bf16:
-// param 2 + grad 2 + f32 master 4 + m 4 + v 4 — plus the padding of the last
-// shard of each bucket, plus persistent (unsharded) parameters at 16 bytes each,
-// plus buffers bounded by: live gathered buckets (at most prefetch_depth + 1 of the
-// largest bucket, in the compute dtype, and an f32 copy of each in bf16) and the
-// gradient buffers of buckets being reduced.
-// Traffic per step and rank (read from the communicator's counters): all-gather
-// twice and reduce-scatter once, each (dp - 1) / dp of the padded bucket bytes:
-// 3 * Psi * (dp - 1) / dp elements, 1.5x plain data parallelism's all-reduce
-// (2 * Psi * (dp - 1) / dp); persistent gradients add one all-reduce.
+// bytes of model state at stage 3 in both precisions — f32: param 4 + grad 4 + m 4
+// + v 4; bf16: param 2 + grad 2 + f32 master 4 + m 4 + v 4. Stage 2 keeps the whole
+// parameters (f32 4 Psi + 12 Psi / dp; bf16 2 Psi + 14 Psi / dp), stage 1 also the
+// whole gradients (f32 8 Psi + 8 Psi / dp; bf16 4 Psi + 12 Psi / dp). Plus the
+// padding of the last shard of each bucket, plus persistent (unsharded) parameters
+// at 16 bytes each, plus buffers bounded by: live gathered buckets (at most
+// prefetch_depth + 1 of the largest bucket, in the compute dtype, and an f32 copy of
+// each in bf16) and the gradient buffers of buckets being reduced.
+// Traffic per step and rank (read from the communicator's counters), at stage 3:
+// all-gather twice and reduce-scatter once, each (dp - 1) / dp of the padded bucket
+// bytes: 3 * Psi * (dp - 1) / dp elements, 1.5x plain data parallelism's all-reduce
+// (2 * Psi * (dp - 1) / dp); at stages 1 and 2 one reduce-scatter and one all-gather
+// (of the updated shards, in Step), 2 * Psi * (dp - 1) / dp. Persistent gradients
+// add one all-reduce per backward pass.
 //
 // Example (each data-parallel rank runs this on its own thread or process):
 //   LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(model.Specs(), {...}));
@@ -88,6 +93,12 @@ struct EngineShared;
 enum class Zero3Pass { kNone, kForward, kBackward, kGradients };
 
 struct Zero3Options {
+  // What is sharded over dp (the ZeRO stages): 1 the optimizer state (f32 master,
+  // m, v), 2 also the gradients, 3 also the parameters. At stages 1 and 2 every
+  // rank keeps the whole parameters in the compute dtype (Acquire gathers nothing)
+  // and Step all-gathers the updated shards into them; stage 1 also keeps the whole
+  // gradient, accumulated locally and reduce-scattered once, in Step.
+  int stage = 3;
   // kF32: parameters and gradients in f32 (the master weights are the parameters).
   // kBF16: gathered and reduced in bf16, an f32 master shard for the optimizer.
   DType compute_dtype = DType::kF32;
@@ -183,7 +194,10 @@ class Zero3Engine {
   int BucketAt(int position) const;
   int PositionOf(int bucket) const;
   bool Reducing() const;  // a kBackward or kGradients pass
+  bool UsesBuffers() const;
+  int64_t BufferBytes(int64_t numel) const;  // one pool buffer's bytes for `numel`
   void EnqueueGathers();
+  void GatherWhole(zero3_internal::BucketState& bucket);
   absl::Status ReleaseBefore(int position);
   absl::Status EnqueueReduce(zero3_internal::BucketState& bucket);
   absl::Status RecordError(absl::Status status);
@@ -207,6 +221,7 @@ class Zero3Engine {
   int position_ = 0;        // the pass's current bucket, as a position in pass order
   int next_gather_ = 0;     // the next position to gather
   int passes_since_step_ = 0;
+  bool whole_stale_ = false;  // stages 1, 2: WriteShard ran; BeginPass re-gathers
   absl::Status pass_error_;
   Zero3Stats stats_;
 };
