@@ -170,7 +170,9 @@ class Zero3Engine {
   // ReadShard copies this rank's master weights (f32, Partition::ShardNumel()
   // elements, bucket by bucket) and the persistent block into the spans; ReadMoments
   // the same for AdamW's m and v. WriteShard / WriteMoments restore them (the
-  // compute copies are refreshed). InvalidArgument for wrong sizes.
+  // compute copies are refreshed; at stages 1 and 2 the next BeginPass all-gathers
+  // the whole parameters again, so every rank must call WriteShard). InvalidArgument
+  // for wrong sizes.
   absl::Status ReadShard(absl::Span<float> sharded, absl::Span<float> persistent) const;
   absl::Status WriteShard(absl::Span<const float> sharded, absl::Span<const float> persistent);
   absl::Status ReadMoments(absl::Span<float> m_sharded, absl::Span<float> m_persistent,
