@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,7 +56,8 @@ struct BucketState {
   // at stage 1 the whole bucket's, accumulated here until Step reduces it.
   std::vector<float> grad_f32;
   std::vector<BFloat16> grad_bf16;
-  std::optional<AdamWState> adam;
+  std::optional<AdamWState> adam;   // empty when it lives in optimizer_disk
+  bool master_on_disk = false;      // bf16 with optimizer_disk: `master` is empty
 
   // This pass.
   int buffer = -1;                      // GatherBuffer in use, or -1
@@ -117,6 +119,34 @@ Zero3Engine::~Zero3Engine() {
   // The worker finishes what it runs (each collective has its own deadline)
   // before the buffers it uses go away.
   worker_.reset();
+  if (options_.optimizer_disk != nullptr) {
+    // The state on disk is this engine's swap space, not a checkpoint.
+    for (const auto& bucket : buckets_) {
+      options_.optimizer_disk->Remove(DiskName(*bucket)).IgnoreError();
+    }
+  }
+}
+
+std::string Zero3Engine::DiskName(const BucketState& bucket) const {
+  return absl::StrCat(options_.disk_prefix, ".r", rank_, ".b", bucket.index);
+}
+
+int64_t Zero3Engine::StoredNumel(const BucketState& bucket) const {
+  return bucket.numel * (options_.compute_dtype == DType::kBF16 ? 3 : 2);
+}
+
+absl::StatusOr<std::vector<float>> Zero3Engine::ReadStored(const BucketState& bucket) const {
+  std::vector<float> stored(static_cast<size_t>(StoredNumel(bucket)));
+  LOOM_RETURN_IF_ERROR(options_.optimizer_disk->Read(
+      DiskName(bucket), absl::MakeSpan(reinterpret_cast<std::byte*>(stored.data()),
+                                       stored.size() * sizeof(float))));
+  return stored;
+}
+
+absl::Status Zero3Engine::WriteStored(const BucketState& bucket, absl::Span<const float> stored) {
+  return options_.optimizer_disk->Write(
+      DiskName(bucket), absl::MakeConstSpan(reinterpret_cast<const std::byte*>(stored.data()),
+                                            stored.size() * sizeof(float)));
 }
 
 std::string Zero3Engine::Who() const { return absl::StrCat("Zero3Engine rank ", rank_); }
@@ -275,6 +305,22 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
   }
   if (bf16) persistent_view_.resize(persistent);
   LOOM_RETURN_IF_ERROR(RefreshComputeCopies());
+  if (options_.optimizer_disk != nullptr) {
+    // NVMe: each bucket's optimizer state (zero moments, and the bf16 master) goes to
+    // disk and leaves memory.
+    for (const auto& bucket : buckets_) {
+      const size_t n = static_cast<size_t>(bucket->numel);
+      std::vector<float> stored(static_cast<size_t>(StoredNumel(*bucket)), 0.0f);
+      if (bf16) std::copy(bucket->weights.begin(), bucket->weights.end(), stored.begin() + 2 * n);
+      LOOM_RETURN_IF_ERROR(WriteStored(*bucket, stored));
+      bucket->adam.reset();
+      if (bf16) {
+        bucket->master = AlignedBuffer<float>();
+        bucket->weights = absl::Span<float>();
+        bucket->master_on_disk = true;
+      }
+    }
+  }
   worker_ = std::make_unique<CommWorker>();
   return absl::OkStatus();
 }
@@ -603,6 +649,13 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   const bool bf16 = options_.compute_dtype == DType::kBF16;
   std::vector<float> widened;  // bf16: one bucket's gradient (stage 1: whole) in f32
   std::vector<float> reduced;  // stage 1: one bucket's averaged gradient shard
+  // NVMe: the next bucket's stored state, read on another thread. (A future's
+  // destructor waits for its read, so an early return leaves nothing running.)
+  std::future<absl::StatusOr<std::vector<float>>> ahead;
+  auto read_ahead = [&](int b) {
+    ahead = std::async(std::launch::async, [this, b] { return ReadStored(*buckets_[b]); });
+  };
+  if (options_.optimizer_disk != nullptr && !buckets_.empty()) read_ahead(0);
   auto step_one = [&](BucketState& bucket) -> absl::Status {
     absl::Span<const float> grads;
     if (bf16) {
@@ -628,8 +681,24 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
       }
       grads = reduced;
     }
-    LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bucket.weights, grads, *bucket.adam, adam_options,
-                                   bf16 ? HalfCopy(bucket.compute) : HalfCopy()));
+    if (bucket.adam.has_value()) {
+      LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bucket.weights, grads, *bucket.adam, adam_options,
+                                     bf16 ? HalfCopy(bucket.compute) : HalfCopy()));
+    } else {
+      // NVMe: this bucket's state, read ahead while the previous bucket stepped.
+      absl::StatusOr<std::vector<float>> stored = ahead.get();
+      if (bucket.index + 1 < partition_.num_buckets()) read_ahead(bucket.index + 1);
+      if (!stored.ok()) return stored.status();
+      const size_t n = static_cast<size_t>(bucket.numel);
+      absl::Span<float> all = absl::MakeSpan(*stored);
+      LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(bucket.numel));
+      LOOM_RETURN_IF_ERROR(state.WriteMoments(all.subspan(0, n), all.subspan(n, n)));
+      LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bf16 ? all.subspan(2 * n, n) : bucket.weights,
+                                     grads, state, adam_options,
+                                     bf16 ? HalfCopy(bucket.compute) : HalfCopy()));
+      LOOM_RETURN_IF_ERROR(state.ReadMoments(all.subspan(0, n), all.subspan(n, n)));
+      LOOM_RETURN_IF_ERROR(WriteStored(bucket, all));
+    }
     std::fill(bucket.grad_f32.begin(), bucket.grad_f32.end(), 0.0f);
     std::fill(bucket.grad_bf16.begin(), bucket.grad_bf16.end(), BFloat16());
     // Stages 1 and 2: every rank's new block into the whole copy, while the next
@@ -663,8 +732,14 @@ absl::Status Zero3Engine::CheckShardSpans(absl::string_view what, size_t sharded
 absl::Status Zero3Engine::ReadShard(absl::Span<float> sharded, absl::Span<float> persistent) const {
   LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadShard", sharded.size(), persistent.size()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    std::copy(buckets_[b]->weights.begin(), buckets_[b]->weights.end(),
-              sharded.begin() + partition_.ShardOffset(static_cast<int>(b)));
+    const BucketState& bucket = *buckets_[b];
+    auto out = sharded.begin() + partition_.ShardOffset(static_cast<int>(b));
+    if (bucket.master_on_disk) {  // the master is on disk
+      LOOM_ASSIGN_OR_RETURN(const std::vector<float> stored, ReadStored(bucket));
+      std::copy_n(stored.begin() + 2 * bucket.numel, bucket.numel, out);
+    } else {
+      std::copy(bucket.weights.begin(), bucket.weights.end(), out);
+    }
   }
   std::copy(persistent_->weights.begin(), persistent_->weights.end(), persistent.begin());
   return absl::OkStatus();
@@ -678,12 +753,29 @@ absl::Status Zero3Engine::WriteShard(absl::Span<const float> sharded,
   }
   LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    std::copy_n(sharded.begin() + partition_.ShardOffset(static_cast<int>(b)),
-                buckets_[b]->weights.size(), buckets_[b]->weights.begin());
+    BucketState& bucket = *buckets_[b];
+    const size_t n = static_cast<size_t>(bucket.numel);
+    const absl::Span<const float> in =
+        sharded.subspan(static_cast<size_t>(partition_.ShardOffset(static_cast<int>(b))), n);
+    if (bucket.master_on_disk) {  // the master is on disk
+      LOOM_ASSIGN_OR_RETURN(std::vector<float> stored, ReadStored(bucket));
+      std::copy(in.begin(), in.end(), stored.begin() + 2 * n);
+      LOOM_RETURN_IF_ERROR(WriteStored(bucket, stored));
+      LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(in, bucket.compute));
+    } else {
+      std::copy(in.begin(), in.end(), bucket.weights.begin());
+      if (!bucket.compute.empty()) {
+        LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(bucket.weights, bucket.compute));
+      }
+    }
   }
   std::copy(persistent.begin(), persistent.end(), persistent_->weights.begin());
+  if (options_.compute_dtype == DType::kBF16) {
+    LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(persistent_->weights, persistent_->compute));
+    LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(persistent_->compute, absl::MakeSpan(persistent_view_)));
+  }
   whole_stale_ = options_.stage < 3;
-  return RefreshComputeCopies();
+  return absl::OkStatus();
 }
 
 absl::Status Zero3Engine::ReadMoments(absl::Span<float> m_sharded, absl::Span<float> m_persistent,
@@ -692,10 +784,17 @@ absl::Status Zero3Engine::ReadMoments(absl::Span<float> m_sharded, absl::Span<fl
   LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadMoments (m)", m_sharded.size(), m_persistent.size()));
   LOOM_RETURN_IF_ERROR(CheckShardSpans("ReadMoments (v)", v_sharded.size(), v_persistent.size()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
+    const BucketState& bucket = *buckets_[b];
     const size_t offset = static_cast<size_t>(partition_.ShardOffset(static_cast<int>(b)));
-    const size_t n = buckets_[b]->weights.size();
-    LOOM_RETURN_IF_ERROR(
-        buckets_[b]->adam->ReadMoments(m_sharded.subspan(offset, n), v_sharded.subspan(offset, n)));
+    const size_t n = static_cast<size_t>(bucket.numel);
+    if (bucket.adam.has_value()) {
+      LOOM_RETURN_IF_ERROR(
+          bucket.adam->ReadMoments(m_sharded.subspan(offset, n), v_sharded.subspan(offset, n)));
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(const std::vector<float> stored, ReadStored(bucket));
+    std::copy_n(stored.begin(), n, m_sharded.begin() + offset);
+    std::copy_n(stored.begin() + n, n, v_sharded.begin() + offset);
   }
   return persistent_->adam->ReadMoments(m_persistent, v_persistent);
 }
@@ -707,10 +806,18 @@ absl::Status Zero3Engine::WriteMoments(absl::Span<const float> m_sharded,
   LOOM_RETURN_IF_ERROR(CheckShardSpans("WriteMoments (m)", m_sharded.size(), m_persistent.size()));
   LOOM_RETURN_IF_ERROR(CheckShardSpans("WriteMoments (v)", v_sharded.size(), v_persistent.size()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
+    BucketState& bucket = *buckets_[b];
     const size_t offset = static_cast<size_t>(partition_.ShardOffset(static_cast<int>(b)));
-    const size_t n = buckets_[b]->weights.size();
-    LOOM_RETURN_IF_ERROR(buckets_[b]->adam->WriteMoments(m_sharded.subspan(offset, n),
-                                                         v_sharded.subspan(offset, n)));
+    const size_t n = static_cast<size_t>(bucket.numel);
+    if (bucket.adam.has_value()) {
+      LOOM_RETURN_IF_ERROR(
+          bucket.adam->WriteMoments(m_sharded.subspan(offset, n), v_sharded.subspan(offset, n)));
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> stored, ReadStored(bucket));
+    std::copy_n(m_sharded.begin() + offset, n, stored.begin());
+    std::copy_n(v_sharded.begin() + offset, n, stored.begin() + n);
+    LOOM_RETURN_IF_ERROR(WriteStored(bucket, stored));
   }
   return persistent_->adam->WriteMoments(m_persistent, v_persistent);
 }
@@ -725,10 +832,14 @@ absl::StatusOr<std::vector<float>> Zero3Engine::GatherAll() {
     BucketState& bucket = *buckets_[b];
     Communicator* dp = dp_;
     absl::Span<float> out = absl::MakeSpan(whole).first(static_cast<size_t>(bucket.padded_numel));
-    const CommWorker::Ticket ticket = worker_->Submit([dp, &bucket, out]() {
-      return dp->AllGather(
-          ConstBufferView::Of(absl::MakeConstSpan(bucket.weights)),
-          BufferView::Of(out));
+    std::vector<float> stored;  // the master, when it is on disk
+    absl::Span<const float> in = bucket.weights;
+    if (bucket.master_on_disk) {
+      LOOM_ASSIGN_OR_RETURN(stored, ReadStored(bucket));
+      in = absl::MakeConstSpan(stored).subspan(static_cast<size_t>(2 * bucket.numel));
+    }
+    const CommWorker::Ticket ticket = worker_->Submit([dp, in, out]() {
+      return dp->AllGather(ConstBufferView::Of(in), BufferView::Of(out));
     });
     LOOM_RETURN_IF_ERROR(worker_->Wait(ticket, Deadline()));
     for (const int p : partition_.bucket(b).params) {
@@ -752,9 +863,13 @@ Zero3Stats Zero3Engine::Stats() const {
   stats.host_state_bytes = 0;
   for (const auto& bucket : buckets_) stats.model_state_bytes += bucket->StateBytes();
   stats.persistent_state_bytes = persistent_->StateBytes();
+  if (options_.optimizer_disk != nullptr) {
+    for (const auto& bucket : buckets_) stats.disk_state_bytes += StoredNumel(*bucket) * 4;
+  }
   if (options_.offload_optimizer) {
     auto host = [](const BucketState& b) {
-      return static_cast<int64_t>(b.weights.size() * sizeof(float) + b.adam->size_bytes());
+      return static_cast<int64_t>(b.weights.size() * sizeof(float) +
+                                  (b.adam.has_value() ? b.adam->size_bytes() : 0));
     };
     for (const auto& bucket : buckets_) stats.host_state_bytes += host(*bucket);
     stats.host_state_bytes += host(*persistent_);

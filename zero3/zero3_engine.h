@@ -76,6 +76,7 @@
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "offload/adamw/cpu_adamw.h"
+#include "offload/disk/disk_tier.h"
 #include "zero3/partition.h"
 
 namespace loom {
@@ -112,6 +113,15 @@ struct Zero3Options {
   // ZeRO-Offload path). Otherwise the step runs on the calling thread.
   bool offload_optimizer = false;
   int adamw_threads = 1;
+  // NVMe offload (ZeRO-Infinity): when set, each bucket's AdamW moments (and, in
+  // bf16, its f32 master) live between steps in this DiskTier as one tensor named
+  // "<disk_prefix>.r<rank>.b<bucket>"; Step reads one bucket's, steps it and writes
+  // it back (durable when Step returns), reading the next bucket ahead. Only the
+  // persistent block's state stays in memory. Not owned; it must outlive the
+  // engine, which removes its tensors when destroyed. Several engines may share one
+  // DiskTier under distinct prefixes.
+  DiskTier* optimizer_disk = nullptr;
+  std::string disk_prefix = "zero3";
   // How long any wait for a collective may take.
   absl::Duration timeout = absl::Minutes(5);
 };
@@ -121,6 +131,7 @@ struct Zero3Stats {
   int64_t model_state_bytes = 0;       // shards: params, grads, master, m, v
   int64_t persistent_state_bytes = 0;  // unsharded parameters' state, same four parts
   int64_t host_state_bytes = 0;        // the part of both in host (offload) memory
+  int64_t disk_state_bytes = 0;        // optimizer_disk: state stored there, not above
   int64_t live_gathered_bytes = 0;     // now
   int64_t peak_gathered_bytes = 0;     // since Create
   int64_t peak_grad_buffer_bytes = 0;  // since Create
@@ -207,6 +218,13 @@ class Zero3Engine {
   absl::Status CheckShardSpans(absl::string_view what, size_t sharded, size_t persistent) const;
   void CountGathered(int64_t delta);
   void CountGradBuffer(int64_t bytes);
+  // The optimizer state a bucket keeps in optimizer_disk: m, v and (bf16) the f32
+  // master, `numel` floats each, in that order.
+  std::string DiskName(const zero3_internal::BucketState& bucket) const;
+  int64_t StoredNumel(const zero3_internal::BucketState& bucket) const;
+  absl::StatusOr<std::vector<float>> ReadStored(const zero3_internal::BucketState& bucket) const;
+  absl::Status WriteStored(const zero3_internal::BucketState& bucket,
+                           absl::Span<const float> stored);
 
   Partition partition_;
   Communicator* dp_;

@@ -1,6 +1,13 @@
 #include "zero3/zero3_engine.h"
 
+#include <dirent.h>
+#include <stdlib.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "offload/adamw/cpu_adamw.h"
+#include "offload/disk/disk_tier.h"
 #include "zero3/partition.h"
 
 namespace loom {
@@ -367,6 +375,154 @@ TEST(Zero3EngineTest, WriteShardRefreshesTheWholeCopiesAtStages1And2) {
       });
     }
   }
+}
+
+// A fresh directory under the test's temporary directory.
+std::string FreshDirectory(const std::string& label) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/", label, ".XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << pattern << ": " << std::strerror(errno);
+    return "";
+  }
+  return pattern;
+}
+
+std::unique_ptr<DiskTier> MakeDisk(const std::string& dir) {
+  DiskTierOptions options;
+  options.directories = {dir};
+  options.stripe_bytes = 64 << 10;
+  options.checksum_block_bytes = 4096;
+  absl::StatusOr<std::unique_ptr<DiskTier>> tier = DiskTier::Create(options);
+  EXPECT_THAT(tier.status(), IsOk());
+  return tier.ok() ? std::move(*tier) : nullptr;
+}
+
+int CountFiles(const std::string& dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+// NVMe offload moves the optimizer state (m, v, and in bf16 the f32 master) to
+// disk between steps and changes no bit of the training; what leaves memory is
+// exactly what the disk holds, and the engine removes its files when it goes.
+TEST(Zero3EngineTest, NvmeOffloadKeepsTheStateOnDiskAndChangesNoBit) {
+  const int dp = 2;
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
+  const std::string dir = FreshDirectory("nvme");
+  std::unique_ptr<DiskTier> disk = MakeDisk(dir);
+  ASSERT_NE(disk, nullptr);
+  for (const int stage : {1, 3}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(absl::StrCat("stage ", stage, " ", DTypeName(dtype)));
+      Zero3Options options;
+      options.stage = stage;
+      options.compute_dtype = dtype;
+      const RunResult in_memory = Train(partition, options, 3, 2, UseAll);
+      options.optimizer_disk = disk.get();
+      const RunResult on_disk = Train(partition, options, 3, 2, UseAll);
+      const std::vector<float> reference = Reference(partition, dtype, 3, 2, UseAll, stage);
+      const int64_t stored = (dtype == DType::kBF16 ? 12 : 8) * partition.ShardNumel();
+      for (int r = 0; r < dp; ++r) {
+        EXPECT_EQ(on_disk.params[r], reference) << "rank " << r;
+        EXPECT_EQ(on_disk.stats[r].disk_state_bytes, stored);
+        EXPECT_EQ(on_disk.stats[r].model_state_bytes,
+                  in_memory.stats[r].model_state_bytes - stored);
+        EXPECT_EQ(on_disk.stats[r].persistent_state_bytes,
+                  in_memory.stats[r].persistent_state_bytes);
+      }
+      EXPECT_EQ(CountFiles(dir), 0);  // the engines removed their tensors
+    }
+  }
+  EXPECT_GT(disk->stats().bytes_written, 0u);
+  EXPECT_GT(disk->stats().bytes_read, 0u);
+}
+
+// ReadShard / ReadMoments read the state on disk and WriteShard / WriteMoments
+// write it: an engine without disk resumes from them to the same bits.
+TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
+  const int dp = 2;
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
+  const std::string dir = FreshDirectory("nvme_shard");
+  std::unique_ptr<DiskTier> disk = MakeDisk(dir);
+  ASSERT_NE(disk, nullptr);
+  const std::vector<float> initial = InitialParams(partition);
+  const std::vector<float> reference = Reference(partition, DType::kBF16, 3, 1, UseAll);
+  std::vector<std::vector<float>> resumed(dp), moved(dp);
+  RunRanks(dp, [&](int rank, Communicator& comm) {
+    auto step = [&](Zero3Engine& engine, int number) {
+      LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
+      for (int p = partition.num_params() - 1; p >= 0; --p) {
+        LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
+        std::vector<float> g(w.size());
+        for (size_t i = 0; i < w.size(); ++i) g[i] = Grad(w[i], rank, 0, p, static_cast<int64_t>(i));
+        LOOM_ASSERT_OK(engine.AddGrad(p, g));
+      }
+      LOOM_ASSERT_OK(engine.EndPass());
+      LOOM_ASSERT_OK(engine.Step(Hyper(number)));
+    };
+    Zero3Options options;
+    options.compute_dtype = DType::kBF16;
+    Zero3Options with_disk = options;
+    with_disk.optimizer_disk = disk.get();
+    std::unique_ptr<Zero3Engine> first = *Zero3Engine::Create(partition, &comm, initial, with_disk);
+    step(*first, 1);
+    step(*first, 2);
+    const size_t s = static_cast<size_t>(partition.ShardNumel());
+    const size_t q = static_cast<size_t>(partition.PersistentNumel());
+    std::vector<float> w(s), wp(q), m(s), mp(q), v(s), vp(q);
+    LOOM_ASSERT_OK(first->ReadShard(absl::MakeSpan(w), absl::MakeSpan(wp)));
+    LOOM_ASSERT_OK(first->ReadMoments(absl::MakeSpan(m), absl::MakeSpan(mp), absl::MakeSpan(v),
+                                      absl::MakeSpan(vp)));
+    std::unique_ptr<Zero3Engine> second = *Zero3Engine::Create(partition, &comm, initial, options);
+    LOOM_ASSERT_OK(second->WriteShard(w, wp));
+    LOOM_ASSERT_OK(second->WriteMoments(m, mp, v, vp));
+    step(*second, 3);
+    resumed[rank] = *second->GatherAll();
+    // And back onto disk: WriteShard and WriteMoments into a disk engine.
+    with_disk.disk_prefix = "third";  // names must not clash with `first`'s, still alive
+    std::unique_ptr<Zero3Engine> third = *Zero3Engine::Create(partition, &comm, initial, with_disk);
+    LOOM_ASSERT_OK(third->WriteShard(w, wp));
+    LOOM_ASSERT_OK(third->WriteMoments(m, mp, v, vp));
+    step(*third, 3);
+    moved[rank] = *third->GatherAll();
+  });
+  for (int r = 0; r < dp; ++r) {
+    EXPECT_EQ(resumed[r], reference) << "rank " << r;
+    EXPECT_EQ(moved[r], reference) << "rank " << r;
+  }
+}
+
+// A corrupted state file on disk is a DataLoss error from Step naming the tensor,
+// never silent garbage.
+TEST(Zero3EngineTest, CorruptedStateOnDiskIsDataLoss) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(1)));
+  const std::string dir = FreshDirectory("nvme_corrupt");
+  std::unique_ptr<DiskTier> disk = MakeDisk(dir);
+  ASSERT_NE(disk, nullptr);
+  RunRanks(1, [&](int, Communicator& comm) {
+    Zero3Options options;
+    options.optimizer_disk = disk.get();
+    options.disk_prefix = "job7";
+    std::unique_ptr<Zero3Engine> engine =
+        *Zero3Engine::Create(partition, &comm, InitialParams(partition), options);
+    const std::string file = dir + "/job7.r0.b1.0.ldt";
+    FILE* f = std::fopen(file.c_str(), "r+b");
+    ASSERT_NE(f, nullptr) << file;
+    ASSERT_EQ(std::fseek(f, 4096 + 5, SEEK_SET), 0);
+    const int c = std::fgetc(f);
+    ASSERT_EQ(std::fseek(f, 4096 + 5, SEEK_SET), 0);
+    std::fputc(c ^ 0x5A, f);
+    std::fclose(f);
+    LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kBackward));
+    LOOM_ASSERT_OK(engine->EndPass());
+    EXPECT_THAT(engine->Step(Hyper(1)),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("job7.r0.b1")));
+  });
 }
 
 // A stage that keeps its weights from the forward pass reduces its gradients in a
