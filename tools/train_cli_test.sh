@@ -30,6 +30,15 @@ expect_error() {
 expect_error "--layers 4 is not divisible by the 3 pipeline stages" --pp=3
 expect_error "--microbatches 1 is fewer than --pp 2" --microbatches=1
 expect_error "--offload disk is not none, cpu or nvme" --offload=disk
-expect_error "--zero 1 is not built yet" --zero=1
+expect_error "--zero 4 must be 0, 1, 2 or 3" --zero=4
+expect_error "--offload nvme needs --zero 1, 2 or 3" --zero=0 --offload=nvme
+expect_error "--nvme_dir: " --offload=nvme --nvme_dir=/nonexistent/loom
+
+# ZeRO-2 with its optimizer state on disk, in a directory the test names.
+mkdir -p "$dir/nvme"
+out="$("$TRAIN" --steps=2 --zero=2 --offload=nvme --nvme_dir="$dir/nvme" --nocompare_reference)"
+grep -q 'zero 2, offload nvme' <<<"$out" || fail "nvme header: $out"
+grep -Eq 'and [1-9][0-9]* on disk' <<<"$out" || fail "nvme state on disk: $out"
+[[ -z "$(ls -A "$dir/nvme")" ]] || fail "the state files were not removed: $(ls -A "$dir/nvme")"
 expect_error "heads" --tp=3
 echo PASS

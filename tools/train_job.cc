@@ -1,6 +1,11 @@
 #include "tools/train_job.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -14,7 +19,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/collective_kind.h"
@@ -22,6 +29,7 @@
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_macros.h"
 #include "offload/adamw/cpu_adamw.h"
+#include "offload/disk/disk_tier.h"
 #include "pipeline/executor/executor.h"
 #include "pipeline/generators.h"
 #include "pipeline/schedule.h"
@@ -54,6 +62,7 @@ struct RankStep {
   bool holds_loss = false;
   int64_t state_bytes = 0;
   int64_t sharded_bytes = 0;
+  int64_t disk_bytes = 0;
   int64_t comm_bytes = 0;  // sent, this step
   int64_t peak_activation_bytes = 0;
 };
@@ -74,6 +83,7 @@ class RankOptimizer {
   virtual absl::Status AfterBackward(int64_t step) = 0;
   virtual int64_t StateBytes() const = 0;
   virtual int64_t ShardedBytes() const = 0;
+  virtual int64_t DiskBytes() const { return 0; }
 };
 
 AdamWHyper Hyper(const TrainJobOptions& options, int64_t step) {
@@ -85,10 +95,15 @@ AdamWHyper Hyper(const TrainJobOptions& options, int64_t step) {
   return hyper;
 }
 
-class Zero3Optimizer : public RankOptimizer {
+// ZeRO stages 1, 2 and 3 through zero3/Zero3Engine. The stage's layers own their
+// weights for the whole step, so the engine's part is one gather before the step
+// (nothing to gather at stages 1 and 2, which keep the whole parameters) and one
+// kGradients pass plus Step after it.
+class ShardedOptimizer : public RankOptimizer {
  public:
-  static absl::StatusOr<std::unique_ptr<Zero3Optimizer>> Create(
-      const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp) {
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(
+      const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
+      DiskTier* disk, const std::string& disk_prefix) {
     std::vector<ParamSpec> specs;
     std::vector<float> initial;
     for (const GptParameter& p : params) {
@@ -101,14 +116,17 @@ class Zero3Optimizer : public RankOptimizer {
     partition_options.persistence_threshold = 256;
     LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(specs, partition_options));
     Zero3Options zero;
+    zero.stage = options.zero;
     zero.compute_dtype = options.dtype;
-    zero.offload_optimizer = options.offload == OffloadKind::kCpu;
+    zero.offload_optimizer = options.offload != OffloadKind::kNone;
+    zero.optimizer_disk = disk;
+    zero.disk_prefix = disk_prefix;
     zero.adamw_threads = options.adamw_threads;
     zero.timeout = kTimeout;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Zero3Engine> engine,
                           Zero3Engine::Create(partition, dp, initial, zero));
-    return std::unique_ptr<Zero3Optimizer>(
-        new Zero3Optimizer(options, std::move(params), std::move(engine)));
+    return std::unique_ptr<ShardedOptimizer>(
+        new ShardedOptimizer(options, std::move(params), std::move(engine)));
   }
 
   absl::Status BeforeStep() override {
@@ -133,6 +151,7 @@ class Zero3Optimizer : public RankOptimizer {
     const Zero3Stats stats = engine_->Stats();
     return stats.model_state_bytes + stats.persistent_state_bytes;
   }
+  int64_t DiskBytes() const override { return engine_->Stats().disk_state_bytes; }
   int64_t StateBytes() const override {
     int64_t resident = 0;
     for (const GptParameter& p : params_) {
@@ -142,7 +161,7 @@ class Zero3Optimizer : public RankOptimizer {
   }
 
  private:
-  Zero3Optimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
+  ShardedOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
                  std::unique_ptr<Zero3Engine> engine)
       : options_(options), params_(std::move(params)), engine_(std::move(engine)) {}
 
@@ -288,22 +307,21 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--micro_batch ", o.micro_batch, " and --steps ",
                                                    o.steps, " must be >= 1"));
   }
-  if (o.zero == 1 || o.zero == 2) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--zero ", o.zero, " is not built yet; use --zero 0 (plain data parallel) or 3"));
-  }
-  if (o.zero != 0 && o.zero != 3) {
+  if (o.zero < 0 || o.zero > 3) {
     return absl::InvalidArgumentError(absl::StrCat("--zero ", o.zero, " must be 0, 1, 2 or 3"));
   }
-  if (o.offload == OffloadKind::kNvme) {
-    return absl::UnimplementedError("--offload nvme is not built yet; use none or cpu");
+  if (o.offload == OffloadKind::kNvme && o.zero == 0) {
+    return absl::InvalidArgumentError(
+        "--offload nvme needs --zero 1, 2 or 3 (the ZeRO engine keeps the optimizer state on "
+        "disk)");
   }
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dtype ", DTypeName(o.dtype), " must be f32 or bf16"));
   }
-  if (o.dtype == DType::kBF16 && o.zero != 3) {
-    return absl::InvalidArgumentError("--dtype bf16 needs --zero 3 (its bf16 compute copy)");
+  if (o.dtype == DType::kBF16 && o.zero == 0) {
+    return absl::InvalidArgumentError(
+        "--dtype bf16 needs --zero 1, 2 or 3 (the ZeRO engine keeps the f32 master)");
   }
   if (o.adamw_threads < 1 || o.adamw_threads > 256) {
     return absl::InvalidArgumentError(
@@ -374,6 +392,36 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
     }
   }
 
+  // --offload nvme: one DiskTier for every rank (names carry the rank's stage, tp
+  // and dp coordinates), in a fresh directory unless one is named.
+  std::unique_ptr<DiskTier> disk;
+  std::string made_dir;
+  auto remove_made_dir = absl::MakeCleanup([&made_dir] {
+    if (!made_dir.empty()) rmdir(made_dir.c_str());
+  });
+  if (options.offload == OffloadKind::kNvme) {
+    DiskTierOptions disk_options;
+    if (options.nvme_dir.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string pattern =
+          absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/loom_train_nvme.XXXXXX");
+      if (mkdtemp(pattern.data()) == nullptr) {
+        return absl::UnavailableError(
+            absl::StrCat("--offload nvme: mkdtemp ", pattern, ": ", std::strerror(errno)));
+      }
+      made_dir = pattern;
+      disk_options.directories = {made_dir};
+    } else {
+      disk_options.directories = absl::StrSplit(options.nvme_dir, ':', absl::SkipEmpty());
+    }
+    absl::StatusOr<std::unique_ptr<DiskTier>> created = DiskTier::Create(disk_options);
+    if (!created.ok()) {
+      return absl::Status(created.status().code(),
+                          absl::StrCat("--nvme_dir: ", created.status().message()));
+    }
+    disk = std::move(*created);
+  }
+
   TrainSummary summary;
   summary.uniform_loss = std::log(static_cast<double>(options.model.vocab));
   summary.entropy_rate = data.EntropyRate();
@@ -398,9 +446,10 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
         GptStageModule::Create(options.model, schedule->layout, w.s, *w.tp, data_fn,
                                module_options));
     std::unique_ptr<RankOptimizer> optimizer;
-    if (options.zero == 3) {
-      LOOM_ASSIGN_OR_RETURN(optimizer,
-                            Zero3Optimizer::Create(options, module->Parameters(), w.dp.get()));
+    if (options.zero > 0) {
+      LOOM_ASSIGN_OR_RETURN(
+          optimizer, ShardedOptimizer::Create(options, module->Parameters(), w.dp.get(),
+                                              disk.get(), absl::StrCat("train.s", w.s, ".t", w.t)));
     } else {
       LOOM_ASSIGN_OR_RETURN(optimizer, DataParallelOptimizer::Create(
                                            options, module->Parameters(), w.dp.get()));
@@ -418,6 +467,7 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
       report.loss = report.holds_loss ? static_cast<double>(module->loss()) : 0.0;
       report.state_bytes = optimizer->StateBytes();
       report.sharded_bytes = optimizer->ShardedBytes();
+      report.disk_bytes = optimizer->DiskBytes();
       report.comm_bytes = static_cast<int64_t>(sent - sent_before);
       for (const int64_t stage : module->stages()) {
         report.peak_activation_bytes =
@@ -440,6 +490,8 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
           line.comm_bytes = std::max(line.comm_bytes, r.comm_bytes);
           summary.sharded_state_bytes_per_rank =
               std::max(summary.sharded_state_bytes_per_rank, r.sharded_bytes);
+          summary.disk_state_bytes_per_rank =
+              std::max(summary.disk_state_bytes_per_rank, r.disk_bytes);
           summary.peak_activation_bytes_per_rank =
               std::max(summary.peak_activation_bytes_per_rank, r.peak_activation_bytes);
         }
@@ -512,7 +564,11 @@ absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& 
   one.dp = 1;
   one.pp = 1;
   one.tp = 1;
-  one.zero = 0;
+  // Plain one-rank training, unless bf16 compute needs the ZeRO engine's f32 master
+  // (at dp 1 it shards nothing); the optimizer state stays in memory.
+  one.zero = options.dtype == DType::kBF16 ? 3 : 0;
+  one.offload = OffloadKind::kNone;
+  one.nvme_dir.clear();
   one.schedule = PipelineScheduleKind::kGPipe;
   // The same global batch: dp ranks' microbatches, one after another.
   one.microbatches = options.microbatches * options.dp;

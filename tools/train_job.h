@@ -4,9 +4,10 @@
 //   - tp: the tensor_parallel layers on a tp communicator;
 //   - pp: the stages run by pipeline/executor under a pipeline schedule;
 //   - dp: plain data parallelism (zero 0: gradients all-reduced, every rank steps
-//     the whole AdamW state) or ZeRO-3 (zero 3: zero3/Zero3Engine shards the
-//     parameters, gradients and AdamW state over dp; with offload, the optimizer
-//     runs as offload's CPU AdamW on threads).
+//     the whole AdamW state) or ZeRO stage 1, 2 or 3 (zero3/Zero3Engine shards the
+//     AdamW state, also the gradients, also the parameters over dp); with offload
+//     cpu the optimizer runs as offload's CPU AdamW on threads, with offload nvme
+//     its state lives in an offload/disk DiskTier between steps.
 // Every step reports the loss (averaged over dp), the step time, tokens/s, the
 // model-state bytes per rank and the bytes each rank sent.
 //
@@ -49,9 +50,12 @@ struct TrainJobOptions {
   int64_t microbatches = 4;   // per step and dp rank; >= pp
   int64_t micro_batch = 2;    // sequences per microbatch
   int64_t steps = 100;
-  int zero = 3;               // 0 or 3
+  int zero = 3;               // 0 (plain data parallel), 1, 2 or 3
   OffloadKind offload = OffloadKind::kCpu;
-  DType dtype = DType::kF32;  // f32 or bf16 (bf16: zero 3 only)
+  // offload nvme: where the optimizer state goes (a directory per drive, ':'
+  // separated); empty: a fresh directory under $TMPDIR (or /tmp), removed after.
+  std::string nvme_dir;
+  DType dtype = DType::kF32;  // f32 or bf16 (bf16: zero 1, 2 or 3)
   Recompute recompute = Recompute::kNone;
   float lr = 3e-3f;
   float weight_decay = 0.0f;
@@ -97,7 +101,8 @@ struct TrainSummary {
   // gradients (8 bytes per local element: the tensor-parallel layers own their
   // weights, so a gathered stage stays resident for the step).
   int64_t peak_model_state_bytes_per_rank = 0;
-  int64_t sharded_state_bytes_per_rank = 0;   // zero 3: the engine's part alone
+  int64_t sharded_state_bytes_per_rank = 0;   // zero 1-3: the engine's part alone
+  int64_t disk_state_bytes_per_rank = 0;      // offload nvme: the state on disk
   int64_t comm_bytes_per_rank_per_step = 0;   // mean over steps, largest rank
   // The largest activation bytes any rank's stage models held at once (measured by
   // the model; --recompute=full lowers it).
@@ -112,7 +117,7 @@ struct TrainSummary {
 // RunTrainJob trains and returns the summary; `on_step` (may be null) sees each
 // step as it ends. InvalidArgument with one line naming the flag and the values for
 // a mesh, model, schedule or option that does not fit; Unimplemented for options
-// not built yet (zero 1 and 2, nvme offload).
+// not built yet (the zero-bubble schedules).
 absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
                                          const std::function<void(const StepReport&)>& on_step);
 

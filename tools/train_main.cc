@@ -29,9 +29,15 @@ ABSL_FLAG(std::string, schedule, "1f1b", "Pipeline schedule: gpipe, 1f1b or inte
 ABSL_FLAG(int64_t, microbatches, 4, "Microbatches per step and data-parallel rank (>= --pp).");
 ABSL_FLAG(int64_t, micro_batch, 2, "Sequences per microbatch.");
 ABSL_FLAG(int64_t, steps, 100, "Optimizer steps.");
-ABSL_FLAG(int, zero, 3, "ZeRO stage: 0 (plain data parallel) or 3.");
-ABSL_FLAG(std::string, offload, "cpu", "Optimizer offload: none or cpu (nvme: not built yet).");
-ABSL_FLAG(std::string, dtype, "f32", "Compute dtype: f32 or bf16 (bf16 with --zero=3).");
+ABSL_FLAG(int, zero, 3,
+          "ZeRO stage: 0 (plain data parallel), 1 (optimizer state sharded), 2 (and gradients) "
+          "or 3 (and parameters).");
+ABSL_FLAG(std::string, offload, "cpu",
+          "Optimizer offload: none, cpu (CPU AdamW on threads) or nvme (its state on disk).");
+ABSL_FLAG(std::string, nvme_dir, "",
+          "With --offload=nvme: directories for the optimizer state, ':' separated (one per "
+          "drive); empty: a fresh directory under $TMPDIR, removed afterwards.");
+ABSL_FLAG(std::string, dtype, "f32", "Compute dtype: f32 or bf16 (bf16 with --zero=1, 2 or 3).");
 ABSL_FLAG(std::string, recompute, "none", "Activation checkpointing: none or full.");
 ABSL_FLAG(int64_t, vocab, 64, "Vocabulary size.");
 ABSL_FLAG(int64_t, seq_len, 32, "Tokens per sequence.");
@@ -73,6 +79,7 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--offload ", offload, " is not none, cpu or nvme"));
   }
+  o.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
   if (dtype == "f32") {
     o.dtype = DType::kF32;
@@ -125,10 +132,11 @@ absl::Status Run() {
   if (!summary.ok()) return summary.status();
   std::cout << absl::StrFormat(
       "final loss %.4f (uniform guess log V = %.4f, the chain's entropy rate %.4f)\n"
-      "model state per rank: %d bytes (%d in ZeRO-3 shards), peak activations per rank: %d "
-      "bytes, sent per rank per step: %d bytes, %.0f tokens/s\n",
+      "model state per rank: %d bytes in memory (%d in the ZeRO engine) and %d on disk, peak "
+      "activations per rank: %d bytes, sent per rank per step: %d bytes, %.0f tokens/s\n",
       summary->final_loss, summary->uniform_loss, summary->entropy_rate,
       summary->peak_model_state_bytes_per_rank, summary->sharded_state_bytes_per_rank,
+      summary->disk_state_bytes_per_rank,
       summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step, summary->tokens_per_second);
   ReferenceComparison reference;
   double relative = 0;
@@ -173,8 +181,9 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Trains a small GPT decoder over dp x tp x pp thread ranks with ZeRO-3.\n"
-      "  train [--dp=2 --tp=2 --pp=2] [--zero=0|3] [--offload=none|cpu] [--dtype=f32|bf16]\n"
+      "Trains a small GPT decoder over dp x tp x pp thread ranks with ZeRO.\n"
+      "  train [--dp=2 --tp=2 --pp=2] [--zero=0|1|2|3] [--offload=none|cpu|nvme [--nvme_dir=D]]\n"
+      "        [--dtype=f32|bf16]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]");
   absl::ParseCommandLine(argc, argv);
