@@ -41,4 +41,24 @@ grep -q 'zero 2, offload nvme' <<<"$out" || fail "nvme header: $out"
 grep -Eq 'and [1-9][0-9]* on disk' <<<"$out" || fail "nvme state on disk: $out"
 [[ -z "$(ls -A "$dir/nvme")" ]] || fail "the state files were not removed: $(ls -A "$dir/nvme")"
 expect_error "heads" --tp=3
+# Ranks as processes over shared memory: the same job, launched by train itself.
+out="$("$TRAIN" --transport=shm --steps=3 --summary_json="$dir/shm.json")"
+grep -q '^train: dp=2 tp=2 pp=2 (8 processes over shm), schedule 1f1b' <<<"$out" || fail "shm header: $out"
+[[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three shm step lines: $out"
+relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
+[[ -n "$relative" ]] || fail "no reference comparison: $out"
+awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' || fail "shm differs from one rank by $relative"
+grep -q '"steps": 3,' "$dir/shm.json" || fail "shm summary: $(cat "$dir/shm.json")"
+
+# One rank failing (its --nvme_dir subdirectory is a file) stops the job: the
+# launcher names the rank, and the exit code is the rank's.
+mkdir -p "$dir/bad"
+touch "$dir/bad/rank3"
+status=0
+err="$("$TRAIN" --transport=shm --steps=2 --offload=nvme --nvme_dir="$dir/bad" \
+        --nocompare_reference 2>&1 >/dev/null)" || status=$?
+[[ "$status" == 2 ]] || fail "a failing rank: exit $status, expected 2: $err"
+grep -q 'train: rank 3: --nvme_dir: ' <<<"$err" || fail "rank 3's error: $err"
+grep -q 'launch: rank 3 (pid [0-9]*) exited with code 2' <<<"$err" || fail "launcher's report: $err"
+if ls /dev/shm 2>/dev/null | grep -q '^loom\.'; then fail "shm segments left: $(ls /dev/shm)"; fi
 echo PASS

@@ -1,16 +1,20 @@
 #include "tools/train_job.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -27,6 +31,7 @@
 #include "collectives/collective_kind.h"
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
+#include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
@@ -234,32 +239,219 @@ class DataParallelOptimizer : public RankOptimizer {
   std::vector<float> flat_grad_;
 };
 
-std::string TraceEvents(const std::vector<RankExecution>& executions, int world) {
-  absl::Time origin = absl::InfiniteFuture();
-  for (const RankExecution& e : executions) {
-    if (!e.actions.empty()) origin = std::min(origin, e.start);
+// Results travel from every rank to world rank 0 as bytes, so that ranks in other
+// processes report the same way as threads. ByteWriter / ByteReader: host-order
+// integers and floats (every rank is on this host).
+class ByteWriter {
+ public:
+  void I64(int64_t v) { Raw(&v, sizeof(v)); }
+  void Str(absl::string_view s) {
+    I64(static_cast<int64_t>(s.size()));
+    out_.append(s.data(), s.size());
+  }
+  void I64s(absl::Span<const int64_t> v) {
+    I64(static_cast<int64_t>(v.size()));
+    Raw(v.data(), v.size() * sizeof(int64_t));
+  }
+  void F32s(absl::Span<const float> v) {
+    I64(static_cast<int64_t>(v.size()));
+    Raw(v.data(), v.size() * sizeof(float));
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  std::string out_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(absl::string_view in) : in_(in) {}
+  absl::StatusOr<int64_t> I64() {
+    int64_t v = 0;
+    LOOM_RETURN_IF_ERROR(Raw(&v, sizeof(v)));
+    return v;
+  }
+  absl::StatusOr<std::string> Str() {
+    LOOM_ASSIGN_OR_RETURN(const int64_t n, Count(1));
+    std::string s(in_.substr(0, static_cast<size_t>(n)));
+    in_.remove_prefix(static_cast<size_t>(n));
+    return s;
+  }
+  absl::StatusOr<std::vector<int64_t>> I64s() {
+    LOOM_ASSIGN_OR_RETURN(const int64_t n, Count(sizeof(int64_t)));
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    LOOM_RETURN_IF_ERROR(Raw(v.data(), v.size() * sizeof(int64_t)));
+    return v;
+  }
+  absl::StatusOr<std::vector<float>> F32s() {
+    LOOM_ASSIGN_OR_RETURN(const int64_t n, Count(sizeof(float)));
+    std::vector<float> v(static_cast<size_t>(n));
+    LOOM_RETURN_IF_ERROR(Raw(v.data(), v.size() * sizeof(float)));
+    return v;
+  }
+
+ private:
+  absl::StatusOr<int64_t> Count(size_t element_bytes) {
+    LOOM_ASSIGN_OR_RETURN(const int64_t n, I64());
+    if (n < 0 || static_cast<uint64_t>(n) > in_.size() / element_bytes) {
+      return absl::DataLossError(absl::StrCat("rank report: a count of ", n, " with ",
+                                              in_.size(), " bytes left"));
+    }
+    return n;
+  }
+  absl::Status Raw(void* p, size_t n) {
+    if (in_.size() < n) {
+      return absl::DataLossError(
+          absl::StrCat("rank report: ", n, " bytes wanted, ", in_.size(), " left"));
+    }
+    std::memcpy(p, in_.data(), n);
+    in_.remove_prefix(n);
+    return absl::OkStatus();
+  }
+  absl::string_view in_;
+};
+
+// GatherBytes returns every rank's `mine`, in rank order, at rank 0 (empty elsewhere).
+absl::StatusOr<std::vector<std::string>> GatherBytes(Communicator& world, const std::string& mine) {
+  const int n = world.size();
+  const int64_t my_size = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(n));
+  LOOM_RETURN_IF_ERROR(world.Gather(ConstBufferView::Of(absl::MakeConstSpan(&my_size, 1)),
+                                    BufferView::Of(absl::MakeSpan(sizes)), 0));
+  auto bytes = [](std::string& s) {
+    return absl::MakeSpan(reinterpret_cast<uint8_t*>(s.data()), s.size());
+  };
+  std::vector<std::string> out;
+  if (world.rank() != 0) {
+    std::string copy = mine;
+    LOOM_RETURN_IF_ERROR(world.Send(ConstBufferView::Of(absl::MakeConstSpan(bytes(copy))), 0));
+    return out;
+  }
+  out.resize(static_cast<size_t>(n));
+  out[0] = mine;
+  for (int r = 1; r < n; ++r) {
+    out[r].resize(static_cast<size_t>(sizes[r]));
+    LOOM_RETURN_IF_ERROR(world.Recv(BufferView::Of(bytes(out[r])), r));
+  }
+  return out;
+}
+
+std::string EncodeParameters(int tp_rank, const std::vector<GptParameter>& params) {
+  ByteWriter w;
+  w.I64(tp_rank);
+  w.I64(static_cast<int64_t>(params.size()));
+  for (const GptParameter& p : params) {
+    w.Str(p.name);
+    w.I64s(p.shape);
+    w.I64s(p.full_shape);
+    w.I64(static_cast<int64_t>(p.split));
+    w.I64(p.parts);
+    w.F32s(p.values);
+  }
+  return w.Take();
+}
+
+absl::StatusOr<RankParameters> DecodeParameters(absl::string_view bytes) {
+  ByteReader r(bytes);
+  RankParameters out;
+  LOOM_ASSIGN_OR_RETURN(const int64_t tp_rank, r.I64());
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, r.I64());
+  out.tp_rank = static_cast<int>(tp_rank);
+  for (int64_t i = 0; i < count; ++i) {
+    GptParameter p;
+    LOOM_ASSIGN_OR_RETURN(p.name, r.Str());
+    LOOM_ASSIGN_OR_RETURN(p.shape, r.I64s());
+    LOOM_ASSIGN_OR_RETURN(p.full_shape, r.I64s());
+    LOOM_ASSIGN_OR_RETURN(const int64_t split, r.I64());
+    p.split = static_cast<TpSplit>(split);
+    LOOM_ASSIGN_OR_RETURN(p.parts, r.I64());
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> values, r.F32s());
+    out.params.push_back(std::move(p));
+    out.values.push_back(std::move(values));
+  }
+  return out;
+}
+
+// A rank's last pipeline execution, for the trace: each action's name and its
+// start and end in nanoseconds since the Unix epoch (one clock for every process).
+std::string EncodeExecution(const RankExecution& execution) {
+  ByteWriter w;
+  w.I64(static_cast<int64_t>(execution.actions.size()));
+  for (const ExecutedAction& a : execution.actions) {
+    w.Str(a.action.ToString());
+    w.I64(absl::ToUnixNanos(a.start));
+    w.I64(absl::ToUnixNanos(a.end));
+  }
+  return w.Take();
+}
+
+struct TraceEvent {
+  std::string name;
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+absl::StatusOr<std::vector<TraceEvent>> DecodeExecution(absl::string_view bytes) {
+  ByteReader r(bytes);
+  LOOM_ASSIGN_OR_RETURN(const int64_t count, r.I64());
+  std::vector<TraceEvent> events;
+  for (int64_t i = 0; i < count; ++i) {
+    TraceEvent e;
+    LOOM_ASSIGN_OR_RETURN(e.name, r.Str());
+    LOOM_ASSIGN_OR_RETURN(e.start_ns, r.I64());
+    LOOM_ASSIGN_OR_RETURN(e.end_ns, r.I64());
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+std::string TraceEvents(const std::vector<std::vector<TraceEvent>>& ranks) {
+  int64_t origin = std::numeric_limits<int64_t>::max();
+  for (const auto& events : ranks) {
+    for (const TraceEvent& e : events) origin = std::min(origin, e.start_ns);
   }
   std::string out = "{\"traceEvents\":[";
-  bool first = true;
-  for (int r = 0; r < world; ++r) {
-    absl::StrAppend(&out, first ? "" : ",",
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    absl::StrAppend(&out, r == 0 ? "" : ",",
                     absl::StrFormat("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
                                     "\"args\":{\"name\":\"rank %d\"}}",
                                     r, r));
-    first = false;
-    for (const ExecutedAction& a : executions[r].actions) {
+    for (const TraceEvent& e : ranks[r]) {
       absl::StrAppend(
           &out, ",",
           absl::StrFormat("{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
                           "\"dur\":%.3f}",
-                          a.action.ToString(), r, absl::ToDoubleMicroseconds(a.start - origin),
-                          absl::ToDoubleMicroseconds(a.end - a.start)));
+                          e.name, r, static_cast<double>(e.start_ns - origin) / 1e3,
+                          static_cast<double>(e.end_ns - e.start_ns) / 1e3));
     }
   }
   absl::StrAppend(&out, "]}\n");
   return out;
 }
 
+// One rank's figures for a step, gathered at world rank 0 as doubles (exact for
+// the byte counts involved, below 2^53).
+constexpr int kStepFigures = 7;
+std::array<double, kStepFigures> Pack(const RankStep& s) {
+  return {s.holds_loss ? 1.0 : 0.0,
+          s.loss,
+          static_cast<double>(s.state_bytes),
+          static_cast<double>(s.sharded_bytes),
+          static_cast<double>(s.disk_bytes),
+          static_cast<double>(s.comm_bytes),
+          static_cast<double>(s.peak_activation_bytes)};
+}
+RankStep Unpack(const double* f) {
+  RankStep s;
+  s.holds_loss = f[0] != 0.0;
+  s.loss = f[1];
+  s.state_bytes = static_cast<int64_t>(f[2]);
+  s.sharded_bytes = static_cast<int64_t>(f[3]);
+  s.disk_bytes = static_cast<int64_t>(f[4]);
+  s.comm_bytes = static_cast<int64_t>(f[5]);
+  s.peak_activation_bytes = static_cast<int64_t>(f[6]);
+  return s;
+}
 }  // namespace
 
 std::string StepReport::ToString() const {
@@ -330,205 +522,271 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
-                                         const std::function<void(const StepReport&)>& on_step) {
+namespace {
+
+// What every rank of a job builds the same way: the schedule, its executor and
+// the data.
+struct JobSetup {
+  Schedule schedule;
+  std::optional<PipelineExecutor> executor;
+  std::optional<MarkovData> data;
+  BatchLayout batch;
+  int64_t tokens_per_step = 0;
+};
+
+absl::StatusOr<std::unique_ptr<JobSetup>> Setup(const TrainJobOptions& options) {
   LOOM_RETURN_IF_ERROR(ValidateTrainJob(options));
-  const int dp = options.dp, pp = options.pp, tp = options.tp;
-  const int world = dp * pp * tp;
+  auto setup = std::make_unique<JobSetup>();
   const int64_t virtual_stages =
       options.schedule == PipelineScheduleKind::kInterleaved1F1B ? 2 : 1;
   absl::StatusOr<Schedule> schedule =
-      MakeSchedule(options.schedule, pp, options.microbatches, virtual_stages);
+      MakeSchedule(options.schedule, options.pp, options.microbatches, virtual_stages);
   if (!schedule.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--schedule: ", schedule.status().message()));
   }
+  setup->schedule = std::move(*schedule);
   ExecutorOptions executor_options;
   executor_options.timeout = kTimeout;
-  LOOM_ASSIGN_OR_RETURN(const PipelineExecutor executor,
-                        PipelineExecutor::Create(*schedule, executor_options));
-
+  LOOM_ASSIGN_OR_RETURN(PipelineExecutor executor,
+                        PipelineExecutor::Create(setup->schedule, executor_options));
+  setup->executor.emplace(std::move(executor));
   MarkovOptions markov;
   markov.vocab = options.model.vocab;
   markov.seq_len = options.model.seq_len;
   markov.branching = options.markov_branching;
   markov.seed = options.data_seed;
-  LOOM_ASSIGN_OR_RETURN(const MarkovData data, MarkovData::Create(markov));
-  BatchLayout batch;
-  batch.micro_batch = options.micro_batch;
-  batch.num_microbatches = options.microbatches;
-  batch.dp_size = dp;
+  LOOM_ASSIGN_OR_RETURN(MarkovData data, MarkovData::Create(markov));
+  setup->data.emplace(std::move(data));
+  setup->batch.micro_batch = options.micro_batch;
+  setup->batch.num_microbatches = options.microbatches;
+  setup->batch.dp_size = options.dp;
+  setup->tokens_per_step =
+      options.dp * options.microbatches * options.micro_batch * options.model.seq_len;
+  return setup;
+}
 
-  // One inproc group per line of each dimension, plus the world (barriers).
-  // Rank order: tp fastest, then pp, then dp.
-  auto rank_of = [&](int d, int s, int t) { return (d * pp + s) * tp + t; };
+// A DiskTier for --offload nvme. With no --nvme_dir, a fresh directory under
+// $TMPDIR that `made` names (for the caller to remove once the tier is gone); with
+// one, `subdirectory` (if any) is made inside each named directory, for processes
+// that must not share one.
+absl::StatusOr<std::unique_ptr<DiskTier>> OpenDisk(const TrainJobOptions& options,
+                                                   const std::string& subdirectory,
+                                                   std::vector<std::string>* made) {
+  DiskTierOptions disk_options;
+  if (options.nvme_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/loom_train_nvme.XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("--offload nvme: mkdtemp ", pattern, ": ", std::strerror(errno)));
+    }
+    made->push_back(pattern);
+    disk_options.directories = {pattern};
+  } else {
+    for (absl::string_view dir : absl::StrSplit(options.nvme_dir, ':', absl::SkipEmpty())) {
+      std::string path(dir);
+      if (!subdirectory.empty()) {
+        path = absl::StrCat(dir, "/", subdirectory);
+        if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+          return absl::NotFoundError(
+              absl::StrCat("--nvme_dir: mkdir ", path, ": ", std::strerror(errno)));
+        }
+        made->push_back(path);
+      }
+      disk_options.directories.push_back(path);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<DiskTier>> disk = DiskTier::Create(disk_options);
+  if (!disk.ok()) {
+    return absl::Status(disk.status().code(),
+                        absl::StrCat("--nvme_dir: ", disk.status().message()));
+  }
+  return std::move(*disk);
+}
+
+void RemoveDirectories(const std::vector<std::string>& dirs) {
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) rmdir(it->c_str());
+}
+
+// RunRank trains one rank. World rank 0 collects every rank's figures each step
+// (through the world communicator, so ranks may be threads or processes), calls
+// `on_step` and fills `*summary` (null on the other ranks).
+absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, RankWiring& w,
+                     DiskTier* disk, const std::function<void(const StepReport&)>& on_step,
+                     TrainSummary* summary) {
+  const absl::Time job_start = absl::Now();
+  GptStageModuleOptions module_options;
+  module_options.micro_batch = options.micro_batch;
+  module_options.num_microbatches = options.microbatches;
+  module_options.recompute = options.recompute;
+  const MarkovData& data = *setup.data;
+  const BatchLayout batch = setup.batch;
+  const int d = w.d;
+  GptMicrobatchFn data_fn = [&data, batch, d](int64_t step, int64_t mb) {
+    return data.Microbatch(batch, step, mb, d);
+  };
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
+                        GptStageModule::Create(options.model, setup.schedule.layout, w.s, *w.tp,
+                                               data_fn, module_options));
+  std::unique_ptr<RankOptimizer> optimizer;
+  if (options.zero > 0) {
+    LOOM_ASSIGN_OR_RETURN(
+        optimizer, ShardedOptimizer::Create(options, module->Parameters(), w.dp.get(), disk,
+                                            absl::StrCat("train.s", w.s, ".t", w.t)));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(optimizer,
+                          DataParallelOptimizer::Create(options, module->Parameters(), w.dp.get()));
+  }
+  const int world = w.world->size();
+  std::vector<double> gathered(static_cast<size_t>(world * kStepFigures));
+  RankExecution last_execution;
+  uint64_t sent_before = 0;
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const absl::Time start = absl::Now();
+    module->BeginStep(step);
+    LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
+    LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module));
+    LOOM_RETURN_IF_ERROR(optimizer->AfterBackward(step + 1));
+    const uint64_t sent = SentBytes(*w.tp) + SentBytes(*w.dp);
+    RankStep report;
+    report.holds_loss = module->holds_loss();
+    report.loss = report.holds_loss ? static_cast<double>(module->loss()) : 0.0;
+    report.state_bytes = optimizer->StateBytes();
+    report.sharded_bytes = optimizer->ShardedBytes();
+    report.disk_bytes = optimizer->DiskBytes();
+    report.comm_bytes = static_cast<int64_t>(sent - sent_before);
+    for (const int64_t stage : module->stages()) {
+      report.peak_activation_bytes =
+          std::max(report.peak_activation_bytes,
+                   static_cast<int64_t>(module->model(stage).peak_activation_bytes()));
+    }
+    sent_before = sent;
+    const std::array<double, kStepFigures> mine = Pack(report);
+    LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
+                                         BufferView::Of(absl::MakeSpan(gathered)), 0));
+    if (summary == nullptr) continue;
+    StepReport line;
+    line.step = step + 1;
+    int losses = 0;
+    for (int r = 0; r < world; ++r) {
+      const RankStep s = Unpack(gathered.data() + r * kStepFigures);
+      if (s.holds_loss && s.loss == s.loss) {
+        line.loss += s.loss;
+        ++losses;
+      }
+      line.model_state_bytes = std::max(line.model_state_bytes, s.state_bytes);
+      line.comm_bytes = std::max(line.comm_bytes, s.comm_bytes);
+      summary->sharded_state_bytes_per_rank =
+          std::max(summary->sharded_state_bytes_per_rank, s.sharded_bytes);
+      summary->disk_state_bytes_per_rank =
+          std::max(summary->disk_state_bytes_per_rank, s.disk_bytes);
+      summary->peak_activation_bytes_per_rank =
+          std::max(summary->peak_activation_bytes_per_rank, s.peak_activation_bytes);
+    }
+    // The last stage's tp ranks all hold the same loss: average over them and dp.
+    line.loss /= std::max(losses, 1);
+    line.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    line.tokens_per_second = static_cast<double>(setup.tokens_per_step) / line.seconds;
+    summary->steps.push_back(line);
+    if (on_step) on_step(line);
+  }
+  LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());  // zero 3: the final weights
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> params,
+                        GatherBytes(*w.world, EncodeParameters(w.t, module->Parameters())));
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> executions,
+                        GatherBytes(*w.world, EncodeExecution(last_execution)));
+  if (summary == nullptr) return absl::OkStatus();
+  std::vector<std::vector<TraceEvent>> trace;
+  for (int r = 0; r < world; ++r) {
+    LOOM_ASSIGN_OR_RETURN(RankParameters rank, DecodeParameters(params[r]));
+    summary->final_params.push_back(std::move(rank));
+    LOOM_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, DecodeExecution(executions[r]));
+    trace.push_back(std::move(events));
+  }
+  summary->trace_json = TraceEvents(trace);
+  summary->uniform_loss = std::log(static_cast<double>(options.model.vocab));
+  summary->entropy_rate = data.EntropyRate();
+  summary->final_loss = summary->steps.back().loss;
+  int64_t comm = 0;
+  for (const StepReport& line : summary->steps) {
+    summary->peak_model_state_bytes_per_rank =
+        std::max(summary->peak_model_state_bytes_per_rank, line.model_state_bytes);
+    comm += line.comm_bytes;
+  }
+  summary->comm_bytes_per_rank_per_step = comm / static_cast<int64_t>(summary->steps.size());
+  summary->tokens_per_second = static_cast<double>(setup.tokens_per_step * options.steps) /
+                               absl::ToDoubleSeconds(absl::Now() - job_start);
+  return absl::OkStatus();
+}
+
+// Aborting every endpoint of a failed rank tells its peers in each group at once,
+// instead of at their deadlines.
+void AbortRank(RankWiring& w, const absl::Status& reason) {
+  for (const std::shared_ptr<Transport>& endpoint : w.endpoints) endpoint->Abort(reason);
+  if (w.pp != nullptr) w.pp->Abort(reason);
+}
+
+// The coordinates of world rank `rank`: tp fastest, then pp, then dp.
+void PlaceRank(const TrainJobOptions& o, int rank, RankWiring& w) {
+  w.rank = rank;
+  w.t = rank % o.tp;
+  w.s = (rank / o.tp) % o.pp;
+  w.d = rank / (o.tp * o.pp);
+}
+
+}  // namespace
+
+absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
+                                         const std::function<void(const StepReport&)>& on_step) {
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<JobSetup> setup, Setup(options));
+  const int dp = options.dp, pp = options.pp, tp = options.tp;
+  const int world = dp * pp * tp;
+  // One inproc group per line of each dimension, plus the world. Separate
+  // transports for each dimension, since the ZeRO engine drives dp from its own
+  // thread while the layers drive tp and the executor drives pp.
   std::vector<std::shared_ptr<InprocGroup>> tp_groups, pp_groups, dp_groups;
   for (int i = 0; i < dp * pp; ++i) tp_groups.push_back(*InprocGroup::Create(tp));
   for (int i = 0; i < dp * tp; ++i) pp_groups.push_back(*InprocGroup::Create(pp));
   for (int i = 0; i < pp * tp; ++i) dp_groups.push_back(*InprocGroup::Create(dp));
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> world_group, InprocGroup::Create(world));
-
   std::vector<RankWiring> wiring(world);
   CommunicatorOptions comm_options;
   comm_options.timeout = kTimeout;
-  for (int d = 0; d < dp; ++d) {
-    for (int s = 0; s < pp; ++s) {
-      for (int t = 0; t < tp; ++t) {
-        RankWiring& w = wiring[rank_of(d, s, t)];
-        w.rank = rank_of(d, s, t);
-        w.d = d;
-        w.s = s;
-        w.t = t;
-        auto make = [&](const std::shared_ptr<InprocGroup>& g,
-                        int r) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-          LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> endpoint, g->Endpoint(r));
-          w.endpoints.push_back(std::move(endpoint));
-          return Communicator::Create(w.endpoints.back(), comm_options);
-        };
-        LOOM_ASSIGN_OR_RETURN(w.tp, make(tp_groups[d * pp + s], t));
-        LOOM_ASSIGN_OR_RETURN(w.dp, make(dp_groups[s * tp + t], d));
-        LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, w.rank));
-        LOOM_ASSIGN_OR_RETURN(w.pp, pp_groups[d * tp + t]->Endpoint(s));
-      }
-    }
+  for (int rank = 0; rank < world; ++rank) {
+    RankWiring& w = wiring[rank];
+    PlaceRank(options, rank, w);
+    auto make = [&](const std::shared_ptr<InprocGroup>& g,
+                    int r) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> endpoint, g->Endpoint(r));
+      w.endpoints.push_back(std::move(endpoint));
+      return Communicator::Create(w.endpoints.back(), comm_options);
+    };
+    LOOM_ASSIGN_OR_RETURN(w.tp, make(tp_groups[w.d * pp + w.s], w.t));
+    LOOM_ASSIGN_OR_RETURN(w.dp, make(dp_groups[w.s * tp + w.t], w.d));
+    LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, w.rank));
+    LOOM_ASSIGN_OR_RETURN(w.pp, pp_groups[w.d * tp + w.t]->Endpoint(w.s));
   }
-
   // --offload nvme: one DiskTier for every rank (names carry the rank's stage, tp
-  // and dp coordinates), in a fresh directory unless one is named.
+  // and dp coordinates).
+  std::vector<std::string> made_dirs;
   std::unique_ptr<DiskTier> disk;
-  std::string made_dir;
-  auto remove_made_dir = absl::MakeCleanup([&made_dir] {
-    if (!made_dir.empty()) rmdir(made_dir.c_str());
+  auto remove_dirs = absl::MakeCleanup([&] {
+    disk.reset();
+    RemoveDirectories(made_dirs);
   });
   if (options.offload == OffloadKind::kNvme) {
-    DiskTierOptions disk_options;
-    if (options.nvme_dir.empty()) {
-      const char* tmp = std::getenv("TMPDIR");
-      std::string pattern =
-          absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/loom_train_nvme.XXXXXX");
-      if (mkdtemp(pattern.data()) == nullptr) {
-        return absl::UnavailableError(
-            absl::StrCat("--offload nvme: mkdtemp ", pattern, ": ", std::strerror(errno)));
-      }
-      made_dir = pattern;
-      disk_options.directories = {made_dir};
-    } else {
-      disk_options.directories = absl::StrSplit(options.nvme_dir, ':', absl::SkipEmpty());
-    }
-    absl::StatusOr<std::unique_ptr<DiskTier>> created = DiskTier::Create(disk_options);
-    if (!created.ok()) {
-      return absl::Status(created.status().code(),
-                          absl::StrCat("--nvme_dir: ", created.status().message()));
-    }
-    disk = std::move(*created);
+    LOOM_ASSIGN_OR_RETURN(disk, OpenDisk(options, "", &made_dirs));
   }
 
   TrainSummary summary;
-  summary.uniform_loss = std::log(static_cast<double>(options.model.vocab));
-  summary.entropy_rate = data.EntropyRate();
-  summary.final_params.resize(world);
-  std::vector<RankStep> reports(world);
-  std::vector<RankExecution> last_executions(world);
   std::vector<absl::Status> results(world);
-  const int64_t tokens_per_step =
-      dp * options.microbatches * options.micro_batch * options.model.seq_len;
-
-  auto run_rank = [&](RankWiring& w) -> absl::Status {
-    GptStageModuleOptions module_options;
-    module_options.micro_batch = options.micro_batch;
-    module_options.num_microbatches = options.microbatches;
-    module_options.recompute = options.recompute;
-    const int d = w.d;
-    GptMicrobatchFn data_fn = [&data, batch, d](int64_t step, int64_t mb) {
-      return data.Microbatch(batch, step, mb, d);
-    };
-    LOOM_ASSIGN_OR_RETURN(
-        std::unique_ptr<GptStageModule> module,
-        GptStageModule::Create(options.model, schedule->layout, w.s, *w.tp, data_fn,
-                               module_options));
-    std::unique_ptr<RankOptimizer> optimizer;
-    if (options.zero > 0) {
-      LOOM_ASSIGN_OR_RETURN(
-          optimizer, ShardedOptimizer::Create(options, module->Parameters(), w.dp.get(),
-                                              disk.get(), absl::StrCat("train.s", w.s, ".t", w.t)));
-    } else {
-      LOOM_ASSIGN_OR_RETURN(optimizer, DataParallelOptimizer::Create(
-                                           options, module->Parameters(), w.dp.get()));
-    }
-    uint64_t sent_before = 0;
-    for (int64_t step = 0; step < options.steps; ++step) {
-      const absl::Time start = absl::Now();
-      module->BeginStep(step);
-      LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
-      LOOM_ASSIGN_OR_RETURN(last_executions[w.rank], executor.Run(*w.pp, *module));
-      LOOM_RETURN_IF_ERROR(optimizer->AfterBackward(step + 1));
-      const uint64_t sent = SentBytes(*w.tp) + SentBytes(*w.dp);
-      RankStep& report = reports[w.rank];
-      report.holds_loss = module->holds_loss();
-      report.loss = report.holds_loss ? static_cast<double>(module->loss()) : 0.0;
-      report.state_bytes = optimizer->StateBytes();
-      report.sharded_bytes = optimizer->ShardedBytes();
-      report.disk_bytes = optimizer->DiskBytes();
-      report.comm_bytes = static_cast<int64_t>(sent - sent_before);
-      for (const int64_t stage : module->stages()) {
-        report.peak_activation_bytes =
-            std::max(report.peak_activation_bytes,
-                     static_cast<int64_t>(module->model(stage).peak_activation_bytes()));
-      }
-      sent_before = sent;
-      // Everyone's report is in before rank 0 reads them.
-      LOOM_RETURN_IF_ERROR(w.world->Barrier());
-      if (w.rank == 0) {
-        StepReport line;
-        line.step = step + 1;
-        int losses = 0;
-        for (const RankStep& r : reports) {
-          if (r.holds_loss && r.loss == r.loss) {
-            line.loss += r.loss;
-            ++losses;
-          }
-          line.model_state_bytes = std::max(line.model_state_bytes, r.state_bytes);
-          line.comm_bytes = std::max(line.comm_bytes, r.comm_bytes);
-          summary.sharded_state_bytes_per_rank =
-              std::max(summary.sharded_state_bytes_per_rank, r.sharded_bytes);
-          summary.disk_state_bytes_per_rank =
-              std::max(summary.disk_state_bytes_per_rank, r.disk_bytes);
-          summary.peak_activation_bytes_per_rank =
-              std::max(summary.peak_activation_bytes_per_rank, r.peak_activation_bytes);
-        }
-        // The last stage's tp ranks all hold the same loss: average over them and dp.
-        line.loss /= std::max(losses, 1);
-        line.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-        line.tokens_per_second = static_cast<double>(tokens_per_step) / line.seconds;
-        summary.steps.push_back(line);
-        if (on_step) on_step(line);
-      }
-      // Nobody overwrites a report before rank 0 has read it.
-      LOOM_RETURN_IF_ERROR(w.world->Barrier());
-    }
-    LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());  // zero 3: the final weights
-    RankParameters& out = summary.final_params[w.rank];
-    out.tp_rank = w.t;
-    for (GptParameter p : module->Parameters()) {
-      out.values.emplace_back(p.values.begin(), p.values.end());
-      p.values = {};
-      p.grad = {};
-      out.params.push_back(std::move(p));
-    }
-    return absl::OkStatus();
-  };
-
   std::vector<std::thread> threads;
-  const absl::Time start = absl::Now();
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      results[r] = run_rank(wiring[r]);
-      // A rank that failed tells the others at once instead of at their deadline.
-      if (!results[r].ok()) {
-        for (const std::shared_ptr<Transport>& endpoint : wiring[r].endpoints) {
-          endpoint->Abort(results[r]);
-        }
-        wiring[r].pp->Abort(results[r]);
-      }
+      results[r] = RunRank(options, *setup, wiring[r], disk.get(), on_step,
+                           r == 0 ? &summary : nullptr);
+      if (!results[r].ok()) AbortRank(wiring[r], results[r]);
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -544,17 +802,82 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
       return absl::Status(results[r].code(), absl::StrCat("rank ", r, ": ", results[r].message()));
     }
   }
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  summary.final_loss = summary.steps.back().loss;
-  int64_t comm = 0;
-  for (const StepReport& line : summary.steps) {
-    summary.peak_model_state_bytes_per_rank =
-        std::max(summary.peak_model_state_bytes_per_rank, line.model_state_bytes);
-    comm += line.comm_bytes;
+  return summary;
+}
+
+std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, int group) {
+  // ShmOptions.job_id: [A-Za-z0-9_-]{1,64}; the launcher's ids are shorter than 48.
+  return absl::StrCat(job_id.substr(0, 48), "-", dimension, group);
+}
+
+std::vector<std::string> ShmGroupIds(const TrainJobOptions& o, absl::string_view job_id) {
+  std::vector<std::string> ids = {ShmGroupId(job_id, "w", 0)};
+  for (int i = 0; i < o.dp * o.pp; ++i) ids.push_back(ShmGroupId(job_id, "t", i));
+  for (int i = 0; i < o.pp * o.tp; ++i) ids.push_back(ShmGroupId(job_id, "d", i));
+  for (int i = 0; i < o.dp * o.tp; ++i) ids.push_back(ShmGroupId(job_id, "p", i));
+  return ids;
+}
+
+absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
+    const TrainJobOptions& options, const ShmOptions& process,
+    const std::function<void(const StepReport&)>& on_step) {
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<JobSetup> setup, Setup(options));
+  const int world = options.dp * options.pp * options.tp;
+  if (process.size != world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport shm: the job has ", process.size, " processes, --dp ",
+                     options.dp, " x --pp ", options.pp, " x --tp ", options.tp, " needs ",
+                     world));
   }
-  summary.comm_bytes_per_rank_per_step = comm / static_cast<int64_t>(summary.steps.size());
-  summary.tokens_per_second = static_cast<double>(tokens_per_step * options.steps) / seconds;
-  summary.trace_json = TraceEvents(last_executions, world);
+  RankWiring w;
+  PlaceRank(options, process.rank, w);
+  CommunicatorOptions comm_options;
+  comm_options.timeout = kTimeout;
+  // One shm group per line of each dimension, as with threads; every process
+  // connects in the same order (world, tp, dp, pp), so each group's members meet.
+  auto connect = [&](absl::string_view dimension, int group, int rank,
+                     int size) -> absl::StatusOr<std::unique_ptr<Transport>> {
+    ShmOptions shm = process;
+    shm.job_id = ShmGroupId(process.job_id, dimension, group);
+    shm.rank = rank;
+    shm.size = size;
+    return ConnectShmTransport(shm);
+  };
+  auto make = [&](absl::StatusOr<std::unique_ptr<Transport>> endpoint)
+      -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    if (!endpoint.ok()) return endpoint.status();
+    w.endpoints.push_back(std::move(*endpoint));
+    return Communicator::Create(w.endpoints.back(), comm_options);
+  };
+  const int dp = options.dp, pp = options.pp, tp = options.tp;
+  LOOM_ASSIGN_OR_RETURN(w.world, make(connect("w", 0, w.rank, world)));
+  LOOM_ASSIGN_OR_RETURN(w.tp, make(connect("t", w.d * pp + w.s, w.t, tp)));
+  LOOM_ASSIGN_OR_RETURN(w.dp, make(connect("d", w.s * tp + w.t, w.d, dp)));
+  LOOM_ASSIGN_OR_RETURN(w.pp, connect("p", w.d * tp + w.t, w.s, pp));
+
+  std::vector<std::string> made_dirs;
+  std::unique_ptr<DiskTier> disk;
+  auto remove_dirs = absl::MakeCleanup([&] {
+    disk.reset();
+    RemoveDirectories(made_dirs);
+  });
+  std::optional<TrainSummary> summary;
+  if (w.rank == 0) summary.emplace();
+  absl::Status status;
+  if (options.offload == OffloadKind::kNvme) {
+    absl::StatusOr<std::unique_ptr<DiskTier>> opened =
+        OpenDisk(options, absl::StrCat("rank", w.rank), &made_dirs);
+    status = opened.status();
+    if (opened.ok()) disk = std::move(*opened);
+  }
+  if (status.ok()) {
+    status = RunRank(options, *setup, w, disk.get(), on_step,
+                     summary.has_value() ? &*summary : nullptr);
+  }
+  if (!status.ok()) {
+    AbortRank(w, status);
+    return absl::Status(status.code(), absl::StrCat("rank ", w.rank, ": ", status.message()));
+  }
   return summary;
 }
 

@@ -1,6 +1,6 @@
 // TrainJob: Loom's end-to-end training job, the library behind //tools:train. It
-// trains the GPT decoder of tools/train on MarkovData over a dp x pp x tp mesh of
-// thread ranks:
+// trains the GPT decoder of tools/gpt on MarkovData over a dp x pp x tp mesh of
+// ranks, threads (RunTrainJob) or processes over shm (RunTrainJobRank):
 //   - tp: the tensor_parallel layers on a tp communicator;
 //   - pp: the stages run by pipeline/executor under a pipeline schedule;
 //   - dp: plain data parallelism (zero 0: gradients all-reduced, every rank steps
@@ -27,10 +27,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "collectives/transport/shm/shm_transport.h"
 #include "core/dtype.h"
 #include "tools/gpt/gpt_config.h"
 #include "tools/gpt/gpt_model.h"
@@ -120,6 +123,21 @@ struct TrainSummary {
 // not built yet (the zero-bubble schedules).
 absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
                                          const std::function<void(const StepReport&)>& on_step);
+
+// RunTrainJobRank runs one rank of the job as this process (--transport shm):
+// `process` names the job, this process's world rank and the world size (as
+// //tools:launch passes them; ShmOptionsFromEnvironment). Each dimension's groups
+// connect their own shm transports (ShmGroupIds). World rank 0 returns the
+// summary, the other ranks nullopt. A rank that fails aborts its transports, so
+// the others fail at once (Unavailable naming it) instead of at their deadlines.
+absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
+    const TrainJobOptions& options, const ShmOptions& process,
+    const std::function<void(const StepReport&)>& on_step);
+
+// ShmGroupIds returns the shm job ids the ranks of job `job_id` connect: the world
+// and each line of tp, dp and pp. A launcher removes their leftover segments.
+std::vector<std::string> ShmGroupIds(const TrainJobOptions& options, absl::string_view job_id);
+std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, int group);
 
 // ValidateTrainJob is RunTrainJob's check of the options, without training.
 absl::Status ValidateTrainJob(const TrainJobOptions& options);

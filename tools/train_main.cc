@@ -5,7 +5,17 @@
 //
 //   ./bazelw run //tools:train
 //   ./bazelw run //tools:train -- --dp=4 --tp=1 --pp=2 --zero=0 --steps=20
+//   ./bazelw run //tools:train -- --transport=shm    # 8 processes, shared memory
+//
+// With --transport=shm the ranks are processes: run directly, train starts them
+// itself (through tools/launcher, as //tools:launch does) as copies of this binary
+// with the same flags; a process that finds LOOM_JOB_ID in its environment is one
+// rank. World rank 0 prints; a failing rank stops the job and is named.
+#include <unistd.h>
+
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -18,7 +28,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "collectives/transport/shm/shm_transport.h"
 #include "core/dtype.h"
+#include "tools/launcher.h"
 #include "tools/train_job.h"
 #include "topology/parallel_config.h"
 
@@ -51,6 +64,8 @@ ABSL_FLAG(bool, compare_reference, true,
           "Also train on one rank and report the largest parameter difference.");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome trace of the last step's pipeline to FILE.");
 ABSL_FLAG(std::string, summary_json, "", "Write the summary as JSON to FILE.");
+ABSL_FLAG(std::string, transport, "threads",
+          "threads (ranks are threads of this process) or shm (processes over shared memory).");
 
 namespace loom {
 namespace {
@@ -116,19 +131,70 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-absl::Status Run() {
+// Launch runs the job as processes: this binary again, once per rank, with the
+// same arguments; returns the exit code (a failing rank's, named on stderr).
+int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    std::cerr << "train: --transport shm: cannot find this binary (/proc/self/exe)\n";
+    return 2;
+  }
+  LaunchOptions launch;
+  launch.num_ranks = o.dp * o.tp * o.pp;
+  launch.argv.push_back(std::string(self, static_cast<size_t>(n)));
+  for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
+  launch.job_id = GenerateJobId();
+  const absl::StatusOr<LaunchResult> result = Launch(launch);
+  for (const std::string& id : ShmGroupIds(o, launch.job_id)) RemoveShmSegments(id).IgnoreError();
+  if (!result.ok()) {
+    std::cerr << "train: " << result.status().message() << "\n";
+    return 2;
+  }
+  if (result->ExitCode() != 0) std::cerr << Describe(*result);
+  return result->ExitCode();
+}
+
+absl::Status Run(int argc, char** argv, int* exit_code) {
   absl::StatusOr<TrainJobOptions> options = OptionsFromFlags();
   if (!options.ok()) return options.status();
   if (absl::Status s = ValidateTrainJob(*options); !s.ok()) return s;
   const TrainJobOptions& o = *options;
-  std::cout << absl::StrFormat(
-      "train: dp=%d tp=%d pp=%d (%d thread ranks), schedule %s, %d microbatches x %d "
-      "sequences, zero %d, offload %s, %s, recompute %s\nmodel: %s\n",
-      o.dp, o.tp, o.pp, o.dp * o.tp * o.pp, PipelineScheduleName(o.schedule), o.microbatches,
-      o.micro_batch, o.zero, absl::GetFlag(FLAGS_offload), DTypeName(o.dtype),
-      absl::GetFlag(FLAGS_recompute), o.model.ToString());
-  absl::StatusOr<TrainSummary> summary =
-      RunTrainJob(o, [](const StepReport& r) { std::cout << r.ToString() << "\n" << std::flush; });
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "threads" && transport != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport ", transport, " is not threads or shm"));
+  }
+  const bool processes = transport == "shm";
+  if (processes && std::getenv("LOOM_JOB_ID") == nullptr) {
+    *exit_code = LaunchRanks(o, argc, argv);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ShmOptions> process;
+  if (processes) {
+    process = ShmOptionsFromEnvironment();
+    if (!process.ok()) return process.status();
+  }
+  const bool prints = !processes || process->rank == 0;
+  if (prints) {
+    std::cout << absl::StrFormat(
+        "train: dp=%d tp=%d pp=%d (%d %s), schedule %s, %d microbatches x %d "
+        "sequences, zero %d, offload %s, %s, recompute %s\nmodel: %s\n",
+        o.dp, o.tp, o.pp, o.dp * o.tp * o.pp, processes ? "processes over shm" : "thread ranks",
+        PipelineScheduleName(o.schedule), o.microbatches, o.micro_batch, o.zero,
+        absl::GetFlag(FLAGS_offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
+        o.model.ToString());
+  }
+  auto print_step = [](const StepReport& r) { std::cout << r.ToString() << "\n" << std::flush; };
+  absl::StatusOr<TrainSummary> summary;
+  if (processes) {
+    absl::StatusOr<std::optional<TrainSummary>> mine = RunTrainJobRank(o, *process, print_step);
+    if (!mine.ok()) return mine.status();
+    if (!mine->has_value()) return absl::OkStatus();  // not rank 0: nothing to report
+    summary = std::move(**mine);
+  } else {
+    summary = RunTrainJob(o, print_step);
+  }
   if (!summary.ok()) return summary.status();
   std::cout << absl::StrFormat(
       "final loss %.4f (uniform guess log V = %.4f, the chain's entropy rate %.4f)\n"
@@ -138,6 +204,7 @@ absl::Status Run() {
       summary->peak_model_state_bytes_per_rank, summary->sharded_state_bytes_per_rank,
       summary->disk_state_bytes_per_rank,
       summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step, summary->tokens_per_second);
+  (void)exit_code;
   ReferenceComparison reference;
   double relative = 0;
   if (absl::GetFlag(FLAGS_compare_reference)) {
@@ -185,12 +252,14 @@ int main(int argc, char** argv) {
       "  train [--dp=2 --tp=2 --pp=2] [--zero=0|1|2|3] [--offload=none|cpu|nvme [--nvme_dir=D]]\n"
       "        [--dtype=f32|bf16]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
-      "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]");
+      "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"
+      "        [--transport=threads|shm]");
   absl::ParseCommandLine(argc, argv);
-  const absl::Status status = loom::Run();
+  int exit_code = 0;
+  const absl::Status status = loom::Run(argc, argv, &exit_code);
   if (!status.ok()) {
     std::cerr << "train: " << status.message() << "\n";
     return 2;
   }
-  return 0;
+  return exit_code;
 }
