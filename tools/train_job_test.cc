@@ -52,7 +52,7 @@ std::vector<std::vector<float>> Values(const TrainSummary& summary) {
 // disk) and plain data parallelism (all-reduce) step to the same bits. The
 // engine's state shrinks with each stage; the state on disk leaves memory.
 TEST(TrainJobTest, EveryZeroStageAndPlainDataParallelAgreeBitwise) {
-  TrainJobOptions options = Small(4);
+  TrainJobOptions options = Small(3);
   options.tp = 1;
   options.zero = 0;
   options.offload = OffloadKind::kNone;

@@ -12,8 +12,13 @@ namespace loom {
 namespace disk_internal {
 
 absl::Status ErrnoStatus(int error_number, absl::string_view what) {
-  // Abseil appends ": <strerror>" itself.
-  return absl::ErrnoToStatus(error_number, what);
+  // The message absl::ErrnoToStatus would give ("what: <strerror>"), but through
+  // strerror_r: absl's StrError fills a static table on first use inside the
+  // prebuilt (uninstrumented) Abseil library, which ThreadSanitizer reports as a
+  // race when several threads of a tier fail at once.
+  char buffer[256];
+  const char* text = strerror_r(error_number, buffer, sizeof(buffer));  // GNU: may not use buffer
+  return absl::Status(absl::ErrnoToStatusCode(error_number), absl::StrCat(what, ": ", text));
 }
 
 ScopedFd& ScopedFd::operator=(ScopedFd&& other) noexcept {
