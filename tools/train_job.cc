@@ -61,7 +61,7 @@ struct RankWiring {
   std::unique_ptr<Transport> pp;
 };
 
-// Figures one rank reports for a step, read by world rank 0 after a barrier.
+// Figures one rank reports for a step, gathered at world rank 0.
 struct RankStep {
   double loss = 0;      // the stage's mean loss (last stage only)
   bool holds_loss = false;
