@@ -806,8 +806,10 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
 }
 
 std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, int group) {
-  // ShmOptions.job_id: [A-Za-z0-9_-]{1,64}; the launcher's ids are shorter than 48.
-  return absl::StrCat(job_id.substr(0, 48), "-", dimension, group);
+  // ShmOptions.job_id: [A-Za-z0-9_-]{1,64}. A longer id keeps its end, where the
+  // launcher's ids ("<host>-<pid>-<random>") differ.
+  if (job_id.size() > 48) job_id.remove_prefix(job_id.size() - 48);
+  return absl::StrCat(job_id, "-", dimension, group);
 }
 
 std::vector<std::string> ShmGroupIds(const TrainJobOptions& o, absl::string_view job_id) {

@@ -513,12 +513,17 @@ void Zero3Engine::CountGradBuffer(int64_t bytes) {
   }
 }
 
-absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
+absl::Status Zero3Engine::CheckParam(absl::string_view call, int param) const {
   if (param < 0 || param >= partition_.num_params()) {
-    return absl::OutOfRangeError(absl::StrCat(Who(), ": Acquire(", param,
+    return absl::OutOfRangeError(absl::StrCat(Who(), ": ", call, "(", param,
                                               "): the model has ", partition_.num_params(),
                                               " parameters"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
+  LOOM_RETURN_IF_ERROR(CheckParam("Acquire", param));
   const ParamSlot& slot = partition_.slot(param);
   const std::string what = absl::StrCat("Acquire(", param, " \"", slot.name, "\")");
   if (pass_ == Zero3Pass::kNone) {
@@ -558,11 +563,7 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
 }
 
 absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
-  if (param < 0 || param >= partition_.num_params()) {
-    return absl::OutOfRangeError(absl::StrCat(Who(), ": AddGrad(", param,
-                                              "): the model has ", partition_.num_params(),
-                                              " parameters"));
-  }
+  LOOM_RETURN_IF_ERROR(CheckParam("AddGrad", param));
   const ParamSlot& slot = partition_.slot(param);
   const std::string what = absl::StrCat("AddGrad(", param, " \"", slot.name, "\")");
   if (!Reducing()) {

@@ -202,6 +202,8 @@ class Zero3Engine {
   Zero3Engine(const Partition& partition, Communicator* dp, const Zero3Options& options);
   absl::Status Init(absl::Span<const float> initial);
   std::string Who() const;
+  // CheckParam: OutOfRange naming `call` for a parameter index outside the model.
+  absl::Status CheckParam(absl::string_view call, int param) const;
   absl::Time Deadline() const;
   // Positions count buckets in pass order: forward 0..B-1, backward B-1..0.
   int BucketAt(int position) const;
