@@ -143,34 +143,41 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   return ToTensor(output_shape_, y);
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output) {
+absl::StatusOr<std::vector<float>> ColumnParallelLinear::LocalGradient(
+    const Tensor& grad_output) const {
   LOOM_RETURN_IF_ERROR(
       tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
-  const int64_t out_local = out_features_local();
-  const int64_t rows = rows_;
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_all, grad_output.As<float>());
-  std::vector<float> g_local;
-  absl::Span<const float> g = g_all;
-  if (options_.gather_output) {
-    // The gather's backward: keep this rank's columns (no communication).
-    int64_t col = 0;
-    for (int r = 0; r < rank_; ++r) col += out_widths_[static_cast<size_t>(r)];
-    const int64_t width = output_shape_.back();
-    g_local.resize(static_cast<size_t>(rows * out_local));
-    for (int64_t i = 0; i < rows; ++i) {
-      std::copy_n(g_all.begin() + i * width + col, out_local, g_local.begin() + i * out_local);
-    }
-    g = g_local;
+  if (!options_.gather_output) return std::vector<float>(g_all.begin(), g_all.end());
+  // The gather's backward: keep this rank's columns (no communication).
+  const int64_t out_local = out_features_local();
+  int64_t col = 0;
+  for (int r = 0; r < rank_; ++r) col += out_widths_[static_cast<size_t>(r)];
+  const int64_t width = output_shape_.back();
+  std::vector<float> g(static_cast<size_t>(rows_ * out_local));
+  for (int64_t i = 0; i < rows_; ++i) {
+    std::copy_n(g_all.begin() + i * width + col, out_local, g.begin() + i * out_local);
   }
+  return g;
+}
+
+absl::Status ColumnParallelLinear::WeightGradient(absl::Span<const float> g,
+                                                  absl::Span<const float> x, int64_t rows) {
+  const int64_t out_local = out_features_local();
   // dW_local = g^T x: [out_local, rows] x [rows, in].
   std::vector<float> dw(static_cast<size_t>(out_local * in_));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kYes,
-                            Dense(saved_input_, rows, in_), Transpose::kNo,
-                            Dense(absl::MakeSpan(dw), out_local, in_)));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kYes, Dense(x, rows, in_),
+                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_local, in_)));
   LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_local, in_}, dw));
   if (has_bias_) {
     LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_local}, SumRows(g, out_local)));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const float> g) {
+  const int64_t out_local = out_features_local();
+  const int64_t rows = rows_;
   // dx = g W_local: this rank's share of the input gradient, summed over ranks.
   std::vector<float> weight_scratch;
   const absl::Span<const float> w = F32Values(weight_, weight_scratch);
@@ -186,6 +193,30 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output)
     LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(dx), tally_));
   }
   return ToTensor(input_shape_, dx);
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output) {
+  LOOM_ASSIGN_OR_RETURN(const std::vector<float> g, LocalGradient(grad_output));
+  LOOM_RETURN_IF_ERROR(WeightGradient(g, saved_input_, rows_));
+  return InputGradient(g);
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_output,
+                                                           WeightGradWork& work) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<float> g, LocalGradient(grad_output));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
+  work = WeightGradWork();
+  work.input = std::move(saved_input_);
+  work.grad_output = std::move(g);
+  work.rows = rows_;
+  ReleaseActivations();
+  return dx;
+}
+
+absl::Status ColumnParallelLinear::BackwardWeight(const WeightGradWork& work) {
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckWeightGradWork(
+      kName, work, in_, out_features_local()));
+  return WeightGradient(work.grad_output, work.input, work.rows);
 }
 
 }  // namespace loom

@@ -30,9 +30,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
 #include "tensor_parallel/tensor.h"
 
@@ -91,6 +93,15 @@ class ColumnParallelLinear {
   // otherwise a collective's error.
   absl::StatusOr<Tensor> Backward(const Tensor& grad_output);
 
+  // Split backward (weight_grad_work.h): BackwardInput returns dL/dx as Backward
+  // does (with its collective), moves what the weight gradient needs into `work`
+  // and forgets the forward (Backward then needs a new Forward). BackwardWeight
+  // sets weight_grad() and bias_grad() from a work this layer filled, bitwise as
+  // Backward would have; other Forwards may run in between. Errors as Backward;
+  // BackwardWeight is InvalidArgument naming the sizes for a work of another shape.
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& grad_output, WeightGradWork& work);
+  absl::Status BackwardWeight(const WeightGradWork& work);
+
   // The local shards: weight [out_local, in] and bias [out_local] (empty without
   // bias) in the storage dtype; their gradients in f32 (empty before Backward).
   const Tensor& weight() const { return weight_; }
@@ -122,6 +133,13 @@ class ColumnParallelLinear {
 
  private:
   ColumnParallelLinear() = default;
+
+  // LocalGradient checks grad_output and returns this rank's columns of it.
+  absl::StatusOr<std::vector<float>> LocalGradient(const Tensor& grad_output) const;
+  // WeightGradient sets the gradients from g [rows, out_local] and x [rows, in];
+  // InputGradient returns dx for g, summed over the ranks.
+  absl::Status WeightGradient(absl::Span<const float> g, absl::Span<const float> x, int64_t rows);
+  absl::StatusOr<Tensor> InputGradient(absl::Span<const float> g);
 
   Communicator* tp_ = nullptr;
   CommTally tally_;

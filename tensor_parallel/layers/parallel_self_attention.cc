@@ -151,6 +151,28 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Backward(const Tensor& grad_output
     return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
   }
   LOOM_ASSIGN_OR_RETURN(Tensor grad_ctx, out_.Backward(grad_output));  // [s, b, L]
+  LOOM_ASSIGN_OR_RETURN(Tensor dqkv, CoreBackward(grad_ctx));
+  return qkv_.Backward(dqkv);
+}
+
+absl::StatusOr<Tensor> ParallelSelfAttention::BackwardInput(const Tensor& grad_output,
+                                                            AttentionWeightGradWork& work) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor grad_ctx, out_.BackwardInput(grad_output, work.out));
+  LOOM_ASSIGN_OR_RETURN(Tensor dqkv, CoreBackward(grad_ctx));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, qkv_.BackwardInput(dqkv, work.qkv));
+  ReleaseActivations();
+  return dx;
+}
+
+absl::Status ParallelSelfAttention::BackwardWeight(const AttentionWeightGradWork& work) {
+  LOOM_RETURN_IF_ERROR(out_.BackwardWeight(work.out));
+  return qkv_.BackwardWeight(work.qkv);
+}
+
+absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ctx) const {
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dctx, grad_ctx.As<float>());
   const int64_t s = seq_, b = batch_, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
@@ -187,8 +209,7 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Backward(const Tensor& grad_output
                                 scale));
     }
   }
-  LOOM_ASSIGN_OR_RETURN(Tensor dqkv_tensor, tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv));
-  return qkv_.Backward(dqkv_tensor);
+  return tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv);
 }
 
 }  // namespace loom

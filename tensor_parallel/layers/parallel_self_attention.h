@@ -35,10 +35,18 @@
 #include "core/dtype.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
 #include "tensor_parallel/tensor.h"
 
 namespace loom {
+
+// AttentionWeightGradWork: the two projections' weight-gradient work of one split
+// backward (weight_grad_work.h).
+struct AttentionWeightGradWork {
+  WeightGradWork qkv, out;
+  size_t bytes() const { return qkv.bytes() + out.bytes(); }
+};
 
 struct ParallelSelfAttentionOptions {
   int64_t num_heads = 1;
@@ -79,6 +87,14 @@ class ParallelSelfAttention {
   // both shapes for a mismatched gradient; otherwise a collective's error.
   absl::StatusOr<Tensor> Backward(const Tensor& grad_output);
 
+  // Split backward (weight_grad_work.h): BackwardInput returns dL/dx as Backward
+  // does, moves the projections' weight-gradient inputs into `work` and forgets
+  // the forward; BackwardWeight fills the projections' gradients from it, bitwise
+  // as Backward would have, even after other Forwards. Errors as Backward and the
+  // projections' BackwardWeight.
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& grad_output, AttentionWeightGradWork& work);
+  absl::Status BackwardWeight(const AttentionWeightGradWork& work);
+
   // The projections, for their weights and gradients.
   const ColumnParallelLinear& qkv() const { return qkv_; }
   const RowParallelLinear& out() const { return out_; }
@@ -109,6 +125,10 @@ class ParallelSelfAttention {
  private:
   ParallelSelfAttention(ColumnParallelLinear qkv, RowParallelLinear out)
       : qkv_(std::move(qkv)), out_(std::move(out)) {}
+
+  // CoreBackward returns dL/d(local Q, K, V) [s, b, 3 * local width] for the
+  // gradient of the heads' context, grad_ctx [s, b, local width].
+  absl::StatusOr<Tensor> CoreBackward(const Tensor& grad_ctx) const;
 
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;

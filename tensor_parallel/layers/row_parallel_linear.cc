@@ -115,36 +115,63 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   return ToTensor(output_shape_, y);
 }
 
-absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {
+absl::StatusOr<std::vector<float>> RowParallelLinear::WholeGradient(
+    const Tensor& grad_output) {
   LOOM_RETURN_IF_ERROR(
       tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
-  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_in, grad_output.As<float>());
-  std::vector<float> gathered;
-  absl::Span<const float> g = g_in;
-  if (options_.sequence_parallel) {
-    LOOM_ASSIGN_OR_RETURN(gathered,
-                          AllGatherV(*tp_, g_in,
-                                     ShardCounts(options_.sequence_length, tp_->size(),
-                                                 options_.rule, per_position_ * out_), tally_));
-    g = gathered;
-  }
-  const int64_t rows = rows_;
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_output.As<float>());
+  if (!options_.sequence_parallel) return std::vector<float>(g.begin(), g.end());
+  return AllGatherV(*tp_, g,
+                    ShardCounts(options_.sequence_length, tp_->size(), options_.rule,
+                                per_position_ * out_),
+                    tally_);
+}
+
+absl::Status RowParallelLinear::WeightGradient(absl::Span<const float> g,
+                                               absl::Span<const float> x, int64_t rows) {
   // The whole gradient is on every rank (gathered under sequence parallelism), so
   // the bias gradient is complete here and needs no all-reduce.
   if (has_bias_) {
     LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_}, SumRows(g, out_)));
   }
   std::vector<float> dw(static_cast<size_t>(out_ * in_local_));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kYes,
-                            Dense(saved_input_, rows, in_local_), Transpose::kNo,
-                            Dense(absl::MakeSpan(dw), out_, in_local_)));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kYes, Dense(x, rows, in_local_),
+                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_, in_local_)));
   LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_, in_local_}, dw));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::InputGradient(absl::Span<const float> g) {
   std::vector<float> weight_scratch;
   const absl::Span<const float> w = F32Values(weight_, weight_scratch);
-  std::vector<float> dx(static_cast<size_t>(rows * in_local_));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kNo, Dense(w, out_, in_local_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows, in_local_)));
+  std::vector<float> dx(static_cast<size_t>(rows_ * in_local_));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows_, out_), Transpose::kNo, Dense(w, out_, in_local_),
+                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows_, in_local_)));
   return ToTensor(input_shape_, dx);
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {
+  LOOM_ASSIGN_OR_RETURN(const std::vector<float> g, WholeGradient(grad_output));
+  LOOM_RETURN_IF_ERROR(WeightGradient(g, saved_input_, rows_));
+  return InputGradient(g);
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_output,
+                                                        WeightGradWork& work) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<float> g, WholeGradient(grad_output));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
+  work = WeightGradWork();
+  work.input = std::move(saved_input_);
+  work.grad_output = std::move(g);
+  work.rows = rows_;
+  ReleaseActivations();
+  return dx;
+}
+
+absl::Status RowParallelLinear::BackwardWeight(const WeightGradWork& work) {
+  LOOM_RETURN_IF_ERROR(
+      tp_layers_internal::CheckWeightGradWork(kName, work, in_local_, out_));
+  return WeightGradient(work.grad_output, work.input, work.rows);
 }
 
 }  // namespace loom

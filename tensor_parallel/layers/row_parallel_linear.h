@@ -30,10 +30,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/comm_tally.h"
 #include "tensor_parallel/placement.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
 
 namespace loom {
@@ -81,6 +83,16 @@ class RowParallelLinear {
   // both shapes for a mismatched gradient; otherwise a collective's error.
   absl::StatusOr<Tensor> Backward(const Tensor& grad_output);
 
+  // Split backward (weight_grad_work.h): BackwardInput returns dL/dx as Backward
+  // does (all-gathering the gradient under sequence parallelism), moves what the
+  // weight gradient needs into `work` and forgets the forward (Backward then needs
+  // a new Forward). BackwardWeight sets weight_grad() and bias_grad() from a work
+  // this layer filled, bitwise as Backward would have; other Forwards may run in
+  // between. Errors as Backward; BackwardWeight is InvalidArgument naming the sizes
+  // for a work of another shape.
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& grad_output, WeightGradWork& work);
+  absl::Status BackwardWeight(const WeightGradWork& work);
+
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
   const Tensor& weight_grad() const { return weight_grad_; }
@@ -110,6 +122,14 @@ class RowParallelLinear {
 
  private:
   RowParallelLinear() = default;
+
+  // WholeGradient checks grad_output and returns the whole output gradient
+  // (gathered under sequence parallelism).
+  absl::StatusOr<std::vector<float>> WholeGradient(const Tensor& grad_output);
+  // WeightGradient sets the gradients from g [rows, out] and x [rows, in_local];
+  // InputGradient returns dx for g.
+  absl::Status WeightGradient(absl::Span<const float> g, absl::Span<const float> x, int64_t rows);
+  absl::StatusOr<Tensor> InputGradient(absl::Span<const float> g);
 
   Communicator* tp_ = nullptr;
   CommTally tally_;

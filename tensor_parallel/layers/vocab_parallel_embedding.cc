@@ -83,28 +83,57 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(absl::Span<const int64_t>
   return ToTensor(output_shape_, y);
 }
 
-absl::Status VocabParallelEmbedding::Backward(const Tensor& grad_output) {
+absl::StatusOr<std::vector<float>> VocabParallelEmbedding::WholeGradient(
+    const Tensor& grad_output) {
   LOOM_RETURN_IF_ERROR(
       tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
-  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_in, grad_output.As<float>());
-  std::vector<float> gathered;
-  absl::Span<const float> g = g_in;
-  if (options_.sequence_parallel) {
-    const int64_t per_position =
-        static_cast<int64_t>(saved_ids_.size()) / std::max<int64_t>(ids_shape_[0], 1);
-    LOOM_ASSIGN_OR_RETURN(gathered, AllGatherV(*tp_, g_in,
-                                               ShardCounts(ids_shape_[0], tp_->size(),
-                                                           options_.rule, per_position * hidden_), tally_));
-    g = gathered;
-  }
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_output.As<float>());
+  if (!options_.sequence_parallel) return std::vector<float>(g.begin(), g.end());
+  const int64_t per_position =
+      static_cast<int64_t>(saved_ids_.size()) / std::max<int64_t>(ids_shape_[0], 1);
+  return AllGatherV(*tp_, g,
+                    ShardCounts(ids_shape_[0], tp_->size(), options_.rule, per_position * hidden_),
+                    tally_);
+}
+
+absl::Status VocabParallelEmbedding::ScatterGradient(absl::Span<const int64_t> ids,
+                                                     absl::Span<const float> g) {
   std::vector<float> dw(static_cast<size_t>(extent_.length * hidden_), 0.0f);
-  for (size_t i = 0; i < saved_ids_.size(); ++i) {
-    const int64_t local = saved_ids_[i] - extent_.offset;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t local = ids[i] - extent_.offset;
     if (local < 0 || local >= extent_.length) continue;
     for (int64_t j = 0; j < hidden_; ++j) dw[local * hidden_ + j] += g[i * hidden_ + j];
   }
   LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({extent_.length, hidden_}, dw));
   return absl::OkStatus();
+}
+
+absl::Status VocabParallelEmbedding::Backward(const Tensor& grad_output) {
+  LOOM_ASSIGN_OR_RETURN(const std::vector<float> g, WholeGradient(grad_output));
+  return ScatterGradient(saved_ids_, g);
+}
+
+absl::Status VocabParallelEmbedding::BackwardInput(const Tensor& grad_output,
+                                                   WeightGradWork& work) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<float> g, WholeGradient(grad_output));
+  work = WeightGradWork();
+  work.rows = static_cast<int64_t>(saved_ids_.size());
+  work.ids = std::move(saved_ids_);
+  work.grad_output = std::move(g);
+  ReleaseActivations();
+  return absl::OkStatus();
+}
+
+absl::Status VocabParallelEmbedding::BackwardWeight(const WeightGradWork& work) {
+  if (static_cast<int64_t>(work.ids.size()) != work.rows || !work.input.empty() ||
+      static_cast<int64_t>(work.grad_output.size()) != work.rows * hidden_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight-gradient work of ", work.rows, " rows holds ", work.ids.size(),
+        " ids, ", work.grad_output.size(), " gradient values and ", work.input.size(),
+        " input values; this layer needs one id and ", hidden_,
+        " gradient values per row and no input (a work from BackwardInput of this layer)"));
+  }
+  return ScatterGradient(work.ids, work.grad_output);
 }
 
 }  // namespace loom

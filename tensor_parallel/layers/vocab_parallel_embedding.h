@@ -31,6 +31,7 @@
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
 #include "tensor_parallel/tensor.h"
 
@@ -70,6 +71,16 @@ class VocabParallelEmbedding {
   // otherwise a collective's error.
   absl::Status Backward(const Tensor& grad_output);
 
+  // Split backward (weight_grad_work.h). The ids have no gradient, so all of an
+  // embedding's backward is weight gradient: BackwardInput does the communication
+  // part (the all-gather under sequence parallelism), moves the ids and the output
+  // gradient into `work` and forgets the forward; BackwardWeight sets weight_grad()
+  // from a work this layer filled, bitwise as Backward would have, even after other
+  // Forwards. Errors as Backward; BackwardWeight is InvalidArgument naming the sizes
+  // for a work of another shape.
+  absl::Status BackwardInput(const Tensor& grad_output, WeightGradWork& work);
+  absl::Status BackwardWeight(const WeightGradWork& work);
+
   const Tensor& weight() const { return weight_; }
   const Tensor& weight_grad() const { return weight_grad_; }
   // The vocabulary rows this rank owns.
@@ -93,6 +104,12 @@ class VocabParallelEmbedding {
 
  private:
   VocabParallelEmbedding() = default;
+
+  // WholeGradient checks grad_output and returns the output gradient of every id
+  // (gathered under sequence parallelism). ScatterGradient sets weight_grad() from
+  // ids and their gradient rows.
+  absl::StatusOr<std::vector<float>> WholeGradient(const Tensor& grad_output);
+  absl::Status ScatterGradient(absl::Span<const int64_t> ids, absl::Span<const float> g);
 
   Communicator* tp_ = nullptr;
   CommTally tally_;

@@ -91,5 +91,19 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
   return absl::OkStatus();
 }
 
+absl::Status CheckWeightGradWork(const std::string& who, const WeightGradWork& work, int64_t in,
+                                 int64_t out) {
+  const auto size = [](const auto& v) { return static_cast<int64_t>(v.size()); };
+  if (work.rows < 0 || size(work.input) != work.rows * in ||
+      size(work.grad_output) != work.rows * out || !work.ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": weight-gradient work of ", work.rows, " rows holds ", work.input.size(),
+        " input values, ", work.grad_output.size(), " gradient values and ", work.ids.size(),
+        " ids; this layer needs rows x ", in, " input values, rows x ", out,
+        " gradient values and no ids (a work from BackwardInput of this layer)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tp_layers_internal
 }  // namespace loom

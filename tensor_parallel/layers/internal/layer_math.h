@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
 
 namespace loom {
@@ -54,6 +55,12 @@ absl::Status CheckSequenceParallel(bool sequence_parallel, int64_t sequence_leng
 absl::Status CheckGradient(const std::string& who, bool has_forward, const Tensor& grad,
                            const std::vector<int64_t>& forward_shape,
                            const std::string& name = "grad_output");
+
+// CheckWeightGradWork checks a linear layer's BackwardWeight argument: InvalidArgument
+// naming the sizes unless `work` holds an input of rows x in values and an output
+// gradient of rows x out.
+absl::Status CheckWeightGradWork(const std::string& who, const WeightGradWork& work, int64_t in,
+                                 int64_t out);
 
 }  // namespace tp_layers_internal
 }  // namespace loom

@@ -1,0 +1,49 @@
+// WeightGradWork: what a layer's weight gradient needs from one backward pass,
+// taken out of the layer so that the layer can run other forwards before the
+// weight gradient is computed.
+//
+// Zero-bubble pipeline schedules split a backward pass B into I (the input
+// gradient, which the previous stage waits for) and W (the weight gradient, which
+// nobody waits for and which fills what would be bubbles). For a linear layer
+// y = x W^T + b with output gradient g, I is dx = g W and W is dW = g^T x,
+// db = sum of g's rows: W needs x and g, and nothing else. Each layer's
+// BackwardInput computes dx, moves its saved forward input and the output
+// gradient into a WeightGradWork and forgets the forward; its BackwardWeight(work)
+// later sets weight_grad() (and bias_grad()) to bitwise what Backward would have.
+//
+// Example (a column-parallel layer, two microbatches in flight):
+//   fc.Forward(x0);
+//   WeightGradWork w0;
+//   LOOM_ASSIGN_OR_RETURN(Tensor dx0, fc.BackwardInput(dy0, w0));  // no dW yet
+//   fc.Forward(x1);                                               // w0 stays valid
+//   LOOM_RETURN_IF_ERROR(fc.BackwardWeight(w0));                  // dW of microbatch 0
+#ifndef LOOM_TENSOR_PARALLEL_LAYERS_WEIGHT_GRAD_WORK_H_
+#define LOOM_TENSOR_PARALLEL_LAYERS_WEIGHT_GRAD_WORK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace loom {
+
+struct WeightGradWork {
+  // Linear layers: the forward input as the weight product used it, [rows, in]
+  // (gathered under sequence parallelism).
+  std::vector<float> input;
+  // Embeddings: the ids looked up, one per row.
+  std::vector<int64_t> ids;
+  // The output gradient this rank's weight needs, [rows, out] (this rank's
+  // features for a column-parallel layer, gathered under sequence parallelism).
+  std::vector<float> grad_output;
+  int64_t rows = 0;
+
+  // bytes returns the memory held until BackwardWeight.
+  size_t bytes() const {
+    return input.capacity() * sizeof(float) + ids.capacity() * sizeof(int64_t) +
+           grad_output.capacity() * sizeof(float);
+  }
+};
+
+}  // namespace loom
+
+#endif  // LOOM_TENSOR_PARALLEL_LAYERS_WEIGHT_GRAD_WORK_H_
