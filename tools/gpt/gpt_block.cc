@@ -102,7 +102,19 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
   return ToTensor(shape_, Add(x1_, mv));
 }
 
+size_t GptBlockWeightGradWork::bytes() const {
+  return attn.bytes() + fc.bytes() + proj.bytes() +
+         Bytes(ln1_dgamma) + Bytes(ln1_dbeta) + Bytes(ln2_dgamma) + Bytes(ln2_dbeta);
+}
+
 absl::StatusOr<Tensor> GptBlock::Backward(const Tensor& dy) {
+  GptBlockWeightGradWork work;
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, BackwardInput(dy, work));
+  LOOM_RETURN_IF_ERROR(BackwardWeight(work));
+  return dx;
+}
+
+absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightGradWork& work) {
   if (!has_forward_) {
     return absl::FailedPreconditionError(
         absl::StrCat("GptBlock ", index_, ": Backward without a Forward since the last one"));
@@ -114,34 +126,54 @@ absl::StatusOr<Tensor> GptBlock::Backward(const Tensor& dy) {
   }
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dyv, Values(dy));
   // MLP branch: y = x1 + proj(gelu(fc(ln2(x1)))).
-  LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.Backward(dy));
-  LOOM_RETURN_IF_ERROR(AddInto(proj_w_grad_, proj_.weight_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(proj_b_grad_, proj_.bias_grad()));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.BackwardInput(dy, work.proj));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dgv, Values(d_gelu_out));
   LOOM_ASSIGN_OR_RETURN(std::vector<float> d_pre_gelu, GeluBackward(pre_gelu_, dgv));
   LOOM_ASSIGN_OR_RETURN(Tensor d_fc_out, ToTensor(d_gelu_out.shape(), d_pre_gelu));
-  LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.Backward(d_fc_out));
-  LOOM_RETURN_IF_ERROR(AddInto(fc_w_grad_, fc_.weight_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(fc_b_grad_, fc_.bias_grad()));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out, work.fc));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
   LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln2, LayerNormBackward(x1_, ln2_gamma_, mean2_, rstd2_, dl2));
-  AddInto(ln2_gamma_grad_, ln2.dgamma);
-  AddInto(ln2_beta_grad_, ln2.dbeta);
+  work.ln2_dgamma = std::move(ln2.dgamma);
+  work.ln2_dbeta = std::move(ln2.dbeta);
   const std::vector<float> dx1 = Add(dyv, ln2.dx);
   // Attention branch: x1 = x0 + attn(ln1(x0)).
   LOOM_ASSIGN_OR_RETURN(Tensor d_attn_out, ToTensor(shape_, dx1));
-  LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.Backward(d_attn_out));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(d_attn_out, work.attn));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl1, Values(d_ln1_out));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(x0_, ln1_gamma_, mean1_, rstd1_, dl1));
+  work.ln1_dgamma = std::move(ln1.dgamma);
+  work.ln1_dbeta = std::move(ln1.dbeta);
+  const std::vector<int64_t> shape = shape_;
+  ReleaseActivations();
+  return ToTensor(shape, Add(dx1, ln1.dx));
+}
+
+absl::Status GptBlock::BackwardWeight(const GptBlockWeightGradWork& work) {
+  const size_t h = static_cast<size_t>(config_.hidden);
+  for (const std::vector<float>* g :
+       {&work.ln1_dgamma, &work.ln1_dbeta, &work.ln2_dgamma, &work.ln2_dbeta}) {
+    if (g->size() != h) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GptBlock ", index_, ": weight-gradient work holds a layer-norm gradient of ",
+          g->size(), " values, not hidden ", h));
+    }
+  }
+  LOOM_RETURN_IF_ERROR(proj_.BackwardWeight(work.proj));
+  LOOM_RETURN_IF_ERROR(AddInto(proj_w_grad_, proj_.weight_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(proj_b_grad_, proj_.bias_grad()));
+  LOOM_RETURN_IF_ERROR(fc_.BackwardWeight(work.fc));
+  LOOM_RETURN_IF_ERROR(AddInto(fc_w_grad_, fc_.weight_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(fc_b_grad_, fc_.bias_grad()));
+  AddInto(ln2_gamma_grad_, work.ln2_dgamma);
+  AddInto(ln2_beta_grad_, work.ln2_dbeta);
+  LOOM_RETURN_IF_ERROR(attn_.BackwardWeight(work.attn));
   LOOM_RETURN_IF_ERROR(AddInto(qkv_w_grad_, attn_.qkv().weight_grad()));
   LOOM_RETURN_IF_ERROR(AddInto(qkv_b_grad_, attn_.qkv().bias_grad()));
   LOOM_RETURN_IF_ERROR(AddInto(out_w_grad_, attn_.out().weight_grad()));
   LOOM_RETURN_IF_ERROR(AddInto(out_b_grad_, attn_.out().bias_grad()));
-  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl1, Values(d_ln1_out));
-  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(x0_, ln1_gamma_, mean1_, rstd1_, dl1));
-  AddInto(ln1_gamma_grad_, ln1.dgamma);
-  AddInto(ln1_beta_grad_, ln1.dbeta);
-  const std::vector<int64_t> shape = shape_;
-  ReleaseActivations();
-  return ToTensor(shape, Add(dx1, ln1.dx));
+  AddInto(ln1_gamma_grad_, work.ln1_dgamma);
+  AddInto(ln1_beta_grad_, work.ln1_dbeta);
+  return absl::OkStatus();
 }
 
 void GptBlock::ReleaseActivations() {

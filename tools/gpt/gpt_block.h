@@ -34,11 +34,24 @@
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/parallel_self_attention.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
 #include "tools/gpt/gpt_config.h"
 #include "tools/gpt/gpt_parameter.h"
 
 namespace loom {
+
+// GptBlockWeightGradWork: what a block's weight gradients need from one split
+// backward (tensor_parallel/layers/weight_grad_work.h): the four projections'
+// works and the layer norms' parameter gradients, which BackwardInput computes
+// alongside their input gradients (they are cheap) and BackwardWeight adds, so
+// that every accumulator of the block is added to in W order.
+struct GptBlockWeightGradWork {
+  AttentionWeightGradWork attn;
+  WeightGradWork fc, proj;
+  std::vector<float> ln1_dgamma, ln1_dbeta, ln2_dgamma, ln2_dbeta;
+  size_t bytes() const;
+};
 
 class GptBlock {
  public:
@@ -60,6 +73,14 @@ class GptBlock {
   // FailedPrecondition without a Forward since the last Backward or release;
   // InvalidArgument naming both shapes for a gradient of another shape.
   absl::StatusOr<Tensor> Backward(const Tensor& dy);
+
+  // Split backward: BackwardInput returns dL/dx as Backward does, frees the
+  // forward state and leaves the weight gradients' inputs in `work`;
+  // BackwardWeight adds them into the accumulators, bitwise as Backward would
+  // have, even after other Forwards. Backward is the two in a row. Errors as
+  // Backward, and the layers' BackwardWeight errors for a work of another block.
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& dy, GptBlockWeightGradWork& work);
+  absl::Status BackwardWeight(const GptBlockWeightGradWork& work);
 
   // ReleaseActivations drops the forward state (activation checkpointing).
   void ReleaseActivations();

@@ -120,7 +120,7 @@ absl::Status GptModel::Backward(float loss_grad) {
 }
 
 absl::StatusOr<Tensor> GptModel::ForwardStage(const GptStageInput& input) {
-  ReleaseActivations();
+  ReleaseForwardState();
   const int64_t s = config_.seq_len, h = config_.hidden;
   int64_t batch = 0;
   Tensor x;
@@ -166,7 +166,23 @@ absl::StatusOr<Tensor> GptModel::ForwardStage(const GptStageInput& input) {
   return x;
 }
 
+size_t GptWeightGradWork::bytes() const {
+  size_t bytes = token_embedding.bytes() + head.bytes() + Bytes(final_dgamma) + Bytes(final_dbeta);
+  for (const GptBlockWeightGradWork& block : blocks) bytes += block.bytes();
+  return bytes;
+}
+
 absl::StatusOr<Tensor> GptModel::BackwardStage(const Tensor& output_grad) {
+  return RunBackward(output_grad, nullptr);
+}
+
+absl::StatusOr<Tensor> GptModel::BackwardStageInput(const Tensor& output_grad,
+                                                    GptWeightGradWork& work) {
+  return RunBackward(output_grad, &work);
+}
+
+absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
+                                             GptWeightGradWork* deferred) {
   if (!has_forward_) {
     return absl::FailedPreconditionError(
         absl::StrCat(kName, ": BackwardStage without a ForwardStage since the last one"));
@@ -180,28 +196,68 @@ absl::StatusOr<Tensor> GptModel::BackwardStage(const Tensor& output_grad) {
                                                    " must be ", ShapeString(expected)));
   }
   has_forward_ = false;
+  // Without `deferred`, each part's weight gradients are added as soon as its
+  // input gradient is out, so the work never holds more than one part.
+  GptWeightGradWork immediate;
+  GptWeightGradWork& work = deferred != nullptr ? *deferred : immediate;
+  work = GptWeightGradWork();
+  work.blocks.resize(blocks_.size());
   Tensor dx;
   if (options_.head) {
     LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, Values(output_grad));
-    LOOM_ASSIGN_OR_RETURN(dx, HeadBackward(g[0]));
+    LOOM_ASSIGN_OR_RETURN(dx, HeadBackwardInput(g[0], work));
+    if (deferred == nullptr) {
+      LOOM_RETURN_IF_ERROR(HeadBackwardWeight(work));
+      work.head = WeightGradWork();
+      work.final_dgamma = std::vector<float>();
+      work.final_dbeta = std::vector<float>();
+    }
   } else {
     dx = output_grad.Clone();
   }
+  Observe(work.bytes());
   for (size_t k = blocks_.size(); k-- > 0;) {
     if (options_.recompute == Recompute::kFull) {
       LOOM_RETURN_IF_ERROR(blocks_[k].Forward(checkpoints_[k]).status());
-      Observe();
+      Observe(work.bytes());
       checkpoints_[k] = Tensor();
     }
-    LOOM_ASSIGN_OR_RETURN(dx, blocks_[k].Backward(dx));
-    Observe();
+    LOOM_ASSIGN_OR_RETURN(dx, blocks_[k].BackwardInput(dx, work.blocks[k]));
+    if (deferred == nullptr) {
+      LOOM_RETURN_IF_ERROR(blocks_[k].BackwardWeight(work.blocks[k]));
+      work.blocks[k] = GptBlockWeightGradWork();
+    }
+    Observe(work.bytes());
   }
   checkpoints_.clear();
   if (options_.embedding) {
-    LOOM_RETURN_IF_ERROR(EmbedBackward(dx));
-    return Tensor();
+    LOOM_RETURN_IF_ERROR(token_embedding_->BackwardInput(dx, work.token_embedding));
+    if (deferred == nullptr) {
+      LOOM_RETURN_IF_ERROR(EmbedBackwardWeight(work.token_embedding));
+      work.token_embedding = WeightGradWork();
+    }
+    dx = Tensor();
+    Observe(work.bytes());
   }
+  if (deferred != nullptr) pending_work_bytes_ += work.bytes();
+  Observe();
   return dx;
+}
+
+absl::Status GptModel::BackwardStageWeight(const GptWeightGradWork& work) {
+  if (work.blocks.size() != blocks_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight-gradient work of ", work.blocks.size(), " blocks for a piece of ",
+        blocks_.size(), " (blocks [", options_.first_block, ", ", options_.end_block, "))"));
+  }
+  // In BackwardStage's order: head, blocks from the last, embeddings.
+  if (options_.head) LOOM_RETURN_IF_ERROR(HeadBackwardWeight(work));
+  for (size_t k = blocks_.size(); k-- > 0;) {
+    LOOM_RETURN_IF_ERROR(blocks_[k].BackwardWeight(work.blocks[k]));
+  }
+  if (options_.embedding) LOOM_RETURN_IF_ERROR(EmbedBackwardWeight(work.token_embedding));
+  pending_work_bytes_ -= std::min(pending_work_bytes_, work.bytes());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> GptModel::Embed(absl::Span<const int64_t> tokens, int64_t batch) {
@@ -217,13 +273,15 @@ absl::StatusOr<Tensor> GptModel::Embed(absl::Span<const int64_t> tokens, int64_t
   return x;
 }
 
-absl::Status GptModel::EmbedBackward(const Tensor& dx) {
-  const int64_t s = config_.seq_len, h = config_.hidden, b = batch_;
-  LOOM_RETURN_IF_ERROR(token_embedding_->Backward(dx));
+absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
+  const int64_t s = config_.seq_len, h = config_.hidden;
+  LOOM_RETURN_IF_ERROR(token_embedding_->BackwardWeight(work));
   LOOM_RETURN_IF_ERROR(AddInto(token_grad_, token_embedding_->weight_grad()));
-  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, Values(dx));
-  // Summed over the batch first, then added, so the accumulator gets one addition
-  // per Backward whatever the batch.
+  // The token embedding's output gradient, [s, b, h] (checked by BackwardWeight),
+  // is also the position embedding's. Summed over the batch first, then added, so
+  // the accumulator gets one addition per backward whatever the batch.
+  const absl::Span<const float> g = work.grad_output;
+  const int64_t b = static_cast<int64_t>(g.size()) / (s * h);
   std::vector<float> position_grad(static_cast<size_t>(s * h), 0.0f);
   for (int64_t i = 0; i < s; ++i) {
     for (int64_t j = 0; j < b; ++j) {
@@ -231,8 +289,6 @@ absl::Status GptModel::EmbedBackward(const Tensor& dx) {
     }
   }
   AddInto(position_grad_, position_grad);
-  token_embedding_->ReleaseActivations();
-  Observe();
   return absl::OkStatus();
 }
 
@@ -256,25 +312,36 @@ absl::StatusOr<float> GptModel::HeadForward(const Tensor& x, absl::Span<const in
   return static_cast<float>(sum / static_cast<double>(lv.size()));
 }
 
-absl::StatusOr<Tensor> GptModel::HeadBackward(float loss_grad) {
+absl::Status GptModel::HeadBackwardWeight(const GptWeightGradWork& work) {
+  const size_t h = static_cast<size_t>(config_.hidden);
+  if (work.final_dgamma.size() != h || work.final_dbeta.size() != h) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight-gradient work holds final layer-norm gradients of ",
+        work.final_dgamma.size(), " and ", work.final_dbeta.size(), " values, not hidden ", h));
+  }
+  LOOM_RETURN_IF_ERROR(lm_head_->BackwardWeight(work.head));
+  LOOM_RETURN_IF_ERROR(AddInto(head_grad_, lm_head_->weight_grad()));
+  AddInto(final_gamma_grad_, work.final_dgamma);
+  AddInto(final_beta_grad_, work.final_dbeta);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGradWork& work) {
   const int64_t s = config_.seq_len, b = batch_;
   const float per_token = loss_grad / static_cast<float>(s * b);
   LOOM_ASSIGN_OR_RETURN(Tensor grad_losses,
                         ToTensor({s, b}, std::vector<float>(static_cast<size_t>(s * b), per_token)));
   LOOM_ASSIGN_OR_RETURN(Tensor dlogits, cross_entropy_->Backward(grad_losses));
-  LOOM_ASSIGN_OR_RETURN(Tensor dnormed, lm_head_->Backward(dlogits));
-  LOOM_RETURN_IF_ERROR(AddInto(head_grad_, lm_head_->weight_grad()));
+  LOOM_ASSIGN_OR_RETURN(Tensor dnormed, lm_head_->BackwardInput(dlogits, work.head));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dn, Values(dnormed));
   LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln,
                         LayerNormBackward(final_x_, final_gamma_, final_mean_, final_rstd_, dn));
-  AddInto(final_gamma_grad_, ln.dgamma);
-  AddInto(final_beta_grad_, ln.dbeta);
+  work.final_dgamma = std::move(ln.dgamma);
+  work.final_dbeta = std::move(ln.dbeta);
   cross_entropy_->ReleaseActivations();
-  lm_head_->ReleaseActivations();
   Free(final_x_);
   Free(final_mean_);
   Free(final_rstd_);
-  Observe();
   return ToTensor({s, b, config_.hidden}, ln.dx);
 }
 
@@ -302,6 +369,11 @@ void GptModel::ZeroGrad() {
 }
 
 void GptModel::ReleaseActivations() {
+  ReleaseForwardState();
+  pending_work_bytes_ = 0;
+}
+
+void GptModel::ReleaseForwardState() {
   if (token_embedding_.has_value()) token_embedding_->ReleaseActivations();
   for (GptBlock& block : blocks_) block.ReleaseActivations();
   checkpoints_.clear();
@@ -320,9 +392,11 @@ size_t GptModel::held_activation_bytes() const {
   for (const Tensor& t : checkpoints_) bytes += t.size_bytes();
   if (lm_head_.has_value()) bytes += lm_head_->saved_activation_bytes();
   if (cross_entropy_.has_value()) bytes += cross_entropy_->saved_activation_bytes();
-  return bytes;
+  return bytes + pending_work_bytes_;
 }
 
-void GptModel::Observe() { peak_bytes_ = std::max(peak_bytes_, held_activation_bytes()); }
+void GptModel::Observe(size_t extra) {
+  peak_bytes_ = std::max(peak_bytes_, held_activation_bytes() + extra);
+}
 
 }  // namespace loom

@@ -51,6 +51,7 @@
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/vocab_parallel_cross_entropy.h"
 #include "tensor_parallel/layers/vocab_parallel_embedding.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
 #include "tools/gpt/gpt_block.h"
 #include "tools/gpt/gpt_config.h"
@@ -88,6 +89,19 @@ struct GptStageInput {
   absl::Span<const int64_t> targets;
 };
 
+// GptWeightGradWork: what a piece's weight gradients need from one split backward
+// (zero-bubble schedules: BackwardStageInput, later BackwardStageWeight): the
+// blocks' works, the token embedding's ids and output gradient (the position
+// embedding's gradient is summed from the same gradient), the head's work and the
+// final layer norm's parameter gradients.
+struct GptWeightGradWork {
+  WeightGradWork token_embedding;
+  std::vector<GptBlockWeightGradWork> blocks;  // in block order
+  WeightGradWork head;
+  std::vector<float> final_dgamma, final_dbeta;
+  size_t bytes() const;
+};
+
 class GptModel {
  public:
   // Create builds this rank's piece with seeded parameters and zero gradients.
@@ -123,6 +137,16 @@ class GptModel {
   // InvalidArgument naming both shapes for a gradient of another shape.
   absl::StatusOr<Tensor> BackwardStage(const Tensor& output_grad);
 
+  // Split backward, for the zero-bubble schedules: BackwardStageInput returns the
+  // input gradient as BackwardStage does and frees the forward state, leaving what
+  // the parameter gradients need in `work`; BackwardStageWeight adds them, bitwise
+  // as BackwardStage would have, even after other ForwardStages. BackwardStage is
+  // the two in a row. The bytes of a work count as held activations until it comes
+  // back to BackwardStageWeight (or ReleaseActivations). Errors as BackwardStage;
+  // InvalidArgument for a work of another piece.
+  absl::StatusOr<Tensor> BackwardStageInput(const Tensor& output_grad, GptWeightGradWork& work);
+  absl::Status BackwardStageWeight(const GptWeightGradWork& work);
+
   // Parameters returns this rank's parameters in a fixed order: "embed.token",
   // "embed.position" (with the embeddings), each block's (gpt_block.h), then
   // "final_ln.gamma", "final_ln.beta", "head.weight" (with the head).
@@ -131,11 +155,13 @@ class GptModel {
   // ZeroGrad sets every gradient to 0.
   void ZeroGrad();
 
-  // ReleaseActivations drops any forward state (e.g. after a failed step).
+  // ReleaseActivations drops any forward state and stops counting the works out
+  // (e.g. after a failed step, whose works the caller drops).
   void ReleaseActivations();
 
-  // The bytes held for Backward now, and their high-water mark since Create or
-  // ResetPeakActivationBytes.
+  // The bytes held for Backward now (forward state, checkpoints and the works out
+  // between BackwardStageInput and BackwardStageWeight), and their high-water mark
+  // since Create or ResetPeakActivationBytes.
   size_t held_activation_bytes() const;
   size_t peak_activation_bytes() const { return peak_bytes_; }
   void ResetPeakActivationBytes() { peak_bytes_ = held_activation_bytes(); }
@@ -145,12 +171,15 @@ class GptModel {
 
  private:
   GptModel() = default;
-  void Observe();
+  void Observe(size_t extra = 0);
+  void ReleaseForwardState();
+  absl::StatusOr<Tensor> RunBackward(const Tensor& output_grad, GptWeightGradWork* deferred);
+  absl::Status HeadBackwardWeight(const GptWeightGradWork& work);
   absl::StatusOr<Tensor> Embed(absl::Span<const int64_t> tokens, int64_t batch);
-  absl::Status EmbedBackward(const Tensor& dx);
   absl::StatusOr<float> HeadForward(const Tensor& x, absl::Span<const int64_t> targets,
                                     int64_t batch);
-  absl::StatusOr<Tensor> HeadBackward(float loss_grad);
+  absl::StatusOr<Tensor> HeadBackwardInput(float loss_grad, GptWeightGradWork& work);
+  absl::Status EmbedBackwardWeight(const WeightGradWork& work);
 
   GptConfig config_;
   GptModelOptions options_;
@@ -167,6 +196,7 @@ class GptModel {
   std::vector<float> final_x_, final_mean_, final_rstd_;
   int64_t batch_ = 0;
   bool has_forward_ = false;
+  size_t pending_work_bytes_ = 0;  // works handed out by BackwardStageInput
   size_t peak_bytes_ = 0;
 };
 

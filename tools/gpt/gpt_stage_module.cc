@@ -163,23 +163,56 @@ absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microba
   return RunForward(stage, microbatch);
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
-                                                   const F32Tensor& output_grad) {
+absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t stage,
+                                                       int64_t microbatch,
+                                                       const F32Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
   if (inputs_.count({stage, microbatch}) == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        kName, ": Backward of stage ", stage, " microbatch ", microbatch, " before its Forward"));
+        kName, ": ", what, " of stage ", stage, " microbatch ", microbatch, " before its Forward"));
   }
   if (live_[stage] != microbatch) {
     LOOM_RETURN_IF_ERROR(RunForward(stage, microbatch).status());
     ++recomputed_;
   }
-  LOOM_ASSIGN_OR_RETURN(Tensor grad, ToTensor(output_grad));
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
+  return ToTensor(output_grad);
+}
+
+F32Tensor GptStageModule::FinishBackward(int64_t stage, int64_t microbatch, const Tensor& dx) {
   live_[stage] = -1;
   inputs_.erase({stage, microbatch});
   if (stage == 0) return F32Tensor::Zeros({0});
   return ToF32Tensor(dx);
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
+                                                   const F32Tensor& output_grad) {
+  LOOM_ASSIGN_OR_RETURN(Tensor grad, PrepareBackward("Backward", stage, microbatch, output_grad));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
+  return FinishBackward(stage, microbatch, dx);
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::BackwardInput(int64_t stage, int64_t microbatch,
+                                                        const F32Tensor& output_grad) {
+  LOOM_ASSIGN_OR_RETURN(Tensor grad,
+                        PrepareBackward("BackwardInput", stage, microbatch, output_grad));
+  GptWeightGradWork work;
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStageInput(grad, work));
+  works_[{stage, microbatch}] = std::move(work);
+  return FinishBackward(stage, microbatch, dx);
+}
+
+absl::Status GptStageModule::BackwardWeight(int64_t stage, int64_t microbatch) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  auto it = works_.find({stage, microbatch});
+  if (it == works_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": BackwardWeight of stage ", stage,
+                                                      " microbatch ", microbatch,
+                                                      " before its BackwardInput"));
+  }
+  const GptWeightGradWork work = std::move(it->second);
+  works_.erase(it);
+  return models_.at(stage)->BackwardStageWeight(work);
 }
 
 void GptStageModule::BeginStep(int64_t step) {
@@ -190,6 +223,7 @@ void GptStageModule::BeginStep(int64_t step) {
     live_[stage] = -1;
   }
   inputs_.clear();
+  works_.clear();
   batches_.clear();
   losses_.assign(static_cast<size_t>(options_.num_microbatches), 0.0f);
 }

@@ -86,6 +86,17 @@ class GptStageModule : public StageModule {
   absl::StatusOr<F32Tensor> Backward(int64_t stage, int64_t microbatch,
                                      const F32Tensor& output_grad) override;
 
+  // Zero-bubble schedules (zb-h1, zb-v): BackwardInput returns the input gradient
+  // and keeps the stage's weight-gradient work (GptWeightGradWork) for
+  // (stage, microbatch); BackwardWeight adds it into the gradients. Parameters end
+  // bitwise as with Backward, since every schedule runs a stage's W (or B) in
+  // ascending microbatch order. FailedPrecondition for a BackwardWeight without
+  // its BackwardInput, or a BackwardInput before its Forward.
+  bool SupportsSplitBackward() const override { return true; }
+  absl::StatusOr<F32Tensor> BackwardInput(int64_t stage, int64_t microbatch,
+                                          const F32Tensor& output_grad) override;
+  absl::Status BackwardWeight(int64_t stage, int64_t microbatch) override;
+
   // BeginStep zeroes the gradients and losses, drops any forward state a failed
   // step left, and makes `step` the step whose data Input and the loss read.
   void BeginStep(int64_t step);
@@ -107,8 +118,10 @@ class GptStageModule : public StageModule {
   // recomputed_forwards counts the forwards run again since Create because a
   // backward's microbatch was not its stage's latest forward.
   int64_t recomputed_forwards() const { return recomputed_; }
-  // SavedInputs counts the (stage, microbatch) inputs still held (0 after a step).
+  // SavedInputs counts the (stage, microbatch) inputs still held (0 after a step);
+  // PendingWeightWorks the BackwardInputs whose BackwardWeight has not run.
   int64_t SavedInputs() const { return static_cast<int64_t>(inputs_.size()); }
+  int64_t PendingWeightWorks() const { return static_cast<int64_t>(works_.size()); }
 
  private:
   GptStageModule(GptConfig config, StageLayout layout, int64_t rank, GptMicrobatchFn data,
@@ -122,6 +135,12 @@ class GptStageModule : public StageModule {
   absl::Status Check(int64_t stage, int64_t microbatch) const;
   absl::StatusOr<const GptBatch*> BatchOf(int64_t microbatch);
   absl::StatusOr<F32Tensor> RunForward(int64_t stage, int64_t microbatch);
+  // PrepareBackward checks a backward's arguments and makes (stage, microbatch)
+  // its stage's live forward, recomputing it when another forward ran since.
+  absl::StatusOr<Tensor> PrepareBackward(const char* what, int64_t stage, int64_t microbatch,
+                                         const F32Tensor& output_grad);
+  // FinishBackward drops the forward's input and returns dx as the executor takes it.
+  F32Tensor FinishBackward(int64_t stage, int64_t microbatch, const Tensor& dx);
 
   const GptConfig config_;
   const StageLayout layout_;
@@ -132,6 +151,7 @@ class GptStageModule : public StageModule {
   std::map<int64_t, std::unique_ptr<GptModel>> models_;
   std::map<int64_t, int64_t> live_;  // stage -> microbatch of its model's forward state
   std::map<std::pair<int64_t, int64_t>, F32Tensor> inputs_;
+  std::map<std::pair<int64_t, int64_t>, GptWeightGradWork> works_;
   std::map<int64_t, GptBatch> batches_;
   std::vector<float> losses_;
   int64_t step_ = 0;

@@ -85,7 +85,7 @@ Gradients Reference(const GptConfig& config, int64_t step) {
   return out;
 }
 
-enum class Kind { kGPipe, k1F1B, kInterleaved };
+enum class Kind { kGPipe, k1F1B, kInterleaved, kZeroBubbleH1, kZeroBubbleV };
 
 absl::StatusOr<Schedule> MakeScheduleOf(Kind kind) {
   switch (kind) {
@@ -95,6 +95,10 @@ absl::StatusOr<Schedule> MakeScheduleOf(Kind kind) {
       return Make1F1BSchedule(2, kMicrobatches);
     case Kind::kInterleaved:
       return MakeInterleaved1F1BSchedule(2, kMicrobatches, 2);
+    case Kind::kZeroBubbleH1:
+      return MakeZeroBubbleH1Schedule(2, kMicrobatches);
+    case Kind::kZeroBubbleV:
+      return MakeZeroBubbleVSchedule(2, kMicrobatches);
   }
   return absl::InvalidArgumentError("unknown kind");
 }
@@ -114,9 +118,9 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
   options.recompute = recompute;
   const int64_t kStep = 3;
   std::vector<absl::Status> status(2);
-  std::vector<float> losses(2);
+  std::vector<float> losses(2, -1.0f);
   std::vector<std::map<std::string, std::vector<float>>> grads(2);
-  std::vector<int64_t> recomputed(2), saved(2);
+  std::vector<int64_t> recomputed(2), saved(2), pending(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -137,6 +141,7 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
         }
         recomputed[r] = module->recomputed_forwards();
         saved[r] = module->SavedInputs();
+        pending[r] = module->PendingWeightWorks();
         return absl::OkStatus();
       })[0];
     });
@@ -144,8 +149,8 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
   for (std::thread& t : threads) t.join();
   ExpectAllOk(status);
   const Gradients expected = Reference(config, kStep);
-  // The last stage is on rank 1 in every layout here (loop placement, 2 ranks).
-  EXPECT_EQ(losses[1], expected.loss);
+  // The last stage is on rank 1 in the loop layouts, on rank 0 in ZB-V's V.
+  EXPECT_EQ(losses[kind == Kind::kZeroBubbleV ? 0 : 1], expected.loss);
   std::map<std::string, std::vector<float>> got = grads[0];
   for (const auto& [name, g] : grads[1]) {
     EXPECT_EQ(got.count(name), 0u) << name << " on both ranks";
@@ -156,6 +161,7 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
     EXPECT_EQ(got[name], g) << name;
   }
   EXPECT_EQ(saved[0] + saved[1], 0) << "every saved input was consumed";
+  EXPECT_EQ(pending[0] + pending[1], 0) << "every weight-gradient work was consumed";
   if (kind == Kind::kGPipe) {
     // All forwards before any backward: every backward but the last one's
     // microbatch recomputes on each stage.
@@ -163,16 +169,19 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
   }
 }
 
+std::string TestName(const ::testing::TestParamInfo<std::tuple<Kind, Recompute>>& info) {
+  static const char* const kNames[] = {"GPipe", "OneFOneB", "Interleaved", "ZeroBubbleH1",
+                                       "ZeroBubbleV"};
+  return absl::StrCat(kNames[static_cast<int>(std::get<0>(info.param))],
+                      std::get<1>(info.param) == Recompute::kFull ? "Recompute" : "");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Schedules, GptPipelineTest,
-    ::testing::Combine(::testing::Values(Kind::kGPipe, Kind::k1F1B, Kind::kInterleaved),
+    ::testing::Combine(::testing::Values(Kind::kGPipe, Kind::k1F1B, Kind::kInterleaved,
+                                         Kind::kZeroBubbleH1, Kind::kZeroBubbleV),
                        ::testing::Values(Recompute::kNone, Recompute::kFull)),
-    [](const ::testing::TestParamInfo<std::tuple<Kind, Recompute>>& param) {
-      const Kind kind = std::get<0>(param.param);
-      return absl::StrCat(kind == Kind::kGPipe ? "GPipe" : kind == Kind::k1F1B ? "OneFOneB"
-                                                                                 : "Interleaved",
-                          std::get<1>(param.param) == Recompute::kFull ? "Recompute" : "");
-    });
+    TestName);
 
 TEST(GptStageModuleTest, ShapesAndErrors) {
   const GptConfig config = SmallConfig();
@@ -199,6 +208,28 @@ TEST(GptStageModuleTest, ShapesAndErrors) {
                                           HasSubstr("microbatch 4 is outside [0, 4)")));
     EXPECT_THAT(first->Backward(0, 0, F32Tensor::Zeros({8, 2, 32})),
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("before its Forward")));
+    EXPECT_TRUE(first->SupportsSplitBackward());
+    EXPECT_THAT(first->BackwardInput(0, 0, F32Tensor::Zeros({8, 2, 32})),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("BackwardInput of stage 0 microbatch 0 before its Forward")));
+    EXPECT_THAT(first->BackwardWeight(0, 0),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("BackwardWeight of stage 0 microbatch 0 before its "
+                                   "BackwardInput")));
+    // I then W holds the work in between, counted as held activations.
+    LOOM_RETURN_IF_ERROR(first->Forward(0, 1, input).status());
+    const size_t after_forward = first->model(0).held_activation_bytes();
+    LOOM_ASSIGN_OR_RETURN(const F32Tensor dx,
+                          first->BackwardInput(0, 1, F32Tensor::Zeros({8, 2, 32})));
+    EXPECT_EQ(dx.values.size(), 0u) << "stage 0 has no input gradient";
+    EXPECT_EQ(first->PendingWeightWorks(), 1);
+    EXPECT_GT(first->model(0).held_activation_bytes(), 0u);
+    EXPECT_LT(first->model(0).held_activation_bytes(), after_forward);
+    LOOM_RETURN_IF_ERROR(first->BackwardWeight(0, 1));
+    EXPECT_EQ(first->PendingWeightWorks(), 0);
+    EXPECT_EQ(first->model(0).held_activation_bytes(), 0u);
+    EXPECT_THAT(first->BackwardWeight(0, 1),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("before its")));
     EXPECT_THAT(GptStageModule::Create(config, layout, 2, tp, data_fn, options),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 is outside")));
     LOOM_ASSIGN_OR_RETURN(StageLayout three, StageLayout::Loop(3));
