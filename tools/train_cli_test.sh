@@ -41,6 +41,14 @@ grep -q 'zero 2, offload nvme' <<<"$out" || fail "nvme header: $out"
 grep -Eq 'and [1-9][0-9]* on disk' <<<"$out" || fail "nvme state on disk: $out"
 [[ -z "$(ls -A "$dir/nvme")" ]] || fail "the state files were not removed: $(ls -A "$dir/nvme")"
 expect_error "heads" --tp=3
+expect_error "--layers 4 is not divisible by the 8 pipeline stages (--pp 4 x 2 stages per rank for zb-v)" \
+    --pp=4 --schedule=zb-v
+
+# A zero-bubble schedule (two stages per rank, in a V) against the reference.
+out="$("$TRAIN" --steps=2 --schedule=zb-v)"
+grep -q 'schedule zb-v' <<<"$out" || fail "zb-v header: $out"
+grep -Eq 'largest parameter difference [0-9.e+-]+ \(([0-9.]+e-0[6-9]|0) of the largest' <<<"$out" ||
+    fail "zb-v reference: $out"
 # Ranks as processes over shared memory: the same job, launched by train itself.
 out="$("$TRAIN" --transport=shm --steps=3 --summary_json="$dir/shm.json")"
 grep -q '^train: dp=2 tp=2 pp=2 (8 processes over shm), schedule 1f1b' <<<"$out" || fail "shm header: $out"

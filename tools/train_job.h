@@ -119,8 +119,7 @@ struct TrainSummary {
 
 // RunTrainJob trains and returns the summary; `on_step` (may be null) sees each
 // step as it ends. InvalidArgument with one line naming the flag and the values for
-// a mesh, model, schedule or option that does not fit; Unimplemented for options
-// not built yet (the zero-bubble schedules).
+// a mesh, model, schedule or option that does not fit.
 absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
                                          const std::function<void(const StepReport&)>& on_step);
 

@@ -38,7 +38,10 @@
 ABSL_FLAG(int, dp, 2, "Data-parallel ranks.");
 ABSL_FLAG(int, tp, 2, "Tensor-parallel ranks (must divide --heads).");
 ABSL_FLAG(int, pp, 2, "Pipeline stages (must divide --layers).");
-ABSL_FLAG(std::string, schedule, "1f1b", "Pipeline schedule: gpipe, 1f1b or interleaved-1f1b.");
+ABSL_FLAG(std::string, schedule, "1f1b",
+          "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 or zb-v (the zero-bubble "
+          "schedules split each backward into input and weight parts; zb-v puts two stages on "
+          "each pipeline rank).");
 ABSL_FLAG(int64_t, microbatches, 4, "Microbatches per step and data-parallel rank (>= --pp).");
 ABSL_FLAG(int64_t, micro_batch, 2, "Sequences per microbatch.");
 ABSL_FLAG(int64_t, steps, 100, "Optimizer steps.");

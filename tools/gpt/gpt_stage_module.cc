@@ -1,5 +1,6 @@
 #include "tools/gpt/gpt_stage_module.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -156,11 +157,24 @@ absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t micr
   return ToF32Tensor(out);
 }
 
+template <typename Call>
+auto GptStageModule::Tracked(int64_t stage, Call call) -> decltype(call()) {
+  size_t others = 0;
+  for (const auto& [s, model] : models_) {
+    if (s != stage) others += model->held_activation_bytes();
+  }
+  GptModel& model = *models_.at(stage);
+  model.ResetPeakActivationBytes();
+  auto result = call();
+  peak_bytes_ = std::max(peak_bytes_, others + model.peak_activation_bytes());
+  return result;
+}
+
 absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microbatch,
                                                   const F32Tensor& input) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
   inputs_[{stage, microbatch}] = input;
-  return RunForward(stage, microbatch);
+  return Tracked(stage, [&] { return RunForward(stage, microbatch); });
 }
 
 absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t stage,
@@ -187,19 +201,26 @@ F32Tensor GptStageModule::FinishBackward(int64_t stage, int64_t microbatch, cons
 
 absl::StatusOr<F32Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
                                                    const F32Tensor& output_grad) {
-  LOOM_ASSIGN_OR_RETURN(Tensor grad, PrepareBackward("Backward", stage, microbatch, output_grad));
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
-  return FinishBackward(stage, microbatch, dx);
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+    LOOM_ASSIGN_OR_RETURN(Tensor grad,
+                          PrepareBackward("Backward", stage, microbatch, output_grad));
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
+    return FinishBackward(stage, microbatch, dx);
+  });
 }
 
 absl::StatusOr<F32Tensor> GptStageModule::BackwardInput(int64_t stage, int64_t microbatch,
                                                         const F32Tensor& output_grad) {
-  LOOM_ASSIGN_OR_RETURN(Tensor grad,
-                        PrepareBackward("BackwardInput", stage, microbatch, output_grad));
-  GptWeightGradWork work;
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStageInput(grad, work));
-  works_[{stage, microbatch}] = std::move(work);
-  return FinishBackward(stage, microbatch, dx);
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+    LOOM_ASSIGN_OR_RETURN(Tensor grad,
+                          PrepareBackward("BackwardInput", stage, microbatch, output_grad));
+    GptWeightGradWork work;
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStageInput(grad, work));
+    works_[{stage, microbatch}] = std::move(work);
+    return FinishBackward(stage, microbatch, dx);
+  });
 }
 
 absl::Status GptStageModule::BackwardWeight(int64_t stage, int64_t microbatch) {
@@ -212,7 +233,7 @@ absl::Status GptStageModule::BackwardWeight(int64_t stage, int64_t microbatch) {
   }
   const GptWeightGradWork work = std::move(it->second);
   works_.erase(it);
-  return models_.at(stage)->BackwardStageWeight(work);
+  return Tracked(stage, [&] { return models_.at(stage)->BackwardStageWeight(work); });
 }
 
 void GptStageModule::BeginStep(int64_t step) {

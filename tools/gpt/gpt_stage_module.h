@@ -115,6 +115,13 @@ class GptStageModule : public StageModule {
   // divided by num_microbatches.
   float loss() const;
 
+  // peak_activation_bytes returns the most activation bytes this rank's stage
+  // models held at once since Create (forward state, checkpoints and weight-
+  // gradient works): the other stages' held bytes plus the called stage's peak
+  // during each call, which matters when a rank holds two stages (interleaved
+  // 1F1B, ZB-V).
+  size_t peak_activation_bytes() const { return peak_bytes_; }
+
   // recomputed_forwards counts the forwards run again since Create because a
   // backward's microbatch was not its stage's latest forward.
   int64_t recomputed_forwards() const { return recomputed_; }
@@ -139,6 +146,9 @@ class GptStageModule : public StageModule {
   // its stage's live forward, recomputing it when another forward ran since.
   absl::StatusOr<Tensor> PrepareBackward(const char* what, int64_t stage, int64_t microbatch,
                                          const F32Tensor& output_grad);
+  // Tracked runs `call` on `stage`'s model and updates peak_bytes_.
+  template <typename Call>
+  auto Tracked(int64_t stage, Call call) -> decltype(call());
   // FinishBackward drops the forward's input and returns dx as the executor takes it.
   F32Tensor FinishBackward(int64_t stage, int64_t microbatch, const Tensor& dx);
 
@@ -156,6 +166,7 @@ class GptStageModule : public StageModule {
   std::vector<float> losses_;
   int64_t step_ = 0;
   int64_t recomputed_ = 0;
+  size_t peak_bytes_ = 0;
 };
 
 }  // namespace loom
