@@ -205,10 +205,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_ou
                                                            WeightGradWork& work) {
   LOOM_ASSIGN_OR_RETURN(std::vector<float> g, LocalGradient(grad_output));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
-  work = WeightGradWork();
-  work.input = std::move(saved_input_);
-  work.grad_output = std::move(g);
-  work.rows = rows_;
+  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g), rows_);
   ReleaseActivations();
   return dx;
 }

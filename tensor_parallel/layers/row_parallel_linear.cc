@@ -160,10 +160,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_outpu
                                                         WeightGradWork& work) {
   LOOM_ASSIGN_OR_RETURN(std::vector<float> g, WholeGradient(grad_output));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
-  work = WeightGradWork();
-  work.input = std::move(saved_input_);
-  work.grad_output = std::move(g);
-  work.rows = rows_;
+  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g), rows_);
   ReleaseActivations();
   return dx;
 }

@@ -91,6 +91,14 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
   return absl::OkStatus();
 }
 
+WeightGradWork LinearWork(std::vector<float> input, std::vector<float> grad_output, int64_t rows) {
+  WeightGradWork work;
+  work.input = std::move(input);
+  work.grad_output = std::move(grad_output);
+  work.rows = rows;
+  return work;
+}
+
 absl::Status CheckWeightGradWork(const std::string& who, const WeightGradWork& work, int64_t in,
                                  int64_t out) {
   const auto size = [](const auto& v) { return static_cast<int64_t>(v.size()); };

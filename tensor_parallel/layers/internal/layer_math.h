@@ -56,6 +56,10 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
                            const std::vector<int64_t>& forward_shape,
                            const std::string& name = "grad_output");
 
+// LinearWork returns a linear layer's weight-gradient work: its forward input
+// [rows, in] and output gradient [rows, out], moved in.
+WeightGradWork LinearWork(std::vector<float> input, std::vector<float> grad_output, int64_t rows);
+
 // CheckWeightGradWork checks a linear layer's BackwardWeight argument: InvalidArgument
 // naming the sizes unless `work` holds an input of rows x in values and an output
 // gradient of rows x out.
