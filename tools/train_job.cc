@@ -33,6 +33,7 @@
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
+#include "core/half.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
 #include "pipeline/executor/executor.h"
@@ -176,29 +177,37 @@ class ShardedOptimizer : public RankOptimizer {
 };
 
 // Plain data parallelism: every rank keeps the whole AdamW state, gradients are
-// averaged by one all-reduce of the flattened gradients.
+// averaged by one all-reduce of the flattened gradients (a bucket, as DDP's), and
+// AdamW updates each parameter where it lives. In f32 the layers' weights are the
+// master; in bf16 the weights hold the bf16 compute copy (widened) and an f32
+// master is kept beside them, and the averaged f32 gradient is rounded once to
+// bf16, as the ZeRO engine does, so that zero 0 and zero 1-3 agree.
 class DataParallelOptimizer : public RankOptimizer {
  public:
   static absl::StatusOr<std::unique_ptr<DataParallelOptimizer>> Create(
       const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp) {
-    int64_t total = 0;
-    for (const GptParameter& p : params) total += static_cast<int64_t>(p.values.size());
-    LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(total));
     auto optimizer = std::unique_ptr<DataParallelOptimizer>(
-        new DataParallelOptimizer(options, std::move(params), dp, std::move(state)));
-    optimizer->master_.resize(static_cast<size_t>(total));
-    optimizer->flat_grad_.resize(static_cast<size_t>(total));
-    size_t at = 0;
-    for (const GptParameter& p : optimizer->params_) {
-      std::copy(p.values.begin(), p.values.end(), optimizer->master_.begin() + at);
-      at += p.values.size();
+        new DataParallelOptimizer(options, std::move(params), dp));
+    const bool bf16 = options.dtype == DType::kBF16;
+    int64_t total = 0;
+    for (GptParameter& p : optimizer->params_) {
+      const int64_t n = static_cast<int64_t>(p.values.size());
+      total += n;
+      LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(n));
+      optimizer->states_.push_back(std::move(state));
+      if (bf16) {
+        optimizer->masters_.emplace_back(p.values.begin(), p.values.end());
+        for (float& v : p.values) v = ToFloat(ToBFloat16(v));
+      }
     }
+    optimizer->flat_grad_.resize(static_cast<size_t>(total));
     return optimizer;
   }
 
   absl::Status BeforeStep() override { return absl::OkStatus(); }
 
   absl::Status AfterBackward(int64_t step) override {
+    const bool bf16 = options_.dtype == DType::kBF16;
     size_t at = 0;
     for (const GptParameter& p : params_) {
       std::copy(p.grad.begin(), p.grad.end(), flat_grad_.begin() + at);
@@ -207,36 +216,57 @@ class DataParallelOptimizer : public RankOptimizer {
     if (dp_->size() > 1) {
       LOOM_RETURN_IF_ERROR(dp_->AllReduce(absl::MakeSpan(flat_grad_), ReduceOp::kAvg));
     }
+    // bf16: the average of the f32 sums is rounded once into the bf16 gradient.
+    if (bf16) {
+      for (float& g : flat_grad_) g = ToFloat(ToBFloat16(g));
+    }
     AdamWOptions adam;
     adam.threads = options_.offload == OffloadKind::kCpu ? options_.adamw_threads : 1;
-    LOOM_RETURN_IF_ERROR(AdamWStep(Hyper(options_, step), absl::MakeSpan(master_), flat_grad_,
-                                   state_, adam));
+    const AdamWHyper hyper = Hyper(options_, step);
     at = 0;
-    for (GptParameter& p : params_) {
-      std::copy_n(master_.begin() + at, p.values.size(), p.values.begin());
-      at += p.values.size();
+    for (size_t k = 0; k < params_.size(); ++k) {
+      GptParameter& p = params_[k];
+      const absl::Span<const float> grad =
+          absl::MakeConstSpan(flat_grad_).subspan(at, p.grad.size());
+      at += p.grad.size();
+      if (!bf16) {
+        LOOM_RETURN_IF_ERROR(AdamWStep(hyper, p.values, grad, states_[k], adam));
+        continue;
+      }
+      half_values_.resize(p.values.size());
+      LOOM_RETURN_IF_ERROR(AdamWStep(hyper, absl::MakeSpan(masters_[k]), grad, states_[k], adam,
+                                     absl::MakeSpan(half_values_)));
+      for (size_t i = 0; i < p.values.size(); ++i) p.values[i] = ToFloat(half_values_[i]);
     }
     return absl::OkStatus();
   }
 
   int64_t ShardedBytes() const override { return 0; }
   int64_t StateBytes() const override {
-    // The model's weights are the master copy here: params 4 + grads 4 + m, v 8.
-    return static_cast<int64_t>(master_.size() * sizeof(float) * 2) +
-           static_cast<int64_t>(state_.size_bytes());
+    // The layers' weights and gradients (f32 storage, 8 bytes per element), the
+    // moments (8) and, in bf16, the f32 master (4). The gradient bucket is a
+    // communication buffer, as the engine's are, and is not counted.
+    int64_t bytes = 0;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const int64_t n = static_cast<int64_t>(params_[k].values.size());
+      bytes += 8 * n + static_cast<int64_t>(states_[k].size_bytes());
+      if (!masters_.empty()) bytes += static_cast<int64_t>(masters_[k].size() * sizeof(float));
+    }
+    return bytes;
   }
 
  private:
   DataParallelOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
-                        Communicator* dp, AdamWState state)
-      : options_(options), params_(std::move(params)), dp_(dp), state_(std::move(state)) {}
+                        Communicator* dp)
+      : options_(options), params_(std::move(params)), dp_(dp) {}
 
   TrainJobOptions options_;
   std::vector<GptParameter> params_;
   Communicator* dp_;
-  AdamWState state_;
-  std::vector<float> master_;
-  std::vector<float> flat_grad_;
+  std::vector<AdamWState> states_;          // per parameter
+  std::vector<std::vector<float>> masters_;  // bf16: the f32 master per parameter
+  std::vector<float> flat_grad_;            // the all-reduced bucket
+  std::vector<BFloat16> half_values_;       // bf16: AdamW's compute-copy output
 };
 
 // Results travel from every rank to world rank 0 as bytes, so that ranks in other
@@ -519,10 +549,6 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o) {
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dtype ", DTypeName(o.dtype), " must be f32 or bf16"));
-  }
-  if (o.dtype == DType::kBF16 && o.zero == 0) {
-    return absl::InvalidArgumentError(
-        "--dtype bf16 needs --zero 1, 2 or 3 (the ZeRO engine keeps the f32 master)");
   }
   if (o.adamw_threads < 1 || o.adamw_threads > 256) {
     return absl::InvalidArgumentError(
@@ -892,9 +918,9 @@ absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& 
   one.dp = 1;
   one.pp = 1;
   one.tp = 1;
-  // Plain one-rank training, unless bf16 compute needs the ZeRO engine's f32 master
-  // (at dp 1 it shards nothing); the optimizer state stays in memory.
-  one.zero = options.dtype == DType::kBF16 ? 3 : 0;
+  // Plain one-rank training (bf16 keeps its f32 master beside the weights); the
+  // optimizer state stays in memory.
+  one.zero = 0;
   one.offload = OffloadKind::kNone;
   one.nvme_dir.clear();
   one.schedule = PipelineScheduleKind::kGPipe;
