@@ -143,22 +143,22 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   return ToTensor(output_shape_, y);
 }
 
-absl::StatusOr<std::vector<float>> ColumnParallelLinear::LocalGradient(
-    const Tensor& grad_output) const {
+absl::StatusOr<absl::Span<const float>> ColumnParallelLinear::LocalGradient(
+    const Tensor& grad_output, std::vector<float>& storage) const {
   LOOM_RETURN_IF_ERROR(
       tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_all, grad_output.As<float>());
-  if (!options_.gather_output) return std::vector<float>(g_all.begin(), g_all.end());
+  if (!options_.gather_output) return g_all;
   // The gather's backward: keep this rank's columns (no communication).
   const int64_t out_local = out_features_local();
   int64_t col = 0;
   for (int r = 0; r < rank_; ++r) col += out_widths_[static_cast<size_t>(r)];
   const int64_t width = output_shape_.back();
-  std::vector<float> g(static_cast<size_t>(rows_ * out_local));
+  storage.resize(static_cast<size_t>(rows_ * out_local));
   for (int64_t i = 0; i < rows_; ++i) {
-    std::copy_n(g_all.begin() + i * width + col, out_local, g.begin() + i * out_local);
+    std::copy_n(g_all.begin() + i * width + col, out_local, storage.begin() + i * out_local);
   }
-  return g;
+  return absl::Span<const float>(storage);
 }
 
 absl::Status ColumnParallelLinear::WeightGradient(absl::Span<const float> g,
@@ -196,16 +196,19 @@ absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const floa
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output) {
-  LOOM_ASSIGN_OR_RETURN(const std::vector<float> g, LocalGradient(grad_output));
+  std::vector<float> storage;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, LocalGradient(grad_output, storage));
   LOOM_RETURN_IF_ERROR(WeightGradient(g, saved_input_, rows_));
   return InputGradient(g);
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_output,
                                                            WeightGradWork& work) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<float> g, LocalGradient(grad_output));
+  std::vector<float> storage;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, LocalGradient(grad_output, storage));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
-  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g), rows_);
+  work = tp_layers_internal::LinearWork(std::move(saved_input_),
+                                        tp_layers_internal::OwnedValues(g, storage), rows_);
   ReleaseActivations();
   return dx;
 }

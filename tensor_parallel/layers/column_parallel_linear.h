@@ -134,8 +134,10 @@ class ColumnParallelLinear {
  private:
   ColumnParallelLinear() = default;
 
-  // LocalGradient checks grad_output and returns this rank's columns of it.
-  absl::StatusOr<std::vector<float>> LocalGradient(const Tensor& grad_output) const;
+  // LocalGradient checks grad_output and returns this rank's columns of it: a
+  // view of grad_output, or of `storage` when they had to be picked out.
+  absl::StatusOr<absl::Span<const float>> LocalGradient(const Tensor& grad_output,
+                                                        std::vector<float>& storage) const;
   // WeightGradient sets the gradients from g [rows, out_local] and x [rows, in];
   // InputGradient returns dx for g, summed over the ranks.
   absl::Status WeightGradient(absl::Span<const float> g, absl::Span<const float> x, int64_t rows);

@@ -115,16 +115,17 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   return ToTensor(output_shape_, y);
 }
 
-absl::StatusOr<std::vector<float>> RowParallelLinear::WholeGradient(
-    const Tensor& grad_output) {
+absl::StatusOr<absl::Span<const float>> RowParallelLinear::WholeGradient(
+    const Tensor& grad_output, std::vector<float>& storage) {
   LOOM_RETURN_IF_ERROR(
       tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_output.As<float>());
-  if (!options_.sequence_parallel) return std::vector<float>(g.begin(), g.end());
-  return AllGatherV(*tp_, g,
-                    ShardCounts(options_.sequence_length, tp_->size(), options_.rule,
-                                per_position_ * out_),
-                    tally_);
+  if (!options_.sequence_parallel) return g;
+  LOOM_ASSIGN_OR_RETURN(storage, AllGatherV(*tp_, g,
+                                            ShardCounts(options_.sequence_length, tp_->size(),
+                                                        options_.rule, per_position_ * out_),
+                                            tally_));
+  return absl::Span<const float>(storage);
 }
 
 absl::Status RowParallelLinear::WeightGradient(absl::Span<const float> g,
@@ -151,16 +152,19 @@ absl::StatusOr<Tensor> RowParallelLinear::InputGradient(absl::Span<const float> 
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {
-  LOOM_ASSIGN_OR_RETURN(const std::vector<float> g, WholeGradient(grad_output));
+  std::vector<float> storage;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
   LOOM_RETURN_IF_ERROR(WeightGradient(g, saved_input_, rows_));
   return InputGradient(g);
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_output,
                                                         WeightGradWork& work) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<float> g, WholeGradient(grad_output));
+  std::vector<float> storage;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
-  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g), rows_);
+  work = tp_layers_internal::LinearWork(std::move(saved_input_),
+                                        tp_layers_internal::OwnedValues(g, storage), rows_);
   ReleaseActivations();
   return dx;
 }

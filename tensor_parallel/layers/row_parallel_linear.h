@@ -123,9 +123,11 @@ class RowParallelLinear {
  private:
   RowParallelLinear() = default;
 
-  // WholeGradient checks grad_output and returns the whole output gradient
-  // (gathered under sequence parallelism).
-  absl::StatusOr<std::vector<float>> WholeGradient(const Tensor& grad_output);
+  // WholeGradient checks grad_output and returns the whole output gradient: a
+  // view of grad_output, or of `storage` when it was gathered (sequence
+  // parallelism).
+  absl::StatusOr<absl::Span<const float>> WholeGradient(const Tensor& grad_output,
+                                                        std::vector<float>& storage);
   // WeightGradient sets the gradients from g [rows, out] and x [rows, in_local];
   // InputGradient returns dx for g.
   absl::Status WeightGradient(absl::Span<const float> g, absl::Span<const float> x, int64_t rows);

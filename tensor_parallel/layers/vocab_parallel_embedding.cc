@@ -83,17 +83,20 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(absl::Span<const int64_t>
   return ToTensor(output_shape_, y);
 }
 
-absl::StatusOr<std::vector<float>> VocabParallelEmbedding::WholeGradient(
-    const Tensor& grad_output) {
+absl::StatusOr<absl::Span<const float>> VocabParallelEmbedding::WholeGradient(
+    const Tensor& grad_output, std::vector<float>& storage) {
   LOOM_RETURN_IF_ERROR(
       tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_output.As<float>());
-  if (!options_.sequence_parallel) return std::vector<float>(g.begin(), g.end());
+  if (!options_.sequence_parallel) return g;
   const int64_t per_position =
       static_cast<int64_t>(saved_ids_.size()) / std::max<int64_t>(ids_shape_[0], 1);
-  return AllGatherV(*tp_, g,
-                    ShardCounts(ids_shape_[0], tp_->size(), options_.rule, per_position * hidden_),
-                    tally_);
+  LOOM_ASSIGN_OR_RETURN(
+      storage, AllGatherV(*tp_, g,
+                          ShardCounts(ids_shape_[0], tp_->size(), options_.rule,
+                                      per_position * hidden_),
+                          tally_));
+  return absl::Span<const float>(storage);
 }
 
 absl::Status VocabParallelEmbedding::ScatterGradient(absl::Span<const int64_t> ids,
@@ -109,17 +112,19 @@ absl::Status VocabParallelEmbedding::ScatterGradient(absl::Span<const int64_t> i
 }
 
 absl::Status VocabParallelEmbedding::Backward(const Tensor& grad_output) {
-  LOOM_ASSIGN_OR_RETURN(const std::vector<float> g, WholeGradient(grad_output));
+  std::vector<float> storage;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
   return ScatterGradient(saved_ids_, g);
 }
 
 absl::Status VocabParallelEmbedding::BackwardInput(const Tensor& grad_output,
                                                    WeightGradWork& work) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<float> g, WholeGradient(grad_output));
+  std::vector<float> storage;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
   work = WeightGradWork();
   work.rows = static_cast<int64_t>(saved_ids_.size());
   work.ids = std::move(saved_ids_);
-  work.grad_output = std::move(g);
+  work.grad_output = tp_layers_internal::OwnedValues(g, storage);
   ReleaseActivations();
   return absl::OkStatus();
 }

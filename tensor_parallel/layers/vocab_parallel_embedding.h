@@ -105,10 +105,12 @@ class VocabParallelEmbedding {
  private:
   VocabParallelEmbedding() = default;
 
-  // WholeGradient checks grad_output and returns the output gradient of every id
-  // (gathered under sequence parallelism). ScatterGradient sets weight_grad() from
-  // ids and their gradient rows.
-  absl::StatusOr<std::vector<float>> WholeGradient(const Tensor& grad_output);
+  // WholeGradient checks grad_output and returns the output gradient of every id:
+  // a view of grad_output, or of `storage` when it was gathered (sequence
+  // parallelism). ScatterGradient sets weight_grad() from ids and their gradient
+  // rows.
+  absl::StatusOr<absl::Span<const float>> WholeGradient(const Tensor& grad_output,
+                                                        std::vector<float>& storage);
   absl::Status ScatterGradient(absl::Span<const int64_t> ids, absl::Span<const float> g);
 
   Communicator* tp_ = nullptr;

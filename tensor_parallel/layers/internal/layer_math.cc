@@ -91,6 +91,11 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
   return absl::OkStatus();
 }
 
+std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>& storage) {
+  if (view.data() == storage.data() && view.size() == storage.size()) return std::move(storage);
+  return std::vector<float>(view.begin(), view.end());
+}
+
 WeightGradWork LinearWork(std::vector<float> input, std::vector<float> grad_output, int64_t rows) {
   WeightGradWork work;
   work.input = std::move(input);

@@ -56,6 +56,12 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
                            const std::vector<int64_t>& forward_shape,
                            const std::string& name = "grad_output");
 
+// OwnedValues returns `view` as a vector of its own: `storage` itself (moved)
+// when view is its data, a copy otherwise. The gradient helpers return a view of
+// the caller's tensor when they need no copy, so a plain Backward copies nothing,
+// and a split backward copies only what its work must keep.
+std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>& storage);
+
 // LinearWork returns a linear layer's weight-gradient work: its forward input
 // [rows, in] and output gradient [rows, out], moved in.
 WeightGradWork LinearWork(std::vector<float> input, std::vector<float> grad_output, int64_t rows);
