@@ -28,6 +28,23 @@ def loom_cc_test(name, copts = [], deps = [], tags = [], single_threaded = False
         **kwargs
     )
 
+def loom_mpi_test(name, ranks = 4, copts = [], deps = [], tags = [], args = [], **kwargs):
+    """A GoogleTest test that runs as an Open MPI job of `ranks` processes.
+
+    Its main (//collectives/transport/mpi:mpi_test_main) starts the binary again under
+    `mpirun -np <ranks>` on the shared-memory BTL, so `bazel test` runs it like any
+    other test. Tagged `mpi` and `exclusive` (several mpirun jobs at once on two cores
+    slow each other past their deadlines).
+    """
+    native.cc_test(
+        name = name,
+        copts = LOOM_TEST_COPTS + copts,
+        deps = deps + ["//collectives/transport/mpi:mpi_test_main"],
+        args = args + ["--mpi_ranks=%d" % ranks],
+        tags = tags + ["mpi"],
+        **kwargs
+    )
+
 def loom_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
     """A Google Benchmark binary: testonly, tagged `benchmark`, never run by `test`."""
     native.cc_binary(

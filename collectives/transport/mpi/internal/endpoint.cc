@@ -1,0 +1,662 @@
+#include "collectives/transport/mpi/internal/endpoint.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/transport/mpi/internal/mpi_call.h"
+#include "core/clock.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace mpi_internal {
+namespace {
+
+// The most bytes one MPI data message carries (MPI counts are ints).
+constexpr size_t kMaxPiece = size_t{1} << 30;
+// Chunks of a combining receive in flight at once, each in a buffer of its own.
+constexpr size_t kWindow = 4;
+// Envelopes handled per poll, so one busy peer cannot starve the data requests.
+constexpr int kEnvelopesPerPoll = 64;
+
+std::vector<Endpoint*>& Registry() {
+  static auto* const endpoints = new std::vector<Endpoint*>;
+  return *endpoints;
+}
+
+absl::Status Mismatch(int source, size_t sent, Tag tag, int destination, size_t posted) {
+  return absl::FailedPreconditionError(absl::StrCat("rank ", source, " sent ", sent,
+                                                    " bytes with tag ", tag, " to rank ",
+                                                    destination, ", which posted a receive of ",
+                                                    posted, " bytes"));
+}
+
+int64_t Nanos(absl::Time t) {
+  if (t == absl::InfiniteFuture()) return std::numeric_limits<int64_t>::max();
+  if (t == absl::InfinitePast()) return std::numeric_limits<int64_t>::min();
+  return absl::ToUnixNanos(t);
+}
+
+void Relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+std::string Endpoint::Op::Describe() const {
+  return absl::StrCat(is_send ? "send to rank " : "receive from rank ", peer, " (tag ", tag, ", ",
+                      bytes, " bytes)");
+}
+
+Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransportOptions& options)
+    : comm_(comm), epoch_(epoch), tag_ub_(tag_ub), options_(options) {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  posted_.resize(size_);
+  unexpected_.resize(size_);
+  next_data_tag_.assign(size_, 0);
+  peer_gone_.assign(size_, absl::OkStatus());
+  Registry().push_back(this);
+}
+
+Endpoint::~Endpoint() {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  auto& registry = Registry();
+  registry.erase(std::remove(registry.begin(), registry.end(), this), registry.end());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;  // Too late for MPI: leave the rest to the process's exit.
+  for (size_t j = 0; j < requests_.size(); ++j) {
+    if (in_flight_[j].what == InFlight::What::kDataRecv) MPI_Cancel(&requests_[j]);
+  }
+  // Control sends are small and buffered by MPI; give everything a moment to land.
+  const int64_t until = NowNanos() + 100'000'000;
+  while (!requests_.empty() && NowNanos() < until) {
+    if (!TestRequests().ok()) break;
+  }
+  for (size_t j = 0; j < requests_.size(); ++j) {
+    MPI_Request_free(&requests_[j]);
+    // MPI may still read a control message's bytes: they stay allocated.
+    if (in_flight_[j].buffer != nullptr) in_flight_[j].buffer.release();
+  }
+  // The duplicate communicator is never freed: a peer may still send to this closed
+  // endpoint (an abort notice, a withdrawal), and Open MPI hands a message for a freed
+  // communicator to the next one that reuses its id, where its per-pair sequence
+  // number derails matching (a collective on the new communicator hung so in the
+  // conformance suite). A kept communicator just holds such messages until
+  // MPI_Finalize.
+}
+
+// --- Posting -----------------------------------------------------------------------
+
+absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  if (peer < 0 || peer >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mpi rank ", rank_, ": send to peer ", peer, ", outside [0, ", size_, ")"));
+  }
+  if (!broken_.ok()) return broken_;
+  if (!aborted_.ok()) return aborted_;
+  Op op;
+  op.is_send = true;
+  op.peer = peer;
+  op.tag = tag;
+  op.bytes = data.size();
+  op.send_data = data.data();
+  const uint64_t id = NewOp(std::move(op));
+  Op& posted = ops_[id];
+  if (!peer_gone_[peer].ok()) {
+    Finish(posted, peer_gone_[peer]);
+  } else if (data.size() <= options_.eager_bytes) {
+    Envelope envelope;
+    envelope.kind = Kind::kEager;
+    envelope.tag = tag;
+    envelope.bytes = data.size();
+    const absl::Status sent = PostControl(peer, envelope, data);
+    if (!sent.ok()) {
+      Break(sent);
+      return broken_;
+    }
+    Finish(posted, absl::OkStatus());  // Buffered: the bytes are in our message.
+  } else {
+    Envelope envelope;
+    envelope.kind = Kind::kRts;
+    envelope.tag = tag;
+    envelope.bytes = data.size();
+    envelope.send_id = id;
+    const absl::Status sent = PostControl(peer, envelope);
+    if (!sent.ok()) {
+      Break(sent);
+      return broken_;
+    }
+    posted.state = State::kAwaitingClear;
+  }
+  return Request{id};
+}
+
+absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                              Combiner combiner) {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  if (peer < 0 || peer >= size_) {
+    return absl::InvalidArgumentError(absl::StrCat("mpi rank ", rank_, ": receive from peer ",
+                                                   peer, ", outside [0, ", size_, ")"));
+  }
+  if (!broken_.ok()) return broken_;
+  if (!aborted_.ok()) return aborted_;
+  Op op;
+  op.peer = peer;
+  op.tag = tag;
+  op.bytes = data.size();
+  op.recv_data = data.data();
+  op.combiner = combiner;
+  const uint64_t id = NewOp(std::move(op));
+  Op& posted = ops_[id];
+  if (!peer_gone_[peer].ok()) {
+    Finish(posted, peer_gone_[peer]);
+    return Request{id};
+  }
+  auto& arrivals = unexpected_[peer];
+  for (auto it = arrivals.begin(); it != arrivals.end(); ++it) {
+    if (it->tag != tag) continue;
+    Arrival arrival = std::move(*it);
+    arrivals.erase(it);
+    const absl::Status matched = Match(id, posted, arrival);
+    if (!matched.ok()) {
+      Break(matched);
+      return broken_;
+    }
+    return Request{id};
+  }
+  posted_[peer].push_back(id);
+  return Request{id};
+}
+
+uint64_t Endpoint::NewOp(Op op) {
+  const uint64_t id = next_id_++;
+  ops_.emplace(id, std::move(op));
+  return id;
+}
+
+void Endpoint::Finish(Op& op, absl::Status status) {
+  op.state = State::kDone;
+  op.status = std::move(status);
+  for (auto& slot : op.slots) GiveBuffer(std::move(slot));
+  op.slots.clear();
+  op.landed.clear();
+}
+
+absl::Status Endpoint::PostControl(int peer, const Envelope& envelope,
+                                   absl::Span<const std::byte> payload) {
+  Envelope stamped = envelope;
+  stamped.epoch = epoch_;
+  std::unique_ptr<std::vector<std::byte>> buffer = TakeBuffer();
+  Encode(stamped, payload, *buffer);
+  MPI_Request request;
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE,
+                                     peer, kControlTag, comm_, &request),
+                           "MPI_Isend");
+  requests_.push_back(request);
+  InFlight sent;
+  sent.buffer = std::move(buffer);
+  in_flight_.push_back(std::move(sent));
+  return absl::OkStatus();
+}
+
+absl::Status Endpoint::PostData(Op& op, uint64_t id, size_t piece, bool send) {
+  const size_t offset = piece * op.piece;
+  const int bytes = static_cast<int>(std::min(op.piece, op.bytes - offset));
+  const int tag = DataTag(op.data_tag + piece);
+  MPI_Request request;
+  if (send) {
+    LOOM_MPI_RETURN_IF_ERROR(
+        MPI_Isend(op.send_data + offset, bytes, MPI_BYTE, op.peer, tag, comm_, &request),
+        "MPI_Isend");
+  } else {
+    const bool direct = op.combiner.copies() || op.combiner.lands_in_place;
+    std::byte* into = direct ? op.recv_data + offset : op.slots[piece % op.slots.size()]->data();
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Irecv(into, bytes, MPI_BYTE, op.peer, tag, comm_, &request),
+                             "MPI_Irecv");
+  }
+  requests_.push_back(request);
+  InFlight posted;
+  posted.what = send ? InFlight::What::kDataSend : InFlight::What::kDataRecv;
+  posted.op = id;
+  posted.piece = piece;
+  in_flight_.push_back(std::move(posted));
+  ++op.in_flight;
+  return absl::OkStatus();
+}
+
+uint64_t Endpoint::DataTagCounter(int peer, size_t count) {
+  const uint64_t first = next_data_tag_[peer];
+  next_data_tag_[peer] += count;
+  return first;
+}
+
+int Endpoint::DataTag(uint64_t counter) const {
+  return 1 + static_cast<int>(counter % static_cast<uint64_t>(tag_ub_ - 1));
+}
+
+std::unique_ptr<std::vector<std::byte>> Endpoint::TakeBuffer() {
+  if (free_buffers_.empty()) return std::make_unique<std::vector<std::byte>>();
+  auto buffer = std::move(free_buffers_.back());
+  free_buffers_.pop_back();
+  return buffer;
+}
+
+void Endpoint::GiveBuffer(std::unique_ptr<std::vector<std::byte>> buffer) {
+  if (buffer != nullptr && free_buffers_.size() < 64) free_buffers_.push_back(std::move(buffer));
+}
+
+// --- Matching ----------------------------------------------------------------------
+
+absl::Status Endpoint::Match(uint64_t id, Op& op, Arrival& arrival) {
+  if (arrival.kind == Kind::kRts) return StartTransfer(id, op, arrival.send_id, arrival.bytes);
+  if (arrival.bytes != op.bytes) {
+    Finish(op, Mismatch(op.peer, arrival.bytes, op.tag, rank_, op.bytes));
+    return absl::OkStatus();
+  }
+  if (op.bytes > 0) op.combiner.Apply(op.recv_data, arrival.payload.data(), 0, op.bytes);
+  Finish(op, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+absl::Status Endpoint::StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint64_t bytes) {
+  op.send_id = send_id;
+  Envelope answer;
+  answer.tag = op.tag;
+  answer.send_id = send_id;
+  if (bytes != op.bytes) {
+    answer.kind = Kind::kNack;
+    answer.bytes = op.bytes;
+    Finish(op, Mismatch(op.peer, bytes, op.tag, rank_, op.bytes));
+    return PostControl(op.peer, answer);
+  }
+  op.piece = op.combiner.copies() ? kMaxPiece : options_.chunk_bytes;
+  op.pieces = (op.bytes + op.piece - 1) / op.piece;
+  op.data_tag = DataTagCounter(op.peer, op.pieces);
+  op.landed.assign(op.pieces, false);
+  op.state = State::kTransferring;
+  const bool direct = op.combiner.copies() || op.combiner.lands_in_place;
+  size_t first_posts = op.pieces;
+  if (!direct) {
+    first_posts = std::min(kWindow, op.pieces);
+    for (size_t s = 0; s < first_posts; ++s) {
+      op.slots.push_back(TakeBuffer());
+      op.slots.back()->resize(op.piece);
+    }
+  }
+  // The receives go in before "clear to send", so the data never waits unexpected.
+  for (size_t piece = 0; piece < first_posts; ++piece) {
+    LOOM_RETURN_IF_ERROR(PostData(op, id, piece, /*send=*/false));
+  }
+  op.next_to_post = first_posts;
+  answer.kind = Kind::kCts;
+  answer.bytes = op.bytes;
+  answer.data_tag = op.data_tag;
+  answer.piece = op.piece;
+  return PostControl(op.peer, answer);
+}
+
+absl::Status Endpoint::CombineLanded(uint64_t id, Op& op) {
+  while (op.pieces_done < op.pieces && op.landed[op.pieces_done]) {
+    const size_t piece = op.pieces_done;
+    const size_t offset = piece * op.piece;
+    const size_t bytes = std::min(op.piece, op.bytes - offset);
+    if (!op.combiner.copies()) {
+      const std::byte* from = op.combiner.lands_in_place
+                                  ? op.recv_data + offset
+                                  : op.slots[piece % op.slots.size()]->data();
+      op.combiner.Apply(op.recv_data + offset, from, offset, bytes);
+    }
+    ++op.pieces_done;
+    if (!op.slots.empty() && op.next_to_post < op.pieces) {
+      LOOM_RETURN_IF_ERROR(PostData(op, id, op.next_to_post++, /*send=*/false));
+    }
+  }
+  if (op.pieces_done == op.pieces) Finish(op, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+// --- Progress ----------------------------------------------------------------------
+
+void Endpoint::ProgressAll() {
+  for (Endpoint* endpoint : Registry()) endpoint->Progress();
+}
+
+void Endpoint::Progress() {
+  if (!broken_.ok()) return;
+  absl::Status status = PollEnvelopes();
+  if (status.ok()) status = TestRequests();
+  if (!status.ok()) Break(status);
+}
+
+absl::Status Endpoint::PollEnvelopes() {
+  for (int n = 0; n < kEnvelopesPerPoll; ++n) {
+    int arrived = 0;
+    MPI_Message message;
+    MPI_Status status;
+    LOOM_MPI_RETURN_IF_ERROR(
+        MPI_Improbe(MPI_ANY_SOURCE, kControlTag, comm_, &arrived, &message, &status),
+        "MPI_Improbe");
+    if (!arrived) return absl::OkStatus();
+    int bytes = 0;
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Get_count(&status, MPI_BYTE, &bytes), "MPI_Get_count");
+    probe_buffer_.resize(static_cast<size_t>(bytes));
+    LOOM_MPI_RETURN_IF_ERROR(
+        MPI_Mrecv(probe_buffer_.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    ++events_;
+    LOOM_RETURN_IF_ERROR(HandleEnvelope(status.MPI_SOURCE, probe_buffer_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Endpoint::TestRequests() {
+  if (requests_.empty()) return absl::OkStatus();
+  const int count = static_cast<int>(requests_.size());
+  done_indices_.resize(count);
+  done_statuses_.resize(count);
+  int completed = 0;
+  const int code = MPI_Testsome(count, requests_.data(), &completed, done_indices_.data(),
+                                done_statuses_.data());
+  if (code != MPI_SUCCESS) {
+    int error = code;
+    if (code == MPI_ERR_IN_STATUS) {
+      for (int k = 0; k < completed; ++k) {
+        if (done_statuses_[k].MPI_ERROR != MPI_SUCCESS) error = done_statuses_[k].MPI_ERROR;
+      }
+    }
+    return MpiStatus(error, "MPI_Testsome");
+  }
+  if (completed == MPI_UNDEFINED || completed == 0) return absl::OkStatus();
+  events_ += completed;
+  std::vector<std::pair<InFlight, MPI_Status>> finished;
+  finished.reserve(completed);
+  for (int k = 0; k < completed; ++k) {
+    finished.emplace_back(std::move(in_flight_[done_indices_[k]]), done_statuses_[k]);
+  }
+  // Completed requests are MPI_REQUEST_NULL now: drop them, keeping the order.
+  size_t kept = 0;
+  for (size_t j = 0; j < requests_.size(); ++j) {
+    if (requests_[j] == MPI_REQUEST_NULL) continue;
+    requests_[kept] = requests_[j];
+    in_flight_[kept] = std::move(in_flight_[j]);
+    ++kept;
+  }
+  requests_.resize(kept);
+  in_flight_.resize(kept);
+  for (auto& [done, status] : finished) HandleCompletion(done, status);
+  return absl::OkStatus();
+}
+
+void Endpoint::HandleCompletion(InFlight& done, const MPI_Status& status) {
+  if (done.what == InFlight::What::kControl) {
+    GiveBuffer(std::move(done.buffer));
+    return;
+  }
+  auto it = ops_.find(done.op);
+  if (it == ops_.end()) return;
+  Op& op = it->second;
+  --op.in_flight;
+  int cancelled = 0;
+  MPI_Test_cancelled(&status, &cancelled);
+  if (!cancelled && op.state == State::kTransferring) {
+    if (done.what == InFlight::What::kDataSend) {
+      if (++op.pieces_done == op.pieces) Finish(op, absl::OkStatus());
+    } else {
+      op.landed[done.piece] = true;
+      const absl::Status combined = CombineLanded(done.op, op);
+      if (!combined.ok()) Break(combined);
+    }
+  }
+  if (op.waited && op.in_flight == 0 && op.state == State::kDone) ops_.erase(it);
+}
+
+absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> message) {
+  absl::Span<const std::byte> payload;
+  LOOM_ASSIGN_OR_RETURN(const Envelope envelope, Decode(message, &payload));
+  if (envelope.epoch != epoch_) return absl::OkStatus();  // From an earlier endpoint.
+  switch (envelope.kind) {
+    case Kind::kEager:
+    case Kind::kRts: {
+      Arrival arrival;
+      arrival.kind = envelope.kind;
+      arrival.tag = envelope.tag;
+      arrival.bytes = envelope.bytes;
+      arrival.send_id = envelope.send_id;
+      auto& receives = posted_[source];
+      for (auto it = receives.begin(); it != receives.end(); ++it) {
+        Op& op = ops_.at(*it);
+        if (op.tag != envelope.tag) continue;
+        const uint64_t id = *it;
+        receives.erase(it);
+        if (arrival.kind == Kind::kRts) return Match(id, op, arrival);
+        // Eager: combine straight from the received message.
+        if (envelope.bytes != op.bytes) {
+          Finish(op, Mismatch(source, envelope.bytes, op.tag, rank_, op.bytes));
+        } else {
+          if (op.bytes > 0) op.combiner.Apply(op.recv_data, payload.data(), 0, op.bytes);
+          Finish(op, absl::OkStatus());
+        }
+        return absl::OkStatus();
+      }
+      if (arrival.kind == Kind::kEager) arrival.payload.assign(payload.begin(), payload.end());
+      unexpected_[source].push_back(std::move(arrival));
+      return absl::OkStatus();
+    }
+    case Kind::kCts: {
+      auto it = ops_.find(envelope.send_id);
+      // A send withdrawn at its deadline told the receiver so; nothing to do.
+      if (it == ops_.end() || it->second.state != State::kAwaitingClear) return absl::OkStatus();
+      Op& op = it->second;
+      if (!op.is_send || op.peer != source || envelope.piece == 0) {
+        return absl::InternalError(absl::StrCat("mpi rank ", rank_, ": a clear to send from rank ",
+                                                source, " names op ", envelope.send_id,
+                                                ", which is not a send to it"));
+      }
+      op.data_tag = envelope.data_tag;
+      op.piece = envelope.piece;
+      op.pieces = (op.bytes + op.piece - 1) / op.piece;
+      op.state = State::kTransferring;
+      for (size_t piece = 0; piece < op.pieces; ++piece) {
+        LOOM_RETURN_IF_ERROR(PostData(op, envelope.send_id, piece, /*send=*/true));
+      }
+      return absl::OkStatus();
+    }
+    case Kind::kNack: {
+      auto it = ops_.find(envelope.send_id);
+      if (it == ops_.end() || it->second.state != State::kAwaitingClear) return absl::OkStatus();
+      Op& op = it->second;
+      Finish(op, Mismatch(rank_, op.bytes, op.tag, source, envelope.bytes));
+      return absl::OkStatus();
+    }
+    case Kind::kWithdraw: {
+      auto& arrivals = unexpected_[source];
+      for (auto it = arrivals.begin(); it != arrivals.end(); ++it) {
+        if (it->kind == Kind::kRts && it->send_id == envelope.send_id) {
+          arrivals.erase(it);
+          return absl::OkStatus();
+        }
+      }
+      for (auto& [id, op] : ops_) {
+        if (op.is_send || op.peer != source || op.state != State::kTransferring ||
+            op.send_id != envelope.send_id) {
+          continue;
+        }
+        CancelDataReceives(id);
+        Finish(op, absl::DeadlineExceededError(absl::StrCat(
+                       "mpi rank ", rank_, ": rank ", source, " withdrew its send (tag ",
+                       envelope.tag, ", ", envelope.bytes, " bytes) at its deadline")));
+        break;
+      }
+      return absl::OkStatus();
+    }
+    case Kind::kAbort: {
+      const std::string reason(reinterpret_cast<const char*>(payload.data()), payload.size());
+      const absl::Status gone =
+          absl::UnavailableError(absl::StrCat("rank ", source, " aborted: ", reason));
+      peer_gone_[source] = gone;
+      FailPeer(source, gone);
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --- Failure -----------------------------------------------------------------------
+
+void Endpoint::CancelDataReceives(uint64_t id) {
+  for (size_t j = 0; j < requests_.size(); ++j) {
+    if (in_flight_[j].what == InFlight::What::kDataRecv && in_flight_[j].op == id) {
+      MPI_Cancel(&requests_[j]);
+    }
+  }
+}
+
+void Endpoint::FailPeer(int peer, const absl::Status& status) {
+  auto& receives = posted_[peer];
+  receives.clear();
+  for (auto& [id, op] : ops_) {
+    if (op.peer != peer || op.state == State::kDone) continue;
+    CancelDataReceives(id);
+    Finish(op, status);
+  }
+}
+
+void Endpoint::Break(absl::Status status) {
+  if (broken_.ok()) broken_ = std::move(status);
+}
+
+void Endpoint::Expire(uint64_t id, Op& op) {
+  const absl::Status late = absl::DeadlineExceededError(
+      absl::StrCat("mpi rank ", rank_, ": ", op.Describe(), " still pending at its deadline"));
+  if (op.state == State::kPosted) {
+    auto& receives = posted_[op.peer];
+    receives.erase(std::remove(receives.begin(), receives.end(), id), receives.end());
+    Finish(op, late);
+  } else if (op.state == State::kAwaitingClear) {
+    // MPI has none of its bytes yet: withdraw it, and tell the receiver.
+    Envelope withdraw;
+    withdraw.kind = Kind::kWithdraw;
+    withdraw.tag = op.tag;
+    withdraw.bytes = op.bytes;
+    withdraw.send_id = id;
+    const absl::Status told = PostControl(op.peer, withdraw);
+    if (!told.ok()) Break(told);
+    Finish(op, late);
+  }
+}
+
+void Endpoint::Abort(const absl::Status& reason) {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  if (!aborted_.ok()) return;
+  aborted_ = reason.ok() ? absl::AbortedError("mpi: aborted") : reason;
+  const std::string message(aborted_.message());
+  Envelope abort;
+  abort.kind = Kind::kAbort;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const absl::Status told = PostControl(
+        peer, abort,
+        absl::MakeConstSpan(reinterpret_cast<const std::byte*>(message.data()), message.size()));
+    if (!told.ok()) Break(told);
+  }
+  for (auto& receives : posted_) receives.clear();
+  for (auto& [id, op] : ops_) {
+    if (op.state == State::kDone) continue;
+    CancelDataReceives(id);
+    Finish(op, aborted_);
+  }
+}
+
+// --- Waiting -----------------------------------------------------------------------
+
+absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(MpiLock());
+  for (const Request& request : requests) {
+    auto it = ops_.find(request.id);
+    if (it == ops_.end() || it->second.waited) {
+      return absl::NotFoundError(absl::StrCat("mpi rank ", rank_, ": unknown request ",
+                                              request.id, " (never posted, or already waited)"));
+    }
+  }
+  const int64_t deadline_nanos = Nanos(deadline);
+  int64_t grace_end = -1;
+  int idle = 0;
+  for (;;) {
+    const uint64_t events_before = events_;
+    ProgressAll();
+    if (!broken_.ok()) break;
+    bool quiet = true;
+    for (const Request& request : requests) {
+      const Op& op = ops_.at(request.id);  // Kept until waited: the ids are all there.
+      if (op.state != State::kDone || op.in_flight > 0) {
+        quiet = false;
+        break;
+      }
+    }
+    if (quiet) break;
+    const int64_t now = NowNanos();
+    if (now >= deadline_nanos && grace_end < 0) {
+      for (const Request& request : requests) Expire(request.id, ops_.at(request.id));
+      grace_end = now + absl::ToInt64Nanoseconds(options_.withdraw_grace);
+      continue;
+    }
+    if (grace_end >= 0 && now >= grace_end) {
+      // Data MPI still holds: try to cancel it; what cannot be breaks the endpoint.
+      for (const Request& request : requests) CancelDataReceives(request.id);
+      ProgressAll();
+      for (const Request& request : requests) {
+        Op& op = ops_.at(request.id);
+        if (op.state != State::kDone) {
+          Finish(op, absl::DeadlineExceededError(
+                         absl::StrCat("mpi rank ", rank_, ": ", op.Describe(),
+                                      " still in flight at its deadline")));
+        }
+        if (op.in_flight > 0) {
+          Break(absl::InternalError(absl::StrCat(
+              "mpi rank ", rank_, ": ", op.Describe(),
+              " was handed to MPI and neither finished nor could be cancelled; this endpoint is "
+              "unusable and its buffer must stay alive until MPI_Finalize")));
+        }
+      }
+      break;
+    }
+    if (events_ != events_before) idle = 0;
+    ++idle;
+    // The lock is let go between polls, so Abort and other threads' endpoints get in.
+    lock.unlock();
+    if (idle < options_.spin_iterations) {
+      Relax();
+    } else if (idle < options_.spin_iterations + 20000) {
+      sched_yield();
+    } else {
+      const timespec nap = {0, 50'000};
+      nanosleep(&nap, nullptr);
+    }
+    lock.lock();
+  }
+  absl::Status result;
+  for (const Request& request : requests) {
+    auto it = ops_.find(request.id);
+    if (it == ops_.end()) continue;  // Named twice.
+    Op& op = it->second;
+    if (result.ok() && !op.status.ok()) result = op.status;
+    op.waited = true;
+    if (op.in_flight == 0) ops_.erase(it);
+  }
+  if (result.ok() && !broken_.ok()) result = broken_;
+  return result;
+}
+
+}  // namespace mpi_internal
+}  // namespace loom

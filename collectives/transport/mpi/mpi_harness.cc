@@ -1,0 +1,85 @@
+#include "collectives/transport/mpi/mpi_harness.h"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/transport/mpi/internal/mpi_call.h"
+
+namespace loom {
+namespace {
+
+// ShareStatuses gives every process the statuses of ranks [0, world): each sends
+// its code and message (ranks at or past `world` send nothing that is kept).
+std::vector<absl::Status> ShareStatuses(const absl::Status& mine, int world) {
+  std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string message(mine.message());
+  const int header[2] = {static_cast<int>(mine.code()), static_cast<int>(message.size())};
+  std::vector<int> headers(2 * size);
+  MPI_Allgather(header, 2, MPI_INT, headers.data(), 2, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> lengths(size), offsets(size);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    lengths[r] = headers[2 * r + 1];
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_Allgatherv(message.data(), static_cast<int>(message.size()), MPI_CHAR, all.data(),
+                 lengths.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<absl::Status> statuses;
+  for (int r = 0; r < world; ++r) {
+    statuses.emplace_back(static_cast<absl::StatusCode>(headers[2 * r]),
+                          all.substr(offsets[r], lengths[r]));
+  }
+  return statuses;
+}
+
+}  // namespace
+
+int MpiWorldSize() {
+  std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+std::vector<absl::Status> MpiHarness::Run(int world,
+                                          const std::function<absl::Status(Transport&)>& body) {
+  const int size = MpiWorldSize();
+  if (world > size) {
+    return std::vector<absl::Status>(
+        world, absl::FailedPreconditionError(absl::StrCat(
+                   "MpiHarness: a world of ", world, " needs that many processes; the job has ",
+                   size, " (mpirun -np)")));
+  }
+  int rank = 0;
+  MPI_Comm group = MPI_COMM_NULL;
+  {
+    std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_split(MPI_COMM_WORLD, rank < world ? 0 : MPI_UNDEFINED, rank, &group);
+  }
+  absl::Status mine;
+  if (group != MPI_COMM_NULL) {
+    absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectMpiTransport(group, options_);
+    mine = transport.ok() ? body(**transport) : transport.status();
+    transport = absl::CancelledError("closed");  // Destroys the endpoint before the group.
+    std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+    MPI_Comm_free(&group);
+  }
+  return ShareStatuses(mine, world);
+}
+
+TransportHarnessFactory MakeMpiHarnessFactory(MpiTransportOptions options) {
+  return [options] { return std::make_unique<MpiHarness>(options); };
+}
+
+}  // namespace loom

@@ -1,0 +1,184 @@
+#include "collectives/transport/mpi/mpi_transport.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "collectives/transport/mpi/internal/endpoint.h"
+#include "collectives/transport/mpi/internal/mpi_call.h"
+#include "core/status_macros.h"
+
+namespace loom {
+
+using mpi_internal::MpiLock;
+using mpi_internal::MpiStatus;
+
+absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Start(int* argc, char*** argv) {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized || finalized) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("MpiSession::Start: MPI was already ", finalized ? "finalized" : "initialized",
+                     " in this process (one MpiSession per process)"));
+  }
+  int provided = MPI_THREAD_SINGLE;
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided),
+                           "MPI_Init_thread");
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "MpiSession::Start: MPI granted thread level ", provided,
+        "; Loom needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or better"));
+  }
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<MpiSession>(new MpiSession(rank, size, provided));
+}
+
+MpiSession::~MpiSession() {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+bool LaunchedByMpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+namespace {
+
+absl::Status CheckOptions(const MpiTransportOptions& options) {
+  if (options.eager_bytes > (size_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("mpi: eager_bytes ", options.eager_bytes,
+                                                   " is outside [0, 1048576]"));
+  }
+  if (options.chunk_bytes < 4096 || options.chunk_bytes > (size_t{1} << 30) ||
+      options.chunk_bytes % 4096 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mpi: chunk_bytes ", options.chunk_bytes, " must be a multiple of 4096 in [4096, 2^30]"));
+  }
+  if (options.spin_iterations < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mpi: spin_iterations ", options.spin_iterations, " is negative"));
+  }
+  if (options.withdraw_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mpi: withdraw_grace ", absl::FormatDuration(options.withdraw_grace), " is negative"));
+  }
+  return absl::OkStatus();
+}
+
+// Agree checks that every rank passed the same value of `field`.
+absl::Status Agree(MPI_Comm comm, const char* field, uint64_t mine) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<uint64_t> all(size);
+  LOOM_MPI_RETURN_IF_ERROR(
+      MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm), "MPI_Allgather");
+  for (int r = 1; r < size; ++r) {
+    if (all[r] != all[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("mpi: ranks disagree on ", field, ": rank 0 has ",
+                                                     all[0], ", rank ", r, " has ", all[r]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
+                                                               MpiTransportOptions options) {
+  LOOM_RETURN_IF_ERROR(CheckOptions(options));
+  MPI_Comm own = MPI_COMM_NULL;
+  uint64_t epoch = 0;
+  int tag_ub = 0;
+  {
+    std::lock_guard<std::mutex> lock(MpiLock());
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized) {
+      return absl::FailedPreconditionError(
+          "ConnectMpiTransport: MPI is not initialized (start an MpiSession first)");
+    }
+    if (comm == MPI_COMM_NULL) {
+      return absl::InvalidArgumentError("ConnectMpiTransport: the communicator is MPI_COMM_NULL");
+    }
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_dup(comm, &own), "MPI_Comm_dup");
+    // Errors come back as codes (turned into Status), not as an abort of the job.
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN),
+                             "MPI_Comm_set_errhandler");
+    absl::Status agreed = Agree(own, "eager_bytes", options.eager_bytes);
+    if (agreed.ok()) agreed = Agree(own, "chunk_bytes", options.chunk_bytes);
+    if (!agreed.ok()) {
+      MPI_Comm_free(&own);
+      return agreed;
+    }
+    int rank = 0;
+    MPI_Comm_rank(own, &rank);
+    if (rank == 0) {
+      std::random_device device;
+      epoch = (uint64_t{device()} << 32) ^ device() ^ static_cast<uint64_t>(getpid()) ^
+              static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+    }
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Bcast(&epoch, 1, MPI_UINT64_T, 0, own), "MPI_Bcast");
+    void* attribute = nullptr;
+    int found = 0;
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_get_attr(own, MPI_TAG_UB, &attribute, &found),
+                             "MPI_Comm_get_attr(MPI_TAG_UB)");
+    tag_ub = found ? *static_cast<int*>(attribute) : 32767;
+  }
+  return std::unique_ptr<Transport>(new mpi_internal::Endpoint(own, epoch, tag_ub, options));
+}
+
+absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) {
+  std::lock_guard<std::mutex> lock(MpiLock());
+  int rank = 0, size = 0;
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  if (override_ranks_per_node < 0 ||
+      (override_ranks_per_node > 0 && size % override_ranks_per_node != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("MpiRanksPerNode: ranks per node ",
+                                                   override_ranks_per_node,
+                                                   " does not divide the ", size, " ranks"));
+  }
+  if (override_ranks_per_node > 0) return override_ranks_per_node;
+  MPI_Comm local = MPI_COMM_NULL;
+  LOOM_MPI_RETURN_IF_ERROR(
+      MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+      "MPI_Comm_split_type");
+  int local_rank = 0, local_size = 0;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  // Each rank learns its host's first rank (the rank of local rank 0 in `comm`).
+  int leader = rank;
+  MPI_Bcast(&leader, 1, MPI_INT, 0, local);
+  MPI_Comm_free(&local);
+  std::vector<int> mine = {leader, local_size}, all(2 * size);
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Allgather(mine.data(), 2, MPI_INT, all.data(), 2, MPI_INT, comm),
+                           "MPI_Allgather");
+  const int k = all[1];
+  for (int r = 0; r < size; ++r) {
+    if (all[2 * r + 1] != k || all[2 * r] != r / k * k) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "MpiRanksPerNode: ranks are not placed in equal blocks per host: rank ", r,
+          " shares a host of ", all[2 * r + 1], " ranks with rank ", all[2 * r], " (rank 0's host has ",
+          k, "); launch with --map-by slot, or pass ranks_per_node"));
+    }
+  }
+  return k;
+}
+
+}  // namespace loom

@@ -1,0 +1,133 @@
+// MPI transport: the Transport interface of transport.h over MPI point-to-point
+// (Open MPI 4.1 from Debian), so every Loom algorithm runs across hosts. Each process
+// of an `mpirun -np N` job is one rank; the group is an MPI communicator (the world,
+// or a part of it split off with MPI_Comm_split), which the transport duplicates, so
+// its messages never meet the program's own.
+//
+// Example (in each process of `mpirun --allow-run-as-root -np 4 ./program`):
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<MpiSession> mpi, MpiSession::Start(&argc, &argv));
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectMpiTransport(MPI_COMM_WORLD));
+//   // transport->name() == "mpi"; transport->rank() == the MPI rank; transport->size() == 4
+//   LOOM_ASSIGN_OR_RETURN(int per_node, MpiRanksPerNode(MPI_COMM_WORLD));  // 4 on one host
+//   CommunicatorOptions options;
+//   options.ranks_per_node = per_node;  // for the hierarchical algorithm
+//   LOOM_ASSIGN_OR_RETURN(auto comm, Communicator::Create(std::move(transport), options));
+//
+// How messages travel (all on the duplicated communicator). Loom tags are 64 bits
+// and MPI's are 31, so Loom matches messages itself: every message starts with an
+// envelope on one MPI tag (the control tag), which carries the Loom tag.
+// - Up to `eager_bytes`, the payload rides in the envelope: one MPI message, and the
+//   send completes at once (buffered; transport.h, Completion).
+// - Larger messages are a rendezvous: the envelope announces the size; the receiver,
+//   once it has a matching receive of that size, posts MPI receives for the data on
+//   MPI tags of its own choosing and answers "clear to send" with them; only then does
+//   the sender hand its buffer to MPI. So a send whose deadline passes before the
+//   receiver is ready is withdrawn cleanly (MPI cannot cancel a send it was given),
+//   and a size mismatch fails both sides, as the contract asks. Copy receives take
+//   the data straight into their buffer; combining receives take it in chunks of
+//   `chunk_bytes` (into the destination itself when the combiner `lands_in_place`,
+//   otherwise into a few reused chunk buffers) and combine each as it lands.
+//
+// Waiting polls MPI (MPI_Improbe for envelopes, MPI_Testsome for data): it spins
+// `spin_iterations` polls, then yields the CPU between polls, then sleeps 50 us
+// between them, so more ranks than cores still progress.
+//
+// Failure. Abort sends every peer a message with the reason; their requests that
+// involve the aborted rank fail with Unavailable ("rank R aborted: ..."). A process
+// that dies is MPI's business: Open MPI's mpirun sees the death and kills the rest
+// of the job, printing which rank ended how ("mpirun noticed that process rank 1
+// with PID ... exited on signal 9 (Killed)"), and exits non-zero; the survivors do
+// not get to return a Status (see README.md). A request still pending at its
+// deadline fails with DeadlineExceeded naming the peer, tag and size. Data already
+// handed to MPI (after "clear to send") cannot be withdrawn; Wait gives it
+// `withdraw_grace` to land, and if it does not, the endpoint is broken: this and
+// every later call fail with Internal, and the buffers of those transfers must stay
+// alive until MPI is finalized.
+//
+// Closing an endpoint (destroying it) is local and keeps its duplicate communicator
+// until MPI_Finalize, so a late message from a peer stays there; a process connects
+// a few transports per job, not thousands.
+//
+// MPI errors (the duplicated communicator returns them rather than aborting) become
+// Internal statuses naming the MPI call and MPI_Error_string's text.
+//
+// Threads. The transport serializes its MPI calls with one process-wide lock, so
+// MPI_THREAD_SERIALIZED suffices (MpiSession asks for MPI_THREAD_MULTIPLE); Abort may
+// come from any thread, as transport.h allows.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_MPI_MPI_TRANSPORT_H_
+#define LOOM_COLLECTIVES_TRANSPORT_MPI_MPI_TRANSPORT_H_
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/transport/transport.h"
+
+namespace loom {
+
+// MpiSession initializes MPI for the process and finalizes it when destroyed. One
+// per process, created before any MPI transport and destroyed after the last.
+class MpiSession {
+ public:
+  // Start calls MPI_Init_thread (asking for MPI_THREAD_MULTIPLE). Internal with
+  // MPI's error text when it fails; FailedPrecondition when MPI was already
+  // initialized or finalized in this process, or when MPI grants less than
+  // MPI_THREAD_SERIALIZED.
+  static absl::StatusOr<std::unique_ptr<MpiSession>> Start(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  // The thread level MPI granted (MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE).
+  int thread_level() const { return thread_level_; }
+
+ private:
+  MpiSession(int rank, int size, int level)
+      : world_rank_(rank), world_size_(size), thread_level_(level) {}
+  int world_rank_, world_size_, thread_level_;
+};
+
+// LaunchedByMpirun tells whether this process was started by an MPI launcher
+// (Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; PMIx launchers set PMIX_RANK).
+bool LaunchedByMpirun();
+
+struct MpiTransportOptions {
+  // Messages of at most this many bytes travel inside their envelope and complete
+  // as buffered; in [0, 1048576]. Every rank passes the same.
+  size_t eager_bytes = 16 * 1024;
+  // Chunk size of combining receives (and the most one MPI message carries is
+  // max(chunk_bytes, 1 GiB) for copies); a multiple of 4096 in [4096, 1 GiB].
+  // Every rank passes the same.
+  size_t chunk_bytes = size_t{256} << 10;
+  // Idle polls in Wait before it starts yielding the CPU.
+  int spin_iterations = 4000;
+  // How long a Wait past its deadline waits for data already handed to MPI.
+  absl::Duration withdraw_grace = absl::Seconds(1);
+};
+
+// ConnectMpiTransport makes this process's endpoint of the group `comm` (rank and
+// size are the communicator's). Collective over `comm`: every member calls it, in
+// the same order as its other collective calls on `comm`. InvalidArgument for bad
+// options or options that differ between ranks (naming the field and the ranks);
+// FailedPrecondition when MPI is not initialized; Internal for an MPI error.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
+                                                               MpiTransportOptions options = {});
+
+// MpiRanksPerNode returns the node layout of `comm` for CommunicatorOptions::
+// ranks_per_node: the number of ranks per host, found with MPI_Comm_split_type
+// (MPI_COMM_TYPE_SHARED). Collective over `comm`. `override_ranks_per_node` > 0
+// emulates nodes of that many ranks instead (for testing a two-level layout on one
+// host); it must divide the size. FailedPrecondition when hosts hold different
+// numbers of ranks or a host's ranks are not consecutive (launch with
+// `--map-by slot`, or pass an override); InvalidArgument for a bad override.
+absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node = 0);
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_MPI_MPI_TRANSPORT_H_
