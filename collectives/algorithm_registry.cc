@@ -12,6 +12,7 @@
 #include "collectives/double_binary_tree.h"
 #include "collectives/halving_doubling.h"
 #include "collectives/hierarchical.h"
+#include "collectives/native.h"
 #include "collectives/pairwise.h"
 #include "collectives/ring.h"
 
@@ -81,6 +82,8 @@ std::vector<Algorithm> AlgorithmsFor(CollectiveKind kind) {
 }
 
 absl::StatusOr<AlgorithmFn> FindAlgorithm(CollectiveKind kind, Algorithm algorithm) {
+  // Native is outside the table: no suite or selector iterates over it.
+  if (algorithm == Algorithm::kNative) return FindNative(kind);
   const auto row = static_cast<size_t>(kind);
   const auto column = static_cast<size_t>(algorithm);
   if (row < kKinds && column < kAlgorithms && kIndex[row][column] != nullptr) {

@@ -22,7 +22,8 @@ namespace loom {
 using AlgorithmFn = absl::Status (*)(const collectives_internal::CallContext&,
                                      const collectives_internal::CollectiveArgs&);
 
-// AlgorithmsFor lists the algorithms that implement `kind` (never kAuto).
+// AlgorithmsFor lists the algorithms that implement `kind` (never kAuto, nor
+// kNative, which runs the transport's own collectives when a call names it).
 std::vector<Algorithm> AlgorithmsFor(CollectiveKind kind);
 
 // FindAlgorithm returns the function of `algorithm` for `kind`; InvalidArgument

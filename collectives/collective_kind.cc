@@ -20,7 +20,7 @@ constexpr CollectiveKind kKinds[] = {
 constexpr Algorithm kAlgorithms[] = {
     Algorithm::kRing,   Algorithm::kBinomialTree, Algorithm::kDoubleBinaryTree,
     Algorithm::kHalvingDoubling, Algorithm::kDirect, Algorithm::kPairwise,
-    Algorithm::kHierarchical,
+    Algorithm::kHierarchical, Algorithm::kNative,
 };
 
 }  // namespace
@@ -71,6 +71,7 @@ absl::string_view AlgorithmName(Algorithm algorithm) {
     case Algorithm::kDirect: return "direct";
     case Algorithm::kPairwise: return "pairwise";
     case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kNative: return "native";
   }
   return "unknown";
 }

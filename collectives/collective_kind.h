@@ -51,6 +51,8 @@ enum class Algorithm : uint8_t {
   kDirect,            // one-shot: every rank talks to every rank at once
   kPairwise,          // pairwise exchange (all-to-all)
   kHierarchical,      // intra-node, then inter-node, then intra-node
+  kNative,            // the transport's own collectives (MPI_Allreduce, ...): a baseline,
+                      // only by name, never chosen by the selector
 };
 
 // AllAlgorithms lists every algorithm except kAuto, in declaration order.

@@ -235,6 +235,11 @@ absl::Status Communicator::Run(Call& call) {
                      broken_.message()));
   }
   call.algorithm = Choose(call);
+  if (call.algorithm == Algorithm::kNative && options_.deterministic) {
+    return absl::InvalidArgumentError(
+        "algorithm native with deterministic = true: the transport's own collectives promise no "
+        "reduction order");
+  }
   if (found_fn_ == nullptr || call.kind != found_kind_ || call.algorithm != found_algorithm_) {
     LOOM_ASSIGN_OR_RETURN(found_fn_, FindAlgorithm(call.kind, call.algorithm));
     found_kind_ = call.kind;

@@ -17,6 +17,7 @@
 #include "collectives/algorithm_registry.h"
 #include "collectives/communicator.h"
 #include "collectives/internal/algorithm_testing.h"
+#include "collectives/internal/communicator_suite.h"
 #include "collectives/transport/shm/shm_harness.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
@@ -49,71 +50,7 @@ TEST_P(ShmCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
   ShmHarness harness;
   const std::vector<absl::Status> results = harness.Run(world, [&](Transport& t) -> absl::Status {
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(Borrow(t)));
-    const int r = comm->rank();
-    const size_t n = world;
-    for (Algorithm algorithm : AlgorithmsFor(kind)) {
-      CallOptions call;
-      call.algorithm = algorithm;
-      call.timeout = absl::Seconds(30);
-      const size_t counts[] = {0, 1, 3, n - 1, 1000, 65537};
-      for (size_t c = 0; c < 6; ++c) {
-        const size_t count = counts[c];
-        const bool in_place = c % 2 == 1;
-        const DType dtype = c % 3 == 2 ? DType::kBF16 : DType::kF32;
-        const RankInputs inputs = MakeInputs(dtype, ReduceOp::kSum, world, n * count, 40 + c);
-        const size_t width = DTypeSize(dtype);
-        std::vector<std::byte> mine = inputs.data[r], out(n * count * width);
-        const std::string what = absl::StrCat(AlgorithmName(algorithm), " count ", count);
-        absl::Status checked;
-        switch (kind) {
-          case CollectiveKind::kAllReduce: {
-            mine.resize(count * width);
-            out.resize(count * width);
-            BufferView output = in_place ? MutableViewOf(mine, dtype) : MutableViewOf(out, dtype);
-            LOOM_RETURN_IF_ERROR(comm->AllReduce(ViewOf(mine, dtype), output, ReduceOp::kSum, call));
-            checked = ExpectReduction(inputs, ReduceOp::kSum, 0, output);
-            break;
-          }
-          case CollectiveKind::kReduceScatter: {
-            BufferView output = in_place ? BufferView(mine.data() + r * count * width, count, dtype)
-                                         : BufferView(out.data(), count, dtype);
-            LOOM_RETURN_IF_ERROR(comm->ReduceScatter(ViewOf(mine, dtype), output, ReduceOp::kSum, call));
-            checked = ExpectReduction(inputs, ReduceOp::kSum, r * count, output);
-            break;
-          }
-          case CollectiveKind::kAllGather: {
-            LOOM_RETURN_IF_ERROR(comm->AllGather(ConstBufferView(mine.data(), count, dtype),
-                                                 MutableViewOf(out, dtype), call));
-            for (size_t q = 0; q < n && checked.ok(); ++q) {
-              checked = ExpectSameBytes(ConstBufferView(inputs.data[q].data(), count, dtype),
-                                        ConstBufferView(out.data() + q * count * width, count, dtype),
-                                        absl::StrCat(what, " block ", q));
-            }
-            break;
-          }
-          case CollectiveKind::kBroadcast: {
-            mine.resize(count * width);
-            const int root = static_cast<int>(c % n);
-            LOOM_RETURN_IF_ERROR(comm->Broadcast(ViewOf(mine, dtype), MutableViewOf(mine, dtype), root, call));
-            checked = ExpectSameBytes(ConstBufferView(inputs.data[root].data(), count, dtype),
-                                      ViewOf(mine, dtype), what);
-            break;
-          }
-          case CollectiveKind::kAllToAll: {
-            LOOM_RETURN_IF_ERROR(comm->AllToAll(ViewOf(mine, dtype), MutableViewOf(out, dtype), call));
-            for (size_t q = 0; q < n && checked.ok(); ++q) {
-              checked = ExpectSameBytes(
-                  ConstBufferView(inputs.data[q].data() + r * count * width, count, dtype),
-                  ConstBufferView(out.data() + q * count * width, count, dtype), what);
-            }
-            break;
-          }
-          default: return absl::InternalError("kind not covered");
-        }
-        if (!checked.ok()) return absl::Status(checked.code(), absl::StrCat(what, ": ", checked.message()));
-      }
-    }
-    return absl::OkStatus();
+    return collectives_internal::CheckEveryAlgorithmAndCount(*comm, kind);
   });
   for (int r = 0; r < world; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
   EXPECT_THAT(harness.last_leftovers(), ::testing::IsEmpty());

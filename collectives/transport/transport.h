@@ -85,6 +85,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/transport/native_collectives.h"
 
 namespace loom {
 
@@ -151,6 +152,10 @@ class Transport {
 
   // Abort fails every pending and later request with `reason`; see the contract.
   virtual void Abort(const absl::Status& reason) = 0;
+
+  // native returns the backend's own collectives over this group, or null when it
+  // has none (inproc, shm). Owned by the transport. See native_collectives.h.
+  virtual NativeCollectives* native() { return nullptr; }
 };
 
 inline void Combiner::Apply(std::byte* dst, const std::byte* src, size_t offset,

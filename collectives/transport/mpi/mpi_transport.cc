@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "collectives/transport/mpi/internal/endpoint.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
+#include "collectives/transport/mpi/internal/native.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -101,7 +102,7 @@ absl::Status Agree(MPI_Comm comm, const char* field, uint64_t mine) {
 absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
                                                                MpiTransportOptions options) {
   LOOM_RETURN_IF_ERROR(CheckOptions(options));
-  MPI_Comm own = MPI_COMM_NULL;
+  MPI_Comm own = MPI_COMM_NULL, collectives = MPI_COMM_NULL;
   uint64_t epoch = 0;
   int tag_ub = 0;
   {
@@ -139,8 +140,11 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
     LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_get_attr(own, MPI_TAG_UB, &attribute, &found),
                              "MPI_Comm_get_attr(MPI_TAG_UB)");
     tag_ub = found ? *static_cast<int*>(attribute) : 32767;
+    // MPI's own collectives (Algorithm::kNative) run on a duplicate of their own.
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_dup(own, &collectives), "MPI_Comm_dup");
   }
-  return std::unique_ptr<Transport>(new mpi_internal::Endpoint(own, epoch, tag_ub, options));
+  return std::unique_ptr<Transport>(new mpi_internal::Endpoint(
+      own, epoch, tag_ub, options, std::make_unique<mpi_internal::MpiNative>(collectives)));
 }
 
 absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) {

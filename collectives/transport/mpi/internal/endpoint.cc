@@ -56,8 +56,9 @@ std::string Endpoint::Op::Describe() const {
                       bytes, " bytes)");
 }
 
-Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransportOptions& options)
-    : comm_(comm), epoch_(epoch), tag_ub_(tag_ub), options_(options) {
+Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransportOptions& options,
+                   std::unique_ptr<NativeCollectives> native)
+    : comm_(comm), epoch_(epoch), tag_ub_(tag_ub), options_(options), native_(std::move(native)) {
   std::lock_guard<std::mutex> lock(MpiLock());
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);

@@ -34,7 +34,9 @@ class Endpoint final : public Transport {
  public:
   // `comm` is the endpoint's own communicator (a duplicate it frees), `epoch` the
   // generation every rank agreed on, `tag_ub` the communicator's MPI_TAG_UB.
-  Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransportOptions& options);
+  // `native` runs MPI's own collectives (on a communicator of its own).
+  Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransportOptions& options,
+           std::unique_ptr<NativeCollectives> native);
   ~Endpoint() override;
 
   int rank() const override { return rank_; }
@@ -46,6 +48,7 @@ class Endpoint final : public Transport {
                                       Combiner combiner) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
+  NativeCollectives* native() override { return native_.get(); }
 
  private:
   enum class State { kPosted, kAwaitingClear, kTransferring, kDone };
@@ -125,6 +128,7 @@ class Endpoint final : public Transport {
   const uint64_t epoch_;
   const int tag_ub_;
   const MpiTransportOptions options_;
+  const std::unique_ptr<NativeCollectives> native_;
   int rank_ = 0;
   int size_ = 1;
 

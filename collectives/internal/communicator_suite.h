@@ -1,0 +1,34 @@
+// The Communicator's gloo-style suite body (testonly), shared by the backends that
+// run real processes (shm, mpi): on one rank's communicator, every algorithm of one
+// collective at the counts, in and out of place, f32 and bf16, each result
+// checked against the reference of algorithm_testing.h.
+//
+// Example (inside a harness body, on every rank):
+//   LOOM_ASSIGN_OR_RETURN(auto comm, Communicator::Create(transport));
+//   LOOM_RETURN_IF_ERROR(CheckEveryAlgorithmAndCount(*comm, CollectiveKind::kAllReduce));
+#ifndef LOOM_COLLECTIVES_INTERNAL_COMMUNICATOR_SUITE_H_
+#define LOOM_COLLECTIVES_INTERNAL_COMMUNICATOR_SUITE_H_
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "collectives/collective_kind.h"
+#include "collectives/communicator.h"
+
+namespace loom {
+namespace collectives_internal {
+
+// SuiteKinds: the collectives the suite covers (all_reduce, reduce_scatter,
+// all_gather, broadcast, all_to_all).
+absl::Span<const CollectiveKind> SuiteKinds();
+
+// CheckEveryAlgorithmAndCount runs AlgorithmsFor(kind) and then `extra` (such as
+// Algorithm::kNative) on `comm` over counts {0, 1, 3, n-1, 1000, 65537}: odd
+// positions in place, every third bf16 (f32 otherwise), broadcast from a root that
+// moves. Returns the first failure, naming the algorithm and count.
+absl::Status CheckEveryAlgorithmAndCount(Communicator& comm, CollectiveKind kind,
+                                         absl::Span<const Algorithm> extra = {});
+
+}  // namespace collectives_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_INTERNAL_COMMUNICATOR_SUITE_H_
