@@ -21,12 +21,16 @@
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
 #include "collectives/transport/inproc/inproc_transport.h"
+#include "collectives/transport/mpi/mpi_transport.h"
+#include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
 #include "tools/collective_bench.h"
 #include "tools/launcher.h"
 
-ABSL_FLAG(std::string, transport, "inproc", "inproc (threads) or shm (processes, shared memory)");
+ABSL_FLAG(std::string, transport, "inproc",
+          "inproc (threads), shm (processes, shared memory) or mpi (the processes of an "
+          "mpirun job; started as one when run by hand)");
 ABSL_FLAG(int, ranks, 2, "number of ranks");
 ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, reduce_scatter, all_gather, broadcast, reduce or all_to_all");
@@ -127,6 +131,16 @@ absl::Status RunInproc(int ranks, const BenchOptions& bench, const CommunicatorO
   return absl::OkStatus();
 }
 
+// RunMpi benchmarks this process's rank of the mpirun job over MPI_COMM_WORLD; the
+// node layout comes from MPI (or --ranks_per_node, which emulates nodes).
+absl::Status RunMpi(int argc, char** argv, const BenchOptions& bench, CommunicatorOptions options) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<MpiSession> session, MpiSession::Start(&argc, &argv));
+  LOOM_ASSIGN_OR_RETURN(options.ranks_per_node,
+                        MpiRanksPerNode(MPI_COMM_WORLD, options.ranks_per_node));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectMpiTransport(MPI_COMM_WORLD));
+  return RunRank(std::move(transport), bench, options, "mpi");
+}
+
 // LaunchSelf re-runs this binary as `ranks` processes with the shm rendezvous
 // environment and returns the job's exit code.
 absl::StatusOr<int> LaunchSelf(int ranks, int argc, char** argv) {
@@ -191,8 +205,12 @@ int Main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<Transport>> endpoint =
         shm.ok() ? ConnectShmTransport(*shm) : absl::StatusOr<std::unique_ptr<Transport>>(shm.status());
     status = endpoint.ok() ? RunRank(std::move(*endpoint), *bench, *options, "shm") : endpoint.status();
+  } else if (transport == "mpi") {
+    if (!LaunchedByMpirun()) return ExecUnderMpirun(ranks, argc, argv);
+    status = RunMpi(argc, argv, *bench, *options);
   } else {
-    status = absl::InvalidArgumentError(absl::StrCat("--transport=", transport, " is not inproc or shm"));
+    status = absl::InvalidArgumentError(
+        absl::StrCat("--transport=", transport, " is not inproc, shm or mpi"));
   }
   if (!status.ok()) {
     std::cerr << "collective_bench: " << status << "\n";

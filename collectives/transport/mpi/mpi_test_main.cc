@@ -13,31 +13,9 @@
 #include <vector>
 
 #include "collectives/transport/mpi/mpi_transport.h"
+#include "collectives/transport/mpi/mpirun.h"
 #include "gtest/gtest.h"
 
-namespace {
-
-int RelaunchUnderMpirun(int ranks, int argc, char** argv) {
-  char self[4096];
-  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length <= 0) {
-    std::perror("mpi test: readlink /proc/self/exe");
-    return 2;
-  }
-  self[length] = '\0';
-  const std::string np = std::to_string(ranks);
-  std::vector<const char*> args = {"mpirun", "--allow-run-as-root", "--oversubscribe",
-                                   "--bind-to", "none", "--mca", "btl", "self,vader",
-                                   "-np", np.c_str(), self};
-  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
-  args.push_back(nullptr);
-  std::fflush(stdout);
-  execvp("mpirun", const_cast<char* const*>(args.data()));
-  std::perror("mpi test: cannot run mpirun (apt-get install openmpi-bin)");
-  return 2;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int ranks = 4;
@@ -49,7 +27,7 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  if (!loom::LaunchedByMpirun()) return RelaunchUnderMpirun(ranks, argc, argv);
+  if (!loom::LaunchedByMpirun()) return loom::ExecUnderMpirun(ranks, argc, argv);
 
   int rest_count = static_cast<int>(rest.size());
   char** rest_argv = rest.data();
