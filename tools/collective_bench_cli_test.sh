@@ -1,5 +1,5 @@
 #!/bin/sh
-# collective_bench end to end: the inproc and shm transports (the latter launching
+# collective_bench end to end: the inproc, shm and mpi transports (the latter launching
 # itself as processes) produce checked nccl-tests-style tables with no wrong
 # elements, and bad flags fail with a message.
 set -eu
@@ -26,6 +26,18 @@ echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $9 != "0" { bad = 1 } 
 if "$bench" --transport=shm --ranks=2 --shm_copy=pigeon 2> "$TEST_TMPDIR/err.txt"; then echo "bad shm_copy accepted"; exit 1; fi
 grep -q -- "--shm_copy=pigeon is not auto, cma or staged" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
 
+# The mpi transport (the bench starts itself under mpirun): Loom's algorithms and
+# MPI's own (--algo=native), both checked, across the eager and rendezvous sizes.
+for algo in auto native; do
+  out="$("$bench" --transport=mpi --ranks=2 --op=all_reduce --algo=$algo --min_bytes=4K --max_bytes=256K --step_factor=8 --iters=2 --warmup=1 --check)"
+  echo "$out"
+  rows="$(echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)"' | wc -l)"
+  [ "$rows" -eq 3 ] || { echo "mpi $algo: want 3 rows, got $rows"; exit 1; }
+  echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $9 != "0" { bad = 1 } END { exit bad }' ||
+    { echo "mpi $algo: wrong elements"; exit 1; }
+done
+echo "$out" | grep -q -- " native " || { echo "mpi: the native rows do not say native"; exit 1; }
+
 if "$bench" --transport=carrier-pigeon 2> "$TEST_TMPDIR/err.txt"; then echo "bad transport accepted"; exit 1; fi
-grep -q -- "--transport=carrier-pigeon is not inproc or shm" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
+grep -q -- "--transport=carrier-pigeon is not inproc, shm or mpi" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
 echo PASS
