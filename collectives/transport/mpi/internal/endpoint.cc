@@ -651,6 +651,12 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
     auto it = ops_.find(request.id);
     if (it == ops_.end()) continue;  // Named twice.
     Op& op = it->second;
+    if (op.state != State::kDone) {
+      // Only a broken endpoint leaves a request unfinished: unhook it from matching.
+      auto& receives = posted_[op.peer];
+      receives.erase(std::remove(receives.begin(), receives.end(), request.id), receives.end());
+      Finish(op, broken_);
+    }
     if (result.ok() && !op.status.ok()) result = op.status;
     op.waited = true;
     if (op.in_flight == 0) ops_.erase(it);
