@@ -1,6 +1,7 @@
 #include "collectives/calibration.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -55,20 +56,35 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
   }
   const int n = comm.size();
   if (n > 1) {
-    auto measure = [&](int partner, double* alpha, double* beta) -> absl::Status {
-      LOOM_ASSIGN_OR_RETURN(const double small, RoundTrip(comm, partner, 8, options.latency_round_trips));
-      LOOM_ASSIGN_OR_RETURN(const double large, RoundTrip(comm, partner, options.bandwidth_bytes,
+    // measure prices the link between ranks 0 and `partner` of `over` (only rank 0's
+    // numbers count: they are broadcast below).
+    auto measure = [&](Communicator& over, int partner, double* alpha,
+                       double* beta) -> absl::Status {
+      LOOM_ASSIGN_OR_RETURN(const double small,
+                            RoundTrip(over, partner, 8, options.latency_round_trips));
+      LOOM_ASSIGN_OR_RETURN(const double large, RoundTrip(over, partner, options.bandwidth_bytes,
                                                           options.bandwidth_round_trips));
-      if (comm.rank() == 0) {
+      if (over.rank() == 0) {
         *alpha = std::max(1e-9, small / 2);
         *beta = std::max(1e-13, (large / 2 - *alpha) / static_cast<double>(options.bandwidth_bytes));
       }
       return absl::OkStatus();
     };
-    LOOM_RETURN_IF_ERROR(measure(1, &constants.alpha, &constants.beta));
     const int k = comm.options().ranks_per_node;
+    if (comm.options().node_transport != nullptr) {
+      // Inside a node the hierarchical algorithm runs over the node transport, so
+      // that is where alpha and beta are measured: between the first two ranks of
+      // every node at once (rank 0 keeps node 0's numbers).
+      CommunicatorOptions node_options;
+      node_options.timeout = comm.options().timeout;
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> node,
+                            Communicator::Create(comm.options().node_transport, node_options));
+      if (node->size() > 1) LOOM_RETURN_IF_ERROR(measure(*node, 1, &constants.alpha, &constants.beta));
+    } else {
+      LOOM_RETURN_IF_ERROR(measure(comm, 1, &constants.alpha, &constants.beta));
+    }
     if (k > 0 && k < n) {
-      LOOM_RETURN_IF_ERROR(measure(k, &constants.inter_node_alpha, &constants.inter_node_beta));
+      LOOM_RETURN_IF_ERROR(measure(comm, k, &constants.inter_node_alpha, &constants.inter_node_beta));
     } else {
       constants.inter_node_alpha = constants.alpha;
       constants.inter_node_beta = constants.beta;

@@ -1,6 +1,7 @@
 // Calibrate: measures the cost model's constants on the machine the communicator
 // runs on, so the adaptive selector prices algorithms with real numbers.
-//   alpha: half the round trip of an 8-byte message between ranks 0 and 1;
+//   alpha: half the round trip of an 8-byte message between ranks 0 and 1 (over the
+//          node transport, local ranks 0 and 1, where the options name one);
 //   beta:  from the round trip of a large message (minus alpha), per byte;
 //   gamma: the f32 sum kernel's time per byte, on rank 0;
 //   inter-node alpha and beta: as alpha and beta, between rank 0 and the first rank

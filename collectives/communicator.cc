@@ -163,6 +163,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
                                                    transport->size()));
   }
   if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk_bytes 0");
+  if (options.node_transport != nullptr) {
+    const int k = options.ranks_per_node;
+    const int expected_rank = k > 0 ? transport->rank() % k : 0;
+    if (k <= 0 || options.node_transport->size() != k ||
+        options.node_transport->rank() != expected_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node_transport of rank ", options.node_transport->rank(), " in ",
+          options.node_transport->size(), " does not fit rank ", transport->rank(), " at ",
+          k, " ranks per node (it must be rank ", expected_rank, " in ", k, ")"));
+    }
+  }
   return std::unique_ptr<Communicator>(new Communicator(std::move(transport), std::move(options), 1));
 }
 
@@ -279,6 +290,7 @@ absl::Status Communicator::Run(Call& call) {
   ctx.chunk_bytes = options_.chunk_bytes;
   ctx.scratch = scratch_.get();
   ctx.ranks_per_node = options_.ranks_per_node;
+  ctx.node_transport = options_.node_transport.get();
 
   FlightRecord record;
   record.seq = seq;
@@ -311,10 +323,15 @@ absl::Status Communicator::Run(Call& call) {
   broken_ = status;
   // Tell the peers at once: ranks waiting on this one fail now, naming it, instead
   // of at their deadlines.
-  transport_->Abort(status);
+  AbortTransports(status);
   return absl::Status(status.code(),
                       absl::StrCat(status.message(), "\nrank ", rank(), " of ", size(),
                                    " flight recorder, ", recorder_.Format(16)));
+}
+
+void Communicator::AbortTransports(const absl::Status& status) {
+  transport_->Abort(status);
+  if (options_.node_transport != nullptr) options_.node_transport->Abort(status);
 }
 
 absl::Status Communicator::CheckFingerprints(const Call& call, const CallContext& ctx) {
@@ -656,7 +673,7 @@ absl::Status Communicator::PointToPoint(bool send, std::byte* data, size_t count
   CallCounters::Add(counters.failed_calls, 1);
   if (!BreaksStreams(status.code())) return status;
   broken_ = status;
-  transport_->Abort(status);
+  AbortTransports(status);
   return absl::Status(status.code(), absl::StrCat(status.message(), "\nrank ", rank(), " of ",
                                                   size(), " flight recorder, ",
                                                   recorder_.Format(16)));
@@ -704,6 +721,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(absl::Span<con
       for (size_t i = start; even && i < start + per_node; ++i) even = ranks[i] / k == node;
     }
     if (even && per_node < members) child.ranks_per_node = static_cast<int>(per_node);
+  }
+  // The node transport connects whole nodes: a child keeps it only where each of its
+  // nodes is a whole node of the parent's, its ranks in the same order.
+  child.node_transport = nullptr;
+  if (options_.node_transport != nullptr && child.ranks_per_node == options_.ranks_per_node) {
+    bool whole_nodes = true;
+    const int k = options_.ranks_per_node;
+    for (size_t i = 0; whole_nodes && i < ranks.size(); ++i) {
+      whole_nodes = ranks[i] % k == static_cast<int>(i % k);
+    }
+    if (whole_nodes) child.node_transport = options_.node_transport;
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(view), std::move(child), id));
 }

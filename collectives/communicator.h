@@ -88,6 +88,14 @@ struct CommunicatorOptions {
   // Node layout for the hierarchical algorithm and the cost model: ranks
   // i*k .. i*k+k-1 share node i. 0: one node.
   int ranks_per_node = 0;
+  // Optional: this rank's endpoint among the ranks of its node (size ranks_per_node,
+  // rank = rank % ranks_per_node), over a transport that is faster inside a node
+  // than the communicator's own (Loom's shm inside a host, when the communicator
+  // runs over MPI). The hierarchical algorithm then runs its intra-node phases over
+  // it and only its inter-node phase over the communicator's transport; every other
+  // algorithm ignores it. Shared by split communicators whose members fill whole
+  // nodes. Null: the intra-node phases use the communicator's transport.
+  std::shared_ptr<Transport> node_transport;
   // Cost model of the adaptive selector; Calibrate (calibration.h) measures one.
   CostModel cost_model = CostModel::Default();
   // Pipelining chunk of the ring and trees.
@@ -212,6 +220,8 @@ class Communicator {
                                     const collectives_internal::CallContext& ctx,
                                     const collectives_internal::CollectiveArgs& args);
   Algorithm Choose(const Call& call);
+  // AbortTransports aborts the transport and the node transport (if any) with `status`.
+  void AbortTransports(const absl::Status& status);
   absl::Status PointToPoint(bool send, std::byte* data, size_t count, DType dtype, int peer,
                             const CallOptions& call);
 

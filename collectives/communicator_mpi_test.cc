@@ -2,7 +2,8 @@
 // (4 of them; the test starts mpirun itself). The gloo-style suite on worlds 2..4,
 // every algorithm of the main collectives plus MPI's own (Algorithm::kNative), and
 // on an emulated two-node layout (2 ranks per "node") so that the hierarchical
-// algorithm runs its three phases.
+// algorithm runs its three phases: over MPI alone, and with Loom's shm transport
+// inside each "node" (ConnectNodeShmTransport) and MPI across.
 #include <mpi.h>
 
 #include <memory>
@@ -11,10 +12,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/calibration.h"
 #include "collectives/communicator.h"
 #include "collectives/internal/communicator_suite.h"
 #include "collectives/transport/mpi/mpi_harness.h"
 #include "collectives/transport/mpi/mpi_transport.h"
+#include "collectives/transport/mpi/node_shm.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -29,16 +32,35 @@ std::shared_ptr<Transport> Borrow(Transport& transport) {
   return std::shared_ptr<Transport>(&transport, [](Transport*) {});
 }
 
-// (world, ranks per node (0: one node), collective).
-class MpiCommunicatorTest
-    : public ::testing::TestWithParam<std::tuple<int, int, CollectiveKind>> {};
+// The two-level options of the whole job (4 ranks): `per_node` ranks per emulated
+// node, Loom's shm transport among them.
+absl::StatusOr<CommunicatorOptions> TwoLevelOptions(int per_node) {
+  CommunicatorOptions options;
+  options.ranks_per_node = per_node;
+  LOOM_ASSIGN_OR_RETURN(options.node_transport, ConnectNodeShmTransport(MPI_COMM_WORLD, per_node));
+  return options;
+}
+
+enum class Inside { kMpi, kShm };
+
+// (world, ranks per node (0: one node), what the nodes' phases run over, collective).
+using Case = std::tuple<int, int, Inside, CollectiveKind>;
+
+class MpiCommunicatorTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MpiCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
-  const auto [world, per_node, kind] = GetParam();
+  const auto [world, per_node, inside, kind] = GetParam();
+  ASSERT_TRUE(inside == Inside::kMpi || world == MpiWorldSize());
   MpiHarness harness;
   const std::vector<absl::Status> results = harness.Run(world, [&](Transport& t) -> absl::Status {
     CommunicatorOptions options;
     options.ranks_per_node = per_node;
+    if (inside == Inside::kShm) {
+      LOOM_ASSIGN_OR_RETURN(options, TwoLevelOptions(per_node));
+      if (options.node_transport->name() != "shm") {
+        return absl::InternalError(absl::StrCat("node transport ", options.node_transport->name()));
+      }
+    }
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                           Communicator::Create(Borrow(t), options));
     const Algorithm native[] = {Algorithm::kNative};
@@ -47,21 +69,24 @@ TEST_P(MpiCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
   for (int r = 0; r < world; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
 }
 
-std::vector<std::tuple<int, int, CollectiveKind>> Cases() {
-  std::vector<std::tuple<int, int, CollectiveKind>> cases;
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
   for (CollectiveKind kind : collectives_internal::SuiteKinds()) {
     for (const auto& [world, per_node] : {std::pair{2, 0}, {3, 0}, {4, 0}, {4, 2}}) {
-      cases.emplace_back(world, per_node, kind);
+      cases.emplace_back(world, per_node, Inside::kMpi, kind);
     }
   }
+  // Only all-reduce has a hierarchical algorithm, the one user of the node transport.
+  cases.emplace_back(4, 2, Inside::kShm, CollectiveKind::kAllReduce);
   return cases;
 }
 
-std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, int, CollectiveKind>>& info) {
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const int world = std::get<0>(info.param);
   const int per_node = std::get<1>(info.param);
-  return absl::StrCat(CollectiveKindName(std::get<2>(info.param)), "_world", world,
-                      per_node > 0 ? absl::StrCat("_", per_node, "pernode") : std::string());
+  return absl::StrCat(CollectiveKindName(std::get<3>(info.param)), "_world", world,
+                      per_node > 0 ? absl::StrCat("_", per_node, "pernode") : std::string(),
+                      std::get<2>(info.param) == Inside::kShm ? "_shm_inside" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, MpiCommunicatorTest, ::testing::ValuesIn(Cases()), CaseName);
@@ -73,6 +98,94 @@ TEST(MpiRanksPerNodeTest, FindsTheHostAndTakesOverrides) {
   EXPECT_THAT(MpiRanksPerNode(MPI_COMM_WORLD, 2), IsOkAndHolds(2));
   EXPECT_THAT(MpiRanksPerNode(MPI_COMM_WORLD, 3),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("3 does not divide the 4")));
+}
+
+// The node transport is what the hierarchical algorithm's intra-node phases run
+// over: once it is aborted, the ring (MPI only) still works and hierarchical fails
+// with the abort's reason. Split children that are whole nodes keep it.
+TEST(MpiTwoLevelTest, HierarchicalRunsItsNodePhasesOverTheNodeTransport) {
+  MpiHarness harness;
+  const std::vector<absl::Status> results = harness.Run(4, [&](Transport& t) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(CommunicatorOptions options, TwoLevelOptions(2));
+    options.timeout = absl::Seconds(30);
+    std::shared_ptr<Transport> node = options.node_transport;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                          Communicator::Create(Borrow(t), options));
+    const int rank = comm->rank();
+    std::vector<int32_t> data = {rank + 1, 10 * rank};
+    CallOptions hierarchical;
+    hierarchical.algorithm = Algorithm::kHierarchical;
+    LOOM_RETURN_IF_ERROR(comm->AllReduce(absl::MakeSpan(data), ReduceOp::kSum, hierarchical));
+    if (data != std::vector<int32_t>{10, 60}) {
+      return absl::InternalError(absl::StrCat("hierarchical sum ", data[0], ",", data[1]));
+    }
+    const int whole[] = {2, 3, 0, 1};
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> swapped, comm->Split(whole));
+    const int one_per_node[2][2] = {{0, 2}, {1, 3}};
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> across,
+                          comm->Split(absl::MakeConstSpan(one_per_node[rank % 2])));
+    if (swapped->options().node_transport != node || across->options().node_transport != nullptr) {
+      return absl::InternalError("split children keep the node transport wrongly");
+    }
+
+    node->Abort(absl::AbortedError("node transport closed by the test"));
+    CallOptions ring;
+    ring.algorithm = Algorithm::kRing;
+    LOOM_RETURN_IF_ERROR(comm->AllReduce(absl::MakeSpan(data), ReduceOp::kSum, ring));
+    if (data != std::vector<int32_t>{40, 240}) {
+      return absl::InternalError(absl::StrCat("ring sum ", data[0], ",", data[1]));
+    }
+    return comm->AllReduce(absl::MakeSpan(data), ReduceOp::kSum, hierarchical);
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kAborted,
+                                     HasSubstr("node transport closed by the test")))
+        << "rank " << r;
+  }
+}
+
+// A node transport must be this rank's place in its node; anything else is refused
+// by value before any message.
+TEST(MpiTwoLevelTest, RefusesANodeTransportThatDoesNotFit) {
+  MpiHarness harness;
+  const std::vector<absl::Status> results = harness.Run(4, [&](Transport& t) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(CommunicatorOptions options, TwoLevelOptions(2));
+    options.ranks_per_node = 4;
+    return Communicator::Create(Borrow(t), options).status();
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("at 4 ranks per node (it must be rank")))
+        << "rank " << r;
+  }
+}
+
+// Calibration prices the two levels separately: alpha and beta over the node
+// transport, the inter-node constants over MPI; every rank ends with rank 0's.
+TEST(MpiTwoLevelTest, CalibratesBothLevels) {
+  MpiHarness harness;
+  const std::vector<absl::Status> results = harness.Run(4, [&](Transport& t) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(CommunicatorOptions options, TwoLevelOptions(2));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                          Communicator::Create(Borrow(t), options));
+    CalibrationOptions calibration;
+    calibration.latency_round_trips = 20;
+    calibration.bandwidth_bytes = 1 << 20;
+    calibration.bandwidth_round_trips = 3;
+    LOOM_ASSIGN_OR_RETURN(CostModel model, Calibrate(*comm, calibration));
+    const CostModel::Constants& c = model.constants();
+    // Every rank checks it holds the same constants as rank 0.
+    std::vector<double> mine = {c.alpha, c.beta, c.inter_node_alpha, c.inter_node_beta};
+    std::vector<double> root = mine;
+    LOOM_RETURN_IF_ERROR(comm->Broadcast(absl::MakeSpan(root), 0));
+    if (mine != root) return absl::InternalError("ranks hold different constants");
+    const CostModel::Constants defaults = CostModel::Default().constants();
+    if (c.alpha == defaults.alpha || c.inter_node_alpha == defaults.inter_node_alpha) {
+      return absl::InternalError("a level kept its default constants");
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
 }
 
 // Native collectives refuse what MPI cannot promise, by name.

@@ -21,6 +21,7 @@ CallContext PhaseContext(const CallContext& ctx, Transport* transport, int phase
   phase_ctx.transport = transport;
   phase_ctx.tag_base = ctx.tag_base + phase * kPhaseSteps;
   phase_ctx.ranks_per_node = 0;
+  phase_ctx.node_transport = nullptr;
   return phase_ctx;
 }
 
@@ -42,16 +43,25 @@ absl::Status HierarchicalAllReduce(const CallContext& ctx, const CollectiveArgs&
   for (int l = 0; l < k; ++l) node_ranks.push_back(node * k + l);
   for (int m = 0; m < n / k; ++m) peer_ranks.push_back(m * k + local);
 
-  // The views borrow the call's transport; they live only for this call.
+  // The views borrow the call's transport; they live only for this call. Inside the
+  // node, the node transport (shm under MPI) replaces the view where there is one.
   const std::shared_ptr<Transport> borrowed(ctx.transport, [](Transport*) {});
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GroupTransport> intra,
-                        GroupTransport::Create(borrowed, node_ranks));
+  std::unique_ptr<GroupTransport> intra_view;
+  Transport* intra = ctx.node_transport;
+  if (intra == nullptr) {
+    LOOM_ASSIGN_OR_RETURN(intra_view, GroupTransport::Create(borrowed, node_ranks));
+    intra = intra_view.get();
+  } else if (intra->size() != k || intra->rank() != local) {
+    return absl::InvalidArgumentError(absl::StrCat("hierarchical all-reduce: node transport of rank ",
+                                                   intra->rank(), " in ", intra->size(),
+                                                   " for local rank ", local, " of ", k));
+  }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GroupTransport> inter,
                         GroupTransport::Create(borrowed, peer_ranks));
 
   // 1. Intra-node reduce-scatter: block `local` of output holds the node's sum.
   LOOM_RETURN_IF_ERROR(
-      RingReduceScatterBlocks(PhaseContext(ctx, intra.get(), 0), args.op, args.input, args.output));
+      RingReduceScatterBlocks(PhaseContext(ctx, intra, 0), args.op, args.input, args.output));
 
   // 2. Inter-node all-reduce of that block, in place.
   const BlockRange mine = Block(args.count, k, local);
@@ -62,7 +72,7 @@ absl::Status HierarchicalAllReduce(const CallContext& ctx, const CollectiveArgs&
   LOOM_RETURN_IF_ERROR(RingAllReduce(PhaseContext(ctx, inter.get(), 1), across));
 
   // 3. Intra-node all-gather of the k reduced blocks.
-  return RingAllGatherBlocks(PhaseContext(ctx, intra.get(), 2), args.output);
+  return RingAllGatherBlocks(PhaseContext(ctx, intra, 2), args.output);
 }
 
 }  // namespace collectives_internal

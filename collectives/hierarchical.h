@@ -6,7 +6,9 @@
 //   2. inter-node all-reduce of block l among the ranks with local rank l, one per
 //      node, so only 1/k of the data crosses nodes per rank;
 //   3. intra-node all-gather of the k blocks.
-// Each level runs the ring over a GroupTransport view of the ranks involved.
+// Each level runs the ring over a GroupTransport view of the ranks involved, except
+// that phases 1 and 3 run over ctx.node_transport where the communicator has one
+// (Loom's shm inside a host while the communicator runs over MPI between hosts).
 //
 // Example (8 ranks, 4 per node: phase 2 runs on {0,4}, {1,5}, {2,6}, {3,7}):
 //   ctx.ranks_per_node = 4;

@@ -120,6 +120,9 @@ struct CallContext {
   // Ranks per node for the hierarchical algorithm (ranks node*k .. node*k+k-1 share
   // a node, as topology's NodeLayout numbers them); 0 means one node.
   int ranks_per_node = 0;
+  // This rank's endpoint among its node's ranks (CommunicatorOptions::node_transport),
+  // for the hierarchical algorithm's intra-node phases; null: use `transport`.
+  Transport* node_transport = nullptr;
 
   int rank() const { return transport->rank(); }
   int size() const { return transport->size(); }

@@ -1,0 +1,47 @@
+#include "collectives/transport/mpi/node_shm.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "collectives/transport/mpi/internal/mpi_call.h"
+
+namespace loom {
+
+using mpi_internal::MpiLock;
+
+absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm,
+                                                                   int ranks_per_node,
+                                                                   ShmOptions shm) {
+  int rank = 0, size = 0;
+  // The job's shm id: rank 0's pid and clock make it unique on its host, and the
+  // other hosts' jobs differ by node number.
+  std::array<char, 48> base{};
+  {
+    std::lock_guard<std::mutex> lock(MpiLock());
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    if (ranks_per_node <= 0 || size % ranks_per_node != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("node shm transport: ranks per node ",
+                                                     ranks_per_node, " does not divide the ",
+                                                     size, " ranks"));
+    }
+    if (rank == 0) {
+      std::snprintf(base.data(), base.size(), "mpi-%ld-%lld", static_cast<long>(getpid()),
+                    static_cast<long long>(absl::ToUnixNanos(absl::Now()) % 1000000000000LL));
+    }
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Bcast(base.data(), static_cast<int>(base.size()), MPI_CHAR, 0, comm),
+                             "MPI_Bcast");
+  }
+  shm.job_id = absl::StrCat(base.data(), "-n", rank / ranks_per_node);
+  shm.rank = rank % ranks_per_node;
+  shm.size = ranks_per_node;
+  return ConnectShmTransport(shm);
+}
+
+}  // namespace loom
