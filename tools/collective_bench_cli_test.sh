@@ -38,6 +38,15 @@ for algo in auto native; do
 done
 echo "$out" | grep -q -- " native " || { echo "mpi: the native rows do not say native"; exit 1; }
 
+# Two levels: 4 ranks in 2 emulated nodes, hierarchical with Loom's shm inside them.
+out="$("$bench" --transport=mpi --ranks=4 --ranks_per_node=2 --node_transport=shm --op=all_reduce --algo=hierarchical --min_bytes=4K --max_bytes=256K --step_factor=8 --iters=2 --warmup=1 --check)"
+echo "$out"
+echo "$out" | grep -q "# transport mpi, shm inside nodes" || { echo "two levels: no shm inside"; exit 1; }
+rows="$(echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $5 == "hierarchical" && $9 == "0"' | wc -l)"
+[ "$rows" -eq 3 ] || { echo "two levels: want 3 correct hierarchical rows, got $rows"; exit 1; }
+if "$bench" --transport=mpi --ranks=2 --node_transport=nvlink 2> "$TEST_TMPDIR/err.txt"; then echo "bad node_transport accepted"; exit 1; fi
+grep -q -- "--node_transport=nvlink is not none or shm" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
+
 if "$bench" --transport=carrier-pigeon 2> "$TEST_TMPDIR/err.txt"; then echo "bad transport accepted"; exit 1; fi
 grep -q -- "--transport=carrier-pigeon is not inproc, shm or mpi" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
 echo PASS

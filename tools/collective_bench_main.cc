@@ -23,6 +23,7 @@
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
+#include "collectives/transport/mpi/node_shm.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
 #include "tools/collective_bench.h"
@@ -49,6 +50,9 @@ ABSL_FLAG(bool, shared_buffers, false,
           "inputs and outputs in SharedBuffers (shm peers map them instead of using CMA)");
 ABSL_FLAG(int, root, 0, "root of broadcast and reduce");
 ABSL_FLAG(int, ranks_per_node, 0, "node layout for hierarchical (0: one node)");
+ABSL_FLAG(std::string, node_transport, "none",
+          "mpi: what hierarchical's intra-node phases run over: none (MPI, like the rest) or "
+          "shm (Loom's shm transport among the ranks of each node)");
 ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and trees");
 ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reductions");
 ABSL_FLAG(std::string, cost_model, "", "cost model file for --algo=auto (default constants otherwise)");
@@ -138,6 +142,16 @@ absl::Status RunMpi(int argc, char** argv, const BenchOptions& bench, Communicat
   LOOM_ASSIGN_OR_RETURN(options.ranks_per_node,
                         MpiRanksPerNode(MPI_COMM_WORLD, options.ranks_per_node));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectMpiTransport(MPI_COMM_WORLD));
+  const std::string inside = absl::GetFlag(FLAGS_node_transport);
+  if (inside == "shm") {
+    LOOM_ASSIGN_OR_RETURN(options.node_transport,
+                          ConnectNodeShmTransport(MPI_COMM_WORLD, options.ranks_per_node));
+    return RunRank(std::move(transport), bench, options, "mpi, shm inside nodes");
+  }
+  if (inside != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_transport=", inside, " is not none or shm"));
+  }
   return RunRank(std::move(transport), bench, options, "mpi");
 }
 

@@ -37,6 +37,15 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm
     }
     LOOM_MPI_RETURN_IF_ERROR(MPI_Bcast(base.data(), static_cast<int>(base.size()), MPI_CHAR, 0, comm),
                              "MPI_Bcast");
+    // Every process of the job on this host competes for its CPUs, not only this
+    // node group's (an emulated layout puts several groups on one host).
+    MPI_Comm host = MPI_COMM_NULL;
+    LOOM_MPI_RETURN_IF_ERROR(
+        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host),
+        "MPI_Comm_split_type");
+    const int code = MPI_Comm_size(host, &shm.host_ranks);
+    MPI_Comm_free(&host);
+    LOOM_MPI_RETURN_IF_ERROR(code, "MPI_Comm_size");
   }
   shm.job_id = absl::StrCat(base.data(), "-n", rank / ranks_per_node);
   shm.rank = rank % ranks_per_node;

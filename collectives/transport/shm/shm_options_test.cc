@@ -107,6 +107,10 @@ TEST(ConnectShmTransportTest, RejectsBadOptionsBeforeTouchingSharedMemory) {
   EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
                                                      HasSubstr("spin_iterations=-5 is negative")));
   options = Valid();
+  options.host_ranks = -2;
+  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("host_ranks=-2 is negative")));
+  options = Valid();
   options.eager_bytes = 1 << 20;
   EXPECT_THAT(ConnectShmTransport(options),
               StatusIs(absl::StatusCode::kInvalidArgument,

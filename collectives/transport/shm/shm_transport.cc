@@ -1,5 +1,6 @@
 #include "collectives/transport/shm/shm_transport.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -53,6 +54,10 @@ absl::Status ValidateOptions(const ShmOptions& options) {
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "connect_timeout=", absl::FormatDuration(options.connect_timeout), " is not positive"));
+  }
+  if (options.host_ranks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host_ranks=", options.host_ranks, " is negative"));
   }
   if (options.spin_iterations < 0) {
     return absl::InvalidArgumentError(
@@ -137,7 +142,8 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectShmTransport(const ShmOptions&
   config.deadline = absl::Now() + options.connect_timeout;
   LOOM_ASSIGN_OR_RETURN(shm_internal::ConnectedGroup group, shm_internal::Rendezvous(config));
   return std::unique_ptr<Transport>(
-      std::make_unique<shm_internal::ShmEndpoint>(std::move(group), options.spin_iterations));
+      std::make_unique<shm_internal::ShmEndpoint>(std::move(group), options.spin_iterations,
+                                                  std::max(options.size, options.host_ranks)));
 }
 
 std::string ShmSegmentPrefix(absl::string_view job_id) {

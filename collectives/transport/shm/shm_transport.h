@@ -62,6 +62,10 @@ struct ShmOptions {
   // group has more ranks than the process may use CPUs, each idle poll yields the
   // CPU (sched_yield), so the ranks being waited for get to run.
   int spin_iterations = 4000;
+  // Processes of the job sharing this host's CPUs, when the group is not all of them
+  // (the node group of an MPI job, say); 0 means `size`. Spinning yields the CPU when
+  // this exceeds the CPUs the process may use.
+  int host_ranks = 0;
   // How messages above eager_bytes travel. kAuto: CMA between every pair where a
   // probe at connect shows the kernel allows it, staged elsewhere. kCma: CMA or
   // connect fails (FailedPrecondition). kStaged: never CMA (nor its ptrace opening).

@@ -67,12 +67,12 @@ bool AllFinished(absl::Span<Operation* const> ops) {
 
 }  // namespace
 
-ShmEndpoint::ShmEndpoint(ConnectedGroup group, int spin_iterations)
+ShmEndpoint::ShmEndpoint(ConnectedGroup group, int spin_iterations, int host_ranks)
     : group_(std::move(group)),
       rank_(group_.config.rank),
       world_(group_.config.world_size),
       spin_iterations_(spin_iterations),
-      yield_while_spinning_(world_ > UsableCpus()),
+      yield_while_spinning_(host_ranks > UsableCpus()),
       self_header_(group_.header(rank_)),
       links_(world_) {
   void* own_segment = group_.segments[rank_].base();

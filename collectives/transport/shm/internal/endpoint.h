@@ -30,8 +30,9 @@ namespace shm_internal {
 
 class ShmEndpoint final : public Transport {
  public:
-  // `spin_iterations`: idle polls before a Wait blocks on the doorbell.
-  ShmEndpoint(ConnectedGroup group, int spin_iterations);
+  // `spin_iterations`: idle polls before a Wait blocks on the doorbell; they yield
+  // the CPU when `host_ranks` (processes sharing the host) exceed the usable CPUs.
+  ShmEndpoint(ConnectedGroup group, int spin_iterations, int host_ranks);
   // Cancels requests never waited on, then tells the peers this endpoint is gone.
   ~ShmEndpoint() override;
 
