@@ -188,6 +188,26 @@ TEST(MpiTwoLevelTest, CalibratesBothLevels) {
   for (int r = 0; r < 4; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
 }
 
+// One endpoint per color, ranked by key, as a job connects the lines of a mesh
+// dimension: {0, 2} and {1, 3}, each summing its own members' ranks.
+TEST(MpiSplitTest, ConnectsOneGroupPerColor) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  absl::StatusOr<std::unique_ptr<Transport>> line =
+      ConnectMpiTransportSplit(MPI_COMM_WORLD, rank % 2, rank);
+  ASSERT_THAT(line, IsOk());
+  EXPECT_EQ((*line)->size(), 2);
+  EXPECT_EQ((*line)->rank(), rank / 2);
+  std::shared_ptr<Transport> shared = std::move(*line);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(shared);
+  ASSERT_THAT(comm, IsOk());
+  std::vector<int64_t> value = {rank};
+  ASSERT_THAT((*comm)->AllReduce(absl::MakeSpan(value), ReduceOp::kSum), IsOk());
+  EXPECT_EQ(value[0], rank % 2 == 0 ? 0 + 2 : 1 + 3);
+  EXPECT_THAT(ConnectMpiTransportSplit(MPI_COMM_WORLD, -1, rank),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("color -1 is negative")));
+}
+
 // Native collectives refuse what MPI cannot promise, by name.
 TEST(MpiNativeTest, RefusesDeterministicMode) {
   MpiHarness harness;

@@ -58,6 +58,24 @@ relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$ou
 awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' || fail "shm differs from one rank by $relative"
 grep -q '"steps": 3,' "$dir/shm.json" || fail "shm summary: $(cat "$dir/shm.json")"
 
+# Ranks as the processes of an mpirun job (train starts mpirun itself): the same
+# job with ZeRO-3, pipeline and tensor parallelism over the MPI transport.
+out="$("$TRAIN" --transport=mpi --steps=3)"
+grep -q '^train: dp=2 tp=2 pp=2 (8 processes over mpi), schedule 1f1b' <<<"$out" || fail "mpi header: $out"
+[[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three mpi step lines: $out"
+relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
+[[ -n "$relative" ]] || fail "no mpi reference comparison: $out"
+awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' || fail "mpi differs from one rank by $relative"
+# A failing MPI rank ends the job with its message and a non-zero exit.
+mkdir -p "$dir/bad_mpi"
+touch "$dir/bad_mpi/rank5"
+status=0
+err="$("$TRAIN" --transport=mpi --steps=2 --offload=nvme --nvme_dir="$dir/bad_mpi" \
+        --nocompare_reference 2>&1 >/dev/null)" || status=$?
+[[ "$status" != 0 ]] || fail "a failing mpi rank: exit 0"
+grep -q 'train: rank 5: --nvme_dir: ' <<<"$err" || fail "mpi rank 5's error: $err"
+expect_error "--transport pigeon is not threads, shm or mpi" --transport=pigeon
+
 # One rank failing (its --nvme_dir subdirectory is a file) stops the job: the
 # launcher names the rank, and the exit code is the rank's.
 mkdir -p "$dir/bad"

@@ -852,20 +852,7 @@ std::vector<std::string> ShmGroupIds(const TrainJobOptions& o, absl::string_view
 absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
     const TrainJobOptions& options, const ShmOptions& process,
     const std::function<void(const StepReport&)>& on_step) {
-  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<JobSetup> setup, Setup(options));
-  const int world = options.dp * options.pp * options.tp;
-  if (process.size != world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--transport shm: the job has ", process.size, " processes, --dp ",
-                     options.dp, " x --pp ", options.pp, " x --tp ", options.tp, " needs ",
-                     world));
-  }
-  RankWiring w;
-  PlaceRank(options, process.rank, w);
-  CommunicatorOptions comm_options;
-  comm_options.timeout = kTimeout;
-  // One shm group per line of each dimension, as with threads; every process
-  // connects in the same order (world, tp, dp, pp), so each group's members meet.
+  // One shm group per line of each dimension, as with threads.
   auto connect = [&](absl::string_view dimension, int group, int rank,
                      int size) -> absl::StatusOr<std::unique_ptr<Transport>> {
     ShmOptions shm = process;
@@ -874,6 +861,24 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
     shm.size = size;
     return ConnectShmTransport(shm);
   };
+  return RunTrainJobProcess(options, process.rank, process.size, "shm", connect, on_step);
+}
+
+absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
+    const TrainJobOptions& options, int rank, int size, absl::string_view transport,
+    const GroupConnector& connect, const std::function<void(const StepReport&)>& on_step) {
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<JobSetup> setup, Setup(options));
+  const int world = options.dp * options.pp * options.tp;
+  if (size != world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport ", transport, ": the job has ", size, " processes, --dp ",
+                     options.dp, " x --pp ", options.pp, " x --tp ", options.tp, " needs ",
+                     world));
+  }
+  RankWiring w;
+  PlaceRank(options, rank, w);
+  CommunicatorOptions comm_options;
+  comm_options.timeout = kTimeout;
   auto make = [&](absl::StatusOr<std::unique_ptr<Transport>> endpoint)
       -> absl::StatusOr<std::unique_ptr<Communicator>> {
     if (!endpoint.ok()) return endpoint.status();

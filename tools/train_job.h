@@ -123,12 +123,29 @@ struct TrainSummary {
 absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
                                          const std::function<void(const StepReport&)>& on_step);
 
-// RunTrainJobRank runs one rank of the job as this process (--transport shm):
-// `process` names the job, this process's world rank and the world size (as
-// //tools:launch passes them; ShmOptionsFromEnvironment). Each dimension's groups
-// connect their own shm transports (ShmGroupIds). World rank 0 returns the
-// summary, the other ranks nullopt. A rank that fails aborts its transports, so
-// the others fail at once (Unavailable naming it) instead of at their deadlines.
+// GroupConnector: how one process of a job joins one line of a mesh dimension.
+// connect(dimension, group, rank, size) returns this process's endpoint in group
+// `group` of `dimension` ("w": the world, group 0; "t", "d", "p": the tp, dp and pp
+// lines, numbered as ShmGroupIds numbers them), where it is rank `rank` of `size`.
+// Every process calls it in the same order (world, tp, dp, pp), so connects that are
+// collective over the whole job (MPI_Comm_split) meet.
+using GroupConnector = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
+    absl::string_view dimension, int group, int rank, int size)>;
+
+// RunTrainJobProcess runs world rank `rank` of a job of `size` processes as this
+// process, its groups joined by `connect` (separate transports per dimension, as
+// with threads). World rank 0 returns the summary, the other ranks nullopt. A rank
+// that fails aborts its transports, so the others fail at once (Unavailable naming
+// it) instead of at their deadlines. InvalidArgument when `size` is not
+// dp x pp x tp, naming `transport` (the flag's value) and the counts.
+absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
+    const TrainJobOptions& options, int rank, int size, absl::string_view transport,
+    const GroupConnector& connect, const std::function<void(const StepReport&)>& on_step);
+
+// RunTrainJobRank is RunTrainJobProcess over shm (--transport shm): `process` names
+// the job, this process's world rank and the world size (as //tools:launch passes
+// them; ShmOptionsFromEnvironment); each group connects its own shm transport
+// (ShmGroupIds).
 absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
     const TrainJobOptions& options, const ShmOptions& process,
     const std::function<void(const StepReport&)>& on_step);

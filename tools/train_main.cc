@@ -6,11 +6,15 @@
 //   ./bazelw run //tools:train
 //   ./bazelw run //tools:train -- --dp=4 --tp=1 --pp=2 --zero=0 --steps=20
 //   ./bazelw run //tools:train -- --transport=shm    # 8 processes, shared memory
+//   ./bazelw run //tools:train -- --transport=mpi    # 8 processes of an mpirun job
 //
 // With --transport=shm the ranks are processes: run directly, train starts them
 // itself (through tools/launcher, as //tools:launch does) as copies of this binary
 // with the same flags; a process that finds LOOM_JOB_ID in its environment is one
 // rank. World rank 0 prints; a failing rank stops the job and is named.
+// With --transport=mpi the ranks are the processes of an Open MPI job: under mpirun
+// (`mpirun -np 8 train --transport=mpi`, across hosts too) each process is the rank
+// MPI gives it; run directly, train re-runs itself under a one-host mpirun.
 #include <unistd.h>
 
 #include <climits>
@@ -29,6 +33,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "collectives/transport/mpi/mpi_transport.h"
+#include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/dtype.h"
 #include "tools/launcher.h"
@@ -68,7 +74,8 @@ ABSL_FLAG(bool, compare_reference, true,
 ABSL_FLAG(std::string, trace, "", "Write a Chrome trace of the last step's pipeline to FILE.");
 ABSL_FLAG(std::string, summary_json, "", "Write the summary as JSON to FILE.");
 ABSL_FLAG(std::string, transport, "threads",
-          "threads (ranks are threads of this process) or shm (processes over shared memory).");
+          "threads (ranks are threads of this process), shm (processes over shared memory) or "
+          "mpi (the processes of an mpirun job; started as one when run directly).");
 
 namespace loom {
 namespace {
@@ -164,34 +171,67 @@ absl::Status Run(int argc, char** argv, int* exit_code) {
   if (absl::Status s = ValidateTrainJob(*options); !s.ok()) return s;
   const TrainJobOptions& o = *options;
   const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport != "threads" && transport != "shm") {
+  if (transport != "threads" && transport != "shm" && transport != "mpi") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--transport ", transport, " is not threads or shm"));
+        absl::StrCat("--transport ", transport, " is not threads, shm or mpi"));
   }
-  const bool processes = transport == "shm";
-  if (processes && std::getenv("LOOM_JOB_ID") == nullptr) {
+  const int world = o.dp * o.tp * o.pp;
+  if (transport == "shm" && std::getenv("LOOM_JOB_ID") == nullptr) {
     *exit_code = LaunchRanks(o, argc, argv);
     return absl::OkStatus();
   }
-  absl::StatusOr<ShmOptions> process;
-  if (processes) {
-    process = ShmOptionsFromEnvironment();
-    if (!process.ok()) return process.status();
+  if (transport == "mpi" && !LaunchedByMpirun()) {
+    *exit_code = ExecUnderMpirun(world, argc, argv);  // returns only when it cannot
+    return absl::OkStatus();
   }
-  const bool prints = !processes || process->rank == 0;
+  // Ranks that are processes: this one's world rank and size, and how it joins the
+  // groups of each mesh dimension.
+  int rank = 0, size = world;
+  GroupConnector connect;
+  std::unique_ptr<MpiSession> mpi;
+  if (transport == "shm") {
+    absl::StatusOr<ShmOptions> process = ShmOptionsFromEnvironment();
+    if (!process.ok()) return process.status();
+    rank = process->rank;
+    size = process->size;
+    connect = [process = *process](absl::string_view dimension, int group, int group_rank,
+                                   int group_size) -> absl::StatusOr<std::unique_ptr<Transport>> {
+      ShmOptions shm = process;
+      shm.job_id = ShmGroupId(process.job_id, dimension, group);
+      shm.rank = group_rank;
+      shm.size = group_size;
+      return ConnectShmTransport(shm);
+    };
+  } else if (transport == "mpi") {
+    absl::StatusOr<std::unique_ptr<MpiSession>> session = MpiSession::Start(&argc, &argv);
+    if (!session.ok()) return session.status();
+    mpi = std::move(*session);
+    rank = mpi->world_rank();
+    size = mpi->world_size();
+    // Each line of a dimension is an MPI_Comm_split of the world: the group number
+    // is the color, the rank in the group the key.
+    connect = [](absl::string_view, int group, int group_rank,
+                 int) -> absl::StatusOr<std::unique_ptr<Transport>> {
+      return ConnectMpiTransportSplit(MPI_COMM_WORLD, group, group_rank);
+    };
+  }
+  const bool prints = rank == 0;
   if (prints) {
     std::cout << absl::StrFormat(
         "train: dp=%d tp=%d pp=%d (%d %s), schedule %s, %d microbatches x %d "
         "sequences, zero %d, offload %s, %s, recompute %s\nmodel: %s\n",
-        o.dp, o.tp, o.pp, o.dp * o.tp * o.pp, processes ? "processes over shm" : "thread ranks",
+        o.dp, o.tp, o.pp, world,
+        transport == "threads" ? "thread ranks"
+                               : (transport == "shm" ? "processes over shm" : "processes over mpi"),
         PipelineScheduleName(o.schedule), o.microbatches, o.micro_batch, o.zero,
         absl::GetFlag(FLAGS_offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
         o.model.ToString());
   }
   auto print_step = [](const StepReport& r) { std::cout << r.ToString() << "\n" << std::flush; };
   absl::StatusOr<TrainSummary> summary;
-  if (processes) {
-    absl::StatusOr<std::optional<TrainSummary>> mine = RunTrainJobRank(o, *process, print_step);
+  if (connect) {
+    absl::StatusOr<std::optional<TrainSummary>> mine =
+        RunTrainJobProcess(o, rank, size, transport, connect, print_step);
     if (!mine.ok()) return mine.status();
     if (!mine->has_value()) return absl::OkStatus();  // not rank 0: nothing to report
     summary = std::move(**mine);
@@ -256,7 +296,7 @@ int main(int argc, char** argv) {
       "        [--dtype=f32|bf16]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"
-      "        [--transport=threads|shm]");
+      "        [--transport=threads|shm|mpi]");
   absl::ParseCommandLine(argc, argv);
   int exit_code = 0;
   const absl::Status status = loom::Run(argc, argv, &exit_code);

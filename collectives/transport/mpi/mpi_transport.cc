@@ -147,6 +147,25 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
       own, epoch, tag_ub, options, std::make_unique<mpi_internal::MpiNative>(collectives)));
 }
 
+absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(MPI_Comm comm, int color,
+                                                                    int key,
+                                                                    MpiTransportOptions options) {
+  if (color < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConnectMpiTransportSplit: color ", color, " is negative"));
+  }
+  MPI_Comm part = MPI_COMM_NULL;
+  {
+    std::lock_guard<std::mutex> lock(MpiLock());
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_split(comm, color, key, &part), "MPI_Comm_split");
+  }
+  // The endpoint runs on duplicates of `part`, which carries nothing after this.
+  absl::StatusOr<std::unique_ptr<Transport>> endpoint = ConnectMpiTransport(part, options);
+  std::lock_guard<std::mutex> lock(MpiLock());
+  MPI_Comm_free(&part);
+  return endpoint;
+}
+
 absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) {
   std::lock_guard<std::mutex> lock(MpiLock());
   int rank = 0, size = 0;

@@ -119,6 +119,14 @@ struct MpiTransportOptions {
 absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
                                                                MpiTransportOptions options = {});
 
+// ConnectMpiTransportSplit connects the endpoint of this rank's part of `comm`: the
+// members that pass the same `color`, ranked by `key` (MPI_Comm_split), as a job
+// connects one group per line of a mesh dimension. Collective over all of `comm`.
+// Errors as ConnectMpiTransport; InvalidArgument for a negative color.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(MPI_Comm comm, int color,
+                                                                    int key,
+                                                                    MpiTransportOptions options = {});
+
 // MpiRanksPerNode returns the node layout of `comm` for CommunicatorOptions::
 // ranks_per_node: the number of ranks per host, found with MPI_Comm_split_type
 // (MPI_COMM_TYPE_SHARED). Collective over `comm`. `override_ranks_per_node` > 0
