@@ -61,10 +61,12 @@ _CUDA_ONLY = select({
     "//conditions:default": ["//bazel:incompatible"],
 })
 
-def loom_cuda_library(name, cu_srcs, hdrs = [], deps = [], tags = [], **kwargs):
+def loom_cuda_library(name, cu_srcs, hdrs = [], cu_hdrs = [], deps = [], tags = [], **kwargs):
     """A library whose .cu sources are compiled by nvcc into objects.
 
-    The public headers are plain C++ so that CPU code can include them. Built only
+    The public headers are plain C++ so that CPU code can include them. `cu_hdrs`
+    are further headers the .cu sources include (plain, dependency-free ones such as
+    core/half.h: nvcc sees only these files, not the deps' include paths). Built only
     under --config=cuda; without it the target is incompatible and skipped.
     """
     objs = []
@@ -72,7 +74,7 @@ def loom_cuda_library(name, cu_srcs, hdrs = [], deps = [], tags = [], **kwargs):
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj + "_nvcc",
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + cu_hdrs,
             outs = [obj],
             cmd = "/usr/local/cuda/bin/nvcc %s -I. -I$(GENDIR) -c $(location %s) -o $@" % (
                 " ".join(LOOM_NVCC_FLAGS),
