@@ -123,3 +123,13 @@ def loom_deps_test(name, target, allowed):
         data = [":%s_query" % name],
         tags = ["single_threaded"],
     )
+
+def loom_cuda_benchmark(name, tags = [], **kwargs):
+    """A GPU Google Benchmark binary: loom_cc_benchmark built only under --config=cuda,
+    tagged `gpu` (and `benchmark`, so `test` never runs it)."""
+    loom_cc_benchmark(
+        name = name,
+        tags = tags + ["gpu"],
+        target_compatible_with = _CUDA_ONLY,
+        **kwargs
+    )
