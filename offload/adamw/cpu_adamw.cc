@@ -107,24 +107,6 @@ ai::TileKernel KernelFor(Isa isa, StateFormat format) {
   return kernels.f32;
 }
 
-// The per-step constants, each computed in double and rounded to float once.
-ai::StepConstants Derive(const AdamWHyper& h) {
-  const double step = static_cast<double>(h.step);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), step);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), step);
-  ai::StepConstants c;
-  c.beta1 = h.beta1;
-  c.one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(h.beta1));
-  c.beta2 = h.beta2;
-  c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(h.beta2));
-  c.grad_scale = h.grad_scale;
-  c.eps = h.eps;
-  c.decay =
-      static_cast<float>(1.0 - static_cast<double>(h.lr) * static_cast<double>(h.weight_decay));
-  c.step_size = static_cast<float>(static_cast<double>(h.lr) / bc1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  return c;
-}
 
 struct Bytes {
   uintptr_t begin;
@@ -267,6 +249,26 @@ Isa SupportedIsa() {
 }
 
 namespace adamw_internal {
+
+// The per-step constants, each computed in double and rounded to float once.
+StepConstants DeriveStepConstants(const AdamWHyper& h) {
+  const double step = static_cast<double>(h.step);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), step);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), step);
+  StepConstants c;
+  c.beta1 = h.beta1;
+  c.one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(h.beta1));
+  c.beta2 = h.beta2;
+  c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(h.beta2));
+  c.grad_scale = h.grad_scale;
+  c.eps = h.eps;
+  c.decay =
+      static_cast<float>(1.0 - static_cast<double>(h.lr) * static_cast<double>(h.weight_decay));
+  c.step_size = static_cast<float>(static_cast<double>(h.lr) / bc1);
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  return c;
+}
+
 void SetIsaCeilingForTesting(Isa ceiling) { isa_ceiling.store(ceiling); }
 }  // namespace adamw_internal
 
@@ -431,7 +433,7 @@ absl::Status AdamWStep(const AdamWHyper& hyper, absl::Span<float> params,
 
   const Isa isa = options.isa == Isa::kAuto ? SupportedIsa() : options.isa;
   const ai::TileKernel kernel = KernelFor(isa, state.format());
-  const ai::StepConstants constants = Derive(hyper);
+  const ai::StepConstants constants = ai::DeriveStepConstants(hyper);
   const bool blockwise = state.format() == StateFormat::kBlockwise8;
   const int64_t count = static_cast<int64_t>(params.size());
   const int64_t block_size = state.block_size();

@@ -1,6 +1,5 @@
 #include "offload/gpu/gpu_adamw.h"
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,27 +19,6 @@ namespace {
 namespace gi = gpu_adamw_internal;
 
 constexpr absl::string_view kWho = "GpuAdamWStep";
-
-// The per-step constants, each computed in double and rounded to float once: the CPU
-// AdamW's derivation (offload/adamw/cpu_adamw.cc), step for step, so that both paths
-// multiply by the same floats.
-gi::StepConstants Derive(const AdamWHyper& h) {
-  const double step = static_cast<double>(h.step);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), step);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), step);
-  gi::StepConstants c;
-  c.beta1 = h.beta1;
-  c.one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(h.beta1));
-  c.beta2 = h.beta2;
-  c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(h.beta2));
-  c.grad_scale = h.grad_scale;
-  c.eps = h.eps;
-  c.decay =
-      static_cast<float>(1.0 - static_cast<double>(h.lr) * static_cast<double>(h.weight_decay));
-  c.step_size = static_cast<float>(static_cast<double>(h.lr) / bc1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  return c;
-}
 
 struct Range {
   absl::string_view name;
@@ -119,7 +97,8 @@ absl::Status GpuAdamWStep(const AdamWHyper& hyper, const GpuAdamWTensors& tensor
       static_cast<int64_t>(tensors.params.size()),
       KernelHalfKind(half_copy.kind()),
   };
-  LOOM_CUDA_RETURN_IF_ERROR(gi::LaunchAdamWStep(Derive(hyper), args, stream.get()));
+  LOOM_CUDA_RETURN_IF_ERROR(
+      gi::LaunchAdamWStep(adamw_internal::DeriveStepConstants(hyper), args, stream.get()));
   return absl::OkStatus();
 }
 

@@ -9,25 +9,16 @@
 
 #include <cstdint>
 
+#include "offload/adamw/internal/kernels.h"
+
 namespace loom {
 namespace gpu_adamw_internal {
 
-// StepConstants: the per-step scalars, derived on the host exactly as the CPU AdamW
-// derives them (in double, rounded to float once), so both paths use the same bits.
-struct StepConstants {
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float grad_scale;
-  float eps;
-  float decay;         // 1 - lr * weight_decay
-  float step_size;     // lr / (1 - beta1^step)
-  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^step)
-};
-
-// Which 16-bit copy of the updated params the kernel writes, if any.
-enum class HalfKind : int32_t { kNone, kBF16, kF16 };
+// The CPU AdamW's per-step constants and 16-bit copy kinds (a plain header, so nvcc
+// sees it too): the host derives the constants with the CPU's DeriveStepConstants, so
+// both paths multiply by the same floats.
+using StepConstants = adamw_internal::StepConstants;
+using HalfKind = adamw_internal::HalfKind;
 
 // StepArgs: device pointers to `count` elements each (`half` null for kNone).
 struct StepArgs {

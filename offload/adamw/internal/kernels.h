@@ -19,6 +19,9 @@
 #include <cstdint>
 
 namespace loom {
+
+struct AdamWHyper;
+
 namespace adamw_internal {
 
 // StepConstants: the per-step scalars every element uses, derived once from AdamWHyper (in
@@ -34,6 +37,11 @@ struct StepConstants {
   float step_size;     // lr / (1 - beta1^step)
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^step)
 };
+
+// DeriveStepConstants derives a step's constants from the hyperparameters (defined in
+// cpu_adamw.cc). The GPU AdamW (offload/gpu) uses it too, so both multiply by the same
+// floats.
+StepConstants DeriveStepConstants(const AdamWHyper& hyper);
 
 // Which 16-bit copy of the updated params a kernel writes, if any.
 enum class HalfKind : int32_t { kNone, kBF16, kF16 };
