@@ -61,6 +61,19 @@ _CUDA_ONLY = select({
     "//conditions:default": ["//bazel:incompatible"],
 })
 
+# target_compatible_with of a target that exists only under --config=cuda.
+LOOM_CUDA_ONLY = _CUDA_ONLY
+
+def loom_gpu_cc_library(name, tags = [], **kwargs):
+    """A plain C++ library over CUDA, NCCL or cuBLAS (no .cu sources): built only
+    under --config=cuda, tagged `gpu`."""
+    loom_cc_library(
+        name = name,
+        tags = tags + ["gpu"],
+        target_compatible_with = _CUDA_ONLY,
+        **kwargs
+    )
+
 def loom_cuda_library(name, cu_srcs, hdrs = [], cu_hdrs = [], deps = [], tags = [], **kwargs):
     """A library whose .cu sources are compiled by nvcc into objects.
 

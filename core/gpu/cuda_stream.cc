@@ -127,7 +127,7 @@ absl::Status CudaEvent::Wait(absl::Time deadline) const {
 absl::StatusOr<double> CudaEvent::ElapsedSeconds(const CudaEvent& start, const CudaEvent& end) {
   float ms = 0;
   LOOM_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), end.get()));
-  return ms / 1e3;
+  return static_cast<double>(ms) / 1e3;
 }
 
 }  // namespace loom
