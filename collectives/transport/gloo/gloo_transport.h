@@ -1,0 +1,102 @@
+// The gloo backend of the Transport interface (collectives/transport/transport.h): the
+// ranks of a group talk over TCP through Gloo's tcp transport (Debian's libgloo-dev,
+// 0.0~git20220518), so Loom's algorithms run across hosts that have no MPI. Ranks meet
+// through a Gloo rendezvous store: a directory every rank can reach (gloo's FileStore;
+// /tmp on one host, a shared filesystem across hosts) or a store the caller owns (a
+// HashStore shared by thread ranks in tests).
+//
+// Example (each of 4 processes, the directory shared by all of them):
+//   loom::GlooOptions options;
+//   options.rank = rank;                       // 0..3
+//   options.size = 4;
+//   options.store_dir = "/mnt/shared/job42";   // exists; one directory per job
+//   options.hostname = "10.0.0.7";             // this host's address the peers can reach
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<loom::Transport> t, loom::ConnectGlooTransport(options));
+//   LOOM_ASSIGN_OR_RETURN(auto comm, loom::Communicator::Create(std::move(t)));
+//   // comm->AllReduce(...) now runs Loom's algorithms over gloo's TCP pairs.
+//
+// HOW MESSAGES TRAVEL. Loom matches messages itself; gloo only moves bytes. Between
+// every two ranks gloo carries, in order, 64-byte envelopes (kind, Loom tag, size,
+// send id) on one slot and each envelope's payload on another (both slots under the
+// prefix 0x4C, clear of the prefixes 0x01..0x08 that gloo's own collectives use). One
+// thread per peer always has a receive of the next envelope posted, and receives
+// each payload into a buffer of the endpoint's own; one sender thread posts the
+// envelopes and payloads of this endpoint in order. So gloo never holds a pointer
+// into a caller's buffer:
+//   - Send copies the bytes. Up to `eager_bytes` it completes at once (buffered);
+//     a larger send completes when the receiver has matched it (its acknowledgement
+//     also carries a size mismatch back, so both sides fail, naming both sizes).
+//   - A matched receive copies (or combines) from the endpoint's buffer into the
+//     caller's under the endpoint's lock, all at once: a receive is either untouched
+//     or complete, so cancelling it at its deadline is exact.
+//   - Sends to oneself never touch gloo.
+// The cost is one extra copy on each side, and a round trip per large send.
+//
+// WHERE GLOO FALLS SHORT of the contract, and what this backend does instead:
+//   - gloo cannot withdraw a message it is sending. A large send still pending at its
+//     deadline fails with DeadlineExceeded and a withdrawal follows its bytes; the
+//     receiver drops the message if no receive has matched it yet. If one matched it
+//     in the meantime, the receiver got it (the sender saw DeadlineExceeded).
+//   - gloo reports a dead or closed peer only as an IoException of the TCP pair;
+//     every pending and later request with that peer then fails with Unavailable
+//     naming it and gloo's text. A peer that hangs without closing is seen as
+//     DeadlineExceeded only.
+//   - A timed-out gloo wait closes every pair of its context (gloo's own rule), so
+//     this backend never gives gloo a timeout after connecting: deadlines are kept by
+//     Loom's Wait, and the threads' gloo waits end by being aborted at close.
+// native() is null: gloo's collectives are not offered as a baseline.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_GLOO_TRANSPORT_H_
+#define LOOM_COLLECTIVES_TRANSPORT_GLOO_GLOO_TRANSPORT_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/transport/transport.h"
+
+namespace gloo {
+namespace rendezvous {
+class Store;
+}  // namespace rendezvous
+}  // namespace gloo
+
+namespace loom {
+
+struct GlooOptions {
+  // This endpoint's rank in [0, size) and the number of ranks.
+  int rank = 0;
+  int size = 1;
+  // Rendezvous directory for gloo's FileStore, shared by every rank and existing
+  // before they connect; one per job (or a distinct `prefix` per group).
+  std::string store_dir;
+  // A store to use instead of `store_dir` (not owned; it must outlive the call to
+  // ConnectGlooTransport only). Thread ranks of one process share a HashStore.
+  gloo::rendezvous::Store* store = nullptr;
+  // Prefix of this group's keys in the store: groups sharing a store differ in it.
+  std::string prefix = "loom";
+  // The address peers reach this rank at (gloo's tcp attr.hostname) ...
+  std::string hostname = "127.0.0.1";
+  // ... or, when set, the network interface whose address to use (attr.iface).
+  std::string interface;
+  // How long to wait for every rank to arrive at the store and connect.
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // Sends of at most this many bytes complete as soon as they are copied (buffered).
+  size_t eager_bytes = size_t{16} << 10;
+  // How long closing the endpoint waits for its queued messages (acknowledgements,
+  // buffered sends, abort notices) to leave before giving up on them.
+  absl::Duration close_grace = absl::Seconds(2);
+};
+
+// ConnectGlooTransport connects rank `options.rank` to the other ranks of the group
+// named by the store and prefix, and returns its endpoint once gloo's full mesh of
+// TCP pairs is up. Every rank of the group calls it. InvalidArgument for bad options
+// (naming them), DeadlineExceeded when the ranks do not all arrive within
+// `connect_timeout`, Unavailable for gloo's IO errors, Internal for any other gloo
+// error; each carries gloo's own text.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOptions& options);
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_GLOO_GLOO_TRANSPORT_H_

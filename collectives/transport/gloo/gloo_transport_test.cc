@@ -1,0 +1,133 @@
+// ConnectGlooTransport's refusals, what a rank sees when a peer never arrives or goes
+// away, and the gloo-specific parts of the contract (a withdrawn large send).
+#include "collectives/transport/gloo/gloo_transport.h"
+
+#include <gloo/rendezvous/hash_store.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "collectives/transport/gloo/gloo_harness.h"
+#include "collectives/transport/transport.h"
+#include "core/status_macros.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(GlooTransportTest, RejectsBadOptionsNamingThem) {
+  GlooOptions options;
+  options.size = 2;
+  options.rank = 2;
+  EXPECT_THAT(ConnectGlooTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 is outside [0, 2)")));
+  options.rank = 0;
+  EXPECT_THAT(ConnectGlooTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("neither store_dir nor store names a rendezvous store")));
+  options.store_dir = "/nonexistent/loom";
+  EXPECT_THAT(ConnectGlooTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("store_dir \"/nonexistent/loom\" is not an existing directory")));
+}
+
+// One rank of two arrives: it gives up at connect_timeout with gloo's text.
+TEST(GlooTransportTest, MissingPeerTimesOutConnecting) {
+  gloo::rendezvous::HashStore store;
+  GlooOptions options;
+  options.size = 2;
+  options.store = &store;
+  options.connect_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(ConnectGlooTransport(options),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("gloo: connecting rank 0 of 2 (prefix \"loom\") timed out")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// A rank whose endpoint closes (as a process that exits) is reported to the ranks
+// still waiting on it as Unavailable, naming it, long before their deadline.
+TEST(GlooTransportTest, ClosedPeerIsUnavailable) {
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions options;
+      options.size = 2;
+      options.rank = rank;
+      options.store = &store;
+      absl::StatusOr<std::unique_ptr<Transport>> t = ConnectGlooTransport(options);
+      if (!t.ok()) {
+        results[rank] = t.status();
+        return;
+      }
+      if (rank == 1) {
+        absl::SleepFor(absl::Milliseconds(100));
+        return;  // Closes its endpoint.
+      }
+      std::vector<std::byte> buffer(8);
+      absl::StatusOr<Request> r = (*t)->Recv(1, 3, AsWritableBytes(buffer));
+      const absl::Time start = absl::Now();
+      results[rank] = r.ok() ? (*t)->Wait({*r}, start + absl::Seconds(20)) : r.status();
+      if (absl::Now() - start > absl::Seconds(10)) {
+        results[rank] = absl::InternalError("the closed peer was not noticed");
+      }
+      // Later requests with it fail at once, the same way.
+      absl::StatusOr<Request> s = (*t)->Send(1, 4, AsBytes(buffer));
+      const absl::Status later =
+          s.ok() ? (*t)->Wait({*s}, absl::Now() + absl::Seconds(5)) : s.status();
+      if (later.code() != absl::StatusCode::kUnavailable) {
+        results[rank] =
+            absl::InternalError(absl::StrCat("a send after that got ", later.ToString()));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kUnavailable,
+                                   HasSubstr("gloo rank 0: connection to rank 1 lost")));
+  LOOM_EXPECT_OK(results[1]);
+}
+
+// A large send nobody receives expires at its deadline and is withdrawn: a receive
+// posted afterwards does not get it, but gets the next message.
+TEST(GlooTransportTest, ExpiredLargeSendIsWithdrawn) {
+  const std::vector<absl::Status> results =
+      MakeGlooHarness()->Run(2, [](Transport& t) -> absl::Status {
+        std::vector<std::byte> large(size_t{1} << 20, std::byte{1});
+        std::vector<std::byte> small(large.size(), std::byte{2});
+        std::vector<std::byte> in(large.size());
+        const int peer = 1 - t.rank();
+        if (t.rank() == 0) {
+          LOOM_ASSIGN_OR_RETURN(Request s, t.Send(peer, 7, AsBytes(large)));
+          const absl::Status expired = t.Wait({s}, absl::Now() + absl::Milliseconds(200));
+          if (expired.code() != absl::StatusCode::kDeadlineExceeded ||
+              !absl::StrContains(expired.message(), "send to rank 1 (tag 7, 1048576 bytes)")) {
+            return absl::InternalError(absl::StrCat("the send gave ", expired.ToString()));
+          }
+          LOOM_ASSIGN_OR_RETURN(Request s2, t.Send(peer, 7, AsBytes(small)));
+          LOOM_ASSIGN_OR_RETURN(Request go, t.Send(peer, 8, {}));
+          return t.Wait({s2, go}, absl::Now() + absl::Seconds(20));
+        }
+        std::vector<std::byte> none;
+        LOOM_ASSIGN_OR_RETURN(Request go, t.Recv(peer, 8, absl::MakeSpan(none)));
+        LOOM_RETURN_IF_ERROR(t.Wait({go}, absl::Now() + absl::Seconds(20)));
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, 7, AsWritableBytes(in)));
+        LOOM_RETURN_IF_ERROR(t.Wait({r}, absl::Now() + absl::Seconds(20)));
+        if (in != small) return absl::InternalError("got the withdrawn message");
+        return absl::OkStatus();
+      });
+  LOOM_EXPECT_OK(results[0]);
+  LOOM_EXPECT_OK(results[1]);
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,144 @@
+// Endpoint: one rank's gloo Transport (the protocol is described in
+// gloo_transport.h). It owns a connected gloo context, one receiver thread per peer
+// (each always has the next envelope's receive posted, so gloo's sends never wait on
+// the application) and one sender thread that posts this endpoint's outgoing
+// messages in order. All matching happens under one lock, in Deliver.
+#ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
+#define LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
+
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "collectives/transport/gloo/gloo_transport.h"
+#include "collectives/transport/gloo/internal/envelope.h"
+#include "collectives/transport/transport.h"
+
+namespace loom {
+namespace gloo_internal {
+
+// gloo slots of the two per-pair streams: prefix 0x4C ("L") in the top byte, as
+// gloo::Slot::build would make it, clear of gloo's collectives (0x01..0x08).
+inline constexpr uint64_t kEnvelopeSlot = (uint64_t{0x4C} << 56) | 1;
+inline constexpr uint64_t kPayloadSlot = (uint64_t{0x4C} << 56) | 2;
+
+// Combining receives see pieces of at most this many bytes (a multiple of
+// kCombineAlignment), so a large reduction walks the message in cache-sized steps.
+inline constexpr size_t kCombinePiece = size_t{1} << 20;
+static_assert(kCombinePiece % kCombineAlignment == 0);
+
+class Endpoint final : public Transport {
+ public:
+  // `context` is fully connected (connectFullMesh done).
+  Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options);
+  ~Endpoint() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "gloo"; }
+
+  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
+  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                      Combiner combiner) override;
+  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
+  void Abort(const absl::Status& reason) override;
+
+ private:
+  struct Op {
+    bool is_send = false;
+    int peer = 0;
+    Tag tag = 0;
+    size_t bytes = 0;
+    std::byte* recv_data = nullptr;
+    Combiner combiner;
+    bool done = false;
+    bool waiting_ack = false;  // a large send: done once the receiver answers
+    absl::Status status;
+
+    std::string Describe() const;
+  };
+
+  // A message that arrived before a receive for it was posted.
+  struct Arrival {
+    Tag tag = 0;
+    uint64_t send_id = 0;
+    bool wants_ack = false;
+    std::vector<std::byte> payload;
+  };
+
+  struct Outgoing {
+    int peer = 0;
+    EnvelopeBytes envelope;
+    std::vector<std::byte> payload;
+  };
+
+  void ReceiveLoop(int peer);
+  void SendLoop();
+  // Receives one envelope (and its payload) from `peer` into the arguments; false
+  // once closing aborted the wait; a status when gloo failed.
+  absl::StatusOr<bool> ReceiveOne(int peer, gloo::transport::UnboundBuffer& envelope_buffer,
+                                  const EnvelopeBytes& envelope_bytes, Envelope* envelope,
+                                  std::vector<std::byte>* payload);
+  absl::Status SendOne(Outgoing& message);
+
+  // Post queues a message to `peer`, or delivers it at once when it is this rank.
+  void Post(int peer, const Envelope& envelope, std::vector<std::byte> payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Deliver(int source, const Envelope& envelope, std::vector<std::byte> payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Complete finishes receive `op` with `arrival` from `source` (copy or combine, or
+  // fail on a size mismatch) and answers the sender if it waits for that.
+  void Complete(Op& op, int source, Arrival& arrival) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Finish(Op& op, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailPeer fails every unfinished op with `peer` and every later one.
+  void FailPeer(int peer, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t NewOp(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers `buffer` as the one `thread` waits on, so that closing can abort it;
+  // false when the endpoint is closing already.
+  bool Track(size_t thread, gloo::transport::UnboundBuffer* buffer);
+
+  const std::shared_ptr<gloo::Context> context_;
+  const GlooOptions options_;
+  const int rank_;
+  const int size_;
+
+  // std::mutex rather than absl::Mutex: Debian's Abseil is a prebuilt library without
+  // ThreadSanitizer annotations, so TSan could not see absl::Mutex's happens-before
+  // edges (it reported false races on Await's condition); pthread is intercepted.
+  std::mutex mu_;
+  // Signalled on every change of state: an op finished, a message queued or sent,
+  // closing begun.
+  std::condition_variable changed_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Op> ops_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::deque<uint64_t>> posted_ ABSL_GUARDED_BY(mu_);     // by peer, in order
+  std::vector<std::deque<Arrival>> unexpected_ ABSL_GUARDED_BY(mu_);  // by peer, in order
+  std::vector<absl::Status> peer_gone_ ABSL_GUARDED_BY(mu_);          // by peer
+  std::deque<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;  // the sender thread holds a message
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // The gloo buffer each thread waits on (receivers by peer, the sender last).
+  std::vector<gloo::transport::UnboundBuffer*> waiting_on_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace gloo_internal
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
