@@ -9,10 +9,12 @@
 //   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> gpu,
 //                         ConnectNcclTransport(*bootstrap, /*device=*/bootstrap->rank()));
 //   // gpu->name() == "nccl"; gpu->rank() == bootstrap->rank(); gpu->size() == bootstrap->size()
-//   LOOM_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(MemorySpace::kDevice, bytes,
-//   device)); LOOM_ASSIGN_OR_RETURN(DeviceBuffer in, DeviceBuffer::Allocate(MemorySpace::kDevice,
-//   bytes, device)); LOOM_ASSIGN_OR_RETURN(Request s, gpu->Send(right, /*tag=*/7, {out.data(),
-//   bytes})); LOOM_ASSIGN_OR_RETURN(Request r, gpu->Recv(left, /*tag=*/7, {in.data(), bytes}));
+//   LOOM_ASSIGN_OR_RETURN(DeviceBuffer out,
+//                         DeviceBuffer::Allocate(MemorySpace::kDevice, bytes, device));
+//   LOOM_ASSIGN_OR_RETURN(DeviceBuffer in,
+//                         DeviceBuffer::Allocate(MemorySpace::kDevice, bytes, device));
+//   LOOM_ASSIGN_OR_RETURN(Request s, gpu->Send(right, /*tag=*/7, {out.data(), bytes}));
+//   LOOM_ASSIGN_OR_RETURN(Request r, gpu->Recv(left, /*tag=*/7, {in.data(), bytes}));
 //   LOOM_RETURN_IF_ERROR(gpu->Wait({s, r}, absl::Now() + absl::Seconds(10)));
 //   // `in` (device memory) now holds the left neighbour's bytes.
 //   LOOM_RETURN_IF_ERROR(gpu->native()->AllReduce(x, x, n, DType::kF32, ReduceOp::kSum));
