@@ -1,5 +1,5 @@
 #!/bin/sh
-# collective_bench end to end: the inproc, shm and mpi transports (the latter launching
+# collective_bench end to end: the inproc, shm, mpi and gloo transports (the latter launching
 # itself as processes) produce checked nccl-tests-style tables with no wrong
 # elements, and bad flags fail with a message.
 set -eu
@@ -47,6 +47,16 @@ rows="$(echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $5 == "hierarc
 if "$bench" --transport=mpi --ranks=2 --node_transport=nvlink 2> "$TEST_TMPDIR/err.txt"; then echo "bad node_transport accepted"; exit 1; fi
 grep -q -- "--node_transport=nvlink is not none or shm" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
 
+# The gloo transport: processes over Gloo's TCP pairs, checked; the rendezvous
+# directory is gone afterwards.
+before="$(ls -d /tmp/loom-gloo-* 2>/dev/null | wc -l)"
+out="$("$bench" --transport=gloo --ranks=2 --op=all_reduce --min_bytes=4K --max_bytes=256K --step_factor=8 --iters=2 --warmup=1 --check)"
+echo "$out"
+echo "$out" | grep -q "# transport gloo" || { echo "gloo: not over gloo"; exit 1; }
+rows="$(echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $9 == "0"' | wc -l)"
+[ "$rows" -eq 3 ] || { echo "gloo: want 3 correct rows, got $rows"; exit 1; }
+[ "$(ls -d /tmp/loom-gloo-* 2>/dev/null | wc -l)" -eq "$before" ] || { echo "gloo: store directory left behind"; exit 1; }
+
 if "$bench" --transport=carrier-pigeon 2> "$TEST_TMPDIR/err.txt"; then echo "bad transport accepted"; exit 1; fi
-grep -q -- "--transport=carrier-pigeon is not inproc, shm or mpi" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
+grep -q -- "--transport=carrier-pigeon is not inproc, shm, mpi or gloo" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
 echo PASS

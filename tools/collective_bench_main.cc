@@ -6,7 +6,10 @@
 // With --transport=shm and no LOOM_RANK in the environment it starts --ranks copies
 // of itself through the launcher (as //tools:launch would), each connecting to the
 // shared-memory transport; rank 0 prints the table.
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -21,6 +24,7 @@
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
 #include "collectives/transport/inproc/inproc_transport.h"
+#include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/mpi/node_shm.h"
@@ -30,8 +34,9 @@
 #include "tools/launcher.h"
 
 ABSL_FLAG(std::string, transport, "inproc",
-          "inproc (threads), shm (processes, shared memory) or mpi (the processes of an "
-          "mpirun job; started as one when run by hand)");
+          "inproc (threads), shm (processes, shared memory), mpi (the processes of an "
+          "mpirun job; started as one when run by hand) or gloo (processes over Gloo's TCP "
+          "pairs on loopback)");
 ABSL_FLAG(int, ranks, 2, "number of ranks");
 ABSL_FLAG(std::string, op, "all_reduce",
           "all_reduce, reduce_scatter, all_gather, broadcast, reduce or all_to_all");
@@ -63,6 +68,8 @@ ABSL_FLAG(std::string, shm_copy, "auto",
           "shm: how messages above the eager size travel: auto, cma or staged");
 ABSL_FLAG(std::string, shm_staging_bytes, "1M", "shm: staging ring bytes per ordered pair of ranks");
 ABSL_FLAG(std::string, timeout, "2m", "per-call timeout (e.g. 30s, 2m)");
+ABSL_FLAG(std::string, gloo_store_dir, "",
+          "gloo: the rendezvous directory (set by the bench for the processes it starts)");
 
 namespace loom {
 namespace {
@@ -155,13 +162,27 @@ absl::Status RunMpi(int argc, char** argv, const BenchOptions& bench, Communicat
   return RunRank(std::move(transport), bench, options, "mpi");
 }
 
-// LaunchSelf re-runs this binary as `ranks` processes with the shm rendezvous
-// environment and returns the job's exit code.
-absl::StatusOr<int> LaunchSelf(int ranks, int argc, char** argv) {
+// RunGloo benchmarks this process's rank (from the launcher's environment) over the
+// gloo transport, meeting the other ranks in --gloo_store_dir.
+absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& options) {
+  LOOM_ASSIGN_OR_RETURN(ShmOptions process, ShmOptionsFromEnvironment());
+  GlooOptions gloo;
+  gloo.rank = process.rank;
+  gloo.size = process.size;
+  gloo.store_dir = absl::GetFlag(FLAGS_gloo_store_dir);
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectGlooTransport(gloo));
+  return RunRank(std::move(transport), bench, options, "gloo");
+}
+
+// LaunchSelf re-runs this binary as `ranks` processes with the launcher's rendezvous
+// environment (and `extra` arguments) and returns the job's exit code.
+absl::StatusOr<int> LaunchSelf(int ranks, int argc, char** argv,
+                               const std::vector<std::string>& extra = {}) {
   LaunchOptions launch;
   launch.num_ranks = ranks;
   launch.argv.push_back("/proc/self/exe");
   for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
+  for (const std::string& arg : extra) launch.argv.push_back(arg);
   launch.timeout = absl::Minutes(30);
   LOOM_ASSIGN_OR_RETURN(LaunchResult result, Launch(launch));
   if (result.ExitCode() != 0) std::cerr << Describe(result);
@@ -222,9 +243,29 @@ int Main(int argc, char** argv) {
   } else if (transport == "mpi") {
     if (!LaunchedByMpirun()) return ExecUnderMpirun(ranks, argc, argv);
     status = RunMpi(argc, argv, *bench, *options);
+  } else if (transport == "gloo") {
+    if (std::getenv("LOOM_RANK") == nullptr) {
+      // The job's gloo FileStore lives in a directory of its own, removed afterwards.
+      char dir[] = "/tmp/loom-gloo-XXXXXX";
+      if (mkdtemp(dir) == nullptr) {
+        std::cerr << "collective_bench: mkdtemp(/tmp/loom-gloo-XXXXXX): " << std::strerror(errno)
+                  << "\n";
+        return 1;
+      }
+      absl::StatusOr<int> code =
+          LaunchSelf(ranks, argc, argv, {absl::StrCat("--gloo_store_dir=", dir)});
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+      if (!code.ok()) {
+        std::cerr << "collective_bench: " << code.status() << "\n";
+        return 1;
+      }
+      return *code;
+    }
+    status = RunGloo(*bench, *options);
   } else {
     status = absl::InvalidArgumentError(
-        absl::StrCat("--transport=", transport, " is not inproc, shm or mpi"));
+        absl::StrCat("--transport=", transport, " is not inproc, shm, mpi or gloo"));
   }
   if (!status.ok()) {
     std::cerr << "collective_bench: " << status << "\n";
