@@ -50,13 +50,18 @@ grep -q 'schedule zb-v' <<<"$out" || fail "zb-v header: $out"
 grep -Eq 'largest parameter difference [0-9.e+-]+ \(([0-9.]+e-0[6-9]|0) of the largest' <<<"$out" ||
     fail "zb-v reference: $out"
 # Ranks as processes over shared memory: the same job, launched by train itself.
-out="$("$TRAIN" --transport=shm --steps=3 --summary_json="$dir/shm.json")"
+# The job ids name this test's segments: other tests beside it may hold their own.
+job="train_cli_$$"
+out="$("$TRAIN" --transport=shm --job_id="$job" --steps=3 --summary_json="$dir/shm.json")"
 grep -q '^train: dp=2 tp=2 pp=2 (8 processes over shm), schedule 1f1b' <<<"$out" || fail "shm header: $out"
 [[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three shm step lines: $out"
 relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
 [[ -n "$relative" ]] || fail "no reference comparison: $out"
 awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' || fail "shm differs from one rank by $relative"
 grep -q '"steps": 3,' "$dir/shm.json" || fail "shm summary: $(cat "$dir/shm.json")"
+compgen -G "/dev/shm/loom.$job-*" >/dev/null && fail "shm segments left: $(ls /dev/shm)"
+expect_error "--job_id: job id \"a.b\" must be 1 to 64 characters" --transport=shm --job_id=a.b
+expect_error "--job_id x is for --transport shm, not threads" --job_id=x
 
 # Ranks as the processes of an mpirun job (train starts mpirun itself): the same
 # job with ZeRO-3, pipeline and tensor parallelism over the MPI transport.
@@ -73,9 +78,11 @@ status=0
 err="$("$TRAIN" --transport=mpi --steps=2 --offload=nvme --nvme_dir="$dir/bad_mpi" \
         --nocompare_reference 2>&1 >/dev/null)" || status=$?
 [[ "$status" != 0 ]] || fail "a failing mpi rank: exit 0"
-# mpirun may stop rank 5 before it prints; the ranks its abort reached name the cause.
-grep -q "train: rank [0-9]: .*--nvme_dir: .*bad_mpi/rank5' is not a directory" <<<"$err" ||
+# Each rank prints before MPI_Finalize, whose fence no rank leaves before all arrive.
+grep -q "train: rank 5: --nvme_dir: .*bad_mpi/rank5' is not a directory" <<<"$err" ||
     fail "mpi rank 5's error: $err"
+grep -q "train: rank 0: .*bad_mpi/rank5' is not a directory" <<<"$err" ||
+    fail "mpi rank 0 names rank 5's cause: $err"
 expect_error "--transport pigeon is not threads, shm or mpi" --transport=pigeon
 
 # One rank failing (its --nvme_dir subdirectory is a file) stops the job: the
@@ -83,10 +90,10 @@ expect_error "--transport pigeon is not threads, shm or mpi" --transport=pigeon
 mkdir -p "$dir/bad"
 touch "$dir/bad/rank3"
 status=0
-err="$("$TRAIN" --transport=shm --steps=2 --offload=nvme --nvme_dir="$dir/bad" \
+err="$("$TRAIN" --transport=shm --job_id="$job-bad" --steps=2 --offload=nvme --nvme_dir="$dir/bad" \
         --nocompare_reference 2>&1 >/dev/null)" || status=$?
 [[ "$status" == 2 ]] || fail "a failing rank: exit $status, expected 2: $err"
 grep -q 'train: rank 3: --nvme_dir: ' <<<"$err" || fail "rank 3's error: $err"
 grep -q 'launch: rank 3 (pid [0-9]*) exited with code 2' <<<"$err" || fail "launcher's report: $err"
-if ls /dev/shm 2>/dev/null | grep -q '^loom\.'; then fail "shm segments left: $(ls /dev/shm)"; fi
+compgen -G "/dev/shm/loom.$job-bad-*" >/dev/null && fail "shm segments left: $(ls /dev/shm)"
 echo PASS

@@ -76,6 +76,9 @@ ABSL_FLAG(std::string, summary_json, "", "Write the summary as JSON to FILE.");
 ABSL_FLAG(std::string, transport, "threads",
           "threads (ranks are threads of this process), shm (processes over shared memory) or "
           "mpi (the processes of an mpirun job; started as one when run directly).");
+ABSL_FLAG(std::string, job_id, "",
+          "With --transport=shm: the job's id, 1 to 64 characters from [A-Za-z0-9_-]; its "
+          "segments are /dev/shm/loom.<id>-<dimension><group>.*. Empty makes a unique one.");
 
 namespace loom {
 namespace {
@@ -154,7 +157,8 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   launch.num_ranks = o.dp * o.tp * o.pp;
   launch.argv.push_back(std::string(self, static_cast<size_t>(n)));
   for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
-  launch.job_id = GenerateJobId();
+  launch.job_id = absl::GetFlag(FLAGS_job_id);
+  if (launch.job_id.empty()) launch.job_id = GenerateJobId();
   const absl::StatusOr<LaunchResult> result = Launch(launch);
   for (const std::string& id : ShmGroupIds(o, launch.job_id)) RemoveShmSegments(id).IgnoreError();
   if (!result.ok()) {
@@ -165,7 +169,10 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   return result->ExitCode();
 }
 
-absl::Status Run(int argc, char** argv, int* exit_code) {
+// Run holds an MPI rank's session in `*mpi` so that main can print a failure
+// before MPI_Finalize: once one rank exits non-zero, mpirun stops the others, and
+// a rank still finalizing would never say why it failed.
+absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSession>* mpi) {
   absl::StatusOr<TrainJobOptions> options = OptionsFromFlags();
   if (!options.ok()) return options.status();
   if (absl::Status s = ValidateTrainJob(*options); !s.ok()) return s;
@@ -174,6 +181,15 @@ absl::Status Run(int argc, char** argv, int* exit_code) {
   if (transport != "threads" && transport != "shm" && transport != "mpi") {
     return absl::InvalidArgumentError(
         absl::StrCat("--transport ", transport, " is not threads, shm or mpi"));
+  }
+  if (const std::string job_id = absl::GetFlag(FLAGS_job_id); !job_id.empty()) {
+    if (transport != "shm") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job_id ", job_id, " is for --transport shm, not ", transport));
+    }
+    if (absl::Status s = ValidateJobId(job_id); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
+    }
   }
   const int world = o.dp * o.tp * o.pp;
   if (transport == "shm" && std::getenv("LOOM_JOB_ID") == nullptr) {
@@ -188,7 +204,6 @@ absl::Status Run(int argc, char** argv, int* exit_code) {
   // groups of each mesh dimension.
   int rank = 0, size = world;
   GroupConnector connect;
-  std::unique_ptr<MpiSession> mpi;
   if (transport == "shm") {
     absl::StatusOr<ShmOptions> process = ShmOptionsFromEnvironment();
     if (!process.ok()) return process.status();
@@ -205,9 +220,9 @@ absl::Status Run(int argc, char** argv, int* exit_code) {
   } else if (transport == "mpi") {
     absl::StatusOr<std::unique_ptr<MpiSession>> session = MpiSession::Start(&argc, &argv);
     if (!session.ok()) return session.status();
-    mpi = std::move(*session);
-    rank = mpi->world_rank();
-    size = mpi->world_size();
+    *mpi = std::move(*session);
+    rank = (*mpi)->world_rank();
+    size = (*mpi)->world_size();
     // Each line of a dimension is an MPI_Comm_split of the world: the group number
     // is the color, the rank in the group the key.
     connect = [](absl::string_view, int group, int group_rank,
@@ -296,13 +311,15 @@ int main(int argc, char** argv) {
       "        [--dtype=f32|bf16]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"
-      "        [--transport=threads|shm|mpi]");
+      "        [--transport=threads|shm|mpi] [--job_id=ID]");
   absl::ParseCommandLine(argc, argv);
   int exit_code = 0;
-  const absl::Status status = loom::Run(argc, argv, &exit_code);
+  std::unique_ptr<loom::MpiSession> mpi;
+  const absl::Status status = loom::Run(argc, argv, &exit_code, &mpi);
   if (!status.ok()) {
-    std::cerr << "train: " << status.message() << "\n";
-    return 2;
+    std::cerr << "train: " << status.message() << "\n" << std::flush;
+    exit_code = 2;
   }
+  mpi.reset();  // MPI_Finalize, after this rank has said why it failed
   return exit_code;
 }
