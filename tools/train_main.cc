@@ -19,8 +19,8 @@
 
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -90,7 +90,8 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.pp = absl::GetFlag(FLAGS_pp);
   absl::StatusOr<PipelineScheduleKind> schedule =
       ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule));
-  if (!schedule.ok()) return absl::InvalidArgumentError(absl::StrCat("--schedule: ", schedule.status().message()));
+  if (!schedule.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--schedule: ", schedule.status().message()));
   o.schedule = *schedule;
   o.microbatches = absl::GetFlag(FLAGS_microbatches);
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
@@ -260,8 +261,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       "activations per rank: %d bytes, sent per rank per step: %d bytes, %.0f tokens/s\n",
       summary->final_loss, summary->uniform_loss, summary->entropy_rate,
       summary->peak_model_state_bytes_per_rank, summary->sharded_state_bytes_per_rank,
-      summary->disk_state_bytes_per_rank,
-      summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step, summary->tokens_per_second);
+      summary->disk_state_bytes_per_rank, summary->peak_activation_bytes_per_rank,
+      summary->comm_bytes_per_rank_per_step, summary->tokens_per_second);
   (void)exit_code;
   ReferenceComparison reference;
   double relative = 0;
@@ -269,9 +270,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     absl::StatusOr<ReferenceComparison> compared = CompareWithReference(o, *summary);
     if (!compared.ok()) return compared.status();
     reference = *compared;
-    relative = reference.max_abs_param > 0
-                   ? reference.max_abs_param_diff / reference.max_abs_param
-                   : reference.max_abs_param_diff;
+    relative = reference.max_abs_param > 0 ? reference.max_abs_param_diff / reference.max_abs_param
+                                           : reference.max_abs_param_diff;
     std::cout << absl::StrFormat(
         "reference (1 rank, same seed and batch): final loss %.4f, largest parameter "
         "difference %.3g (%.3g of the largest parameter)\n",
@@ -293,8 +293,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         absl::GetFlag(FLAGS_compare_reference)
             ? absl::StrFormat("%.9g", reference.max_abs_param_diff)
             : "null",
-        summary->peak_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
-        o.steps, summary->tokens_per_second);
+        summary->peak_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
+        summary->tokens_per_second);
     if (absl::Status s = WriteFile(path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }
