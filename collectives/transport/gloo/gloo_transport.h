@@ -16,21 +16,26 @@
 //   // comm->AllReduce(...) now runs Loom's algorithms over gloo's TCP pairs.
 //
 // HOW MESSAGES TRAVEL. Loom matches messages itself; gloo only moves bytes. Between
-// every two ranks gloo carries, in order, 64-byte envelopes (kind, Loom tag, size,
-// send id) on one slot and each envelope's payload on another (both slots under the
-// prefix 0x4C, clear of the prefixes 0x01..0x08 that gloo's own collectives use). One
-// thread per peer always has a receive of the next envelope posted, and receives
-// each payload into a buffer of the endpoint's own; one sender thread posts the
-// envelopes and payloads of this endpoint in order. So gloo never holds a pointer
-// into a caller's buffer:
+// every two ranks gloo carries frames on one slot: a 64-byte envelope (kind, Loom tag,
+// size, send id) followed by the payload when it is at most 256 KiB. Each rank keeps
+// four receives of frames posted per peer, so such a message is one gloo message that
+// lands at once. A larger payload follows its frame on a second slot, into a buffer
+// the receiver allocates when the frame arrives (gloo moves it after that round trip).
+// Both slots carry the prefix 0x4C, clear of the prefixes 0x01..0x08 that gloo's own
+// collectives use. The thread that posts a message hands it to gloo (under the
+// endpoint's lock, so the wire order is the posting order); one thread per peer
+// receives, and one frees messages gloo has sent. gloo never holds a pointer into a
+// caller's buffer:
 //   - Send copies the bytes. Up to `eager_bytes` it completes at once (buffered);
 //     a larger send completes when the receiver has matched it (its acknowledgement
 //     also carries a size mismatch back, so both sides fail, naming both sizes).
-//   - A matched receive copies (or combines) from the endpoint's buffer into the
-//     caller's under the endpoint's lock, all at once: a receive is either untouched
-//     or complete, so cancelling it at its deadline is exact.
+//   - A matched receive copies (or combines) from the frame or the payload buffer
+//     into the caller's under the endpoint's lock, all at once: a receive is either
+//     untouched or complete, so cancelling it at its deadline is exact.
 //   - Sends to oneself never touch gloo.
-// The cost is one extra copy on each side, and a round trip per large send.
+// The cost is one extra copy on each side, 1 MiB of posted frames per peer, and a
+// round trip for a payload above 256 KiB and for the acknowledgement of a send above
+// `eager_bytes`.
 //
 // WHERE GLOO FALLS SHORT of the contract, and what this backend does instead:
 //   - gloo cannot withdraw a message it is sending. A large send still pending at its
@@ -82,8 +87,10 @@ struct GlooOptions {
   std::string interface;
   // How long to wait for every rank to arrive at the store and connect.
   absl::Duration connect_timeout = absl::Seconds(30);
-  // Sends of at most this many bytes complete as soon as they are copied (buffered).
-  size_t eager_bytes = size_t{16} << 10;
+  // Sends of at most this many bytes complete as soon as they are copied (buffered);
+  // larger ones when the receiver has matched them. The default is the inline limit
+  // of a frame, so the pipelined algorithms' 256 KiB chunks never wait for a round trip.
+  size_t eager_bytes = size_t{256} << 10;
   // How long closing the endpoint waits for its queued messages (acknowledgements,
   // buffered sends, abort notices) to leave before giving up on them.
   absl::Duration close_grace = absl::Seconds(2);

@@ -40,16 +40,14 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_) threads_.emplace_back([this, peer] { ReceiveLoop(peer); });
   }
-  threads_.emplace_back([this] { SendLoop(); });
+  threads_.emplace_back([this] { CompleteSends(); });
 }
 
 Endpoint::~Endpoint() {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    // Acknowledgements, buffered sends and abort notices queued last still leave.
-    auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return outgoing_.empty() && !sending_;
-    };
+    // Acknowledgements, buffered sends and abort notices handed over last still leave.
+    auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
     changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.close_grace), flushed);
     closing_ = true;
     changed_.notify_all();
@@ -64,7 +62,8 @@ Endpoint::~Endpoint() {
     }
   }
   for (std::thread& thread : threads_) thread.join();
-  // Closing the pairs tells the peers' receivers that this rank is gone.
+  // Closing the pairs tells the peers' receivers that this rank is gone. Messages
+  // gloo never sent are freed after it (in_flight_ goes before context_).
   (void)GlooCall("closeConnections", [&] { context_->closeConnections(); });
 }
 
@@ -77,30 +76,16 @@ bool Endpoint::Track(size_t thread, gloo::transport::UnboundBuffer* buffer) {
 
 // --- The threads -------------------------------------------------------------------
 
-absl::StatusOr<bool> Endpoint::ReceiveOne(int peer, gloo::transport::UnboundBuffer& envelope_buffer,
-                                          const EnvelopeBytes& envelope_bytes, Envelope* envelope,
-                                          std::vector<std::byte>* payload) {
-  if (!Track(peer, &envelope_buffer)) return false;
-  bool completed = false;
-  absl::Status status = GlooCall(absl::StrCat("receive of an envelope from rank ", peer), [&] {
-    envelope_buffer.recv(peer, kEnvelopeSlot, 0, kEnvelopeBytes);
-    completed = envelope_buffer.waitRecv(nullptr, kForever);
-  });
-  Track(peer, nullptr);
-  if (!status.ok()) return status;
-  if (!completed) return false;
-  absl::StatusOr<Envelope> decoded = Decode(envelope_bytes);
-  if (!decoded.ok()) return decoded.status();
-  *envelope = *decoded;
-  payload->clear();
-  if (!envelope->HasPayload()) return true;
-  payload->resize(envelope->bytes);
+absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope,
+                                              std::vector<std::byte>* payload) {
+  payload->resize(envelope.bytes);
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-  status = GlooCall("createUnboundBuffer", [&] {
+  absl::Status status = GlooCall("createUnboundBuffer", [&] {
     buffer = context_->createUnboundBuffer(payload->data(), payload->size());
   });
   if (!status.ok()) return status;
   if (!Track(peer, buffer.get())) return false;
+  bool completed = false;
   status = GlooCall(absl::StrCat("receive of ", payload->size(), " bytes from rank ", peer), [&] {
     buffer->recv(peer, kPayloadSlot, 0, payload->size());
     completed = buffer->waitRecv(nullptr, kForever);
@@ -111,83 +96,89 @@ absl::StatusOr<bool> Endpoint::ReceiveOne(int peer, gloo::transport::UnboundBuff
 }
 
 void Endpoint::ReceiveLoop(int peer) {
-  EnvelopeBytes envelope_bytes{};
-  std::unique_ptr<gloo::transport::UnboundBuffer> envelope_buffer;
-  absl::Status status = GlooCall("createUnboundBuffer", [&] {
-    envelope_buffer = context_->createUnboundBuffer(envelope_bytes.data(), kEnvelopeBytes);
+  // kFramesPosted frames, each with a receive posted; gloo fills them in posting
+  // order, so frame n % kFramesPosted holds the n-th message from `peer`.
+  std::vector<std::vector<std::byte>> frames(kFramesPosted, std::vector<std::byte>(kFrameBytes));
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers(kFramesPosted);
+  absl::Status status = GlooCall(absl::StrCat("posting receives of frames from rank ", peer), [&] {
+    for (int i = 0; i < kFramesPosted; ++i) {
+      buffers[i] = context_->createUnboundBuffer(frames[i].data(), kFrameBytes);
+      buffers[i]->recv(peer, kEnvelopeSlot, 0, kFrameBytes);
+    }
   });
-  for (;;) {
+  for (uint64_t n = 0;; ++n) {
+    const size_t i = n % kFramesPosted;
     Envelope envelope;
-    std::vector<std::byte> payload;
-    absl::StatusOr<bool> received = false;
-    if (status.ok()) {
-      received = ReceiveOne(peer, *envelope_buffer, envelope_bytes, &envelope, &payload);
-      if (!received.ok()) status = received.status();
+    bool received = false;
+    if (status.ok() && Track(peer, buffers[i].get())) {
+      status = GlooCall(absl::StrCat("receive of a frame from rank ", peer),
+                        [&] { received = buffers[i]->waitRecv(nullptr, kForever); });
+      Track(peer, nullptr);
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    if (closing_ || (status.ok() && !*received)) return;
-    if (!status.ok()) {
-      FailPeer(peer, absl::Status(status.code(),
-                                  absl::StrCat("gloo rank ", rank_, ": connection to rank ", peer,
-                                               " lost: ", status.message())));
-      return;
+    if (status.ok() && received) {
+      absl::StatusOr<Envelope> decoded = Decode(frames[i]);
+      status = decoded.status();
+      if (decoded.ok()) envelope = *decoded;
     }
-    Deliver(peer, envelope, std::move(payload));
+    absl::Span<const std::byte> payload;
+    std::vector<std::byte> separate;  // a payload too large for the frame
+    if (status.ok() && received) {
+      if (envelope.PayloadInline()) {
+        payload = InlinePayload(frames[i], envelope);
+      } else if (envelope.HasPayload()) {
+        absl::StatusOr<bool> got = ReceivePayload(peer, envelope, &separate);
+        status = got.status();
+        received = got.ok() && *got;
+        payload = separate;
+      }
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (closing_ || (status.ok() && !received)) return;
+      if (!status.ok()) {
+        LoseConnection(peer, status);
+        return;
+      }
+      // A posted receive takes the payload straight from the frame.
+      Deliver(peer, envelope, payload);
+    }
+    // The frame is read: it goes back to the end of the line of posted receives.
+    status = GlooCall(absl::StrCat("posting a receive of a frame from rank ", peer),
+                      [&] { buffers[i]->recv(peer, kEnvelopeSlot, 0, kFrameBytes); });
   }
 }
 
-absl::Status Endpoint::SendOne(Outgoing& message) {
-  std::unique_ptr<gloo::transport::UnboundBuffer> envelope_buffer, payload_buffer;
-  absl::Status status = GlooCall("createUnboundBuffer", [&] {
-    envelope_buffer = context_->createUnboundBuffer(message.envelope.data(), kEnvelopeBytes);
-    if (!message.payload.empty()) {
-      payload_buffer =
-          context_->createUnboundBuffer(message.payload.data(), message.payload.size());
-    }
-  });
-  if (!status.ok()) return status;
-  if (!Track(size_, envelope_buffer.get()) || !Track(size_ + 1, payload_buffer.get())) {
-    Track(size_, nullptr);
-    return absl::OkStatus();  // Closing: the message is dropped.
-  }
-  status = GlooCall(
-      absl::StrCat("send of ", message.payload.size(), " bytes to rank ", message.peer), [&] {
-        envelope_buffer->send(message.peer, kEnvelopeSlot, 0, kEnvelopeBytes);
-        if (payload_buffer != nullptr) {
-          payload_buffer->send(message.peer, kPayloadSlot, 0, message.payload.size());
-        }
-        if (envelope_buffer->waitSend(nullptr, kForever) && payload_buffer != nullptr) {
-          payload_buffer->waitSend(nullptr, kForever);
-        }
-      });
-  Track(size_, nullptr);
-  Track(size_ + 1, nullptr);
-  return status;
-}
-
-void Endpoint::SendLoop() {
+void Endpoint::CompleteSends() {
   for (;;) {
-    Outgoing message;
+    Outgoing* message = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closing_ || !outgoing_.empty();
+        return closing_ || !in_flight_.empty();
       };
       changed_.wait(lock, ready);
       if (closing_) return;
-      message = std::move(outgoing_.front());
-      outgoing_.pop_front();
-      if (!peer_gone_[message.peer].ok()) continue;
-      sending_ = true;
+      message = in_flight_.front().get();  // only this thread removes it
+      waiting_on_[size_] = message->frame_buffer.get();
+      waiting_on_[size_ + 1] = message->payload_buffer.get();
     }
-    const absl::Status status = SendOne(message);
+    bool sent = false;
+    const absl::Status status = GlooCall(
+        absl::StrCat("send of ", message->payload.size(), " bytes to rank ", message->peer), [&] {
+          sent = message->frame_buffer->waitSend(nullptr, kForever);
+          if (sent && message->payload_buffer != nullptr) {
+            sent = message->payload_buffer->waitSend(nullptr, kForever);
+          }
+        });
     std::unique_lock<std::mutex> lock(mu_);
-    sending_ = false;
+    waiting_on_[size_] = nullptr;
+    waiting_on_[size_ + 1] = nullptr;
+    if (closing_) return;  // what gloo still holds is freed after closing its pairs
+    const int peer = message->peer;
+    in_flight_.pop_front();
     changed_.notify_all();
-    if (!status.ok() && !closing_) {
-      FailPeer(message.peer, absl::Status(status.code(),
-                                          absl::StrCat("gloo rank ", rank_, ": connection to rank ",
-                                                       message.peer, " lost: ", status.message())));
+    if (!status.ok()) {
+      LoseConnection(peer, status);
     }
   }
 }
@@ -207,17 +198,35 @@ void Endpoint::Finish(Op& op, absl::Status status) {
   changed_.notify_all();
 }
 
-void Endpoint::Post(int peer, const Envelope& envelope, std::vector<std::byte> payload) {
+void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::byte> payload) {
   if (peer == rank_) {
-    Deliver(rank_, envelope, std::move(payload));
+    Deliver(rank_, envelope, payload);
     return;
   }
   if (!peer_gone_[peer].ok()) return;
-  Outgoing message;
-  message.peer = peer;
-  message.envelope = Encode(envelope);
-  message.payload = std::move(payload);
-  outgoing_.push_back(std::move(message));
+  auto message = std::make_unique<Outgoing>();
+  message->peer = peer;
+  message->frame = Encode(envelope, payload);
+  const bool separate = envelope.HasPayload() && !envelope.PayloadInline();
+  if (separate) message->payload.assign(payload.begin(), payload.end());
+  // Handed to gloo here, under the lock: the order on the wire is the posting order,
+  // and nothing waits for another thread to pass the message on.
+  const absl::Status status =
+      GlooCall(absl::StrCat("send of ", envelope.bytes, " bytes to rank ", peer), [&] {
+        message->frame_buffer =
+            context_->createUnboundBuffer(message->frame.data(), message->frame.size());
+        message->frame_buffer->send(peer, kEnvelopeSlot, 0, message->frame.size());
+        if (separate) {
+          message->payload_buffer =
+              context_->createUnboundBuffer(message->payload.data(), message->payload.size());
+          message->payload_buffer->send(peer, kPayloadSlot, 0, message->payload.size());
+        }
+      });
+  if (!status.ok()) {
+    LoseConnection(peer, status);
+    return;
+  }
+  in_flight_.push_back(std::move(message));
   changed_.notify_all();
 }
 
@@ -246,7 +255,7 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
   envelope.send_id = id;
   envelope.wants_ack = data.size() > options_.eager_bytes;
   posted.waiting_ack = envelope.wants_ack;
-  Post(peer, envelope, std::vector<std::byte>(data.begin(), data.end()));
+  Post(peer, envelope, data);
   if (!envelope.wants_ack && !posted.done) Finish(posted, absl::OkStatus());  // Buffered.
   return Request{id};
 }
@@ -269,10 +278,10 @@ absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std:
   Op& posted = ops_.at(id);
   auto& arrivals = unexpected_[peer];
   for (auto it = arrivals.begin(); it != arrivals.end(); ++it) {
-    if (it->tag != tag) continue;
+    if (it->head.tag != tag) continue;
     Arrival arrival = std::move(*it);
     arrivals.erase(it);
-    Complete(posted, peer, arrival);
+    Complete(posted, peer, arrival.head, arrival.payload);
     return Request{id};
   }
   if (!peer_gone_[peer].ok()) {
@@ -285,47 +294,44 @@ absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std:
 
 // --- Matching ----------------------------------------------------------------------
 
-void Endpoint::Complete(Op& op, int source, Arrival& arrival) {
+void Endpoint::Complete(Op& op, int source, const Envelope& head,
+                        absl::Span<const std::byte> payload) {
   Envelope answer;
-  answer.tag = arrival.tag;
-  answer.send_id = arrival.send_id;
-  if (arrival.payload.size() != op.bytes) {
-    if (arrival.wants_ack) {
+  answer.tag = head.tag;
+  answer.send_id = head.send_id;
+  if (payload.size() != op.bytes) {
+    if (head.wants_ack) {
       answer.kind = Kind::kNack;
       answer.bytes = op.bytes;
       Post(source, answer, {});
     }
-    Finish(op, Mismatch(source, arrival.payload.size(), op.tag, rank_, op.bytes));
+    Finish(op, Mismatch(source, payload.size(), op.tag, rank_, op.bytes));
     return;
   }
   for (size_t offset = 0; offset < op.bytes; offset += kCombinePiece) {
-    op.combiner.Apply(op.recv_data + offset, arrival.payload.data() + offset, offset,
+    op.combiner.Apply(op.recv_data + offset, payload.data() + offset, offset,
                       std::min(kCombinePiece, op.bytes - offset));
   }
-  if (arrival.wants_ack) {
+  if (head.wants_ack) {
     answer.kind = Kind::kAck;
     Post(source, answer, {});
   }
   Finish(op, absl::OkStatus());
 }
 
-void Endpoint::Deliver(int source, const Envelope& envelope, std::vector<std::byte> payload) {
+void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const std::byte> payload) {
   switch (envelope.kind) {
     case Kind::kData: {
-      Arrival arrival;
-      arrival.tag = envelope.tag;
-      arrival.send_id = envelope.send_id;
-      arrival.wants_ack = envelope.wants_ack;
-      arrival.payload = std::move(payload);
       auto& receives = posted_[source];
       for (auto it = receives.begin(); it != receives.end(); ++it) {
         Op& op = ops_.at(*it);
         if (op.tag != envelope.tag) continue;
         receives.erase(it);
-        Complete(op, source, arrival);
+        Complete(op, source, envelope, payload);
         return;
       }
-      unexpected_[source].push_back(std::move(arrival));
+      unexpected_[source].push_back(
+          Arrival{envelope, std::vector<std::byte>(payload.begin(), payload.end())});
       return;
     }
     case Kind::kAck:
@@ -343,7 +349,7 @@ void Endpoint::Deliver(int source, const Envelope& envelope, std::vector<std::by
       auto& arrivals = unexpected_[source];
       arrivals.erase(std::remove_if(arrivals.begin(), arrivals.end(),
                                     [&](const Arrival& arrival) {
-                                      return arrival.send_id == envelope.send_id;
+                                      return arrival.head.send_id == envelope.send_id;
                                     }),
                      arrivals.end());
       return;
@@ -366,6 +372,12 @@ void Endpoint::FailPeer(int peer, const absl::Status& status) {
   }
 }
 
+void Endpoint::LoseConnection(int peer, const absl::Status& gloo_error) {
+  FailPeer(peer, absl::Status(gloo_error.code(),
+                              absl::StrCat("gloo rank ", rank_, ": connection to rank ", peer,
+                                           " lost: ", gloo_error.message())));
+}
+
 void Endpoint::Abort(const absl::Status& reason) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!aborted_.ok()) return;
@@ -378,9 +390,7 @@ void Endpoint::Abort(const absl::Status& reason) {
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     Post(peer, abort,
-         std::vector<std::byte>(
-             reinterpret_cast<const std::byte*>(message.data()),
-             reinterpret_cast<const std::byte*>(message.data()) + message.size()));
+         absl::MakeConstSpan(reinterpret_cast<const std::byte*>(message.data()), message.size()));
   }
   for (auto& receives : posted_) receives.clear();
   for (auto& [id, op] : ops_) {

@@ -1,8 +1,10 @@
 // Endpoint: one rank's gloo Transport (the protocol is described in
-// gloo_transport.h). It owns a connected gloo context, one receiver thread per peer
-// (each always has the next envelope's receive posted, so gloo's sends never wait on
-// the application) and one sender thread that posts this endpoint's outgoing
-// messages in order. All matching happens under one lock, in Deliver.
+// gloo_transport.h). It owns a connected gloo context and one receiver thread per
+// peer, which keeps kFramesPosted receives of frames posted, so a peer's small
+// messages land at once and gloo's sends never wait on the application. Messages are
+// handed to gloo by the thread that posts them, under the endpoint's lock (so their
+// order on the wire is the posting order); one completion thread waits for gloo to
+// finish sending each and frees it. All matching happens under that lock, in Deliver.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 #define LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 
@@ -31,6 +33,11 @@
 
 namespace loom {
 namespace gloo_internal {
+
+// Receives of frames each receiver thread keeps posted: a peer can send this many
+// messages of up to kInlineBytes back to back before one of them waits for this
+// rank's thread. They hold kFramesPosted x kFrameBytes (1 MiB) per peer.
+inline constexpr int kFramesPosted = 4;
 
 // gloo slots of the two per-pair streams: prefix 0x4C ("L") in the top byte, as
 // gloo::Slot::build would make it, clear of gloo's collectives (0x01..0x08).
@@ -75,38 +82,43 @@ class Endpoint final : public Transport {
 
   // A message that arrived before a receive for it was posted.
   struct Arrival {
-    Tag tag = 0;
-    uint64_t send_id = 0;
-    bool wants_ack = false;
+    Envelope head;
     std::vector<std::byte> payload;
   };
 
+  // A message handed to gloo, kept until gloo has sent it.
   struct Outgoing {
     int peer = 0;
-    EnvelopeBytes envelope;
-    std::vector<std::byte> payload;
+    std::vector<std::byte> frame;    // head and inline payload
+    std::vector<std::byte> payload;  // when it does not fit in the frame
+    std::unique_ptr<gloo::transport::UnboundBuffer> frame_buffer, payload_buffer;
   };
 
   void ReceiveLoop(int peer);
-  void SendLoop();
-  // Receives one envelope (and its payload) from `peer` into the arguments; false
-  // once closing aborted the wait; a status when gloo failed.
-  absl::StatusOr<bool> ReceiveOne(int peer, gloo::transport::UnboundBuffer& envelope_buffer,
-                                  const EnvelopeBytes& envelope_bytes, Envelope* envelope,
-                                  std::vector<std::byte>* payload);
-  absl::Status SendOne(Outgoing& message);
+  void CompleteSends();
+  // Receives the payload that follows `envelope` from `peer`, when it is not inline;
+  // false once closing aborted the wait; a status when gloo failed.
+  absl::StatusOr<bool> ReceivePayload(int peer, const Envelope& envelope,
+                                      std::vector<std::byte>* payload);
 
-  // Post queues a message to `peer`, or delivers it at once when it is this rank.
-  void Post(int peer, const Envelope& envelope, std::vector<std::byte> payload)
+  // Post hands a message to gloo for `peer`, or delivers it at once when it is this
+  // rank; a gloo failure fails the peer.
+  void Post(int peer, const Envelope& envelope, absl::Span<const std::byte> payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deliver(int source, const Envelope& envelope, std::vector<std::byte> payload)
+  // Deliver matches a message from `source` (its payload is read during the call only:
+  // it is copied when no receive is posted for it yet).
+  void Deliver(int source, const Envelope& envelope, absl::Span<const std::byte> payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Complete finishes receive `op` with `arrival` from `source` (copy or combine, or
-  // fail on a size mismatch) and answers the sender if it waits for that.
-  void Complete(Op& op, int source, Arrival& arrival) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Complete finishes receive `op` with the message `head` + `payload` from `source`
+  // (copy or combine, or fail on a size mismatch) and answers the sender if it waits
+  // for that.
+  void Complete(Op& op, int source, const Envelope& head, absl::Span<const std::byte> payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(Op& op, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailPeer fails every unfinished op with `peer` and every later one.
   void FailPeer(int peer, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LoseConnection fails `peer` after gloo failed moving bytes to or from it.
+  void LoseConnection(int peer, const absl::Status& gloo_error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NewOp(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers `buffer` as the one `thread` waits on, so that closing can abort it;
   // false when the endpoint is closing already.
@@ -121,19 +133,21 @@ class Endpoint final : public Transport {
   // ThreadSanitizer annotations, so TSan could not see absl::Mutex's happens-before
   // edges (it reported false races on Await's condition); pthread is intercepted.
   std::mutex mu_;
-  // Signalled on every change of state: an op finished, a message queued or sent,
-  // closing begun.
+  // Signalled on every change of state: an op finished, a message handed to gloo or
+  // sent, closing begun.
   std::condition_variable changed_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Op> ops_ ABSL_GUARDED_BY(mu_);
   std::vector<std::deque<uint64_t>> posted_ ABSL_GUARDED_BY(mu_);     // by peer, in order
   std::vector<std::deque<Arrival>> unexpected_ ABSL_GUARDED_BY(mu_);  // by peer, in order
   std::vector<absl::Status> peer_gone_ ABSL_GUARDED_BY(mu_);          // by peer
-  std::deque<Outgoing> outgoing_ ABSL_GUARDED_BY(mu_);
-  bool sending_ ABSL_GUARDED_BY(mu_) = false;  // the sender thread holds a message
+  // Handed to gloo and not yet sent, oldest first (the completion thread waits on
+  // the front).
+  std::deque<std::unique_ptr<Outgoing>> in_flight_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  // The gloo buffer each thread waits on (receivers by peer, the sender last).
+  // The gloo buffer each thread waits on (receivers by peer; the completion thread's
+  // frame and payload last).
   std::vector<gloo::transport::UnboundBuffer*> waiting_on_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
 };

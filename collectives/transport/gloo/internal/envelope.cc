@@ -1,5 +1,6 @@
 #include "collectives/transport/gloo/internal/envelope.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -7,7 +8,7 @@
 namespace loom {
 namespace gloo_internal {
 
-EnvelopeBytes Encode(const Envelope& envelope) {
+std::vector<std::byte> Encode(const Envelope& envelope, absl::Span<const std::byte> payload) {
   const uint64_t words[8] = {static_cast<uint64_t>(envelope.kind),
                              envelope.tag,
                              envelope.bytes,
@@ -16,15 +17,23 @@ EnvelopeBytes Encode(const Envelope& envelope) {
                              0,
                              0,
                              0};
-  static_assert(sizeof(words) == kEnvelopeBytes);
-  EnvelopeBytes out;
-  std::memcpy(out.data(), words, kEnvelopeBytes);
-  return out;
+  static_assert(sizeof(words) == kHeadBytes);
+  std::vector<std::byte> frame(FrameBytes(envelope));
+  std::memcpy(frame.data(), words, kHeadBytes);
+  if (envelope.PayloadInline()) {
+    std::memcpy(frame.data() + kHeadBytes, payload.data(),
+                std::min(payload.size(), envelope.bytes));
+  }
+  return frame;
 }
 
-absl::StatusOr<Envelope> Decode(const EnvelopeBytes& bytes) {
+absl::StatusOr<Envelope> Decode(absl::Span<const std::byte> frame) {
+  if (frame.size() < kHeadBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: a frame of ", frame.size(), " bytes is shorter than its head"));
+  }
   uint64_t words[8];
-  std::memcpy(words, bytes.data(), kEnvelopeBytes);
+  std::memcpy(words, frame.data(), kHeadBytes);
   if (words[0] < static_cast<uint64_t>(Kind::kData) ||
       words[0] > static_cast<uint64_t>(Kind::kAbort)) {
     return absl::InvalidArgumentError(absl::StrCat("gloo: unknown envelope kind ", words[0]));
@@ -35,6 +44,11 @@ absl::StatusOr<Envelope> Decode(const EnvelopeBytes& bytes) {
   envelope.bytes = words[2];
   envelope.send_id = words[3];
   envelope.wants_ack = words[4] != 0;
+  if (frame.size() < FrameBytes(envelope)) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo: a frame of ", frame.size(),
+                                                   " bytes cannot hold its ", envelope.bytes,
+                                                   " bytes of inline payload"));
+  }
   return envelope;
 }
 

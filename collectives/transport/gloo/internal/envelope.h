@@ -1,27 +1,39 @@
-// Envelope: the fixed 64-byte head of every message of the gloo transport
-// (gloo_transport.h, "How messages travel"). It carries the Loom tag and size, which
-// gloo's slots do not, and the acknowledgements that let a large send learn of its
-// receiver's match or size mismatch. A payload, when `bytes` says there is one for
-// its kind, follows as a separate gloo message.
+// Envelope: the head of every message of the gloo transport (gloo_transport.h, "How
+// messages travel"). It carries the Loom tag and size, which gloo's slots do not, and
+// the acknowledgements that let a large send learn of its receiver's match or size
+// mismatch. Every envelope travels in a frame: a 64-byte head, then up to
+// kInlineBytes of payload inline, so such a message is one gloo message into a
+// receive of kFrameBytes the peer posted long before (gloo lets a message be shorter
+// than the receive it lands in). A larger payload follows its frame as a separate
+// gloo message on the payload slot, which costs a round trip: gloo moves it only once
+// the receiver has posted a receive of its size.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENVELOPE_H_
 #define LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENVELOPE_H_
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/transport/transport.h"
 
 namespace loom {
 namespace gloo_internal {
 
+// Inline payloads go up to the Communicator's default pipeline chunk (256 KiB), so
+// the chunks of ring, tree and the other pipelined algorithms travel without the
+// round trip. A receiver keeps kFramesPosted frames per peer posted (endpoint.h).
+inline constexpr size_t kHeadBytes = 64;
+inline constexpr size_t kInlineBytes = size_t{256} << 10;
+inline constexpr size_t kFrameBytes = kHeadBytes + kInlineBytes;
+
 enum class Kind : uint64_t {
-  kData = 1,      // tag, bytes, send_id, wants_ack; `bytes` of payload follow
+  kData = 1,      // tag, bytes, send_id, wants_ack; `bytes` of payload
   kAck = 2,       // send_id was matched by a receive of its size
   kNack = 3,      // send_id was matched by a receive of `bytes` bytes (a mismatch)
   kWithdraw = 4,  // the sender gave send_id up at its deadline: drop it if unmatched
-  kAbort = 5,     // the sender aborted; `bytes` of reason text follow
+  kAbort = 5,     // the sender aborted; `bytes` of reason text
 };
 
 struct Envelope {
@@ -31,18 +43,31 @@ struct Envelope {
   uint64_t send_id = 0;
   bool wants_ack = false;
 
-  // HasPayload: whether a payload message of `bytes` bytes follows this envelope.
+  // HasPayload: whether `bytes` bytes of payload belong to this envelope.
   bool HasPayload() const { return (kind == Kind::kData || kind == Kind::kAbort) && bytes > 0; }
+  // PayloadInline: the payload rides in the frame (else it follows on its own).
+  bool PayloadInline() const { return HasPayload() && bytes <= kInlineBytes; }
 };
 
-inline constexpr size_t kEnvelopeBytes = 64;
-using EnvelopeBytes = std::array<std::byte, kEnvelopeBytes>;
+// FrameBytes: the length of `envelope`'s frame on the wire, head and inline payload.
+inline size_t FrameBytes(const Envelope& envelope) {
+  return kHeadBytes + (envelope.PayloadInline() ? envelope.bytes : 0);
+}
 
-// Encode returns the wire form of `envelope`.
-EnvelopeBytes Encode(const Envelope& envelope);
+// Encode returns `envelope`'s frame: the head and, when its payload goes inline,
+// `payload` (envelope.bytes bytes) after it.
+std::vector<std::byte> Encode(const Envelope& envelope, absl::Span<const std::byte> payload);
 
-// Decode reads an envelope; InvalidArgument for an unknown kind (naming it).
-absl::StatusOr<Envelope> Decode(const EnvelopeBytes& bytes);
+// Decode reads the head of a frame (at least kHeadBytes); InvalidArgument for an
+// unknown kind (naming it) or a frame shorter than its head says.
+absl::StatusOr<Envelope> Decode(absl::Span<const std::byte> frame);
+
+// InlinePayload: the payload inside a decoded frame; empty when it is not inline.
+inline absl::Span<const std::byte> InlinePayload(absl::Span<const std::byte> frame,
+                                                 const Envelope& envelope) {
+  return envelope.PayloadInline() ? frame.subspan(kHeadBytes, envelope.bytes)
+                                  : absl::Span<const std::byte>();
+}
 
 }  // namespace gloo_internal
 }  // namespace loom
