@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
@@ -120,12 +121,72 @@ TEST_P(ShmKillTest, KilledRankFailsItsPeersPromptly) {
   for (int rank : {0, 2}) {
     // Either it saw rank 1 die, or the other survivor aborted because it did.
     EXPECT_THAT(results[rank],
-                StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shm rank 1 (pid ")))
+                StatusIs(absl::StatusCode::kUnavailable, HasSubstr("world rank 1 (pid ")))
         << "rank " << rank;
   }
   EXPECT_THAT(results[1],
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
   EXPECT_THAT(harness.last_leftovers(), IsEmpty());
+}
+
+// Three ranks exchange messages; rank 1 stops itself (SIGSTOP), alive but silent.
+// Ranks 0 and 2 must fail with Unavailable naming world rank 1 as unresponsive
+// within the heartbeat timeout plus a margin, long before their 60 s deadline.
+// Rank 0 then kills the stopped rank (its pid is in memory shared before the fork).
+TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
+  constexpr absl::Duration kHeartbeat = absl::Seconds(1);
+  constexpr absl::Duration kDeadline = absl::Seconds(60);
+  auto* stopped_pid = static_cast<std::atomic<pid_t>*>(
+      mmap(nullptr, sizeof(std::atomic<pid_t>), PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(stopped_pid, MAP_FAILED);
+  new (stopped_pid) std::atomic<pid_t>(0);
+  ShmHarnessOptions options;
+  options.transport.heartbeat_timeout = kHeartbeat;
+  options.timeout = absl::Seconds(30);
+  ShmHarness harness(options);
+  const std::vector<absl::Status> results = harness.Run(3, [&](Transport& t) -> absl::Status {
+    std::vector<std::vector<std::byte>> out(3), in(3, std::vector<std::byte>(64));
+    for (int peer = 0; peer < 3; ++peer) out[peer] = Payload(t.rank(), peer, 0, 64);
+    absl::Status status;
+    absl::Duration noticed_after;
+    for (int iteration = 0; iteration < 100000 && status.ok(); ++iteration) {
+      std::vector<Request> requests;
+      for (int peer = 0; peer < 3; ++peer) {
+        if (peer == t.rank()) continue;
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, iteration, AsWritableBytes(in[peer])));
+        LOOM_ASSIGN_OR_RETURN(Request s, t.Send(peer, iteration, AsBytes(out[peer])));
+        requests.push_back(r);
+        requests.push_back(s);
+      }
+      if (t.rank() == 1 && iteration == 20) {
+        stopped_pid->store(getpid());
+        raise(SIGSTOP);
+      }
+      const absl::Time wait_start = absl::Now();
+      status = t.Wait(requests, wait_start + kDeadline);
+      noticed_after = absl::Now() - wait_start;
+    }
+    if (status.ok()) return absl::InternalError("rank 1 never stopped");
+    t.Abort(status);
+    if (t.rank() == 0) kill(stopped_pid->load(), SIGKILL);
+    if (noticed_after < kHeartbeat / 2 || noticed_after > kHeartbeat + absl::Seconds(4)) {
+      return absl::InternalError(absl::StrCat("noticed after ", absl::FormatDuration(noticed_after),
+                                              ": ", status.ToString()));
+    }
+    return status;
+  });
+  for (int rank : {0, 2}) {
+    // Either it saw rank 1 go silent, or the other survivor aborted because it did.
+    EXPECT_THAT(results[rank], StatusIs(absl::StatusCode::kUnavailable,
+                                        AllOf(HasSubstr("world rank 1 (pid "),
+                                              HasSubstr("stopped responding"))))
+        << "rank " << rank;
+  }
+  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("T, stopped")));
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
+  EXPECT_THAT(harness.last_leftovers(), IsEmpty());
+  munmap(stopped_pid, sizeof(std::atomic<pid_t>));
 }
 
 // A rank SIGKILLed while it waits in connect leaves its segment behind, its

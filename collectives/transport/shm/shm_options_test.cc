@@ -70,7 +70,7 @@ TEST_F(EnvironmentTest, NamesTheMalformedValue) {
   Set("job/../etc", "0", "1");
   EXPECT_THAT(ShmOptionsFromEnvironment(),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("LOOM_JOB_ID='job/../etc' must match [A-Za-z0-9_-]{1,64}")));
+                       HasSubstr("LOOM_JOB_ID='job/../etc' must match [A-Za-z0-9_.-]{1,96}")));
 }
 
 ShmOptions Valid() {
@@ -84,7 +84,7 @@ ShmOptions Valid() {
 TEST(ConnectShmTransportTest, RejectsBadOptionsBeforeTouchingSharedMemory) {
   ShmOptions options = Valid();
   for (const std::string& bad :
-       std::vector<std::string>{"", "a.b", "a b", "a/b", std::string(65, 'x')}) {
+       std::vector<std::string>{"", "a b", "a/b", std::string(97, 'x')}) {
     options.job_id = bad;
     EXPECT_THAT(
         ConnectShmTransport(options),
@@ -124,6 +124,15 @@ TEST(ConnectShmTransportTest, RejectsBadOptionsBeforeTouchingSharedMemory) {
   EXPECT_THAT(
       ConnectShmTransport(options),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("connect_timeout=0 is not positive")));
+  options = Valid();
+  options.heartbeat_timeout = absl::Milliseconds(50);
+  EXPECT_THAT(ConnectShmTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("heartbeat_timeout 50ms is below 200ms")));
+  options = Valid();
+  options.world_rank = -2;
+  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     HasSubstr("world_rank=-2 is below -1")));
 }
 
 TEST(ShmSegmentsTest, PrefixFollowsTheConvention) {

@@ -70,7 +70,7 @@ class ShmEndpoint final : public Transport {
   }
   void RingNews();
   void CheckPeers();
-  void FailPeer(int peer, const absl::Status& status, bool dead);
+  void FailPeer(int peer, const absl::Status& status, PeerFault fault);
   void HandleAbort();
   void CancelUnfinished(absl::Span<Operation* const> ops, absl::Time deadline);
 

@@ -164,8 +164,8 @@ bool Inbox::Match(Operation* op, const MessageDescriptor& descriptor, const std:
         const bool died =
             copied.code() == absl::StatusCode::kUnavailable || !ProcessAlive(peer_.pid);
         op->Finish(
-            died ? absl::UnavailableError(absl::StrCat("shm rank ", peer_.rank, " (pid ", peer_.pid,
-                                                       ") died: ", copied.message()))
+            died ? absl::UnavailableError(absl::StrCat("shm: ", DescribePeer(peer_.identity),
+                                                       " died: ", copied.message()))
                  : absl::Status(copied.code(),
                                 absl::StrCat("shm rank ", op->self, ": ", op->Describe(), ": ",
                                              copied.message())));

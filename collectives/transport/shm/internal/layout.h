@@ -27,7 +27,7 @@ namespace shm_internal {
 // "LOOMSHM1", little-endian; written last when a segment is ready.
 inline constexpr uint64_t kSegmentMagic = 0x314d48534d4f4f4cULL;
 // Bumped whenever anything below changes, so that mismatched builds refuse to talk.
-inline constexpr uint32_t kLayoutVersion = 5;
+inline constexpr uint32_t kLayoutVersion = 6;
 inline constexpr int kMaxWorldSize = 256;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
@@ -42,6 +42,7 @@ inline constexpr uint32_t kCellsPerChannel = 16;
 // sender filling one while the receiver drains another.
 inline constexpr uint32_t kChunksPerChannel = 8;
 inline constexpr size_t kAbortMessageBytes = 512;
+inline constexpr size_t kHostNameBytes = 64;
 
 // ConnectPhase is how far a rank has come in ConnectShmTransport (header.phase).
 enum class ConnectPhase : uint32_t {
@@ -57,6 +58,9 @@ struct RankHeader {
   uint32_t layout_version;
   int32_t rank;
   int32_t world_size;
+  // Who this process is in the whole job (its rank may be group-local), for errors.
+  int32_t world_rank;
+  char host[kHostNameBytes];
   uint32_t copy_mode;  // ShmOptions::CopyMode.
   uint64_t eager_bytes;
   uint64_t staging_bytes;
@@ -68,6 +72,11 @@ struct RankHeader {
   // until the endpoint closes; robust, so that the kernel marks it when the process
   // dies (see liveness.h).
   alignas(kCacheLineBytes) pthread_mutex_t liveness;
+  // CLOCK_MONOTONIC nanoseconds of the holder thread's last beat (heartbeat.h), every
+  // heartbeat_interval_ns; a peer whose beat is older than its heartbeat timeout is
+  // alive but not running (stopped, frozen).
+  alignas(kCacheLineBytes) std::atomic<int64_t> heartbeat_ns;
+  int64_t heartbeat_interval_ns;
 
   alignas(kCacheLineBytes) std::atomic<uint32_t> phase;  // ConnectPhase.
   std::atomic<uint32_t> attach_count;  // Ranks (this one included) that mapped the segment.
@@ -95,6 +104,14 @@ inline void WriteMessage(char (&field)[kAbortMessageBytes], absl::string_view me
   const size_t bytes = std::min(message.size(), kAbortMessageBytes - 1);
   std::memcpy(field, message.data(), bytes);
   field[bytes] = '\0';
+}
+inline void WriteHostName(char (&field)[kHostNameBytes], absl::string_view host) {
+  const size_t bytes = std::min(host.size(), kHostNameBytes - 1);
+  std::memcpy(field, host.data(), bytes);
+  field[bytes] = '\0';
+}
+inline std::string ReadHostName(const char (&field)[kHostNameBytes]) {
+  return std::string(field, strnlen(field, kHostNameBytes));
 }
 inline std::string ReadMessage(const char (&field)[kAbortMessageBytes]) {
   return std::string(field, strnlen(field, kAbortMessageBytes));
