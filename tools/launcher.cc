@@ -38,7 +38,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "collectives/transport/peer_failure.h"
 #include "core/status_macros.h"
+#include "tools/internal/janitor.h"
+#include "tools/job_files.h"
 
 extern char** environ;
 
@@ -57,7 +60,8 @@ constexpr absl::Duration kWaitAfterSigkill = absl::Seconds(10);
 constexpr char kShmDir[] = "/dev/shm";
 
 constexpr absl::string_view kLoomEnvNames[] = {
-    "LOOM_JOB_ID", "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK", "LOOM_LOCAL_WORLD_SIZE",
+    "LOOM_JOB_ID",     "LOOM_RANK",    "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK",
+    "LOOM_LOCAL_WORLD_SIZE", "LOOM_JOB_DIR",
 };
 
 // Shared with OnSignal(), which may run on any thread: one flag per signal, and the
@@ -371,9 +375,19 @@ class Job {
     result_.ranks.resize(options.num_ranks);
     for (int64_t rank = 0; rank < options.num_ranks; ++rank) result_.ranks[rank].rank = rank;
     reaped_.assign(options.num_ranks, true);
+    signals_sent_.assign(options.num_ranks, 0);
   }
 
   absl::StatusOr<LaunchResult> Run(const std::string& path) {
+    // The job directory, and a janitor that removes it (and the job's segments)
+    // should this process be killed before it can.
+    LOOM_ASSIGN_OR_RETURN(job_dir_, CreateJobDirectory(result_.job_id));
+    absl::StatusOr<Janitor> janitor =
+        StartJanitor(job_dir_, absl::StrCat("loom.", result_.job_id, "."));
+    if (!janitor.ok()) {
+      RemoveJobFiles(result_.job_id).IgnoreError();
+      return janitor.status();
+    }
     SignalScope signals;
     LOOM_RETURN_IF_ERROR(signals.Install(options_.forward_signals));
     const Clock::time_point deadline = options_.timeout == absl::ZeroDuration()
@@ -386,7 +400,12 @@ class Job {
       Escalate(Clock::now());
     }
     Supervise(signals, deadline);
+    NameFirstFailure();
     CleanUpShm();
+    if (absl::Status removed = RemoveJobFiles(result_.job_id); !removed.ok()) {
+      result_.shm_cleanup_errors.emplace_back(removed.message());
+    }
+    janitor->Finish();
     if (!spawned.ok()) return spawned;
     return std::move(result_);
   }
@@ -411,6 +430,7 @@ class Job {
       env.push_back(absl::StrCat("LOOM_WORLD_SIZE=", options_.num_ranks));
       env.push_back(absl::StrCat("LOOM_LOCAL_RANK=", rank));
       env.push_back(absl::StrCat("LOOM_LOCAL_WORLD_SIZE=", options_.num_ranks));
+      env.push_back(absl::StrCat("LOOM_JOB_DIR=", job_dir_));
       const std::vector<char*> envp = CStrings(env);
       absl::StatusOr<pid_t> pid = SpawnRank(path, argv, envp, dev_null.get(), signals);
       if (!pid.ok()) {
@@ -429,7 +449,10 @@ class Job {
       Reap();
       HandleSignals();
       const Clock::time_point now = Clock::now();
-      if (!stopping_ && result_.first_failed_rank.has_value()) BeginStop(now, SIGTERM);
+      if (!stopping_ && failure_seen_) {
+        stop_for_failure_ = true;
+        BeginStop(now, SIGTERM);
+      }
       if (!stopping_ && now >= deadline) {
         result_.timed_out = true;
         BeginStop(now, SIGTERM);
@@ -475,11 +498,68 @@ class Job {
     rank_exit.end = end;
     rank_exit.exit_code = exit_code;
     rank_exit.signal = sig;
+    rank_exit.ended_at = absl::Now();
+    // Stopped by launch: it died of a signal launch sent it, or exited once signaled.
+    // A rank that died of SIGKILL while launch had sent only SIGTERM was killed by
+    // someone else (its zombie was signaled before launch reaped it).
+    const uint64_t sent = signals_sent_[rank];
+    rank_exit.stopped_by_launcher =
+        end == RankEnd::kSignaled ? (sig < 64 && (sent & (uint64_t{1} << sig)) != 0) : sent != 0;
     reaped_[rank] = true;
     --num_live_;
-    if (!rank_exit.ok() && !stopping_ && !result_.first_failed_rank.has_value()) {
-      result_.first_failed_rank = rank;
+    if (!rank_exit.ok() && !stopping_) failure_seen_ = true;
+  }
+
+  // NameFirstFailure picks the failure that came first, by time, among: ranks that
+  // reported a failure of their own; ranks that ended badly, unreported, not stopped
+  // by launch; ranks that a peer reported dead or silent. Ranks that failed because a
+  // peer had are never the cause. After a signal or the deadline stopped the job,
+  // only what came before it counts.
+  void NameFirstFailure() {
+    struct Candidate {
+      int64_t rank;
+      absl::Time when;
+      std::string what;
+      bool unresponsive;
+    };
+    std::vector<Candidate> candidates;
+    const int64_t n = options_.num_ranks;
+    for (const RankReport& report : ReadRankReports(job_dir_)) {
+      if (report.rank < 0 || report.rank >= n) continue;
+      RankExit& reporter = result_.ranks[report.rank];
+      reporter.message = report.message;
+      if (report.caused_by_peer() && report.peer_rank < n && report.peer_rank != report.rank) {
+        reporter.note = absl::StrCat("after world rank ", report.peer_rank, " ", report.peer_fault);
+        RankExit& blamed = result_.ranks[report.peer_rank];
+        const bool unresponsive = report.peer_fault == PeerFaultName(PeerFault::kUnresponsive);
+        if (unresponsive && blamed.note.empty()) blamed.note = "stopped responding";
+        candidates.push_back(
+            {report.peer_rank, report.when,
+             unresponsive ? absl::StrCat("stopped responding (reported by rank ", report.rank,
+                                         ": ", report.message, ")")
+                          : blamed.Describe(),
+             unresponsive});
+      } else if (!reporter.ok()) {
+        candidates.push_back({report.rank, report.when,
+                              absl::StrCat(reporter.Describe(), ": ", report.message), false});
+      }
     }
+    for (const RankExit& rank : result_.ranks) {
+      if (rank.ok() || rank.stopped_by_launcher || !rank.message.empty()) continue;
+      candidates.push_back({rank.rank, rank.ended_at, rank.Describe(), false});
+    }
+    const Candidate* first = nullptr;
+    for (const Candidate& candidate : candidates) {
+      if (stopping_ && !stop_for_failure_ && candidate.when >= stop_began_at_) continue;
+      if (first == nullptr || candidate.when < first->when ||
+          (candidate.when == first->when && candidate.rank < first->rank)) {
+        first = &candidate;
+      }
+    }
+    if (first == nullptr) return;
+    result_.first_failed_rank = first->rank;
+    result_.first_failure = first->what;
+    result_.first_failure_unresponsive = first->unresponsive;
   }
 
   void HandleSignals() {
@@ -500,6 +580,7 @@ class Job {
   // follows so that a stopped rank (SIGSTOP, SIGTSTP) acts on it within the grace.
   void BeginStop(Clock::time_point now, int sig) {
     stopping_ = true;
+    stop_began_at_ = absl::Now();
     kill_at_ = After(now, options_.grace);
     SignalLive(sig);
     SignalLive(SIGCONT);
@@ -518,7 +599,7 @@ class Job {
     for (int64_t rank = 0; rank < options_.num_ranks; ++rank) {
       if (reaped_[rank]) continue;
       RankExit& rank_exit = result_.ranks[rank];
-      rank_exit.stopped_by_launcher = true;
+      if (sig < 64) signals_sent_[rank] |= uint64_t{1} << sig;
       if (kill(-rank_exit.pid, sig) != 0 && errno == ESRCH) kill(rank_exit.pid, sig);
     }
   }
@@ -535,9 +616,17 @@ class Job {
 
   const LaunchOptions& options_;
   LaunchResult result_;
+  std::string job_dir_;
   std::vector<bool> reaped_;
+  // Per rank, bit s: launch sent it signal s.
+  std::vector<uint64_t> signals_sent_;
   int64_t num_live_ = 0;
+  // A rank ended badly before launch began stopping the job.
+  bool failure_seen_ = false;
   bool stopping_ = false;
+  // Launch stopped the job because a rank failed (not for a signal or the deadline).
+  bool stop_for_failure_ = false;
+  absl::Time stop_began_at_ = absl::InfiniteFuture();
   bool killed_ = false;
   Clock::time_point kill_at_ = Clock::time_point::max();
   Clock::time_point give_up_at_ = Clock::time_point::max();
@@ -580,7 +669,12 @@ std::string RankExit::Describe() const {
 
 int LaunchResult::ExitCode() const {
   if (timed_out) return kTimedOutExitCode;
-  if (first_failed_rank.has_value()) return ranks[*first_failed_rank].ExitStatus();
+  if (first_failed_rank.has_value()) {
+    const RankExit& first = ranks[*first_failed_rank];
+    // A silent rank launch had to stop: its SIGTERM is not what failed the job.
+    if (first_failure_unresponsive && (first.stopped_by_launcher || first.ok())) return 1;
+    return first.ExitStatus();
+  }
   if (received_signal != 0) return 128 + received_signal;
   for (const RankExit& rank : ranks) {
     if (!rank.ok()) return rank.ExitStatus();
@@ -598,7 +692,9 @@ std::string Describe(const LaunchResult& result) {
                       "; stopped every rank\n");
     } else if (result.first_failed_rank.has_value()) {
       const RankExit& first = result.ranks[*result.first_failed_rank];
-      absl::StrAppend(&out, "launch: rank ", first.rank, " (pid ", first.pid, ") ", first.Describe(), "\n");
+      absl::StrAppend(&out, "launch: rank ", first.rank, " (pid ", first.pid, ") ",
+                      result.first_failure.empty() ? first.Describe() : result.first_failure,
+                      "\n");
     }
     if (result.received_signal != 0) {
       absl::StrAppend(&out, "launch: received ", SignalName(result.received_signal),
@@ -607,6 +703,7 @@ std::string Describe(const LaunchResult& result) {
     absl::StrAppend(&out, "launch: ranks of job ", result.job_id, ":\n");
     for (const RankExit& rank : result.ranks) {
       absl::StrAppend(&out, "launch:   rank ", rank.rank, " (pid ", rank.pid, "): ", rank.Describe(),
+                      rank.note.empty() ? "" : ", ", rank.note,
                       rank.stopped_by_launcher ? ", stopped by launch" : "", "\n");
     }
   }

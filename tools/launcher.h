@@ -7,11 +7,15 @@
 //   LOOM_WORLD_SIZE        N
 //   LOOM_LOCAL_RANK        = LOOM_RANK (every rank is on this host)
 //   LOOM_LOCAL_WORLD_SIZE  = N
+//   LOOM_JOB_DIR           the job's directory (job_files.h), removed when it ends
 // in their environment. It forwards SIGINT, SIGTERM and SIGHUP to every rank. When a
 // rank exits non-zero or is killed by a signal, or the job's deadline passes, it stops
 // the others: SIGTERM to each rank's process group, SIGKILL once the grace period is
-// over. When every rank has ended it unlinks the job's leftover shared-memory segments,
-// which the shm transport names /dev/shm/loom.<job_id>.<suffix>. Ranks inherit stdout,
+// over. When every rank has ended it names the first failure by time (ranks report
+// theirs in the job directory, so a survivor that noticed a dead or silent peer first
+// is not blamed), then removes the job directory and the job's leftover shared-memory
+// segments (/dev/shm/loom.<job_id>.<suffix>); a janitor process does that if launch
+// itself is killed. Ranks inherit stdout,
 // stderr and stdin, except that a terminal stdin becomes /dev/null: a background
 // process group reading its terminal would be stopped (SIGTTIN) for good.
 //
@@ -92,8 +96,17 @@ struct RankExit {
   RankEnd end = RankEnd::kExited;
   int exit_code = 0;
   int signal = 0;
-  // True when launch had signaled the rank (to stop the job) before it ended.
+  // True when the rank ended of a signal launch had sent it (to stop the job), or
+  // exited after launch had signaled it.
   bool stopped_by_launcher = false;
+  // When launch saw it end.
+  absl::Time ended_at;
+  // What the rank reported (job_files.h), if it failed and said why; "" otherwise.
+  std::string message;
+  // Why it ended, beyond its exit status: "after world rank 2 died" for a rank that
+  // failed because a peer failed; "stopped responding" for a rank its peers reported
+  // silent; "" otherwise.
+  std::string note;
 
   // ok() is true when the rank exited with code 0.
   bool ok() const { return end == RankEnd::kExited && exit_code == 0; }
@@ -109,9 +122,17 @@ struct LaunchResult {
   std::string job_id;
   // One entry per rank, index == rank.
   std::vector<RankExit> ranks;
-  // The first rank that failed (exited non-zero or was killed by a signal) before
-  // launch began stopping the job; ranks stopped by launch do not count.
+  // The rank that failed first, by time: one that exited non-zero or died of a
+  // signal on its own, or that its peers reported dead or silent; ranks stopped by
+  // launch, and ranks that failed only because a peer had, do not count.
   std::optional<int64_t> first_failed_rank;
+  // How it failed, for the report's first line: "killed by signal 9 (Killed)",
+  // "exited with code 1: <its message>", "stopped responding (reported by rank 0:
+  // <message>)".
+  std::string first_failure;
+  // True when the first failure is a rank that stopped responding (launch then
+  // stopped it): the job exits 1.
+  bool first_failure_unresponsive = false;
   // The deadline passed and launch stopped the job.
   bool timed_out = false;
   absl::Duration timeout = absl::ZeroDuration();
@@ -123,7 +144,8 @@ struct LaunchResult {
   std::vector<std::string> shm_cleanup_errors;
 
   // ExitCode() returns 0 when every rank exited 0; 124 when the job timed out; else the
-  // first failing rank's ExitStatus(); else 128 + the received signal.
+  // first failing rank's ExitStatus() (1 for a rank that stopped responding); else
+  // 128 + the received signal.
   int ExitCode() const;
 };
 

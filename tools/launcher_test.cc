@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/status_matchers.h"
+#include "tools/job_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -424,6 +425,87 @@ TEST(LaunchTest, GeneratedJobIdsAreValidAndDistinct) {
 TEST(LaunchTest, RemoveJobShmSegmentsRejectsAMalformedId) {
   EXPECT_THAT(RemoveJobShmSegments("a.b"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"a.b\"")));
   EXPECT_THAT(RemoveJobShmSegments(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job id \"\"")));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// A rank's report, as tools/job_files.h writes it, from a shell rank.
+std::string ShellReport(int peer_rank, const std::string& fault, const std::string& message) {
+  return absl::StrCat("printf 'rank %s\\npid %s\\nwhen_ns %s\\npeer_rank ", peer_rank,
+                      "\\npeer_fault ", fault, "\\nmessage ", message,
+                      "\\n' \"$LOOM_RANK\" $$ \"$(date +%s%N)\" > \"$LOOM_JOB_DIR/reports/$LOOM_RANK\"; ");
+}
+
+// The race of a killed rank: a survivor notices the death, reports it and exits 1;
+// the dead rank is reaped later. The dead rank is the first failure, and the job
+// exits 137, not 1. Rank 1 ignores SIGTERM, so that only its own SIGKILL ends it.
+TEST(LaunchReportsTest, SurvivorThatNoticedADeathIsNotBlamed) {
+  const LaunchOptions options = Shell(
+      3, absl::StrCat("case $LOOM_RANK in "
+                      "0) ", ShellReport(1, "died", "shm: world rank 1 died"), "exit 1;; "
+                      "1) trap '' TERM; sleep 0.5; kill -9 $$;; "
+                      "*) ", kSleep, ";; esac"));
+  const Stopwatch stopwatch;
+  LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
+  EXPECT_LT(stopwatch.Elapsed(), kWellUnderTheSleep);
+  ASSERT_EQ(result.first_failed_rank, 1) << Describe(result);
+  EXPECT_EQ(result.ranks[1].signal, SIGKILL);
+  EXPECT_FALSE(result.ranks[1].stopped_by_launcher);
+  EXPECT_EQ(result.ExitCode(), 128 + 9);
+  const std::string report = Describe(result);
+  EXPECT_THAT(report, StartsWith(absl::StrCat("launch: rank 1 (pid ", result.ranks[1].pid,
+                                              ") killed by signal 9 (Killed)\n")));
+  EXPECT_THAT(report, HasSubstr(absl::StrCat("launch:   rank 0 (pid ", result.ranks[0].pid,
+                                             "): exited with code 1, after world rank 1 died\n")));
+  EXPECT_FALSE(Exists(JobDirectory(result.job_id))) << "the job directory is left";
+}
+
+// A rank its peers report silent is the first failure though launch had to stop it
+// (SIGTERM); the job exits 1.
+TEST(LaunchReportsTest, UnresponsiveRankIsNamed) {
+  const LaunchOptions options = Shell(
+      2, absl::StrCat("if [ \"$LOOM_RANK\" = 0 ]; then ",
+                      ShellReport(1, "stopped responding", "no heartbeat for 3s"), "exit 1; fi; ",
+                      kSleep));
+  LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
+  ASSERT_EQ(result.first_failed_rank, 1) << Describe(result);
+  EXPECT_TRUE(result.first_failure_unresponsive);
+  EXPECT_TRUE(result.ranks[1].stopped_by_launcher);
+  EXPECT_EQ(result.ExitCode(), 1);
+  const std::string report = Describe(result);
+  EXPECT_THAT(report,
+              StartsWith(absl::StrCat("launch: rank 1 (pid ", result.ranks[1].pid,
+                                      ") stopped responding (reported by rank 0: no heartbeat "
+                                      "for 3s)\n")));
+  EXPECT_THAT(report, HasSubstr(absl::StrCat("launch:   rank 1 (pid ", result.ranks[1].pid,
+                                             "): killed by signal 15 (Terminated), stopped "
+                                             "responding, stopped by launch\n")));
+}
+
+// A rank that reports its own failure is named with its message; the job directory
+// exists while the ranks run and is gone after.
+TEST(LaunchReportsTest, OwnFailureCarriesItsMessageAndTheJobDirectoryIsRemoved) {
+  const std::string dir = absl::StrCat(TestDir(), "/own");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const LaunchOptions options = Shell(
+      2, absl::StrCat("echo \"$LOOM_JOB_DIR\" > \"$1/dir.$LOOM_RANK\"; "
+                      "[ -d \"$LOOM_JOB_DIR/reports\" ] || exit 9; "
+                      "if [ \"$LOOM_RANK\" = 1 ]; then ",
+                      ShellReport(-1, "", "out of memory at step 7"), "exit 1; fi; ", kSleep),
+      dir);
+  LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
+  ASSERT_EQ(result.first_failed_rank, 1) << Describe(result);
+  EXPECT_EQ(result.ExitCode(), 1);
+  EXPECT_THAT(Describe(result), StartsWith(absl::StrCat("launch: rank 1 (pid ", result.ranks[1].pid,
+                                                        ") exited with code 1: out of memory at "
+                                                        "step 7\n")));
+  const std::string job_dir(absl::StripAsciiWhitespace(ReadFile(dir + "/dir.0")));
+  EXPECT_EQ(job_dir, JobDirectory(result.job_id));
+  EXPECT_FALSE(Exists(job_dir));
 }
 
 }  // namespace
