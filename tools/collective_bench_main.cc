@@ -6,6 +6,8 @@
 // With --transport=shm and no LOOM_RANK in the environment it starts --ranks copies
 // of itself through the launcher (as //tools:launch would), each connecting to the
 // shared-memory transport; rank 0 prints the table.
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -23,14 +25,15 @@
 #include "absl/time/time.h"
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
-#include "collectives/transport/inproc/inproc_transport.h"
 #include "collectives/transport/gloo/gloo_transport.h"
+#include "collectives/transport/inproc/inproc_transport.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/mpi/node_shm.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
 #include "tools/collective_bench.h"
+#include "tools/job_files.h"
 #include "tools/launcher.h"
 
 ABSL_FLAG(std::string, transport, "inproc",
@@ -69,7 +72,11 @@ ABSL_FLAG(std::string, shm_copy, "auto",
 ABSL_FLAG(std::string, shm_staging_bytes, "1M", "shm: staging ring bytes per ordered pair of ranks");
 ABSL_FLAG(std::string, timeout, "2m", "per-call timeout (e.g. 30s, 2m)");
 ABSL_FLAG(std::string, gloo_store_dir, "",
-          "gloo: the rendezvous directory (set by the bench for the processes it starts)");
+          "gloo: the rendezvous directory; empty: gloo/ in the job directory the launcher "
+          "made for the processes it starts (removed with the job)");
+ABSL_FLAG(std::string, heartbeat_timeout, "10s",
+          "shm: a rank that has not run for this long (stopped, frozen) is reported by its "
+          "peers, which end the job naming it; at least 200ms, or inf (off)");
 
 namespace loom {
 namespace {
@@ -170,6 +177,16 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
   gloo.rank = process.rank;
   gloo.size = process.size;
   gloo.store_dir = absl::GetFlag(FLAGS_gloo_store_dir);
+  if (gloo.store_dir.empty()) {
+    const char* job_dir = std::getenv("LOOM_JOB_DIR");
+    if (job_dir == nullptr) {
+      return absl::InvalidArgumentError("--gloo_store_dir is empty and LOOM_JOB_DIR is not set");
+    }
+    gloo.store_dir = absl::StrCat(job_dir, "/gloo");
+    if (mkdir(gloo.store_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("mkdir ", gloo.store_dir));
+    }
+  }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectGlooTransport(gloo));
   return RunRank(std::move(transport), bench, options, "gloo");
 }
@@ -194,6 +211,7 @@ int Main(int argc, char** argv) {
       "nccl-tests-style benchmark of Loom's collectives.\n"
       "  collective_bench --transport=shm --ranks=2 --op=all_reduce --min_bytes=4K --max_bytes=64M --check");
   absl::ParseCommandLine(argc, argv);
+  ReportPeerFailuresAsTheyHappen();
   absl::StatusOr<BenchOptions> bench = OptionsFromFlags();
   absl::StatusOr<CommunicatorOptions> options = CommunicatorOptionsFromFlags();
   const int ranks = absl::GetFlag(FLAGS_ranks);
@@ -236,6 +254,13 @@ int Main(int argc, char** argv) {
       } else if (shm.ok()) {
         shm->staging_bytes = *staging;
       }
+      absl::Duration heartbeat;
+      if (!absl::ParseDuration(absl::GetFlag(FLAGS_heartbeat_timeout), &heartbeat)) {
+        shm = absl::InvalidArgumentError(absl::StrCat(
+            "--heartbeat_timeout=", absl::GetFlag(FLAGS_heartbeat_timeout), " is not a duration"));
+      } else if (shm.ok()) {
+        shm->heartbeat_timeout = heartbeat;
+      }
     }
     absl::StatusOr<std::unique_ptr<Transport>> endpoint =
         shm.ok() ? ConnectShmTransport(*shm) : absl::StatusOr<std::unique_ptr<Transport>>(shm.status());
@@ -245,17 +270,8 @@ int Main(int argc, char** argv) {
     status = RunMpi(argc, argv, *bench, *options);
   } else if (transport == "gloo") {
     if (std::getenv("LOOM_RANK") == nullptr) {
-      // The job's gloo FileStore lives in a directory of its own, removed afterwards.
-      char dir[] = "/tmp/loom-gloo-XXXXXX";
-      if (mkdtemp(dir) == nullptr) {
-        std::cerr << "collective_bench: mkdtemp(/tmp/loom-gloo-XXXXXX): " << std::strerror(errno)
-                  << "\n";
-        return 1;
-      }
-      absl::StatusOr<int> code =
-          LaunchSelf(ranks, argc, argv, {absl::StrCat("--gloo_store_dir=", dir)});
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
+      // The ranks meet in gloo/ of the job directory the launcher makes and removes.
+      absl::StatusOr<int> code = LaunchSelf(ranks, argc, argv);
       if (!code.ok()) {
         std::cerr << "collective_bench: " << code.status() << "\n";
         return 1;
@@ -269,6 +285,8 @@ int Main(int argc, char** argv) {
   }
   if (!status.ok()) {
     std::cerr << "collective_bench: " << status << "\n";
+    // A rank of a launched job tells the launcher why, and whether a peer caused it.
+    ReportRankFailure(status).IgnoreError();
     return 1;
   }
   return 0;

@@ -89,7 +89,9 @@ absl::Status ReportRankFailure(const absl::Status& status) {
   }
   report.pid = getpid();
   report.when = absl::Now();
-  report.message = std::string(status.message());
+  // The first line: enough for the launcher's report (a rank prints the rest itself).
+  const absl::string_view message = status.message();
+  report.message = std::string(message.substr(0, message.find('\n')));
   if (const std::optional<PeerFailure> peer = FirstPeerFailure(); peer.has_value()) {
     report.peer_rank = peer->peer.world_rank;
     report.peer_fault = std::string(PeerFaultName(peer->fault));
@@ -97,6 +99,13 @@ absl::Status ReportRankFailure(const absl::Status& status) {
     if (report.peer_rank < 0) report.peer_fault.clear();
   }
   return WriteRankReport(job_dir, report);
+}
+
+void ReportPeerFailuresAsTheyHappen() {
+  if (std::getenv("LOOM_JOB_DIR") == nullptr || std::getenv("LOOM_RANK") == nullptr) return;
+  SetPeerFailureObserver([](const PeerFailure& failure) {
+    ReportRankFailure(absl::UnavailableError(failure.message)).IgnoreError();
+  });
 }
 
 std::vector<RankReport> ReadRankReports(const std::string& job_dir) {
@@ -144,8 +153,8 @@ absl::Status RegisterOwnedPath(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat("owned path \"", path, "\" is not absolute"));
   }
   static int counter = 0;
-  const std::string link =
-      absl::StrCat(job_dir, "/owned/", getpid(), "-", __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+  const std::string link = absl::StrCat(job_dir, "/owned/", getpid(), "-",
+                                        __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
   if (symlink(path.c_str(), link.c_str()) != 0) {
     return absl::ErrnoToStatus(errno, ErrnoMessage("symlink", link, errno));
   }

@@ -55,6 +55,13 @@ struct RankReport {
 // Nothing (OK) outside a launched job (no LOOM_JOB_DIR); otherwise the write's error.
 absl::Status ReportRankFailure(const absl::Status& status);
 
+// ReportPeerFailuresAsTheyHappen makes the first peer failure a transport of this
+// process records write this rank's report at once (ReportRankFailure later
+// overwrites it with the rank's own message): a rank that noticed a dead or silent
+// peer may be stopped by the launcher before it has unwound to its own report.
+// Nothing outside a launched job.
+void ReportPeerFailuresAsTheyHappen();
+
 // WriteRankReport writes `report` as reports/<report.rank> in `job_dir` (atomically:
 // a temporary file, then rename).
 absl::Status WriteRankReport(const std::string& job_dir, const RankReport& report);

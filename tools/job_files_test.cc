@@ -99,7 +99,8 @@ TEST(JobFilesTest, ReportsRoundTripAndRemoveJobFilesRemovesOwnedPaths) {
   Touch(owned + "/state");
   ASSERT_EQ(setenv("LOOM_JOB_DIR", dir.c_str(), 1), 0);
   LOOM_ASSERT_OK(RegisterOwnedPath(owned));
-  EXPECT_THAT(RegisterOwnedPath("relative"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("")));
+  EXPECT_THAT(RegisterOwnedPath("relative"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("")));
   unsetenv("LOOM_JOB_DIR");
   const std::string segment = absl::StrCat("/loom.", id, ".rank0");
   const int fd = shm_open(segment.c_str(), O_CREAT | O_RDWR, 0600);
@@ -165,8 +166,10 @@ TEST(JanitorTest, FinishCleansAtOnceAndRejectsBadPaths) {
     janitor.Finish();
     EXPECT_FALSE(Exists(dir));
   }
-  EXPECT_THAT(StartJanitor("relative", ""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("")));
-  EXPECT_THAT(StartJanitor("/tmp/x", "a/b"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("")));
+  EXPECT_THAT(StartJanitor("relative", ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("")));
+  EXPECT_THAT(StartJanitor("/tmp/x", "a/b"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("")));
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ constexpr absl::Duration kWaitAfterSigkill = absl::Seconds(10);
 constexpr char kShmDir[] = "/dev/shm";
 
 constexpr absl::string_view kLoomEnvNames[] = {
-    "LOOM_JOB_ID",     "LOOM_RANK",    "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK",
+    "LOOM_JOB_ID",           "LOOM_RANK",    "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK",
     "LOOM_LOCAL_WORLD_SIZE", "LOOM_JOB_DIR",
 };
 
@@ -523,6 +523,7 @@ class Job {
       bool unresponsive;
     };
     std::vector<Candidate> candidates;
+    std::vector<Candidate> fallbacks;
     const int64_t n = options_.num_ranks;
     for (const RankReport& report : ReadRankReports(job_dir_)) {
       if (report.rank < 0 || report.rank >= n) continue;
@@ -533,12 +534,16 @@ class Job {
         RankExit& blamed = result_.ranks[report.peer_rank];
         const bool unresponsive = report.peer_fault == PeerFaultName(PeerFault::kUnresponsive);
         if (unresponsive && blamed.note.empty()) blamed.note = "stopped responding";
-        candidates.push_back(
-            {report.peer_rank, report.when,
-             unresponsive ? absl::StrCat("stopped responding (reported by rank ", report.rank,
-                                         ": ", report.message, ")")
-                          : blamed.Describe(),
-             unresponsive});
+        // A peer that aborted failed for a reason of its own, which its own report
+        // tells (a cause, or another peer): follow that, not this. Only when nothing
+        // else names a cause does the aborting rank count.
+        const bool aborted = report.peer_fault == PeerFaultName(PeerFault::kAborted);
+        (aborted ? fallbacks : candidates)
+            .push_back({report.peer_rank, report.when,
+                        unresponsive ? absl::StrCat("stopped responding (reported by rank ",
+                                                    report.rank, ": ", report.message, ")")
+                                     : blamed.Describe(),
+                        unresponsive});
       } else if (!reporter.ok()) {
         candidates.push_back({report.rank, report.when,
                               absl::StrCat(reporter.Describe(), ": ", report.message), false});
@@ -548,6 +553,7 @@ class Job {
       if (rank.ok() || rank.stopped_by_launcher || !rank.message.empty()) continue;
       candidates.push_back({rank.rank, rank.ended_at, rank.Describe(), false});
     }
+    if (candidates.empty()) candidates = std::move(fallbacks);
     const Candidate* first = nullptr;
     for (const Candidate& candidate : candidates) {
       if (stopping_ && !stop_for_failure_ && candidate.when >= stop_began_at_) continue;
@@ -693,8 +699,7 @@ std::string Describe(const LaunchResult& result) {
     } else if (result.first_failed_rank.has_value()) {
       const RankExit& first = result.ranks[*result.first_failed_rank];
       absl::StrAppend(&out, "launch: rank ", first.rank, " (pid ", first.pid, ") ",
-                      result.first_failure.empty() ? first.Describe() : result.first_failure,
-                      "\n");
+                      result.first_failure.empty() ? first.Describe() : result.first_failure, "\n");
     }
     if (result.received_signal != 0) {
       absl::StrAppend(&out, "launch: received ", SignalName(result.received_signal),
@@ -702,8 +707,8 @@ std::string Describe(const LaunchResult& result) {
     }
     absl::StrAppend(&out, "launch: ranks of job ", result.job_id, ":\n");
     for (const RankExit& rank : result.ranks) {
-      absl::StrAppend(&out, "launch:   rank ", rank.rank, " (pid ", rank.pid, "): ", rank.Describe(),
-                      rank.note.empty() ? "" : ", ", rank.note,
+      absl::StrAppend(&out, "launch:   rank ", rank.rank, " (pid ", rank.pid,
+                      "): ", rank.Describe(), rank.note.empty() ? "" : ", ", rank.note,
                       rank.stopped_by_launcher ? ", stopped by launch" : "", "\n");
     }
   }

@@ -20,9 +20,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/status_matchers.h"
-#include "tools/job_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/job_files.h"
 
 namespace loom {
 namespace {
@@ -435,9 +435,10 @@ namespace {
 
 // A rank's report, as tools/job_files.h writes it, from a shell rank.
 std::string ShellReport(int peer_rank, const std::string& fault, const std::string& message) {
-  return absl::StrCat("printf 'rank %s\\npid %s\\nwhen_ns %s\\npeer_rank ", peer_rank,
-                      "\\npeer_fault ", fault, "\\nmessage ", message,
-                      "\\n' \"$LOOM_RANK\" $$ \"$(date +%s%N)\" > \"$LOOM_JOB_DIR/reports/$LOOM_RANK\"; ");
+  return absl::StrCat(
+      "printf 'rank %s\\npid %s\\nwhen_ns %s\\npeer_rank ", peer_rank, "\\npeer_fault ", fault,
+      "\\nmessage ", message,
+      "\\n' \"$LOOM_RANK\" $$ \"$(date +%s%N)\" > \"$LOOM_JOB_DIR/reports/$LOOM_RANK\"; ");
 }
 
 // The race of a killed rank: a survivor notices the death, reports it and exits 1;
@@ -446,9 +447,12 @@ std::string ShellReport(int peer_rank, const std::string& fault, const std::stri
 TEST(LaunchReportsTest, SurvivorThatNoticedADeathIsNotBlamed) {
   const LaunchOptions options = Shell(
       3, absl::StrCat("case $LOOM_RANK in "
-                      "0) ", ShellReport(1, "died", "shm: world rank 1 died"), "exit 1;; "
-                      "1) trap '' TERM; sleep 0.5; kill -9 $$;; "
-                      "*) ", kSleep, ";; esac"));
+                      "0) until [ -e \"$LOOM_JOB_DIR/trapped\" ]; do sleep 0.01; done; ",
+                      ShellReport(1, "died", "shm: world rank 1 died"),
+                      "exit 1;; "
+                      "1) trap '' TERM; touch \"$LOOM_JOB_DIR/trapped\"; sleep 0.5; kill -9 $$;; "
+                      "*) ",
+                      kSleep, ";; esac"));
   const Stopwatch stopwatch;
   LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
   EXPECT_LT(stopwatch.Elapsed(), kWellUnderTheSleep);
@@ -467,10 +471,10 @@ TEST(LaunchReportsTest, SurvivorThatNoticedADeathIsNotBlamed) {
 // A rank its peers report silent is the first failure though launch had to stop it
 // (SIGTERM); the job exits 1.
 TEST(LaunchReportsTest, UnresponsiveRankIsNamed) {
-  const LaunchOptions options = Shell(
-      2, absl::StrCat("if [ \"$LOOM_RANK\" = 0 ]; then ",
-                      ShellReport(1, "stopped responding", "no heartbeat for 3s"), "exit 1; fi; ",
-                      kSleep));
+  const LaunchOptions options =
+      Shell(2, absl::StrCat("if [ \"$LOOM_RANK\" = 0 ]; then ",
+                            ShellReport(1, "stopped responding", "no heartbeat for 3s"),
+                            "exit 1; fi; ", kSleep));
   LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
   ASSERT_EQ(result.first_failed_rank, 1) << Describe(result);
   EXPECT_TRUE(result.first_failure_unresponsive);
@@ -491,12 +495,13 @@ TEST(LaunchReportsTest, UnresponsiveRankIsNamed) {
 TEST(LaunchReportsTest, OwnFailureCarriesItsMessageAndTheJobDirectoryIsRemoved) {
   const std::string dir = absl::StrCat(TestDir(), "/own");
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
-  const LaunchOptions options = Shell(
-      2, absl::StrCat("echo \"$LOOM_JOB_DIR\" > \"$1/dir.$LOOM_RANK\"; "
-                      "[ -d \"$LOOM_JOB_DIR/reports\" ] || exit 9; "
-                      "if [ \"$LOOM_RANK\" = 1 ]; then ",
-                      ShellReport(-1, "", "out of memory at step 7"), "exit 1; fi; ", kSleep),
-      dir);
+  const LaunchOptions options =
+      Shell(2,
+            absl::StrCat("echo \"$LOOM_JOB_DIR\" > \"$1/dir.$LOOM_RANK\"; "
+                         "[ -d \"$LOOM_JOB_DIR/reports\" ] || exit 9; "
+                         "if [ \"$LOOM_RANK\" = 1 ]; then ",
+                         ShellReport(-1, "", "out of memory at step 7"), "exit 1; fi; ", kSleep),
+            dir);
   LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
   ASSERT_EQ(result.first_failed_rank, 1) << Describe(result);
   EXPECT_EQ(result.ExitCode(), 1);
@@ -506,6 +511,32 @@ TEST(LaunchReportsTest, OwnFailureCarriesItsMessageAndTheJobDirectoryIsRemoved) 
   const std::string job_dir(absl::StripAsciiWhitespace(ReadFile(dir + "/dir.0")));
   EXPECT_EQ(job_dir, JobDirectory(result.job_id));
   EXPECT_FALSE(Exists(job_dir));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Rank 1 noticed rank 2's silence (and reported it at once, as ranks do), aborted,
+// and is still unwinding when rank 0, which heard of it only as rank 1's abort, exits
+// first. The silent rank 2 is the cause, not the rank that aborted.
+TEST(LaunchReportsTest, AnAbortingPeerIsFollowedToItsCause) {
+  const LaunchOptions options =
+      Shell(3, absl::StrCat("case $LOOM_RANK in "
+                            "0) sleep 0.2; ",
+                            ShellReport(1, "aborted", "world rank 1 aborted"),
+                            "exit 1;; "
+                            "1) ",
+                            ShellReport(2, "stopped responding", "no heartbeat"), kSleep,
+                            ";; "
+                            "*) ",
+                            kSleep, ";; esac"));
+  LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
+  ASSERT_EQ(result.first_failed_rank, 2) << Describe(result);
+  EXPECT_TRUE(result.first_failure_unresponsive);
+  EXPECT_EQ(result.ExitCode(), 1);
 }
 
 }  // namespace

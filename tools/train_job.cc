@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
@@ -20,10 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -32,8 +32,8 @@
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "collectives/transport/shm/shm_transport.h"
-#include "core/status_macros.h"
 #include "core/half.h"
+#include "core/status_macros.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
 #include "pipeline/executor/executor.h"
@@ -42,6 +42,7 @@
 #include "tools/gpt/gpt_parameter.h"
 #include "tools/gpt/gpt_stage_module.h"
 #include "tools/gpt/markov_data.h"
+#include "tools/job_files.h"
 #include "zero3/partition.h"
 #include "zero3/zero3_engine.h"
 
@@ -606,10 +607,18 @@ absl::StatusOr<std::unique_ptr<DiskTier>> OpenDisk(const TrainJobOptions& option
                                                    const std::string& subdirectory,
                                                    std::vector<std::string>* made) {
   DiskTierOptions disk_options;
+  // Inside a launched job (LOOM_JOB_DIR), the default directory lives in the job's
+  // directory and whatever is made elsewhere is registered with it, so that the
+  // launcher, or its janitor if the launcher is killed, removes it after any end.
+  const char* job_dir = std::getenv("LOOM_JOB_DIR");
+  const bool in_job = job_dir != nullptr && *job_dir == '/';
   if (options.nvme_dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/loom_train_nvme.XXXXXX");
+    std::string pattern = in_job
+                              ? absl::StrCat(job_dir, "/nvme.",
+                                             subdirectory.empty() ? "all" : subdirectory, ".XXXXXX")
+                              : absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                             "/loom_train_nvme.XXXXXX");
     if (mkdtemp(pattern.data()) == nullptr) {
       return absl::UnavailableError(
           absl::StrCat("--offload nvme: mkdtemp ", pattern, ": ", std::strerror(errno)));
@@ -626,6 +635,9 @@ absl::StatusOr<std::unique_ptr<DiskTier>> OpenDisk(const TrainJobOptions& option
               absl::StrCat("--nvme_dir: mkdir ", path, ": ", std::strerror(errno)));
         }
         made->push_back(path);
+        if (in_job && path[0] == '/') {
+          if (absl::Status s = RegisterOwnedPath(path); !s.ok()) return s;
+        }
       }
       disk_options.directories.push_back(path);
     }
@@ -805,7 +817,9 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
     RemoveDirectories(made_dirs);
   });
   if (options.offload == OffloadKind::kNvme) {
-    LOOM_ASSIGN_OR_RETURN(disk, OpenDisk(options, "", &made_dirs));
+    // A directory of this job's own under --nvme_dir, so that its removal removes
+    // nothing of the user's.
+    LOOM_ASSIGN_OR_RETURN(disk, OpenDisk(options, absl::StrCat("train.", getpid()), &made_dirs));
   }
 
   TrainSummary summary;
@@ -835,10 +849,10 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
 }
 
 std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, int group) {
-  // ShmOptions.job_id: [A-Za-z0-9_-]{1,64}. A longer id keeps its end, where the
-  // launcher's ids ("<host>-<pid>-<random>") differ.
-  if (job_id.size() > 48) job_id.remove_prefix(job_id.size() - 48);
-  return absl::StrCat(job_id, "-", dimension, group);
+  // "<job>.<dimension><group>": every segment of the job starts with
+  // /dev/shm/loom.<job>., which the launcher and its janitor remove. Launcher job ids
+  // hold no dot and are at most 64 characters: this fits ShmOptions' 96.
+  return absl::StrCat(job_id, ".", dimension, group);
 }
 
 std::vector<std::string> ShmGroupIds(const TrainJobOptions& o, absl::string_view job_id) {

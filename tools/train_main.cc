@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -33,10 +34,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "collectives/transport/heartbeat.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/dtype.h"
+#include "tools/internal/janitor.h"
+#include "tools/job_files.h"
 #include "tools/launcher.h"
 #include "tools/train_job.h"
 #include "topology/parallel_config.h"
@@ -76,6 +80,10 @@ ABSL_FLAG(std::string, summary_json, "", "Write the summary as JSON to FILE.");
 ABSL_FLAG(std::string, transport, "threads",
           "threads (ranks are threads of this process), shm (processes over shared memory) or "
           "mpi (the processes of an mpirun job; started as one when run directly).");
+// A string, parsed with absl::ParseDuration (see collective_bench's --timeout).
+ABSL_FLAG(std::string, heartbeat_timeout, "10s",
+          "With --transport=shm: a rank that has not run for this long (stopped, frozen) is "
+          "reported by its peers, which end the job naming it; at least 200ms, or inf (off).");
 ABSL_FLAG(std::string, job_id, "",
           "With --transport=shm: the job's id, 1 to 64 characters from [A-Za-z0-9_-]; its "
           "segments are /dev/shm/loom.<id>-<dimension><group>.*. Empty makes a unique one.");
@@ -161,7 +169,8 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   launch.job_id = absl::GetFlag(FLAGS_job_id);
   if (launch.job_id.empty()) launch.job_id = GenerateJobId();
   const absl::StatusOr<LaunchResult> result = Launch(launch);
-  for (const std::string& id : ShmGroupIds(o, launch.job_id)) RemoveShmSegments(id).IgnoreError();
+  // The launcher removed the job's segments (/dev/shm/loom.<job_id>.*, every group's)
+  // and its directory.
   if (!result.ok()) {
     std::cerr << "train: " << result.status().message() << "\n";
     return 2;
@@ -192,6 +201,15 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
     }
   }
+  absl::Duration heartbeat_timeout;
+  if (!absl::ParseDuration(absl::GetFlag(FLAGS_heartbeat_timeout), &heartbeat_timeout)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--heartbeat_timeout ", absl::GetFlag(FLAGS_heartbeat_timeout), " is not a duration"));
+  }
+  if (absl::Status s = ValidateHeartbeatTimeout(heartbeat_timeout, "--heartbeat_timeout");
+      !s.ok()) {
+    return s;
+  }
   const int world = o.dp * o.tp * o.pp;
   if (transport == "shm" && std::getenv("LOOM_JOB_ID") == nullptr) {
     *exit_code = LaunchRanks(o, argc, argv);
@@ -210,6 +228,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     if (!process.ok()) return process.status();
     rank = process->rank;
     size = process->size;
+    process->heartbeat_timeout = heartbeat_timeout;
     connect = [process = *process](absl::string_view dimension, int group, int group_rank,
                                    int group_size) -> absl::StatusOr<std::unique_ptr<Transport>> {
       ShmOptions shm = process;
@@ -245,6 +264,21 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   }
   auto print_step = [](const StepReport& r) { std::cout << r.ToString() << "\n" << std::flush; };
   absl::StatusOr<TrainSummary> summary;
+  // Threads with --offload nvme: a job directory of this process's own, and a
+  // janitor that removes it and the offload directories if this process is killed.
+  std::optional<Janitor> janitor;
+  if (!connect && o.offload == OffloadKind::kNvme) {
+    const std::string job_id = GenerateJobId();
+    absl::StatusOr<std::string> job_dir = CreateJobDirectory(job_id);
+    if (!job_dir.ok()) return job_dir.status();
+    absl::StatusOr<Janitor> started = StartJanitor(*job_dir, "");
+    if (!started.ok()) {
+      RemoveJobFiles(job_id).IgnoreError();
+      return started.status();
+    }
+    janitor.emplace(std::move(*started));
+    setenv("LOOM_JOB_DIR", job_dir->c_str(), 1);
+  }
   if (connect) {
     absl::StatusOr<std::optional<TrainSummary>> mine =
         RunTrainJobProcess(o, rank, size, transport, connect, print_step);
@@ -253,6 +287,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     summary = std::move(**mine);
   } else {
     summary = RunTrainJob(o, print_step);
+    if (janitor.has_value()) {
+      janitor->Finish();  // removes the job directory and what was registered in it
+      unsetenv("LOOM_JOB_DIR");
+    }
   }
   if (!summary.ok()) return summary.status();
   std::cout << absl::StrFormat(
@@ -313,12 +351,15 @@ int main(int argc, char** argv) {
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"
       "        [--transport=threads|shm|mpi] [--job_id=ID]");
   absl::ParseCommandLine(argc, argv);
+  loom::ReportPeerFailuresAsTheyHappen();
   int exit_code = 0;
   std::unique_ptr<loom::MpiSession> mpi;
   const absl::Status status = loom::Run(argc, argv, &exit_code, &mpi);
   if (!status.ok()) {
     std::cerr << "train: " << status.message() << "\n" << std::flush;
     exit_code = 2;
+    // A rank of a launched job tells the launcher why, and whether a peer caused it.
+    loom::ReportRankFailure(status).IgnoreError();
   }
   mpi.reset();  // MPI_Finalize, after this rank has said why it failed
   return exit_code;

@@ -11,7 +11,7 @@
 // code); only the operation deadline catches that.
 //
 // Example:
-//   ShmOptions options;  // or MpiSessionOptions, GlooTransportOptions
+//   ShmOptions options;  // the shm transport beats (MPI and Gloo do not yet)
 //   options.heartbeat_timeout = absl::Seconds(3);
 //   // HeartbeatInterval(absl::Seconds(3)) == absl::Milliseconds(300)
 #ifndef LOOM_COLLECTIVES_TRANSPORT_HEARTBEAT_H_
@@ -36,9 +36,8 @@ absl::Duration HeartbeatInterval(absl::Duration timeout);
 
 // ValidateHeartbeatTimeout: InvalidArgument naming `what` and the value unless
 // it is at least kMinHeartbeatTimeout or infinite (off).
-absl::Status ValidateHeartbeatTimeout(absl::Duration timeout,
-                                      absl::string_view what);
+absl::Status ValidateHeartbeatTimeout(absl::Duration timeout, absl::string_view what);
 
-} // namespace loom
+}  // namespace loom
 
-#endif // LOOM_COLLECTIVES_TRANSPORT_HEARTBEAT_H_
+#endif  // LOOM_COLLECTIVES_TRANSPORT_HEARTBEAT_H_

@@ -13,9 +13,8 @@
 // Example:
 //   PeerIdentity peer{.world_rank = 3, .pid = 4242, .host = "trainer1"};
 //   DescribePeer(peer) == "world rank 3 (pid 4242 on trainer1)"
-//   RecordPeerFailure({peer, PeerFault::kUnresponsive, absl::Now(), "no
-//   heartbeat for 3s"}); FirstPeerFailure()->peer.world_rank == 3  // the first
-//   record stays
+//   RecordPeerFailure({peer, PeerFault::kUnresponsive, absl::Now(), "silent"});
+//   FirstPeerFailure()->peer.world_rank == 3  // the first record stays
 #ifndef LOOM_COLLECTIVES_TRANSPORT_PEER_FAILURE_H_
 #define LOOM_COLLECTIVES_TRANSPORT_PEER_FAILURE_H_
 
@@ -29,14 +28,14 @@
 namespace loom {
 
 struct PeerIdentity {
-  int world_rank = -1; // -1: unknown (a transport used outside a job)
-  int64_t pid = 0;     // 0: unknown
-  std::string host;    // empty: unknown
+  int world_rank = -1;  // -1: unknown (a transport used outside a job)
+  int64_t pid = 0;      // 0: unknown
+  std::string host;     // empty: unknown
 };
 
 // DescribePeer: "world rank 3 (pid 4242 on trainer1)"; the parts not known are
 // left out ("pid 4242", "an unknown peer").
-std::string DescribePeer(const PeerIdentity &peer);
+std::string DescribePeer(const PeerIdentity& peer);
 
 // SelfIdentity: this process, with the world rank its caller knows.
 PeerIdentity SelfIdentity(int world_rank);
@@ -45,24 +44,28 @@ PeerIdentity SelfIdentity(int world_rank);
 std::string HostName();
 
 enum class PeerFault {
-  kDied,         // the process is gone (killed, crashed)
-  kUnresponsive, // alive but silent past the heartbeat timeout (stopped, hung
-                 // host)
-  kAborted,      // it aborted its endpoint with an error of its own
+  kDied,          // the process is gone (killed, crashed)
+  kUnresponsive,  // alive but silent past the heartbeat timeout (stopped, hung
+                  // host)
+  kAborted,       // it aborted its endpoint with an error of its own
 };
-absl::string_view
-PeerFaultName(PeerFault fault); // "died", "stopped responding", "aborted"
+absl::string_view PeerFaultName(PeerFault fault);  // "died", "stopped responding", "aborted"
 
 struct PeerFailure {
   PeerIdentity peer;
   PeerFault fault = PeerFault::kDied;
   absl::Time when;
-  std::string message; // what the transport reported
+  std::string message;  // what the transport reported
 };
 
 // RecordPeerFailure keeps `failure` if it is the first of this process.
 // Thread-safe.
-void RecordPeerFailure(const PeerFailure &failure);
+void RecordPeerFailure(const PeerFailure& failure);
+
+// SetPeerFailureObserver: `observer` is called (on the recording thread, outside any
+// lock) with the first failure recorded from now on, so that a job can report it at
+// once, before it unwinds. nullptr removes it.
+void SetPeerFailureObserver(void (*observer)(const PeerFailure&));
 
 // FirstPeerFailure: the first recorded, if any.
 std::optional<PeerFailure> FirstPeerFailure();
@@ -72,6 +75,6 @@ std::optional<PeerFailure> FirstPeerFailure();
 // unresponsive peer.
 std::string ProcessStateNote(int64_t pid);
 
-} // namespace loom
+}  // namespace loom
 
-#endif // LOOM_COLLECTIVES_TRANSPORT_PEER_FAILURE_H_
+#endif  // LOOM_COLLECTIVES_TRANSPORT_PEER_FAILURE_H_

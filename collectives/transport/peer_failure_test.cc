@@ -12,8 +12,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(DescribePeerTest, NamesWhatIsKnown) {
-  EXPECT_EQ(DescribePeer({3, 4242, "trainer1"}),
-            "world rank 3 (pid 4242 on trainer1)");
+  EXPECT_EQ(DescribePeer({3, 4242, "trainer1"}), "world rank 3 (pid 4242 on trainer1)");
   EXPECT_EQ(DescribePeer({3, 4242, ""}), "world rank 3 (pid 4242)");
   EXPECT_EQ(DescribePeer({3, 0, ""}), "world rank 3");
   EXPECT_EQ(DescribePeer({-1, 7, "h"}), "pid 7 on h");
@@ -29,10 +28,8 @@ TEST(SelfIdentityTest, IsThisProcess) {
 
 TEST(PeerFailureTest, FirstRecordStays) {
   EXPECT_FALSE(FirstPeerFailure().has_value());
-  RecordPeerFailure(
-      {{2, 11, "a"}, PeerFault::kUnresponsive, absl::UnixEpoch(), "silent"});
-  RecordPeerFailure(
-      {{3, 12, "b"}, PeerFault::kDied, absl::UnixEpoch(), "gone"});
+  RecordPeerFailure({{2, 11, "a"}, PeerFault::kUnresponsive, absl::UnixEpoch(), "silent"});
+  RecordPeerFailure({{3, 12, "b"}, PeerFault::kDied, absl::UnixEpoch(), "gone"});
   const std::optional<PeerFailure> first = FirstPeerFailure();
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->peer.world_rank, 2);
@@ -55,15 +52,12 @@ TEST(HeartbeatTest, IntervalIsATenthWithinBounds) {
 }
 
 TEST(HeartbeatTest, ValidatesTheTimeout) {
-  EXPECT_TRUE(
-      ValidateHeartbeatTimeout(absl::Seconds(1), "--heartbeat_timeout").ok());
+  EXPECT_TRUE(ValidateHeartbeatTimeout(absl::Seconds(1), "--heartbeat_timeout").ok());
   EXPECT_TRUE(ValidateHeartbeatTimeout(absl::InfiniteDuration(), "x").ok());
-  const absl::Status low =
-      ValidateHeartbeatTimeout(absl::Milliseconds(5), "--heartbeat_timeout");
+  const absl::Status low = ValidateHeartbeatTimeout(absl::Milliseconds(5), "--heartbeat_timeout");
   EXPECT_EQ(low.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(low.message()),
-              HasSubstr("--heartbeat_timeout 5ms is below 200ms"));
+  EXPECT_THAT(std::string(low.message()), HasSubstr("--heartbeat_timeout 5ms is below 200ms"));
 }
 
-} // namespace
-} // namespace loom
+}  // namespace
+}  // namespace loom

@@ -136,9 +136,9 @@ TEST_P(ShmKillTest, KilledRankFailsItsPeersPromptly) {
 TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
   constexpr absl::Duration kHeartbeat = absl::Seconds(1);
   constexpr absl::Duration kDeadline = absl::Seconds(60);
-  auto* stopped_pid = static_cast<std::atomic<pid_t>*>(
-      mmap(nullptr, sizeof(std::atomic<pid_t>), PROT_READ | PROT_WRITE,
-           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* stopped_pid = static_cast<std::atomic<pid_t>*>(mmap(nullptr, sizeof(std::atomic<pid_t>),
+                                                            PROT_READ | PROT_WRITE,
+                                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(stopped_pid, MAP_FAILED);
   new (stopped_pid) std::atomic<pid_t>(0);
   ShmHarnessOptions options;
@@ -178,13 +178,14 @@ TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
   });
   for (int rank : {0, 2}) {
     // Either it saw rank 1 go silent, or the other survivor aborted because it did.
-    EXPECT_THAT(results[rank], StatusIs(absl::StatusCode::kUnavailable,
-                                        AllOf(HasSubstr("world rank 1 (pid "),
-                                              HasSubstr("stopped responding"))))
+    EXPECT_THAT(results[rank],
+                StatusIs(absl::StatusCode::kUnavailable,
+                         AllOf(HasSubstr("world rank 1 (pid "), HasSubstr("stopped responding"))))
         << "rank " << rank;
   }
   EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("T, stopped")));
-  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
+  EXPECT_THAT(results[1],
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
   EXPECT_THAT(harness.last_leftovers(), IsEmpty());
   munmap(stopped_pid, sizeof(std::atomic<pid_t>));
 }

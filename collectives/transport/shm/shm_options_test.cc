@@ -83,8 +83,7 @@ ShmOptions Valid() {
 
 TEST(ConnectShmTransportTest, RejectsBadOptionsBeforeTouchingSharedMemory) {
   ShmOptions options = Valid();
-  for (const std::string& bad :
-       std::vector<std::string>{"", "a b", "a/b", std::string(97, 'x')}) {
+  for (const std::string& bad : std::vector<std::string>{"", "a b", "a/b", std::string(97, 'x')}) {
     options.job_id = bad;
     EXPECT_THAT(
         ConnectShmTransport(options),
@@ -131,8 +130,8 @@ TEST(ConnectShmTransportTest, RejectsBadOptionsBeforeTouchingSharedMemory) {
                        HasSubstr("heartbeat_timeout 50ms is below 200ms")));
   options = Valid();
   options.world_rank = -2;
-  EXPECT_THAT(ConnectShmTransport(options), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                     HasSubstr("world_rank=-2 is below -1")));
+  EXPECT_THAT(ConnectShmTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world_rank=-2 is below -1")));
 }
 
 TEST(ShmSegmentsTest, PrefixFollowsTheConvention) {

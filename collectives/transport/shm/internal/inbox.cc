@@ -163,12 +163,11 @@ bool Inbox::Match(Operation* op, const MessageDescriptor& descriptor, const std:
             std::memory_order_acq_rel);
         const bool died =
             copied.code() == absl::StatusCode::kUnavailable || !ProcessAlive(peer_.pid);
-        op->Finish(
-            died ? absl::UnavailableError(absl::StrCat("shm: ", DescribePeer(peer_.identity),
-                                                       " died: ", copied.message()))
-                 : absl::Status(copied.code(),
-                                absl::StrCat("shm rank ", op->self, ": ", op->Describe(), ": ",
-                                             copied.message())));
+        op->Finish(died ? absl::UnavailableError(absl::StrCat("shm: ", DescribePeer(peer_.identity),
+                                                              " died: ", copied.message()))
+                        : absl::Status(copied.code(),
+                                       absl::StrCat("shm rank ", op->self, ": ", op->Describe(),
+                                                    ": ", copied.message())));
       } else if (!slot.word.compare_exchange_strong(
                      copying, PackSlot(descriptor.generation, SlotState::kDone),
                      std::memory_order_acq_rel)) {

@@ -19,40 +19,31 @@ namespace loom {
 namespace shm_internal {
 namespace {
 
-absl::Status PthreadError(const char *call, int error) {
-  return absl::InternalError(
-      absl::StrCat(call, " failed: ", std::strerror(error)));
+absl::Status PthreadError(const char* call, int error) {
+  return absl::InternalError(absl::StrCat(call, " failed: ", std::strerror(error)));
 }
 
-} // namespace
+}  // namespace
 
-absl::Status InitLivenessMutex(pthread_mutex_t *mutex) {
+absl::Status InitLivenessMutex(pthread_mutex_t* mutex) {
   pthread_mutexattr_t attr;
   int error = pthread_mutexattr_init(&attr);
-  if (error != 0)
-    return PthreadError("pthread_mutexattr_init", error);
+  if (error != 0) return PthreadError("pthread_mutexattr_init", error);
   error = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  if (error == 0)
-    error = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  if (error == 0)
-    error = pthread_mutex_init(mutex, &attr);
+  if (error == 0) error = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  if (error == 0) error = pthread_mutex_init(mutex, &attr);
   pthread_mutexattr_destroy(&attr);
-  if (error != 0)
-    return PthreadError("pthread_mutex_init(PTHREAD_PROCESS_SHARED, ROBUST)",
-                        error);
+  if (error != 0) return PthreadError("pthread_mutex_init(PTHREAD_PROCESS_SHARED, ROBUST)", error);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<LivenessHolder>>
-LivenessHolder::Start(pthread_mutex_t *mutex, std::atomic<int64_t> *heartbeat,
-                      absl::Duration interval) {
+absl::StatusOr<std::unique_ptr<LivenessHolder>> LivenessHolder::Start(
+    pthread_mutex_t* mutex, std::atomic<int64_t>* heartbeat, absl::Duration interval) {
   heartbeat->store(MonotonicNanos(), std::memory_order_release);
-  std::unique_ptr<LivenessHolder> holder(
-      new LivenessHolder(mutex, heartbeat, interval));
+  std::unique_ptr<LivenessHolder> holder(new LivenessHolder(mutex, heartbeat, interval));
   holder->thread_ = std::thread([raw = holder.get()] { raw->Hold(); });
   std::unique_lock<std::mutex> lock(holder->mu_);
-  holder->cv_.wait(lock,
-                   [&] { return holder->locked_ || holder->lock_error_ != 0; });
+  holder->cv_.wait(lock, [&] { return holder->locked_ || holder->lock_error_ != 0; });
   if (holder->lock_error_ != 0) {
     const int error = holder->lock_error_;
     lock.unlock();
@@ -81,8 +72,7 @@ void LivenessHolder::Hold() {
 }
 
 LivenessHolder::~LivenessHolder() {
-  if (!thread_.joinable())
-    return;
+  if (!thread_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -91,18 +81,15 @@ LivenessHolder::~LivenessHolder() {
   thread_.join();
 }
 
-Liveness ProbeLiveness(const pthread_mutex_t *mutex) {
+Liveness ProbeLiveness(const pthread_mutex_t* mutex) {
 #ifndef __GLIBC__
 #error "ProbeLiveness reads glibc's pthread_mutex_t futex word (__data.__lock)"
 #endif
-  // The futex word holds the owner's thread id; the kernel's robust-list walk
-  // at the owner's death replaces it with FUTEX_OWNER_DIED, which no one here
-  // ever clears.
+  // The futex word holds the owner's thread id; the kernel's robust-list walk at the
+  // owner's death replaces it with FUTEX_OWNER_DIED, which no one here ever clears.
   const int word = __atomic_load_n(&mutex->__data.__lock, __ATOMIC_ACQUIRE);
-  if ((word & FUTEX_OWNER_DIED) != 0)
-    return Liveness::kDied;
-  if ((word & FUTEX_TID_MASK) != 0)
-    return Liveness::kHeld;
+  if ((word & FUTEX_OWNER_DIED) != 0) return Liveness::kDied;
+  if ((word & FUTEX_TID_MASK) != 0) return Liveness::kHeld;
   return Liveness::kReleased;
 }
 
@@ -113,22 +100,17 @@ int64_t MonotonicNanos() {
 }
 
 bool ProcessAlive(pid_t pid) {
-  if (pid <= 0)
-    return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH)
-    return false;
-  // kill() succeeds on zombies; their /proc state is 'Z' (or 'X' while being
-  // reaped).
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // kill() succeeds on zombies; their /proc state is 'Z' (or 'X' while being reaped).
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string line;
-  if (!std::getline(stat, line))
-    return false;
+  if (!std::getline(stat, line)) return false;
   const size_t paren = line.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= line.size())
-    return true;
+  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
   const char state = line[paren + 2];
   return state != 'Z' && state != 'X';
 }
 
-} // namespace shm_internal
-} // namespace loom
+}  // namespace shm_internal
+}  // namespace loom

@@ -12,8 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/peer_failure.h"
+#include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/transport.h"
 
 namespace loom {
@@ -63,7 +63,7 @@ enum class GiveUpReason : uint64_t { kDeadline = 1, kCopyFailed = 2, kAborted = 
 struct PeerLink {
   int rank = 0;
   pid_t pid = 0;
-  PeerIdentity identity;  // For errors: world rank, pid, host.
+  PeerIdentity identity;                          // For errors: world rank, pid, host.
   RankHeader* header = nullptr;                   // In the peer's segment.
   ChannelView outgoing;                           // This rank -> peer, in the peer's segment.
   ChannelView incoming;                           // Peer -> this rank, in this rank's segment.
