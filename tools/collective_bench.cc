@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "collectives/transport/shm/shared_buffer.h"
+#include "core/aligned_buffer.h"
 #include "core/checked_size.h"
 #include "core/half.h"
 #include "core/status_macros.h"
@@ -59,8 +60,9 @@ class BenchBuffer {
       LOOM_ASSIGN_OR_RETURN(buffer.shared_, SharedBuffer::Allocate(bytes));
       buffer.bytes_ = buffer.shared_.bytes();
     } else {
-      buffer.plain_.resize(bytes);
-      buffer.bytes_ = absl::MakeSpan(buffer.plain_);
+      // AlignedBuffer: an allocation that fails is ResourceExhausted, not bad_alloc.
+      LOOM_ASSIGN_OR_RETURN(buffer.plain_, AlignedBuffer<std::byte>::Create(bytes));
+      buffer.bytes_ = buffer.plain_.span();
     }
     return buffer;
   }
@@ -70,7 +72,7 @@ class BenchBuffer {
   std::byte* end() const { return bytes_.data() + bytes_.size(); }
 
  private:
-  std::vector<std::byte> plain_;
+  AlignedBuffer<std::byte> plain_;
   SharedBuffer shared_;
   absl::Span<std::byte> bytes_;
 };
