@@ -11,6 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "collectives/transport/shm/shared_buffer.h"
+#include "core/aligned_buffer.h"
+#include "core/checked_size.h"
 #include "core/half.h"
 #include "core/status_macros.h"
 
@@ -58,8 +60,9 @@ class BenchBuffer {
       LOOM_ASSIGN_OR_RETURN(buffer.shared_, SharedBuffer::Allocate(bytes));
       buffer.bytes_ = buffer.shared_.bytes();
     } else {
-      buffer.plain_.resize(bytes);
-      buffer.bytes_ = absl::MakeSpan(buffer.plain_);
+      // AlignedBuffer: an allocation that fails is ResourceExhausted, not bad_alloc.
+      LOOM_ASSIGN_OR_RETURN(buffer.plain_, AlignedBuffer<std::byte>::Create(bytes));
+      buffer.bytes_ = buffer.plain_.span();
     }
     return buffer;
   }
@@ -69,7 +72,7 @@ class BenchBuffer {
   std::byte* end() const { return bytes_.data() + bytes_.size(); }
 
  private:
-  std::vector<std::byte> plain_;
+  AlignedBuffer<std::byte> plain_;
   SharedBuffer shared_;
   absl::Span<std::byte> bytes_;
 };
@@ -258,6 +261,45 @@ double BusFactor(CollectiveKind op, int ranks) {
   }
 }
 
+absl::Status ValidateBenchOptions(const BenchOptions& options, int ranks, int ranks_per_host) {
+  if (options.min_bytes == 0) {
+    return absl::InvalidArgumentError("--min_bytes=0: the smallest size must be at least 1 byte");
+  }
+  if (options.max_bytes < options.min_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_bytes=", options.max_bytes, " is smaller than --min_bytes=", options.min_bytes));
+  }
+  if (options.step_factor < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--step_factor=", options.step_factor, " must be >= 2"));
+  }
+  if (options.iters < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--iters=", options.iters, " must be >= 1"));
+  }
+  if (options.warmup < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup=", options.warmup, " must be >= 0"));
+  }
+  if (ranks > 0 && (options.root < 0 || options.root >= ranks)) {
+    return absl::InvalidArgumentError(absl::StrCat("--root=", options.root, " is not a rank of ",
+                                                   ranks, " (0 to ", ranks - 1, ")"));
+  }
+  if (ranks_per_host < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ranks_per_host, " ranks per host: must be >= 1"));
+  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t max_bytes,
+                        SizeFromUnsigned("--max_bytes", options.max_bytes));
+  LOOM_ASSIGN_OR_RETURN(const int64_t bytes, CheckedMul({{"--max_bytes", max_bytes},
+                                                         {"buffers per rank (input and output)", 2},
+                                                         {"ranks on this host", ranks_per_host}}));
+  const absl::Status fits = CheckFitsInMemory(
+      absl::StrCat("--max_bytes=", options.max_bytes, ": an input and an output buffer on each of ",
+                   ranks_per_host, " ranks on this host"),
+      bytes);
+  if (!fits.ok()) return absl::InvalidArgumentError(fits.message());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
                                                          const BenchOptions& options) {
   if (options.min_bytes == 0 || options.max_bytes < options.min_bytes || options.step_factor < 2 ||
@@ -266,6 +308,8 @@ absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
         "sizes ", options.min_bytes, "..", options.max_bytes, " step x", options.step_factor,
         ", iters ", options.iters, ", warmup ", options.warmup, " make no measurement"));
   }
+  // This rank's own buffers, checked against the machine before they are allocated.
+  LOOM_RETURN_IF_ERROR(ValidateBenchOptions(options, comm.size(), 1));
   const size_t n = static_cast<size_t>(comm.size());
   const size_t width = DTypeSize(options.dtype);
   CallOptions call;

@@ -67,6 +67,14 @@ struct BenchRow {
 // BusFactor returns nccl-tests' bus bandwidth factor of `op` on `ranks` ranks.
 double BusFactor(CollectiveKind op, int ranks);
 
+// ValidateBenchOptions checks `options` before any rank starts, for a run on `ranks`
+// ranks (0: not known yet, as under an mpirun the user started) of which
+// `ranks_per_host` share this machine's memory. InvalidArgument naming the flag and
+// its value for --min_bytes 0, --max_bytes below --min_bytes, --step_factor below 2,
+// --iters below 1, --warmup below 0, --root outside [0, ranks), and for buffers (an
+// input and an output of --max_bytes on every rank of the host) whose byte count
+// overflows or passes this machine's physical memory.
+absl::Status ValidateBenchOptions(const BenchOptions& options, int ranks, int ranks_per_host);
 
 // RunCollectiveBench runs the sizes min_bytes, min_bytes * step_factor, ... up to
 // max_bytes on every rank of `comm` (collectively). InvalidArgument for options that

@@ -8,6 +8,7 @@
 // shared-memory transport; rank 0 prints the table.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -27,11 +28,13 @@
 #include "collectives/cost_model.h"
 #include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/inproc/inproc_transport.h"
+#include "collectives/transport/heartbeat.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/mpi/node_shm.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
+#include "tools/cli.h"
 #include "tools/collective_bench.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
@@ -81,14 +84,29 @@ ABSL_FLAG(std::string, heartbeat_timeout, "10s",
 namespace loom {
 namespace {
 
+constexpr int kMaxRanks = 1024;
+
+// Flag returns what parsing flag `name` gave, its error prefixed with the flag
+// and value ("--op=foo: unknown collective ...").
+template <typename T>
+absl::StatusOr<T> Flag(absl::string_view name, const std::string& value, absl::StatusOr<T> parsed) {
+  if (parsed.ok()) return parsed;
+  return absl::Status(parsed.status().code(),
+                      absl::StrCat("--", name, "=", value, ": ", parsed.status().message()));
+}
+
 absl::StatusOr<BenchOptions> OptionsFromFlags() {
   BenchOptions options;
-  LOOM_ASSIGN_OR_RETURN(options.op, ParseCollectiveKind(absl::GetFlag(FLAGS_op)));
-  LOOM_ASSIGN_OR_RETURN(options.algorithm, ParseAlgorithm(absl::GetFlag(FLAGS_algo)));
-  LOOM_ASSIGN_OR_RETURN(options.dtype, ParseDType(absl::GetFlag(FLAGS_dtype)));
-  LOOM_ASSIGN_OR_RETURN(options.redop, ParseReduceOp(absl::GetFlag(FLAGS_redop)));
-  LOOM_ASSIGN_OR_RETURN(options.min_bytes, ParseByteSize(absl::GetFlag(FLAGS_min_bytes)));
-  LOOM_ASSIGN_OR_RETURN(options.max_bytes, ParseByteSize(absl::GetFlag(FLAGS_max_bytes)));
+  const std::string op = absl::GetFlag(FLAGS_op), algo = absl::GetFlag(FLAGS_algo),
+                    dtype = absl::GetFlag(FLAGS_dtype), redop = absl::GetFlag(FLAGS_redop),
+                    min_bytes = absl::GetFlag(FLAGS_min_bytes),
+                    max_bytes = absl::GetFlag(FLAGS_max_bytes);
+  LOOM_ASSIGN_OR_RETURN(options.op, Flag("op", op, ParseCollectiveKind(op)));
+  LOOM_ASSIGN_OR_RETURN(options.algorithm, Flag("algo", algo, ParseAlgorithm(algo)));
+  LOOM_ASSIGN_OR_RETURN(options.dtype, Flag("dtype", dtype, ParseDType(dtype)));
+  LOOM_ASSIGN_OR_RETURN(options.redop, Flag("redop", redop, ParseReduceOp(redop)));
+  LOOM_ASSIGN_OR_RETURN(options.min_bytes, Flag("min_bytes", min_bytes, ParseByteSize(min_bytes)));
+  LOOM_ASSIGN_OR_RETURN(options.max_bytes, Flag("max_bytes", max_bytes, ParseByteSize(max_bytes)));
   options.step_factor = absl::GetFlag(FLAGS_step_factor);
   options.iters = absl::GetFlag(FLAGS_iters);
   options.warmup = absl::GetFlag(FLAGS_warmup);
@@ -105,13 +123,98 @@ absl::StatusOr<CommunicatorOptions> CommunicatorOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--timeout=", absl::GetFlag(FLAGS_timeout),
                                                    " is not a duration like 30s or 2m"));
   }
+  if (options.timeout <= absl::ZeroDuration() || options.timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout=", absl::GetFlag(FLAGS_timeout), " must be positive and finite"));
+  }
   options.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  if (options.ranks_per_node < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks_per_node=", options.ranks_per_node, " must be >= 0"));
+  }
   options.deterministic = absl::GetFlag(FLAGS_deterministic);
-  LOOM_ASSIGN_OR_RETURN(options.chunk_bytes, ParseByteSize(absl::GetFlag(FLAGS_chunk_bytes)));
-  if (!absl::GetFlag(FLAGS_cost_model).empty()) {
-    LOOM_ASSIGN_OR_RETURN(options.cost_model, CostModel::Load(absl::GetFlag(FLAGS_cost_model)));
+  const std::string chunk = absl::GetFlag(FLAGS_chunk_bytes);
+  LOOM_ASSIGN_OR_RETURN(options.chunk_bytes, Flag("chunk_bytes", chunk, ParseByteSize(chunk)));
+  if (options.chunk_bytes == 0) {
+    return absl::InvalidArgumentError("--chunk_bytes=0 must be at least 1 byte");
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_cost_model); !path.empty()) {
+    // A file the command line names that cannot be read or parsed is a usage error.
+    absl::StatusOr<CostModel> model = CostModel::Load(path);
+    if (!model.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cost_model=", path, ": ", model.status().message()));
+    }
+    options.cost_model = *std::move(model);
   }
   return options;
+}
+
+// ApplyShmFlags sets --shm_copy, --shm_staging_bytes and --heartbeat_timeout in `shm`;
+// InvalidArgument naming the flag otherwise.
+absl::Status ApplyShmFlags(ShmOptions& shm) {
+  const std::string copy = absl::GetFlag(FLAGS_shm_copy);
+  if (copy == "auto") {
+    shm.copy_mode = ShmOptions::CopyMode::kAuto;
+  } else if (copy == "cma") {
+    shm.copy_mode = ShmOptions::CopyMode::kCma;
+  } else if (copy == "staged") {
+    shm.copy_mode = ShmOptions::CopyMode::kStaged;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shm_copy=", copy, " is not auto, cma or staged"));
+  }
+  const std::string staging = absl::GetFlag(FLAGS_shm_staging_bytes);
+  LOOM_ASSIGN_OR_RETURN(shm.staging_bytes,
+                        Flag("shm_staging_bytes", staging, ParseByteSize(staging)));
+  if (shm.staging_bytes < kMinShmStagingBytes || shm.staging_bytes > kMaxShmStagingBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shm_staging_bytes=", staging, " (", shm.staging_bytes,
+                     " bytes) is not in [", kMinShmStagingBytes, ", ", kMaxShmStagingBytes, "]"));
+  }
+  const std::string heartbeat = absl::GetFlag(FLAGS_heartbeat_timeout);
+  if (!absl::ParseDuration(heartbeat, &shm.heartbeat_timeout)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heartbeat_timeout=", heartbeat, " is not a duration"));
+  }
+  return ValidateHeartbeatTimeout(shm.heartbeat_timeout, "--heartbeat_timeout");
+}
+
+// ValidateFlags checks every flag of a run on `ranks` ranks over `transport`
+// before any rank, process or mpirun starts.
+absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchOptions& bench,
+                           const CommunicatorOptions& options) {
+  if (transport != "inproc" && transport != "shm" && transport != "mpi" && transport != "gloo") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport=", transport, " is not inproc, shm, mpi or gloo"));
+  }
+  const int max_ranks = transport == "shm" ? kMaxShmRanks : kMaxRanks;
+  if (ranks < 1 || ranks > max_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks=", ranks, " is not in [1, ", max_ranks, "]",
+                     transport == "shm" ? " (the shm transport's limit)" : ""));
+  }
+  const std::string inside = absl::GetFlag(FLAGS_node_transport);
+  if (inside != "none" && inside != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_transport=", inside, " is not none or shm"));
+  }
+  if (inside == "shm" && transport != "mpi") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_transport=shm is for --transport=mpi, not ", transport));
+  }
+  ShmOptions shm;
+  LOOM_RETURN_IF_ERROR(ApplyShmFlags(shm));
+  // Under an mpirun the user started, MPI decides the world size and the hosts.
+  const bool external_mpirun = transport == "mpi" && LaunchedByMpirun();
+  const int known_ranks = external_mpirun ? 0 : ranks;
+  int per_host = ranks;
+  if (external_mpirun) {
+    per_host = 1;
+  } else if (transport == "mpi" && options.ranks_per_node > 0) {
+    per_host = std::min(options.ranks_per_node, ranks);
+  }
+  return ValidateBenchOptions(bench, known_ranks, per_host);
 }
 
 // RunRank benchmarks on one rank's transport; rank 0 prints.
@@ -206,61 +309,37 @@ absl::StatusOr<int> LaunchSelf(int ranks, int argc, char** argv,
   return result.ExitCode();
 }
 
+constexpr char kTool[] = "collective_bench";
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "nccl-tests-style benchmark of Loom's collectives.\n"
       "  collective_bench --transport=shm --ranks=2 --op=all_reduce --min_bytes=4K --max_bytes=64M --check");
-  absl::ParseCommandLine(argc, argv);
+  const absl::StatusOr<std::vector<char*>> args = cli::ParseFlags(argc, argv);
+  if (!args.ok()) return cli::Fail(kTool, args.status());
+  if (absl::Status s = cli::CheckNoArguments(*args); !s.ok()) return cli::Fail(kTool, s);
   ReportPeerFailuresAsTheyHappen();
   absl::StatusOr<BenchOptions> bench = OptionsFromFlags();
+  if (!bench.ok()) return cli::Fail(kTool, bench.status());
   absl::StatusOr<CommunicatorOptions> options = CommunicatorOptionsFromFlags();
+  if (!options.ok()) return cli::Fail(kTool, options.status());
   const int ranks = absl::GetFlag(FLAGS_ranks);
-  absl::Status status = bench.ok() ? options.status() : bench.status();
-  if (status.ok() && (ranks < 1 || ranks > 1024)) {
-    status = absl::InvalidArgumentError(absl::StrCat("--ranks=", ranks, " is not in [1, 1024]"));
-  }
-  if (!status.ok()) {
-    std::cerr << "collective_bench: " << status << "\n";
-    return 2;
-  }
   const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (absl::Status s = ValidateFlags(transport, ranks, *bench, *options); !s.ok()) {
+    return cli::Fail(kTool, s);
+  }
+  absl::Status status;
   if (transport == "inproc") {
     status = RunInproc(ranks, *bench, *options);
   } else if (transport == "shm") {
     if (std::getenv("LOOM_RANK") == nullptr) {
       absl::StatusOr<int> code = LaunchSelf(ranks, argc, argv);
-      if (!code.ok()) {
-        std::cerr << "collective_bench: " << code.status() << "\n";
-        return 1;
-      }
+      if (!code.ok()) return cli::Fail(kTool, code.status());
       return *code;
     }
     absl::StatusOr<ShmOptions> shm = ShmOptionsFromEnvironment();
     if (shm.ok()) {
-      const std::string copy = absl::GetFlag(FLAGS_shm_copy);
-      absl::StatusOr<size_t> staging = ParseByteSize(absl::GetFlag(FLAGS_shm_staging_bytes));
-      if (copy == "auto") {
-        shm->copy_mode = ShmOptions::CopyMode::kAuto;
-      } else if (copy == "cma") {
-        shm->copy_mode = ShmOptions::CopyMode::kCma;
-      } else if (copy == "staged") {
-        shm->copy_mode = ShmOptions::CopyMode::kStaged;
-      } else {
-        shm = absl::InvalidArgumentError(
-            absl::StrCat("--shm_copy=", copy, " is not auto, cma or staged"));
-      }
-      if (!staging.ok()) {
-        shm = staging.status();
-      } else if (shm.ok()) {
-        shm->staging_bytes = *staging;
-      }
-      absl::Duration heartbeat;
-      if (!absl::ParseDuration(absl::GetFlag(FLAGS_heartbeat_timeout), &heartbeat)) {
-        shm = absl::InvalidArgumentError(absl::StrCat(
-            "--heartbeat_timeout=", absl::GetFlag(FLAGS_heartbeat_timeout), " is not a duration"));
-      } else if (shm.ok()) {
-        shm->heartbeat_timeout = heartbeat;
-      }
+      if (absl::Status s = ApplyShmFlags(*shm); !s.ok()) shm = s;
     }
     absl::StatusOr<std::unique_ptr<Transport>> endpoint =
         shm.ok() ? ConnectShmTransport(*shm) : absl::StatusOr<std::unique_ptr<Transport>>(shm.status());
@@ -272,22 +351,15 @@ int Main(int argc, char** argv) {
     if (std::getenv("LOOM_RANK") == nullptr) {
       // The ranks meet in gloo/ of the job directory the launcher makes and removes.
       absl::StatusOr<int> code = LaunchSelf(ranks, argc, argv);
-      if (!code.ok()) {
-        std::cerr << "collective_bench: " << code.status() << "\n";
-        return 1;
-      }
+      if (!code.ok()) return cli::Fail(kTool, code.status());
       return *code;
     }
     status = RunGloo(*bench, *options);
-  } else {
-    status = absl::InvalidArgumentError(
-        absl::StrCat("--transport=", transport, " is not inproc, shm, mpi or gloo"));
   }
   if (!status.ok()) {
-    std::cerr << "collective_bench: " << status << "\n";
     // A rank of a launched job tells the launcher why, and whether a peer caused it.
     ReportRankFailure(status).IgnoreError();
-    return 1;
+    return cli::Fail(kTool, status);
   }
   return 0;
 }

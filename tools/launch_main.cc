@@ -9,7 +9,9 @@
 //
 // Exit status: 0 when every rank exits 0; the first failing rank's exit code, or
 // 128 + its signal; 124 when --timeout expired; 128 + a signal launch received and
-// forwarded; 2 when the job could not be started (bad flags, program not found).
+// forwarded; 2 when the job could not be started for its command line (bad flags,
+// program not found or not executable), 1 when it could not for another reason (a
+// failed fork). Errors are one line, "launch: <message>" (tools/cli.h).
 #include <cstdint>
 #include <iostream>
 #include <string>
@@ -25,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/status_macros.h"
+#include "tools/cli.h"
 #include "tools/launcher.h"
 
 // -n, --timeout and --grace are read as strings and parsed here, so that a malformed
@@ -80,16 +83,18 @@ int main(int argc, char** argv) {
       "Runs N ranks of a Loom job as local processes and supervises them.\n"
       "  launch -n N [--timeout=DURATION] [--grace=DURATION] [--job_id=ID] -- PROGRAM ARGS...\n"
       "Flags end at \"--\"; everything after it is the program and its arguments.");
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  const absl::StatusOr<loom::LaunchOptions> options = loom::OptionsFromFlags(positional);
-  if (!options.ok()) {
-    std::cerr << "launch: " << options.status().message() << "\n";
-    return 2;
-  }
+  const absl::StatusOr<std::vector<char*>> positional = loom::cli::ParseFlags(argc, argv);
+  if (!positional.ok()) return loom::cli::Fail("launch", positional.status());
+  const absl::StatusOr<loom::LaunchOptions> options = loom::OptionsFromFlags(*positional);
+  if (!options.ok()) return loom::cli::Fail("launch", options.status());
   const absl::StatusOr<loom::LaunchResult> result = loom::Launch(*options);
   if (!result.ok()) {
-    std::cerr << "launch: " << result.status().message() << "\n";
-    return 2;
+    // A PROGRAM that cannot be found or run is the command line's fault, like a
+    // bad flag.
+    const absl::Status& s = result.status();
+    const bool usage =
+        absl::IsInvalidArgument(s) || absl::IsNotFound(s) || absl::IsPermissionDenied(s);
+    return loom::cli::Fail("launch", s, usage ? loom::cli::kExitUsage : loom::cli::kExitRuntime);
   }
   std::cerr << loom::Describe(*result);
   return result->ExitCode();

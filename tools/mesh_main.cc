@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/status_macros.h"
+#include "tools/cli.h"
 #include "tools/mesh_report.h"
 #include "topology/mesh.h"
 #include "topology/node_layout.h"
@@ -61,12 +62,14 @@ int main(int argc, char** argv) {
       "Prints the rank layout of an N-D device mesh.\n"
       "  mesh --shape=dp=2,pp=2,cp=1,tp=2 [--order=tp-cp-pp-dp] [--ranks_per_node=4]\n"
       "       [--rank=R] [--format=table|json]");
-  absl::ParseCommandLine(argc, argv);
-  const absl::StatusOr<std::string> report = loom::Run();
-  if (!report.ok()) {
-    std::cerr << "mesh: " << report.status().message() << "\n";
-    return 2;
+  const absl::StatusOr<std::vector<char*>> args = loom::cli::ParseFlags(argc, argv);
+  if (!args.ok()) return loom::cli::Fail("mesh", args.status());
+  if (absl::Status s = loom::cli::CheckNoArguments(*args); !s.ok()) {
+    return loom::cli::Fail("mesh", s);
   }
+  const absl::StatusOr<std::string> report = loom::Run();
+  // Every failure of mesh is its input's (it only computes a layout): exit 2.
+  if (!report.ok()) return loom::cli::Fail("mesh", report.status(), loom::cli::kExitUsage);
   std::cout << *report;
   return 0;
 }

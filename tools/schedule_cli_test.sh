@@ -103,7 +103,7 @@ expect_error "cannot read --load=$TMP/missing.csv" --load="$TMP/missing.csv"
 expect_error "give --schedule=1f1b or --load=$TMP/torch.csv, not both" --schedule=1f1b --load="$TMP/torch.csv"
 printf '0F0,0Z1\n' >"$TMP/bad.csv"
 expect_error "bad.csv: line 1 (rank 0), cell 2: cannot parse action \"0Z1\"" --load="$TMP/bad.csv"
-expect_error "cannot write --out=$TMP/no/such/dir.svg" --schedule=1f1b --format=svg --out="$TMP/no/such/dir.svg"
+expect_error "--out=$TMP/no/such/dir.svg: cannot open for writing: No such file or directory" --schedule=1f1b --format=svg --out="$TMP/no/such/dir.svg"
 expect_error "--svg_width: width=10 must be between 200 and 100000 pixels" --schedule=1f1b --format=svg --svg_width=10
 
 # The pictures in pipeline/docs are what the tool draws today (regenerate them with

@@ -13,8 +13,9 @@
 // summary to stderr, so that stdout stays a valid file; with --out the export goes
 // to the file and the summary to stdout.
 //
-// Exit status: 0; 1 when the schedule fails verification (or the simulator refuses
-// it); 2 for bad flags, an unreadable or malformed file, or an unwritable --out.
+// Exit status (tools/cli.h): 0; 1 when the schedule fails verification (or the
+// simulator refuses it) or writing --out fails midway; 2 for bad flags, stray
+// arguments, an unreadable or malformed file, or an --out that cannot be opened.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -40,6 +41,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "core/checked_size.h"
 #include "core/status_macros.h"
 #include "pipeline/chrome_trace.h"
 #include "pipeline/generators.h"
@@ -49,6 +51,7 @@
 #include "pipeline/simulator.h"
 #include "pipeline/svg_timeline.h"
 #include "pipeline/verifier.h"
+#include "tools/cli.h"
 #include "topology/parallel_config.h"
 
 ABSL_FLAG(std::string, schedule, "",
@@ -84,6 +87,9 @@ namespace {
 
 constexpr int kBadInput = 2;
 constexpr int kBadSchedule = 1;
+// The largest schedule generated, in actions (ranks x microbatches x stages per
+// rank x 4).
+constexpr int64_t kMaxActions = 10'000'000;
 
 enum class Format { kTable, kCsv, kChrome, kSvg };
 
@@ -197,6 +203,19 @@ absl::StatusOr<Schedule> Generate() {
                              *kind == PipelineScheduleKind::kZeroBubbleV
                          ? 2
                          : 1;
+  }
+  // Every rank holds a forward and up to three backward actions per microbatch
+  // and stage; a schedule past kMaxActions is not one to print, and its vectors
+  // could not be allocated.
+  absl::StatusOr<int64_t> actions = CheckedMul({{"--ranks", ranks},
+                                                {"--microbatches", microbatches},
+                                                {"--virtual", virtual_stages},
+                                                {"actions per stage and microbatch", 4}});
+  if (!actions.ok()) return actions.status();
+  if (*actions > kMaxActions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks=", ranks, " x --microbatches=", microbatches, " x --virtual=", virtual_stages,
+        " make up to ", *actions, " actions; at most ", kMaxActions));
   }
   return MakeSchedule(*kind, ranks, microbatches, virtual_stages);
 }
@@ -345,22 +364,23 @@ int main(int argc, char** argv) {
       "           [--virtual=V] [--costs=F=1,B=2,I=1,W=1,latency=0] [--verify] [--lower]\n"
       "           [--format=table|csv|chrome|svg] [--out=FILE]\n"
       "  schedule --load=FILE.csv [same output flags]");
-  absl::ParseCommandLine(argc, argv);
-  int exit_code = 0;
-  const absl::StatusOr<loom::Outputs> outputs = loom::Run(exit_code);
-  if (!outputs.ok()) {
-    std::cerr << "schedule: " << outputs.status().message() << "\n";
-    return exit_code;
+  const absl::StatusOr<std::vector<char*>> args = loom::cli::ParseFlags(argc, argv);
+  if (!args.ok()) return loom::cli::Fail("schedule", args.status());
+  if (absl::Status s = loom::cli::CheckNoArguments(*args); !s.ok()) {
+    return loom::cli::Fail("schedule", s);
   }
   const std::string out = absl::GetFlag(FLAGS_out);
+  if (absl::Status s = loom::cli::CheckOutputPath("--out", out); !s.ok()) {
+    return loom::cli::Fail("schedule", s);
+  }
+  int exit_code = 0;
+  const absl::StatusOr<loom::Outputs> outputs = loom::Run(exit_code);
+  if (!outputs.ok()) return loom::cli::Fail("schedule", outputs.status(), exit_code);
   const bool table = absl::GetFlag(FLAGS_format) == "table";
   if (!out.empty()) {
     const std::string file = table ? outputs->body + outputs->summary : outputs->body;
     const absl::Status written = loom::WriteFile(out, file);
-    if (!written.ok()) {
-      std::cerr << "schedule: " << written.message() << "\n";
-      return 2;
-    }
+    if (!written.ok()) return loom::cli::Fail("schedule", written, loom::cli::kExitRuntime);
     std::cout << outputs->summary << "wrote " << out << " (" << file.size() << " bytes)\n";
   } else if (table) {
     std::cout << outputs->body << outputs->summary;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "collectives/transport/shm/shm_transport.h"
+#include "core/checked_size.h"
 #include "core/half.h"
 #include "core/status_macros.h"
 #include "offload/adamw/cpu_adamw.h"
@@ -506,15 +508,117 @@ int64_t StagesPerRank(PipelineScheduleKind schedule) {
 
 }  // namespace
 
-absl::Status ValidateTrainJob(const TrainJobOptions& o) {
+namespace {
+
+// RanksWord says what the job's ranks are, as the header line does.
+std::string RanksWord(absl::string_view transport) {
+  if (transport == "threads") return "thread ranks";
+  return absl::StrCat("processes over ", transport);
+}
+
+// CheckJobSizes checks, before anything is allocated, that the products of the
+// size flags fit an int64 and that what the job must hold at least fits this
+// machine's memory: the whole model's parameters, gradients and AdamW state (16
+// bytes per parameter: the ranks of a job on one host hold it between them, and
+// the reference run holds all of it), one step's tokens, one microbatch's
+// logits, one layer's attention scores and one activation per layer.
+// InvalidArgument naming the flags.
+absl::Status CheckJobSizes(const TrainJobOptions& o) {
+  const GptConfig& m = o.model;
+  const int64_t ffn = m.ffn_size();  // ValidateTrainJob checked 4 x --hidden
+  LOOM_ASSIGN_OR_RETURN(const int64_t embedding,
+                        CheckedMul({{"--vocab", m.vocab}, {"--hidden", m.hidden}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t positions,
+                        CheckedMul({{"--seq_len", m.seq_len}, {"--hidden", m.hidden}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const int64_t attention,
+      CheckedMul({{"4 matrices", 4}, {"--hidden", m.hidden}, {"--hidden", m.hidden}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const int64_t mlp,
+      CheckedMul({{"2 matrices", 2}, {"--hidden", m.hidden}, {"ffn (4 x --hidden)", ffn}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t block,
+                        CheckedAdd({{"attention weights", attention}, {"MLP weights", mlp}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t blocks,
+                        CheckedMul({{"--layers", m.layers}, {"weights per block", block}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const int64_t params,
+      CheckedAdd({{"embedding", embedding}, {"positions", positions}, {"blocks", blocks}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t state_bytes,
+                        CheckedMul({{"parameters", params}, {"bytes of state each", 16}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t step_tokens, CheckedMul({{"--dp", o.dp},
+                                                               {"--microbatches", o.microbatches},
+                                                               {"--micro_batch", o.micro_batch},
+                                                               {"--seq_len", m.seq_len}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t token_bytes,
+                        CheckedMul({{"tokens per step", step_tokens}, {"bytes each", 8}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t logit_bytes, CheckedMul({{"--micro_batch", o.micro_batch},
+                                                               {"--seq_len", m.seq_len},
+                                                               {"--vocab", m.vocab},
+                                                               {"bytes per f32", 4}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t score_bytes, CheckedMul({{"--micro_batch", o.micro_batch},
+                                                               {"--heads", m.heads},
+                                                               {"--seq_len", m.seq_len},
+                                                               {"--seq_len", m.seq_len},
+                                                               {"bytes per f32", 4}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t activation_bytes,
+                        CheckedMul({{"--layers", m.layers},
+                                    {"--micro_batch", o.micro_batch},
+                                    {"--seq_len", m.seq_len},
+                                    {"--hidden", m.hidden},
+                                    {"bytes per f32", 4}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t total, CheckedAdd({{"model state", state_bytes},
+                                                         {"tokens", token_bytes},
+                                                         {"logits", logit_bytes},
+                                                         {"attention scores", score_bytes},
+                                                         {"activations", activation_bytes}}));
+  const absl::Status fits = CheckFitsInMemory(
+      absl::StrFormat("--vocab %d --seq_len %d --hidden %d --heads %d --layers %d --dp %d "
+                      "--microbatches %d --micro_batch %d: the model state (%d parameters "
+                      "x 16 "
+                      "bytes), a step's tokens, a microbatch's logits and activations",
+                      m.vocab, m.seq_len, m.hidden, m.heads, m.layers, o.dp, o.microbatches,
+                      o.micro_batch, params),
+      total);
+  if (!fits.ok()) return absl::InvalidArgumentError(fits.message());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateTrainJob(const TrainJobOptions& o) { return ValidateTrainJob(o, "threads"); }
+
+absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transport) {
   if (o.dp < 1 || o.pp < 1 || o.tp < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dp ", o.dp, " --pp ", o.pp, " --tp ", o.tp, ": each must be >= 1"));
   }
-  if (o.dp * o.pp * o.tp > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("--dp ", o.dp, " x --pp ", o.pp, " x --tp ",
-                                                   o.tp, " = ", o.dp * o.pp * o.tp,
-                                                   " thread ranks; at most 64"));
+  const absl::StatusOr<int64_t> world =
+      CheckedMul({{"--dp", o.dp}, {"--pp", o.pp}, {"--tp", o.tp}});
+  if (!world.ok() || *world > kMaxTrainRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dp ", o.dp, " x --pp ", o.pp, " x --tp ", o.tp, " = ",
+                     world.ok() ? absl::StrCat(*world) : "more than int64 holds", " ",
+                     RanksWord(transport), "; at most ", kMaxTrainRanks));
+  }
+  if (o.model.layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layers ", o.model.layers, " must be >= 1 (a model needs a block)"));
+  }
+  if (!std::isfinite(o.lr) || o.lr < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr ", o.lr, " must be a finite number >= 0 (as a float)"));
+  }
+  if (!std::isfinite(o.adam_eps) || o.adam_eps <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--adam_eps ", o.adam_eps, " must be a finite number > 0 (as a float)"));
+  }
+  // GptConfig computes its MLP width as 4 x hidden: that product must exist first.
+  if (o.model.ffn == 0 && o.model.hidden > 0) {
+    if (absl::StatusOr<int64_t> ffn =
+            CheckedMul({{"MLP width factor", 4}, {"--hidden", o.model.hidden}});
+        !ffn.ok()) {
+      return ffn.status();
+    }
   }
   if (absl::Status s = o.model.Validate(o.tp); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model: ", s.message()));
@@ -555,7 +659,7 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--adamw_threads ", o.adamw_threads, " is not in [1, 256]"));
   }
-  return absl::OkStatus();
+  return CheckJobSizes(o);
 }
 
 namespace {
@@ -787,9 +891,14 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
   // transports for each dimension, since the ZeRO engine drives dp from its own
   // thread while the layers drive tp and the executor drives pp.
   std::vector<std::shared_ptr<InprocGroup>> tp_groups, pp_groups, dp_groups;
-  for (int i = 0; i < dp * pp; ++i) tp_groups.push_back(*InprocGroup::Create(tp));
-  for (int i = 0; i < dp * tp; ++i) pp_groups.push_back(*InprocGroup::Create(pp));
-  for (int i = 0; i < pp * tp; ++i) dp_groups.push_back(*InprocGroup::Create(dp));
+  for (const auto& [groups, count, size] :
+       {std::make_tuple(&tp_groups, dp * pp, tp), std::make_tuple(&pp_groups, dp * tp, pp),
+        std::make_tuple(&dp_groups, pp * tp, dp)}) {
+    for (int i = 0; i < count; ++i) {
+      LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(size));
+      groups->push_back(std::move(group));
+    }
+  }
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> world_group, InprocGroup::Create(world));
   std::vector<RankWiring> wiring(world);
   CommunicatorOptions comm_options;

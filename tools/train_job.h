@@ -155,8 +155,17 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
 std::vector<std::string> ShmGroupIds(const TrainJobOptions& options, absl::string_view job_id);
 std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, int group);
 
-// ValidateTrainJob is RunTrainJob's check of the options, without training.
+// kMaxTrainRanks: the most ranks (dp x pp x tp) of a job, threads or processes.
+inline constexpr int64_t kMaxTrainRanks = 64;
+
+// ValidateTrainJob is RunTrainJob's check of the options, without training:
+// InvalidArgument naming the flags and values for a bad mesh, model, schedule or
+// option, for size flags whose products overflow an int64, and for a job whose model
+// state, tokens and activations could not fit this machine's physical memory (so no
+// allocation of the run fails). `transport` ("threads", "shm", "mpi") names the ranks
+// in the message ("thread ranks", "processes over shm").
 absl::Status ValidateTrainJob(const TrainJobOptions& options);
+absl::Status ValidateTrainJob(const TrainJobOptions& options, absl::string_view transport);
 
 // CompareWithReference trains the same model with the same seed and the same
 // global batch on one rank (dp = pp = tp = 1, zero 0) and returns the largest

@@ -15,13 +15,16 @@
 // With --transport=mpi the ranks are the processes of an Open MPI job: under mpirun
 // (`mpirun -np 8 train --transport=mpi`, across hosts too) each process is the rank
 // MPI gives it; run directly, train re-runs itself under a one-host mpirun.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -33,12 +36,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "collectives/transport/heartbeat.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/dtype.h"
+#include "core/status_macros.h"
+#include "tools/cli.h"
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
@@ -145,11 +151,54 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   return o;
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+// WriteFile writes `text` to `path` (flag `flag`'s value); Unavailable naming the
+// flag, the path and strerror when a call fails.
+absl::Status WriteFile(absl::string_view flag, const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat(flag, "=", path, ": cannot open for writing: ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return absl::UnavailableError(
+          absl::StrCat(flag, "=", path, ": write: ", std::strerror(error)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    return absl::UnavailableError(absl::StrCat(flag, "=", path, ": close: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// CheckPaths checks, before any rank starts, what the job will write: --trace and
+// --summary_json can be opened for writing, and each --nvme_dir is a directory this
+// process may write in. InvalidArgument naming the flag, the path and strerror.
+absl::Status CheckPaths(const TrainJobOptions& o) {
+  LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--trace", absl::GetFlag(FLAGS_trace)));
+  LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--summary_json", absl::GetFlag(FLAGS_summary_json)));
+  if (o.offload != OffloadKind::kNvme) return absl::OkStatus();
+  for (absl::string_view dir : absl::StrSplit(o.nvme_dir, ':', absl::SkipEmpty())) {
+    const std::string path(dir);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nvme_dir: ", path, ": ", std::strerror(errno)));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat("--nvme_dir: ", path, " is not a directory"));
+    }
+    if (::access(path.c_str(), W_OK | X_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nvme_dir: ", path, ": cannot write in it: ", std::strerror(errno)));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -159,8 +208,10 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) {
-    std::cerr << "train: --transport shm: cannot find this binary (/proc/self/exe)\n";
-    return 2;
+    cli::PrintError("train", absl::StrCat("--transport shm: cannot find this binary: "
+                                          "readlink(/proc/self/exe): ",
+                                          std::strerror(errno)));
+    return cli::kExitRuntime;
   }
   LaunchOptions launch;
   launch.num_ranks = o.dp * o.tp * o.pp;
@@ -171,10 +222,7 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   const absl::StatusOr<LaunchResult> result = Launch(launch);
   // The launcher removed the job's segments (/dev/shm/loom.<job_id>.*, every group's)
   // and its directory.
-  if (!result.ok()) {
-    std::cerr << "train: " << result.status().message() << "\n";
-    return 2;
-  }
+  if (!result.ok()) return cli::Fail("train", result.status());
   if (result->ExitCode() != 0) std::cerr << Describe(*result);
   return result->ExitCode();
 }
@@ -183,15 +231,16 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
 // before MPI_Finalize: once one rank exits non-zero, mpirun stops the others, and
 // a rank still finalizing would never say why it failed.
 absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSession>* mpi) {
+  // Every flag is checked here, before any rank, process or mpirun starts.
   absl::StatusOr<TrainJobOptions> options = OptionsFromFlags();
   if (!options.ok()) return options.status();
-  if (absl::Status s = ValidateTrainJob(*options); !s.ok()) return s;
-  const TrainJobOptions& o = *options;
   const std::string transport = absl::GetFlag(FLAGS_transport);
   if (transport != "threads" && transport != "shm" && transport != "mpi") {
     return absl::InvalidArgumentError(
         absl::StrCat("--transport ", transport, " is not threads, shm or mpi"));
   }
+  if (absl::Status s = ValidateTrainJob(*options, transport); !s.ok()) return s;
+  const TrainJobOptions& o = *options;
   if (const std::string job_id = absl::GetFlag(FLAGS_job_id); !job_id.empty()) {
     if (transport != "shm") {
       return absl::InvalidArgumentError(
@@ -211,6 +260,9 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     return s;
   }
   const int world = o.dp * o.tp * o.pp;
+  const bool launches = (transport == "shm" && std::getenv("LOOM_JOB_ID") == nullptr) ||
+                        (transport == "mpi" && !LaunchedByMpirun());
+  if (transport == "threads" || launches) LOOM_RETURN_IF_ERROR(CheckPaths(o));
   if (transport == "shm" && std::getenv("LOOM_JOB_ID") == nullptr) {
     *exit_code = LaunchRanks(o, argc, argv);
     return absl::OkStatus();
@@ -251,6 +303,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     };
   }
   const bool prints = rank == 0;
+  // Under an mpirun the user started, rank 0 is the first to see the flags.
+  if (prints && connect) LOOM_RETURN_IF_ERROR(CheckPaths(o));
   if (prints) {
     std::cout << absl::StrFormat(
         "train: dp=%d tp=%d pp=%d (%d %s), schedule %s, %d microbatches x %d "
@@ -316,7 +370,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         reference.reference_final_loss, reference.max_abs_param_diff, relative);
   }
   if (const std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
-    if (absl::Status s = WriteFile(path, summary->trace_json); !s.ok()) return s;
+    if (absl::Status s = WriteFile("--trace", path, summary->trace_json); !s.ok()) return s;
     std::cout << "trace: " << path << "\n";
   }
   if (const std::string path = absl::GetFlag(FLAGS_summary_json); !path.empty()) {
@@ -333,7 +387,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             : "null",
         summary->peak_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
         summary->tokens_per_second);
-    if (absl::Status s = WriteFile(path, json); !s.ok()) return s;
+    if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }
   return absl::OkStatus();
@@ -350,14 +404,17 @@ int main(int argc, char** argv) {
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"
       "        [--transport=threads|shm|mpi] [--job_id=ID]");
-  absl::ParseCommandLine(argc, argv);
+  const absl::StatusOr<std::vector<char*>> args = loom::cli::ParseFlags(argc, argv);
+  if (!args.ok()) return loom::cli::Fail("train", args.status());
+  if (absl::Status s = loom::cli::CheckNoArguments(*args); !s.ok()) {
+    return loom::cli::Fail("train", s);
+  }
   loom::ReportPeerFailuresAsTheyHappen();
   int exit_code = 0;
   std::unique_ptr<loom::MpiSession> mpi;
   const absl::Status status = loom::Run(argc, argv, &exit_code, &mpi);
   if (!status.ok()) {
-    std::cerr << "train: " << status.message() << "\n" << std::flush;
-    exit_code = 2;
+    exit_code = loom::cli::Fail("train", status);
     // A rank of a launched job tells the launcher why, and whether a peer caused it.
     loom::ReportRankFailure(status).IgnoreError();
   }

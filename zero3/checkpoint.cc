@@ -87,6 +87,35 @@ absl::StatusOr<ScopedFd> Open(const std::string& path, int flags, mode_t mode = 
   return ScopedFd(fd);
 }
 
+// FileKind names what a non-regular file is, for the refusal's message.
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+// OpenRegularForRead opens `path` for reading only if it is a regular file. The open
+// itself does not block (O_NONBLOCK: a FIFO with no writer would otherwise wait
+// forever for one); FailedPrecondition naming the path and what it is otherwise.
+absl::StatusOr<ScopedFd> OpenRegularForRead(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(path, O_RDONLY | O_NONBLOCK));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Errno(errno, "fstat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", FileKind(st.st_mode), ", not a regular file; not reading it"));
+  }
+  // Regular files ignore O_NONBLOCK; cleared anyway so reads keep their usual meaning.
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return Errno(errno, "fcntl", path);
+  }
+  return fd;
+}
+
 absl::Status FsyncDir(const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(path, O_RDONLY | O_DIRECTORY));
   if (::fsync(fd.get()) != 0) return Errno(errno, "fsync", path);
@@ -119,7 +148,7 @@ absl::StatusOr<size_t> PreadFull(int fd, absl::Span<std::byte> out, int64_t offs
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(path, O_RDONLY));
+  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, OpenRegularForRead(path));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Errno(errno, "fstat", path);
   std::string text(static_cast<size_t>(st.st_size), '\0');
@@ -691,7 +720,7 @@ class RankFileReader {
                                              int rank) {
     const ManifestFile& entry = m.files[rank];
     const std::string path = absl::StrCat(subdir, "/", entry.name);
-    absl::StatusOr<ScopedFd> fd = loom::Open(path, O_RDONLY);
+    absl::StatusOr<ScopedFd> fd = OpenRegularForRead(path);
     if (!fd.ok()) {
       return absl::DataLossError(absl::StrCat("the manifest lists ", path, " but: ",
                                               fd.status().message()));

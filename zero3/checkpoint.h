@@ -129,7 +129,9 @@ struct FullCheckpoint {
 
 // ReadFullCheckpoint reads the checkpoint committed in `dir` in one process, no
 // communicator needed (for tests, tools and conversion), checking every CRC32C.
-// Errors as LoadCheckpoint's: NotFound, DataLoss.
+// Errors as LoadCheckpoint's: NotFound, DataLoss. A file of the checkpoint that
+// is not a regular file (a FIFO, a device, a directory) is never read from, so
+// never waited on: DataLoss naming its path and what it is.
 absl::StatusOr<FullCheckpoint> ReadFullCheckpoint(const std::string& dir);
 
 }  // namespace loom

@@ -1,5 +1,6 @@
 #include "zero3/checkpoint.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
@@ -545,6 +547,44 @@ INSTANTIATE_TEST_SUITE_P(
                    [](const std::string&, const std::string& d) { FlipByte(d + "/LATEST", 3); },
                    "LATEST ("}),
     [](const ::testing::TestParamInfo<Corruption>& test) { return test.param.name; });
+
+// ReadWithDeadline runs ReadFullCheckpoint(dir) on a thread and waits at most
+// 20 s for it. A read still blocked then is the failure under test: `unblock`
+// (opening the FIFO's writing end) releases it, so the test fails instead of
+// hanging.
+absl::StatusOr<FullCheckpoint> ReadWithDeadline(const std::string& dir,
+                                                const std::function<void()>& unblock) {
+  absl::Notification done;
+  absl::StatusOr<FullCheckpoint> result;
+  std::thread reader([&] {
+    result = ReadFullCheckpoint(dir);
+    done.Notify();
+  });
+  const bool in_time = done.WaitForNotificationWithTimeout(absl::Seconds(20));
+  if (!in_time) unblock();
+  reader.join();
+  if (!in_time) return absl::DeadlineExceededError("ReadFullCheckpoint blocked for 20 s");
+  return result;
+}
+
+// A file of the checkpoint replaced by a FIFO (nothing ever writes to it) is
+// refused at once, naming it, instead of blocking the reader forever.
+TEST(CheckpointTest, FifoInPlaceOfAFileIsRefusedNotWaitedOn) {
+  for (const std::string& file : {kRank1, std::string("/MANIFEST")}) {
+    SCOPED_TRACE(file);
+    const std::string dir = FreshDir("fifo");
+    ExpectAllOk(Save(dir, 7, MakePartition(3, 100, 8, 4), MakeFull(TotalNumel(), 11)));
+    const std::string path = dir + "/step-00000007" + file;
+    ASSERT_TRUE(std::filesystem::remove(path)) << path;
+    ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << path << ": " << std::strerror(errno);
+    const absl::StatusOr<FullCheckpoint> read = ReadWithDeadline(dir, [&] {
+      const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) ::close(fd);
+    });
+    EXPECT_THAT(read, StatusIs(absl::StatusCode::kDataLoss,
+                               HasSubstr(path + " is a FIFO, not a regular file")));
+  }
+}
 
 // ---------------------------------------------------------------------------
 // Crashes: a child process saves and is SIGKILLed midway; the previous checkpoint

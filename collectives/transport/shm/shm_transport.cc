@@ -26,6 +26,10 @@ constexpr size_t kMaxJobIdLength = 96;
 constexpr size_t kMaxEagerBytes = 256 * 1024;
 constexpr size_t kMinStagingBytes = 64 * 1024;
 constexpr size_t kMaxStagingBytes = 256 * 1024 * 1024;
+static_assert(kMaxShmRanks == shm_internal::kMaxWorldSize &&
+                  kMinShmStagingBytes == kMinStagingBytes &&
+                  kMaxShmStagingBytes == kMaxStagingBytes,
+              "shm_transport.h states the limits ValidateOptions enforces");
 constexpr char kLaunchContract[] =
     "//tools:launch sets LOOM_JOB_ID, LOOM_RANK and LOOM_WORLD_SIZE for every rank";
 

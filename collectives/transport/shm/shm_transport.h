@@ -51,6 +51,12 @@
 
 namespace loom {
 
+// Limits of ShmOptions (size; staging_bytes), for tools that check their flags
+// before they start a job's processes.
+inline constexpr int kMaxShmRanks = 256;
+inline constexpr size_t kMinShmStagingBytes = size_t{64} * 1024;
+inline constexpr size_t kMaxShmStagingBytes = size_t{256} * 1024 * 1024;
+
 struct ShmOptions {
   // Names the job; every rank of it passes the same. Must match [A-Za-z0-9_.-]{1,96}.
   // Segments are /dev/shm/loom.<job_id>.*, so two jobs on one host need two ids.
