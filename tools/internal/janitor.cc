@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -205,6 +206,7 @@ absl::StatusOr<Janitor> StartJanitor(const std::string& job_dir, const std::stri
   // Everything the child needs, prepared before fork: it may not allocate.
   const std::string dir = job_dir;
   const std::string prefix = shm_prefix;
+  const pid_t starter = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     const int error = errno;
@@ -232,11 +234,17 @@ absl::StatusOr<Janitor> StartJanitor(const std::string& job_dir, const std::stri
     for (int fd = 3; fd < 1024; ++fd) {
       if (fd != fds[0]) close(fd);
     }
-    char byte;
-    ssize_t got;
-    do {
-      got = read(fds[0], &byte, 1);
-    } while (got > 0 || (got < 0 && errno == EINTR));
+    // The starter is gone when the pipe reads end-of-file, or when this process was
+    // reparented: a dying process's files may close late (io_uring workers share its
+    // file table and hold it for a while), but reparenting happens as it exits.
+    while (getppid() == starter) {
+      struct pollfd wake = {fds[0], POLLIN, 0};
+      if (poll(&wake, 1, 100) > 0) {
+        char byte;
+        const ssize_t got = read(fds[0], &byte, 1);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) break;
+      }
+    }
     RemoveJobTree(dir.c_str(), prefix.c_str());
     _exit(0);
   }

@@ -3,8 +3,8 @@
 //
 // StartJanitor forks a child that ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C that
 // reaches the whole process group must not stop the cleaner before it has cleaned),
-// then blocks reading a pipe whose only write end the starting process holds. When
-// that process dies, the kernel closes the pipe; the janitor then removes the job's
+// then waits on a pipe whose only write end the starting process holds. When that
+// process dies (the pipe closes, or the janitor is reparented), the janitor removes the job's
 // directory tree, the targets of the symbolic links in its `owned/` folder (offload
 // directories elsewhere), and /dev/shm entries starting with the shm prefix, and
 // exits. Between fork and exit it makes system calls only (no allocation, no locks),
