@@ -170,9 +170,8 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   return result->ExitCode();
 }
 
-// Run holds an MPI rank's session in `*mpi` so that main can print a failure
-// before MPI_Finalize: once one rank exits non-zero, mpirun stops the others, and
-// a rank still finalizing would never say why it failed.
+// Run holds an MPI rank's session in `*mpi` so that main can end the job on a
+// failure: MPI_Finalize would wait for peers that still wait on this rank.
 absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSession>* mpi) {
   absl::StatusOr<TrainJobOptions> options = OptionsFromFlags();
   if (!options.ok()) return options.status();
@@ -198,7 +197,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     return absl::OkStatus();
   }
   if (transport == "mpi" && !LaunchedByMpirun()) {
-    *exit_code = ExecUnderMpirun(world, argc, argv);  // returns only when it cannot
+    *exit_code = RunUnderMpirun(world, argc, argv);  // the job's exit code
     return absl::OkStatus();
   }
   // Ranks that are processes: this one's world rank and size, and how it joins the
@@ -317,9 +316,11 @@ int main(int argc, char** argv) {
   std::unique_ptr<loom::MpiSession> mpi;
   const absl::Status status = loom::Run(argc, argv, &exit_code, &mpi);
   if (!status.ok()) {
+    // An MPI rank names itself and its cause, then aborts the whole job.
+    if (mpi != nullptr) mpi->AbortJob("train", status, 2);
     std::cerr << "train: " << status.message() << "\n" << std::flush;
     exit_code = 2;
   }
-  mpi.reset();  // MPI_Finalize, after this rank has said why it failed
+  mpi.reset();  // MPI_Finalize: a clean run only
   return exit_code;
 }
