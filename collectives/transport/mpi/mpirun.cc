@@ -19,10 +19,12 @@
 namespace loom {
 namespace {
 
-// How long mpirun may take to end after a signal was forwarded to it before it is
-// SIGKILLed (Open MPI itself stops its ranks with SIGTERM, then SIGKILL, within a
-// few seconds).
-constexpr int kGraceSeconds = 20;
+// How long mpirun may take to end after a signal was forwarded to it before the
+// supervisor SIGKILLs it (Open MPI itself stops its ranks within a few seconds), and
+// how long the caller gives the supervisor (longer, so that the supervisor still
+// removes the directories after such a kill).
+constexpr int kMpirunGraceSeconds = 20;
+constexpr int kSupervisorGraceSeconds = 30;
 
 // The signals a supervisor passes on to its child; SIGCHLD wakes it when the child
 // ends.
@@ -41,9 +43,9 @@ timespec Now() {
 
 // Supervise waits for `child` to end and returns its wait status (-1 when it cannot
 // wait for it). The signals of SupervisedSignals() must be blocked in this thread:
-// each one but SIGCHLD is forwarded to the child; kGraceSeconds after the first, the
-// child is SIGKILLed.
-int Supervise(pid_t child) {
+// each one but SIGCHLD is forwarded to the child; `grace_seconds` after the first,
+// the child is SIGKILLed.
+int Supervise(pid_t child, int grace_seconds) {
   const sigset_t signals = SupervisedSignals();
   bool stopping = false;
   timespec deadline{};
@@ -77,7 +79,7 @@ int Supervise(pid_t child) {
     if (!stopping) {
       stopping = true;
       deadline = Now();
-      deadline.tv_sec += kGraceSeconds;
+      deadline.tv_sec += grace_seconds;
     }
   }
 }
@@ -207,12 +209,12 @@ int RunUnderMpirun(int ranks, int argc, char** argv) {
         std::perror("mpirun: cannot run mpirun (apt-get install openmpi-bin)");
         _exit(2);
       }
-      code = mpirun < 0 ? 2 : ExitCode(Supervise(mpirun));
+      code = mpirun < 0 ? 2 : ExitCode(Supervise(mpirun, kMpirunGraceSeconds));
     }
     RemoveAll(dirs);
     _exit(code);
   }
-  const int status = Supervise(supervisor);
+  const int status = Supervise(supervisor, kSupervisorGraceSeconds);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   RemoveAll(dirs);  // already gone, unless the supervisor itself was killed
   return ExitCode(status);
