@@ -137,11 +137,20 @@ TEST(MpiTwoLevelTest, HierarchicalRunsItsNodePhasesOverTheNodeTransport) {
     }
     return comm->AllReduce(absl::MakeSpan(data), ReduceOp::kSum, hierarchical);
   });
+  // A rank whose hierarchical call fails aborts its communicator, the MPI transport
+  // included; a rank still in its ring step then fails there, with Unavailable
+  // naming the aborted peer. Either way every rank fails, and at least one with the
+  // node transport's own error.
+  int node_errors = 0;
   for (int r = 0; r < 4; ++r) {
-    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kAborted,
-                                     HasSubstr("node transport closed by the test")))
+    EXPECT_THAT(results[r],
+                ::testing::AnyOf(StatusIs(absl::StatusCode::kAborted,
+                                          HasSubstr("node transport closed by the test")),
+                                 StatusIs(absl::StatusCode::kUnavailable, HasSubstr("aborted"))))
         << "rank " << r;
+    if (results[r].code() == absl::StatusCode::kAborted) ++node_errors;
   }
+  EXPECT_GT(node_errors, 0);
 }
 
 // A node transport must be this rank's place in its node; anything else is refused

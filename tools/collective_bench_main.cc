@@ -252,10 +252,9 @@ absl::Status RunInproc(int ranks, const BenchOptions& bench, const CommunicatorO
   return absl::OkStatus();
 }
 
-// RunMpi benchmarks this process's rank of the mpirun job over MPI_COMM_WORLD; the
-// node layout comes from MPI (or --ranks_per_node, which emulates nodes).
-absl::Status RunMpi(int argc, char** argv, const BenchOptions& bench, CommunicatorOptions options) {
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<MpiSession> session, MpiSession::Start(&argc, &argv));
+// RunMpiRank benchmarks this process's rank of the mpirun job over MPI_COMM_WORLD;
+// the node layout comes from MPI (or --ranks_per_node, which emulates nodes).
+absl::Status RunMpiRank(const BenchOptions& bench, CommunicatorOptions options) {
   LOOM_ASSIGN_OR_RETURN(options.ranks_per_node,
                         MpiRanksPerNode(MPI_COMM_WORLD, options.ranks_per_node));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectMpiTransport(MPI_COMM_WORLD));
@@ -270,6 +269,16 @@ absl::Status RunMpi(int argc, char** argv, const BenchOptions& bench, Communicat
         absl::StrCat("--node_transport=", inside, " is not none or shm"));
   }
   return RunRank(std::move(transport), bench, options, "mpi");
+}
+
+// RunMpi runs this rank inside an MPI session. Only a clean run finalizes: a rank that
+// failed names itself and its cause and aborts the job (MPI_Finalize would wait for
+// peers that still wait on it).
+absl::Status RunMpi(int argc, char** argv, const BenchOptions& bench, CommunicatorOptions options) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<MpiSession> session, MpiSession::Start(&argc, &argv));
+  const absl::Status status = RunMpiRank(bench, std::move(options));
+  if (!status.ok()) session->AbortJob("collective_bench", status, 1);
+  return status;
 }
 
 // RunGloo benchmarks this process's rank (from the launcher's environment) over the
@@ -345,7 +354,7 @@ int Main(int argc, char** argv) {
         shm.ok() ? ConnectShmTransport(*shm) : absl::StatusOr<std::unique_ptr<Transport>>(shm.status());
     status = endpoint.ok() ? RunRank(std::move(*endpoint), *bench, *options, "shm") : endpoint.status();
   } else if (transport == "mpi") {
-    if (!LaunchedByMpirun()) return ExecUnderMpirun(ranks, argc, argv);
+    if (!LaunchedByMpirun()) return RunUnderMpirun(ranks, argc, argv);
     status = RunMpi(argc, argv, *bench, *options);
   } else if (transport == "gloo") {
     if (std::getenv("LOOM_RANK") == nullptr) {

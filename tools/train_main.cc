@@ -227,9 +227,8 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   return result->ExitCode();
 }
 
-// Run holds an MPI rank's session in `*mpi` so that main can print a failure
-// before MPI_Finalize: once one rank exits non-zero, mpirun stops the others, and
-// a rank still finalizing would never say why it failed.
+// Run holds an MPI rank's session in `*mpi` so that main can end the job on a
+// failure: MPI_Finalize would wait for peers that still wait on this rank.
 absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSession>* mpi) {
   // Every flag is checked here, before any rank, process or mpirun starts.
   absl::StatusOr<TrainJobOptions> options = OptionsFromFlags();
@@ -268,7 +267,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     return absl::OkStatus();
   }
   if (transport == "mpi" && !LaunchedByMpirun()) {
-    *exit_code = ExecUnderMpirun(world, argc, argv);  // returns only when it cannot
+    *exit_code = RunUnderMpirun(world, argc, argv);  // the job's exit code
     return absl::OkStatus();
   }
   // Ranks that are processes: this one's world rank and size, and how it joins the
@@ -414,10 +413,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<loom::MpiSession> mpi;
   const absl::Status status = loom::Run(argc, argv, &exit_code, &mpi);
   if (!status.ok()) {
-    exit_code = loom::cli::Fail("train", status);
     // A rank of a launched job tells the launcher why, and whether a peer caused it.
     loom::ReportRankFailure(status).IgnoreError();
+    // An MPI rank names itself and its cause, then aborts the whole job.
+    if (mpi != nullptr) mpi->AbortJob("train", status, loom::cli::ExitCode(status));
+    exit_code = loom::cli::Fail("train", status);
   }
-  mpi.reset();  // MPI_Finalize, after this rank has said why it failed
+  mpi.reset();  // MPI_Finalize: a clean run only
   return exit_code;
 }

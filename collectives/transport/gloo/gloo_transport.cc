@@ -63,6 +63,9 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOption
         } else {
           attr.iface = options.interface;
         }
+        // GlooCall blocks SIGPIPE in this thread, so gloo's event-loop thread, which
+        // the device starts here, inherits the blocked mask for life: its writes into
+        // a reset socket fail with EPIPE instead of killing the process (sigpipe.h).
         std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
         std::unique_ptr<gloo::rendezvous::FileStore> file_store;
         gloo::rendezvous::Store* store = options.store;

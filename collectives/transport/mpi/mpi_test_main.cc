@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  if (!loom::LaunchedByMpirun()) return loom::ExecUnderMpirun(ranks, argc, argv);
+  if (!loom::LaunchedByMpirun()) return loom::RunUnderMpirun(ranks, argc, argv);
 
   int rest_count = static_cast<int>(rest.size());
   char** rest_argv = rest.data();

@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <mutex>
 #include <random>
 #include <string>
@@ -37,9 +40,9 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Start(int* argc, char***
                            "MPI_Init_thread");
   if (provided < MPI_THREAD_SERIALIZED) {
     MPI_Finalize();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "MpiSession::Start: MPI granted thread level ", provided,
-        "; Loom needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or better"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("MpiSession::Start: MPI granted thread level ", provided,
+                     "; Loom needs MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED, ") or better"));
   }
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -54,6 +57,33 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
+void MpiSession::AbortJob(absl::string_view program, const absl::Status& cause,
+                          int exit_code) const {
+  const int code = exit_code == 0 ? 1 : exit_code;
+  char host[256] = "?";
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "?");
+  host[sizeof(host) - 1] = '\0';
+  // Written at once, so ranks aborting together do not interleave. The first line
+  // names the rank and the cause; a Communicator's status carries its flight recorder
+  // on the lines after.
+  const std::string line =
+      absl::StrCat(program, ": world rank ", world_rank_, " of ", world_size_, " (pid ", getpid(),
+                   " on host ", host, ") aborts the MPI job: ", cause.message(), "\n");
+  std::fflush(stdout);
+  std::cout.flush();
+  std::cerr.flush();
+  (void)!write(STDERR_FILENO, line.data(), line.size());
+  // With MPI_THREAD_MULTIPLE no lock: another thread may hold MpiLock in a call that
+  // waits for the very peers this abort is about to stop.
+  if (thread_level_ == MPI_THREAD_MULTIPLE) {
+    MPI_Abort(MPI_COMM_WORLD, code);
+  } else {
+    std::lock_guard<std::mutex> lock(MpiLock());
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  _exit(code);
+}
+
 bool LaunchedByMpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
 }
@@ -62,13 +92,13 @@ namespace {
 
 absl::Status CheckOptions(const MpiTransportOptions& options) {
   if (options.eager_bytes > (size_t{1} << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat("mpi: eager_bytes ", options.eager_bytes,
-                                                   " is outside [0, 1048576]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mpi: eager_bytes ", options.eager_bytes, " is outside [0, 1048576]"));
   }
   if (options.chunk_bytes < 4096 || options.chunk_bytes > (size_t{1} << 30) ||
       options.chunk_bytes % 4096 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mpi: chunk_bytes ", options.chunk_bytes, " must be a multiple of 4096 in [4096, 2^30]"));
+    return absl::InvalidArgumentError(absl::StrCat("mpi: chunk_bytes ", options.chunk_bytes,
+                                                   " must be a multiple of 4096 in [4096, 2^30]"));
   }
   if (options.spin_iterations < 0) {
     return absl::InvalidArgumentError(
@@ -86,12 +116,13 @@ absl::Status Agree(MPI_Comm comm, const char* field, uint64_t mine) {
   int size = 0;
   MPI_Comm_size(comm, &size);
   std::vector<uint64_t> all(size);
-  LOOM_MPI_RETURN_IF_ERROR(
-      MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm), "MPI_Allgather");
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm),
+                           "MPI_Allgather");
   for (int r = 1; r < size; ++r) {
     if (all[r] != all[0]) {
-      return absl::InvalidArgumentError(absl::StrCat("mpi: ranks disagree on ", field, ": rank 0 has ",
-                                                     all[0], ", rank ", r, " has ", all[r]));
+      return absl::InvalidArgumentError(absl::StrCat("mpi: ranks disagree on ", field,
+                                                     ": rank 0 has ", all[0], ", rank ", r, " has ",
+                                                     all[r]));
     }
   }
   return absl::OkStatus();
@@ -174,8 +205,8 @@ absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) 
   if (override_ranks_per_node < 0 ||
       (override_ranks_per_node > 0 && size % override_ranks_per_node != 0)) {
     return absl::InvalidArgumentError(absl::StrCat("MpiRanksPerNode: ranks per node ",
-                                                   override_ranks_per_node,
-                                                   " does not divide the ", size, " ranks"));
+                                                   override_ranks_per_node, " does not divide the ",
+                                                   size, " ranks"));
   }
   if (override_ranks_per_node > 0) return override_ranks_per_node;
   MPI_Comm local = MPI_COMM_NULL;
@@ -197,8 +228,8 @@ absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) 
     if (all[2 * r + 1] != k || all[2 * r] != r / k * k) {
       return absl::FailedPreconditionError(absl::StrCat(
           "MpiRanksPerNode: ranks are not placed in equal blocks per host: rank ", r,
-          " shares a host of ", all[2 * r + 1], " ranks with rank ", all[2 * r], " (rank 0's host has ",
-          k, "); launch with --map-by slot, or pass ranks_per_node"));
+          " shares a host of ", all[2 * r + 1], " ranks with rank ", all[2 * r],
+          " (rank 0's host has ", k, "); launch with --map-by slot, or pass ranks_per_node"));
     }
   }
   return k;

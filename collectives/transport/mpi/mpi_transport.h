@@ -6,7 +6,8 @@
 //
 // Example (in each process of `mpirun --allow-run-as-root -np 4 ./program`):
 //   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<MpiSession> mpi, MpiSession::Start(&argc, &argv));
-//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectMpiTransport(MPI_COMM_WORLD));
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+//   ConnectMpiTransport(MPI_COMM_WORLD));
 //   // transport->name() == "mpi"; transport->rank() == the MPI rank; transport->size() == 4
 //   LOOM_ASSIGN_OR_RETURN(int per_node, MpiRanksPerNode(MPI_COMM_WORLD));  // 4 on one host
 //   CommunicatorOptions options;
@@ -64,6 +65,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "collectives/transport/transport.h"
 
@@ -71,6 +73,12 @@ namespace loom {
 
 // MpiSession initializes MPI for the process and finalizes it when destroyed. One
 // per process, created before any MPI transport and destroyed after the last.
+//
+// Only a clean run finalizes: MPI_Finalize is collective in practice (Open MPI's
+// waits for its peers), so a rank that failed while others still wait on it would
+// sit in ~MpiSession forever. After a fatal error a rank calls AbortJob instead:
+//   if (!status.ok()) session->AbortJob("train", status, 2);  // does not return
+//   session.reset();                                          // clean: MPI_Finalize
 class MpiSession {
  public:
   // Start calls MPI_Init_thread (asking for MPI_THREAD_MULTIPLE). Internal with
@@ -86,6 +94,16 @@ class MpiSession {
   int world_size() const { return world_size_; }
   // The thread level MPI granted (MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE).
   int thread_level() const { return thread_level_; }
+
+  // AbortJob ends the whole job after a fatal error on this rank, instead of
+  // finalizing with operations pending. It flushes stdout, prints "<program>: world
+  // rank R of N (pid P on host H) aborts the MPI job: <cause's message>" to stderr
+  // in one write, and calls MPI_Abort(MPI_COMM_WORLD, exit_code): mpirun then stops
+  // every rank within seconds and exits non-zero (an `exit_code` of 0 is taken as 1).
+  // It never returns; if MPI_Abort did, the process _exits with `exit_code`.
+  // Callable from any thread.
+  [[noreturn]] void AbortJob(absl::string_view program, const absl::Status& cause,
+                             int exit_code) const;
 
  private:
   MpiSession(int rank, int size, int level)
@@ -123,9 +141,8 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
 // members that pass the same `color`, ranked by `key` (MPI_Comm_split), as a job
 // connects one group per line of a mesh dimension. Collective over all of `comm`.
 // Errors as ConnectMpiTransport; InvalidArgument for a negative color.
-absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(MPI_Comm comm, int color,
-                                                                    int key,
-                                                                    MpiTransportOptions options = {});
+absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(
+    MPI_Comm comm, int color, int key, MpiTransportOptions options = {});
 
 // MpiRanksPerNode returns the node layout of `comm` for CommunicatorOptions::
 // ranks_per_node: the number of ranks per host, found with MPI_Comm_split_type

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/gloo/internal/gloo_call.h"
+#include "collectives/transport/gloo/internal/sigpipe.h"
 
 namespace loom {
 namespace gloo_internal {
@@ -37,6 +38,10 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
     peer_gone_.assign(size_, absl::OkStatus());
     waiting_on_.assign(size_ + 2, nullptr);
   }
+  // The threads post receives (gloo then writes "ready" notices to the peer) and may
+  // find a closed socket at any time: they start with SIGPIPE blocked and keep it so
+  // (sigpipe.h); the caller's mask comes back when the guard ends.
+  const ScopedSigpipeBlock no_sigpipe;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_) threads_.emplace_back([this, peer] { ReceiveLoop(peer); });
   }
