@@ -9,7 +9,7 @@
 #     that stopped responding, 128+n for the parent itself);
 #   - nothing is left: the job directory, /dev/shm segments, offload directories.
 # Usage: fault_test.sh TRAIN COLLECTIVE_BENCH. Sharded: each shard runs every
-# TEST_TOTAL_SHARDS-th case.
+# TEST_TOTAL_SHARDS-th case. FAULT_CASES=REGEX runs only the cases whose names match.
 set -uo pipefail
 # Job control: without it bash starts background commands with SIGINT ignored, and
 # the job would inherit that (a user's Ctrl-C does reach a job started in a terminal).
@@ -50,6 +50,8 @@ job_processes() {
 }
 
 # wait_until SECONDS COMMAND...: polls COMMAND every 50 ms; false at the deadline.
+# COMMAND's arguments are expanded once, by the caller: to look again at each poll,
+# pass a function.
 wait_until() {
   local deadline; deadline=$(awk -v n="$(now)" -v s="$1" 'BEGIN { printf "%.3f", n + s }'); shift
   until "$@"; do
@@ -72,7 +74,10 @@ leftovers() {  # JOB [NVME_DIR]
   [[ -e "$TMP/loom.$job" ]] && left+=" $TMP/loom.$job"
   compgen -G "/dev/shm/loom.$job.*" >/dev/null && left+=" $(echo /dev/shm/loom."$job".*)"
   [[ -n "$nvme" ]] && [[ -n "$(ls -A "$nvme" 2>/dev/null)" ]] && left+=" $nvme/$(ls -A "$nvme")"
-  local procs; procs="$(job_processes "$job" | tr '\n' ' ')"
+  local procs="" pid
+  for pid in $(job_processes "$job"); do
+    procs+=" $pid($(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null),$(cat "/proc/$pid/wchan" 2>/dev/null))"
+  done
   [[ -n "${procs// /}" ]] && left+=" processes:$procs"
   echo "$left"
 }
@@ -84,6 +89,7 @@ run_case() {
   NAME="$1"; local target="$2" sig="$3" expected="$4" bound="$5"; shift 5
   CASE=$((CASE + 1))
   (( (CASE - 1) % SHARDS == SHARD )) || return 0
+  [[ "$NAME" =~ ${FAULT_CASES:-.} ]] || return 0
   local out="$TMP/$NAME.out" err="$TMP/$NAME.err"
   "$@" >"$out" 2>"$err" &
   local parent=$!
@@ -109,10 +115,13 @@ run_case() {
   fi
   wait "$parent" || status=$?
   # The parent is gone; its ranks and janitor may take a moment more.
-  wait_until "$bound" test -z "$(leftovers "$job" "${NVME:-}")"
+  # (A function, so that the leftovers are looked at again at each poll.)
+  local last=""
+  nothing_left() { last="$(leftovers "$job" "${NVME:-}")"; [[ -z "$last" ]]; }
+  wait_until "$bound" nothing_left
   local took; took="$(elapsed "$start" "$(now)")"
   if awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t > b) }'; then
-    fail "took ${took}s, bound ${bound}s; left:$(leftovers "$job" "${NVME:-}")"
+    fail "took ${took}s, bound ${bound}s; there until then:$last"
   fi
   [[ "$status" == "$expected" ]] || fail "exit $status, expected $expected"
   local left; left="$(leftovers "$job" "${NVME:-}")"
@@ -179,8 +188,10 @@ threads_case() {
   local status=0
   wait_until 15 parent_gone $pid || { fail "still running after 15s"; kill -9 $pid; }
   wait $pid || status=$?
-  wait_until 10 test -z "$(ls -A "$nvme")" || fail "offload state left: $(ls -A "$nvme")"
-  compgen -G "$TMP/loom.*" >/dev/null && fail "job directory left: $(echo "$TMP"/loom.*)"
+  # A function, so that it looks again at each poll.
+  all_removed() { [[ -z "$(ls -A "$1")" ]] && ! compgen -G "$TMP/loom.*" >/dev/null; }
+  wait_until 10 all_removed "$nvme" ||
+    fail "left behind: $(ls -A "$nvme") $(compgen -G "$TMP/loom.*")"
   [[ "$status" == "$expected" ]] || fail "exit $status, expected $expected"
   echo "case $NAME: SIG$sig -> exit $status in $(elapsed "$start" "$(now)")s"
 }
