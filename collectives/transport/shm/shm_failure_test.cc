@@ -132,15 +132,20 @@ TEST_P(ShmKillTest, KilledRankFailsItsPeersPromptly) {
 // Three ranks exchange messages; rank 1 stops itself (SIGSTOP), alive but silent.
 // Ranks 0 and 2 must fail with Unavailable naming world rank 1 as unresponsive
 // within the heartbeat timeout plus a margin, long before their 60 s deadline.
-// Rank 0 then kills the stopped rank (its pid is in memory shared before the fork).
+// Once both have, rank 0 kills the stopped rank (its pid, and how many survivors are
+// done, are in memory shared before the fork): killed earlier, it would be seen as
+// dead, not silent, by a survivor that had not yet noticed.
 TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
   constexpr absl::Duration kHeartbeat = absl::Seconds(1);
   constexpr absl::Duration kDeadline = absl::Seconds(60);
-  auto* stopped_pid = static_cast<std::atomic<pid_t>*>(mmap(nullptr, sizeof(std::atomic<pid_t>),
-                                                            PROT_READ | PROT_WRITE,
-                                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(stopped_pid, MAP_FAILED);
-  new (stopped_pid) std::atomic<pid_t>(0);
+  struct Shared {
+    std::atomic<pid_t> stopped_pid{0};
+    std::atomic<int> survivors_done{0};
+  };
+  void* memory =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  Shared* shared = new (memory) Shared();
   ShmHarnessOptions options;
   options.transport.heartbeat_timeout = kHeartbeat;
   options.timeout = absl::Seconds(30);
@@ -160,7 +165,7 @@ TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
         requests.push_back(s);
       }
       if (t.rank() == 1 && iteration == 20) {
-        stopped_pid->store(getpid());
+        shared->stopped_pid.store(getpid());
         raise(SIGSTOP);
       }
       const absl::Time wait_start = absl::Now();
@@ -169,7 +174,14 @@ TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
     }
     if (status.ok()) return absl::InternalError("rank 1 never stopped");
     t.Abort(status);
-    if (t.rank() == 0) kill(stopped_pid->load(), SIGKILL);
+    shared->survivors_done.fetch_add(1);
+    if (t.rank() == 0) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(20);
+      while (shared->survivors_done.load() < 2 && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      kill(shared->stopped_pid.load(), SIGKILL);
+    }
     if (noticed_after < kHeartbeat / 2 || noticed_after > kHeartbeat + absl::Seconds(4)) {
       return absl::InternalError(absl::StrCat("noticed after ", absl::FormatDuration(noticed_after),
                                               ": ", status.ToString()));
@@ -187,7 +199,8 @@ TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
   EXPECT_THAT(results[1],
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
   EXPECT_THAT(harness.last_leftovers(), IsEmpty());
-  munmap(stopped_pid, sizeof(std::atomic<pid_t>));
+  shared->~Shared();
+  munmap(memory, sizeof(Shared));
 }
 
 // A rank SIGKILLed while it waits in connect leaves its segment behind, its
