@@ -68,6 +68,22 @@ bool WaitUntilReady(const std::string& job_id, int rank) {
   return false;
 }
 
+// PostExchange posts, for one iteration, a receive into in[peer] and a send of
+// out[peer] with every other rank; returns the requests.
+absl::StatusOr<std::vector<Request>> PostExchange(Transport& t, int iteration,
+                                                  std::vector<std::vector<std::byte>>& in,
+                                                  const std::vector<std::vector<std::byte>>& out) {
+  std::vector<Request> requests;
+  for (int peer = 0; peer < t.size(); ++peer) {
+    if (peer == t.rank()) continue;
+    LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, iteration, AsWritableBytes(in[peer])));
+    LOOM_ASSIGN_OR_RETURN(Request s, t.Send(peer, iteration, AsBytes(out[peer])));
+    requests.push_back(r);
+    requests.push_back(s);
+  }
+  return requests;
+}
+
 class ShmKillTest : public ::testing::TestWithParam<CopyMode> {};
 
 INSTANTIATE_TEST_SUITE_P(Modes, ShmKillTest, ::testing::Values(CopyMode::kAuto, CopyMode::kStaged),
@@ -93,14 +109,7 @@ TEST_P(ShmKillTest, KilledRankFailsItsPeersPromptly) {
     for (int peer = 0; peer < 3; ++peer) out[peer] = Payload(t.rank(), peer, 0, kBytes);
     auto exchange = [&]() -> absl::Status {
       for (int iteration = 0; iteration < 100000; ++iteration) {
-        std::vector<Request> requests;
-        for (int peer = 0; peer < 3; ++peer) {
-          if (peer == t.rank()) continue;
-          LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, iteration, AsWritableBytes(in[peer])));
-          LOOM_ASSIGN_OR_RETURN(Request s, t.Send(peer, iteration, AsBytes(out[peer])));
-          requests.push_back(r);
-          requests.push_back(s);
-        }
+        LOOM_ASSIGN_OR_RETURN(std::vector<Request> requests, PostExchange(t, iteration, in, out));
         if (t.rank() == 1 && iteration == 20) raise(SIGKILL);  // Mid-exchange.
         const absl::Time wait_start = absl::Now();
         const absl::Status status = t.Wait(requests, wait_start + kDeadline);
@@ -156,14 +165,7 @@ TEST(ShmHeartbeatTest, StoppedRankIsReportedWithinTheHeartbeatTimeout) {
     absl::Status status;
     absl::Duration noticed_after;
     for (int iteration = 0; iteration < 100000 && status.ok(); ++iteration) {
-      std::vector<Request> requests;
-      for (int peer = 0; peer < 3; ++peer) {
-        if (peer == t.rank()) continue;
-        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, iteration, AsWritableBytes(in[peer])));
-        LOOM_ASSIGN_OR_RETURN(Request s, t.Send(peer, iteration, AsBytes(out[peer])));
-        requests.push_back(r);
-        requests.push_back(s);
-      }
+      LOOM_ASSIGN_OR_RETURN(std::vector<Request> requests, PostExchange(t, iteration, in, out));
       if (t.rank() == 1 && iteration == 20) {
         shared->stopped_pid.store(getpid());
         raise(SIGSTOP);
