@@ -78,8 +78,8 @@ ABSL_FLAG(std::string, gloo_store_dir, "",
           "gloo: the rendezvous directory; empty: gloo/ in the job directory the launcher "
           "made for the processes it starts (removed with the job)");
 ABSL_FLAG(std::string, heartbeat_timeout, "10s",
-          "shm: a rank that has not run for this long (stopped, frozen) is reported by its "
-          "peers, which end the job naming it; at least 200ms, or inf (off)");
+          "shm, mpi and gloo: a rank that has not run for this long (stopped, frozen) is "
+          "reported by its peers, which end the job naming it; at least 200ms, or inf (off)");
 
 namespace loom {
 namespace {
@@ -257,11 +257,17 @@ absl::Status RunInproc(int ranks, const BenchOptions& bench, const CommunicatorO
 absl::Status RunMpiRank(const BenchOptions& bench, CommunicatorOptions options) {
   LOOM_ASSIGN_OR_RETURN(options.ranks_per_node,
                         MpiRanksPerNode(MPI_COMM_WORLD, options.ranks_per_node));
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectMpiTransport(MPI_COMM_WORLD));
+  // --heartbeat_timeout, checked before mpirun started (ValidateFlags).
+  ShmOptions shm;
+  LOOM_RETURN_IF_ERROR(ApplyShmFlags(shm));
+  MpiTransportOptions mpi;
+  mpi.heartbeat_timeout = shm.heartbeat_timeout;
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
+                        ConnectMpiTransport(MPI_COMM_WORLD, mpi));
   const std::string inside = absl::GetFlag(FLAGS_node_transport);
   if (inside == "shm") {
     LOOM_ASSIGN_OR_RETURN(options.node_transport,
-                          ConnectNodeShmTransport(MPI_COMM_WORLD, options.ranks_per_node));
+                          ConnectNodeShmTransport(MPI_COMM_WORLD, options.ranks_per_node, shm));
     return RunRank(std::move(transport), bench, options, "mpi, shm inside nodes");
   }
   if (inside != "none") {

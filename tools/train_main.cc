@@ -88,8 +88,9 @@ ABSL_FLAG(std::string, transport, "threads",
           "mpi (the processes of an mpirun job; started as one when run directly).");
 // A string, parsed with absl::ParseDuration (see collective_bench's --timeout).
 ABSL_FLAG(std::string, heartbeat_timeout, "10s",
-          "With --transport=shm: a rank that has not run for this long (stopped, frozen) is "
-          "reported by its peers, which end the job naming it; at least 200ms, or inf (off).");
+          "With --transport=shm or mpi: a rank that has not run for this long (stopped, "
+          "frozen) is reported by its peers, which end the job naming it; at least 200ms, or "
+          "inf (off).");
 ABSL_FLAG(std::string, job_id, "",
           "With --transport=shm: the job's id, 1 to 64 characters from [A-Za-z0-9_-]; its "
           "segments are /dev/shm/loom.<id>-<dimension><group>.*. Empty makes a unique one.");
@@ -296,9 +297,11 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     size = (*mpi)->world_size();
     // Each line of a dimension is an MPI_Comm_split of the world: the group number
     // is the color, the rank in the group the key.
-    connect = [](absl::string_view, int group, int group_rank,
-                 int) -> absl::StatusOr<std::unique_ptr<Transport>> {
-      return ConnectMpiTransportSplit(MPI_COMM_WORLD, group, group_rank);
+    MpiTransportOptions mpi_options;
+    mpi_options.heartbeat_timeout = heartbeat_timeout;
+    connect = [mpi_options](absl::string_view, int group, int group_rank,
+                            int) -> absl::StatusOr<std::unique_ptr<Transport>> {
+      return ConnectMpiTransportSplit(MPI_COMM_WORLD, group, group_rank, mpi_options);
     };
   }
   const bool prints = rank == 0;

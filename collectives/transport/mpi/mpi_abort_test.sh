@@ -80,7 +80,7 @@ finish_job() {
 start_job 1
 finish_job "rank 1 fails" 15
 [ "$code" -ne 0 ] || fail "a failing rank: exit 0"
-grep -q "^mpi_abort_probe: world rank 1 of 3 (pid [0-9]* on host [^)]*) aborts the MPI job: mpi rank 1: receive from rank 0 (tag 1, 8 bytes) still pending at its deadline$" \
+grep -q "^mpi_abort_probe: world rank 1 of 3 (pid [0-9]* on host [^)]*) aborts the MPI job: mpi rank 1: receive from world rank 0 (pid [0-9]* on [^)]*) (tag 1, 8 bytes) still pending at its deadline$" \
     "$TEST_TMPDIR/out.txt" || fail "rank 1 did not name itself and its cause"
 check_clean "rank 1 fails"
 

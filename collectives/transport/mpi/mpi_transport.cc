@@ -18,6 +18,7 @@
 #include "collectives/transport/mpi/internal/endpoint.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "collectives/transport/mpi/internal/native.h"
+#include "collectives/transport/peer_failure.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -104,6 +105,8 @@ absl::Status CheckOptions(const MpiTransportOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("mpi: spin_iterations ", options.spin_iterations, " is negative"));
   }
+  LOOM_RETURN_IF_ERROR(
+      ValidateHeartbeatTimeout(options.heartbeat_timeout, "mpi: heartbeat_timeout"));
   if (options.withdraw_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mpi: withdraw_grace ", absl::FormatDuration(options.withdraw_grace), " is negative"));
@@ -128,6 +131,40 @@ absl::Status Agree(MPI_Comm comm, const char* field, uint64_t mine) {
   return absl::OkStatus();
 }
 
+// Identities gathers who every rank of `comm` is: world rank, pid and host.
+absl::StatusOr<std::vector<PeerIdentity>> Identities(MPI_Comm comm) {
+  struct Wire {
+    int64_t world_rank;
+    int64_t pid;
+    char host[64];
+  };
+  Wire mine{};
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  mine.world_rank = world_rank;
+  mine.pid = getpid();
+  const std::string host = HostName();
+  std::strncpy(mine.host, host.c_str(), sizeof(mine.host) - 1);
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  std::vector<Wire> all(size);
+  LOOM_MPI_RETURN_IF_ERROR(
+      MPI_Allgather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, comm),
+      "MPI_Allgather");
+  std::vector<PeerIdentity> peers(size);
+  for (int r = 0; r < size; ++r) {
+    all[r].host[sizeof(all[r].host) - 1] = '\0';
+    peers[r] = {static_cast<int>(all[r].world_rank), all[r].pid, all[r].host};
+  }
+  return peers;
+}
+
+uint64_t TimeoutWord(absl::Duration timeout) {
+  return timeout == absl::InfiniteDuration()
+             ? ~uint64_t{0}
+             : static_cast<uint64_t>(absl::ToInt64Nanoseconds(timeout));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
@@ -136,6 +173,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
   MPI_Comm own = MPI_COMM_NULL, collectives = MPI_COMM_NULL;
   uint64_t epoch = 0;
   int tag_ub = 0;
+  std::vector<PeerIdentity> peers;
   {
     std::lock_guard<std::mutex> lock(MpiLock());
     int initialized = 0, finalized = 0;
@@ -154,10 +192,19 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
                              "MPI_Comm_set_errhandler");
     absl::Status agreed = Agree(own, "eager_bytes", options.eager_bytes);
     if (agreed.ok()) agreed = Agree(own, "chunk_bytes", options.chunk_bytes);
+    if (agreed.ok()) {
+      agreed = Agree(own, "heartbeat_timeout (ns)", TimeoutWord(options.heartbeat_timeout));
+    }
+    absl::StatusOr<std::vector<PeerIdentity>> identities = std::vector<PeerIdentity>();
+    if (agreed.ok()) {
+      identities = Identities(own);
+      agreed = identities.status();
+    }
     if (!agreed.ok()) {
       MPI_Comm_free(&own);
       return agreed;
     }
+    peers = *std::move(identities);
     int rank = 0;
     MPI_Comm_rank(own, &rank);
     if (rank == 0) {
@@ -175,7 +222,8 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
     LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_dup(own, &collectives), "MPI_Comm_dup");
   }
   return std::unique_ptr<Transport>(new mpi_internal::Endpoint(
-      own, epoch, tag_ub, options, std::make_unique<mpi_internal::MpiNative>(collectives)));
+      own, epoch, tag_ub, options, std::make_unique<mpi_internal::MpiNative>(collectives),
+      std::move(peers)));
 }
 
 absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(MPI_Comm comm, int color,

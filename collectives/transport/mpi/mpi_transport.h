@@ -33,8 +33,16 @@
 // `spin_iterations` polls, then yields the CPU between polls, then sleeps 50 us
 // between them, so more ranks than cores still progress.
 //
-// Failure. Abort sends every peer a message with the reason; their requests that
-// involve the aborted rank fail with Unavailable ("rank R aborted: ..."). A process
+// Failure. Every error names the peer by world rank, pid and host ("world rank 3
+// (pid 4242 on h1)", with its rank in the group when that differs). Abort sends
+// every peer a message with the reason; their requests that involve the aborted rank
+// fail with Unavailable ("mpi: world rank 3 (...) aborted: ..."). A peer that is
+// alive but silent (stopped with SIGSTOP, its host frozen) is found by heartbeats:
+// each endpoint's beat thread sends every peer a small message every
+// HeartbeatInterval(heartbeat_timeout), and a Wait fails the requests that involve a
+// peer silent past `heartbeat_timeout` with Unavailable ("... stopped responding: no
+// heartbeat for 10.2s (heartbeat timeout 10s)"), whatever their own deadline. If MPI
+// already holds data for that peer, the endpoint breaks as below. A process
 // that dies is MPI's business: Open MPI's mpirun sees the death and kills the rest
 // of the job, printing which rank ended how ("mpirun noticed that process rank 1
 // with PID ... exited on signal 9 (Killed)"), and exits non-zero; the survivors do
@@ -67,6 +75,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "collectives/transport/heartbeat.h"
 #include "collectives/transport/transport.h"
 
 namespace loom {
@@ -127,11 +136,16 @@ struct MpiTransportOptions {
   int spin_iterations = 4000;
   // How long a Wait past its deadline waits for data already handed to MPI.
   absl::Duration withdraw_grace = absl::Seconds(1);
+  // A peer silent for longer fails the requests that need it (heartbeat.h); at least
+  // kMinHeartbeatTimeout, or infinite to turn heartbeats off. Every rank passes the
+  // same.
+  absl::Duration heartbeat_timeout = kDefaultHeartbeatTimeout;
 };
 
 // ConnectMpiTransport makes this process's endpoint of the group `comm` (rank and
 // size are the communicator's). Collective over `comm`: every member calls it, in
-// the same order as its other collective calls on `comm`. InvalidArgument for bad
+// the same order as its other collective calls on `comm`. The ranks exchange who
+// they are (world rank, pid, host) for error messages. InvalidArgument for bad
 // options or options that differ between ranks (naming the field and the ranks);
 // FailedPrecondition when MPI is not initialized; Internal for an MPI error.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,

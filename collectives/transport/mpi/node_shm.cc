@@ -50,6 +50,12 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm
   shm.job_id = absl::StrCat(base.data(), "-n", rank / ranks_per_node);
   shm.rank = rank % ranks_per_node;
   shm.size = ranks_per_node;
+  if (shm.world_rank < 0) {
+    int world_rank = 0;
+    std::lock_guard<std::mutex> lock(MpiLock());
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    shm.world_rank = world_rank;  // for the errors that name this rank to its peers
+  }
   return ConnectShmTransport(shm);
 }
 

@@ -51,31 +51,89 @@ void Relax() {
 
 }  // namespace
 
-std::string Endpoint::Op::Describe() const {
-  return absl::StrCat(is_send ? "send to rank " : "receive from rank ", peer, " (tag ", tag, ", ",
-                      bytes, " bytes)");
+std::string Endpoint::Describe(const Op& op) const {
+  return absl::StrCat(op.is_send ? "send to " : "receive from ", watch_.Describe(op.peer), " (tag ",
+                      op.tag, ", ", op.bytes, " bytes)");
 }
 
+namespace {
+
+int RankOf(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+}  // namespace
+
 Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransportOptions& options,
-                   std::unique_ptr<NativeCollectives> native)
-    : comm_(comm), epoch_(epoch), tag_ub_(tag_ub), options_(options), native_(std::move(native)) {
-  std::lock_guard<std::mutex> lock(MpiLock());
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-  posted_.resize(size_);
-  unexpected_.resize(size_);
-  next_data_tag_.assign(size_, 0);
-  peer_gone_.assign(size_, absl::OkStatus());
-  Registry().push_back(this);
+                   std::unique_ptr<NativeCollectives> native, std::vector<PeerIdentity> peers)
+    : comm_(comm),
+      epoch_(epoch),
+      tag_ub_(tag_ub),
+      options_(options),
+      native_(std::move(native)),
+      watch_("mpi", RankOf(comm), std::move(peers), options.heartbeat_timeout) {
+  {
+    std::lock_guard<std::mutex> lock(MpiLock());
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    thread_multiple_ = level == MPI_THREAD_MULTIPLE;
+    posted_.resize(size_);
+    unexpected_.resize(size_);
+    next_data_tag_.assign(size_, 0);
+    peer_gone_.assign(size_, absl::OkStatus());
+    peer_closed_.assign(size_, false);
+    Registry().push_back(this);
+  }
+  if (!watch_.judging() || size_ == 1) return;  // Nobody listens for beats.
+  Envelope beat;
+  beat.epoch = epoch_;
+  beat.kind = Kind::kBeat;
+  beat_message_ = std::make_unique<std::vector<std::byte>>();
+  Encode(beat, {}, *beat_message_);
+  beat_requests_.assign(size_, MPI_REQUEST_NULL);
+  beater_ = std::thread([this] { BeatLoop(); });
 }
 
 Endpoint::~Endpoint() {
+  if (beater_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(beat_mu_);
+      beat_stop_ = true;
+    }
+    beat_wake_.notify_all();
+    beater_.join();
+  }
   std::lock_guard<std::mutex> lock(MpiLock());
   auto& registry = Registry();
   registry.erase(std::remove(registry.begin(), registry.end(), this), registry.end());
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;  // Too late for MPI: leave the rest to the process's exit.
+  // The peers stop expecting beats from this endpoint (a peer still waiting on it
+  // runs into its own deadline, as the Transport contract has it).
+  if (broken_.ok()) {
+    Envelope close;
+    close.kind = Kind::kClose;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_ && peer_gone_[peer].ok() && !PostControl(peer, close).ok()) break;
+    }
+  }
+  bool beat_pending = false;
+  for (MPI_Request& request : beat_requests_) {
+    if (request == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      MPI_Request_free(&request);
+      beat_pending = true;
+    }
+  }
+  // MPI may still read a beat that has not left: its bytes stay allocated.
+  if (beat_pending) beat_message_.release();
   for (size_t j = 0; j < requests_.size(); ++j) {
     if (in_flight_[j].what == InFlight::What::kDataRecv) MPI_Cancel(&requests_[j]);
   }
@@ -95,6 +153,44 @@ Endpoint::~Endpoint() {
   // number derails matching (a collective on the new communicator hung so in the
   // conformance suite). A kept communicator just holds such messages until
   // MPI_Finalize.
+}
+
+// --- Beats -------------------------------------------------------------------------
+
+void Endpoint::BeatLoop() {
+  std::unique_lock<std::mutex> lock(beat_mu_);
+  while (!beat_stop_) {
+    lock.unlock();
+    SendBeats();
+    lock.lock();
+    beat_wake_.wait_for(lock, absl::ToChronoNanoseconds(watch_.interval()),
+                        [this] { return beat_stop_; });
+  }
+}
+
+void Endpoint::SendBeats() {
+  // Under MPI_THREAD_MULTIPLE the beats need no lock: they touch only this thread's
+  // requests, and waiting for MpiLock would silence this rank whenever another thread
+  // sits in a long blocking MPI call (a native collective).
+  std::unique_lock<std::mutex> lock(MpiLock(), std::defer_lock);
+  if (!thread_multiple_) lock.lock();
+  const int bytes = static_cast<int>(beat_message_->size());
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    MPI_Request& request = beat_requests_[peer];
+    if (request != MPI_REQUEST_NULL) {
+      int done = 0;
+      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) continue;
+      // A beat that has not left yet (the peer is not draining): none piles up behind it.
+      if (!done) continue;
+    }
+    // An error leaves the request null: the next interval tries again, and the
+    // endpoint's own calls report what broke.
+    if (MPI_Isend(beat_message_->data(), bytes, MPI_BYTE, peer, kControlTag, comm_, &request) !=
+        MPI_SUCCESS) {
+      request = MPI_REQUEST_NULL;
+    }
+  }
 }
 
 // --- Posting -----------------------------------------------------------------------
@@ -426,7 +522,13 @@ absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> me
   absl::Span<const std::byte> payload;
   LOOM_ASSIGN_OR_RETURN(const Envelope envelope, Decode(message, &payload));
   if (envelope.epoch != epoch_) return absl::OkStatus();  // From an earlier endpoint.
+  watch_.Heard(source);                                   // Every message is a sign of life.
   switch (envelope.kind) {
+    case Kind::kBeat:
+      return absl::OkStatus();
+    case Kind::kClose:
+      peer_closed_[source] = true;
+      return absl::OkStatus();
     case Kind::kEager:
     case Kind::kRts: {
       Arrival arrival;
@@ -503,8 +605,10 @@ absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> me
     }
     case Kind::kAbort: {
       const std::string reason(reinterpret_cast<const char*>(payload.data()), payload.size());
-      const absl::Status gone =
-          absl::UnavailableError(absl::StrCat("rank ", source, " aborted: ", reason));
+      const absl::Status gone = absl::UnavailableError(
+          absl::StrCat("mpi: ", watch_.Describe(source), " aborted: ", reason));
+      RecordPeerFailure(
+          {watch_.identity(source), PeerFault::kAborted, absl::Now(), std::string(gone.message())});
       peer_gone_[source] = gone;
       FailPeer(source, gone);
       return absl::OkStatus();
@@ -533,13 +637,36 @@ void Endpoint::FailPeer(int peer, const absl::Status& status) {
   }
 }
 
+void Endpoint::JudgePeers(absl::Span<const Request> requests) {
+  watch_.Listen();
+  if (!watch_.judging()) return;
+  for (const Request& request : requests) {
+    const Op& op = ops_.at(request.id);
+    const int peer = op.peer;
+    if (op.state == State::kDone && op.in_flight == 0) continue;
+    if (peer == rank_ || !peer_gone_[peer].ok() || peer_closed_[peer]) continue;
+    const absl::Status verdict = watch_.Judge(peer);
+    if (verdict.ok()) continue;
+    peer_gone_[peer] = verdict;
+    FailPeer(peer, verdict);
+    // Data MPI holds for a silent peer will not move: rather than wait for the
+    // deadline, the endpoint breaks (its buffers stay MPI's until MPI_Finalize).
+    for (const auto& [id, other] : ops_) {
+      if (other.peer == peer && other.in_flight > 0) {
+        Break(verdict);
+        break;
+      }
+    }
+  }
+}
+
 void Endpoint::Break(absl::Status status) {
   if (broken_.ok()) broken_ = std::move(status);
 }
 
 void Endpoint::Expire(uint64_t id, Op& op) {
   const absl::Status late = absl::DeadlineExceededError(
-      absl::StrCat("mpi rank ", rank_, ": ", op.Describe(), " still pending at its deadline"));
+      absl::StrCat("mpi rank ", rank_, ": ", Describe(op), " still pending at its deadline"));
   if (op.state == State::kPosted) {
     auto& receives = posted_[op.peer];
     receives.erase(std::remove(receives.begin(), receives.end(), id), receives.end());
@@ -606,6 +733,8 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
       }
     }
     if (quiet) break;
+    JudgePeers(requests);
+    if (!broken_.ok()) break;
     const int64_t now = NowNanos();
     if (now >= deadline_nanos && grace_end < 0) {
       for (const Request& request : requests) Expire(request.id, ops_.at(request.id));
@@ -619,13 +748,13 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
       for (const Request& request : requests) {
         Op& op = ops_.at(request.id);
         if (op.state != State::kDone) {
-          Finish(op, absl::DeadlineExceededError(
-                         absl::StrCat("mpi rank ", rank_, ": ", op.Describe(),
-                                      " still in flight at its deadline")));
+          Finish(op,
+                 absl::DeadlineExceededError(absl::StrCat("mpi rank ", rank_, ": ", Describe(op),
+                                                          " still in flight at its deadline")));
         }
         if (op.in_flight > 0) {
           Break(absl::InternalError(absl::StrCat(
-              "mpi rank ", rank_, ": ", op.Describe(),
+              "mpi rank ", rank_, ": ", Describe(op),
               " was handed to MPI and neither finished nor could be cancelled; this endpoint is "
               "unusable and its buffer must stay alive until MPI_Finalize")));
         }

@@ -3,17 +3,27 @@
 // on any of them moves the messages of all of them, as MPI's own progress does: a
 // rank waiting on one group must still answer "clear to send" on another, or two
 // groups could wait on each other.
+//
+// Liveness: each endpoint runs a beat thread that sends every peer a kBeat envelope
+// every HeartbeatInterval (on the endpoint's communicator, outside MpiLock when MPI
+// grants MPI_THREAD_MULTIPLE, so a long blocking call of another thread does not
+// silence it). Any envelope from a peer counts as a beat (PeerWatch); a Wait fails
+// the requests with a peer silent past the heartbeat timeout with Unavailable, and
+// a closed endpoint says so (kClose), so that its silence is no failure.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_MPI_INTERNAL_ENDPOINT_H_
 #define LOOM_COLLECTIVES_TRANSPORT_MPI_INTERNAL_ENDPOINT_H_
 
 #include <mpi.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -22,6 +32,8 @@
 #include "absl/types/span.h"
 #include "collectives/transport/mpi/internal/envelope.h"
 #include "collectives/transport/mpi/mpi_transport.h"
+#include "collectives/transport/peer_failure.h"
+#include "collectives/transport/peer_watch.h"
 #include "collectives/transport/transport.h"
 
 namespace loom {
@@ -34,9 +46,10 @@ class Endpoint final : public Transport {
  public:
   // `comm` is the endpoint's own communicator (a duplicate it frees), `epoch` the
   // generation every rank agreed on, `tag_ub` the communicator's MPI_TAG_UB.
-  // `native` runs MPI's own collectives (on a communicator of its own).
+  // `native` runs MPI's own collectives (on a communicator of its own); `peers`
+  // names every rank of the group (by group rank) for errors and verdicts.
   Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransportOptions& options,
-           std::unique_ptr<NativeCollectives> native);
+           std::unique_ptr<NativeCollectives> native, std::vector<PeerIdentity> peers);
   ~Endpoint() override;
 
   int rank() const override { return rank_; }
@@ -74,9 +87,10 @@ class Endpoint final : public Transport {
     std::vector<bool> landed;
     std::vector<std::unique_ptr<std::vector<std::byte>>> slots;  // piece i uses slots[i % size]
     int in_flight = 0;  // MPI requests of this op not yet completed
-
-    std::string Describe() const;
   };
+
+  // Describe: "send to world rank 3 (pid P on h) (tag 5, 64 bytes)".
+  std::string Describe(const Op& op) const;
 
   // What an MPI request in requests_ belongs to.
   struct InFlight {
@@ -113,8 +127,14 @@ class Endpoint final : public Transport {
   absl::Status Match(uint64_t id, Op& op, Arrival& arrival);
   absl::Status StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint64_t bytes);
   absl::Status CombineLanded(uint64_t id, Op& op);
-  // FailPeer fails every unfinished op with `peer` (it aborted).
+  // FailPeer fails every unfinished op with `peer` (it aborted or went silent).
   void FailPeer(int peer, const absl::Status& status);
+  // JudgePeers fails the peers of `requests` that stopped beating; an op whose data
+  // MPI still holds then breaks the endpoint, so that Wait returns now.
+  void JudgePeers(absl::Span<const Request> requests);
+  // The beat thread: SendBeats every interval until the endpoint closes.
+  void BeatLoop();
+  void SendBeats();
   void CancelDataReceives(uint64_t id);
   void Expire(uint64_t id, Op& op);
   // Break marks the endpoint unusable with `status` (the first one sticks).
@@ -131,6 +151,19 @@ class Endpoint final : public Transport {
   const std::unique_ptr<NativeCollectives> native_;
   int rank_ = 0;
   int size_ = 1;
+  PeerWatch watch_;
+  // Whether MPI granted MPI_THREAD_MULTIPLE: the beat thread then calls MPI without
+  // MpiLock.
+  bool thread_multiple_ = false;
+
+  // The beat thread's own: its requests (one per peer at most) and the beat message.
+  std::thread beater_;
+  std::mutex beat_mu_;
+  std::condition_variable beat_wake_;
+  bool beat_stop_ = false;  // guarded by beat_mu_
+  std::vector<MPI_Request> beat_requests_;
+  // Kept alive past the endpoint when MPI still holds a beat at close.
+  std::unique_ptr<std::vector<std::byte>> beat_message_;
 
   // Everything below is guarded by MpiLock().
   uint64_t next_id_ = 1;
@@ -138,7 +171,8 @@ class Endpoint final : public Transport {
   std::vector<std::deque<uint64_t>> posted_;     // by peer: unmatched receives, in order
   std::vector<std::deque<Arrival>> unexpected_;  // by peer: unmatched arrivals, in order
   std::vector<uint64_t> next_data_tag_;          // by peer: data tags it sends to us
-  std::vector<absl::Status> peer_gone_;          // by peer: set once it aborted
+  std::vector<absl::Status> peer_gone_;          // by peer: set once it aborted or went silent
+  std::vector<bool> peer_closed_;                // by peer: it closed its endpoint
   std::vector<MPI_Request> requests_;
   std::vector<InFlight> in_flight_;
   std::vector<std::unique_ptr<std::vector<std::byte>>> free_buffers_;

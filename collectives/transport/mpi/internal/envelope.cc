@@ -28,7 +28,8 @@ absl::StatusOr<Envelope> Decode(absl::Span<const std::byte> message,
   }
   uint64_t words[8];
   std::memcpy(words, message.data(), kEnvelopeBytes);
-  if (words[1] < static_cast<uint64_t>(Kind::kEager) || words[1] > static_cast<uint64_t>(Kind::kAbort)) {
+  if (words[1] < static_cast<uint64_t>(Kind::kEager) ||
+      words[1] > static_cast<uint64_t>(Kind::kClose)) {
     return absl::InvalidArgumentError(absl::StrCat("mpi: unknown envelope kind ", words[1]));
   }
   Envelope envelope;

@@ -23,6 +23,8 @@ enum class Kind : uint64_t {
   kNack = 4,      // size mismatch: send_id, tag, bytes = the receive's size
   kWithdraw = 5,  // the sender withdrew send_id (tag, bytes) at its deadline
   kAbort = 6,     // the sender aborted; the reason's message follows
+  kBeat = 7,      // the sender is alive (its beat thread sends one every interval)
+  kClose = 8,     // the sender closed its endpoint: its silence from now on is no failure
 };
 
 struct Envelope {
