@@ -172,11 +172,115 @@ done
 run_case "bench-gloo-rank-KILL" rank KILL 137 15 \
   "$BENCH" --transport=gloo --ranks=3 --min_bytes=1K --max_bytes=1M --iters=100000
 
+# --- MPI jobs (RunUnderMpirun starts mpirun): 4 ranks, a 2 s heartbeat ------------
+# The ranks are mpirun's children; each case's processes carry LOOM_FAULT_CASE in
+# their environment, which is how they are found, and how leftovers are looked for.
+case_processes() {  # TAG: pids of live processes whose environment holds LOOM_FAULT_CASE=TAG
+  grep -lsx --null -z "LOOM_FAULT_CASE=$1" /proc/[0-9]*/environ 2>/dev/null |
+    tr '\0' '\n' | sed -E 's|/proc/([0-9]+)/environ|\1|'
+}
+mpi_rank_pid() {  # TAG RANK
+  local pid
+  for pid in $(case_processes "$1"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
+      { echo "$pid"; return 0; }
+  done
+  return 1
+}
+mpi_ranks_up() {  # TAG
+  local r
+  for ((r = 0; r < RANKS; ++r)); do mpi_rank_pid "$1" "$r" >/dev/null || return 1; done
+}
+mpi_leftovers() {  # TAG PIDS...: the case's processes, and Open MPI's files of its job
+  local tag="$1" left="" pid; shift
+  for pid in $(case_processes "$tag"); do
+    left+=" process $pid($(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null))"
+  done
+  compgen -G "$TMP/loom-mpirun-*" >/dev/null && left+=" $(echo "$TMP"/loom-mpirun-*)"
+  compgen -G "$TMP/ompi.*" >/dev/null && left+=" $(echo "$TMP"/ompi.*)"
+  for pid in "$@"; do
+    compgen -G "/dev/shm/loom-mpirun-$pid-*" >/dev/null && left+=" $(echo /dev/shm/loom-mpirun-"$pid"-*)"
+    compgen -G "/tmp/ompi.*/pid.$pid" >/dev/null && left+=" $(echo /tmp/ompi.*/pid."$pid")"
+  done
+  echo "$left"
+}
+
+# mpi_case NAME TARGET SIGNAL EXPECTED_EXIT BOUND_S COMMAND...
+#   TARGET: rank (a random rank) or parent (the process the user started).
+mpi_case() {
+  NAME="$1"; local target="$2" sig="$3" expected="$4" bound="$5"; shift 5
+  CASE=$((CASE + 1))
+  (( (CASE - 1) % SHARDS == SHARD )) || return 0
+  [[ "$NAME" =~ ${FAULT_CASES:-.} ]] || return 0
+  local out="$TMP/$NAME.out" err="$TMP/$NAME.err" tag="$NAME.$$"
+  LOOM_FAULT_CASE="$tag" "$@" >"$out" 2>"$err" &
+  local parent=$!
+  if ! wait_until 60 mpi_ranks_up "$tag" ||
+     { [[ -n "$READY" ]] && ! wait_until 60 grep -qE "$READY" "$out" "$err"; }; then
+    fail "the job never got going: $(tail -5 "$err")"
+    kill -9 $(case_processes "$tag"); wait "$parent"; return
+  fi
+  [[ -z "$READY" ]] && sleep 1
+  sleep "0.$((RANDOM % 8))"
+  local pids; pids="$(case_processes "$tag" | tr '\n' ' ')"
+  local victim="$parent" rank=""
+  if [[ "$target" == rank ]]; then
+    rank=$((RANDOM % RANKS))
+    victim="$(mpi_rank_pid "$tag" "$rank")" || { fail "rank $rank not found"; kill -9 $pids; wait "$parent"; return; }
+  fi
+  local start; start="$(now)"
+  kill -s "$sig" "$victim"
+  local status=0
+  if ! wait_until "$bound" parent_gone "$parent"; then
+    fail "the parent still runs after ${bound}s"
+    kill -9 $(case_processes "$tag")
+  fi
+  wait "$parent" || status=$?
+  [[ "$sig" == STOP ]] && kill -CONT "$victim" 2>/dev/null
+  local last=""
+  mpi_nothing_left() { last="$(mpi_leftovers "$tag" $pids)"; [[ -z "$last" ]]; }
+  wait_until "$bound" mpi_nothing_left
+  local took; took="$(elapsed "$start" "$(now)")"
+  if awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t > b) }'; then
+    fail "took ${took}s, bound ${bound}s; there until then:$last"
+    kill -9 $(case_processes "$tag") 2>/dev/null
+  fi
+  [[ "$status" == "$expected" ]] || fail "exit $status, expected $expected"
+  local left; left="$(mpi_leftovers "$tag" $pids)"
+  [[ -z "$left" ]] || fail "left behind:$left"
+  if [[ "$sig" == STOP ]]; then
+    # The first rank to abort names the silent rank: world rank, pid and host.
+    local first; first="$(grep -m1 'aborts the MPI job' "$err")"
+    [[ "$first" == *"world rank $rank (pid $victim on $HOST)"*"stopped responding"* ]] ||
+      fail "the first abort does not name world rank $rank (pid $victim on $HOST) as silent: $first"
+  elif [[ "$target" == rank ]]; then
+    # Open MPI 4.1 names the killed rank (its "PID" is printed as 0).
+    grep -q "process rank $rank with PID [0-9]* on node .* exited on signal" "$err" ||
+      fail "mpirun does not name rank $rank: $(grep -m2 -E 'rank|signal' "$err")"
+  fi
+  grep -qE "terminate called|Sanitizer|core dumped" "$err" && fail "a crash: $(grep -m3 -E 'terminate|Sanitizer|core' "$err")"
+  echo "case $NAME: ${target}${rank:+ $rank} SIG$sig -> exit $status in ${took}s"
+}
+
+RANKS=4
+READY='^step +2 '
+for fault in rank:KILL:137 rank:STOP:1 parent:TERM:143 parent:INT:130 parent:KILL:137; do
+  IFS=: read -r target sig code <<<"$fault"
+  mpi_case "train-mpi-$target-$sig" "$target" "$sig" "$code" 15 \
+    "$TRAIN" --transport=mpi --dp=2 --tp=1 --pp=2 --steps=100000 --nocompare_reference \
+    --heartbeat_timeout=2s
+done
+READY=''
+mpi_case "bench-mpi-rank-STOP" rank STOP 1 15 \
+  "$BENCH" --transport=mpi --ranks=4 --min_bytes=1K --max_bytes=1M --iters=100000 \
+  --heartbeat_timeout=2s
+
 # --- the training job on threads: its offload directory goes with it ---------------
 threads_case() {
   NAME="$1"; local sig="$2" expected="$3"
   CASE=$((CASE + 1))
   (( (CASE - 1) % SHARDS == SHARD )) || return 0
+  [[ "$NAME" =~ ${FAULT_CASES:-.} ]] || return 0
   local out="$TMP/$NAME.out" err="$TMP/$NAME.err" nvme="$TMP/nvme.$NAME"
   mkdir -p "$nvme"
   "$TRAIN" --dp=2 --tp=1 --pp=1 --steps=100000 --nocompare_reference --offload=nvme \

@@ -44,8 +44,8 @@ timespec Now() {
 // Supervise waits for `child` to end and returns its wait status (-1 when it cannot
 // wait for it). The signals of SupervisedSignals() must be blocked in this thread:
 // each one but SIGCHLD is forwarded to the child; `grace_seconds` after the first,
-// the child is SIGKILLed.
-int Supervise(pid_t child, int grace_seconds) {
+// the child is SIGKILLed. `*forwarded` gets the first signal forwarded (0: none).
+int Supervise(pid_t child, int grace_seconds, int* forwarded) {
   const sigset_t signals = SupervisedSignals();
   bool stopping = false;
   timespec deadline{};
@@ -77,6 +77,7 @@ int Supervise(pid_t child, int grace_seconds) {
     if (sig <= 0 || sig == SIGCHLD) continue;
     kill(child, sig);
     if (!stopping) {
+      *forwarded = sig;
       stopping = true;
       deadline = Now();
       deadline.tv_sec += grace_seconds;
@@ -209,14 +210,19 @@ int RunUnderMpirun(int ranks, int argc, char** argv) {
         std::perror("mpirun: cannot run mpirun (apt-get install openmpi-bin)");
         _exit(2);
       }
-      code = mpirun < 0 ? 2 : ExitCode(Supervise(mpirun, kMpirunGraceSeconds));
+      int forwarded = 0;
+      code = mpirun < 0 ? 2 : ExitCode(Supervise(mpirun, kMpirunGraceSeconds, &forwarded));
     }
     RemoveAll(dirs);
     _exit(code);
   }
-  const int status = Supervise(supervisor, kSupervisorGraceSeconds);
+  int forwarded = 0;
+  const int status = Supervise(supervisor, kSupervisorGraceSeconds, &forwarded);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   RemoveAll(dirs);  // already gone, unless the supervisor itself was killed
+  // A job the user stopped with a signal ends as that signal would have ended this
+  // process (128 + n), as Loom's launcher does, whatever mpirun made of it.
+  if (forwarded != 0) return 128 + forwarded;
   return ExitCode(status);
 }
 

@@ -21,7 +21,8 @@
 namespace loom {
 
 // RunUnderMpirun runs mpirun with `ranks` copies of /proc/self/exe and argv[1..] and
-// returns mpirun's exit code (128 + the signal when a signal ended it). It forks, so
+// returns mpirun's exit code (128 + the signal when a signal ended it), or 128 + n
+// when this process got signal n (SIGINT, SIGTERM, SIGHUP, SIGQUIT) and passed it on. It forks, so
 // call it before the program starts threads (at the top of main). When it cannot
 // start the job it prints why (no mpirun: apt-get install openmpi-bin; no temporary
 // directory) and returns 2.
