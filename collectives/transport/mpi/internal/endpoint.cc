@@ -78,9 +78,6 @@ Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransport
     std::lock_guard<std::mutex> lock(MpiLock());
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    thread_multiple_ = level == MPI_THREAD_MULTIPLE;
     posted_.resize(size_);
     unexpected_.resize(size_);
     next_data_tag_.assign(size_, 0);
@@ -169,11 +166,11 @@ void Endpoint::BeatLoop() {
 }
 
 void Endpoint::SendBeats() {
-  // Under MPI_THREAD_MULTIPLE the beats need no lock: they touch only this thread's
-  // requests, and waiting for MpiLock would silence this rank whenever another thread
-  // sits in a long blocking MPI call (a native collective).
-  std::unique_lock<std::mutex> lock(MpiLock(), std::defer_lock);
-  if (!thread_multiple_) lock.lock();
+  // Under MpiLock like every other MPI call of the transport: Open MPI's shared-memory
+  // path synchronizes its threads in ways ThreadSanitizer cannot see, and a beat takes
+  // the lock for microseconds. The price: a rank inside a native collective (which
+  // holds the lock while MPI blocks) does not beat; those have no deadline either.
+  std::lock_guard<std::mutex> lock(MpiLock());
   const int bytes = static_cast<int>(beat_message_->size());
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;

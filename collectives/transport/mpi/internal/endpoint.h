@@ -5,9 +5,8 @@
 // groups could wait on each other.
 //
 // Liveness: each endpoint runs a beat thread that sends every peer a kBeat envelope
-// every HeartbeatInterval (on the endpoint's communicator, outside MpiLock when MPI
-// grants MPI_THREAD_MULTIPLE, so a long blocking call of another thread does not
-// silence it). Any envelope from a peer counts as a beat (PeerWatch); a Wait fails
+// every HeartbeatInterval (on the endpoint's communicator, under MpiLock, which every
+// Wait lets go between polls). Any envelope from a peer counts as a beat (PeerWatch); a Wait fails
 // the requests with a peer silent past the heartbeat timeout with Unavailable, and
 // a closed endpoint says so (kClose), so that its silence is no failure.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_MPI_INTERNAL_ENDPOINT_H_
@@ -152,9 +151,6 @@ class Endpoint final : public Transport {
   int rank_ = 0;
   int size_ = 1;
   PeerWatch watch_;
-  // Whether MPI granted MPI_THREAD_MULTIPLE: the beat thread then calls MPI without
-  // MpiLock.
-  bool thread_multiple_ = false;
 
   // The beat thread's own: its requests (one per peer at most) and the beat message.
   std::thread beater_;
