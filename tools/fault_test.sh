@@ -169,8 +169,12 @@ for fault in rank:KILL:137 rank:STOP:1 parent:TERM:143; do
     "$BENCH" --transport=shm --ranks=3 --min_bytes=1K --max_bytes=1M --iters=100000 \
     --heartbeat_timeout=2s
 done
-run_case "bench-gloo-rank-KILL" rank KILL 137 15 \
-  "$BENCH" --transport=gloo --ranks=3 --min_bytes=1K --max_bytes=1M --iters=100000
+for fault in rank:KILL:137 rank:STOP:1; do
+  IFS=: read -r target sig code <<<"$fault"
+  run_case "bench-gloo-$target-$sig" "$target" "$sig" "$code" 15 \
+    "$BENCH" --transport=gloo --ranks=3 --min_bytes=1K --max_bytes=1M --iters=100000 \
+    --heartbeat_timeout=2s
+done
 
 # --- MPI jobs (RunUnderMpirun starts mpirun): 4 ranks, a 2 s heartbeat ------------
 # The ranks are mpirun's children; each case's processes carry LOOM_FAULT_CASE in
