@@ -364,6 +364,9 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
       FailPeer(source, absl::UnavailableError(absl::StrCat("rank ", source, " aborted: ", reason)));
       return;
     }
+    case Kind::kBeat:
+    case Kind::kClose:
+      return;  // Nobody sends them yet.
   }
 }
 
