@@ -59,6 +59,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collectives/transport/heartbeat.h"
 #include "collectives/transport/transport.h"
 
 namespace gloo {
@@ -73,6 +74,15 @@ struct GlooOptions {
   // This endpoint's rank in [0, size) and the number of ranks.
   int rank = 0;
   int size = 1;
+  // This process's rank in the whole job, when `rank` is local to a group; -1 means
+  // `rank`. Errors name peers by it, with their pid and host.
+  int world_rank = -1;
+  // A peer whose endpoint is open but from which nothing, not even a heartbeat, came
+  // for this long (stopped, frozen) fails every pending and later request with it
+  // with Unavailable naming it ("stopped responding"), whatever their deadlines. At
+  // least 200 ms (heartbeat.h); absl::InfiniteDuration() turns the judging off (this
+  // rank still beats for its peers).
+  absl::Duration heartbeat_timeout = kDefaultHeartbeatTimeout;
   // Rendezvous directory for gloo's FileStore, shared by every rank and existing
   // before they connect; one per job (or a distinct `prefix` per group).
   std::string store_dir;

@@ -29,8 +29,14 @@ std::string Endpoint::Op::Describe() const {
                       bytes, " bytes)");
 }
 
-Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options)
-    : context_(std::move(context)), options_(options), rank_(options.rank), size_(options.size) {
+Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options,
+                   std::vector<PeerIdentity> peers, std::vector<absl::Duration> peer_intervals)
+    : context_(std::move(context)),
+      options_(options),
+      rank_(options.rank),
+      size_(options.size),
+      watch_("gloo", rank_, std::move(peers), options.heartbeat_timeout,
+             std::move(peer_intervals)) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     posted_.resize(size_);
@@ -51,7 +57,15 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
 Endpoint::~Endpoint() {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    // Acknowledgements, buffered sends and abort notices handed over last still leave.
+    // A goodbye to every peer, so that the end of the connections below is no failure
+    // to them (and not recorded as this process's death).
+    Envelope goodbye;
+    goodbye.kind = Kind::kClose;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) Post(peer, goodbye, {});
+    }
+    // Acknowledgements, buffered sends, abort notices and goodbyes handed over last
+    // still leave.
     auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
     changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.close_grace), flushed);
     closing_ = true;
@@ -164,6 +178,13 @@ void Endpoint::CompleteSends() {
       changed_.wait(lock, ready);
       if (closing_) return;
       message = in_flight_.front().get();  // only this thread removes it
+      if (!peer_gone_[message->peer].ok()) {
+        // Nobody waits for it any more, and gloo may never finish it (FailPeer).
+        abandoned_.push_back(std::move(in_flight_.front()));
+        in_flight_.pop_front();
+        changed_.notify_all();
+        continue;
+      }
       waiting_on_[size_] = message->frame_buffer.get();
       waiting_on_[size_ + 1] = message->payload_buffer.get();
     }
@@ -180,6 +201,9 @@ void Endpoint::CompleteSends() {
     waiting_on_[size_ + 1] = nullptr;
     if (closing_) return;  // what gloo still holds is freed after closing its pairs
     const int peer = message->peer;
+    // Not sent: gloo failed it, or FailPeer gave up on it. gloo may still hold it in a
+    // broken pair's queue, so it is freed only after the pairs close.
+    if (!sent) abandoned_.push_back(std::move(in_flight_.front()));
     in_flight_.pop_front();
     changed_.notify_all();
     if (!status.ok()) {
@@ -361,29 +385,57 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
     }
     case Kind::kAbort: {
       const std::string reason(reinterpret_cast<const char*>(payload.data()), payload.size());
-      FailPeer(source, absl::UnavailableError(absl::StrCat("rank ", source, " aborted: ", reason)));
+      FailPeer(source,
+               absl::UnavailableError(
+                   absl::StrCat("gloo: ", watch_.Describe(source), " aborted: ", reason)),
+               PeerFault::kAborted);
       return;
     }
     case Kind::kBeat:
-    case Kind::kClose:
       return;  // Nobody sends them yet.
+    case Kind::kClose:
+      // Closing is no failure of the peer's: not recorded. Its requests fail all the
+      // same, as nothing more comes from it.
+      FailPeer(source,
+               absl::UnavailableError(absl::StrCat(
+                   "gloo rank ", rank_, ": ", watch_.Describe(source), " closed its endpoint")));
+      return;
   }
 }
 
 // --- Failure -----------------------------------------------------------------------
 
-void Endpoint::FailPeer(int peer, const absl::Status& status) {
-  if (peer_gone_[peer].ok()) peer_gone_[peer] = status;
+void Endpoint::FailPeer(int peer, const absl::Status& status, std::optional<PeerFault> fault) {
+  if (peer_gone_[peer].ok()) {
+    peer_gone_[peer] = status;
+    // After this endpoint aborted, a peer's end is an echo of that, not a cause.
+    if (fault.has_value() && aborted_.ok()) {
+      RecordPeerFailure(
+          {watch_.identity(peer), *fault, absl::Now(), std::string(status.message())});
+    }
+  }
   posted_[peer].clear();
   for (auto& [id, op] : ops_) {
     if (op.peer == peer && !op.done) Finish(op, peer_gone_[peer]);
   }
+  // gloo never completes nor fails a send that was queued on a pair when it broke
+  // (its pair signals the error to pinned buffers only: a send racing the peer's
+  // close, such as a goodbye, waited forever), so the completion thread stops
+  // waiting for one to a gone peer.
+  if (waiting_on_[size_] != nullptr && in_flight_.front()->peer == peer) {
+    waiting_on_[size_]->abortWaitSend();
+    if (waiting_on_[size_ + 1] != nullptr) waiting_on_[size_ + 1]->abortWaitSend();
+  }
 }
 
 void Endpoint::LoseConnection(int peer, const absl::Status& gloo_error) {
-  FailPeer(peer, absl::Status(gloo_error.code(),
-                              absl::StrCat("gloo rank ", rank_, ": connection to rank ", peer,
-                                           " lost: ", gloo_error.message())));
+  // After a goodbye or an abort the end of the connection is expected, and no news.
+  if (!peer_gone_[peer].ok()) return;
+  FailPeer(peer,
+           absl::Status(gloo_error.code(),
+                        absl::StrCat("gloo rank ", rank_, ": connection to ", watch_.Describe(peer),
+                                     " lost: ", gloo_error.message())),
+           PeerFault::kDied);
 }
 
 void Endpoint::Abort(const absl::Status& reason) {
@@ -445,8 +497,13 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
         auto& receives = posted_[op.peer];
         receives.erase(std::remove(receives.begin(), receives.end(), request.id), receives.end());
       }
-      Finish(op, absl::DeadlineExceededError(absl::StrCat("gloo rank ", rank_, ": ", op.Describe(),
-                                                          " still pending at its deadline")));
+      std::string message =
+          absl::StrCat("gloo rank ", rank_, ": ", op.Describe(), " still pending at its deadline");
+      if (op.peer != rank_) {
+        absl::StrAppend(&message, "; rank ", op.peer, " is ",
+                        DescribePeer(watch_.identity(op.peer)));
+      }
+      Finish(op, absl::DeadlineExceededError(message));
     }
     if (result.ok() && !op.status.ok()) result = op.status;
     ops_.erase(it);

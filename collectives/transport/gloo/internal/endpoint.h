@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,8 @@
 #include "absl/types/span.h"
 #include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/gloo/internal/envelope.h"
+#include "collectives/transport/peer_failure.h"
+#include "collectives/transport/peer_watch.h"
 #include "collectives/transport/transport.h"
 
 namespace loom {
@@ -51,8 +54,11 @@ static_assert(kCombinePiece % kCombineAlignment == 0);
 
 class Endpoint final : public Transport {
  public:
-  // `context` is fully connected (connectFullMesh done).
-  Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options);
+  // `context` is fully connected (connectFullMesh done); `peers` and `peer_intervals`
+  // hold every rank's identity and beat interval, by group rank (this one included),
+  // as the ranks told each other at connect.
+  Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options,
+           std::vector<PeerIdentity> peers, std::vector<absl::Duration> peer_intervals);
   ~Endpoint() override;
 
   int rank() const override { return rank_; }
@@ -115,9 +121,13 @@ class Endpoint final : public Transport {
   void Complete(Op& op, int source, const Envelope& head, absl::Span<const std::byte> payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(Op& op, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FailPeer fails every unfinished op with `peer` and every later one.
-  void FailPeer(int peer, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // LoseConnection fails `peer` after gloo failed moving bytes to or from it.
+  // FailPeer fails every unfinished op with `peer` and every later one. The first
+  // failure of a peer is recorded as `fault` when one is given (peer_failure.h), so
+  // that a job can blame the peer that failed first.
+  void FailPeer(int peer, const absl::Status& status, std::optional<PeerFault> fault = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LoseConnection fails `peer` after gloo failed moving bytes to or from it: it died
+  // (a peer that closed its endpoint said goodbye first, and is gone already).
   void LoseConnection(int peer, const absl::Status& gloo_error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NewOp(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers `buffer` as the one `thread` waits on, so that closing can abort it;
@@ -128,6 +138,8 @@ class Endpoint final : public Transport {
   const GlooOptions options_;
   const int rank_;
   const int size_;
+  // Who the peers are. Thread-safe.
+  PeerWatch watch_;
 
   // std::mutex rather than absl::Mutex: Debian's Abseil is a prebuilt library without
   // ThreadSanitizer annotations, so TSan could not see absl::Mutex's happens-before
@@ -144,6 +156,9 @@ class Endpoint final : public Transport {
   // Handed to gloo and not yet sent, oldest first (the completion thread waits on
   // the front).
   std::deque<std::unique_ptr<Outgoing>> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Messages gloo did not send (their peer is gone), which it may still hold: freed
+  // after the pairs close.
+  std::vector<std::unique_ptr<Outgoing>> abandoned_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // The gloo buffer each thread waits on (receivers by peer; the completion thread's
