@@ -1,6 +1,7 @@
 // ConnectGlooTransport's refusals, what a rank sees when a peer never arrives, goes
-// away or aborts (named by world rank, pid and host), and the gloo-specific parts of
-// the contract (a withdrawn large send).
+// away or aborts (named by world rank, pid and host), a busy peer that is not taken
+// for a stopped one, and the gloo-specific parts of the contract (a withdrawn large
+// send). Stopped and killed ranks, which need processes, are in gloo_failure_test.
 #include "collectives/transport/gloo/gloo_transport.h"
 
 #include <gloo/rendezvous/hash_store.h>
@@ -183,6 +184,33 @@ TEST(GlooTransportTest, DeadlineAndAbortNameThePeersWorldRank) {
   }
 }
 
+// A peer that is busy (here asleep in its own code) for three heartbeat timeouts is
+// not taken for a stopped one: its beat thread runs on, and the receive waiting for it
+// completes.
+TEST(GlooTransportTest, BusyPeerIsNotJudged) {
+  constexpr absl::Duration kHeartbeat = absl::Seconds(1);
+  GlooOptions options;
+  options.heartbeat_timeout = kHeartbeat;
+  const std::vector<absl::Status> results =
+      MakeGlooHarness(GlooStoreKind::kHash, options)->Run(2, [&](Transport& t) -> absl::Status {
+        std::vector<std::byte> buffer(64, std::byte{7});
+        if (t.rank() == 1) {
+          absl::SleepFor(3 * kHeartbeat);
+          LOOM_ASSIGN_OR_RETURN(Request s, t.Send(0, 1, AsBytes(buffer)));
+          return t.Wait({s}, absl::Now() + absl::Seconds(30));
+        }
+        std::vector<std::byte> in(buffer.size());
+        const absl::Time start = absl::Now();
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(1, 1, AsWritableBytes(in)));
+        LOOM_RETURN_IF_ERROR(t.Wait({r}, start + absl::Seconds(30)));
+        if (absl::Now() - start < 3 * kHeartbeat - absl::Milliseconds(100)) {
+          return absl::InternalError("the message came before rank 1 sent it");
+        }
+        return in == buffer ? absl::OkStatus() : absl::InternalError("wrong bytes");
+      });
+  LOOM_EXPECT_OK(results[0]);
+  LOOM_EXPECT_OK(results[1]);
+}
 
 // Ranks that connect and close together, many times: while one rank closes its
 // pairs, gloo's loop thread of another may still write to it (a "ready to receive"

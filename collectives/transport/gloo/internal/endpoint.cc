@@ -52,6 +52,7 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
     if (peer != rank_) threads_.emplace_back([this, peer] { ReceiveLoop(peer); });
   }
   threads_.emplace_back([this] { CompleteSends(); });
+  if (size_ > 1) threads_.emplace_back([this] { BeatLoop(); });
 }
 
 Endpoint::~Endpoint() {
@@ -70,6 +71,7 @@ Endpoint::~Endpoint() {
     changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.close_grace), flushed);
     closing_ = true;
     changed_.notify_all();
+    closing_changed_.notify_all();
     for (int thread = 0; thread < size_ + 2; ++thread) {
       gloo::transport::UnboundBuffer* buffer = waiting_on_[thread];
       if (buffer == nullptr) continue;
@@ -111,6 +113,7 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
   });
   Track(peer, nullptr);
   if (!status.ok()) return status;
+  if (completed) watch_.Heard(peer);
   return completed;
 }
 
@@ -135,6 +138,7 @@ void Endpoint::ReceiveLoop(int peer) {
       Track(peer, nullptr);
     }
     if (status.ok() && received) {
+      watch_.Heard(peer);  // Every frame counts as a beat, whatever its kind.
       absl::StatusOr<Envelope> decoded = Decode(frames[i]);
       status = decoded.status();
       if (decoded.ok()) envelope = *decoded;
@@ -209,6 +213,40 @@ void Endpoint::CompleteSends() {
     if (!status.ok()) {
       LoseConnection(peer, status);
     }
+  }
+}
+
+void Endpoint::BeatLoop() {
+  // PeerWatch takes a gap between two Listens longer than the beat interval for this
+  // process having been stopped, so the thread listens twice per beat.
+  const auto half_interval = absl::ToChronoNanoseconds(watch_.interval() / 2);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (uint64_t tick = 0; !closing_; ++tick) {
+    BeatAndJudge(/*beat=*/tick % 2 == 0);
+    closing_changed_.wait_for(lock, half_interval,
+                              [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_; });
+  }
+}
+
+void Endpoint::BeatAndJudge(bool beat) {
+  if (beat) {
+    Envelope heartbeat;
+    heartbeat.kind = Kind::kBeat;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) Post(peer, heartbeat, {});  // Post skips gone peers.
+    }
+  }
+  // Listening under the lock: a thread that held it for long kept this one from
+  // listening, and the receivers from delivering, so the silence is not the peers'.
+  watch_.Listen();
+  // After an abort every request fails anyway, and what peers do next is its echo.
+  if (!aborted_.ok()) return;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || !peer_gone_[peer].ok()) continue;
+    // A peer that closed its endpoint or died is gone already, so it is never called
+    // silent as well. Judge records its own verdict.
+    absl::Status verdict = watch_.Judge(peer);
+    if (!verdict.ok()) FailPeer(peer, verdict);
   }
 }
 
@@ -349,6 +387,9 @@ void Endpoint::Complete(Op& op, int source, const Envelope& head,
 }
 
 void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const std::byte> payload) {
+  // A peer judged gone stays gone: what a stopped peer sends once it runs again is
+  // not matched by later receives, which fail as the verdict said.
+  if (!peer_gone_[source].ok()) return;
   switch (envelope.kind) {
     case Kind::kData: {
       auto& receives = posted_[source];
@@ -392,7 +433,7 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
       return;
     }
     case Kind::kBeat:
-      return;  // Nobody sends them yet.
+      return;  // Heard already, by the receiver thread.
     case Kind::kClose:
       // Closing is no failure of the peer's: not recorded. Its requests fail all the
       // same, as nothing more comes from it.
@@ -420,7 +461,7 @@ void Endpoint::FailPeer(int peer, const absl::Status& status, std::optional<Peer
   }
   // gloo never completes nor fails a send that was queued on a pair when it broke
   // (its pair signals the error to pinned buffers only: a send racing the peer's
-  // close, such as a goodbye, waited forever), so the completion thread stops
+  // close, a goodbye or a beat, waited forever), so the completion thread stops
   // waiting for one to a gone peer.
   if (waiting_on_[size_] != nullptr && in_flight_.front()->peer == peer) {
     waiting_on_[size_]->abortWaitSend();
@@ -429,7 +470,8 @@ void Endpoint::FailPeer(int peer, const absl::Status& status, std::optional<Peer
 }
 
 void Endpoint::LoseConnection(int peer, const absl::Status& gloo_error) {
-  // After a goodbye or an abort the end of the connection is expected, and no news.
+  // After a goodbye, an abort or a verdict of silence the end of the connection is
+  // expected, and no news.
   if (!peer_gone_[peer].ok()) return;
   FailPeer(peer,
            absl::Status(gloo_error.code(),

@@ -5,6 +5,8 @@
 // handed to gloo by the thread that posts them, under the endpoint's lock (so their
 // order on the wire is the posting order); one completion thread waits for gloo to
 // finish sending each and frees it. All matching happens under that lock, in Deliver.
+// One beat thread sends every peer a heartbeat each beat interval and judges the
+// peers' silence (PeerWatch); every frame a receiver thread takes counts as a beat.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 #define LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 
@@ -102,6 +104,11 @@ class Endpoint final : public Transport {
 
   void ReceiveLoop(int peer);
   void CompleteSends();
+  // BeatLoop: the beat thread, until closing.
+  void BeatLoop();
+  // Beats every peer that is not gone, listens, and fails each one silent past its
+  // allowed time (PeerWatch::Judge).
+  void BeatAndJudge(bool beat) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Receives the payload that follows `envelope` from `peer`, when it is not inline;
   // false once closing aborted the wait; a status when gloo failed.
   absl::StatusOr<bool> ReceivePayload(int peer, const Envelope& envelope,
@@ -138,7 +145,7 @@ class Endpoint final : public Transport {
   const GlooOptions options_;
   const int rank_;
   const int size_;
-  // Who the peers are. Thread-safe.
+  // Who the peers are, and when each was last heard from. Thread-safe.
   PeerWatch watch_;
 
   // std::mutex rather than absl::Mutex: Debian's Abseil is a prebuilt library without
@@ -161,6 +168,9 @@ class Endpoint final : public Transport {
   std::vector<std::unique_ptr<Outgoing>> abandoned_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // Signalled when closing begins only: the beat thread sleeps on it between beats
+  // (changed_, signalled on every op, would wake it for nothing).
+  std::condition_variable closing_changed_;
   // The gloo buffer each thread waits on (receivers by peer; the completion thread's
   // frame and payload last).
   std::vector<gloo::transport::UnboundBuffer*> waiting_on_ ABSL_GUARDED_BY(mu_);
