@@ -97,6 +97,11 @@ bool Endpoint::Track(size_t thread, gloo::transport::UnboundBuffer* buffer) {
 
 // --- The threads -------------------------------------------------------------------
 
+void Endpoint::Retire(Retired retired) {
+  std::unique_lock<std::mutex> lock(mu_);
+  retired_.push_back(std::move(retired));
+}
+
 absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope,
                                               std::vector<std::byte>* payload) {
   payload->resize(envelope.bytes);
@@ -112,16 +117,27 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
     completed = buffer->waitRecv(nullptr, kForever);
   });
   Track(peer, nullptr);
-  if (!status.ok()) return status;
-  if (completed) watch_.Heard(peer);
-  return completed;
+  if (!status.ok() || !completed) {
+    // Still posted, or signalled by the loop thread: kept with its memory (Retired).
+    Retired retired;
+    retired.memory.push_back(std::move(*payload));
+    retired.buffers.push_back(std::move(buffer));
+    Retire(std::move(retired));
+    return status.ok() ? absl::StatusOr<bool>(false) : status;
+  }
+  watch_.Heard(peer);
+  return true;
 }
 
 void Endpoint::ReceiveLoop(int peer) {
   // kFramesPosted frames, each with a receive posted; gloo fills them in posting
   // order, so frame n % kFramesPosted holds the n-th message from `peer`.
-  std::vector<std::vector<std::byte>> frames(kFramesPosted, std::vector<std::byte>(kFrameBytes));
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers(kFramesPosted);
+  // They outlive the thread (Retired).
+  Retired posted;
+  std::vector<std::vector<std::byte>>& frames = posted.memory;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& buffers = posted.buffers;
+  frames.assign(kFramesPosted, std::vector<std::byte>(kFrameBytes));
+  buffers.resize(kFramesPosted);
   absl::Status status = GlooCall(absl::StrCat("posting receives of frames from rank ", peer), [&] {
     for (int i = 0; i < kFramesPosted; ++i) {
       buffers[i] = context_->createUnboundBuffer(frames[i].data(), kFrameBytes);
@@ -157,9 +173,10 @@ void Endpoint::ReceiveLoop(int peer) {
     }
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (closing_ || (status.ok() && !received)) return;
-      if (!status.ok()) {
-        LoseConnection(peer, status);
+      const bool ended = closing_ || !status.ok() || !received;
+      if (!closing_ && !status.ok()) LoseConnection(peer, status);
+      if (ended) {
+        retired_.push_back(std::move(posted));
         return;
       }
       // A posted receive takes the payload straight from the frame.

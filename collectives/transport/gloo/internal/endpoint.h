@@ -102,6 +102,17 @@ class Endpoint final : public Transport {
     std::unique_ptr<gloo::transport::UnboundBuffer> frame_buffer, payload_buffer;
   };
 
+  // Receive buffers and the memory they receive into, freed only after the pairs
+  // close: until then gloo's loop thread may touch a posted receive (it signals a
+  // broken pair's error to each). A buffer's destructor waits for that inside
+  // libgloo, where TSan cannot see it, so buffers freed when their receiver thread
+  // ended were reported as racing with the loop thread.
+  struct Retired {
+    std::vector<std::vector<std::byte>> memory;  // destroyed after the buffers
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+  };
+  void Retire(Retired retired);
+
   void ReceiveLoop(int peer);
   void CompleteSends();
   // BeatLoop: the beat thread, until closing.
@@ -166,6 +177,7 @@ class Endpoint final : public Transport {
   // Messages gloo did not send (their peer is gone), which it may still hold: freed
   // after the pairs close.
   std::vector<std::unique_ptr<Outgoing>> abandoned_ ABSL_GUARDED_BY(mu_);
+  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);  // see Retired
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // Signalled when closing begins only: the beat thread sleeps on it between beats
