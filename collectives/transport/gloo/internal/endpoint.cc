@@ -58,6 +58,7 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
 Endpoint::~Endpoint() {
   {
     std::unique_lock<std::mutex> lock(mu_);
+    leaving_ = true;
     // A goodbye to every peer, so that the end of the connections below is no failure
     // to them (and not recorded as this process's death).
     Envelope goodbye;
@@ -466,8 +467,10 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
 void Endpoint::FailPeer(int peer, const absl::Status& status, std::optional<PeerFault> fault) {
   if (peer_gone_[peer].ok()) {
     peer_gone_[peer] = status;
-    // After this endpoint aborted, a peer's end is an echo of that, not a cause.
-    if (fault.has_value() && aborted_.ok()) {
+    // After this endpoint aborted, a peer's end is an echo of that, not a cause; once
+    // it is closing, peers that close too (a peer that had this one's goodbye sends
+    // none back) are no news.
+    if (fault.has_value() && aborted_.ok() && !leaving_) {
       RecordPeerFailure(
           {watch_.identity(peer), *fault, absl::Now(), std::string(status.message())});
     }

@@ -180,6 +180,8 @@ class Endpoint final : public Transport {
   std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);  // see Retired
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // The destructor began (before closing_, which ends the threads).
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   // Signalled when closing begins only: the beat thread sleeps on it between beats
   // (changed_, signalled on every op, would wake it for nothing).
   std::condition_variable closing_changed_;
