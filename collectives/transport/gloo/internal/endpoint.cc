@@ -85,7 +85,8 @@ Endpoint::~Endpoint() {
   }
   for (std::thread& thread : threads_) thread.join();
   // Closing the pairs tells the peers' receivers that this rank is gone. Messages
-  // gloo never sent are freed after it (in_flight_ goes before context_).
+  // gloo never sent, and the receive buffers, are freed after it (in_flight_,
+  // abandoned_ and retired_ go before context_).
   (void)GlooCall("closeConnections", [&] { context_->closeConnections(); });
 }
 
@@ -257,8 +258,9 @@ void Endpoint::BeatAndJudge(bool beat) {
   // Listening under the lock: a thread that held it for long kept this one from
   // listening, and the receivers from delivering, so the silence is not the peers'.
   watch_.Listen();
-  // After an abort every request fails anyway, and what peers do next is its echo.
-  if (!aborted_.ok()) return;
+  // After an abort every request fails anyway, and what peers do next is its echo;
+  // once closing, nobody waits on a request.
+  if (!aborted_.ok() || leaving_) return;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_ || !peer_gone_[peer].ok()) continue;
     // A peer that closed its endpoint or died is gone already, so it is never called
