@@ -291,9 +291,13 @@ absl::Status RunMpi(int argc, char** argv, const BenchOptions& bench, Communicat
 // gloo transport, meeting the other ranks in --gloo_store_dir.
 absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& options) {
   LOOM_ASSIGN_OR_RETURN(ShmOptions process, ShmOptionsFromEnvironment());
+  // --heartbeat_timeout, checked before the ranks started (ValidateFlags).
+  LOOM_RETURN_IF_ERROR(ApplyShmFlags(process));
   GlooOptions gloo;
   gloo.rank = process.rank;
   gloo.size = process.size;
+  gloo.world_rank = process.rank;
+  gloo.heartbeat_timeout = process.heartbeat_timeout;
   gloo.store_dir = absl::GetFlag(FLAGS_gloo_store_dir);
   if (gloo.store_dir.empty()) {
     const char* job_dir = std::getenv("LOOM_JOB_DIR");

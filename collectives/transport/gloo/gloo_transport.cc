@@ -8,14 +8,57 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "collectives/transport/gloo/internal/endpoint.h"
 #include "collectives/transport/gloo/internal/gloo_call.h"
+#include "collectives/transport/heartbeat.h"
+#include "collectives/transport/peer_failure.h"
 
 namespace loom {
 namespace {
+
+// What each rank tells the others at connect: who it is, for their errors, and how
+// often it beats, for their judging. gloo's own keys are the ranks' numbers, so these
+// cannot collide with them.
+struct PeerInfo {
+  PeerIdentity identity;
+  absl::Duration interval;
+};
+
+std::string IdentityKey(int rank) { return absl::StrCat("loom_identity_", rank); }
+
+// "world pid interval_ns host"; the host goes last, as it is the only part that is
+// not a number.
+std::vector<char> EncodeIdentity(const PeerInfo& info) {
+  const std::string text =
+      absl::StrCat(info.identity.world_rank, " ", info.identity.pid, " ",
+                   absl::ToInt64Nanoseconds(info.interval), " ", info.identity.host);
+  return std::vector<char>(text.begin(), text.end());
+}
+
+absl::StatusOr<PeerInfo> DecodeIdentity(int rank, const std::vector<char>& bytes) {
+  const std::string text(bytes.begin(), bytes.end());
+  const std::vector<std::string> parts = absl::StrSplit(text, absl::MaxSplits(' ', 3));
+  PeerInfo info;
+  int64_t interval_ns = 0;
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &info.identity.world_rank) ||
+      !absl::SimpleAtoi(parts[1], &info.identity.pid) ||
+      !absl::SimpleAtoi(parts[2], &interval_ns) || info.identity.world_rank < 0 ||
+      interval_ns <= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gloo: rank ", rank, "'s identity in the store, \"", text,
+                     "\", is not \"world_rank pid interval_ns host\""));
+  }
+  info.identity.host = parts[3];
+  info.interval = absl::Nanoseconds(interval_ns);
+  return info;
+}
 
 absl::Status Validate(const GlooOptions& options) {
   if (options.size < 1) {
@@ -24,6 +67,15 @@ absl::Status Validate(const GlooOptions& options) {
   if (options.rank < 0 || options.rank >= options.size) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", options.rank, " is outside [0, ", options.size, ")"));
+  }
+  if (options.world_rank < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: world_rank ", options.world_rank, " is below -1 (-1: the group rank)"));
+  }
+  if (absl::Status heartbeat =
+          ValidateHeartbeatTimeout(options.heartbeat_timeout, "gloo: heartbeat_timeout");
+      !heartbeat.ok()) {
+    return heartbeat;
   }
   if (options.store == nullptr) {
     if (options.store_dir.empty()) {
@@ -52,6 +104,10 @@ absl::Status Validate(const GlooOptions& options) {
 
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOptions& options) {
   if (absl::Status valid = Validate(options); !valid.ok()) return valid;
+  PeerInfo self;
+  self.identity = SelfIdentity(options.world_rank >= 0 ? options.world_rank : options.rank);
+  self.interval = HeartbeatInterval(options.heartbeat_timeout);
+  std::vector<std::vector<char>> identities(options.size);
   std::shared_ptr<gloo::rendezvous::Context> context;
   const absl::Status connected = gloo_internal::GlooCall(
       absl::StrCat("connecting rank ", options.rank, " of ", options.size, " (prefix \"",
@@ -77,11 +133,24 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOption
         context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
         context->setTimeout(
             std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout)));
+        prefixed.set(IdentityKey(options.rank), EncodeIdentity(self));
         context->connectFullMesh(prefixed, device);
+        // Every peer set its key before it connected, so these are there by now.
+        for (int rank = 0; rank < options.size; ++rank) {
+          identities[rank] = prefixed.get(IdentityKey(rank));
+        }
       });
   if (!connected.ok()) return connected;
-  return std::unique_ptr<Transport>(
-      std::make_unique<gloo_internal::Endpoint>(std::move(context), options));
+  std::vector<PeerIdentity> peers(options.size);
+  std::vector<absl::Duration> intervals(options.size);
+  for (int rank = 0; rank < options.size; ++rank) {
+    absl::StatusOr<PeerInfo> info = DecodeIdentity(rank, identities[rank]);
+    if (!info.ok()) return info.status();
+    peers[rank] = std::move(info->identity);
+    intervals[rank] = info->interval;
+  }
+  return std::unique_ptr<Transport>(std::make_unique<gloo_internal::Endpoint>(
+      std::move(context), options, std::move(peers), std::move(intervals)));
 }
 
 }  // namespace loom

@@ -9,6 +9,7 @@
 //   loom::GlooOptions options;
 //   options.rank = rank;                       // 0..3
 //   options.size = 4;
+//   options.world_rank = world_rank;           // errors name peers by it (-1: rank)
 //   options.store_dir = "/mnt/shared/job42";   // exists; one directory per job
 //   options.hostname = "10.0.0.7";             // this host's address the peers can reach
 //   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<loom::Transport> t, loom::ConnectGlooTransport(options));
@@ -37,15 +38,44 @@
 // round trip for a payload above 256 KiB and for the acknowledgement of a send above
 // `eager_bytes`.
 //
+// PEERS THAT FAIL. At connect every rank puts its identity (world rank, pid, host)
+// and beat interval in the store, and errors name peers by them. A beat thread sends
+// every peer a 64-byte heartbeat each interval (a tenth of `heartbeat_timeout`, in
+// [10 ms, 1 s]); any frame from a peer counts as a beat. What a rank sees, for every
+// pending and later request with the peer, and recorded as the process's first peer
+// failure (peer_failure.h) where the peer is to blame:
+//   - it died (kill -9, crash; its kernel closes its sockets): Unavailable "gloo rank
+//     0: connection to world rank 3 (pid 4242 on h1) lost: <gloo's text>", at once;
+//   - it stopped running with its sockets open (SIGSTOP, a frozen or vanished host):
+//     Unavailable "gloo: world rank 3 (pid 4242 on h1) stopped responding: no
+//     heartbeat for 10.05s (heartbeat timeout 10s) (its state: T, stopped)" within
+//     about the timeout, whatever the requests' deadlines (the state for a peer on
+//     this host only);
+//   - it aborted: Unavailable "gloo: world rank 3 (...) aborted: <its reason>";
+//   - it closed its endpoint (it says goodbye first; not recorded): Unavailable "gloo
+//     rank 0: world rank 3 (...) closed its endpoint".
+// A peer that is merely busy is no failure: its beat thread runs whatever it
+// computes or waits for, and a rank that was stopped itself does not blame the peers
+// it could not hear meanwhile. What the heartbeat cannot tell apart:
+//   - a rank whose working thread is stuck (a deadlock in its code) while its beat
+//     thread runs looks alive: only the requests' deadlines catch it;
+//   - a beat queues behind the bytes ahead of it on the same TCP stream, so a huge
+//     message delays it by its transfer time (1 GiB at 1 GB/s: a second), and a copy
+//     or reduction of one holds the endpoint's lock the beat thread needs (several
+//     GB/s): keep the timeout well above the largest message's transfer time.
+//
 // WHERE GLOO FALLS SHORT of the contract, and what this backend does instead:
 //   - gloo cannot withdraw a message it is sending. A large send still pending at its
 //     deadline fails with DeadlineExceeded and a withdrawal follows its bytes; the
 //     receiver drops the message if no receive has matched it yet. If one matched it
 //     in the meantime, the receiver got it (the sender saw DeadlineExceeded).
-//   - gloo reports a dead or closed peer only as an IoException of the TCP pair;
-//     every pending and later request with that peer then fails with Unavailable
-//     naming it and gloo's text. A peer that hangs without closing is seen as
-//     DeadlineExceeded only.
+//   - gloo reports a dead or closed peer only as an IoException of the TCP pair,
+//     the same for both: a closing endpoint says goodbye first, so its peers tell a
+//     close from a death. A peer that stops without closing is not gloo's concern at
+//     all: the heartbeats above find it.
+//   - gloo never completes nor fails a send it had queued on a pair when the pair
+//     broke (it signals the error to pinned buffers only), so messages to a peer
+//     that is gone are not waited for: they are freed after the pairs close.
 //   - A timed-out gloo wait closes every pair of its context (gloo's own rule), so
 //     this backend never gives gloo a timeout after connecting: deadlines are kept by
 //     Loom's Wait, and the threads' gloo waits end by being aborted at close.
@@ -59,6 +89,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collectives/transport/heartbeat.h"
 #include "collectives/transport/transport.h"
 
 namespace gloo {
@@ -73,6 +104,15 @@ struct GlooOptions {
   // This endpoint's rank in [0, size) and the number of ranks.
   int rank = 0;
   int size = 1;
+  // This process's rank in the whole job, when `rank` is local to a group; -1 means
+  // `rank`. Errors name peers by it, with their pid and host.
+  int world_rank = -1;
+  // A peer whose endpoint is open but from which nothing, not even a heartbeat, came
+  // for this long (stopped, frozen) fails every pending and later request with it
+  // with Unavailable naming it ("stopped responding"), whatever their deadlines. At
+  // least 200 ms (heartbeat.h); absl::InfiniteDuration() turns the judging off (this
+  // rank still beats for its peers).
+  absl::Duration heartbeat_timeout = kDefaultHeartbeatTimeout;
   // Rendezvous directory for gloo's FileStore, shared by every rank and existing
   // before they connect; one per job (or a distinct `prefix` per group).
   std::string store_dir;

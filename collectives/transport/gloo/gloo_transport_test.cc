@@ -1,10 +1,14 @@
-// ConnectGlooTransport's refusals, what a rank sees when a peer never arrives or goes
-// away, and the gloo-specific parts of the contract (a withdrawn large send).
+// ConnectGlooTransport's refusals, what a rank sees when a peer never arrives, goes
+// away or aborts (named by world rank, pid and host), a busy peer that is not taken
+// for a stopped one, and the gloo-specific parts of the contract (a withdrawn large
+// send). Stopped and killed ranks, which need processes, are in gloo_failure_test.
 #include "collectives/transport/gloo/gloo_transport.h"
 
 #include <gloo/rendezvous/hash_store.h>
+#include <unistd.h>
 
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -12,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collectives/transport/gloo/gloo_harness.h"
+#include "collectives/transport/peer_failure.h"
 #include "collectives/transport/transport.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
@@ -21,7 +26,13 @@
 namespace loom {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+
+// How this process names itself to its peers: thread ranks share its pid and host.
+std::string Identity(int world_rank) {
+  return absl::StrCat("world rank ", world_rank, " (pid ", getpid(), " on ", HostName(), ")");
+}
 
 TEST(GlooTransportTest, RejectsBadOptionsNamingThem) {
   GlooOptions options;
@@ -37,6 +48,16 @@ TEST(GlooTransportTest, RejectsBadOptionsNamingThem) {
   EXPECT_THAT(ConnectGlooTransport(options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("store_dir \"/nonexistent/loom\" is not an existing directory")));
+  gloo::rendezvous::HashStore store;
+  options.store = &store;
+  options.world_rank = -2;
+  EXPECT_THAT(ConnectGlooTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world_rank -2 is below -1")));
+  options.world_rank = -1;
+  options.heartbeat_timeout = absl::Milliseconds(100);
+  EXPECT_THAT(ConnectGlooTransport(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("gloo: heartbeat_timeout 100ms is below 200ms")));
 }
 
 // One rank of two arrives: it gives up at connect_timeout with gloo's text.
@@ -54,8 +75,10 @@ TEST(GlooTransportTest, MissingPeerTimesOutConnecting) {
 }
 
 // A rank whose endpoint closes (as a process that exits) is reported to the ranks
-// still waiting on it as Unavailable, naming it, long before their deadline.
+// still waiting on it as Unavailable, naming it by its world rank, long before their
+// deadline. Closing is no failure of the peer's: nothing is recorded against it.
 TEST(GlooTransportTest, ClosedPeerIsUnavailable) {
+  const bool recorded_before = FirstPeerFailure().has_value();
   gloo::rendezvous::HashStore store;
   std::vector<absl::Status> results(2);
   std::vector<std::thread> threads;
@@ -64,6 +87,7 @@ TEST(GlooTransportTest, ClosedPeerIsUnavailable) {
       GlooOptions options;
       options.size = 2;
       options.rank = rank;
+      options.world_rank = 10 + rank;  // a group of a larger job
       options.store = &store;
       absl::StatusOr<std::unique_ptr<Transport>> t = ConnectGlooTransport(options);
       if (!t.ok()) {
@@ -93,7 +117,98 @@ TEST(GlooTransportTest, ClosedPeerIsUnavailable) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kUnavailable,
-                                   HasSubstr("gloo rank 0: connection to rank 1 lost")));
+                                   HasSubstr(absl::StrCat("gloo rank 0: ", Identity(11),
+                                                          ", rank 1 of the gloo group closed "
+                                                          "its endpoint"))));
+  LOOM_EXPECT_OK(results[1]);
+  if (!recorded_before) {
+    const std::optional<PeerFailure> first = FirstPeerFailure();
+    EXPECT_FALSE(first.has_value()) << "a close was recorded: " << first->message;
+  }
+}
+
+// Errors name peers by world rank, pid and host: a receive that expires, and a peer
+// that aborts (recorded as the process's first peer failure, if it is).
+TEST(GlooTransportTest, DeadlineAndAbortNameThePeersWorldRank) {
+  const bool recorded_before = FirstPeerFailure().has_value();
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> expired(2), aborted(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions options;
+      options.size = 2;
+      options.rank = rank;
+      options.world_rank = 10 + rank;
+      options.store = &store;
+      absl::StatusOr<std::unique_ptr<Transport>> t = ConnectGlooTransport(options);
+      if (!t.ok()) {
+        expired[rank] = aborted[rank] = t.status();
+        return;
+      }
+      std::vector<std::byte> buffer(8);
+      if (rank == 1) {
+        // Rank 0's receive of tag 1 expires first; then it says go, and this rank gives up.
+        absl::StatusOr<Request> go = (*t)->Recv(0, 2, AsWritableBytes(buffer));
+        aborted[rank] = go.ok() ? (*t)->Wait({*go}, absl::Now() + absl::Seconds(20)) : go.status();
+        (*t)->Abort(absl::AbortedError("rank 1 gave up"));
+        return;
+      }
+      absl::StatusOr<Request> r = (*t)->Recv(1, 1, AsWritableBytes(buffer));
+      expired[rank] = r.ok() ? (*t)->Wait({*r}, absl::Now() + absl::Milliseconds(200)) : r.status();
+      absl::StatusOr<Request> go = (*t)->Send(1, 2, AsBytes(buffer));
+      absl::StatusOr<Request> last = (*t)->Recv(1, 3, AsWritableBytes(buffer));
+      aborted[rank] = go.ok() && last.ok()
+                          ? (*t)->Wait({*go, *last}, absl::Now() + absl::Seconds(20))
+                          : absl::InternalError("posting failed");
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_THAT(expired[0],
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr(absl::StrCat("gloo rank 0: receive from rank 1 (tag 1, 8 bytes) "
+                                              "still pending at its deadline; rank 1 is ",
+                                              Identity(11)))));
+  EXPECT_THAT(
+      aborted[0],
+      StatusIs(absl::StatusCode::kUnavailable,
+               HasSubstr(absl::StrCat("gloo: ", Identity(11),
+                                      ", rank 1 of the gloo group aborted: rank 1 gave up"))));
+  LOOM_EXPECT_OK(aborted[1]);
+  if (!recorded_before) {
+    const std::optional<PeerFailure> first = FirstPeerFailure();
+    ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(first->peer.world_rank, 11);
+    EXPECT_EQ(first->peer.pid, getpid());
+    EXPECT_EQ(first->fault, PeerFault::kAborted);
+  }
+}
+
+// A peer that is busy (here asleep in its own code) for three heartbeat timeouts is
+// not taken for a stopped one: its beat thread runs on, and the receive waiting for it
+// completes.
+TEST(GlooTransportTest, BusyPeerIsNotJudged) {
+  constexpr absl::Duration kHeartbeat = absl::Seconds(1);
+  GlooOptions options;
+  options.heartbeat_timeout = kHeartbeat;
+  const std::vector<absl::Status> results =
+      MakeGlooHarness(GlooStoreKind::kHash, options)->Run(2, [&](Transport& t) -> absl::Status {
+        std::vector<std::byte> buffer(64, std::byte{7});
+        if (t.rank() == 1) {
+          absl::SleepFor(3 * kHeartbeat);
+          LOOM_ASSIGN_OR_RETURN(Request s, t.Send(0, 1, AsBytes(buffer)));
+          return t.Wait({s}, absl::Now() + absl::Seconds(30));
+        }
+        std::vector<std::byte> in(buffer.size());
+        const absl::Time start = absl::Now();
+        LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(1, 1, AsWritableBytes(in)));
+        LOOM_RETURN_IF_ERROR(t.Wait({r}, start + absl::Seconds(30)));
+        if (absl::Now() - start < 3 * kHeartbeat - absl::Milliseconds(100)) {
+          return absl::InternalError("the message came before rank 1 sent it");
+        }
+        return in == buffer ? absl::OkStatus() : absl::InternalError("wrong bytes");
+      });
+  LOOM_EXPECT_OK(results[0]);
   LOOM_EXPECT_OK(results[1]);
 }
 

@@ -29,8 +29,14 @@ std::string Endpoint::Op::Describe() const {
                       bytes, " bytes)");
 }
 
-Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options)
-    : context_(std::move(context)), options_(options), rank_(options.rank), size_(options.size) {
+Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options,
+                   std::vector<PeerIdentity> peers, std::vector<absl::Duration> peer_intervals)
+    : context_(std::move(context)),
+      options_(options),
+      rank_(options.rank),
+      size_(options.size),
+      watch_("gloo", rank_, std::move(peers), options.heartbeat_timeout,
+             std::move(peer_intervals)) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     posted_.resize(size_);
@@ -46,16 +52,27 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
     if (peer != rank_) threads_.emplace_back([this, peer] { ReceiveLoop(peer); });
   }
   threads_.emplace_back([this] { CompleteSends(); });
+  if (size_ > 1) threads_.emplace_back([this] { BeatLoop(); });
 }
 
 Endpoint::~Endpoint() {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    // Acknowledgements, buffered sends and abort notices handed over last still leave.
+    leaving_ = true;
+    // A goodbye to every peer, so that the end of the connections below is no failure
+    // to them (and not recorded as this process's death).
+    Envelope goodbye;
+    goodbye.kind = Kind::kClose;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) Post(peer, goodbye, {});
+    }
+    // Acknowledgements, buffered sends, abort notices and goodbyes handed over last
+    // still leave.
     auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
     changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.close_grace), flushed);
     closing_ = true;
     changed_.notify_all();
+    closing_changed_.notify_all();
     for (int thread = 0; thread < size_ + 2; ++thread) {
       gloo::transport::UnboundBuffer* buffer = waiting_on_[thread];
       if (buffer == nullptr) continue;
@@ -68,7 +85,8 @@ Endpoint::~Endpoint() {
   }
   for (std::thread& thread : threads_) thread.join();
   // Closing the pairs tells the peers' receivers that this rank is gone. Messages
-  // gloo never sent are freed after it (in_flight_ goes before context_).
+  // gloo never sent, and the receive buffers, are freed after it (in_flight_,
+  // abandoned_ and retired_ go before context_).
   (void)GlooCall("closeConnections", [&] { context_->closeConnections(); });
 }
 
@@ -80,6 +98,11 @@ bool Endpoint::Track(size_t thread, gloo::transport::UnboundBuffer* buffer) {
 }
 
 // --- The threads -------------------------------------------------------------------
+
+void Endpoint::Retire(Retired retired) {
+  std::unique_lock<std::mutex> lock(mu_);
+  retired_.push_back(std::move(retired));
+}
 
 absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope,
                                               std::vector<std::byte>* payload) {
@@ -96,15 +119,27 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
     completed = buffer->waitRecv(nullptr, kForever);
   });
   Track(peer, nullptr);
-  if (!status.ok()) return status;
-  return completed;
+  if (!status.ok() || !completed) {
+    // Still posted, or signalled by the loop thread: kept with its memory (Retired).
+    Retired retired;
+    retired.memory.push_back(std::move(*payload));
+    retired.buffers.push_back(std::move(buffer));
+    Retire(std::move(retired));
+    return status.ok() ? absl::StatusOr<bool>(false) : status;
+  }
+  watch_.Heard(peer);
+  return true;
 }
 
 void Endpoint::ReceiveLoop(int peer) {
   // kFramesPosted frames, each with a receive posted; gloo fills them in posting
   // order, so frame n % kFramesPosted holds the n-th message from `peer`.
-  std::vector<std::vector<std::byte>> frames(kFramesPosted, std::vector<std::byte>(kFrameBytes));
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers(kFramesPosted);
+  // They outlive the thread (Retired).
+  Retired posted;
+  std::vector<std::vector<std::byte>>& frames = posted.memory;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& buffers = posted.buffers;
+  frames.assign(kFramesPosted, std::vector<std::byte>(kFrameBytes));
+  buffers.resize(kFramesPosted);
   absl::Status status = GlooCall(absl::StrCat("posting receives of frames from rank ", peer), [&] {
     for (int i = 0; i < kFramesPosted; ++i) {
       buffers[i] = context_->createUnboundBuffer(frames[i].data(), kFrameBytes);
@@ -121,6 +156,7 @@ void Endpoint::ReceiveLoop(int peer) {
       Track(peer, nullptr);
     }
     if (status.ok() && received) {
+      watch_.Heard(peer);  // Every frame counts as a beat, whatever its kind.
       absl::StatusOr<Envelope> decoded = Decode(frames[i]);
       status = decoded.status();
       if (decoded.ok()) envelope = *decoded;
@@ -139,9 +175,10 @@ void Endpoint::ReceiveLoop(int peer) {
     }
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (closing_ || (status.ok() && !received)) return;
-      if (!status.ok()) {
-        LoseConnection(peer, status);
+      const bool ended = closing_ || !status.ok() || !received;
+      if (!closing_ && !status.ok()) LoseConnection(peer, status);
+      if (ended) {
+        retired_.push_back(std::move(posted));
         return;
       }
       // A posted receive takes the payload straight from the frame.
@@ -164,6 +201,13 @@ void Endpoint::CompleteSends() {
       changed_.wait(lock, ready);
       if (closing_) return;
       message = in_flight_.front().get();  // only this thread removes it
+      if (!peer_gone_[message->peer].ok()) {
+        // Nobody waits for it any more, and gloo may never finish it (FailPeer).
+        abandoned_.push_back(std::move(in_flight_.front()));
+        in_flight_.pop_front();
+        changed_.notify_all();
+        continue;
+      }
       waiting_on_[size_] = message->frame_buffer.get();
       waiting_on_[size_ + 1] = message->payload_buffer.get();
     }
@@ -180,11 +224,49 @@ void Endpoint::CompleteSends() {
     waiting_on_[size_ + 1] = nullptr;
     if (closing_) return;  // what gloo still holds is freed after closing its pairs
     const int peer = message->peer;
+    // Not sent: gloo failed it, or FailPeer gave up on it. gloo may still hold it in a
+    // broken pair's queue, so it is freed only after the pairs close.
+    if (!sent) abandoned_.push_back(std::move(in_flight_.front()));
     in_flight_.pop_front();
     changed_.notify_all();
     if (!status.ok()) {
       LoseConnection(peer, status);
     }
+  }
+}
+
+void Endpoint::BeatLoop() {
+  // PeerWatch takes a gap between two Listens longer than the beat interval for this
+  // process having been stopped, so the thread listens twice per beat.
+  const auto half_interval = absl::ToChronoNanoseconds(watch_.interval() / 2);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (uint64_t tick = 0; !closing_; ++tick) {
+    BeatAndJudge(/*beat=*/tick % 2 == 0);
+    closing_changed_.wait_for(lock, half_interval,
+                              [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_; });
+  }
+}
+
+void Endpoint::BeatAndJudge(bool beat) {
+  if (beat) {
+    Envelope heartbeat;
+    heartbeat.kind = Kind::kBeat;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) Post(peer, heartbeat, {});  // Post skips gone peers.
+    }
+  }
+  // Listening under the lock: a thread that held it for long kept this one from
+  // listening, and the receivers from delivering, so the silence is not the peers'.
+  watch_.Listen();
+  // After an abort every request fails anyway, and what peers do next is its echo;
+  // once closing, nobody waits on a request.
+  if (!aborted_.ok() || leaving_) return;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || !peer_gone_[peer].ok()) continue;
+    // A peer that closed its endpoint or died is gone already, so it is never called
+    // silent as well. Judge records its own verdict.
+    absl::Status verdict = watch_.Judge(peer);
+    if (!verdict.ok()) FailPeer(peer, verdict);
   }
 }
 
@@ -325,6 +407,9 @@ void Endpoint::Complete(Op& op, int source, const Envelope& head,
 }
 
 void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const std::byte> payload) {
+  // A peer judged gone stays gone: what a stopped peer sends once it runs again is
+  // not matched by later receives, which fail as the verdict said.
+  if (!peer_gone_[source].ok()) return;
   switch (envelope.kind) {
     case Kind::kData: {
       auto& receives = posted_[source];
@@ -361,26 +446,60 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
     }
     case Kind::kAbort: {
       const std::string reason(reinterpret_cast<const char*>(payload.data()), payload.size());
-      FailPeer(source, absl::UnavailableError(absl::StrCat("rank ", source, " aborted: ", reason)));
+      FailPeer(source,
+               absl::UnavailableError(
+                   absl::StrCat("gloo: ", watch_.Describe(source), " aborted: ", reason)),
+               PeerFault::kAborted);
       return;
     }
+    case Kind::kBeat:
+      return;  // Heard already, by the receiver thread.
+    case Kind::kClose:
+      // Closing is no failure of the peer's: not recorded. Its requests fail all the
+      // same, as nothing more comes from it.
+      FailPeer(source,
+               absl::UnavailableError(absl::StrCat(
+                   "gloo rank ", rank_, ": ", watch_.Describe(source), " closed its endpoint")));
+      return;
   }
 }
 
 // --- Failure -----------------------------------------------------------------------
 
-void Endpoint::FailPeer(int peer, const absl::Status& status) {
-  if (peer_gone_[peer].ok()) peer_gone_[peer] = status;
+void Endpoint::FailPeer(int peer, const absl::Status& status, std::optional<PeerFault> fault) {
+  if (peer_gone_[peer].ok()) {
+    peer_gone_[peer] = status;
+    // After this endpoint aborted, a peer's end is an echo of that, not a cause; once
+    // it is closing, peers that close too (a peer that had this one's goodbye sends
+    // none back) are no news.
+    if (fault.has_value() && aborted_.ok() && !leaving_) {
+      RecordPeerFailure(
+          {watch_.identity(peer), *fault, absl::Now(), std::string(status.message())});
+    }
+  }
   posted_[peer].clear();
   for (auto& [id, op] : ops_) {
     if (op.peer == peer && !op.done) Finish(op, peer_gone_[peer]);
   }
+  // gloo never completes nor fails a send that was queued on a pair when it broke
+  // (its pair signals the error to pinned buffers only: a send racing the peer's
+  // close, a goodbye or a beat, waited forever), so the completion thread stops
+  // waiting for one to a gone peer.
+  if (waiting_on_[size_] != nullptr && in_flight_.front()->peer == peer) {
+    waiting_on_[size_]->abortWaitSend();
+    if (waiting_on_[size_ + 1] != nullptr) waiting_on_[size_ + 1]->abortWaitSend();
+  }
 }
 
 void Endpoint::LoseConnection(int peer, const absl::Status& gloo_error) {
-  FailPeer(peer, absl::Status(gloo_error.code(),
-                              absl::StrCat("gloo rank ", rank_, ": connection to rank ", peer,
-                                           " lost: ", gloo_error.message())));
+  // After a goodbye, an abort or a verdict of silence the end of the connection is
+  // expected, and no news.
+  if (!peer_gone_[peer].ok()) return;
+  FailPeer(peer,
+           absl::Status(gloo_error.code(),
+                        absl::StrCat("gloo rank ", rank_, ": connection to ", watch_.Describe(peer),
+                                     " lost: ", gloo_error.message())),
+           PeerFault::kDied);
 }
 
 void Endpoint::Abort(const absl::Status& reason) {
@@ -442,8 +561,13 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
         auto& receives = posted_[op.peer];
         receives.erase(std::remove(receives.begin(), receives.end(), request.id), receives.end());
       }
-      Finish(op, absl::DeadlineExceededError(absl::StrCat("gloo rank ", rank_, ": ", op.Describe(),
-                                                          " still pending at its deadline")));
+      std::string message =
+          absl::StrCat("gloo rank ", rank_, ": ", op.Describe(), " still pending at its deadline");
+      if (op.peer != rank_) {
+        absl::StrAppend(&message, "; rank ", op.peer, " is ",
+                        DescribePeer(watch_.identity(op.peer)));
+      }
+      Finish(op, absl::DeadlineExceededError(message));
     }
     if (result.ok() && !op.status.ok()) result = op.status;
     ops_.erase(it);

@@ -5,6 +5,8 @@
 // handed to gloo by the thread that posts them, under the endpoint's lock (so their
 // order on the wire is the posting order); one completion thread waits for gloo to
 // finish sending each and frees it. All matching happens under that lock, in Deliver.
+// One beat thread sends every peer a heartbeat each beat interval and judges the
+// peers' silence (PeerWatch); every frame a receiver thread takes counts as a beat.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 #define LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 
@@ -18,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +32,8 @@
 #include "absl/types/span.h"
 #include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/gloo/internal/envelope.h"
+#include "collectives/transport/peer_failure.h"
+#include "collectives/transport/peer_watch.h"
 #include "collectives/transport/transport.h"
 
 namespace loom {
@@ -51,8 +56,11 @@ static_assert(kCombinePiece % kCombineAlignment == 0);
 
 class Endpoint final : public Transport {
  public:
-  // `context` is fully connected (connectFullMesh done).
-  Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options);
+  // `context` is fully connected (connectFullMesh done); `peers` and `peer_intervals`
+  // hold every rank's identity and beat interval, by group rank (this one included),
+  // as the ranks told each other at connect.
+  Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options,
+           std::vector<PeerIdentity> peers, std::vector<absl::Duration> peer_intervals);
   ~Endpoint() override;
 
   int rank() const override { return rank_; }
@@ -94,8 +102,24 @@ class Endpoint final : public Transport {
     std::unique_ptr<gloo::transport::UnboundBuffer> frame_buffer, payload_buffer;
   };
 
+  // Receive buffers and the memory they receive into, freed only after the pairs
+  // close: until then gloo's loop thread may touch a posted receive (it signals a
+  // broken pair's error to each). A buffer's destructor waits for that inside
+  // libgloo, where TSan cannot see it, so buffers freed when their receiver thread
+  // ended were reported as racing with the loop thread.
+  struct Retired {
+    std::vector<std::vector<std::byte>> memory;  // destroyed after the buffers
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+  };
+  void Retire(Retired retired);
+
   void ReceiveLoop(int peer);
   void CompleteSends();
+  // BeatLoop: the beat thread, until closing.
+  void BeatLoop();
+  // Beats every peer that is not gone, listens, and fails each one silent past its
+  // allowed time (PeerWatch::Judge).
+  void BeatAndJudge(bool beat) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Receives the payload that follows `envelope` from `peer`, when it is not inline;
   // false once closing aborted the wait; a status when gloo failed.
   absl::StatusOr<bool> ReceivePayload(int peer, const Envelope& envelope,
@@ -115,9 +139,13 @@ class Endpoint final : public Transport {
   void Complete(Op& op, int source, const Envelope& head, absl::Span<const std::byte> payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(Op& op, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FailPeer fails every unfinished op with `peer` and every later one.
-  void FailPeer(int peer, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // LoseConnection fails `peer` after gloo failed moving bytes to or from it.
+  // FailPeer fails every unfinished op with `peer` and every later one. The first
+  // failure of a peer is recorded as `fault` when one is given (peer_failure.h), so
+  // that a job can blame the peer that failed first.
+  void FailPeer(int peer, const absl::Status& status, std::optional<PeerFault> fault = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LoseConnection fails `peer` after gloo failed moving bytes to or from it: it died
+  // (a peer that closed its endpoint said goodbye first, and is gone already).
   void LoseConnection(int peer, const absl::Status& gloo_error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t NewOp(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers `buffer` as the one `thread` waits on, so that closing can abort it;
@@ -128,6 +156,8 @@ class Endpoint final : public Transport {
   const GlooOptions options_;
   const int rank_;
   const int size_;
+  // Who the peers are, and when each was last heard from. Thread-safe.
+  PeerWatch watch_;
 
   // std::mutex rather than absl::Mutex: Debian's Abseil is a prebuilt library without
   // ThreadSanitizer annotations, so TSan could not see absl::Mutex's happens-before
@@ -144,8 +174,17 @@ class Endpoint final : public Transport {
   // Handed to gloo and not yet sent, oldest first (the completion thread waits on
   // the front).
   std::deque<std::unique_ptr<Outgoing>> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Messages gloo did not send (their peer is gone), which it may still hold: freed
+  // after the pairs close.
+  std::vector<std::unique_ptr<Outgoing>> abandoned_ ABSL_GUARDED_BY(mu_);
+  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);  // see Retired
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // The destructor began (before closing_, which ends the threads).
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+  // Signalled when closing begins only: the beat thread sleeps on it between beats
+  // (changed_, signalled on every op, would wake it for nothing).
+  std::condition_variable closing_changed_;
   // The gloo buffer each thread waits on (receivers by peer; the completion thread's
   // frame and payload last).
   std::vector<gloo::transport::UnboundBuffer*> waiting_on_ ABSL_GUARDED_BY(mu_);

@@ -1,7 +1,8 @@
 // Envelope: the head of every message of the gloo transport (gloo_transport.h, "How
 // messages travel"). It carries the Loom tag and size, which gloo's slots do not, and
 // the acknowledgements that let a large send learn of its receiver's match or size
-// mismatch. Every envelope travels in a frame: a 64-byte head, then up to
+// mismatch; heartbeats tell a stopped peer from a busy one, goodbyes a closed peer
+// from a dead one. Every envelope travels in a frame: a 64-byte head, then up to
 // kInlineBytes of payload inline, so such a message is one gloo message into a
 // receive of kFrameBytes the peer posted long before (gloo lets a message be shorter
 // than the receive it lands in). A larger payload follows its frame as a separate
@@ -34,6 +35,8 @@ enum class Kind : uint64_t {
   kNack = 3,      // send_id was matched by a receive of `bytes` bytes (a mismatch)
   kWithdraw = 4,  // the sender gave send_id up at its deadline: drop it if unmatched
   kAbort = 5,     // the sender aborted; `bytes` of reason text
+  kBeat = 6,      // a heartbeat, for idle times (any frame from a peer counts as one)
+  kClose = 7,     // the sender closes its endpoint: the end of its connection is no failure
 };
 
 struct Envelope {

@@ -84,6 +84,19 @@ TEST(EnvelopeTest, AnAbortCarriesItsReasonInline) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(text.data()), text.size()), reason);
 }
 
+// Beats and goodbyes are bare heads: 64 bytes on the wire, nothing after them.
+TEST(EnvelopeTest, BeatsAndGoodbyesAreBareHeads) {
+  for (const Kind kind : {Kind::kBeat, Kind::kClose}) {
+    Envelope envelope;
+    envelope.kind = kind;
+    const std::vector<std::byte> frame = Encode(envelope, {});
+    EXPECT_EQ(frame.size(), kHeadBytes);
+    LOOM_ASSERT_OK_AND_ASSIGN(const Envelope decoded, Decode(frame));
+    EXPECT_EQ(decoded.kind, kind);
+    EXPECT_FALSE(decoded.HasPayload());
+  }
+}
+
 TEST(EnvelopeTest, ShortFramesAreRefused) {
   Envelope envelope;
   envelope.kind = Kind::kData;
