@@ -11,7 +11,7 @@
 // code); only the operation deadline catches that.
 //
 // Example:
-//   ShmOptions options;  // the shm transport beats (MPI and Gloo do not yet)
+//   ShmOptions options;  // MpiTransportOptions and GlooOptions have the same field
 //   options.heartbeat_timeout = absl::Seconds(3);
 //   // HeartbeatInterval(absl::Seconds(3)) == absl::Milliseconds(300)
 #ifndef LOOM_COLLECTIVES_TRANSPORT_HEARTBEAT_H_

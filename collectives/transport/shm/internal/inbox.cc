@@ -9,7 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/types/span.h"
+#include "collectives/transport/peer_failure.h"
 #include "collectives/transport/shm/internal/cma.h"
 #include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/shm/internal/liveness.h"
@@ -163,11 +165,20 @@ bool Inbox::Match(Operation* op, const MessageDescriptor& descriptor, const std:
             std::memory_order_acq_rel);
         const bool died =
             copied.code() == absl::StatusCode::kUnavailable || !ProcessAlive(peer_.pid);
-        op->Finish(died ? absl::UnavailableError(absl::StrCat("shm: ", DescribePeer(peer_.identity),
-                                                              " died: ", copied.message()))
-                        : absl::Status(copied.code(),
-                                       absl::StrCat("shm rank ", op->self, ": ", op->Describe(),
-                                                    ": ", copied.message())));
+        if (died) {
+          const absl::Status gone = absl::UnavailableError(
+              absl::StrCat("shm: ", DescribePeer(peer_.identity), " died: ", copied.message()));
+          // Recorded here too, not only by the liveness check, which may come later:
+          // the job must know its failure was a peer's (fault_test caught a launcher
+          // blaming the survivor that found the death through a failed copy).
+          RecordPeerFailure(
+              {peer_.identity, PeerFault::kDied, absl::Now(), std::string(gone.message())});
+          op->Finish(gone);
+        } else {
+          op->Finish(absl::Status(
+              copied.code(),
+              absl::StrCat("shm rank ", op->self, ": ", op->Describe(), ": ", copied.message())));
+        }
       } else if (!slot.word.compare_exchange_strong(
                      copying, PackSlot(descriptor.generation, SlotState::kDone),
                      std::memory_order_acq_rel)) {
