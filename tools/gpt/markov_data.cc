@@ -92,25 +92,9 @@ absl::StatusOr<GptBatch> MarkovData::Sequences(int64_t first, int64_t count) con
 
 absl::StatusOr<GptBatch> MarkovData::Microbatch(const BatchLayout& layout, int64_t step,
                                                 int64_t microbatch, int64_t dp_rank) const {
-  if (layout.micro_batch < 1 || layout.num_microbatches < 1 || layout.dp_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": layout micro_batch ", layout.micro_batch, ", num_microbatches ",
-        layout.num_microbatches, ", dp_size ", layout.dp_size, " must all be >= 1"));
-  }
-  if (step < 0) return absl::InvalidArgumentError(absl::StrCat(kName, ": step ", step, " < 0"));
-  if (microbatch < 0 || microbatch >= layout.num_microbatches) {
-    return absl::InvalidArgumentError(absl::StrCat(kName, ": microbatch ", microbatch,
-                                                   " is outside [0, ", layout.num_microbatches,
-                                                   ")"));
-  }
-  if (dp_rank < 0 || dp_rank >= layout.dp_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": dp rank ", dp_rank, " is outside [0, ", layout.dp_size, ")"));
-  }
-  const int64_t global = layout.micro_batch * layout.num_microbatches * layout.dp_size;
-  return Sequences(
-      step * global + (dp_rank * layout.num_microbatches + microbatch) * layout.micro_batch,
-      layout.micro_batch);
+  absl::StatusOr<int64_t> first = FirstSequenceOf(kName, layout, step, microbatch, dp_rank);
+  if (!first.ok()) return first.status();
+  return Sequences(*first, layout.micro_batch);
 }
 
 double MarkovData::EntropyRate() const {

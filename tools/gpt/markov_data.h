@@ -6,12 +6,8 @@
 // EntropyRate() nats (0.956 for branching 3), far below the log(V) of a uniform
 // guess (4.16 for V = 64).
 //
-// Sequence k is a function of (seed, k) only. A step's global batch is
-// dp_size * num_microbatches * micro_batch consecutive sequences; data-parallel rank
-// r's microbatch m of step t holds sequences
-//   t * global + (r * num_microbatches + m) * micro_batch + [0, micro_batch),
-// so the ranks see different data and together exactly the single-rank batch (dp
-// rank 0 of a layout with dp_size * num_microbatches microbatches).
+// Sequence k is a function of (seed, k) only; a step's sequences are cut into
+// microbatches and data-parallel ranks as batch.h says.
 //
 // Example:
 //   MarkovOptions options;                 // V=64, seq=32, branching 3, seed 7
@@ -33,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tools/gpt/batch.h"
 
 namespace loom {
 
@@ -41,22 +38,6 @@ struct MarkovOptions {
   int64_t seq_len = 32;
   int64_t branching = 3;  // successors per token, in [1, vocab]
   uint64_t seed = 7;
-};
-
-// How a step's sequences are cut into microbatches and data-parallel ranks.
-struct BatchLayout {
-  int64_t micro_batch = 1;  // sequences per microbatch
-  int64_t num_microbatches = 1;
-  int64_t dp_size = 1;
-};
-
-// A batch of `batch` sequences: tokens and next-token targets, [batch, seq_len]
-// row-major.
-struct GptBatch {
-  int64_t batch = 0;
-  int64_t seq_len = 0;
-  std::vector<int64_t> tokens;
-  std::vector<int64_t> targets;
 };
 
 class MarkovData {
