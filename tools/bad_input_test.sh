@@ -86,9 +86,20 @@ expect train 2 "--hidden 4000000000 x --hidden 4000000000 overflows int64" "${T[
 expect train 2 "--hidden 9223372036854775807 overflows int64" "${T[@]}" --hidden=9223372036854775807
 expect train 2 "--hidden=99999999999999999999 is not an integer" "${T[@]}" --hidden=99999999999999999999
 expect train 2 "--vocab=abc is not an integer" "${T[@]}" --vocab=abc
-expect train 2 "vocab 0 must be >= 2" "${T[@]}" --vocab=0
+expect train 2 "vocab 1 must be >= 2" "${T[@]}" --vocab=1
 expect train 2 "vocab -5 must be >= 2" "${T[@]}" --vocab=-5
 expect train 2 "seq_len 0 must be >= 1" "${T[@]}" --seq_len=0
+# --data: text files, checked before any rank starts.
+: > "$TMP/empty.txt"
+mkfifo "$TMP/fifo.txt"
+head -c 4000 /dev/urandom > "$TMP/text.txt"
+expect train 1 "--data: ByteCorpus: cannot open $TMP/missing.txt: No such file" "${T[@]}" --data="$TMP/missing.txt"
+expect train 2 "--data: ByteCorpus: $TMP/empty.txt is empty" "${T[@]}" --data="$TMP/empty.txt"
+expect train 2 "is not a regular file" "${T[@]}" --data="$TMP/fifo.txt"
+expect train 2 "is not a regular file" "${T[@]}" --data="$TMP"
+expect train 2 "--data is byte-level text, which needs --vocab 256, not 64" "${T[@]}" --data="$TMP/text.txt" --vocab=64
+expect train 2 "eval_fraction 0.9 is outside [0, 0.5]" "${T[@]}" --data="$TMP/text.txt" --eval_fraction=0.9
+expect train 2 "each part needs at least one sequence" "${T[@]}" --data="$TMP/text.txt" --seq_len=3999
 expect train 2 "hidden 0 must be >= 1" "${T[@]}" --hidden=0
 expect train 2 "heads 0 must be >= 1" "${T[@]}" --heads=0
 expect train 2 "heads 3 must divide hidden 64" "${T[@]}" --heads=3 --tp=1

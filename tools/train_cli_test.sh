@@ -27,6 +27,17 @@ expect_error() {
   [[ "$(wc -l <<<"$err")" == 1 ]] || fail "$*: one line expected: $err"
   grep -qF -- "$want" <<<"$err" || fail "$*: expected '$want' in: $err"
 }
+# Text instead of the chain: byte-level, vocabulary 256, on this test's own source
+# (real text); the loss falls from log 256 and matches the one-rank reference.
+out="$("$TRAIN" --steps=6 --data="$0" --seq_len=32 --lr=0.01)"
+grep -q '^model: V=256 ' <<<"$out" || fail "text model: $out"
+grep -q '^final loss [0-9.]* (uniform guess log V = 5.5452)$' <<<"$out" || fail "text summary: $out"
+first="$(awk '/^step +1 / { print $4 }' <<<"$out")"
+last="$(awk '/^final loss/ { print $3 }' <<<"$out")"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "text loss did not fall: $first -> $last"
+relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
+awk -v r="$relative" 'BEGIN { exit !(r < 1e-4) }' || fail "text run differs from one rank by $relative"
+
 expect_error "--layers 4 is not divisible by the 3 pipeline stages" --pp=3
 expect_error "--microbatches 1 is fewer than --pp 2" --microbatches=1
 expect_error "--offload disk is not none, cpu or nvme" --offload=disk

@@ -41,6 +41,7 @@
 #include "pipeline/executor/executor.h"
 #include "pipeline/generators.h"
 #include "pipeline/schedule.h"
+#include "tools/gpt/byte_corpus.h"
 #include "tools/gpt/gpt_parameter.h"
 #include "tools/gpt/gpt_stage_module.h"
 #include "tools/gpt/markov_data.h"
@@ -585,6 +586,19 @@ absl::Status CheckJobSizes(const TrainJobOptions& o) {
 
 }  // namespace
 
+namespace {
+
+absl::StatusOr<ByteCorpus> OpenCorpus(const TrainJobOptions& o) {
+  ByteCorpusOptions corpus;
+  corpus.paths = o.data;
+  corpus.seq_len = o.model.seq_len;
+  corpus.eval_fraction = o.eval_fraction;
+  corpus.seed = o.data_seed;
+  return ByteCorpus::Open(corpus);
+}
+
+}  // namespace
+
 absl::Status ValidateTrainJob(const TrainJobOptions& o) { return ValidateTrainJob(o, "threads"); }
 
 absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transport) {
@@ -659,6 +673,18 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         absl::StrCat("--adamw_threads ", o.adamw_threads, " is not in [1, 256]"));
   }
+  if (!o.data.empty()) {
+    if (o.model.vocab != 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data is byte-level text, which needs --vocab 256, not ", o.model.vocab));
+    }
+    // Opened here, before any rank starts, so that a bad file is one line at once.
+    absl::StatusOr<ByteCorpus> corpus = OpenCorpus(o);
+    if (!corpus.ok()) {
+      return absl::Status(corpus.status().code(),
+                          absl::StrCat("--data: ", corpus.status().message()));
+    }
+  }
   return CheckJobSizes(o);
 }
 
@@ -669,7 +695,9 @@ namespace {
 struct JobSetup {
   Schedule schedule;
   std::optional<PipelineExecutor> executor;
-  std::optional<MarkovData> data;
+  // The training data: the Markov chain, or text (with TrainJobOptions::data).
+  std::optional<MarkovData> markov;
+  std::optional<ByteCorpus> text;
   BatchLayout batch;
   int64_t tokens_per_step = 0;
 };
@@ -688,13 +716,18 @@ absl::StatusOr<std::unique_ptr<JobSetup>> Setup(const TrainJobOptions& options) 
   LOOM_ASSIGN_OR_RETURN(PipelineExecutor executor,
                         PipelineExecutor::Create(setup->schedule, executor_options));
   setup->executor.emplace(std::move(executor));
-  MarkovOptions markov;
-  markov.vocab = options.model.vocab;
-  markov.seq_len = options.model.seq_len;
-  markov.branching = options.markov_branching;
-  markov.seed = options.data_seed;
-  LOOM_ASSIGN_OR_RETURN(MarkovData data, MarkovData::Create(markov));
-  setup->data.emplace(std::move(data));
+  if (options.data.empty()) {
+    MarkovOptions markov;
+    markov.vocab = options.model.vocab;
+    markov.seq_len = options.model.seq_len;
+    markov.branching = options.markov_branching;
+    markov.seed = options.data_seed;
+    LOOM_ASSIGN_OR_RETURN(MarkovData data, MarkovData::Create(markov));
+    setup->markov.emplace(std::move(data));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(ByteCorpus text, OpenCorpus(options));
+    setup->text.emplace(std::move(text));
+  }
   setup->batch.micro_batch = options.micro_batch;
   setup->batch.num_microbatches = options.microbatches;
   setup->batch.dp_size = options.dp;
@@ -769,11 +802,11 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   module_options.micro_batch = options.micro_batch;
   module_options.num_microbatches = options.microbatches;
   module_options.recompute = options.recompute;
-  const MarkovData& data = *setup.data;
   const BatchLayout batch = setup.batch;
   const int d = w.d;
-  GptMicrobatchFn data_fn = [&data, batch, d](int64_t step, int64_t mb) {
-    return data.Microbatch(batch, step, mb, d);
+  GptMicrobatchFn data_fn = [&setup, batch, d](int64_t step, int64_t mb) {
+    return setup.text.has_value() ? setup.text->Microbatch(batch, step, mb, d)
+                                  : setup.markov->Microbatch(batch, step, mb, d);
   };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
                         GptStageModule::Create(options.model, setup.schedule.layout, w.s, *w.tp,
@@ -851,7 +884,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   }
   summary->trace_json = TraceEvents(trace);
   summary->uniform_loss = std::log(static_cast<double>(options.model.vocab));
-  summary->entropy_rate = data.EntropyRate();
+  summary->entropy_rate = setup.markov.has_value() ? setup.markov->EntropyRate() : 0.0;
   summary->final_loss = summary->steps.back().loss;
   int64_t comm = 0;
   for (const StepReport& line : summary->steps) {

@@ -1,5 +1,6 @@
 // TrainJob: Loom's end-to-end training job, the library behind //tools:train. It
-// trains the GPT decoder of tools/gpt on MarkovData over a dp x pp x tp mesh of
+// trains the GPT decoder of tools/gpt on MarkovData (or, with `data`, on the bytes
+// of text files: tools/gpt/byte_corpus.h) over a dp x pp x tp mesh of
 // ranks, threads (RunTrainJob) or processes over shm (RunTrainJobRank):
 //   - tp: the tensor_parallel layers on a tp communicator;
 //   - pp: the stages run by pipeline/executor under a pipeline schedule;
@@ -69,6 +70,10 @@ struct TrainJobOptions {
   float adam_eps = 1e-6f;
   uint64_t data_seed = 7;
   int64_t markov_branching = 3;
+  // Byte-level text to train on (files read as one text; vocab must be 256); empty:
+  // the Markov chain. Its last `eval_fraction` is held out (not trained on).
+  std::vector<std::string> data;
+  double eval_fraction = 0.05;
   int adamw_threads = 2;      // with offload = cpu
 };
 
@@ -97,7 +102,8 @@ struct TrainSummary {
   std::vector<StepReport> steps;
   double final_loss = 0;
   double uniform_loss = 0;              // log(vocab)
-  double entropy_rate = 0;              // the lowest loss the data allows
+  double entropy_rate = 0;              // the lowest loss the data allows (Markov data; 0
+                                        // for text, where it is not known)
   // The largest over ranks: parameters, gradients and AdamW state this rank holds
   // for its piece of the model — under zero 3 the engine's shards and persistent
   // tensors (16 bytes per element), plus the stage's resident weights and
