@@ -82,14 +82,31 @@ leftovers() {  # JOB [NVME_DIR]
   echo "$left"
 }
 
+# selected: counts case $NAME and tells whether this shard (and FAULT_CASES) runs it.
+selected() {
+  CASE=$((CASE + 1))
+  (( (CASE - 1) % SHARDS == SHARD )) && [[ "$NAME" =~ ${FAULT_CASES:-.} ]]
+}
+
+# check_end TOOK BOUND STATUS EXPECTED ERR_FILE LAST_LEFTOVERS: the checks every case
+# makes of how its job ended.
+check_end() {
+  local took="$1" bound="$2" status="$3" expected="$4" err="$5" last="$6"
+  if awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t > b) }'; then
+    fail "took ${took}s, bound ${bound}s; there until then:$last"
+  fi
+  [[ "$status" == "$expected" ]] || fail "exit $status, expected $expected"
+  grep -qE "terminate called|Sanitizer|core dumped" "$err" &&
+    fail "a crash: $(grep -m3 -E 'terminate|Sanitizer|core' "$err")"
+  return 0
+}
+
 # run_case NAME TARGET SIGNAL EXPECTED_EXIT BOUND_S COMMAND...
 #   TARGET: rank (a random rank) or parent. The job must print a line matching
 #   READY (global) before the fault.
 run_case() {
   NAME="$1"; local target="$2" sig="$3" expected="$4" bound="$5"; shift 5
-  CASE=$((CASE + 1))
-  (( (CASE - 1) % SHARDS == SHARD )) || return 0
-  [[ "$NAME" =~ ${FAULT_CASES:-.} ]] || return 0
+  selected || return 0
   local out="$TMP/$NAME.out" err="$TMP/$NAME.err"
   "$@" >"$out" 2>"$err" &
   local parent=$!
@@ -120,10 +137,7 @@ run_case() {
   nothing_left() { last="$(leftovers "$job" "${NVME:-}")"; [[ -z "$last" ]]; }
   wait_until "$bound" nothing_left
   local took; took="$(elapsed "$start" "$(now)")"
-  if awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t > b) }'; then
-    fail "took ${took}s, bound ${bound}s; there until then:$last"
-  fi
-  [[ "$status" == "$expected" ]] || fail "exit $status, expected $expected"
+  check_end "$took" "$bound" "$status" "$expected" "$err" "$last"
   local left; left="$(leftovers "$job" "${NVME:-}")"
   [[ -z "$left" ]] || fail "left behind:$left"
   if [[ -n "$rank" ]]; then
@@ -141,7 +155,6 @@ run_case() {
         fail "the stopped rank is not reported as unresponsive: $first"
     fi
   fi
-  grep -qE "terminate called|Sanitizer|core dumped" "$err" && fail "a crash: $(grep -m3 -E 'terminate|Sanitizer|core' "$err")"
   echo "case $NAME: ${target}${rank:+ $rank} SIG$sig -> exit $status in ${took}s"
 }
 
@@ -213,9 +226,7 @@ mpi_leftovers() {  # TAG PIDS...: the case's processes, and Open MPI's files of 
 #   TARGET: rank (a random rank) or parent (the process the user started).
 mpi_case() {
   NAME="$1"; local target="$2" sig="$3" expected="$4" bound="$5"; shift 5
-  CASE=$((CASE + 1))
-  (( (CASE - 1) % SHARDS == SHARD )) || return 0
-  [[ "$NAME" =~ ${FAULT_CASES:-.} ]] || return 0
+  selected || return 0
   local out="$TMP/$NAME.out" err="$TMP/$NAME.err" tag="$NAME.$$"
   LOOM_FAULT_CASE="$tag" "$@" >"$out" 2>"$err" &
   local parent=$!
@@ -245,13 +256,10 @@ mpi_case() {
   mpi_nothing_left() { last="$(mpi_leftovers "$tag" $pids)"; [[ -z "$last" ]]; }
   wait_until "$bound" mpi_nothing_left
   local took; took="$(elapsed "$start" "$(now)")"
-  if awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t > b) }'; then
-    fail "took ${took}s, bound ${bound}s; there until then:$last"
-    kill -9 $(case_processes "$tag") 2>/dev/null
-  fi
-  [[ "$status" == "$expected" ]] || fail "exit $status, expected $expected"
+  check_end "$took" "$bound" "$status" "$expected" "$err" "$last"
   local left; left="$(mpi_leftovers "$tag" $pids)"
   [[ -z "$left" ]] || fail "left behind:$left"
+  kill -9 $(case_processes "$tag") 2>/dev/null  # what outlived the bound, if anything
   if [[ "$sig" == STOP ]]; then
     # The first rank to abort names the silent rank: world rank, pid and host.
     local first; first="$(grep -m1 'aborts the MPI job' "$err")"
@@ -262,7 +270,6 @@ mpi_case() {
     grep -q "process rank $rank with PID [0-9]* on node .* exited on signal" "$err" ||
       fail "mpirun does not name rank $rank: $(grep -m2 -E 'rank|signal' "$err")"
   fi
-  grep -qE "terminate called|Sanitizer|core dumped" "$err" && fail "a crash: $(grep -m3 -E 'terminate|Sanitizer|core' "$err")"
   echo "case $NAME: ${target}${rank:+ $rank} SIG$sig -> exit $status in ${took}s"
 }
 
@@ -282,9 +289,7 @@ mpi_case "bench-mpi-rank-STOP" rank STOP 1 15 \
 # --- the training job on threads: its offload directory goes with it ---------------
 threads_case() {
   NAME="$1"; local sig="$2" expected="$3"
-  CASE=$((CASE + 1))
-  (( (CASE - 1) % SHARDS == SHARD )) || return 0
-  [[ "$NAME" =~ ${FAULT_CASES:-.} ]] || return 0
+  selected || return 0
   local out="$TMP/$NAME.out" err="$TMP/$NAME.err" nvme="$TMP/nvme.$NAME"
   mkdir -p "$nvme"
   "$TRAIN" --dp=2 --tp=1 --pp=1 --steps=100000 --nocompare_reference --offload=nvme \

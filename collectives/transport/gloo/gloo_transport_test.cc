@@ -7,6 +7,7 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -32,6 +33,29 @@ using ::testing::HasSubstr;
 // How this process names itself to its peers: thread ranks share its pid and host.
 std::string Identity(int world_rank) {
   return absl::StrCat("world rank ", world_rank, " (pid ", getpid(), " on ", HostName(), ")");
+}
+
+// RunPair connects gloo ranks 0 and 1 of a group whose world ranks are 10 and 11 (a
+// group of a larger job), each on a thread of its own, and runs `body` on each
+// endpoint; it returns each rank's connect status.
+std::vector<absl::Status> RunPair(const std::function<void(int rank, Transport& t)>& body) {
+  gloo::rendezvous::HashStore store;
+  std::vector<absl::Status> connected(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions options;
+      options.size = 2;
+      options.rank = rank;
+      options.world_rank = 10 + rank;
+      options.store = &store;
+      absl::StatusOr<std::unique_ptr<Transport>> t = ConnectGlooTransport(options);
+      connected[rank] = t.status();
+      if (t.ok()) body(rank, **t);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return connected;
 }
 
 TEST(GlooTransportTest, RejectsBadOptionsNamingThem) {
@@ -79,43 +103,28 @@ TEST(GlooTransportTest, MissingPeerTimesOutConnecting) {
 // deadline. Closing is no failure of the peer's: nothing is recorded against it.
 TEST(GlooTransportTest, ClosedPeerIsUnavailable) {
   const bool recorded_before = FirstPeerFailure().has_value();
-  gloo::rendezvous::HashStore store;
   std::vector<absl::Status> results(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooOptions options;
-      options.size = 2;
-      options.rank = rank;
-      options.world_rank = 10 + rank;  // a group of a larger job
-      options.store = &store;
-      absl::StatusOr<std::unique_ptr<Transport>> t = ConnectGlooTransport(options);
-      if (!t.ok()) {
-        results[rank] = t.status();
-        return;
-      }
-      if (rank == 1) {
-        absl::SleepFor(absl::Milliseconds(100));
-        return;  // Closes its endpoint.
-      }
-      std::vector<std::byte> buffer(8);
-      absl::StatusOr<Request> r = (*t)->Recv(1, 3, AsWritableBytes(buffer));
-      const absl::Time start = absl::Now();
-      results[rank] = r.ok() ? (*t)->Wait({*r}, start + absl::Seconds(20)) : r.status();
-      if (absl::Now() - start > absl::Seconds(10)) {
-        results[rank] = absl::InternalError("the closed peer was not noticed");
-      }
-      // Later requests with it fail at once, the same way.
-      absl::StatusOr<Request> s = (*t)->Send(1, 4, AsBytes(buffer));
-      const absl::Status later =
-          s.ok() ? (*t)->Wait({*s}, absl::Now() + absl::Seconds(5)) : s.status();
-      if (later.code() != absl::StatusCode::kUnavailable) {
-        results[rank] =
-            absl::InternalError(absl::StrCat("a send after that got ", later.ToString()));
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  const std::vector<absl::Status> connected = RunPair([&](int rank, Transport& t) {
+    if (rank == 1) {
+      absl::SleepFor(absl::Milliseconds(100));
+      return;  // Closes its endpoint.
+    }
+    std::vector<std::byte> buffer(8);
+    absl::StatusOr<Request> r = t.Recv(1, 3, AsWritableBytes(buffer));
+    const absl::Time start = absl::Now();
+    results[rank] = r.ok() ? t.Wait({*r}, start + absl::Seconds(20)) : r.status();
+    if (absl::Now() - start > absl::Seconds(10)) {
+      results[rank] = absl::InternalError("the closed peer was not noticed");
+    }
+    // Later requests with it fail at once, the same way.
+    absl::StatusOr<Request> s = t.Send(1, 4, AsBytes(buffer));
+    const absl::Status later = s.ok() ? t.Wait({*s}, absl::Now() + absl::Seconds(5)) : s.status();
+    if (later.code() != absl::StatusCode::kUnavailable) {
+      results[rank] = absl::InternalError(absl::StrCat("a send after that got ", later.ToString()));
+    }
+  });
+  LOOM_ASSERT_OK(connected[0]);
+  LOOM_ASSERT_OK(connected[1]);
   EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kUnavailable,
                                    HasSubstr(absl::StrCat("gloo rank 0: ", Identity(11),
                                                           ", rank 1 of the gloo group closed "
@@ -131,39 +140,25 @@ TEST(GlooTransportTest, ClosedPeerIsUnavailable) {
 // that aborts (recorded as the process's first peer failure, if it is).
 TEST(GlooTransportTest, DeadlineAndAbortNameThePeersWorldRank) {
   const bool recorded_before = FirstPeerFailure().has_value();
-  gloo::rendezvous::HashStore store;
   std::vector<absl::Status> expired(2), aborted(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooOptions options;
-      options.size = 2;
-      options.rank = rank;
-      options.world_rank = 10 + rank;
-      options.store = &store;
-      absl::StatusOr<std::unique_ptr<Transport>> t = ConnectGlooTransport(options);
-      if (!t.ok()) {
-        expired[rank] = aborted[rank] = t.status();
-        return;
-      }
-      std::vector<std::byte> buffer(8);
-      if (rank == 1) {
-        // Rank 0's receive of tag 1 expires first; then it says go, and this rank gives up.
-        absl::StatusOr<Request> go = (*t)->Recv(0, 2, AsWritableBytes(buffer));
-        aborted[rank] = go.ok() ? (*t)->Wait({*go}, absl::Now() + absl::Seconds(20)) : go.status();
-        (*t)->Abort(absl::AbortedError("rank 1 gave up"));
-        return;
-      }
-      absl::StatusOr<Request> r = (*t)->Recv(1, 1, AsWritableBytes(buffer));
-      expired[rank] = r.ok() ? (*t)->Wait({*r}, absl::Now() + absl::Milliseconds(200)) : r.status();
-      absl::StatusOr<Request> go = (*t)->Send(1, 2, AsBytes(buffer));
-      absl::StatusOr<Request> last = (*t)->Recv(1, 3, AsWritableBytes(buffer));
-      aborted[rank] = go.ok() && last.ok()
-                          ? (*t)->Wait({*go, *last}, absl::Now() + absl::Seconds(20))
-                          : absl::InternalError("posting failed");
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  const std::vector<absl::Status> connected = RunPair([&](int rank, Transport& t) {
+    std::vector<std::byte> buffer(8);
+    if (rank == 1) {
+      // Rank 0's receive of tag 1 expires first; then it says go, and this rank gives up.
+      absl::StatusOr<Request> go = t.Recv(0, 2, AsWritableBytes(buffer));
+      aborted[rank] = go.ok() ? t.Wait({*go}, absl::Now() + absl::Seconds(20)) : go.status();
+      t.Abort(absl::AbortedError("rank 1 gave up"));
+      return;
+    }
+    absl::StatusOr<Request> r = t.Recv(1, 1, AsWritableBytes(buffer));
+    expired[rank] = r.ok() ? t.Wait({*r}, absl::Now() + absl::Milliseconds(200)) : r.status();
+    absl::StatusOr<Request> go = t.Send(1, 2, AsBytes(buffer));
+    absl::StatusOr<Request> last = t.Recv(1, 3, AsWritableBytes(buffer));
+    aborted[rank] = go.ok() && last.ok() ? t.Wait({*go, *last}, absl::Now() + absl::Seconds(20))
+                                         : absl::InternalError("posting failed");
+  });
+  LOOM_ASSERT_OK(connected[0]);
+  LOOM_ASSERT_OK(connected[1]);
   EXPECT_THAT(expired[0],
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr(absl::StrCat("gloo rank 0: receive from rank 1 (tag 1, 8 bytes) "
