@@ -1,4 +1,4 @@
-// train: Loom's end-to-end training job (tools/train_job.h). Trains a small GPT
+// train: Loom's end-to-end training job (tools/training/train_job.h). Trains a small GPT
 // decoder on a seeded Markov chain over dp x pp x tp thread ranks with ZeRO-3 and
 // CPU-offloaded AdamW by default, prints one line per step and a summary, and
 // compares the result with the same training on one rank.
@@ -49,7 +49,8 @@
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
-#include "tools/train_job.h"
+#include "tools/training/reference.h"
+#include "tools/training/train_job.h"
 #include "topology/parallel_config.h"
 
 ABSL_FLAG(int, dp, 2, "Data-parallel ranks.");

@@ -1,4 +1,4 @@
-#include "tools/train_job.h"
+#include "tools/training/train_job.h"
 
 #include <cmath>
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/training/reference.h"
 
 namespace loom {
 namespace {
@@ -185,13 +186,13 @@ TEST(TrainJobTest, BadOptionsAreOneClearLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model: ")));
   options = Small(1);
   options.zero = 4;
-  EXPECT_THAT(ValidateTrainJob(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--zero 4 must be 0, 1, 2 or 3")));
+  EXPECT_THAT(ValidateTrainJob(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  HasSubstr("--zero 4 must be 0, 1, 2 or 3")));
   options = Small(1);
   options.zero = 0;
   options.offload = OffloadKind::kNvme;
-  EXPECT_THAT(ValidateTrainJob(options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--offload nvme needs --zero")));
+  EXPECT_THAT(ValidateTrainJob(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  HasSubstr("--offload nvme needs --zero")));
   options = Small(1);
   options.offload = OffloadKind::kNvme;
   options.nvme_dir = "/nonexistent/loom";

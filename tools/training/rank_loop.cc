@@ -1,0 +1,175 @@
+#include "tools/training/rank_loop.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "collectives/collective_kind.h"
+#include "core/buffer_view.h"
+#include "core/status_macros.h"
+#include "tools/gpt/gpt_stage_module.h"
+#include "tools/training/rank_optimizer.h"
+#include "tools/training/wire.h"
+
+namespace loom {
+namespace {
+
+// Figures one rank reports for a step, gathered at world rank 0.
+struct RankStep {
+  double loss = 0;  // the stage's mean loss (last stage only)
+  bool holds_loss = false;
+  int64_t state_bytes = 0;
+  int64_t sharded_bytes = 0;
+  int64_t disk_bytes = 0;
+  int64_t comm_bytes = 0;  // sent, this step
+  int64_t peak_activation_bytes = 0;
+};
+
+uint64_t SentBytes(const Communicator& comm) {
+  uint64_t total = 0;
+  for (const CollectiveKind kind : AllCollectiveKinds()) total += comm.Counters(kind).bytes_sent;
+  return total;
+}
+
+// One rank's figures for a step, gathered at world rank 0 as doubles (exact for
+// the byte counts involved, below 2^53).
+constexpr int kStepFigures = 7;
+std::array<double, kStepFigures> Pack(const RankStep& s) {
+  return {s.holds_loss ? 1.0 : 0.0,
+          s.loss,
+          static_cast<double>(s.state_bytes),
+          static_cast<double>(s.sharded_bytes),
+          static_cast<double>(s.disk_bytes),
+          static_cast<double>(s.comm_bytes),
+          static_cast<double>(s.peak_activation_bytes)};
+}
+RankStep Unpack(const double* f) {
+  RankStep s;
+  s.holds_loss = f[0] != 0.0;
+  s.loss = f[1];
+  s.state_bytes = static_cast<int64_t>(f[2]);
+  s.sharded_bytes = static_cast<int64_t>(f[3]);
+  s.disk_bytes = static_cast<int64_t>(f[4]);
+  s.comm_bytes = static_cast<int64_t>(f[5]);
+  s.peak_activation_bytes = static_cast<int64_t>(f[6]);
+  return s;
+}
+
+}  // namespace
+
+void PlaceRank(const TrainJobOptions& o, int rank, RankWiring& w) {
+  w.rank = rank;
+  w.t = rank % o.tp;
+  w.s = (rank / o.tp) % o.pp;
+  w.d = rank / (o.tp * o.pp);
+}
+
+absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, RankWiring& w,
+                     DiskTier* disk, const std::function<void(const StepReport&)>& on_step,
+                     TrainSummary* summary) {
+  const absl::Time job_start = absl::Now();
+  GptStageModuleOptions module_options;
+  module_options.micro_batch = options.micro_batch;
+  module_options.num_microbatches = options.microbatches;
+  module_options.recompute = options.recompute;
+  const int d = w.d;
+  GptMicrobatchFn data_fn = [&setup, d](int64_t step, int64_t mb) {
+    return setup.Microbatch(step, mb, d);
+  };
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
+                        GptStageModule::Create(options.model, setup.schedule.layout, w.s, *w.tp,
+                                               data_fn, module_options));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
+                        MakeRankOptimizer(options, module->Parameters(), w.dp.get(), disk,
+                                          absl::StrCat("train.s", w.s, ".t", w.t)));
+  const int world = w.world->size();
+  std::vector<double> gathered(static_cast<size_t>(world * kStepFigures));
+  RankExecution last_execution;
+  uint64_t sent_before = 0;
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const absl::Time start = absl::Now();
+    module->BeginStep(step);
+    LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
+    LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module));
+    LOOM_RETURN_IF_ERROR(optimizer->AfterBackward(step + 1));
+    const uint64_t sent = SentBytes(*w.tp) + SentBytes(*w.dp);
+    RankStep report;
+    report.holds_loss = module->holds_loss();
+    report.loss = report.holds_loss ? static_cast<double>(module->loss()) : 0.0;
+    report.state_bytes = optimizer->StateBytes();
+    report.sharded_bytes = optimizer->ShardedBytes();
+    report.disk_bytes = optimizer->DiskBytes();
+    report.comm_bytes = static_cast<int64_t>(sent - sent_before);
+    report.peak_activation_bytes = static_cast<int64_t>(module->peak_activation_bytes());
+    sent_before = sent;
+    const std::array<double, kStepFigures> mine = Pack(report);
+    LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
+                                         BufferView::Of(absl::MakeSpan(gathered)), 0));
+    if (summary == nullptr) continue;
+    StepReport line;
+    line.step = step + 1;
+    int losses = 0;
+    for (int r = 0; r < world; ++r) {
+      const RankStep s = Unpack(gathered.data() + r * kStepFigures);
+      if (s.holds_loss && s.loss == s.loss) {
+        line.loss += s.loss;
+        ++losses;
+      }
+      line.model_state_bytes = std::max(line.model_state_bytes, s.state_bytes);
+      line.comm_bytes = std::max(line.comm_bytes, s.comm_bytes);
+      summary->sharded_state_bytes_per_rank =
+          std::max(summary->sharded_state_bytes_per_rank, s.sharded_bytes);
+      summary->disk_state_bytes_per_rank =
+          std::max(summary->disk_state_bytes_per_rank, s.disk_bytes);
+      summary->peak_activation_bytes_per_rank =
+          std::max(summary->peak_activation_bytes_per_rank, s.peak_activation_bytes);
+    }
+    // The last stage's tp ranks all hold the same loss: average over them and dp.
+    line.loss /= std::max(losses, 1);
+    line.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    line.tokens_per_second = static_cast<double>(setup.tokens_per_step) / line.seconds;
+    summary->steps.push_back(line);
+    if (on_step) on_step(line);
+  }
+  LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());  // zero 3: the final weights
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> params,
+                        GatherBytes(*w.world, EncodeParameters(w.t, module->Parameters())));
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> executions,
+                        GatherBytes(*w.world, EncodeExecution(last_execution)));
+  if (summary == nullptr) return absl::OkStatus();
+  std::vector<std::vector<TraceEvent>> trace;
+  for (int r = 0; r < world; ++r) {
+    LOOM_ASSIGN_OR_RETURN(RankParameters rank, DecodeParameters(params[r]));
+    summary->final_params.push_back(std::move(rank));
+    LOOM_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, DecodeExecution(executions[r]));
+    trace.push_back(std::move(events));
+  }
+  summary->trace_json = TraceEvents(trace);
+  summary->uniform_loss = std::log(static_cast<double>(options.model.vocab));
+  summary->entropy_rate = setup.markov.has_value() ? setup.markov->EntropyRate() : 0.0;
+  summary->final_loss = summary->steps.back().loss;
+  int64_t comm = 0;
+  for (const StepReport& line : summary->steps) {
+    summary->peak_model_state_bytes_per_rank =
+        std::max(summary->peak_model_state_bytes_per_rank, line.model_state_bytes);
+    comm += line.comm_bytes;
+  }
+  summary->comm_bytes_per_rank_per_step = comm / static_cast<int64_t>(summary->steps.size());
+  summary->tokens_per_second = static_cast<double>(setup.tokens_per_step * options.steps) /
+                               absl::ToDoubleSeconds(absl::Now() - job_start);
+  return absl::OkStatus();
+}
+
+void AbortRank(RankWiring& w, const absl::Status& reason) {
+  for (const std::shared_ptr<Transport>& endpoint : w.endpoints) endpoint->Abort(reason);
+  if (w.pp != nullptr) w.pp->Abort(reason);
+}
+
+}  // namespace loom

@@ -1,0 +1,214 @@
+#include "tools/training/rank_optimizer.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/half.h"
+#include "core/status_macros.h"
+#include "zero3/partition.h"
+#include "zero3/zero3_engine.h"
+
+namespace loom {
+
+AdamWHyper AdamWHyperAt(const TrainJobOptions& options, int64_t step) {
+  AdamWHyper hyper;
+  hyper.lr = options.lr;
+  hyper.weight_decay = options.weight_decay;
+  hyper.eps = options.adam_eps;
+  hyper.step = step;
+  return hyper;
+}
+
+namespace {
+
+// ZeRO stages 1, 2 and 3 through zero3/Zero3Engine. The stage's layers own their
+// weights for the whole step, so the engine's part is one gather before the step
+// (nothing to gather at stages 1 and 2, which keep the whole parameters) and one
+// kGradients pass plus Step after it.
+class ShardedOptimizer : public RankOptimizer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const TrainJobOptions& options,
+                                                                  std::vector<GptParameter> params,
+                                                                  Communicator* dp, DiskTier* disk,
+                                                                  const std::string& disk_prefix) {
+    std::vector<ParamSpec> specs;
+    std::vector<float> initial;
+    for (const GptParameter& p : params) {
+      specs.push_back({p.name, p.shape});
+      initial.insert(initial.end(), p.values.begin(), p.values.end());
+    }
+    PartitionOptions partition_options;
+    partition_options.dp_size = options.dp;
+    partition_options.bucket_numel = 1 << 15;
+    partition_options.persistence_threshold = 256;
+    LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(specs, partition_options));
+    Zero3Options zero;
+    zero.stage = options.zero;
+    zero.compute_dtype = options.dtype;
+    zero.offload_optimizer = options.offload != OffloadKind::kNone;
+    zero.optimizer_disk = disk;
+    zero.disk_prefix = disk_prefix;
+    zero.adamw_threads = options.adamw_threads;
+    zero.timeout = kCollectiveTimeout;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Zero3Engine> engine,
+                          Zero3Engine::Create(partition, dp, initial, zero));
+    return std::unique_ptr<ShardedOptimizer>(
+        new ShardedOptimizer(options, std::move(params), std::move(engine)));
+  }
+
+  absl::Status BeforeStep() override {
+    LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kForward));
+    for (size_t p = 0; p < params_.size(); ++p) {
+      LOOM_ASSIGN_OR_RETURN(absl::Span<const float> w, engine_->Acquire(static_cast<int>(p)));
+      std::copy(w.begin(), w.end(), params_[p].values.begin());
+    }
+    return engine_->EndPass();
+  }
+
+  absl::Status AfterBackward(int64_t step) override {
+    LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kGradients));
+    for (int p = static_cast<int>(params_.size()) - 1; p >= 0; --p) {
+      LOOM_RETURN_IF_ERROR(engine_->AddGrad(p, params_[p].grad));
+    }
+    LOOM_RETURN_IF_ERROR(engine_->EndPass());
+    return engine_->Step(AdamWHyperAt(options_, step));
+  }
+
+  int64_t ShardedBytes() const override {
+    const Zero3Stats stats = engine_->Stats();
+    return stats.model_state_bytes + stats.persistent_state_bytes;
+  }
+  int64_t DiskBytes() const override { return engine_->Stats().disk_state_bytes; }
+  int64_t StateBytes() const override {
+    int64_t resident = 0;
+    for (const GptParameter& p : params_) {
+      resident += static_cast<int64_t>((p.values.size() + p.grad.size()) * sizeof(float));
+    }
+    return ShardedBytes() + resident;
+  }
+
+ private:
+  ShardedOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
+                   std::unique_ptr<Zero3Engine> engine)
+      : options_(options), params_(std::move(params)), engine_(std::move(engine)) {}
+
+  TrainJobOptions options_;
+  std::vector<GptParameter> params_;
+  std::unique_ptr<Zero3Engine> engine_;
+};
+
+// Plain data parallelism: every rank keeps the whole AdamW state, gradients are
+// averaged by one all-reduce of the flattened gradients (a bucket, as DDP's), and
+// AdamW updates each parameter where it lives. In f32 the layers' weights are the
+// master; in bf16 the weights hold the bf16 compute copy (widened) and an f32
+// master is kept beside them, and the averaged f32 gradient is rounded once to
+// bf16, as the ZeRO engine does, so that zero 0 and zero 1-3 agree.
+class DataParallelOptimizer : public RankOptimizer {
+ public:
+  static absl::StatusOr<std::unique_ptr<DataParallelOptimizer>> Create(
+      const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp) {
+    auto optimizer = std::unique_ptr<DataParallelOptimizer>(
+        new DataParallelOptimizer(options, std::move(params), dp));
+    const bool bf16 = options.dtype == DType::kBF16;
+    int64_t total = 0;
+    for (GptParameter& p : optimizer->params_) {
+      const int64_t n = static_cast<int64_t>(p.values.size());
+      total += n;
+      LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(n));
+      optimizer->states_.push_back(std::move(state));
+      if (bf16) {
+        optimizer->masters_.emplace_back(p.values.begin(), p.values.end());
+        for (float& v : p.values) v = ToFloat(ToBFloat16(v));
+      }
+    }
+    optimizer->flat_grad_.resize(static_cast<size_t>(total));
+    return optimizer;
+  }
+
+  absl::Status BeforeStep() override { return absl::OkStatus(); }
+
+  absl::Status AfterBackward(int64_t step) override {
+    const bool bf16 = options_.dtype == DType::kBF16;
+    size_t at = 0;
+    for (const GptParameter& p : params_) {
+      std::copy(p.grad.begin(), p.grad.end(), flat_grad_.begin() + at);
+      at += p.grad.size();
+    }
+    if (dp_->size() > 1) {
+      LOOM_RETURN_IF_ERROR(dp_->AllReduce(absl::MakeSpan(flat_grad_), ReduceOp::kAvg));
+    }
+    // bf16: the average of the f32 sums is rounded once into the bf16 gradient.
+    if (bf16) {
+      for (float& g : flat_grad_) g = ToFloat(ToBFloat16(g));
+    }
+    AdamWOptions adam;
+    adam.threads = options_.offload == OffloadKind::kCpu ? options_.adamw_threads : 1;
+    const AdamWHyper hyper = AdamWHyperAt(options_, step);
+    at = 0;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      GptParameter& p = params_[k];
+      const absl::Span<const float> grad =
+          absl::MakeConstSpan(flat_grad_).subspan(at, p.grad.size());
+      at += p.grad.size();
+      if (!bf16) {
+        LOOM_RETURN_IF_ERROR(AdamWStep(hyper, p.values, grad, states_[k], adam));
+        continue;
+      }
+      half_values_.resize(p.values.size());
+      LOOM_RETURN_IF_ERROR(AdamWStep(hyper, absl::MakeSpan(masters_[k]), grad, states_[k], adam,
+                                     absl::MakeSpan(half_values_)));
+      for (size_t i = 0; i < p.values.size(); ++i) p.values[i] = ToFloat(half_values_[i]);
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t ShardedBytes() const override { return 0; }
+  int64_t StateBytes() const override {
+    // The layers' weights and gradients (f32 storage, 8 bytes per element), the
+    // moments (8) and, in bf16, the f32 master (4). The gradient bucket is a
+    // communication buffer, as the engine's are, and is not counted.
+    int64_t bytes = 0;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const int64_t n = static_cast<int64_t>(params_[k].values.size());
+      bytes += 8 * n + static_cast<int64_t>(states_[k].size_bytes());
+      if (!masters_.empty()) bytes += static_cast<int64_t>(masters_[k].size() * sizeof(float));
+    }
+    return bytes;
+  }
+
+ private:
+  DataParallelOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
+                        Communicator* dp)
+      : options_(options), params_(std::move(params)), dp_(dp) {}
+
+  TrainJobOptions options_;
+  std::vector<GptParameter> params_;
+  Communicator* dp_;
+  std::vector<AdamWState> states_;           // per parameter
+  std::vector<std::vector<float>> masters_;  // bf16: the f32 master per parameter
+  std::vector<float> flat_grad_;             // the all-reduced bucket
+  std::vector<BFloat16> half_values_;        // bf16: AdamW's compute-copy output
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
+                                                                 std::vector<GptParameter> params,
+                                                                 Communicator* dp, DiskTier* disk,
+                                                                 const std::string& disk_prefix) {
+  if (options.zero > 0) {
+    LOOM_ASSIGN_OR_RETURN(
+        std::unique_ptr<ShardedOptimizer> sharded,
+        ShardedOptimizer::Create(options, std::move(params), dp, disk, disk_prefix));
+    return std::unique_ptr<RankOptimizer>(std::move(sharded));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DataParallelOptimizer> plain,
+                        DataParallelOptimizer::Create(options, std::move(params), dp));
+  return std::unique_ptr<RankOptimizer>(std::move(plain));
+}
+
+}  // namespace loom

@@ -1,0 +1,68 @@
+// RankOptimizer: one rank's optimizer in the training job, over the parameters of
+// its pipeline stage(s) (tp shards, owned by the stage's layers):
+//   - zero 0: plain data parallelism. Gradients are averaged over dp by one
+//     all-reduce of the flattened gradients (a bucket, as DDP's) and every rank
+//     steps the whole AdamW state (with an f32 master beside bf16 weights);
+//   - zero 1, 2, 3: zero3/Zero3Engine shards the AdamW state (also the gradients,
+//     also the parameters) over dp; with offload cpu the optimizer runs as offload's
+//     CPU AdamW on threads, with offload nvme its state lives in a DiskTier.
+//
+// Example (one rank; the job's rank loop):
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
+//       MakeRankOptimizer(options, module->Parameters(), dp_comm, disk, "train.s0.t1"));
+//   for (int64_t step = 1; step <= steps; ++step) {
+//     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());     // zero 3: gathers the weights
+//     ...forward and backward into the parameters' gradients...
+//     LOOM_RETURN_IF_ERROR(optimizer->AfterBackward(step));
+//   }
+#ifndef LOOM_TOOLS_TRAINING_RANK_OPTIMIZER_H_
+#define LOOM_TOOLS_TRAINING_RANK_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "offload/adamw/cpu_adamw.h"
+#include "offload/disk/disk_tier.h"
+#include "tools/gpt/gpt_parameter.h"
+#include "tools/training/train_options.h"
+
+namespace loom {
+
+class RankOptimizer {
+ public:
+  virtual ~RankOptimizer() = default;
+  // BeforeStep makes the model's weights current (zero 3: gathers them).
+  virtual absl::Status BeforeStep() = 0;
+  // AfterBackward reduces the gradients over dp and applies AdamW step `step`
+  // (counted from 1).
+  virtual absl::Status AfterBackward(int64_t step) = 0;
+  // Bytes of model state this rank holds (see TrainSummary), the ZeRO engine's part
+  // of it, and the part on disk.
+  virtual int64_t StateBytes() const = 0;
+  virtual int64_t ShardedBytes() const = 0;
+  virtual int64_t DiskBytes() const { return 0; }
+};
+
+// MakeRankOptimizer: the optimizer `options.zero` asks for over `params` (the
+// stage's parameters, whose spans stay valid while it lives). `dp` is this rank's
+// data-parallel communicator (not owned, driven by the optimizer alone); `disk` and
+// `disk_prefix` place the state with offload nvme.
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
+                                                                 std::vector<GptParameter> params,
+                                                                 Communicator* dp, DiskTier* disk,
+                                                                 const std::string& disk_prefix);
+
+// AdamWHyperAt: the AdamW hyperparameters of step `step` (from 1).
+AdamWHyper AdamWHyperAt(const TrainJobOptions& options, int64_t step);
+
+// kCollectiveTimeout: how long the job's collectives may wait.
+inline constexpr absl::Duration kCollectiveTimeout = absl::Seconds(120);
+
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_TRAINING_RANK_OPTIMIZER_H_

@@ -1,0 +1,89 @@
+// TrainJob: Loom's end-to-end training job, the library behind //tools:train. It
+// trains the GPT decoder of tools/gpt on MarkovData (or, with `data`, on the bytes
+// of text files: tools/gpt/byte_corpus.h) over a dp x pp x tp mesh of
+// ranks, threads (RunTrainJob) or processes over shm (RunTrainJobRank):
+//   - tp: the tensor_parallel layers on a tp communicator;
+//   - pp: the stages run by pipeline/executor under a pipeline schedule;
+//   - dp: plain data parallelism (zero 0: gradients all-reduced, every rank steps
+//     the whole AdamW state) or ZeRO stage 1, 2 or 3 (zero3/Zero3Engine shards the
+//     AdamW state, also the gradients, also the parameters over dp); with offload
+//     cpu the optimizer runs as offload's CPU AdamW on threads, with offload nvme
+//     its state lives in an offload/disk DiskTier between steps.
+// Every step reports the loss (averaged over dp), the step time, tokens/s, the
+// model-state bytes per rank and the bytes each rank sent.
+//
+// Example:
+//   TrainJobOptions options;          // dp=2 pp=2 tp=2, zero 3, cpu offload
+//   options.steps = 40;
+//   LOOM_ASSIGN_OR_RETURN(TrainSummary summary,
+//       RunTrainJob(options, [](const StepReport& r) { std::cout << r.ToString(); }));
+//   summary.final_loss;               // well below log(vocab)
+//   options.dp = 3;                   // 12 ranks; layers 4 do not split into pp 3:
+//   options.pp = 3;
+//   RunTrainJob(options, nullptr);
+//   // InvalidArgument: "--layers 4 is not divisible by --pp 3 ..."
+//
+// The package, one concept per file: train_options.h (options and reports),
+// validate.h (the options' check), job_setup.h (schedule, data, offload disk),
+// rank_optimizer.h (zero 0 and ZeRO 1-3), rank_loop.h (one rank's steps), wire.h
+// (results to rank 0), reference.h (the one-rank comparison); this file wires ranks
+// as threads or processes.
+#ifndef LOOM_TOOLS_TRAINING_TRAIN_JOB_H_
+#define LOOM_TOOLS_TRAINING_TRAIN_JOB_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "collectives/transport/shm/shm_transport.h"
+#include "collectives/transport/transport.h"
+#include "tools/training/train_options.h"
+#include "tools/training/validate.h"
+
+namespace loom {
+
+// RunTrainJob trains and returns the summary; `on_step` (may be null) sees each
+// step as it ends. InvalidArgument with one line naming the flag and the values for
+// a mesh, model, schedule or option that does not fit.
+absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
+                                         const std::function<void(const StepReport&)>& on_step);
+
+// GroupConnector: how one process of a job joins one line of a mesh dimension.
+// connect(dimension, group, rank, size) returns this process's endpoint in group
+// `group` of `dimension` ("w": the world, group 0; "t", "d", "p": the tp, dp and pp
+// lines, numbered as ShmGroupIds numbers them), where it is rank `rank` of `size`.
+// Every process calls it in the same order (world, tp, dp, pp), so connects that are
+// collective over the whole job (MPI_Comm_split) meet.
+using GroupConnector = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
+    absl::string_view dimension, int group, int rank, int size)>;
+
+// RunTrainJobProcess runs world rank `rank` of a job of `size` processes as this
+// process, its groups joined by `connect` (separate transports per dimension, as
+// with threads). World rank 0 returns the summary, the other ranks nullopt. A rank
+// that fails aborts its transports, so the others fail at once (Unavailable naming
+// it) instead of at their deadlines. InvalidArgument when `size` is not
+// dp x pp x tp, naming `transport` (the flag's value) and the counts.
+absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
+    const TrainJobOptions& options, int rank, int size, absl::string_view transport,
+    const GroupConnector& connect, const std::function<void(const StepReport&)>& on_step);
+
+// RunTrainJobRank is RunTrainJobProcess over shm (--transport shm): `process` names
+// the job, this process's world rank and the world size (as //tools:launch passes
+// them; ShmOptionsFromEnvironment); each group connects its own shm transport
+// (ShmGroupIds).
+absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
+    const TrainJobOptions& options, const ShmOptions& process,
+    const std::function<void(const StepReport&)>& on_step);
+
+// ShmGroupIds returns the shm job ids the ranks of job `job_id` connect: the world
+// and each line of tp, dp and pp. A launcher removes their leftover segments.
+std::vector<std::string> ShmGroupIds(const TrainJobOptions& options, absl::string_view job_id);
+std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, int group);
+
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_TRAINING_TRAIN_JOB_H_

@@ -1,0 +1,17 @@
+#include "tools/training/train_options.h"
+
+#include <string>
+
+#include "absl/strings/str_format.h"
+
+namespace loom {
+
+std::string StepReport::ToString() const {
+  return absl::StrFormat(
+      "step %4d  loss %.4f  %7.1f ms  %9.0f tokens/s  model state %s/rank  sent %s/rank", step,
+      loss, seconds * 1e3, tokens_per_second,
+      absl::StrFormat("%.2f MiB", static_cast<double>(model_state_bytes) / (1 << 20)),
+      absl::StrFormat("%.2f MiB", static_cast<double>(comm_bytes) / (1 << 20)));
+}
+
+}  // namespace loom

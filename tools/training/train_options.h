@@ -1,0 +1,101 @@
+// The training job's options and what it reports: TrainJobOptions (what
+// //tools:train's flags set), StepReport (one line per step) and TrainSummary (the
+// run). See tools/training/train_job.h for the job itself.
+#ifndef LOOM_TOOLS_TRAINING_TRAIN_OPTIONS_H_
+#define LOOM_TOOLS_TRAINING_TRAIN_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "tools/gpt/gpt_config.h"
+#include "tools/gpt/gpt_model.h"
+#include "tools/gpt/gpt_parameter.h"
+#include "topology/parallel_config.h"
+
+namespace loom {
+
+enum class OffloadKind { kNone, kCpu, kNvme };
+
+struct TrainJobOptions {
+  GptConfig model;  // tools/gpt/gpt_config.h; defaults: V=64, 4 layers
+  int dp = 2;
+  int pp = 2;
+  int tp = 2;
+  PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
+  int64_t microbatches = 4;  // per step and dp rank; >= pp
+  int64_t micro_batch = 2;   // sequences per microbatch
+  int64_t steps = 100;
+  int zero = 3;  // 0 (plain data parallel), 1, 2 or 3
+  OffloadKind offload = OffloadKind::kCpu;
+  // offload nvme: where the optimizer state goes (a directory per drive, ':'
+  // separated); empty: a fresh directory under $TMPDIR (or /tmp), removed after.
+  std::string nvme_dir;
+  DType dtype = DType::kF32;  // f32 or bf16 (bf16: zero 1, 2 or 3)
+  Recompute recompute = Recompute::kNone;
+  float lr = 3e-3f;
+  float weight_decay = 0.0f;
+  // AdamW's epsilon. 1e-6 rather than PyTorch's 1e-8: a gradient that is zero up
+  // to rounding noise (1e-11, where summation orders differ between parallel
+  // layouts) moves its parameter by lr * g / (|g| + eps), which eps = 1e-8 turns
+  // into a visible step and 1e-6 keeps a hundred times smaller.
+  float adam_eps = 1e-6f;
+  uint64_t data_seed = 7;
+  int64_t markov_branching = 3;
+  // Byte-level text to train on (files read as one text; vocab must be 256); empty:
+  // the Markov chain. Its last `eval_fraction` is held out (not trained on).
+  std::vector<std::string> data;
+  double eval_fraction = 0.05;
+  int adamw_threads = 2;  // with offload = cpu
+};
+
+// StepReport: one step as rank 0 sees it, with figures gathered from every rank.
+struct StepReport {
+  int64_t step = 0;
+  double loss = 0;  // mean over the step's tokens
+  double seconds = 0;
+  double tokens_per_second = 0;
+  int64_t model_state_bytes = 0;  // the largest over ranks (see TrainSummary)
+  // The largest sent by one rank this step through its dp and tp communicators
+  // (the pipeline's activations and gradients between stages are not counted).
+  int64_t comm_bytes = 0;
+  std::string ToString() const;
+};
+
+// RankParameters: one rank's final parameters, its tp shards (the spans of
+// `params` are empty; `values` holds the numbers, in the same order).
+struct RankParameters {
+  int tp_rank = 0;
+  std::vector<GptParameter> params;
+  std::vector<std::vector<float>> values;
+};
+
+struct TrainSummary {
+  std::vector<StepReport> steps;
+  double final_loss = 0;
+  double uniform_loss = 0;  // log(vocab)
+  double entropy_rate = 0;  // the lowest loss the data allows (Markov data; 0
+                            // for text, where it is not known)
+  // The largest over ranks: parameters, gradients and AdamW state this rank holds
+  // for its piece of the model — under zero 3 the engine's shards and persistent
+  // tensors (16 bytes per element), plus the stage's resident weights and
+  // gradients (8 bytes per local element: the tensor-parallel layers own their
+  // weights, so a gathered stage stays resident for the step).
+  int64_t peak_model_state_bytes_per_rank = 0;
+  int64_t sharded_state_bytes_per_rank = 0;  // zero 1-3: the engine's part alone
+  int64_t disk_state_bytes_per_rank = 0;     // offload nvme: the state on disk
+  int64_t comm_bytes_per_rank_per_step = 0;  // mean over steps, largest rank
+  // The largest activation bytes any rank's stage models held at once (measured by
+  // the model; --recompute=full lowers it).
+  int64_t peak_activation_bytes_per_rank = 0;
+  double tokens_per_second = 0;
+  // Final parameters of every rank.
+  std::vector<RankParameters> final_params;
+  // Per rank: the pipeline executions of the last step (for --trace).
+  std::string trace_json;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_TRAINING_TRAIN_OPTIONS_H_

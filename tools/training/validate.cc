@@ -1,0 +1,199 @@
+#include "tools/training/validate.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/checked_size.h"
+#include "core/status_macros.h"
+#include "pipeline/generators.h"
+
+namespace loom {
+
+// StagesPerRank: interleaved 1F1B runs two model chunks per rank here, and ZB-V
+// always places two stages per rank (its V); the others one.
+int64_t StagesPerRank(PipelineScheduleKind schedule) {
+  return schedule == PipelineScheduleKind::kInterleaved1F1B ||
+                 schedule == PipelineScheduleKind::kZeroBubbleV
+             ? 2
+             : 1;
+}
+
+namespace {
+
+// RanksWord says what the job's ranks are, as the header line does.
+std::string RanksWord(absl::string_view transport) {
+  if (transport == "threads") return "thread ranks";
+  return absl::StrCat("processes over ", transport);
+}
+
+// CheckJobSizes checks, before anything is allocated, that the products of the
+// size flags fit an int64 and that what the job must hold at least fits this
+// machine's memory: the whole model's parameters, gradients and AdamW state (16
+// bytes per parameter: the ranks of a job on one host hold it between them, and
+// the reference run holds all of it), one step's tokens, one microbatch's
+// logits, one layer's attention scores and one activation per layer.
+// InvalidArgument naming the flags.
+absl::Status CheckJobSizes(const TrainJobOptions& o) {
+  const GptConfig& m = o.model;
+  const int64_t ffn = m.ffn_size();  // ValidateTrainJob checked 4 x --hidden
+  LOOM_ASSIGN_OR_RETURN(const int64_t embedding,
+                        CheckedMul({{"--vocab", m.vocab}, {"--hidden", m.hidden}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t positions,
+                        CheckedMul({{"--seq_len", m.seq_len}, {"--hidden", m.hidden}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const int64_t attention,
+      CheckedMul({{"4 matrices", 4}, {"--hidden", m.hidden}, {"--hidden", m.hidden}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const int64_t mlp,
+      CheckedMul({{"2 matrices", 2}, {"--hidden", m.hidden}, {"ffn (4 x --hidden)", ffn}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t block,
+                        CheckedAdd({{"attention weights", attention}, {"MLP weights", mlp}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t blocks,
+                        CheckedMul({{"--layers", m.layers}, {"weights per block", block}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const int64_t params,
+      CheckedAdd({{"embedding", embedding}, {"positions", positions}, {"blocks", blocks}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t state_bytes,
+                        CheckedMul({{"parameters", params}, {"bytes of state each", 16}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t step_tokens, CheckedMul({{"--dp", o.dp},
+                                                               {"--microbatches", o.microbatches},
+                                                               {"--micro_batch", o.micro_batch},
+                                                               {"--seq_len", m.seq_len}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t token_bytes,
+                        CheckedMul({{"tokens per step", step_tokens}, {"bytes each", 8}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t logit_bytes, CheckedMul({{"--micro_batch", o.micro_batch},
+                                                               {"--seq_len", m.seq_len},
+                                                               {"--vocab", m.vocab},
+                                                               {"bytes per f32", 4}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t score_bytes, CheckedMul({{"--micro_batch", o.micro_batch},
+                                                               {"--heads", m.heads},
+                                                               {"--seq_len", m.seq_len},
+                                                               {"--seq_len", m.seq_len},
+                                                               {"bytes per f32", 4}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t activation_bytes,
+                        CheckedMul({{"--layers", m.layers},
+                                    {"--micro_batch", o.micro_batch},
+                                    {"--seq_len", m.seq_len},
+                                    {"--hidden", m.hidden},
+                                    {"bytes per f32", 4}}));
+  LOOM_ASSIGN_OR_RETURN(const int64_t total, CheckedAdd({{"model state", state_bytes},
+                                                         {"tokens", token_bytes},
+                                                         {"logits", logit_bytes},
+                                                         {"attention scores", score_bytes},
+                                                         {"activations", activation_bytes}}));
+  const absl::Status fits = CheckFitsInMemory(
+      absl::StrFormat("--vocab %d --seq_len %d --hidden %d --heads %d --layers %d --dp %d "
+                      "--microbatches %d --micro_batch %d: the model state (%d parameters "
+                      "x 16 "
+                      "bytes), a step's tokens, a microbatch's logits and activations",
+                      m.vocab, m.seq_len, m.hidden, m.heads, m.layers, o.dp, o.microbatches,
+                      o.micro_batch, params),
+      total);
+  if (!fits.ok()) return absl::InvalidArgumentError(fits.message());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ByteCorpus> OpenTrainCorpus(const TrainJobOptions& o) {
+  ByteCorpusOptions corpus;
+  corpus.paths = o.data;
+  corpus.seq_len = o.model.seq_len;
+  corpus.eval_fraction = o.eval_fraction;
+  corpus.seed = o.data_seed;
+  return ByteCorpus::Open(corpus);
+}
+
+absl::Status ValidateTrainJob(const TrainJobOptions& o) { return ValidateTrainJob(o, "threads"); }
+
+absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transport) {
+  if (o.dp < 1 || o.pp < 1 || o.tp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dp ", o.dp, " --pp ", o.pp, " --tp ", o.tp, ": each must be >= 1"));
+  }
+  const absl::StatusOr<int64_t> world =
+      CheckedMul({{"--dp", o.dp}, {"--pp", o.pp}, {"--tp", o.tp}});
+  if (!world.ok() || *world > kMaxTrainRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dp ", o.dp, " x --pp ", o.pp, " x --tp ", o.tp, " = ",
+                     world.ok() ? absl::StrCat(*world) : "more than int64 holds", " ",
+                     RanksWord(transport), "; at most ", kMaxTrainRanks));
+  }
+  if (o.model.layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--layers ", o.model.layers, " must be >= 1 (a model needs a block)"));
+  }
+  if (!std::isfinite(o.lr) || o.lr < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr ", o.lr, " must be a finite number >= 0 (as a float)"));
+  }
+  if (!std::isfinite(o.adam_eps) || o.adam_eps <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--adam_eps ", o.adam_eps, " must be a finite number > 0 (as a float)"));
+  }
+  // GptConfig computes its MLP width as 4 x hidden: that product must exist first.
+  if (o.model.ffn == 0 && o.model.hidden > 0) {
+    if (absl::StatusOr<int64_t> ffn =
+            CheckedMul({{"MLP width factor", 4}, {"--hidden", o.model.hidden}});
+        !ffn.ok()) {
+      return ffn.status();
+    }
+  }
+  if (absl::Status s = o.model.Validate(o.tp); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model: ", s.message()));
+  }
+  const int64_t stages_per_rank = StagesPerRank(o.schedule);
+  const int64_t stages = o.pp * stages_per_rank;
+  if (o.model.layers % stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layers ", o.model.layers, " is not divisible by the ", stages, " pipeline stages (--pp ",
+        o.pp,
+        stages_per_rank > 1
+            ? absl::StrCat(" x 2 stages per rank for ", PipelineScheduleName(o.schedule))
+            : "",
+        ")"));
+  }
+  if (o.microbatches < o.pp) {
+    return absl::InvalidArgumentError(absl::StrCat("--microbatches ", o.microbatches,
+                                                   " is fewer than --pp ", o.pp,
+                                                   ": the pipeline would never fill"));
+  }
+  if (o.micro_batch < 1 || o.steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--micro_batch ", o.micro_batch, " and --steps ", o.steps, " must be >= 1"));
+  }
+  if (o.zero < 0 || o.zero > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("--zero ", o.zero, " must be 0, 1, 2 or 3"));
+  }
+  if (o.offload == OffloadKind::kNvme && o.zero == 0) {
+    return absl::InvalidArgumentError(
+        "--offload nvme needs --zero 1, 2 or 3 (the ZeRO engine keeps the optimizer state on "
+        "disk)");
+  }
+  if (o.dtype != DType::kF32 && o.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", DTypeName(o.dtype), " must be f32 or bf16"));
+  }
+  if (o.adamw_threads < 1 || o.adamw_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--adamw_threads ", o.adamw_threads, " is not in [1, 256]"));
+  }
+  if (!o.data.empty()) {
+    if (o.model.vocab != 256) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data is byte-level text, which needs --vocab 256, not ", o.model.vocab));
+    }
+    // Opened here, before any rank starts, so that a bad file is one line at once.
+    absl::StatusOr<ByteCorpus> corpus = OpenTrainCorpus(o);
+    if (!corpus.ok()) {
+      return absl::Status(corpus.status().code(),
+                          absl::StrCat("--data: ", corpus.status().message()));
+    }
+  }
+  return CheckJobSizes(o);
+}
+
+}  // namespace loom
