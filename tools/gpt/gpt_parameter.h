@@ -50,6 +50,20 @@ struct GptParameter {
 absl::StatusOr<std::vector<float>> ShardOf(const GptParameter& p, absl::Span<const float> full,
                                            int tp_size, int tp_rank);
 
+// ShardRun: `length` consecutive elements of the whole tensor (row-major), starting
+// at element `full_offset`.
+struct ShardRun {
+  int64_t full_offset = 0;
+  int64_t length = 0;
+};
+
+// ShardRuns says where rank `tp_rank`'s shard lies in the whole tensor: the shard's
+// elements, in order, are these runs of the whole tensor one after another (one run
+// for a replicated parameter; one per part for a row split; one per row and part
+// for a column split). This is how a checkpoint names a shard in the model's own
+// coordinates, whatever tp saved it. Errors as ShardOf's.
+absl::StatusOr<std::vector<ShardRun>> ShardRuns(const GptParameter& p, int tp_size, int tp_rank);
+
 }  // namespace loom
 
 #endif  // LOOM_TOOLS_GPT_GPT_PARAMETER_H_

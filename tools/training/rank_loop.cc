@@ -15,6 +15,7 @@
 #include "core/buffer_view.h"
 #include "core/status_macros.h"
 #include "tools/gpt/gpt_stage_module.h"
+#include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/wire.h"
 
@@ -62,6 +63,70 @@ RankStep Unpack(const double* f) {
   return s;
 }
 
+// CheckpointDue: whether the job saves after step `done` (counted from 1).
+bool CheckpointDue(const TrainJobOptions& o, int64_t done) {
+  if (o.checkpoint_dir.empty()) return false;
+  return done == o.steps || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0);
+}
+
+absl::Status Save(const TrainJobOptions& o, int64_t done, const std::vector<GptParameter>& params,
+                  RankWiring& w, const RankOptimizer& optimizer) {
+  RankCheckpointPart part;
+  part.params = &params;
+  part.tp_size = o.tp;
+  part.tp_rank = w.t;
+  part.saves_dp_replicated = w.d == 0;
+  absl::StatusOr<std::vector<StateSlice>> slices = optimizer.ReadState();
+  // A rank that cannot read its state still joins the save's agreements, so that
+  // every rank fails with its reason instead of waiting for it.
+  if (slices.ok()) part.slices = std::move(*slices);
+  const absl::Status read = AgreeOnStatus(*w.world, slices.status());
+  if (!read.ok()) return read;
+  JobCheckpointOptions save;
+  save.keep = o.keep_checkpoints;
+  absl::Status saved = SaveJobCheckpoint(o.checkpoint_dir, MetaOf(o, done), part, *w.world, save);
+  if (!saved.ok()) {
+    return absl::Status(saved.code(),
+                        absl::StrCat("--checkpoint_dir ", o.checkpoint_dir, ": ", saved.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Resume loads the checkpoint of --resume into the optimizer and returns its step
+// (0 for a fresh start). Every rank reads for itself; they agree on the outcome.
+absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptParameter>& params,
+                               RankWiring& w, RankOptimizer& optimizer) {
+  if (o.resume_dir.empty()) return 0;
+  int64_t step = 0;
+  const auto load = [&]() -> absl::Status {
+    absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(o.resume_dir);
+    if (!reader.ok() && absl::IsNotFound(reader.status()) && !o.resume_required) {
+      return absl::OkStatus();  // nothing saved yet: a fresh start
+    }
+    if (!reader.ok()) return reader.status();
+    LOOM_RETURN_IF_ERROR(reader->CheckModel(o.model));
+    if (reader->meta().step >= o.steps) {
+      return absl::FailedPreconditionError(absl::StrCat("the checkpoint is of step ",
+                                                        reader->meta().step, "; --steps ", o.steps,
+                                                        " asks for no more"));
+    }
+    LOOM_RETURN_IF_ERROR(optimizer.WriteState(reader->SourceFor(params, o.tp, w.t)));
+    step = reader->meta().step;
+    return absl::OkStatus();
+  };
+  absl::Status loaded = load();
+  if (!loaded.ok()) {
+    loaded = absl::Status(loaded.code(),
+                          absl::StrCat("--resume ", o.resume_dir, ": ", loaded.message()));
+  }
+  LOOM_RETURN_IF_ERROR(AgreeOnStatus(*w.world, loaded));
+  return step;
+}
+
+absl::Status Halted(int64_t step) {
+  return absl::AbortedError(absl::StrCat("halted after step ", step, " (test hook)"));
+}
+
 }  // namespace
 
 void PlaceRank(const TrainJobOptions& o, int rank, RankWiring& w) {
@@ -86,19 +151,29 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
                         GptStageModule::Create(options.model, setup.schedule.layout, w.s, *w.tp,
                                                data_fn, module_options));
+  // The optimizer's parameter list, kept for the checkpoints' names and shapes.
+  const std::vector<GptParameter> params = module->Parameters();
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
-                        MakeRankOptimizer(options, module->Parameters(), w.dp.get(), disk,
+                        MakeRankOptimizer(options, params, w.dp.get(), disk,
                                           absl::StrCat("train.s", w.s, ".t", w.t)));
+  LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
+  if (summary != nullptr) summary->resumed_from_step = first_step;
   const int world = w.world->size();
   std::vector<double> gathered(static_cast<size_t>(world * kStepFigures));
   RankExecution last_execution;
   uint64_t sent_before = 0;
-  for (int64_t step = 0; step < options.steps; ++step) {
+  for (int64_t step = first_step; step < options.steps; ++step) {
     const absl::Time start = absl::Now();
     module->BeginStep(step);
     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
     LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module));
     LOOM_RETURN_IF_ERROR(optimizer->AfterBackward(step + 1));
+    double checkpoint_seconds = 0;
+    if (CheckpointDue(options, step + 1)) {
+      const absl::Time saving = absl::Now();
+      LOOM_RETURN_IF_ERROR(Save(options, step + 1, params, w, *optimizer));
+      checkpoint_seconds = absl::ToDoubleSeconds(absl::Now() - saving);
+    }
     const uint64_t sent = SentBytes(*w.tp) + SentBytes(*w.dp);
     RankStep report;
     report.holds_loss = module->holds_loss();
@@ -112,7 +187,11 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     const std::array<double, kStepFigures> mine = Pack(report);
     LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
                                          BufferView::Of(absl::MakeSpan(gathered)), 0));
-    if (summary == nullptr) continue;
+    const bool halts = step + 1 == options.testing_halt_after_step;
+    if (summary == nullptr) {
+      if (halts) return Halted(step + 1);
+      continue;
+    }
     StepReport line;
     line.step = step + 1;
     int losses = 0;
@@ -135,18 +214,20 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     line.loss /= std::max(losses, 1);
     line.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     line.tokens_per_second = static_cast<double>(setup.tokens_per_step) / line.seconds;
+    line.checkpoint_seconds = checkpoint_seconds;
     summary->steps.push_back(line);
     if (on_step) on_step(line);
+    if (halts) return Halted(step + 1);
   }
   LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());  // zero 3: the final weights
-  LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> params,
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> final_params,
                         GatherBytes(*w.world, EncodeParameters(w.t, module->Parameters())));
   LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> executions,
                         GatherBytes(*w.world, EncodeExecution(last_execution)));
   if (summary == nullptr) return absl::OkStatus();
   std::vector<std::vector<TraceEvent>> trace;
   for (int r = 0; r < world; ++r) {
-    LOOM_ASSIGN_OR_RETURN(RankParameters rank, DecodeParameters(params[r]));
+    LOOM_ASSIGN_OR_RETURN(RankParameters rank, DecodeParameters(final_params[r]));
     summary->final_params.push_back(std::move(rank));
     LOOM_ASSIGN_OR_RETURN(std::vector<TraceEvent> events, DecodeExecution(executions[r]));
     trace.push_back(std::move(events));
@@ -162,8 +243,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     comm += line.comm_bytes;
   }
   summary->comm_bytes_per_rank_per_step = comm / static_cast<int64_t>(summary->steps.size());
-  summary->tokens_per_second = static_cast<double>(setup.tokens_per_step * options.steps) /
-                               absl::ToDoubleSeconds(absl::Now() - job_start);
+  summary->tokens_per_second =
+      static_cast<double>(setup.tokens_per_step * (options.steps - first_step)) /
+      absl::ToDoubleSeconds(absl::Now() - job_start);
   return absl::OkStatus();
 }
 

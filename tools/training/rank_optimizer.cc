@@ -91,7 +91,77 @@ class ShardedOptimizer : public RankOptimizer {
     return ShardedBytes() + resident;
   }
 
+  absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
+    const Partition& part = engine_->partition();
+    const int rank = engine_->rank();
+    std::vector<float> master(static_cast<size_t>(part.ShardNumel())),
+        m(static_cast<size_t>(part.ShardNumel())), v(static_cast<size_t>(part.ShardNumel()));
+    std::vector<float> p_master(static_cast<size_t>(part.PersistentNumel())),
+        p_m(static_cast<size_t>(part.PersistentNumel())),
+        p_v(static_cast<size_t>(part.PersistentNumel()));
+    LOOM_RETURN_IF_ERROR(engine_->ReadShard(absl::MakeSpan(master), absl::MakeSpan(p_master)));
+    LOOM_RETURN_IF_ERROR(engine_->ReadMoments(absl::MakeSpan(m), absl::MakeSpan(p_m),
+                                              absl::MakeSpan(v), absl::MakeSpan(p_v)));
+    std::vector<StateSlice> slices;
+    for (int p = 0; p < part.num_params(); ++p) {
+      const ParamSlot& slot = part.slot(p);
+      const Partition::Range owned = part.OwnedRange(p, rank);
+      if (owned.begin == owned.end) continue;
+      StateSlice slice;
+      slice.param = p;
+      slice.begin = owned.begin;
+      slice.end = owned.end;
+      slice.dp_replicated = slot.persistent;
+      const int64_t at = ShardPosition(part, p, rank, owned.begin);
+      const std::vector<float>& from_master = slot.persistent ? p_master : master;
+      const std::vector<float>& from_m = slot.persistent ? p_m : m;
+      const std::vector<float>& from_v = slot.persistent ? p_v : v;
+      const auto cut = [&](const std::vector<float>& from) {
+        return std::vector<float>(from.begin() + at, from.begin() + at + (owned.end - owned.begin));
+      };
+      slice.master = cut(from_master);
+      slice.exp_avg = cut(from_m);
+      slice.exp_avg_sq = cut(from_v);
+      slices.push_back(std::move(slice));
+    }
+    return slices;
+  }
+
+  absl::Status WriteState(const StateSource& source) override {
+    const Partition& part = engine_->partition();
+    const int rank = engine_->rank();
+    // Padding stays 0, as the engine keeps it.
+    std::vector<float> master(static_cast<size_t>(part.ShardNumel())),
+        m(static_cast<size_t>(part.ShardNumel())), v(static_cast<size_t>(part.ShardNumel()));
+    std::vector<float> p_master(static_cast<size_t>(part.PersistentNumel())),
+        p_m(static_cast<size_t>(part.PersistentNumel())),
+        p_v(static_cast<size_t>(part.PersistentNumel()));
+    for (int p = 0; p < part.num_params(); ++p) {
+      const bool persistent = part.slot(p).persistent;
+      const Partition::Range owned = part.OwnedRange(p, rank);
+      if (owned.begin == owned.end) continue;
+      const size_t at = static_cast<size_t>(ShardPosition(part, p, rank, owned.begin));
+      const size_t n = static_cast<size_t>(owned.end - owned.begin);
+      LOOM_RETURN_IF_ERROR(source(p, owned.begin, owned.end,
+                                  absl::MakeSpan(persistent ? p_master : master).subspan(at, n),
+                                  absl::MakeSpan(persistent ? p_m : m).subspan(at, n),
+                                  absl::MakeSpan(persistent ? p_v : v).subspan(at, n)));
+    }
+    LOOM_RETURN_IF_ERROR(engine_->WriteShard(master, p_master));
+    return engine_->WriteMoments(m, p_m, v, p_v);
+  }
+
  private:
+  // ShardPosition: where element `element` of parameter `param` (owned by `rank`)
+  // lies in the rank's concatenated shards, or in the persistent block.
+  static int64_t ShardPosition(const Partition& part, int param, int rank, int64_t element) {
+    const ParamSlot& slot = part.slot(param);
+    if (slot.persistent) return slot.offset + element;
+    const Bucket& bucket = part.bucket(slot.bucket);
+    return part.ShardOffset(slot.bucket) + slot.offset + element -
+           static_cast<int64_t>(rank) * bucket.shard_numel;
+  }
+
   ShardedOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
                    std::unique_ptr<Zero3Engine> engine)
       : options_(options), params_(std::move(params)), engine_(std::move(engine)) {}
@@ -178,6 +248,44 @@ class DataParallelOptimizer : public RankOptimizer {
       if (!masters_.empty()) bytes += static_cast<int64_t>(masters_[k].size() * sizeof(float));
     }
     return bytes;
+  }
+
+  absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
+    std::vector<StateSlice> slices;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const GptParameter& p = params_[k];
+      StateSlice slice;
+      slice.param = static_cast<int>(k);
+      slice.end = static_cast<int64_t>(p.values.size());
+      slice.dp_replicated = true;
+      slice.master =
+          masters_.empty() ? std::vector<float>(p.values.begin(), p.values.end()) : masters_[k];
+      slice.exp_avg.resize(p.values.size());
+      slice.exp_avg_sq.resize(p.values.size());
+      LOOM_RETURN_IF_ERROR(
+          states_[k].ReadMoments(absl::MakeSpan(slice.exp_avg), absl::MakeSpan(slice.exp_avg_sq)));
+      slices.push_back(std::move(slice));
+    }
+    return slices;
+  }
+
+  absl::Status WriteState(const StateSource& source) override {
+    for (size_t k = 0; k < params_.size(); ++k) {
+      GptParameter& p = params_[k];
+      const int64_t n = static_cast<int64_t>(p.values.size());
+      std::vector<float> master(p.values.size()), m(p.values.size()), v(p.values.size());
+      LOOM_RETURN_IF_ERROR(source(static_cast<int>(k), 0, n, absl::MakeSpan(master),
+                                  absl::MakeSpan(m), absl::MakeSpan(v)));
+      LOOM_RETURN_IF_ERROR(states_[k].WriteMoments(m, v));
+      if (masters_.empty()) {
+        std::copy(master.begin(), master.end(), p.values.begin());
+        continue;
+      }
+      // bf16: the weights are the master's compute copy, as AdamW writes it.
+      for (size_t i = 0; i < master.size(); ++i) p.values[i] = ToFloat(ToBFloat16(master[i]));
+      masters_[k] = std::move(master);
+    }
+    return absl::OkStatus();
   }
 
  private:

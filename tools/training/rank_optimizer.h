@@ -19,12 +19,15 @@
 #define LOOM_TOOLS_TRAINING_RANK_OPTIMIZER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
@@ -32,6 +35,24 @@
 #include "tools/training/train_options.h"
 
 namespace loom {
+
+// StateSlice: the optimizer state of elements [begin, end) of one parameter's tp
+// shard (parameter `param` of the list the optimizer was made with): the f32
+// master weights and AdamW's two moments, what a checkpoint must keep to continue
+// bitwise (the AdamW step count is the job's step). `dp_replicated`: every dp rank
+// holds the same slice (zero 0; ZeRO's persistent parameters), so one saves it.
+struct StateSlice {
+  int param = 0;
+  int64_t begin = 0, end = 0;
+  bool dp_replicated = false;
+  std::vector<float> master, exp_avg, exp_avg_sq;
+};
+
+// StateSource fills the three fields of elements [begin, end) of parameter
+// `param`'s tp shard (each span has end - begin elements), e.g. from a checkpoint.
+using StateSource =
+    std::function<absl::Status(int param, int64_t begin, int64_t end, absl::Span<float> master,
+                               absl::Span<float> exp_avg, absl::Span<float> exp_avg_sq)>;
 
 class RankOptimizer {
  public:
@@ -46,6 +67,15 @@ class RankOptimizer {
   virtual int64_t StateBytes() const = 0;
   virtual int64_t ShardedBytes() const = 0;
   virtual int64_t DiskBytes() const { return 0; }
+
+  // ReadState returns the state this rank holds, as slices that cover every
+  // element of its parameters' shards it owns (zero 1-3: its dp range of each;
+  // zero 0: everything). Outside a step. With offload nvme it reads the disk.
+  virtual absl::StatusOr<std::vector<StateSlice>> ReadState() const = 0;
+  // WriteState replaces this rank's state with what `source` gives for the ranges
+  // it owns; the weights the layers compute with follow (zero 0 at once, ZeRO at
+  // the next BeforeStep). Collective over dp only at the next BeforeStep.
+  virtual absl::Status WriteState(const StateSource& source) = 0;
 };
 
 // MakeRankOptimizer: the optimizer `options.zero` asks for over `params` (the

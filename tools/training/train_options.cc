@@ -2,16 +2,22 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace loom {
 
 std::string StepReport::ToString() const {
-  return absl::StrFormat(
-      "step %4d  loss %.4f  %7.1f ms  %9.0f tokens/s  model state %s/rank  sent %s/rank", step,
-      loss, seconds * 1e3, tokens_per_second,
-      absl::StrFormat("%.2f MiB", static_cast<double>(model_state_bytes) / (1 << 20)),
-      absl::StrFormat("%.2f MiB", static_cast<double>(comm_bytes) / (1 << 20)));
+  const std::string saved = checkpoint_seconds > 0
+                                ? absl::StrFormat("  checkpoint %.1f ms", checkpoint_seconds * 1e3)
+                                : std::string();
+  return absl::StrCat(
+      absl::StrFormat(
+          "step %4d  loss %.4f  %7.1f ms  %9.0f tokens/s  model state %s/rank  sent %s/rank", step,
+          loss, seconds * 1e3, tokens_per_second,
+          absl::StrFormat("%.2f MiB", static_cast<double>(model_state_bytes) / (1 << 20)),
+          absl::StrFormat("%.2f MiB", static_cast<double>(comm_bytes) / (1 << 20))),
+      saved);
 }
 
 }  // namespace loom

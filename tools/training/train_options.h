@@ -48,6 +48,21 @@ struct TrainJobOptions {
   std::vector<std::string> data;
   double eval_fraction = 0.05;
   int adamw_threads = 2;  // with offload = cpu
+
+  // Checkpoints (tools/training/job_checkpoint.h): with a directory, every
+  // `checkpoint_every` steps (0: only at the end) and after the last step; the
+  // newest `keep_checkpoints` are kept.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 2;
+  // Continue from the checkpoint committed in `resume_dir`, on this job's mesh
+  // (any valid one). With `resume_required` false, a directory without a
+  // checkpoint starts the run from step 0 (what a restarted job wants).
+  std::string resume_dir;
+  bool resume_required = true;
+  // Test hook, never set by the flags: after this step (and its checkpoint, if
+  // due) every rank stops with Aborted, as if the job had been killed.
+  int64_t testing_halt_after_step = 0;
 };
 
 // StepReport: one step as rank 0 sees it, with figures gathered from every rank.
@@ -60,6 +75,7 @@ struct StepReport {
   // The largest sent by one rank this step through its dp and tp communicators
   // (the pipeline's activations and gradients between stages are not counted).
   int64_t comm_bytes = 0;
+  double checkpoint_seconds = 0;  // the save after this step (within `seconds`), if any
   std::string ToString() const;
 };
 
@@ -72,7 +88,8 @@ struct RankParameters {
 };
 
 struct TrainSummary {
-  std::vector<StepReport> steps;
+  std::vector<StepReport> steps;  // the steps this run trained
+  int64_t resumed_from_step = 0;  // the checkpoint's step (0: a fresh start)
   double final_loss = 0;
   double uniform_loss = 0;  // log(vocab)
   double entropy_rate = 0;  // the lowest loss the data allows (Markov data; 0

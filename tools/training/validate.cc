@@ -181,6 +181,19 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         absl::StrCat("--adamw_threads ", o.adamw_threads, " is not in [1, 256]"));
   }
+  if (o.checkpoint_every < 0 || (o.checkpoint_every > 0 && o.checkpoint_dir.empty())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_every ", o.checkpoint_every,
+                     o.checkpoint_every < 0 ? " must be >= 0" : " needs --checkpoint_dir"));
+  }
+  if (o.keep_checkpoints < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep_checkpoints ", o.keep_checkpoints, " must be >= 1"));
+  }
+  if (o.testing_halt_after_step < 0 || o.testing_halt_after_step > o.steps) {
+    return absl::InvalidArgumentError(absl::StrCat("halt after step ", o.testing_halt_after_step,
+                                                   " is outside [0, --steps ", o.steps, "]"));
+  }
   if (!o.data.empty()) {
     if (o.model.vocab != 256) {
       return absl::InvalidArgumentError(
