@@ -71,12 +71,15 @@ absl::Status FsyncDirectory(const std::string& path) {
 
 }  // namespace
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+absl::Status WriteFileAtomically(
+    const std::string& path, absl::string_view contents,
+    const std::function<absl::Status(absl::string_view temp_path)>& before_rename) {
   const std::string tmp = TemporaryName(path);
   // O_EXCL: never write through a file (or a planted symlink) already at that name.
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Errno(errno, path, "open", tmp);
   absl::Status status = WriteAndClose(fd, path, tmp, contents);
+  if (status.ok() && before_rename) status = before_rename(tmp);
   if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
     status = Errno(errno, path, "rename", tmp);
   }

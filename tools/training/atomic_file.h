@@ -11,6 +11,7 @@
 #ifndef LOOM_TOOLS_TRAINING_ATOMIC_FILE_H_
 #define LOOM_TOOLS_TRAINING_ATOMIC_FILE_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -23,7 +24,12 @@ namespace loom {
 // `path` and fsyncs the directory so that the rename itself is durable. The new file
 // has mode 0644 less the umask. On error `path` is as it was and the temporary file
 // is removed; the Status (from errno) names `path`, the failing call and its file.
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+// `before_rename` (tests only: a crash or a failure between the durable write and
+// the rename) is called with the temporary file's name; a non-OK return is the
+// write's error.
+absl::Status WriteFileAtomically(
+    const std::string& path, absl::string_view contents,
+    const std::function<absl::Status(absl::string_view temp_path)>& before_rename = nullptr);
 
 }  // namespace loom
 

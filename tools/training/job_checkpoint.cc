@@ -25,6 +25,7 @@
 #include "core/crc32c.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "tools/training/atomic_file.h"
 #include "tools/training/wire.h"
 #include "topology/parallel_config.h"
 
@@ -48,45 +49,6 @@ uint32_t CrcOf(absl::string_view bytes) {
 
 absl::Status FileError(absl::string_view call, const std::string& path, int error) {
   return absl::ErrnoToStatus(error, absl::StrCat("checkpoint: ", call, " ", path));
-}
-
-absl::Status SyncDirectory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return FileError("open", path, errno);
-  const int rc = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (rc != 0) return FileError("fsync", path, error);
-  return absl::OkStatus();
-}
-
-// WriteDurably writes `bytes` to `path` through a temporary file: write, fsync,
-// rename. A crash leaves either the old file (or none) or the whole new one.
-absl::Status WriteDurably(const std::string& path, absl::string_view bytes,
-                          const JobCheckpointOptions& options) {
-  const std::string temp = path + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return FileError("open", temp, errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      return FileError("write", temp, error);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return FileError("fsync", temp, error);
-  }
-  if (::close(fd) != 0) return FileError("close", temp, errno);
-  if (options.testing_after_write) LOOM_RETURN_IF_ERROR(options.testing_after_write(temp));
-  if (::rename(temp.c_str(), path.c_str()) != 0) return FileError("rename", temp, errno);
-  return absl::OkStatus();
 }
 
 // ReadSmallFile reads a whole regular file of at most kMaxTextBytes; a FIFO or a
@@ -299,13 +261,12 @@ absl::Status Commit(const std::string& dir, const CheckpointMeta& meta,
     absl::StrAppend(&manifest, "param ", name, " ", absl::StrJoin(shapes[name], ","), "\n");
   }
   manifest += files;
-  LOOM_RETURN_IF_ERROR(
-      WriteDurably(absl::StrCat(step_dir, "/MANIFEST"), WithCrc(manifest), options));
-  LOOM_RETURN_IF_ERROR(SyncDirectory(step_dir));
+  LOOM_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(step_dir, "/MANIFEST"), WithCrc(manifest),
+                                           options.testing_after_write));
   // The commit point.
-  LOOM_RETURN_IF_ERROR(WriteDurably(absl::StrCat(dir, "/LATEST"),
-                                    WithCrc(absl::StrCat(StepName(meta.step), "\n")), options));
-  LOOM_RETURN_IF_ERROR(SyncDirectory(dir));
+  LOOM_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(dir, "/LATEST"),
+                                           WithCrc(absl::StrCat(StepName(meta.step), "\n")),
+                                           options.testing_after_write));
   // Keep the newest `keep` committed checkpoints; anything newer than the commit is
   // a save that never committed.
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> steps, StepDirectories(dir));
@@ -402,7 +363,8 @@ absl::Status SaveJobCheckpoint(const std::string& dir, const CheckpointMeta& met
   absl::StatusOr<std::string> file = EncodeRankFile(part);
   absl::Status wrote = file.status();
   if (file.ok()) {
-    wrote = WriteDurably(absl::StrCat(step_dir, "/", RankFileName(world.rank())), *file, options);
+    wrote = WriteFileAtomically(absl::StrCat(step_dir, "/", RankFileName(world.rank())), *file,
+                                options.testing_after_write);
   }
   LOOM_RETURN_IF_ERROR(AgreeOnStatus(world, wrote));
   LOOM_ASSIGN_OR_RETURN(
