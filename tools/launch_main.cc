@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/status_macros.h"
@@ -39,6 +40,11 @@ ABSL_FLAG(std::string, timeout, "0",
 ABSL_FLAG(std::string, grace, "5s",
           "How long a rank may take to exit after SIGTERM (or a forwarded signal) before it "
           "gets SIGKILL.");
+ABSL_FLAG(std::string, max_restarts, "0",
+          "When a rank fails on its own (killed, crashed, stopped responding, or exited with a "
+          "code other than 2), stop the job and start it again, up to this many times (0 to "
+          "100), as torchrun's --max-restarts: ranks that save checkpoints resume from them "
+          "(e.g. train --resume).");
 ABSL_FLAG(std::string, job_id, "",
           "LOOM_JOB_ID for the ranks: 1 to 64 characters from [A-Za-z0-9_-]. Empty makes a "
           "unique one, <host>-<pid>-<random hex>.");
@@ -81,13 +87,31 @@ absl::StatusOr<LaunchOptions> OptionsFromFlags(const std::vector<char*>& positio
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Runs N ranks of a Loom job as local processes and supervises them.\n"
-      "  launch -n N [--timeout=DURATION] [--grace=DURATION] [--job_id=ID] -- PROGRAM ARGS...\n"
+      "  launch -n N [--timeout=DURATION] [--grace=DURATION] [--max_restarts=N] [--job_id=ID] --\n"
+      "         PROGRAM ARGS...\n"
       "Flags end at \"--\"; everything after it is the program and its arguments.");
   const absl::StatusOr<std::vector<char*>> positional = loom::cli::ParseFlags(argc, argv);
   if (!positional.ok()) return loom::cli::Fail("launch", positional.status());
   const absl::StatusOr<loom::LaunchOptions> options = loom::OptionsFromFlags(*positional);
   if (!options.ok()) return loom::cli::Fail("launch", options.status());
-  const absl::StatusOr<loom::LaunchResult> result = loom::Launch(*options);
+  const std::string restarts_flag = absl::GetFlag(FLAGS_max_restarts);
+  loom::RestartPolicy restarts;
+  if (!absl::SimpleAtoi(restarts_flag, &restarts.max_restarts) || restarts.max_restarts < 0 ||
+      restarts.max_restarts > 100) {
+    return loom::cli::Fail("launch", absl::InvalidArgumentError(absl::StrCat(
+                                         "--max_restarts ", restarts_flag, " is not in [0, 100]")));
+  }
+  restarts.on_restart = [&](int restart, const loom::LaunchResult& failed) {
+    std::cerr << loom::Describe(failed)
+              << absl::StrFormat("launch: restart %d of %d after rank %d %s\n", restart,
+                                 restarts.max_restarts, failed.first_failed_rank.value_or(-1),
+                                 failed.first_failure);
+  };
+  const absl::StatusOr<loom::RestartedLaunch> restarted =
+      loom::LaunchWithRestarts(*options, restarts);
+  const absl::StatusOr<loom::LaunchResult> result =
+      restarted.ok() ? absl::StatusOr<loom::LaunchResult>(restarted->last)
+                     : absl::StatusOr<loom::LaunchResult>(restarted.status());
   if (!result.ok()) {
     // A PROGRAM that cannot be found or run is the command line's fault, like a
     // bad flag.

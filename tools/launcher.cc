@@ -688,6 +688,34 @@ int LaunchResult::ExitCode() const {
   return 0;
 }
 
+bool Restartable(const LaunchResult& result) {
+  if (result.timed_out || result.received_signal != 0 || !result.first_failed_rank.has_value()) {
+    return false;
+  }
+  const RankExit& first = result.ranks[static_cast<size_t>(*result.first_failed_rank)];
+  if (result.first_failure_unresponsive) return true;
+  if (first.end == RankEnd::kSignaled) return true;
+  return first.end == RankEnd::kExited && first.exit_code != 0 && first.exit_code != 2;
+}
+
+absl::StatusOr<RestartedLaunch> LaunchWithRestarts(const LaunchOptions& options,
+                                                   const RestartPolicy& policy) {
+  if (policy.max_restarts < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_restarts ", policy.max_restarts, " must be >= 0"));
+  }
+  RestartedLaunch out;
+  LOOM_ASSIGN_OR_RETURN(out.last, Launch(options));
+  LaunchOptions again = options;
+  if (!policy.restart_argv.empty()) again.argv = policy.restart_argv;
+  while (out.restarts < policy.max_restarts && Restartable(out.last)) {
+    ++out.restarts;
+    if (policy.on_restart) policy.on_restart(out.restarts, out.last);
+    LOOM_ASSIGN_OR_RETURN(out.last, Launch(again));
+  }
+  return out;
+}
+
 std::string Describe(const LaunchResult& result) {
   std::string out;
   const bool all_ok = std::all_of(result.ranks.begin(), result.ranks.end(),

@@ -44,6 +44,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -163,6 +164,36 @@ std::string Describe(const LaunchResult& result);
 // failing system call (pipe, fork, sigaction) otherwise; ranks already started are
 // stopped before an error is returned.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
+
+// RestartPolicy: how LaunchWithRestarts restarts a failed job, as torchrun's
+// --max-restarts does: the whole job stops and starts again (ranks resume from
+// their own checkpoints; launch knows nothing of them).
+struct RestartPolicy {
+  int max_restarts = 0;  // >= 0
+  // The command line of every restart (e.g. with a resume flag); empty: the same.
+  std::vector<std::string> restart_argv;
+  // Called before restart `restart` (from 1) with the failed job's result.
+  std::function<void(int restart, const LaunchResult& failed)> on_restart;
+};
+
+// Restartable: whether a restart of a job that ended as `result` could succeed: a
+// rank failed on its own (killed by a signal, stopped responding, or exited with a
+// code other than 0 and 2, the usage error every Loom tool exits with for bad
+// input); launch received no signal (the user's SIGINT or SIGTERM is never undone);
+// the job's deadline did not pass.
+bool Restartable(const LaunchResult& result);
+
+struct RestartedLaunch {
+  LaunchResult last;  // the last job's result: the outcome
+  int restarts = 0;   // restarts done
+};
+
+// LaunchWithRestarts runs Launch(options) and then, while the job ended Restartable
+// and restarts remain, calls policy.on_restart and runs it again (with
+// policy.restart_argv, if any). Errors as Launch's, and InvalidArgument for a
+// negative max_restarts.
+absl::StatusOr<RestartedLaunch> LaunchWithRestarts(const LaunchOptions& options,
+                                                   const RestartPolicy& policy);
 
 // ValidateJobId() returns InvalidArgument unless `job_id` is 1 to 64 characters from
 // [A-Za-z0-9_-].

@@ -194,6 +194,49 @@ TEST(LaunchTest, RankKilledBySignalIsReportedAsSuch) {
               StartsWith(absl::StrCat("launch: rank 0 (pid ", result.ranks[0].pid, ") killed by signal 9 (Killed)\n")));
 }
 
+// A job whose rank 1 dies of SIGKILL on its first two runs and exits 0 on the
+// third: two restarts bring it home; with one, the second failure is the outcome.
+TEST(LaunchRestartTest, RestartsAKilledJobUpToTheLimit) {
+  for (const int limit : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("max_restarts ", limit));
+    const std::string counter = absl::StrCat(TestDir(), "/runs.", limit);
+    unlink(counter.c_str());
+    // Each run of rank 1 appends a line; the first two runs die.
+    const LaunchOptions options = Shell(2,
+                                        "[ \"$LOOM_RANK\" = 1 ] || exit 0; echo run >> \"$1\"; "
+                                        "[ \"$(wc -l < \"$1\")\" -ge 3 ] || kill -9 $$",
+                                        counter);
+    RestartPolicy policy;
+    policy.max_restarts = limit;
+    std::vector<int> seen;
+    policy.on_restart = [&](int restart, const LaunchResult& failed) {
+      seen.push_back(restart);
+      EXPECT_EQ(failed.first_failed_rank, 1);
+      EXPECT_TRUE(Restartable(failed));
+    };
+    LOOM_ASSERT_OK_AND_ASSIGN(const RestartedLaunch result, LaunchWithRestarts(options, policy));
+    EXPECT_EQ(result.restarts, std::min(limit, 2));
+    EXPECT_EQ(static_cast<int>(seen.size()), result.restarts);
+    EXPECT_EQ(result.last.ExitCode(), limit >= 2 ? 0 : 128 + SIGKILL);
+  }
+}
+
+// A usage error (exit 2) and a job that succeeded are never restarted.
+TEST(LaunchRestartTest, UsageErrorsAndSuccessAreNotRestarted) {
+  RestartPolicy policy;
+  policy.max_restarts = 3;
+  int restarts = 0;
+  policy.on_restart = [&](int, const LaunchResult&) { ++restarts; };
+  LOOM_ASSERT_OK_AND_ASSIGN(RestartedLaunch usage, LaunchWithRestarts(Shell(2, "exit 2"), policy));
+  EXPECT_EQ(usage.last.ExitCode(), 2);
+  LOOM_ASSERT_OK_AND_ASSIGN(RestartedLaunch fine, LaunchWithRestarts(Shell(2, "exit 0"), policy));
+  EXPECT_EQ(fine.last.ExitCode(), 0);
+  EXPECT_EQ(restarts, 0);
+  policy.max_restarts = -1;
+  EXPECT_THAT(LaunchWithRestarts(Shell(1, "exit 0"), policy),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("max_restarts -1")));
+}
+
 TEST(LaunchTest, RankIgnoringSigtermGetsSigkillAfterTheGrace) {
   const std::string dir = absl::StrCat(TestDir(), "/ignoring");
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);

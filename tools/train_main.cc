@@ -49,6 +49,7 @@
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
+#include "tools/training/job_checkpoint.h"
 #include "tools/training/reference.h"
 #include "tools/training/train_job.h"
 #include "topology/parallel_config.h"
@@ -98,6 +99,22 @@ ABSL_FLAG(std::string, heartbeat_timeout, "10s",
           "With --transport=shm or mpi: a rank that has not run for this long (stopped, "
           "frozen) is reported by its peers, which end the job naming it; at least 200ms, or "
           "inf (off).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Save checkpoints here (created if missing): every --checkpoint_every steps and after "
+          "the last. A checkpoint holds every parameter in the whole model's coordinates, so any "
+          "valid mesh can resume from it.");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "Steps between checkpoints; 0: only after the last step.");
+ABSL_FLAG(int, keep_checkpoints, 2, "Checkpoints to keep in --checkpoint_dir (the newest).");
+ABSL_FLAG(bool, resume, false,
+          "Continue from the latest checkpoint in --checkpoint_dir, on this run's mesh; with no "
+          "checkpoint there yet, start at step 0.");
+ABSL_FLAG(std::string, resume_from, "",
+          "Continue from the latest checkpoint in this directory (which must hold one), on this "
+          "run's mesh; new checkpoints go to --checkpoint_dir.");
+ABSL_FLAG(int, max_restarts, 0,
+          "With --transport=shm: when a rank fails (killed, crashed, stopped responding), stop "
+          "the job and start it again from the latest checkpoint, up to this many times. Needs "
+          "--checkpoint_dir.");
 ABSL_FLAG(std::string, job_id, "",
           "With --transport=shm: the job's id, 1 to 64 characters from [A-Za-z0-9_-]; its "
           "segments are /dev/shm/loom.<id>-<dimension><group>.*. Empty makes a unique one.");
@@ -159,6 +176,34 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.model.seed = absl::GetFlag(FLAGS_seed);
   o.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.adam_eps = static_cast<float>(absl::GetFlag(FLAGS_adam_eps));
+  o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  const std::string resume_from = absl::GetFlag(FLAGS_resume_from);
+  if (absl::GetFlag(FLAGS_resume)) {
+    if (!resume_from.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resume continues from --checkpoint_dir; --resume_from ", resume_from,
+                       " names another directory: give one of them"));
+    }
+    if (o.checkpoint_dir.empty()) {
+      return absl::InvalidArgumentError("--resume needs --checkpoint_dir (where to resume from)");
+    }
+    o.resume_dir = o.checkpoint_dir;
+    o.resume_required = false;
+  } else if (!resume_from.empty()) {
+    o.resume_dir = resume_from;
+    o.resume_required = true;
+  }
+  const int restarts = absl::GetFlag(FLAGS_max_restarts);
+  if (restarts < 0 || restarts > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_restarts ", restarts, " is not in [0, 100]"));
+  }
+  if (restarts > 0 && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_restarts ", restarts, " needs --checkpoint_dir (a restart resumes from it)"));
+  }
   return o;
 }
 
@@ -188,12 +233,59 @@ absl::Status WriteFile(absl::string_view flag, const std::string& path, const st
   return absl::OkStatus();
 }
 
+// CheckCheckpointDirectory: --checkpoint_dir is a directory this process may write
+// in, or can be made as one (its parent is).
+absl::Status CheckCheckpointDirectory(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  struct stat st;
+  std::string target = dir;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--checkpoint_dir ", dir, ": ", std::strerror(errno)));
+    }
+    const size_t slash = dir.find_last_of('/');
+    target = slash == std::string::npos ? "." : (slash == 0 ? "/" : dir.substr(0, slash));
+    if (::stat(target.c_str(), &st) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--checkpoint_dir ", dir, ": its parent ",
+                                                     target, ": ", std::strerror(errno)));
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_dir ", dir, ": ", target, " is not a directory"));
+  }
+  if (::access(target.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--checkpoint_dir ", dir, ": cannot write in ",
+                                                   target, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 // CheckPaths checks, before any rank starts, what the job will write: --trace and
 // --summary_json can be opened for writing, and each --nvme_dir is a directory this
 // process may write in. InvalidArgument naming the flag, the path and strerror.
 absl::Status CheckPaths(const TrainJobOptions& o) {
   LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--trace", absl::GetFlag(FLAGS_trace)));
   LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--summary_json", absl::GetFlag(FLAGS_summary_json)));
+  LOOM_RETURN_IF_ERROR(CheckCheckpointDirectory(o.checkpoint_dir));
+  // The checkpoint to resume from, before any rank starts: there is one (for
+  // --resume_from), it is readable, and it holds this model.
+  if (!o.resume_dir.empty()) {
+    const absl::string_view flag = o.resume_required ? "--resume_from " : "--resume ";
+    absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(o.resume_dir);
+    if (!reader.ok() && (o.resume_required || !absl::IsNotFound(reader.status()))) {
+      // Nothing to resume from is the command line's fault; a damaged checkpoint is not.
+      return absl::Status(absl::IsNotFound(reader.status()) ? absl::StatusCode::kInvalidArgument
+                                                            : reader.status().code(),
+                          absl::StrCat(flag, o.resume_dir, ": ", reader.status().message()));
+    }
+    if (reader.ok()) {
+      if (absl::Status s = reader->CheckModel(o.model); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(flag, o.resume_dir, ": ", s.message()));
+      }
+    }
+  }
   if (o.offload != OffloadKind::kNvme) return absl::OkStatus();
   for (absl::string_view dir : absl::StrSplit(o.nvme_dir, ':', absl::SkipEmpty())) {
     const std::string path(dir);
@@ -230,12 +322,32 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
   launch.job_id = absl::GetFlag(FLAGS_job_id);
   if (launch.job_id.empty()) launch.job_id = GenerateJobId();
-  const absl::StatusOr<LaunchResult> result = Launch(launch);
-  // The launcher removed the job's segments (/dev/shm/loom.<job_id>.*, every group's)
-  // and its directory.
+  // A restart resumes from the newest checkpoint of --checkpoint_dir (the later
+  // flags win over the user's own --resume_from).
+  RestartPolicy restarts;
+  restarts.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  restarts.restart_argv = launch.argv;
+  restarts.restart_argv.push_back("--resume");
+  restarts.restart_argv.push_back("--resume_from=");
+  restarts.on_restart = [&](int restart, const LaunchResult& failed) {
+    std::cerr << Describe(failed);
+    const absl::StatusOr<int64_t> step = LatestCheckpointStep(o.checkpoint_dir);
+    std::cerr << absl::StrFormat(
+        "train: restart %d of %d: rank %d %s; resuming from %s\n", restart, restarts.max_restarts,
+        failed.first_failed_rank.value_or(-1), failed.first_failure,
+        step.ok() ? absl::StrFormat("the checkpoint of step %d in %s", *step, o.checkpoint_dir)
+                  : std::string("step 0 (no checkpoint yet)"));
+  };
+  const absl::StatusOr<RestartedLaunch> result = LaunchWithRestarts(launch, restarts);
+  // The launcher removed each job's segments (/dev/shm/loom.<job_id>.*, every
+  // group's) and its directory.
   if (!result.ok()) return cli::Fail("train", result.status());
-  if (result->ExitCode() != 0) std::cerr << Describe(*result);
-  return result->ExitCode();
+  if (result->last.ExitCode() != 0) std::cerr << Describe(result->last);
+  if (result->restarts > 0) {
+    std::cerr << absl::StrFormat("train: %d restart%s\n", result->restarts,
+                                 result->restarts == 1 ? "" : "s");
+  }
+  return result->last.ExitCode();
 }
 
 // Run holds an MPI rank's session in `*mpi` so that main can end the job on a
@@ -268,6 +380,12 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   if (absl::Status s = ValidateHeartbeatTimeout(heartbeat_timeout, "--heartbeat_timeout");
       !s.ok()) {
     return s;
+  }
+  if (absl::GetFlag(FLAGS_max_restarts) > 0 && transport != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_restarts is for --transport shm (train "
+                     "restarts the processes it launches), not ",
+                     transport));
   }
   const int world = o.dp * o.tp * o.pp;
   const bool launches = (transport == "shm" && std::getenv("LOOM_JOB_ID") == nullptr) ||
@@ -370,6 +488,13 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       summary->sharded_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
       summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
       summary->tokens_per_second);
+  if (summary->resumed_from_step > 0) {
+    std::cout << absl::StrFormat("resumed from the checkpoint of step %d in %s\n",
+                                 summary->resumed_from_step, o.resume_dir);
+  }
+  if (!o.checkpoint_dir.empty()) {
+    std::cout << absl::StrFormat("checkpoint: step %d in %s\n", o.steps, o.checkpoint_dir);
+  }
   (void)exit_code;
   ReferenceComparison reference;
   double relative = 0;

@@ -381,7 +381,7 @@ absl::StatusOr<int64_t> LatestCheckpointStep(const std::string& dir) {
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) {
       return absl::NotFoundError(
-          absl::StrCat("checkpoint: no checkpoint in ", dir, " (no ", path, ")"));
+          absl::StrCat("checkpoint: no checkpoint in ", dir, " (no LATEST)"));
     }
     return text.status();
   }

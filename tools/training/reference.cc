@@ -25,6 +25,11 @@ absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& 
   one.offload = OffloadKind::kNone;
   one.nvme_dir.clear();
   one.schedule = PipelineScheduleKind::kGPipe;
+  // From scratch, saving nothing: the reference of the whole run.
+  one.checkpoint_dir.clear();
+  one.checkpoint_every = 0;
+  one.resume_dir.clear();
+  one.testing_halt_after_step = 0;
   // The same global batch: dp ranks' microbatches, one after another.
   one.microbatches = options.microbatches * options.dp;
   LOOM_ASSIGN_OR_RETURN(const TrainSummary reference, RunTrainJob(one, nullptr));

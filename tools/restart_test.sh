@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Elastic restart, end to end, with real processes and a real SIGKILL (issue 22):
+# a 3-rank shm job with --checkpoint_every=K and --max_restarts=2 loses a rank at a
+# random step; train restarts the job by itself from the newest checkpoint, loses
+# at most K steps, finishes, and its final checkpoint (parameters, AdamW moments) is
+# byte for byte the uninterrupted run's. Nothing of either job is left behind.
+# Also: the checkpoint flags' bad input, one line each.
+set -euo pipefail
+TRAIN="$1"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+dir="$(mktemp -d "${TEST_TMPDIR:-/tmp}/restart.XXXXXX")"
+tag="loom-restart-$$-$RANDOM"
+# The processes of this test's jobs: tagged through the environment, which ranks
+# inherit (they run as /proc/self/exe, another path than $TRAIN).
+tagged() {
+  local f
+  for f in /proc/[0-9]*/environ; do
+    local env
+    env="$(tr '\0' '\n' 2>/dev/null <"$f")" || continue
+    grep -qx "LOOM_RESTART_TEST=$tag" <<<"$env" || continue
+    [[ -z "${1:-}" ]] || grep -qx "$1" <<<"$env" || continue
+    f="${f#/proc/}"
+    echo "${f%/environ}"
+  done
+}
+cleanup() {
+  for p in $(tagged); do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+STEPS=60
+K=10
+job=(--transport=shm --dp=3 --tp=1 --pp=1 --microbatches=2 --steps=$STEPS
+     --checkpoint_every=$K --nocompare_reference --heartbeat_timeout=10s)
+
+LOOM_RESTART_TEST="$tag" "$TRAIN" "${job[@]}" --checkpoint_dir="$dir/whole" >"$dir/whole.log" 2>&1 \
+    || fail "the uninterrupted run failed: $(cat "$dir/whole.log")"
+
+# The run to break: a rank dies by SIGKILL once the job has passed a random step.
+victim=$((RANDOM % 3))
+at=$((K + 5 + RANDOM % (STEPS - 2 * K - 5)))
+LOOM_RESTART_TEST="$tag" "$TRAIN" "${job[@]}" --checkpoint_dir="$dir/broken" --max_restarts=2 \
+    >"$dir/broken.out" 2>"$dir/broken.err" &
+parent=$!
+rank_pid() { tagged "LOOM_RANK=$victim" | head -1; }
+killed_after=""
+for _ in $(seq 1 1200); do
+  last="$(awk '/^step / { s = $2 } END { print s + 0 }' "$dir/broken.out")"
+  if (( last >= at )); then
+    pid="$(rank_pid)"
+    [[ -n "$pid" ]] || fail "rank $victim not found at step $last"
+    kill -9 "$pid"
+    killed_after="$last"
+    break
+  fi
+  kill -0 "$parent" 2>/dev/null || break
+  sleep 0.05
+done
+[[ -n "$killed_after" ]] || fail "the job ended before step $at: $(cat "$dir/broken.out" "$dir/broken.err")"
+status=0
+wait "$parent" || status=$?
+[[ "$status" == 0 ]] || fail "the restarted job exited $status: $(cat "$dir/broken.err")"
+grep -q "^launch: rank $victim (pid [0-9]*) killed by signal 9 (Killed)$" "$dir/broken.err" \
+    || fail "the report does not name rank $victim: $(cat "$dir/broken.err")"
+grep -q "^train: restart 1 of 2: rank $victim killed by signal 9 (Killed); resuming from the checkpoint of step " \
+    "$dir/broken.err" || fail "no restart line: $(cat "$dir/broken.err")"
+grep -q '^train: 1 restart$' "$dir/broken.err" || fail "one restart expected: $(cat "$dir/broken.err")"
+resumed="$(sed -n 's/^resumed from the checkpoint of step \([0-9]*\) in .*/\1/p' "$dir/broken.out")"
+[[ -n "$resumed" ]] || fail "no resume line: $(cat "$dir/broken.out")"
+# The first run's last reported step: the last before the second run's header. (The
+# kill lands a step or two after the poll saw step $killed_after, and a checkpoint
+# commits before its step is printed.)
+reached="$(awk '/^train: dp=/ { if (++runs == 2) exit } /^step / { s = $2 } END { print s + 0 }' \
+    "$dir/broken.out")"
+# Steps lost: those the killed run finished after its last checkpoint, at most K.
+(( resumed % K == 0 && resumed <= reached + 1 && reached - resumed <= K && reached >= killed_after )) \
+    || fail "resumed at step $resumed; the killed run reported step $reached (K=$K)"
+grep -q "^step   $STEPS " "$dir/broken.out" || fail "the restarted job did not finish"
+final="$dir/whole/step-$(printf %08d $STEPS)"
+for f in "$final"/*; do
+  cmp -s "$f" "$dir/broken/step-$(printf %08d $STEPS)/$(basename "$f")" \
+      || fail "$(basename "$f") differs from the uninterrupted run's"
+done
+echo "rank $victim killed after step $reached, resumed from step $resumed: final state bitwise equal"
+
+# Nothing of the jobs is left: no process, no shared-memory segment.
+sleep 0.2
+leftover="$(tagged)"
+[[ -z "$leftover" ]] || fail "processes of the job still run: $leftover"
+if ls /dev/shm 2>/dev/null | grep -q "^loom\..*"; then
+  # Other tests may run beside this one: only complain about this job's segments.
+  for seg in /dev/shm/loom.*; do
+    [[ -e "$seg" ]] || continue
+    grep -q "$(basename "$seg" | cut -d. -f2)" "$dir/broken.err" && fail "leftover $seg"
+  done
+fi
+
+expect_error() {
+  local want="$1"; shift
+  local err status=0
+  err="$("$TRAIN" "$@" 2>&1 >/dev/null)" || status=$?
+  [[ "$status" == 2 ]] || fail "$* exited $status, expected 2: $err"
+  [[ "$(wc -l <<<"$err")" == 1 ]] || fail "$*: one line expected: $err"
+  grep -qF -- "$want" <<<"$err" || fail "$*: expected '$want' in: $err"
+}
+expect_error "--checkpoint_every 5 needs --checkpoint_dir" --checkpoint_every=5
+expect_error "--checkpoint_every -1 must be >= 0" --checkpoint_every=-1 --checkpoint_dir="$dir/x"
+expect_error "--keep_checkpoints 0 must be >= 1" --keep_checkpoints=0 --checkpoint_dir="$dir/x"
+expect_error "--resume needs --checkpoint_dir" --resume
+expect_error "--max_restarts 1 needs --checkpoint_dir" --max_restarts=1
+expect_error "--max_restarts is for --transport shm" --max_restarts=1 --checkpoint_dir="$dir/x"
+expect_error "--resume_from $dir/none: checkpoint: no checkpoint in" --resume_from="$dir/none"
+expect_error "--checkpoint_dir /nonexistent/a/b: its parent /nonexistent/a" \
+    --checkpoint_dir=/nonexistent/a/b
+err="$("$TRAIN" --resume_from="$dir/whole" --hidden=128 --steps=70 2>&1 >/dev/null)" && fail "another model resumed"
+[[ "$err" == "train: --resume_from $dir/whole: the checkpoint's model has hidden 64, this job's 128" ]] \
+    || fail "model mismatch: $err"
+echo PASS
