@@ -19,6 +19,26 @@ for key in final_loss reference_final_loss max_abs_param_diff peak_model_state_b
 done
 grep -q '"steps": 4,' "$dir/summary.json" || fail "steps in summary"
 
+# A schedule, a metrics file and its plot; a resumed run logs each step once.
+out="$("$TRAIN" --steps=4 --warmup_steps=2 --lr=0.004 --lr_min=0.001 --metrics="$dir/m.jsonl" \
+       --plot="$dir/loss.svg" --checkpoint_dir="$dir/ck" --checkpoint_every=2 --nocompare_reference)"
+grep -q "^metrics: $dir/m.jsonl$" <<<"$out" || fail "metrics line: $out"
+[[ "$(wc -l <"$dir/m.jsonl")" == 4 ]] || fail "four metrics lines: $(cat "$dir/m.jsonl")"
+number='-?[0-9][0-9.e+-]*'
+line_re="^\\{\"step\":[0-9]+,\"loss\":$number,(\"eval_loss\":$number,)?\"lr\":$number,\"tokens_per_second\":$number,\"bytes_sent\":[0-9]+,\"seconds\":$number\\}$"
+while IFS= read -r line; do
+  [[ "$line" =~ $line_re ]] || fail "metrics line does not parse: $line"
+done <"$dir/m.jsonl"
+grep -q '^{"step":1,.*"lr":0.00200000009' "$dir/m.jsonl" || fail "warm-up lr: $(head -1 "$dir/m.jsonl")"
+grep -q '^{"step":4,.*"lr":0.00100000004' "$dir/m.jsonl" || fail "lr_min at the end: $(tail -1 "$dir/m.jsonl")"
+head -c 4 "$dir/loss.svg" | grep -q '<svg' || fail "plot is not an SVG"
+grep -q '<polyline' "$dir/loss.svg" || fail "plot has no curve"
+out="$("$TRAIN" --steps=6 --warmup_steps=2 --lr=0.004 --lr_min=0.001 --metrics="$dir/m.jsonl" \
+       --checkpoint_dir="$dir/ck" --resume --nocompare_reference)"
+grep -q '^resumed from the checkpoint of step 4 in ' <<<"$out" || fail "resume: $out"
+[[ "$(grep -o '"step":[0-9]*' "$dir/m.jsonl" | tr '\n' ' ')" == '"step":1 "step":2 "step":3 "step":4 "step":5 "step":6 ' ]] \
+    || fail "metrics steps after resume: $(cat "$dir/m.jsonl")"
+
 expect_error() {
   local want="$1"; shift
   local err status=0
@@ -38,6 +58,8 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "text loss did 
 relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
 awk -v r="$relative" 'BEGIN { exit !(r < 1e-4) }' || fail "text run differs from one rank by $relative"
 
+expect_error "--warmup_steps 9" --steps=4 --warmup_steps=9
+expect_error "--lr_min 0.5" --lr_min=0.5
 expect_error "--layers 4 is not divisible by the 3 pipeline stages" --pp=3
 expect_error "--microbatches 1 is fewer than --pp 2" --microbatches=1
 expect_error "--offload disk is not none, cpu or nvme" --offload=disk

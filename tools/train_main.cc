@@ -49,7 +49,10 @@
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
+#include "tools/training/atomic_file.h"
 #include "tools/training/job_checkpoint.h"
+#include "tools/training/loss_plot.h"
+#include "tools/training/metrics_log.h"
 #include "tools/training/reference.h"
 #include "tools/training/train_job.h"
 #include "topology/parallel_config.h"
@@ -86,6 +89,16 @@ ABSL_FLAG(int64_t, heads, 4, "Attention heads.");
 ABSL_FLAG(int64_t, layers, 4, "Transformer blocks.");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate.");
 ABSL_FLAG(double, adam_eps, 1e-6, "AdamW epsilon.");
+ABSL_FLAG(int64_t, warmup_steps, 0, "Linear learning-rate warm-up over this many steps.");
+ABSL_FLAG(std::optional<double>, lr_min, std::nullopt,
+          "Cosine decay from --lr (after the warm-up) to this rate at the last step; unset: no "
+          "decay.");
+ABSL_FLAG(std::string, metrics, "",
+          "Append one JSON line per step to FILE: step, loss, eval_loss, lr, tokens_per_second, "
+          "bytes_sent, seconds (a resumed run first drops the lines it will log again).");
+ABSL_FLAG(std::string, plot, "",
+          "Write the loss curve (and the eval loss) as an SVG to FILE at the end (from --metrics "
+          "when given, so a resumed run plots the whole run).");
 ABSL_FLAG(uint64_t, seed, 1, "Model seed.");
 ABSL_FLAG(bool, compare_reference, true,
           "Also train on one rank and report the largest parameter difference.");
@@ -176,6 +189,10 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.model.seed = absl::GetFlag(FLAGS_seed);
   o.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.adam_eps = static_cast<float>(absl::GetFlag(FLAGS_adam_eps));
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  if (const std::optional<double> lr_min = absl::GetFlag(FLAGS_lr_min); lr_min.has_value()) {
+    o.lr_min = static_cast<float>(*lr_min);
+  }
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   o.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
@@ -268,6 +285,8 @@ absl::Status CheckCheckpointDirectory(const std::string& dir) {
 absl::Status CheckPaths(const TrainJobOptions& o) {
   LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--trace", absl::GetFlag(FLAGS_trace)));
   LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--summary_json", absl::GetFlag(FLAGS_summary_json)));
+  LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--metrics", absl::GetFlag(FLAGS_metrics)));
+  LOOM_RETURN_IF_ERROR(cli::CheckOutputPath("--plot", absl::GetFlag(FLAGS_plot)));
   LOOM_RETURN_IF_ERROR(CheckCheckpointDirectory(o.checkpoint_dir));
   // The checkpoint to resume from, before any rank starts: there is one (for
   // --resume_from), it is readable, and it holds this model.
@@ -446,7 +465,32 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         absl::GetFlag(FLAGS_offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
         o.model.ToString());
   }
-  auto print_step = [](const StepReport& r) { std::cout << r.ToString() << "\n" << std::flush; };
+  // --metrics: rank 0's file, one line per step. A resumed run first drops the
+  // lines of the steps it is about to train again.
+  std::optional<MetricsLog> metrics;
+  absl::Status metrics_status;
+  std::vector<MetricsLine> lines;
+  const absl::Time run_start = absl::Now();
+  if (const std::string path = absl::GetFlag(FLAGS_metrics); prints && !path.empty()) {
+    absl::StatusOr<int64_t> resumed_at = absl::NotFoundError("no resume");
+    if (!o.resume_dir.empty()) resumed_at = LatestCheckpointStep(o.resume_dir);
+    absl::StatusOr<MetricsLog> log =
+        resumed_at.ok() ? MetricsLog::OpenForResume(path, *resumed_at + 1) : MetricsLog::Open(path);
+    if (!log.ok()) return log.status();
+    metrics.emplace(std::move(*log));
+  }
+  auto print_step = [&](const StepReport& r) {
+    std::cout << r.ToString() << "\n" << std::flush;
+    MetricsLine line;
+    line.step = r.step;
+    line.loss = r.loss;
+    line.lr = r.lr;
+    line.tokens_per_second = r.tokens_per_second;
+    line.bytes_sent = r.comm_bytes;
+    line.seconds = absl::ToDoubleSeconds(absl::Now() - run_start);
+    lines.push_back(line);
+    if (metrics.has_value() && metrics_status.ok()) metrics_status = metrics->Append(line);
+  };
   absl::StatusOr<TrainSummary> summary;
   // Threads with --offload nvme: a job directory of this process's own, and a
   // janitor that removes it and the offload directories if this process is killed.
@@ -508,6 +552,31 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "reference (1 rank, same seed and batch): final loss %.4f, largest parameter "
         "difference %.3g (%.3g of the largest parameter)\n",
         reference.reference_final_loss, reference.max_abs_param_diff, relative);
+  }
+  if (!metrics_status.ok()) return metrics_status;
+  if (const std::string path = absl::GetFlag(FLAGS_metrics); !path.empty()) {
+    std::cout << "metrics: " << path << "\n";
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_plot); !path.empty()) {
+    // The whole run, earlier runs of it included, when the metrics file has it.
+    if (metrics.has_value()) {
+      absl::StatusOr<std::vector<MetricsLine>> all = ReadMetricsFile(absl::GetFlag(FLAGS_metrics));
+      if (!all.ok()) return all.status();
+      lines = std::move(*all);
+    }
+    LossPlotOptions plot;
+    plot.title =
+        absl::StrFormat("train %s  dp=%d tp=%d pp=%d", o.model.ToString(), o.dp, o.tp, o.pp);
+    plot.reference_lines.push_back({"uniform guess log V", summary->uniform_loss});
+    if (summary->entropy_rate > 0) {
+      plot.reference_lines.push_back({"the chain's entropy rate", summary->entropy_rate});
+    }
+    absl::StatusOr<std::string> svg = LossPlotSvg(lines, plot);
+    if (!svg.ok()) return svg.status();
+    if (absl::Status s = WriteFileAtomically(path, *svg); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--plot: ", s.message()));
+    }
+    std::cout << "plot: " << path << "\n";
   }
   if (const std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
     if (absl::Status s = WriteFile("--trace", path, summary->trace_json); !s.ok()) return s;

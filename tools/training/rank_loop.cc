@@ -215,6 +215,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     line.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     line.tokens_per_second = static_cast<double>(setup.tokens_per_step) / line.seconds;
     line.checkpoint_seconds = checkpoint_seconds;
+    line.lr = ScheduleOf(options).LrAt(step + 1);
     summary->steps.push_back(line);
     if (on_step) on_step(line);
     if (halts) return Halted(step + 1);

@@ -9,14 +9,20 @@
 
 #include "core/half.h"
 #include "core/status_macros.h"
+#include "tools/training/lr_schedule.h"
 #include "zero3/partition.h"
 #include "zero3/zero3_engine.h"
 
 namespace loom {
 
+LrSchedule ScheduleOf(const TrainJobOptions& options) {
+  return LrSchedule{options.lr, options.lr_min.value_or(options.lr), options.warmup_steps,
+                    options.steps};
+}
+
 AdamWHyper AdamWHyperAt(const TrainJobOptions& options, int64_t step) {
   AdamWHyper hyper;
-  hyper.lr = options.lr;
+  hyper.lr = ScheduleOf(options).LrAt(step);
   hyper.weight_decay = options.weight_decay;
   hyper.eps = options.adam_eps;
   hyper.step = step;

@@ -32,6 +32,7 @@
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
 #include "tools/gpt/gpt_parameter.h"
+#include "tools/training/lr_schedule.h"
 #include "tools/training/train_options.h"
 
 namespace loom {
@@ -86,6 +87,10 @@ absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobO
                                                                  std::vector<GptParameter> params,
                                                                  Communicator* dp, DiskTier* disk,
                                                                  const std::string& disk_prefix);
+
+// ScheduleOf: the job's learning-rate schedule (constant `lr` unless warm-up or
+// lr_min ask otherwise).
+LrSchedule ScheduleOf(const TrainJobOptions& options);
 
 // AdamWHyperAt: the AdamW hyperparameters of step `step` (from 1).
 AdamWHyper AdamWHyperAt(const TrainJobOptions& options, int64_t step);

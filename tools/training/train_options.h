@@ -5,6 +5,7 @@
 #define LOOM_TOOLS_TRAINING_TRAIN_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct TrainJobOptions {
   DType dtype = DType::kF32;  // f32 or bf16 (bf16: zero 1, 2 or 3)
   Recompute recompute = Recompute::kNone;
   float lr = 3e-3f;
+  // The schedule (tools/training/lr_schedule.h): linear warm-up over
+  // `warmup_steps`, then cosine decay to `lr_min` at the last step; without lr_min
+  // the rate stays `lr` after the warm-up.
+  int64_t warmup_steps = 0;
+  std::optional<float> lr_min;
   float weight_decay = 0.0f;
   // AdamW's epsilon. 1e-6 rather than PyTorch's 1e-8: a gradient that is zero up
   // to rounding noise (1e-11, where summation orders differ between parallel
@@ -76,6 +82,7 @@ struct StepReport {
   // (the pipeline's activations and gradients between stages are not counted).
   int64_t comm_bytes = 0;
   double checkpoint_seconds = 0;  // the save after this step (within `seconds`), if any
+  double lr = 0;                  // the learning rate of the step
   std::string ToString() const;
 };
 

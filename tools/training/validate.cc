@@ -9,6 +9,7 @@
 #include "core/checked_size.h"
 #include "core/status_macros.h"
 #include "pipeline/generators.h"
+#include "tools/training/rank_optimizer.h"
 
 namespace loom {
 
@@ -130,6 +131,7 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         absl::StrCat("--lr ", o.lr, " must be a finite number >= 0 (as a float)"));
   }
+  if (absl::Status s = ScheduleOf(o).Validate(); !s.ok()) return s;
   if (!std::isfinite(o.adam_eps) || o.adam_eps <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--adam_eps ", o.adam_eps, " must be a finite number > 0 (as a float)"));
