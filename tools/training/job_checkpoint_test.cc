@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -176,6 +177,36 @@ TEST(JobCheckpointTest, AFailureDuringASaveKeepsThePreviousCheckpoint) {
     EXPECT_THAT(LatestCheckpointStep(dir), IsOkAndHolds(2));
     ExpectLoads(dir, 2);
     // The next save of that step replaces the stale, uncommitted directory.
+    LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 4, {}));
+    ExpectLoads(dir, 4);
+  }
+}
+
+// A real crash: a child process saving step 4 dies (_exit, no cleanup) right after
+// writing each file of the save in turn. Every time the previous checkpoint stays
+// committed and loads whole, and the next save of step 4 replaces the debris.
+TEST(JobCheckpointTest, AProcessKilledDuringASaveLeavesThePreviousCheckpoint) {
+  for (const char* victim : {"rank-00000.bin", "MANIFEST", "LATEST"}) {
+    SCOPED_TRACE(victim);
+    const std::string dir = FreshDir();
+    LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 2, {}));
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      JobCheckpointOptions dying;
+      dying.testing_after_write = [victim](absl::string_view temp) {
+        if (absl::StrContains(temp, victim)) _exit(9);
+        return absl::OkStatus();
+      };
+      SaveOnTwoTpRanks(dir, 4, dying).IgnoreError();
+      _exit(0);  // not reached when the hook fires
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 9) << "the save never reached " << victim;
+    EXPECT_THAT(LatestCheckpointStep(dir), IsOkAndHolds(2));
+    ExpectLoads(dir, 2);
     LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 4, {}));
     ExpectLoads(dir, 4);
   }
