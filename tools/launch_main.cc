@@ -101,11 +101,12 @@ int main(int argc, char** argv) {
     return loom::cli::Fail("launch", absl::InvalidArgumentError(absl::StrCat(
                                          "--max_restarts ", restarts_flag, " is not in [0, 100]")));
   }
-  restarts.on_restart = [&](int restart, const loom::LaunchResult& failed) {
+  restarts.on_restart = [&](int restart, const loom::LaunchResult& failed, loom::LaunchOptions*) {
     std::cerr << loom::Describe(failed)
               << absl::StrFormat("launch: restart %d of %d after rank %d %s\n", restart,
                                  restarts.max_restarts, failed.first_failed_rank.value_or(-1),
                                  failed.first_failure);
+    return true;
   };
   const absl::StatusOr<loom::RestartedLaunch> restarted =
       loom::LaunchWithRestarts(*options, restarts);

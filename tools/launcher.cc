@@ -709,8 +709,8 @@ absl::StatusOr<RestartedLaunch> LaunchWithRestarts(const LaunchOptions& options,
   LaunchOptions again = options;
   if (!policy.restart_argv.empty()) again.argv = policy.restart_argv;
   while (out.restarts < policy.max_restarts && Restartable(out.last)) {
+    if (policy.on_restart && !policy.on_restart(out.restarts + 1, out.last, &again)) break;
     ++out.restarts;
-    if (policy.on_restart) policy.on_restart(out.restarts, out.last);
     LOOM_ASSIGN_OR_RETURN(out.last, Launch(again));
   }
   return out;

@@ -172,8 +172,11 @@ struct RestartPolicy {
   int max_restarts = 0;  // >= 0
   // The command line of every restart (e.g. with a resume flag); empty: the same.
   std::vector<std::string> restart_argv;
-  // Called before restart `restart` (from 1) with the failed job's result.
-  std::function<void(int restart, const LaunchResult& failed)> on_restart;
+  // Called before restart `restart` (from 1) with the failed job's result and the
+  // options the restart will run with (restart_argv applied), which it may change
+  // (say, fewer ranks when the failed rank's host is gone). Returning false ends
+  // the job with the failure instead. Unset: every restart runs as is.
+  std::function<bool(int restart, const LaunchResult& failed, LaunchOptions* next)> on_restart;
 };
 
 // Restartable: whether a restart of a job that ended as `result` could succeed: a
@@ -189,9 +192,9 @@ struct RestartedLaunch {
 };
 
 // LaunchWithRestarts runs Launch(options) and then, while the job ended Restartable
-// and restarts remain, calls policy.on_restart and runs it again (with
-// policy.restart_argv, if any). Errors as Launch's, and InvalidArgument for a
-// negative max_restarts.
+// and restarts remain, asks policy.on_restart and runs it again (with
+// policy.restart_argv, if any, and what on_restart changed). Errors as Launch's, and
+// InvalidArgument for a negative max_restarts.
 absl::StatusOr<RestartedLaunch> LaunchWithRestarts(const LaunchOptions& options,
                                                    const RestartPolicy& policy);
 

@@ -209,10 +209,12 @@ TEST(LaunchRestartTest, RestartsAKilledJobUpToTheLimit) {
     RestartPolicy policy;
     policy.max_restarts = limit;
     std::vector<int> seen;
-    policy.on_restart = [&](int restart, const LaunchResult& failed) {
+    policy.on_restart = [&](int restart, const LaunchResult& failed, LaunchOptions* next) {
       seen.push_back(restart);
       EXPECT_EQ(failed.first_failed_rank, 1);
       EXPECT_TRUE(Restartable(failed));
+      EXPECT_EQ(next->num_ranks, 2);
+      return true;
     };
     LOOM_ASSERT_OK_AND_ASSIGN(const RestartedLaunch result, LaunchWithRestarts(options, policy));
     EXPECT_EQ(result.restarts, std::min(limit, 2));
@@ -221,12 +223,40 @@ TEST(LaunchRestartTest, RestartsAKilledJobUpToTheLimit) {
   }
 }
 
+// on_restart may change the restart (here: one rank fewer, as when a host is lost)
+// or refuse it.
+TEST(LaunchRestartTest, ARestartMayRunWithFewerRanksOrNotAtAll) {
+  const std::string counter = absl::StrCat(TestDir(), "/ranks.fewer");
+  unlink(counter.c_str());
+  // Fails while it has 3 ranks; each rank records the world size it saw.
+  const LaunchOptions options = Shell(
+      3, "echo \"$LOOM_WORLD_SIZE\" >> \"$1\"; [ \"$LOOM_WORLD_SIZE\" -lt 3 ] || exit 1", counter);
+  RestartPolicy policy;
+  policy.max_restarts = 2;
+  policy.on_restart = [](int, const LaunchResult&, LaunchOptions* next) {
+    next->num_ranks -= 1;
+    return true;
+  };
+  LOOM_ASSERT_OK_AND_ASSIGN(const RestartedLaunch fewer, LaunchWithRestarts(options, policy));
+  EXPECT_EQ(fewer.restarts, 1);
+  EXPECT_EQ(fewer.last.ExitCode(), 0);
+  EXPECT_EQ(fewer.last.ranks.size(), 2u);
+  EXPECT_EQ(ReadFile(counter), "3\n3\n3\n2\n2\n");
+  policy.on_restart = [](int, const LaunchResult&, LaunchOptions*) { return false; };
+  LOOM_ASSERT_OK_AND_ASSIGN(const RestartedLaunch refused, LaunchWithRestarts(options, policy));
+  EXPECT_EQ(refused.restarts, 0);
+  EXPECT_EQ(refused.last.ExitCode(), 1);
+}
+
 // A usage error (exit 2) and a job that succeeded are never restarted.
 TEST(LaunchRestartTest, UsageErrorsAndSuccessAreNotRestarted) {
   RestartPolicy policy;
   policy.max_restarts = 3;
   int restarts = 0;
-  policy.on_restart = [&](int, const LaunchResult&) { ++restarts; };
+  policy.on_restart = [&](int, const LaunchResult&, LaunchOptions*) {
+    ++restarts;
+    return true;
+  };
   LOOM_ASSERT_OK_AND_ASSIGN(RestartedLaunch usage, LaunchWithRestarts(Shell(2, "exit 2"), policy));
   EXPECT_EQ(usage.last.ExitCode(), 2);
   LOOM_ASSERT_OK_AND_ASSIGN(RestartedLaunch fine, LaunchWithRestarts(Shell(2, "exit 0"), policy));

@@ -13,14 +13,13 @@ tag="loom-restart-$$-$RANDOM"
 # The processes of this test's jobs: tagged through the environment, which ranks
 # inherit (they run as /proc/self/exe, another path than $TRAIN).
 tagged() {
-  local f
-  for f in /proc/[0-9]*/environ; do
-    local env
-    env="$(tr '\0' '\n' 2>/dev/null <"$f")" || continue
-    grep -qx "LOOM_RESTART_TEST=$tag" <<<"$env" || continue
-    [[ -z "${1:-}" ]] || grep -qx "$1" <<<"$env" || continue
-    f="${f#/proc/}"
-    echo "${f%/environ}"
+  # One grep over every environment (a process per /proc entry would take seconds on
+  # a busy machine, long enough for the job to run past the step to break).
+  local pid
+  for pid in $(grep -lsx --null -z "LOOM_RESTART_TEST=$tag" /proc/[0-9]*/environ 2>/dev/null |
+               tr '\0' '\n' | sed -E 's|/proc/([0-9]+)/environ|\1|'); do
+    [[ -z "${1:-}" ]] || tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "$1" || continue
+    echo "$pid"
   done
 }
 cleanup() {
@@ -44,13 +43,26 @@ LOOM_RESTART_TEST="$tag" "$TRAIN" "${job[@]}" --checkpoint_dir="$dir/broken" --m
     >"$dir/broken.out" 2>"$dir/broken.err" &
 parent=$!
 rank_pid() { tagged "LOOM_RANK=$victim" | head -1; }
+# kill_rank kills rank $victim: the first tagged process with its rank, found again
+# if the one found was gone by the time of the kill.
+kill_rank() {
+  local pid
+  for _ in 1 2 3 4 5; do
+    pid="$(rank_pid)"
+    [[ -n "$pid" ]] || { sleep 0.05; continue; }
+    if kill -9 "$pid" 2>/dev/null; then
+      echo "$pid"
+      return 0
+    fi
+    echo "note: rank $victim as pid $pid was gone at the kill; $(ps -o pid,ppid,args -p "$pid" 2>&1 | tail -1)" >&2
+  done
+  return 1
+}
 killed_after=""
 for _ in $(seq 1 1200); do
   last="$(awk '/^step / { s = $2 } END { print s + 0 }' "$dir/broken.out")"
   if (( last >= at )); then
-    pid="$(rank_pid)"
-    [[ -n "$pid" ]] || fail "rank $victim not found at step $last"
-    kill -9 "$pid"
+    kill_rank >/dev/null || fail "rank $victim not found at step $last"
     killed_after="$last"
     break
   fi
@@ -96,6 +108,40 @@ if ls /dev/shm 2>/dev/null | grep -q "^loom\..*"; then
   done
 fi
 
+# --elastic_dp: the failed rank's host counts as lost; the job continues at dp 2
+# with 3 microbatches per replica (the same global batch of 6) from the checkpoint,
+# and ends where the uninterrupted dp-3 run ends, up to the rounding of another
+# summation order.
+victim=$((RANDOM % 3))
+at=$((K + 5 + RANDOM % (STEPS - 2 * K - 5)))
+LOOM_RESTART_TEST="$tag" "$TRAIN" "${job[@]}" --checkpoint_dir="$dir/elastic" --max_restarts=1 \
+    --elastic_dp >"$dir/elastic.out" 2>"$dir/elastic.err" &
+parent=$!
+killed=""
+for _ in $(seq 1 1200); do
+  last="$(awk '/^step / { s = $2 } END { print s + 0 }' "$dir/elastic.out")"
+  if (( last >= at )); then
+    kill_rank >/dev/null || fail "elastic: rank $victim not found"
+    killed=1
+    break
+  fi
+  kill -0 "$parent" 2>/dev/null || break
+  sleep 0.05
+done
+[[ -n "$killed" ]] || fail "elastic: the job ended before step $at"
+status=0
+wait "$parent" || status=$?
+[[ "$status" == 0 ]] || fail "the elastic job exited $status: $(cat "$dir/elastic.err")"
+grep -q "^train: restart 1 of 1: rank $victim killed by signal 9 (Killed); resuming from the checkpoint of step [0-9]* in .* at dp 2 (3 microbatches, 2 ranks)$" \
+    "$dir/elastic.err" || fail "elastic restart line: $(cat "$dir/elastic.err")"
+grep -q '^train: dp=2 tp=1 pp=1 (2 processes over shm), schedule 1f1b, 3 microbatches' "$dir/elastic.out" \
+    || fail "the restart does not run at dp 2: $(grep '^train:' "$dir/elastic.out")"
+whole_loss="$(sed -n 's/^final loss \([0-9.]*\) .*/\1/p' "$dir/whole.log")"
+elastic_loss="$(sed -n 's/^final loss \([0-9.]*\) .*/\1/p' "$dir/elastic.out")"
+awk -v a="$whole_loss" -v b="$elastic_loss" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 2e-3) }' \
+    || fail "elastic run ends at loss $elastic_loss, the uninterrupted one at $whole_loss"
+echo "elastic: rank $victim killed, continued at dp 2; final loss $elastic_loss (uninterrupted $whole_loss)"
+
 expect_error() {
   local want="$1"; shift
   local err status=0
@@ -110,6 +156,7 @@ expect_error "--keep_checkpoints 0 must be >= 1" --keep_checkpoints=0 --checkpoi
 expect_error "--resume needs --checkpoint_dir" --resume
 expect_error "--max_restarts 1 needs --checkpoint_dir" --max_restarts=1
 expect_error "--max_restarts is for --transport shm" --max_restarts=1 --checkpoint_dir="$dir/x"
+expect_error "--elastic_dp needs --max_restarts" --elastic_dp
 expect_error "--resume_from $dir/none: checkpoint: no checkpoint in" --resume_from="$dir/none"
 expect_error "--checkpoint_dir /nonexistent/a/b: its parent /nonexistent/a" \
     --checkpoint_dir=/nonexistent/a/b

@@ -28,6 +28,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -128,6 +129,13 @@ ABSL_FLAG(int, max_restarts, 0,
           "With --transport=shm: when a rank fails (killed, crashed, stopped responding), stop "
           "the job and start it again from the latest checkpoint, up to this many times. Needs "
           "--checkpoint_dir.");
+ABSL_FLAG(bool, elastic_dp, false,
+          "With --max_restarts: a restart treats the failed rank's host as lost and continues "
+          "with fewer data-parallel replicas (the largest dp below the current one that keeps "
+          "the global batch, dp x microbatches, whole), from the mesh-independent checkpoint.");
+ABSL_FLAG(int, min_ranks, 1,
+          "With --elastic_dp: a restart that would leave fewer ranks than this ends the job "
+          "instead.");
 ABSL_FLAG(std::string, job_id, "",
           "With --transport=shm: the job's id, 1 to 64 characters from [A-Za-z0-9_-]; its "
           "segments are /dev/shm/loom.<id>-<dimension><group>.*. Empty makes a unique one.");
@@ -216,6 +224,9 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   if (restarts < 0 || restarts > 100) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_restarts ", restarts, " is not in [0, 100]"));
+  }
+  if (absl::GetFlag(FLAGS_elastic_dp) && restarts == 0) {
+    return absl::InvalidArgumentError("--elastic_dp needs --max_restarts (it acts on restarts)");
   }
   if (restarts > 0 && o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -324,6 +335,18 @@ absl::Status CheckPaths(const TrainJobOptions& o) {
   return absl::OkStatus();
 }
 
+// SmallerDataParallel: the largest dp' < dp whose replicas split the global batch
+// (dp x microbatches) evenly into at least `pp` microbatches each, with that count.
+std::optional<std::pair<int, int64_t>> SmallerDataParallel(int dp, int64_t microbatches, int pp) {
+  const int64_t global = int64_t{dp} * microbatches;
+  for (int smaller = dp - 1; smaller >= 1; --smaller) {
+    if (global % smaller == 0 && global / smaller >= pp) {
+      return std::make_pair(smaller, global / smaller);
+    }
+  }
+  return std::nullopt;
+}
+
 // Launch runs the job as processes: this binary again, once per rank, with the
 // same arguments; returns the exit code (a failing rank's, named on stderr).
 int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
@@ -348,14 +371,39 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   restarts.restart_argv = launch.argv;
   restarts.restart_argv.push_back("--resume");
   restarts.restart_argv.push_back("--resume_from=");
-  restarts.on_restart = [&](int restart, const LaunchResult& failed) {
+  int dp = o.dp;
+  int64_t microbatches = o.microbatches;
+  restarts.on_restart = [&](int restart, const LaunchResult& failed, LaunchOptions* next) {
     std::cerr << Describe(failed);
+    std::string mesh;
+    if (absl::GetFlag(FLAGS_elastic_dp)) {
+      // The failed rank's host is gone: fewer dp replicas, the same global batch.
+      const std::optional<std::pair<int, int64_t>> smaller =
+          SmallerDataParallel(dp, microbatches, o.pp);
+      const int min_ranks = absl::GetFlag(FLAGS_min_ranks);
+      if (!smaller.has_value() || smaller->first * o.tp * o.pp < min_ranks) {
+        std::cerr << absl::StrFormat(
+            "train: no restart: --elastic_dp has no smaller dp for dp %d x %d microbatches "
+            "with at least --min_ranks %d ranks\n",
+            dp, microbatches, min_ranks);
+        return false;
+      }
+      dp = smaller->first;
+      microbatches = smaller->second;
+      next->num_ranks = int64_t{dp} * o.tp * o.pp;
+      next->argv.push_back(absl::StrCat("--dp=", dp));
+      next->argv.push_back(absl::StrCat("--microbatches=", microbatches));
+      mesh = absl::StrFormat(" at dp %d (%d microbatches, %d ranks)", dp, microbatches,
+                             next->num_ranks);
+    }
     const absl::StatusOr<int64_t> step = LatestCheckpointStep(o.checkpoint_dir);
     std::cerr << absl::StrFormat(
-        "train: restart %d of %d: rank %d %s; resuming from %s\n", restart, restarts.max_restarts,
+        "train: restart %d of %d: rank %d %s; resuming from %s%s\n", restart, restarts.max_restarts,
         failed.first_failed_rank.value_or(-1), failed.first_failure,
         step.ok() ? absl::StrFormat("the checkpoint of step %d in %s", *step, o.checkpoint_dir)
-                  : std::string("step 0 (no checkpoint yet)"));
+                  : std::string("step 0 (no checkpoint yet)"),
+        mesh);
+    return true;
   };
   const absl::StatusOr<RestartedLaunch> result = LaunchWithRestarts(launch, restarts);
   // The launcher removed each job's segments (/dev/shm/loom.<job_id>.*, every
