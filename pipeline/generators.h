@@ -1,6 +1,7 @@
 // Schedule generators: GPipe, 1F1B, interleaved 1F1B, ZB-H1 and ZB-V, each as a
-// compute-only Schedule (F, B, I, W per rank); Lower (lowering.h) adds the messages
-// and Verify (verifier.h) checks the result. Each generator follows the published
+// compute-only Schedule (F, B, I, W per rank), and a forward-only schedule for
+// evaluation; Lower (lowering.h) adds the messages and Verify (verifier.h) checks
+// the result. Each generator follows the published
 // construction, so its bubble and memory match the papers' formulas (see the
 // simulator and the README's table).
 //
@@ -48,6 +49,13 @@
 //                     exactly (p-1) t_F once m >= 2p (half of ZB-H1's at the same
 //                     per-stage costs, since a chunk is half a stage); peak
 //                     activations min(2p, 2m) chunk activations, 1F1B's first rank.
+//   forward-only      Any layout (a training schedule's, so that an evaluation runs
+//                     on the training mesh): F's only, no backward, so only
+//                     activations move and no gradient is touched. Each rank runs
+//                     its stages' forwards in wavefront order: F(s, mb) ranked by
+//                     s + mb, ties to the lower microbatch; with one stage per
+//                     rank that is F0, F1, ..., F(m-1), GPipe's forward half,
+//                     whose makespan is (m + p - 1) t_F.
 //
 // Example:
 //   LOOM_ASSIGN_OR_RETURN(Schedule s, Make1F1BSchedule(/*num_ranks=*/4, /*num_microbatches=*/8));
@@ -56,6 +64,10 @@
 //   MakeInterleaved1F1BSchedule(4, 6, 2);
 //   // InvalidArgument: interleaved-1f1b needs num_microbatches to be a multiple of
 //   //   num_ranks (microbatch groups of p): num_microbatches=6, num_ranks=4
+//   MakeForwardOnlySchedule(2, 3, /*stages_per_rank=*/2);
+//   // s.ranks[0]: 0F0 0F1 2F0 0F2 2F1 2F2 (loop p=2 v=2: stages 0 and 2)
+//   MakeForwardOnlySchedule(*StageLayout::VShape(2), 2);
+//   // s.ranks[0]: 0F0 0F1 3F0 3F1; s.ranks[1]: 1F0 2F0 1F1 2F1
 #ifndef LOOM_PIPELINE_GENERATORS_H_
 #define LOOM_PIPELINE_GENERATORS_H_
 
@@ -88,6 +100,20 @@ absl::StatusOr<Schedule> MakeZeroBubbleH1Schedule(int64_t num_ranks, int64_t num
 
 // MakeZeroBubbleVSchedule returns the "zb-v" schedule (two stages per rank).
 absl::StatusOr<Schedule> MakeZeroBubbleVSchedule(int64_t num_ranks, int64_t num_microbatches);
+
+// MakeForwardOnlySchedule returns the "forward-only" schedule on `layout`, as is
+// (layers included). The evaluation of a training job passes its training
+// schedule's layout, so every stage stays on the rank that holds its weights:
+//   MakeForwardOnlySchedule(training.layout, num_microbatches)
+absl::StatusOr<Schedule> MakeForwardOnlySchedule(const StageLayout& layout,
+                                                 int64_t num_microbatches);
+
+// MakeForwardOnlySchedule returns the "forward-only" schedule on the loop layout
+// with `stages_per_rank` stages per rank: the layout of gpipe, 1f1b and zb-h1
+// (stages_per_rank 1) and of interleaved-1f1b; for zb-v's V-shape pass its layout
+// to the overload above. Also InvalidArgument when stages_per_rank < 1.
+absl::StatusOr<Schedule> MakeForwardOnlySchedule(int64_t num_ranks, int64_t num_microbatches,
+                                                 int64_t stages_per_rank = 1);
 
 // MakeSchedule dispatches on `kind` (topology's enum, as a ParallelConfig names
 // it). virtual_stages is used by interleaved-1f1b only; the other kinds need it to

@@ -186,6 +186,75 @@ TEST(GeneratorsTest, RejectsBadCounts) {
                                  "num_microbatches=1073741824")));
 }
 
+TEST(GeneratorsTest, ForwardOnly) {
+  LOOM_ASSERT_OK_AND_ASSIGN(Schedule one, MakeForwardOnlySchedule(2, 3));
+  EXPECT_EQ(one.name, "forward-only");
+  EXPECT_EQ(one.layout, *StageLayout::Loop(2));
+  EXPECT_EQ(one.num_microbatches, 3);
+  EXPECT_THAT(one.ranks[0], ElementsAreArray(Actions("0F0 0F1 0F2")));
+  EXPECT_THAT(one.ranks[1], ElementsAreArray(Actions("1F0 1F1 1F2")));
+  // The header's examples: wavefronts s + mb, the lower microbatch first.
+  LOOM_ASSERT_OK_AND_ASSIGN(Schedule loop, MakeForwardOnlySchedule(2, 3, 2));
+  EXPECT_EQ(loop.layout, *StageLayout::Loop(2, 2));
+  EXPECT_THAT(loop.ranks[0], ElementsAreArray(Actions("0F0 0F1 2F0 0F2 2F1 2F2")));
+  EXPECT_THAT(loop.ranks[1], ElementsAreArray(Actions("1F0 1F1 3F0 1F2 3F1 3F2")));
+  LOOM_ASSERT_OK_AND_ASSIGN(Schedule v, MakeForwardOnlySchedule(*StageLayout::VShape(2), 2));
+  EXPECT_EQ(v.layout, *StageLayout::VShape(2));
+  EXPECT_THAT(v.ranks[0], ElementsAreArray(Actions("0F0 0F1 3F0 3F1")));
+  EXPECT_THAT(v.ranks[1], ElementsAreArray(Actions("1F0 2F0 1F1 2F1")));
+}
+
+// On a training schedule's layout: the same stages on the same ranks, one F per
+// (stage, microbatch) and nothing else.
+TEST(GeneratorsTest, ForwardOnlyKeepsTheTrainingLayout) {
+  for (const PipelineScheduleKind kind :
+       {PipelineScheduleKind::kGPipe, PipelineScheduleKind::k1F1B,
+        PipelineScheduleKind::kInterleaved1F1B, PipelineScheduleKind::kZeroBubbleH1,
+        PipelineScheduleKind::kZeroBubbleV}) {
+    const int64_t v = kind == PipelineScheduleKind::kInterleaved1F1B ? 3 : 1;
+    LOOM_ASSERT_OK_AND_ASSIGN(Schedule training, MakeSchedule(kind, 3, 6, v));
+    training.layout = *training.layout.WithEvenLayers(6 * training.layout.num_stages());
+    LOOM_ASSERT_OK_AND_ASSIGN(Schedule s, MakeForwardOnlySchedule(training.layout, 4));
+    EXPECT_EQ(s.layout, training.layout) << PipelineScheduleName(kind);
+    EXPECT_EQ(s.num_microbatches, 4);
+    std::vector<int> forwards(s.layout.num_stages() * 4, 0);
+    for (int64_t r = 0; r < s.num_ranks(); ++r) {
+      for (const Action& a : s.ranks[r]) {
+        ASSERT_EQ(a.kind, ActionKind::kForward) << a;
+        ASSERT_EQ(s.layout.RankOf(a.stage), r) << a;
+        ++forwards[a.stage * 4 + a.microbatch];
+      }
+    }
+    for (const int count : forwards) EXPECT_EQ(count, 1) << PipelineScheduleName(kind);
+  }
+}
+
+TEST(GeneratorsTest, ForwardOnlyRejectsBadCounts) {
+  EXPECT_THAT(MakeForwardOnlySchedule(0, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("forward-only needs num_ranks >= 1, num_microbatches >= 1 and "
+                                 "stages_per_rank >= 1, got num_ranks=0, num_microbatches=4, "
+                                 "stages_per_rank=1")));
+  EXPECT_THAT(MakeForwardOnlySchedule(2, 0, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("got num_ranks=2, num_microbatches=0, stages_per_rank=2")));
+  EXPECT_THAT(MakeForwardOnlySchedule(2, 4, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("got num_ranks=2, num_microbatches=4, stages_per_rank=0")));
+  EXPECT_THAT(MakeForwardOnlySchedule(4, 1, int64_t{1} << 20),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("forward-only: num_ranks=4 x stages_per_rank=1048576 is more "
+                                 "than 1048576 stages")));
+  EXPECT_THAT(MakeForwardOnlySchedule(*StageLayout::VShape(2), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("forward-only needs num_ranks >= 1 and num_microbatches >= 1, "
+                                 "got num_ranks=2, num_microbatches=0")));
+  EXPECT_THAT(MakeForwardOnlySchedule(16, int64_t{1} << 30),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("forward-only with 16 stages allows at most 1048576 "
+                                 "microbatches, got num_microbatches=1073741824")));
+}
+
 TEST(GeneratorsTest, MakeScheduleDispatches) {
   EXPECT_EQ(MakeSchedule(PipelineScheduleKind::kGPipe, 2, 2)->ranks,
             MakeGPipeSchedule(2, 2)->ranks);

@@ -10,7 +10,8 @@
 //                      of (s-1, mb).
 // W never communicates (its output gradient came with the I), and a stage
 // transition within one rank (the turn of a V-shape layout, or p = 1) needs no
-// message. Then:
+// message. A forward-only schedule (no B, I or W at all, see schedule.h) so gets
+// only SEND_F and RECV_F. Then:
 //   - every send sits right after its producer: at most receives come between;
 //   - every receive sits right before its consumer (at most sends and other
 //     receives between), unless that would deadlock with blocking sends, in which
@@ -60,7 +61,7 @@ namespace loom {
 // schedule that needs none (one rank) comes back unchanged. InvalidArgument, with
 // a grid of the schedule, when it already has messages, or when an action is out
 // of range, on the wrong rank, duplicated, or a (stage, microbatch) lacks its
-// forward or backward.
+// forward, or its backward while another (stage, microbatch) has one.
 absl::StatusOr<Schedule> Lower(const Schedule& schedule);
 
 }  // namespace loom

@@ -110,6 +110,33 @@ TEST(LoweringTest, ZeroBubbleSendsFromI) {
       ElementsAreArray(Actions("1RECV_F0 1F0 1I0 1RECV_F1 1SEND_B0 1F1 1I1 1SEND_B1 1W0 1W1")));
 }
 
+// Forward-only: activations only, each send right after its producer and each
+// receive right before its consumer.
+TEST(LoweringTest, ForwardOnlySendsActivationsOnly) {
+  LOOM_ASSERT_OK_AND_ASSIGN(Schedule lowered, Lower(*MakeForwardOnlySchedule(3, 2)));
+  EXPECT_THAT(lowered.ranks[0], ElementsAreArray(Actions("0F0 0SEND_F0 0F1 0SEND_F1")));
+  EXPECT_THAT(lowered.ranks[1],
+              ElementsAreArray(Actions("1RECV_F0 1F0 1SEND_F0 1RECV_F1 1F1 1SEND_F1")));
+  EXPECT_THAT(lowered.ranks[2], ElementsAreArray(Actions("2RECV_F0 2F0 2RECV_F1 2F1")));
+  for (const StageLayout& layout : {*StageLayout::Loop(4, 2), *StageLayout::VShape(4)}) {
+    const int64_t m = 5;
+    LOOM_ASSERT_OK_AND_ASSIGN(lowered, Lower(*MakeForwardOnlySchedule(layout, m)));
+    for (const std::vector<Action>& actions : lowered.ranks) {
+      for (const Action& a : actions) {
+        EXPECT_TRUE(a.kind == ActionKind::kForward || a.kind == ActionKind::kSendForward ||
+                    a.kind == ActionKind::kRecvForward)
+            << a;
+      }
+    }
+    // Every edge but the V's turn crosses ranks.
+    const int64_t edges = layout.num_stages() - 1 - (layout == *StageLayout::VShape(4) ? 1 : 0);
+    const Placement placement = Place(lowered);
+    EXPECT_EQ(placement.sends, edges * m) << layout.ToString();
+    EXPECT_EQ(placement.recvs, placement.sends) << layout.ToString();
+    EXPECT_EQ(placement.sends_not_after_producer, 0) << layout.ToString();
+  }
+}
+
 // One rank: every stage transition is local, nothing to insert.
 TEST(LoweringTest, OneRankNeedsNoMessages) {
   for (const Schedule& schedule : {*Make1F1BSchedule(1, 4), *MakeInterleaved1F1BSchedule(1, 3, 4),
@@ -198,6 +225,12 @@ TEST(LoweringTest, RejectsLoweredAndIncompleteSchedules) {
   EXPECT_THAT(Lower(missing),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("stage 1 microbatch 1 has no forward: 1F1 is missing on rank 1")));
+  Schedule partial = *MakeForwardOnlySchedule(2, 2);
+  partial.ranks[0].push_back(*ParseAction("0B1"));
+  EXPECT_THAT(Lower(partial),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stage 0 microbatch 0 has no backward: neither 0B0 nor 0I0 is on "
+                                 "rank 0")));
 }
 
 }  // namespace

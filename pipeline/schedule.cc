@@ -52,6 +52,18 @@ bool Schedule::HasCommunication() const {
   return false;
 }
 
+bool Schedule::HasBackward() const {
+  for (const std::vector<Action>& actions : ranks) {
+    for (const Action& action : actions) {
+      if (action.kind == ActionKind::kBackward || action.kind == ActionKind::kBackwardInput ||
+          action.kind == ActionKind::kBackwardWeight) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 std::string Schedule::ToString() const { return FormatGrid(*this); }
 
 std::string FormatGrid(const Schedule& schedule, const GridOptions& options) {

@@ -5,6 +5,12 @@
 // A schedule is plain data: generators build it, tests edit `ranks` directly to
 // break it on purpose. Nothing here checks it; Verify (verifier.h) does.
 //
+// A complete schedule is one of two kinds. A training schedule has, for every
+// (stage, microbatch), one F and one backward (B, or I and W). A forward-only
+// schedule (an evaluation: MakeForwardOnlySchedule) has one F for each and no B, I
+// or W on any rank, so only activations move and no gradient is touched. A
+// schedule with some backwards but not all is incomplete.
+//
 // FormatGrid draws it as text, one row per rank and one column per step, and marks
 // chosen cells as ">text<"; the verifier's errors carry such a grid.
 //
@@ -58,6 +64,9 @@ struct Schedule {
   // HasCommunication is true when some rank has a SEND or RECV action, i.e. the
   // schedule is (at least partly) lowered.
   bool HasCommunication() const;
+  // HasBackward is true when some rank has a B, I or W action; a complete
+  // schedule without one is forward-only.
+  bool HasBackward() const;
   // ToString returns FormatGrid(*this) with no marks and every step.
   std::string ToString() const;
 };

@@ -42,6 +42,12 @@ TEST(ScheduleTest, Counts) {
   Schedule compute_only = s;
   compute_only.ranks = {*ParseActionList("0F0 0B0"), *ParseActionList("1F0 1B0")};
   EXPECT_FALSE(compute_only.HasCommunication());
+  EXPECT_TRUE(s.HasBackward());
+  Schedule forward_only = s;
+  forward_only.ranks = {*ParseActionList("0F0 0SEND_F0"), *ParseActionList("1RECV_F0 1F0")};
+  EXPECT_FALSE(forward_only.HasBackward());
+  forward_only.ranks[1].push_back(*ParseAction("1W0"));
+  EXPECT_TRUE(forward_only.HasBackward());
   EXPECT_EQ(s.ToString(), FormatGrid(s));
 }
 

@@ -105,6 +105,22 @@ TEST(SimulatorTest, GPipeAnd1F1BMatchTheFormula) {
   }
 }
 
+// Forward-only on one stage per rank is GPipe's forward half: (m + p - 1) t_F.
+// Nothing frees an activation, so the count is every forward of the rank.
+TEST(SimulatorTest, ForwardOnlyIsGPipesForwardHalf) {
+  for (int64_t p = 1; p <= 4; ++p) {
+    for (int64_t m = 1; m <= 6; ++m) {
+      LOOM_ASSERT_OK_AND_ASSIGN(SimulationResult run,
+                                Simulate(*MakeForwardOnlySchedule(p, m), Uniform(2, 3)));
+      EXPECT_EQ(run.makespan, static_cast<double>(m + p - 1) * 2) << "p=" << p << " m=" << m;
+      for (const RankTimeline& rank : run.ranks) {
+        EXPECT_EQ(rank.busy, static_cast<double>(m) * 2);
+        EXPECT_EQ(rank.peak_activations, m);
+      }
+    }
+  }
+}
+
 // Interleaved 1F1B with per-chunk costs t_F = t_B: the bubble of one chunk,
 // (p-1)(t_F + t_B), against v*m chunk-steps of work: (p-1)/(v*m + p-1) exactly.
 TEST(SimulatorTest, InterleavedMatchesTheFormula) {

@@ -1,12 +1,17 @@
 // Verify: proves that a pipeline schedule computes every microbatch's forward and
-// backward exactly once, in dependency order, and cannot deadlock.
+// backward (or, for a forward-only schedule, its forward) exactly once, in
+// dependency order, and cannot deadlock.
 //
 // What is checked, in this order (the first failure is returned):
 //  1. Shape and placement: one row per rank of the layout; every action's stage and
 //     microbatch in range and on the rank that holds its stage; messages only
 //     between stages on different ranks; no action twice (a duplicated microbatch).
 //  2. Completeness: every (stage, microbatch) has one F and one backward, either B
-//     or I and W; in a lowered schedule every send has its matching receive.
+//     or I and W. A schedule with no B, I or W on any rank is forward-only (an
+//     evaluation, MakeForwardOnlySchedule): every (stage, microbatch) has one F,
+//     and no gradient message (SEND_B, RECV_B) may appear; one with some backwards
+//     but not all is incomplete. In a lowered schedule every needed send has its
+//     matching receive.
 //  3. Local dependency order, on each rank: F(s, mb) after its input (F(s-1, mb)
 //     on the same rank, else RECV_F(s, mb)); B or I of (s, mb) after F(s, mb) and
 //     after its output gradient (the B or I of (s+1, mb) on the same rank, else
@@ -48,6 +53,12 @@
 //   VerifyOptions buffered;
 //   buffered.check_rendezvous = false;
 //   Verify(broken, buffered);                                 // OK: sends never block
+//   Verify(*MakeForwardOnlySchedule(4, 8));                   // OK: F's only
+//   Schedule partial = *Make1F1BSchedule(2, 2);
+//   partial.ranks[0].pop_back();                              // drop 0B1
+//   Verify(partial);
+//   // InvalidArgument: stage 0 microbatch 1 has no backward: neither 0B1 nor 0I1 is
+//   // on rank 0
 #ifndef LOOM_PIPELINE_VERIFIER_H_
 #define LOOM_PIPELINE_VERIFIER_H_
 

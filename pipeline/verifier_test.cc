@@ -47,6 +47,65 @@ TEST(VerifierTest, AcceptsGeneratedSchedules) {
   LOOM_EXPECT_OK(Verify(*MakeZeroBubbleVSchedule(4, 8)));
 }
 
+// Forward-only schedules on the layouts of the training schedules: 1, 2 or 4 ranks,
+// one or two stages per rank (loop and V-shape), compute-only and lowered, under
+// both semantics.
+TEST(VerifierTest, AcceptsForwardOnlySchedules) {
+  for (const int64_t p : {1, 2, 4}) {
+    for (const int64_t m : {1, 2, 3, 5, 8}) {
+      for (const StageLayout& layout :
+           {*StageLayout::Loop(p), *StageLayout::Loop(p, 2), *StageLayout::VShape(p)}) {
+        LOOM_ASSERT_OK_AND_ASSIGN(Schedule s, MakeForwardOnlySchedule(layout, m));
+        LOOM_EXPECT_OK(Verify(s)) << layout.ToString() << " m=" << m;
+        LOOM_ASSERT_OK_AND_ASSIGN(Schedule lowered, Lower(s));
+        LOOM_EXPECT_OK(Verify(lowered)) << layout.ToString() << " m=" << m;
+      }
+    }
+  }
+  LOOM_EXPECT_OK(Verify(Make(*StageLayout::Loop(2), 2, {"0F0 0F1", "1F0 1F1"})));
+  LOOM_EXPECT_OK(Verify(Make(*StageLayout::Loop(2), 1, {"0F0 0SEND_F0", "1RECV_F0 1F0"})));
+}
+
+// A backward anywhere makes every backward required, with the usual messages; a
+// gradient message has no place in a forward-only schedule.
+TEST(VerifierTest, ForwardOnlyOrEveryBackward) {
+  Schedule s = *MakeForwardOnlySchedule(2, 2);
+  s.ranks[1].push_back(*ParseAction("1B1"));
+  EXPECT_THAT(Verify(s), StatusIs(kInvalid, HasSubstr("stage 0 microbatch 0 has no backward: "
+                                                      "neither 0B0 nor 0I0 is on rank 0")));
+  s = *MakeForwardOnlySchedule(2, 1);
+  s.ranks[0].push_back(*ParseAction("0W0"));
+  EXPECT_THAT(Verify(s), StatusIs(kInvalid, HasSubstr("stage 0 microbatch 0 has no backward: "
+                                                      "neither 0B0 nor 0I0 is on rank 0")));
+  EXPECT_THAT(
+      Verify(Make(*StageLayout::Loop(2), 1, {"0F0 0SEND_F0 0RECV_B0", "1RECV_F0 1F0 1SEND_B0"})),
+      StatusIs(kInvalid, AllOf(HasSubstr("rank 1 step 2 (1SEND_B0) moves a gradient, but "
+                                         "the schedule is forward-only (no B, I or W on "
+                                         "any rank)"),
+                               HasSubstr(">1SEND_B0<"))));
+  EXPECT_THAT(Verify(Make(*StageLayout::Loop(2), 1, {"0F0 0SEND_F0", "1RECV_F0 1F0 1SEND_B0"})),
+              StatusIs(kInvalid, HasSubstr("(1SEND_B0) moves a gradient")));
+  EXPECT_THAT(Verify(Make(*StageLayout::Loop(2), 1, {"0F0", ""})),
+              StatusIs(kInvalid, HasSubstr("stage 1 microbatch 0 has no forward: 1F0 is missing "
+                                           "on rank 1")));
+}
+
+// Forward-only schedules get the same deadlock check: activations sent out of
+// order pass with buffered sends only.
+TEST(VerifierTest, ForwardOnlyDeadlock) {
+  const Schedule s =
+      Make(*StageLayout::Loop(2), 2, {"0F0 0F1 0SEND_F1 0SEND_F0", "1RECV_F0 1F0 1RECV_F1 1F1"});
+  VerifyOptions buffered;
+  buffered.check_rendezvous = false;
+  LOOM_EXPECT_OK(Verify(s, buffered));
+  EXPECT_THAT(Verify(s),
+              StatusIs(kDeadlock, HasSubstr("deadlock under rendezvous semantics (a send and its "
+                                            "receive complete together): no rank can progress; "
+                                            "rank 0 waits at rank 0 step 2 (0SEND_F1) for rank 1 "
+                                            "step 2 (1RECV_F1); rank 1 waits at rank 1 step 0 "
+                                            "(1RECV_F0) for rank 0 step 3 (0SEND_F0)")));
+}
+
 // The classic 1F1B deadlock: both ranks send before they receive. Fine when sends
 // are buffered, a deadlock when they block (header example).
 TEST(VerifierTest, SendBeforeReceiveDeadlocksUnderRendezvous) {

@@ -85,7 +85,8 @@ class RankRunner {
         transport_(transport),
         module_(module),
         rank_(transport.rank()),
-        last_stage_(schedule.layout.num_stages() - 1) {}
+        last_stage_(schedule.layout.num_stages() - 1),
+        forward_only_(!schedule.HasBackward()) {}
 
   absl::StatusOr<RankExecution> Run() {
     absl::StatusOr<RankExecution> result = RunProgram();
@@ -229,6 +230,8 @@ class RankRunner {
     if (action.stage == last_stage_) {
       absl::StatusOr<F32Tensor> gradient = module_.Loss(action.microbatch, *output);
       if (!gradient.ok()) return Prefix(gradient.status(), Where(step, action));
+      // No backward will take the gradient: Loss ran for the loss value.
+      if (forward_only_) return absl::OkStatus();
       return Put(output_grads_, key, std::move(*gradient), step, action, "the output gradient");
     }
     if (schedule_.layout.RankOf(action.stage + 1) == rank_) {
@@ -421,6 +424,7 @@ class RankRunner {
   StageModule& module_;
   const int rank_;
   const int64_t last_stage_;
+  const bool forward_only_;  // No B, I or W anywhere: Loss's gradients are dropped.
 
   RankExecution execution_;
   // Inputs of F (received, or from the previous stage on this rank).

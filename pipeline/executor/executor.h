@@ -14,6 +14,9 @@
 //                the last stage's F output goes to module.Loss, whose gradient is
 //                that stage's output gradient. An output for a stage on the same
 //                rank (the turn of a V, or one rank) is handed over directly.
+//                In a forward-only schedule (no B, I or W on any rank, e.g.
+//                MakeForwardOnlySchedule: an evaluation) Loss runs for the loss
+//                value alone and its gradient is dropped; no gradient moves.
 //   SEND_F/B     post a fixed-size header (sender's action, shape, byte count) and
 //                the tensor's bytes, without waiting: a send is waited for when
 //                more than max_pending_sends are outstanding, and at the end.
@@ -129,7 +132,8 @@ struct RankExecution {
 class PipelineExecutor {
  public:
   // Create lowers `schedule` if it has no messages yet and, unless options.verify
-  // is false, checks it with Verify. InvalidArgument for options out of range
+  // is false, checks it with Verify (which accepts training and forward-only
+  // schedules, see schedule.h). InvalidArgument for options out of range
   // (naming the field), for an action whose stage or microbatch lies outside the
   // layout or on the wrong rank, and for Lower's and Verify's errors, which it
   // returns as they are (InvalidArgument or FailedPrecondition, with a grid).
@@ -138,6 +142,9 @@ class PipelineExecutor {
 
   // schedule returns the lowered schedule that Run executes.
   const Schedule& schedule() const { return schedule_; }
+  // forward_only is true when the schedule has no backward at all: Run computes
+  // the forwards and the losses, and leaves the module's gradients alone.
+  bool forward_only() const { return !schedule_.HasBackward(); }
   const ExecutorOptions& options() const { return options_; }
 
   // Run executes the program of rank transport.rank() with `module`. Thread-safe:

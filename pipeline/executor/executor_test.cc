@@ -222,6 +222,139 @@ std::string ScheduleParamName(const ::testing::TestParamInfo<ScheduleParam>& par
 INSTANTIATE_TEST_SUITE_P(AllSchedules, ExecutorScheduleTest, ::testing::ValuesIn(ScheduleParams()),
                          ScheduleParamName);
 
+// ---------------------------------------------------------------------------
+// Forward-only runs (an evaluation) on a training schedule's layout.
+
+// LastStageOutputs passes every call on to `inner` and keeps what Loss is given:
+// the last stage's output of each microbatch.
+class LastStageOutputs : public StageModule {
+ public:
+  explicit LastStageOutputs(StageModule& inner) : inner_(inner) {}
+
+  std::vector<int64_t> InputShape(int64_t stage, int64_t microbatch) const override {
+    return inner_.InputShape(stage, microbatch);
+  }
+  std::vector<int64_t> OutputShape(int64_t stage, int64_t microbatch) const override {
+    return inner_.OutputShape(stage, microbatch);
+  }
+  absl::StatusOr<F32Tensor> Input(int64_t microbatch) override { return inner_.Input(microbatch); }
+  absl::StatusOr<F32Tensor> Loss(int64_t microbatch, const F32Tensor& output) override {
+    outputs[microbatch] = output.values;
+    return inner_.Loss(microbatch, output);
+  }
+  absl::StatusOr<F32Tensor> Forward(int64_t stage, int64_t microbatch,
+                                    const F32Tensor& input) override {
+    return inner_.Forward(stage, microbatch, input);
+  }
+  absl::StatusOr<F32Tensor> Backward(int64_t stage, int64_t microbatch,
+                                     const F32Tensor& output_grad) override {
+    return inner_.Backward(stage, microbatch, output_grad);
+  }
+  bool SupportsSplitBackward() const override { return inner_.SupportsSplitBackward(); }
+  absl::StatusOr<F32Tensor> BackwardInput(int64_t stage, int64_t microbatch,
+                                          const F32Tensor& output_grad) override {
+    return inner_.BackwardInput(stage, microbatch, output_grad);
+  }
+  absl::Status BackwardWeight(int64_t stage, int64_t microbatch) override {
+    return inner_.BackwardWeight(stage, microbatch);
+  }
+
+  std::map<int64_t, std::vector<float>> outputs;
+
+ private:
+  StageModule& inner_;
+};
+
+class ExecutorForwardOnlyTest : public ::testing::TestWithParam<ScheduleParam> {};
+
+// An evaluation before a training step computes that step's last-stage outputs
+// and losses bit for bit and no gradient; the step after it is the reference's;
+// an evaluation after the step leaves its gradients alone, and the next step is
+// the reference's again.
+TEST_P(ExecutorForwardOnlyTest, EvaluatesLikeTheForwardOfATrainingStep) {
+  const auto [kind, p, m] = GetParam();
+  LOOM_ASSERT_OK_AND_ASSIGN(Schedule training, MakeSchedule(kind, p, m, VirtualStages(kind)));
+  LOOM_ASSERT_OK_AND_ASSIGN(Schedule evaluation, MakeForwardOnlySchedule(training.layout, m));
+  LOOM_ASSERT_OK_AND_ASSIGN(
+      const StageLayout layout,
+      training.layout.WithLayers(kLayers, LayersPerStage(training.layout.num_stages())));
+  LOOM_ASSERT_OK_AND_ASSIGN(const PipelineExecutor train,
+                            PipelineExecutor::Create(training, PatientOptions()));
+  LOOM_ASSERT_OK_AND_ASSIGN(const PipelineExecutor eval,
+                            PipelineExecutor::Create(evaluation, PatientOptions()));
+  EXPECT_FALSE(train.forward_only());
+  EXPECT_TRUE(eval.forward_only());
+  for (const std::vector<Action>& program : eval.schedule().ranks) {
+    for (const Action& a : program) {
+      EXPECT_TRUE(a.kind == ActionKind::kForward || a.kind == ActionKind::kSendForward ||
+                  a.kind == ActionKind::kRecvForward)
+          << a;
+    }
+  }
+
+  const MlpConfig config = MakeConfig(m);
+  const MlpData data = MakeMlpData(config);
+  MlpParameters params = MakeMlpParameters(config);
+  std::vector<std::unique_ptr<MlpStageModule>> modules =
+      MakeModules(config, layout, params, data, /*split=*/IsZeroBubble(kind));
+  std::vector<std::unique_ptr<LastStageOutputs>> recorders;
+  for (const auto& module : modules) {
+    recorders.push_back(std::make_unique<LastStageOutputs>(*module));
+  }
+  LastStageOutputs& last = *recorders[layout.RankOf(layout.num_stages() - 1)];
+  std::vector<std::unique_ptr<Transport>> endpoints = MakeEndpoints(static_cast<int>(p));
+  const auto run = [&](const PipelineExecutor& executor) {
+    const std::vector<absl::StatusOr<RankExecution>> results =
+        RunRanks(Same(executor, p), endpoints, Pointers(recorders));
+    for (int64_t r = 0; r < p; ++r) ASSERT_THAT(results[r], IsOk()) << "rank " << r;
+  };
+  const MlpParameters zero = GatherGradients(config, ConstPointers(modules)).grads;
+  MlpGradients expected = MlpReference(config, params, data);
+
+  for (auto& module : modules) module->BeginStep();
+  run(eval);
+  const std::map<int64_t, std::vector<float>> evaluated = last.outputs;
+  EXPECT_EQ(evaluated.size(), static_cast<size_t>(m));
+  MlpGradients got = GatherGradients(config, ConstPointers(modules));
+  EXPECT_EQ(got.microbatch_losses, expected.microbatch_losses);
+  EXPECT_EQ(got.loss, expected.loss);
+  EXPECT_EQ(got.grads, zero);
+
+  for (auto& module : modules) module->BeginStep();
+  last.outputs.clear();
+  run(train);
+  EXPECT_EQ(last.outputs, evaluated);
+  got = GatherGradients(config, ConstPointers(modules));
+  EXPECT_EQ(got.grads, expected.grads);
+  EXPECT_EQ(got.loss, expected.loss);
+
+  run(eval);
+  got = GatherGradients(config, ConstPointers(modules));
+  EXPECT_EQ(got.grads, expected.grads);
+  EXPECT_EQ(got.microbatch_losses, expected.microbatch_losses);
+
+  for (auto& module : modules) module->ApplySgd(0.5f);
+  ApplySgd(0.5f, expected.grads, params);
+  expected = MlpReference(config, params, data);
+  for (auto& module : modules) module->BeginStep();
+  run(train);
+  got = GatherGradients(config, ConstPointers(modules));
+  EXPECT_EQ(got.grads, expected.grads);
+  EXPECT_EQ(got.loss, expected.loss);
+}
+
+// One or two stages per rank, loop and V-shape, one rank and several.
+std::vector<ScheduleParam> ForwardOnlyParams() {
+  return {{PipelineScheduleKind::k1F1B, 1, 2},
+          {PipelineScheduleKind::k1F1B, 3, 4},
+          {PipelineScheduleKind::kZeroBubbleH1, 2, 3},
+          {PipelineScheduleKind::kInterleaved1F1B, 2, 4},
+          {PipelineScheduleKind::kZeroBubbleV, 2, 3}};
+}
+
+INSTANTIATE_TEST_SUITE_P(TrainingLayouts, ExecutorForwardOnlyTest,
+                         ::testing::ValuesIn(ForwardOnlyParams()), ScheduleParamName);
+
 // The premise of the bitwise comparison above: every generator runs each stage's
 // weight-gradient actions (B, or W) in ascending microbatch order.
 TEST(ExecutorTest, BackwardsRunInMicrobatchOrder) {
@@ -481,6 +614,14 @@ TEST(ExecutorTest, CreateRefusesBadOptionsAndSchedules) {
   EXPECT_THAT(PipelineExecutor::Create(deadlock),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("deadlock under rendezvous semantics")));
+
+  // Some backwards but not all: neither training nor forward-only.
+  Schedule partial = *MakeForwardOnlySchedule(2, 2);
+  partial.ranks[1].push_back({ActionKind::kBackward, 1, 1});
+  EXPECT_THAT(PipelineExecutor::Create(partial),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("stage 0 microbatch 0 has no backward: neither 0B0 nor 0I0 is "
+                                 "on rank 0")));
 
   // Even unverified, an action outside the layout is refused.
   Schedule outside = *Lower(schedule);

@@ -21,6 +21,12 @@
 // Stage 0's input gradient is dropped (there is no earlier stage), so a module may
 // return an empty tensor there.
 //
+// A forward-only schedule (an evaluation, pipeline/generators.h's
+// MakeForwardOnlySchedule) calls only Input, Forward and Loss: Loss records the
+// loss as usual, and the gradient it returns is dropped. What Forward keeps for a
+// backward is then never consumed; a module that holds such state drops it where
+// it starts its next step (or keeps none when told the run is forward-only).
+//
 // The executor checks every tensor it hands to Forward, Backward or BackwardInput
 // against InputShape / OutputShape before the call, and a tensor arriving from
 // another rank before its bytes are received: a mismatch is FailedPrecondition

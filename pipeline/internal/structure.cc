@@ -110,6 +110,9 @@ absl::StatusOr<ActionIndex> IndexSchedule(const Schedule& schedule) {
 absl::Status CheckComplete(const Schedule& schedule, const ActionIndex& index) {
   const StageLayout& layout = schedule.layout;
   const bool lowered = schedule.HasCommunication();
+  // Without any B, I or W the schedule is forward-only (an evaluation); with one,
+  // every (stage, microbatch) needs its backward.
+  const bool forward_only = !schedule.HasBackward();
   for (int64_t s = 0; s < layout.num_stages(); ++s) {
     const int64_t rank = layout.RankOf(s);
     for (int64_t mb = 0; mb < schedule.num_microbatches; ++mb) {
@@ -133,7 +136,7 @@ absl::Status CheckComplete(const Schedule& schedule, const ActionIndex& index) {
             absl::StrCat(what, " has both a full backward ", Describe(schedule, *at_full),
                          " and a split one ", Describe(schedule, split)));
       }
-      if (!at_full.has_value() && !at_input.has_value()) {
+      if (!forward_only && !at_full.has_value() && !at_input.has_value()) {
         return Invalid(schedule,
                        at_weight.has_value() ? std::vector<ActionPosition>{*at_weight}
                                              : std::vector<ActionPosition>{},
@@ -154,6 +157,15 @@ absl::Status CheckComplete(const Schedule& schedule, const ActionIndex& index) {
         const Action recv = *MatchingAction(send);
         const std::optional<ActionPosition> at_send = index.Find(send);
         const std::optional<ActionPosition> at_recv = index.Find(recv);
+        if (forward_only && send.kind == ActionKind::kSendBackward) {
+          // No backward produces or consumes a gradient here.
+          if (!at_send.has_value() && !at_recv.has_value()) continue;
+          const ActionPosition at = at_send.has_value() ? *at_send : *at_recv;
+          return Invalid(schedule, {at},
+                         absl::StrCat(Describe(schedule, at),
+                                      " moves a gradient, but the schedule is forward-only (no B, "
+                                      "I or W on any rank)"));
+        }
         if (at_send.has_value() && !at_recv.has_value()) {
           return Invalid(schedule, {*at_send},
                          absl::StrCat(Describe(schedule, *at_send), " has no matching ",

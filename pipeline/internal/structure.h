@@ -41,9 +41,11 @@ std::string Describe(const Schedule& schedule, ActionPosition position);
 absl::StatusOr<ActionIndex> IndexSchedule(const Schedule& schedule);
 
 // CheckComplete checks that every (stage, microbatch) has one forward and one
-// backward (B, or I and W), and, when the schedule has any message, that every
-// message between stages on different ranks is there with both halves.
-// InvalidArgument naming the first missing piece (by stage, then microbatch).
+// backward (B, or I and W), or, in a forward-only schedule (no B, I or W on any
+// rank), one forward and no gradient message; and, when the schedule has any
+// message, that every message it needs between stages on different ranks is there
+// with both halves. InvalidArgument naming the first missing or extra piece (by
+// stage, then microbatch).
 absl::Status CheckComplete(const Schedule& schedule, const ActionIndex& index);
 
 }  // namespace pipeline_internal

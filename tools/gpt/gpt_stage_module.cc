@@ -93,7 +93,8 @@ absl::Status GptStageModule::Check(int64_t stage, int64_t microbatch) const {
 absl::StatusOr<const GptBatch*> GptStageModule::BatchOf(int64_t microbatch) {
   auto it = batches_.find(microbatch);
   if (it == batches_.end()) {
-    LOOM_ASSIGN_OR_RETURN(GptBatch batch, data_(step_, microbatch));
+    const GptMicrobatchFn& data = eval_data_ ? eval_data_ : data_;
+    LOOM_ASSIGN_OR_RETURN(GptBatch batch, data(step_, microbatch));
     const size_t expected = static_cast<size_t>(options_.micro_batch * config_.seq_len);
     if (batch.tokens.size() != expected || batch.targets.size() != expected) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -122,14 +123,15 @@ absl::StatusOr<F32Tensor> GptStageModule::Loss(int64_t microbatch, const F32Tens
                                                    output.values.size(), " values, not 1"));
   }
   losses_[static_cast<size_t>(microbatch)] = output.values[0];
+  has_loss_[static_cast<size_t>(microbatch)] = true;
   F32Tensor grad;
   grad.shape = {1};
   grad.values = {1.0f / static_cast<float>(options_.num_microbatches)};
   return grad;
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t microbatch) {
-  const F32Tensor& input = inputs_.at({stage, microbatch});
+absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t microbatch,
+                                                     const F32Tensor& input) {
   GptStageInput in;
   std::vector<int64_t> tokens;
   Tensor hidden;
@@ -173,20 +175,34 @@ auto GptStageModule::Tracked(int64_t stage, Call call) -> decltype(call()) {
 absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microbatch,
                                                   const F32Tensor& input) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
-  inputs_[{stage, microbatch}] = input;
-  return Tracked(stage, [&] { return RunForward(stage, microbatch); });
+  if (forward_only_) {
+    // No backward follows: nothing of this forward outlives the call.
+    return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+      absl::StatusOr<F32Tensor> output = RunForward(stage, microbatch, input);
+      models_.at(stage)->ReleaseActivations();
+      live_[stage] = -1;
+      return output;
+    });
+  }
+  const F32Tensor& saved = inputs_[{stage, microbatch}] = input;
+  return Tracked(stage, [&] { return RunForward(stage, microbatch, saved); });
 }
 
 absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t stage,
                                                        int64_t microbatch,
                                                        const F32Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  if (forward_only_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kName, ": ", what, " of stage ", stage, " microbatch ", microbatch,
+        " in a forward-only run (BeginForwardOnly); BeginStep starts a training step"));
+  }
   if (inputs_.count({stage, microbatch}) == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         kName, ": ", what, " of stage ", stage, " microbatch ", microbatch, " before its Forward"));
   }
   if (live_[stage] != microbatch) {
-    LOOM_RETURN_IF_ERROR(RunForward(stage, microbatch).status());
+    LOOM_RETURN_IF_ERROR(RunForward(stage, microbatch, inputs_.at({stage, microbatch})).status());
     ++recomputed_;
   }
   return ToTensor(output_grad);
@@ -236,17 +252,30 @@ absl::Status GptStageModule::BackwardWeight(int64_t stage, int64_t microbatch) {
   return Tracked(stage, [&] { return models_.at(stage)->BackwardStageWeight(work); });
 }
 
-void GptStageModule::BeginStep(int64_t step) {
+void GptStageModule::Reset(int64_t step) {
   step_ = step;
   for (auto& [stage, model] : models_) {
     model->ReleaseActivations();
-    model->ZeroGrad();
     live_[stage] = -1;
   }
   inputs_.clear();
   works_.clear();
   batches_.clear();
   losses_.assign(static_cast<size_t>(options_.num_microbatches), 0.0f);
+  has_loss_.assign(static_cast<size_t>(options_.num_microbatches), false);
+}
+
+void GptStageModule::BeginStep(int64_t step) {
+  Reset(step);
+  for (auto& [stage, model] : models_) model->ZeroGrad();
+  forward_only_ = false;
+  eval_data_ = nullptr;
+}
+
+void GptStageModule::BeginForwardOnly(int64_t step, GptMicrobatchFn data) {
+  Reset(step);
+  forward_only_ = true;
+  eval_data_ = std::move(data);
 }
 
 std::vector<GptParameter> GptStageModule::Parameters() {
@@ -260,7 +289,8 @@ std::vector<GptParameter> GptStageModule::Parameters() {
 float GptStageModule::loss() const {
   float sum = 0.0f;
   for (const float l : losses_) sum += l;
-  return sum / static_cast<float>(options_.num_microbatches);
+  const int64_t count = std::count(has_loss_.begin(), has_loss_.end(), true);
+  return count == 0 ? 0.0f : sum / static_cast<float>(count);
 }
 
 }  // namespace loom

@@ -19,6 +19,12 @@
 // recomputed_forwards()). The recomputation is the same arithmetic, so gradients
 // are bitwise those of running the microbatches one after another.
 //
+// Evaluation: BeginForwardOnly, then a forward-only schedule on the same layout
+// (MakeForwardOnlySchedule(layout, m)) on the training mesh. Its forwards keep
+// nothing for a backward (no stage input, no model state past the call), the
+// loss is the mean over the microbatches run, and the gradients stay as they are,
+// so training resumes with BeginStep as if no evaluation had run.
+//
 // Example (2 pipeline ranks, tp = 1, 1F1B over 4 microbatches; in rank r's thread):
 //   LOOM_ASSIGN_OR_RETURN(StageLayout layout, StageLayout::Loop(2)->WithEvenLayers(4));
 //   GptStageModuleOptions options;
@@ -33,6 +39,12 @@
 //   LOOM_ASSIGN_OR_RETURN(RankExecution run, executor.Run(*endpoint, *module));
 //   module->loss();           // rank 1: mean loss of the step's 4 microbatches
 //   module->Parameters();     // rank 0: embeddings + blocks 0, 1, with gradients
+//   // Held-out loss on the same mesh; the gradients above stay as they are.
+//   LOOM_ASSIGN_OR_RETURN(PipelineExecutor eval,
+//       PipelineExecutor::Create(*MakeForwardOnlySchedule(layout, 4)));
+//   module->BeginForwardOnly(/*step=*/0, held_out_fn);
+//   LOOM_RETURN_IF_ERROR(eval.Run(*endpoint, *module).status());
+//   module->loss();           // rank 1: mean held-out loss of the 4 microbatches
 #ifndef LOOM_TOOLS_GPT_GPT_STAGE_MODULE_H_
 #define LOOM_TOOLS_GPT_GPT_STAGE_MODULE_H_
 
@@ -101,6 +113,15 @@ class GptStageModule : public StageModule {
   // step left, and makes `step` the step whose data Input and the loss read.
   void BeginStep(int64_t step);
 
+  // BeginForwardOnly prepares a forward-only run (an evaluation): it clears the
+  // losses and drops any forward state as BeginStep does, leaves the gradients
+  // as they are, and until the next BeginStep makes Input and the last stage's
+  // targets read data(step, microbatch) (the training data function when `data`
+  // is empty). Forward then keeps nothing for a backward, and Backward or
+  // BackwardInput is FailedPrecondition. The run may have fewer microbatches
+  // than options.num_microbatches; loss() averages those it ran.
+  void BeginForwardOnly(int64_t step, GptMicrobatchFn data = nullptr);
+
   // Parameters returns the parameters of this rank's stages, stage by stage.
   std::vector<GptParameter> Parameters();
 
@@ -110,9 +131,11 @@ class GptStageModule : public StageModule {
 
   // holds_loss is true on the rank of the last stage, whose losses are filled in.
   bool holds_loss() const { return layout_.RankOf(layout_.num_stages() - 1) == rank_; }
+  // microbatch_losses has num_microbatches entries, 0 for a microbatch not run.
   const std::vector<float>& microbatch_losses() const { return losses_; }
-  // loss returns the step's mean loss: the microbatch losses summed in order,
-  // divided by num_microbatches.
+  // loss returns the run's mean loss: the microbatch losses summed in order,
+  // divided by the number of microbatches whose Loss ran since BeginStep or
+  // BeginForwardOnly (num_microbatches in a training step; 0 when none ran).
   float loss() const;
 
   // peak_activation_bytes returns the most activation bytes this rank's stage
@@ -141,7 +164,9 @@ class GptStageModule : public StageModule {
 
   absl::Status Check(int64_t stage, int64_t microbatch) const;
   absl::StatusOr<const GptBatch*> BatchOf(int64_t microbatch);
-  absl::StatusOr<F32Tensor> RunForward(int64_t stage, int64_t microbatch);
+  absl::StatusOr<F32Tensor> RunForward(int64_t stage, int64_t microbatch, const F32Tensor& input);
+  // Reset drops the forward state, the batches and the losses, for `step`.
+  void Reset(int64_t step);
   // PrepareBackward checks a backward's arguments and makes (stage, microbatch)
   // its stage's live forward, recomputing it when another forward ran since.
   absl::StatusOr<Tensor> PrepareBackward(const char* what, int64_t stage, int64_t microbatch,
@@ -164,6 +189,9 @@ class GptStageModule : public StageModule {
   std::map<std::pair<int64_t, int64_t>, GptWeightGradWork> works_;
   std::map<int64_t, GptBatch> batches_;
   std::vector<float> losses_;
+  std::vector<bool> has_loss_;  // by microbatch: its Loss ran since the last Reset
+  bool forward_only_ = false;
+  GptMicrobatchFn eval_data_;  // BeginForwardOnly's data; empty: data_
   int64_t step_ = 0;
   int64_t recomputed_ = 0;
   size_t peak_bytes_ = 0;

@@ -169,10 +169,14 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
   }
 }
 
-std::string TestName(const ::testing::TestParamInfo<std::tuple<Kind, Recompute>>& info) {
+const char* KindName(Kind kind) {
   static const char* const kNames[] = {"GPipe", "OneFOneB", "Interleaved", "ZeroBubbleH1",
                                        "ZeroBubbleV"};
-  return absl::StrCat(kNames[static_cast<int>(std::get<0>(info.param))],
+  return kNames[static_cast<int>(kind)];
+}
+
+std::string TestName(const ::testing::TestParamInfo<std::tuple<Kind, Recompute>>& info) {
+  return absl::StrCat(KindName(std::get<0>(info.param)),
                       std::get<1>(info.param) == Recompute::kFull ? "Recompute" : "");
 }
 
@@ -182,6 +186,131 @@ INSTANTIATE_TEST_SUITE_P(
                                          Kind::kZeroBubbleH1, Kind::kZeroBubbleV),
                        ::testing::Values(Recompute::kNone, Recompute::kFull)),
     TestName);
+
+std::string KindTestName(const ::testing::TestParamInfo<Kind>& info) {
+  return KindName(info.param);
+}
+
+// What one rank saw in ForwardOnlyRunLeavesTrainingAlone.
+struct RankRecord {
+  std::vector<float> train_losses;  // loss() after each training step
+  std::vector<std::map<std::string, std::vector<float>>> train_grads;
+  std::map<std::string, std::vector<float>> grads_after_eval;
+  std::vector<float> eval_microbatch_losses;
+  float eval_loss = -1, eval_again_loss = -1, eval_two_loss = -1;
+  int64_t saved_after_eval = -1;
+  size_t held_after_eval = 1;
+  bool holds_loss = false;
+};
+
+// A training step; an evaluation on held-out data (the same microbatches run
+// twice, then only two of them); the same training step again. The evaluation
+// leaves the gradients alone and keeps no forward state, and the step after it is
+// bitwise the step before it and the whole model's.
+class GptForwardOnlyTest : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(GptForwardOnlyTest, ForwardOnlyRunLeavesTrainingAlone) {
+  const GptConfig config = SmallConfig();
+  const MarkovData data = Data(config);
+  LOOM_ASSERT_OK_AND_ASSIGN(const Schedule training, MakeScheduleOf(GetParam()));
+  LOOM_ASSERT_OK_AND_ASSIGN(const PipelineExecutor train, PipelineExecutor::Create(training));
+  LOOM_ASSERT_OK_AND_ASSIGN(
+      const PipelineExecutor eval,
+      PipelineExecutor::Create(*MakeForwardOnlySchedule(training.layout, kMicrobatches)));
+  LOOM_ASSERT_OK_AND_ASSIGN(const PipelineExecutor eval_two,
+                            PipelineExecutor::Create(*MakeForwardOnlySchedule(training.layout, 2)));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> pp, InprocGroup::Create(2));
+  GptStageModuleOptions options;
+  options.micro_batch = kMicroBatch;
+  options.num_microbatches = kMicrobatches;
+  const int64_t kStep = 3;
+  const int64_t kHeldOut = 1000;  // the held-out data: steps the training never reads
+  std::vector<absl::Status> status(2);
+  std::vector<RankRecord> records(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      status[r] = RunTp(1, [&](Communicator& tp) -> absl::Status {
+        auto data_fn = [&](int64_t step, int64_t mb) {
+          return data.Microbatch(Layout(), step, mb, 0);
+        };
+        auto held_out_fn = [&](int64_t step, int64_t mb) {
+          return data.Microbatch(Layout(), kHeldOut + step, mb, 0);
+        };
+        LOOM_ASSIGN_OR_RETURN(
+            std::unique_ptr<GptStageModule> module,
+            GptStageModule::Create(config, training.layout, r, tp, data_fn, options));
+        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> endpoint, pp->Endpoint(r));
+        RankRecord& record = records[r];
+        record.holds_loss = module->holds_loss();
+        const auto grads = [&] {
+          std::map<std::string, std::vector<float>> out;
+          for (const GptParameter& p : module->Parameters()) {
+            out[p.name].assign(p.grad.begin(), p.grad.end());
+          }
+          return out;
+        };
+        const auto train_step = [&]() -> absl::Status {
+          module->BeginStep(kStep);
+          LOOM_RETURN_IF_ERROR(train.Run(*endpoint, *module).status());
+          record.train_losses.push_back(module->loss());
+          record.train_grads.push_back(grads());
+          return absl::OkStatus();
+        };
+        LOOM_RETURN_IF_ERROR(train_step());
+
+        module->BeginForwardOnly(kStep, held_out_fn);
+        LOOM_RETURN_IF_ERROR(eval.Run(*endpoint, *module).status());
+        record.eval_loss = module->loss();
+        record.eval_microbatch_losses = module->microbatch_losses();
+        LOOM_RETURN_IF_ERROR(eval.Run(*endpoint, *module).status());
+        record.eval_again_loss = module->loss();
+        record.saved_after_eval = module->SavedInputs();
+        record.held_after_eval = 0;
+        for (const int64_t stage : module->stages()) {
+          record.held_after_eval += module->model(stage).held_activation_bytes();
+          EXPECT_THAT(module->Backward(stage, 0, F32Tensor::Zeros(module->OutputShape(stage, 0))),
+                      StatusIs(absl::StatusCode::kFailedPrecondition,
+                               HasSubstr(absl::StrCat("Backward of stage ", stage,
+                                                      " microbatch 0 in a forward-only run"))));
+        }
+        record.grads_after_eval = grads();
+        module->BeginForwardOnly(kStep, held_out_fn);
+        LOOM_RETURN_IF_ERROR(eval_two.Run(*endpoint, *module).status());
+        record.eval_two_loss = module->loss();
+
+        return train_step();
+      })[0];
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ExpectAllOk(status);
+  const Gradients expected = Reference(config, kStep);
+  const Gradients held_out = Reference(config, kHeldOut + kStep);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    const RankRecord& record = records[r];
+    ASSERT_EQ(record.train_grads.size(), 2u);
+    EXPECT_EQ(record.grads_after_eval, record.train_grads[0]) << "the evaluation left them";
+    EXPECT_EQ(record.train_grads[1], record.train_grads[0]);
+    for (const auto& [name, g] : record.train_grads[1]) EXPECT_EQ(g, expected.grads.at(name));
+    EXPECT_EQ(record.saved_after_eval, 0);
+    EXPECT_EQ(record.held_after_eval, 0u);
+    if (!record.holds_loss) continue;
+    EXPECT_EQ(record.train_losses[0], expected.loss);
+    EXPECT_EQ(record.train_losses[1], expected.loss);
+    EXPECT_EQ(record.eval_loss, held_out.loss);
+    EXPECT_NE(record.eval_loss, expected.loss);
+    EXPECT_EQ(record.eval_again_loss, held_out.loss);
+    EXPECT_EQ(record.eval_two_loss,
+              (record.eval_microbatch_losses[0] + record.eval_microbatch_losses[1]) / 2.0f);
+  }
+  EXPECT_NE(records[0].holds_loss, records[1].holds_loss);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, GptForwardOnlyTest,
+                         ::testing::Values(Kind::k1F1B, Kind::kInterleaved, Kind::kZeroBubbleV),
+                         KindTestName);
 
 TEST(GptStageModuleTest, ShapesAndErrors) {
   const GptConfig config = SmallConfig();
