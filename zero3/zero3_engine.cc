@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <future>
@@ -53,7 +54,8 @@ struct BucketState {
   std::vector<float> whole_f32;
   std::vector<BFloat16> whole_bf16;
   // The gradient: this rank's shard (stages 2 and 3, and the persistent block), or
-  // at stage 1 the whole bucket's, accumulated here until Step reduces it.
+  // at stage 1 the whole bucket's, accumulated here until ReduceGradients reduces
+  // it into this rank's block of it.
   std::vector<float> grad_f32;
   std::vector<BFloat16> grad_bf16;
   std::optional<AdamWState> adam;   // empty when it lives in optimizer_disk
@@ -368,6 +370,13 @@ absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
   if (pass == Zero3Pass::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(Who(), ": BeginPass(kNone)"));
   }
+  if (grads_reduced_ && (pass == Zero3Pass::kBackward || pass == Zero3Pass::kGradients)) {
+    // Stage 1's reduced shard took the place of the whole gradient it accumulates.
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(),
+                     ": a backward pass after ReduceGradients; Step first (the gradients of this "
+                     "step are reduced)"));
+  }
   if (whole_stale_) {
     // WriteShard changed every rank's shard: the whole copies (stages 1 and 2)
     // gather them before anyone uses them.
@@ -633,6 +642,100 @@ void Zero3Engine::GatherWhole(BucketState& bucket) {
   });
 }
 
+int64_t Zero3Engine::ReducedShardStart(const BucketState& bucket) const {
+  return !bucket.replicated && options_.stage == 1 ? rank_ * bucket.numel : 0;
+}
+
+// ReduceWhole reduce-scatters in place, so that this rank's block of the whole
+// gradient becomes its reduced shard. bf16: the whole gradient is widened first
+// into a gather buffer (all are free outside a pass) and the f32 average rounded
+// once into the block, as EnqueueReduce rounds a shard.
+void Zero3Engine::ReduceWhole(BucketState& bucket) {
+  ++stats_.reduce_scatters;
+  Communicator* dp = dp_;
+  BucketState* state = &bucket;
+  float* widened = bucket.grad_bf16.empty() ? nullptr : shared_->pool.front().widened.data();
+  const size_t own = static_cast<size_t>(ReducedShardStart(bucket));
+  worker_->Submit([dp, state, widened, own]() -> absl::Status {
+    const size_t n = static_cast<size_t>(state->numel);
+    if (widened == nullptr) {
+      const absl::Span<float> whole = absl::MakeSpan(state->grad_f32);
+      return dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(whole)),
+                               BufferView::Of(whole.subspan(own, n)), ReduceOp::kAvg);
+    }
+    const absl::Span<float> whole(widened, state->grad_bf16.size());
+    LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(state->grad_bf16, whole));
+    LOOM_RETURN_IF_ERROR(dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(whole)),
+                                           BufferView::Of(whole.subspan(own, n)), ReduceOp::kAvg));
+    for (size_t i = own; i < own + n; ++i) state->grad_bf16[i] = ToBFloat16(whole[i]);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Zero3Engine::ReduceGradients() {
+  if (pass_ != Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(Who(), ": ReduceGradients inside a pass"));
+  }
+  if (passes_since_step_ == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": ReduceGradients without a backward pass since the last Step"));
+  }
+  if (grads_reduced_) return absl::OkStatus();
+  if (options_.stage == 1) {
+    for (const auto& bucket : buckets_) ReduceWhole(*bucket);
+  }
+  LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
+  grads_reduced_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Zero3Engine::ReducedGradSquaredNorm(
+    absl::Span<const float> param_weight) const {
+  if (static_cast<int64_t>(param_weight.size()) != partition_.num_params()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Who(), ": ReducedGradSquaredNorm got ", param_weight.size(),
+                     " parameter weights; the model has ", partition_.num_params(), " parameters"));
+  }
+  for (int p = 0; p < partition_.num_params(); ++p) {
+    if (!std::isfinite(param_weight[p]) || param_weight[p] < 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Who(), ": ReducedGradSquaredNorm: the weight of parameter ", p, " (\"",
+          partition_.slot(p).name, "\") is ", param_weight[p], "; it must be finite and >= 0"));
+    }
+  }
+  if (pass_ != Zero3Pass::kNone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": ReducedGradSquaredNorm inside a pass"));
+  }
+  if (!grads_reduced_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(), ": ReducedGradSquaredNorm before ReduceGradients (",
+                     passes_since_step_ == 0 ? "no backward pass since the last Step"
+                                             : "this step's gradients are not reduced yet",
+                     ")"));
+  }
+  const double passes = static_cast<double>(passes_since_step_);
+  double total = 0.0;
+  for (int p = 0; p < partition_.num_params(); ++p) {
+    const ParamSlot& slot = partition_.slot(p);
+    if (param_weight[p] == 0.0f || (slot.persistent && rank_ != 0)) continue;
+    const BucketState& bucket = slot.persistent ? *persistent_ : *buckets_[slot.bucket];
+    const Partition::Range range = partition_.OwnedRange(p, rank_);
+    // Parameter element range.begin in the bucket, then in this rank's shard.
+    const int64_t shard_begin = slot.persistent ? 0 : rank_ * bucket.numel;
+    const int64_t first = ReducedShardStart(bucket) + slot.offset + range.begin - shard_begin;
+    const int64_t count = range.end - range.begin;
+    double sum = 0.0;
+    for (int64_t i = first; i < first + count; ++i) {
+      const float x = bucket.grad_f32.empty() ? ToFloat(bucket.grad_bf16[i]) : bucket.grad_f32[i];
+      const double g = static_cast<double>(x) / passes;
+      sum += g * g;
+    }
+    total += sum * static_cast<double>(param_weight[p]);
+  }
+  return total;
+}
+
 absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   if (pass_ != Zero3Pass::kNone) {
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": Step inside a pass"));
@@ -642,45 +745,32 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
         absl::StrCat(Who(), ": Step without a backward pass since the last one"));
   }
   LOOM_RETURN_IF_ERROR(ValidateAdamWHyper(hyper));
-  LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
   AdamWHyper averaged = hyper;
   averaged.grad_scale = hyper.grad_scale / static_cast<float>(passes_since_step_);
   AdamWOptions adam_options;
   adam_options.threads = options_.offload_optimizer ? options_.adamw_threads : 1;
   const bool bf16 = options_.compute_dtype == DType::kBF16;
-  std::vector<float> widened;  // bf16: one bucket's gradient (stage 1: whole) in f32
-  std::vector<float> reduced;  // stage 1: one bucket's averaged gradient shard
-  // NVMe: the next bucket's stored state, read on another thread. (A future's
-  // destructor waits for its read, so an early return leaves nothing running.)
+  std::vector<float> widened;  // bf16: one bucket's gradient shard in f32
+  // NVMe: the next bucket's stored state, read on another thread (while stage 1
+  // reduces, when the caller left that to Step). A future's destructor waits for
+  // its read, so an early return leaves nothing running.
   std::future<absl::StatusOr<std::vector<float>>> ahead;
   auto read_ahead = [&](int b) {
     ahead = std::async(std::launch::async, [this, b] { return ReadStored(*buckets_[b]); });
   };
   if (options_.optimizer_disk != nullptr && !buckets_.empty()) read_ahead(0);
+  LOOM_RETURN_IF_ERROR(ReduceGradients());
   auto step_one = [&](BucketState& bucket) -> absl::Status {
+    const size_t start = static_cast<size_t>(ReducedShardStart(bucket));
+    const size_t n = static_cast<size_t>(bucket.numel);
     absl::Span<const float> grads;
     if (bf16) {
-      widened.resize(bucket.grad_bf16.size());
-      LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(bucket.grad_bf16, absl::MakeSpan(widened)));
+      widened.resize(n);
+      LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(absl::MakeConstSpan(bucket.grad_bf16).subspan(start, n),
+                                            absl::MakeSpan(widened)));
       grads = widened;
     } else {
-      grads = bucket.grad_f32;
-    }
-    if (options_.stage == 1 && !bucket.replicated) {
-      // Stage 1 reduces the whole gradient once per step, here, and (bf16) rounds
-      // the average as the other stages round their reduced shard.
-      reduced.resize(static_cast<size_t>(bucket.numel));
-      ++stats_.reduce_scatters;
-      Communicator* dp = dp_;
-      const CommWorker::Ticket ticket = worker_->Submit([dp, grads, &reduced] {
-        return dp->ReduceScatter(ConstBufferView::Of(grads),
-                                 BufferView::Of(absl::MakeSpan(reduced)), ReduceOp::kAvg);
-      });
-      LOOM_RETURN_IF_ERROR(worker_->Wait(ticket, Deadline()));
-      if (bf16) {
-        for (float& x : reduced) x = ToFloat(ToBFloat16(x));
-      }
-      grads = reduced;
+      grads = absl::MakeConstSpan(bucket.grad_f32).subspan(start, n);
     }
     if (bucket.adam.has_value()) {
       LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bucket.weights, grads, *bucket.adam, adam_options,
@@ -690,7 +780,6 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
       absl::StatusOr<std::vector<float>> stored = ahead.get();
       if (bucket.index + 1 < partition_.num_buckets()) read_ahead(bucket.index + 1);
       if (!stored.ok()) return stored.status();
-      const size_t n = static_cast<size_t>(bucket.numel);
       absl::Span<float> all = absl::MakeSpan(*stored);
       LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(bucket.numel));
       LOOM_RETURN_IF_ERROR(state.WriteMoments(all.subspan(0, n), all.subspan(n, n)));
@@ -714,6 +803,7 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   }
   LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
   passes_since_step_ = 0;
+  grads_reduced_ = false;
   ++stats_.steps;
   return absl::OkStatus();
 }

@@ -17,6 +17,9 @@
 //     every rank even where this rank used none of it, so ranks that take different
 //     branches still make the same collective calls (an unused parameter contributes
 //     a zero gradient) and nothing hangs.
+//   - ReduceGradients (optional: Step calls it when the caller did not) finishes
+//     every reduction of the step, so that ReducedGradSquaredNorm can give the
+//     global gradient norm for clipping before Step.
 //   - Step runs AdamW on this rank's shard, bucket by bucket, with offload's fused
 //     CPU AdamW (threads when the optimizer state is offloaded), and writes the
 //     compute copy (bf16 in mixed precision) of the new shard.
@@ -26,17 +29,20 @@
 // bytes of model state at stage 3 in both precisions — f32: param 4 + grad 4 + m 4
 // + v 4; bf16: param 2 + grad 2 + f32 master 4 + m 4 + v 4. Stage 2 keeps the whole
 // parameters (f32 4 Psi + 12 Psi / dp; bf16 2 Psi + 14 Psi / dp), stage 1 also the
-// whole gradients (f32 8 Psi + 8 Psi / dp; bf16 4 Psi + 12 Psi / dp). Plus the
-// padding of the last shard of each bucket, plus persistent (unsharded) parameters
-// at 16 bytes each, plus buffers bounded by: live gathered buckets (at most
-// prefetch_depth + 1 of the largest bucket, in the compute dtype, and an f32 copy of
-// each in bf16) and the gradient buffers of buckets being reduced.
+// whole gradients (f32 8 Psi + 8 Psi / dp; bf16 4 Psi + 12 Psi / dp), whose own
+// block holds the reduced shard from ReduceGradients to Step (the other blocks are
+// dead by then, so the shard costs nothing more). Plus the padding of the last shard
+// of each bucket, plus persistent (unsharded) parameters at 16 bytes each, plus
+// buffers bounded by: live gathered buckets (at most prefetch_depth + 1 of the
+// largest bucket, in the compute dtype, and an f32 copy of each in bf16) and the
+// gradient buffers of buckets being reduced.
 // Traffic per step and rank (read from the communicator's counters), at stage 3:
 // all-gather twice and reduce-scatter once, each (dp - 1) / dp of the padded bucket
 // bytes: 3 * Psi * (dp - 1) / dp elements, 1.5x plain data parallelism's all-reduce
 // (2 * Psi * (dp - 1) / dp); at stages 1 and 2 one reduce-scatter and one all-gather
 // (of the updated shards, in Step), 2 * Psi * (dp - 1) / dp. Persistent gradients
-// add one all-reduce per backward pass.
+// add one all-reduce per backward pass. Gradient clipping adds the caller's
+// all-reduce of one double.
 //
 // Example (each data-parallel rank runs this on its own thread or process):
 //   LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(model.Specs(), {...}));
@@ -54,8 +60,14 @@
 //     LOOM_RETURN_IF_ERROR(engine->BeginPass(Zero3Pass::kBackward));
 //     for (int p : reversed order) { Acquire(p); ...; engine->AddGrad(p, dw); }
 //     LOOM_RETURN_IF_ERROR(engine->EndPass());
+//     // Global-norm clipping, each element of the model counted once over dp:
+//     LOOM_RETURN_IF_ERROR(engine->ReduceGradients());
+//     std::vector<float> weight(partition.num_params(), 1.0f);
+//     LOOM_ASSIGN_OR_RETURN(double sq, engine->ReducedGradSquaredNorm(weight));
+//     ...all-reduce (sum) sq over every rank of the job...
 //     AdamWHyper hyper;
 //     hyper.step = step;
+//     hyper.grad_scale = std::min(1.0, max_norm / (std::sqrt(sq) + 1e-6));
 //     LOOM_RETURN_IF_ERROR(engine->Step(hyper));
 //   }
 //   engine->Acquire(3);   // outside a pass:
@@ -98,7 +110,8 @@ struct Zero3Options {
   // m, v), 2 also the gradients, 3 also the parameters. At stages 1 and 2 every
   // rank keeps the whole parameters in the compute dtype (Acquire gathers nothing)
   // and Step all-gathers the updated shards into them; stage 1 also keeps the whole
-  // gradient, accumulated locally and reduce-scattered once, in Step.
+  // gradient, accumulated locally and reduce-scattered once per step, by
+  // ReduceGradients.
   int stage = 3;
   // kF32: parameters and gradients in f32 (the master weights are the parameters).
   // kBF16: gathered and reduced in bf16, an f32 master shard for the optimizer.
@@ -173,9 +186,34 @@ class Zero3Engine {
   // EndPass finishes the pass's collectives (see the top of this file) and returns
   // the first error of the pass, if any.
   absl::Status EndPass();
+  // ReduceGradients finishes every reduction of the gradients accumulated since the
+  // last Step; call it after the step's last backward pass. At stage 1 it
+  // reduce-scatters (averages over dp) the whole gradient, bucket by bucket, into
+  // this rank's shard (in bf16 rounded once, as the other stages round theirs); at
+  // stages 2 and 3 it waits for the reductions still running. Collective at stage
+  // 1: every rank calls it or leaves it to Step, which calls it when the caller did
+  // not. A second call before Step does nothing; a backward pass after it is
+  // refused until Step. FailedPrecondition inside a pass or without a backward pass
+  // since the last Step; the collective's error if a reduction failed.
+  absl::Status ReduceGradients();
+  // ReducedGradSquaredNorm returns, in double, the sum over the gradient elements
+  // this rank owns of g * g * param_weight[p]: g is the gradient as Step hands it
+  // to AdamW before hyper.grad_scale, reduced (averaged over dp; in bf16 the bf16
+  // value, widened) and divided by the backward passes (here in double).
+  // Persistent parameters' gradients, the same on every rank, count on rank 0 only,
+  // so the sum over the dp group counts each element of the model once.
+  // `param_weight` has one entry per parameter: 1 counts it, 0 leaves it out (a
+  // parameter replicated over tensor parallelism, on tp ranks other than 0).
+  // Non-finite gradients give a non-finite result. It communicates nothing: the
+  // caller sums it over every rank of the job. Between ReduceGradients and Step,
+  // outside a pass. InvalidArgument for a wrong size or a weight that is negative
+  // or not finite; FailedPrecondition inside a pass or before ReduceGradients.
+  absl::StatusOr<double> ReducedGradSquaredNorm(absl::Span<const float> param_weight) const;
   // Step applies AdamW to this rank's shard with the gradients accumulated since
   // the last Step, averaged over the backward passes (hyper.grad_scale is
-  // multiplied by 1 / passes). FailedPrecondition inside a pass or without one.
+  // multiplied by 1 / passes); it calls ReduceGradients first if the caller did
+  // not, with the same result to the bit. FailedPrecondition inside a pass or
+  // without one; ReduceGradients' errors.
   absl::Status Step(const AdamWHyper& hyper);
 
   // ReadShard copies this rank's master weights (f32, Partition::ShardNumel()
@@ -215,6 +253,12 @@ class Zero3Engine {
   void GatherWhole(zero3_internal::BucketState& bucket);
   absl::Status ReleaseBefore(int position);
   absl::Status EnqueueReduce(zero3_internal::BucketState& bucket);
+  // ReduceWhole (stage 1) submits the reduce-scatter of the bucket's whole gradient
+  // into its own block of it.
+  void ReduceWhole(zero3_internal::BucketState& bucket);
+  // ReducedShardStart: where this rank's reduced gradient shard starts in the
+  // bucket's gradient (stage 1: its block of the whole gradient; otherwise 0).
+  int64_t ReducedShardStart(const zero3_internal::BucketState& bucket) const;
   absl::Status RecordError(absl::Status status);
   absl::Status RefreshComputeCopies();
   absl::Status CheckShardSpans(absl::string_view what, size_t sharded, size_t persistent) const;
@@ -243,6 +287,7 @@ class Zero3Engine {
   int position_ = 0;        // the pass's current bucket, as a position in pass order
   int next_gather_ = 0;     // the next position to gather
   int passes_since_step_ = 0;
+  bool grads_reduced_ = false;  // ReduceGradients ran since the last Step
   bool whole_stale_ = false;  // stages 1, 2: WriteShard ran; BeginPass re-gathers
   absl::Status pass_error_;
   Zero3Stats stats_;

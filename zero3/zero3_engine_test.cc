@@ -3,12 +3,13 @@
 #include <dirent.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <random>
@@ -76,6 +77,14 @@ float RoundBF16(float x) { return ToFloat(ToBFloat16(x)); }
 // rank 1 leaves out (a branch taken on the other ranks only).
 using Uses = std::function<bool(int rank, int param)>;
 
+std::unique_ptr<Communicator> MakeCommunicator(std::unique_ptr<Transport> endpoint,
+                                               bool deterministic) {
+  CommunicatorOptions options;
+  options.deterministic = deterministic;
+  options.timeout = absl::Seconds(60);
+  return *Communicator::Create(std::shared_ptr<Transport>(std::move(endpoint)), options);
+}
+
 // RunRanks runs `body(rank, comm)` on dp threads over one inproc group.
 // deterministic: rank-order folds, so the references below are bitwise; it costs
 // the reduce-scatter extra traffic, so the traffic test turns it off.
@@ -87,67 +96,135 @@ void RunRanks(int dp, const std::function<void(int, Communicator&)>& body,
   std::vector<std::thread> threads;
   for (int r = 0; r < dp; ++r) {
     threads.emplace_back([&, r] {
-      CommunicatorOptions options;
-      options.deterministic = deterministic;
-      options.timeout = absl::Seconds(60);
-      std::unique_ptr<Communicator> comm =
-          *Communicator::Create(std::shared_ptr<Transport>(std::move(endpoints[r])), options);
+      std::unique_ptr<Communicator> comm = MakeCommunicator(std::move(endpoints[r]), deterministic);
       body(r, *comm);
     });
   }
   for (std::thread& t : threads) t.join();
 }
 
-AdamWHyper Hyper(int64_t step) {
+// RunRanksWithWorld is RunRanks with a second communicator over the same ranks,
+// `world`, for what a training job all-reduces beside the engine (the engine's
+// own communicator is driven by the engine alone).
+void RunRanksWithWorld(int dp, const std::function<void(int, Communicator&, Communicator&)>& body) {
+  std::shared_ptr<InprocGroup> dp_group = *InprocGroup::Create(dp);
+  std::shared_ptr<InprocGroup> world_group = *InprocGroup::Create(dp);
+  std::vector<std::unique_ptr<Transport>> dp_ends, world_ends;
+  for (int r = 0; r < dp; ++r) {
+    dp_ends.push_back(*dp_group->Endpoint(r));
+    world_ends.push_back(*world_group->Endpoint(r));
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < dp; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Communicator> comm = MakeCommunicator(std::move(dp_ends[r]), true);
+      std::unique_ptr<Communicator> world = MakeCommunicator(std::move(world_ends[r]), true);
+      body(r, *comm, *world);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+AdamWHyper Hyper(int64_t step, float eps = AdamWHyper().eps) {
   AdamWHyper hyper;
   hyper.lr = 1e-2f;
   hyper.weight_decay = 0.1f;
   hyper.step = step;
+  hyper.eps = eps;
   return hyper;
 }
 
-// Reference: the same training on the whole model in one place. Each rank's f32
-// gradient (from the compute copy: bf16-rounded in bf16) is averaged over ranks in
-// rank order, then (bf16) rounded once into the bf16 gradient; passes accumulate.
-// Stage 1 reduces once per step instead: each rank first accumulates its passes in
-// its own (bf16: rounded) whole gradient, and the average of those is rounded once.
-std::vector<float> Reference(const Partition& partition, DType dtype, int steps, int passes,
-                             const Uses& uses, int stage = 3) {
+// ReducedGrad: the dp-averaged gradient of the whole model (flat), computed in one
+// place, for the f32 master weights `master`. Each rank's f32 gradient (from the
+// compute copy: bf16-rounded in bf16) is averaged over ranks in rank order, then
+// (bf16) rounded once into the bf16 gradient; passes accumulate. Stage 1 reduces
+// once per step instead: each rank first accumulates its passes in its own (bf16:
+// rounded) whole gradient, and the average of those is rounded once.
+std::vector<float> ReducedGrad(const Partition& partition, DType dtype,
+                               absl::Span<const float> master, int passes, const Uses& uses,
+                               int stage) {
   const int dp = partition.options().dp_size;
   const bool bf16 = dtype == DType::kBF16;
   auto round = [bf16](float x) { return bf16 ? RoundBF16(x) : x; };
-  std::vector<float> master = InitialParams(partition);
-  AdamWState state = *AdamWState::Create(static_cast<int64_t>(master.size()));
-  for (int step = 1; step <= steps; ++step) {
-    std::vector<float> compute = master;
-    for (float& x : compute) x = round(x);
-    std::vector<float> grad(master.size(), 0.0f);
-    for (int p = 0; p < partition.num_params(); ++p) {
-      const int64_t base = partition.FlatOffset(p);
-      const bool per_step = stage == 1 && !partition.slot(p).persistent;
-      for (int64_t i = 0; i < partition.slot(p).numel; ++i) {
-        std::vector<float> local(dp, 0.0f);  // stage 1: each rank's accumulated gradient
-        for (int pass = 0; pass < passes; ++pass) {
-          float sum = 0.0f;
-          for (int r = 0; r < dp; ++r) {
-            const float g = uses(r, p) ? Grad(compute[base + i], r, pass, p, i) : 0.0f;
-            local[r] = round(local[r] + g);
-            sum = r == 0 ? g : sum + g;
-          }
-          if (!per_step) grad[base + i] = round(grad[base + i] + sum / static_cast<float>(dp));
+  std::vector<float> compute(master.begin(), master.end());
+  for (float& x : compute) x = round(x);
+  std::vector<float> grad(master.size(), 0.0f);
+  for (int p = 0; p < partition.num_params(); ++p) {
+    const int64_t base = partition.FlatOffset(p);
+    const bool per_step = stage == 1 && !partition.slot(p).persistent;
+    for (int64_t i = 0; i < partition.slot(p).numel; ++i) {
+      std::vector<float> local(dp, 0.0f);  // stage 1: each rank's accumulated gradient
+      for (int pass = 0; pass < passes; ++pass) {
+        float sum = 0.0f;
+        for (int r = 0; r < dp; ++r) {
+          const float g = uses(r, p) ? Grad(compute[base + i], r, pass, p, i) : 0.0f;
+          local[r] = round(local[r] + g);
+          sum = r == 0 ? g : sum + g;
         }
-        if (per_step) {
-          float sum = local[0];
-          for (int r = 1; r < dp; ++r) sum += local[r];
-          grad[base + i] = round(sum / static_cast<float>(dp));
-        }
+        if (!per_step) grad[base + i] = round(grad[base + i] + sum / static_cast<float>(dp));
+      }
+      if (per_step) {
+        float sum = local[0];
+        for (int r = 1; r < dp; ++r) sum += local[r];
+        grad[base + i] = round(sum / static_cast<float>(dp));
       }
     }
-    AdamWHyper hyper = Hyper(step);
+  }
+  return grad;
+}
+
+// SquaredNorm: sum of (grad / passes)^2 * weight[p] over the whole model, in double.
+double SquaredNorm(const Partition& partition, absl::Span<const float> grad, int passes,
+                   absl::Span<const float> weight) {
+  double total = 0.0;
+  for (int p = 0; p < partition.num_params(); ++p) {
+    for (int64_t i = 0; i < partition.slot(p).numel; ++i) {
+      const double g = static_cast<double>(grad[partition.FlatOffset(p) + i]) / passes;
+      total += g * g * static_cast<double>(weight[p]);
+    }
+  }
+  return total;
+}
+
+// ClipFactor: what a job passes as grad_scale for global-norm clipping.
+double ClipFactor(double squared_norm, double max_norm) {
+  return std::min(1.0, max_norm / (std::sqrt(squared_norm) + 1e-6));
+}
+
+struct ReferenceRun {
+  std::vector<float> params;
+  std::vector<double> clips;  // per step, with max_norm > 0
+};
+
+// RunReference: the same training on the whole model in one place (ReducedGrad,
+// then AdamW with Hyper(step, eps)). max_norm > 0 clips: the gradient is pre-scaled
+// by the clip factor of its global norm, rounded to f32 as AdamW rounds
+// grad_scale, and AdamW gets only the 1 / passes.
+ReferenceRun RunReference(const Partition& partition, DType dtype, int steps, int passes,
+                          const Uses& uses, int stage, double max_norm,
+                          float eps = AdamWHyper().eps) {
+  ReferenceRun run;
+  std::vector<float>& master = run.params;
+  master = InitialParams(partition);
+  AdamWState state = *AdamWState::Create(static_cast<int64_t>(master.size()));
+  const std::vector<float> ones(partition.num_params(), 1.0f);
+  for (int step = 1; step <= steps; ++step) {
+    std::vector<float> grad = ReducedGrad(partition, dtype, master, passes, uses, stage);
+    if (max_norm > 0) {
+      const double clip = ClipFactor(SquaredNorm(partition, grad, passes, ones), max_norm);
+      run.clips.push_back(clip);
+      for (float& g : grad) g *= static_cast<float>(clip);
+    }
+    AdamWHyper hyper = Hyper(step, eps);
     hyper.grad_scale = 1.0f / static_cast<float>(passes);
     EXPECT_THAT(AdamWStep(hyper, absl::MakeSpan(master), grad, state), IsOk());
   }
-  return master;
+  return run;
+}
+
+std::vector<float> Reference(const Partition& partition, DType dtype, int steps, int passes,
+                             const Uses& uses, int stage = 3) {
+  return RunReference(partition, dtype, steps, passes, uses, stage, 0.0).params;
 }
 
 struct RunResult {
@@ -156,11 +233,15 @@ struct RunResult {
   std::vector<CollectiveCounters> gathers, reduces, all_reduces;
 };
 
+// BeforeStep runs on each rank between its last backward pass and Step.
+using BeforeStep = std::function<void(int rank, Zero3Engine& engine)>;
+
 // Train runs `steps` steps of `passes` forward + backward passes per step on dp
 // ranks: forward acquires every used parameter in order, backward in reverse
 // and adds its gradient.
 RunResult Train(const Partition& partition, const Zero3Options& options, int steps, int passes,
-                const Uses& uses, bool deterministic = true) {
+                const Uses& uses, bool deterministic = true,
+                const BeforeStep& before_step = nullptr) {
   const int dp = partition.options().dp_size;
   RunResult result;
   result.params.resize(dp);
@@ -193,6 +274,7 @@ RunResult Train(const Partition& partition, const Zero3Options& options, int ste
         }
         LOOM_ASSERT_OK(engine->EndPass());
       }
+      if (before_step) before_step(rank, *engine);
       LOOM_ASSERT_OK(engine->Step(Hyper(step)));
     }
     // The training's traffic, before GatherAll adds its own.
@@ -584,6 +666,265 @@ TEST(Zero3EngineTest, ARankThatSkipsAParameterContributesZero) {
   }
   EXPECT_NE(Reference(partition, DType::kF32, 2, 1, uses),
             Reference(partition, DType::kF32, 2, 1, UseAll));
+}
+
+// BackwardPasses runs `passes` backward passes of the toy loss on one rank.
+void BackwardPasses(Zero3Engine& engine, const Partition& partition, int rank, int passes) {
+  for (int pass = 0; pass < passes; ++pass) {
+    LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
+    for (int p = partition.num_params() - 1; p >= 0; --p) {
+      LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
+      std::vector<float> g(w.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        g[i] = Grad(w[i], rank, pass, p, static_cast<int64_t>(i));
+      }
+      LOOM_ASSERT_OK(engine.AddGrad(p, g));
+    }
+    LOOM_ASSERT_OK(engine.EndPass());
+  }
+}
+
+// Weights leaving out attn.b (sharing a bucket), mlp.w1 (a bucket of its own) and
+// mlp.b1 (persistent).
+std::vector<float> SomeWeights() {
+  std::vector<float> weight(Specs().size(), 1.0f);
+  weight[3] = weight[5] = weight[6] = 0.0f;
+  return weight;
+}
+
+// Summed over the dp ranks, ReducedGradSquaredNorm is the squared norm of the
+// averaged gradient of the whole model, each element once: sharded elements on
+// their owner, persistent ones on rank 0. The engine's gradient elements are the
+// reference's bitwise (bf16 rounding included: the step tests below show it), so
+// only the order of the double additions differs, and the bound is 1e-12
+// relative; one bf16 ulp in one element moves the norm by about 1e-5 (checked).
+TEST(Zero3EngineTest, GradSquaredNormSumsToTheNormOfTheAveragedGradient) {
+  const std::vector<float> ones(Specs().size(), 1.0f);
+  const std::vector<float> some = SomeWeights();
+  for (const int stage : {1, 2, 3}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const int dp : {2, 3}) {
+        for (const int passes : {1, 2}) {
+          SCOPED_TRACE(
+              absl::StrCat("stage ", stage, " ", DTypeName(dtype), " dp ", dp, " passes ", passes));
+          LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition,
+                                    Partition::Create(Specs(), Options(dp)));
+          const std::vector<float> initial = InitialParams(partition);
+          std::vector<double> all(dp), part(dp);
+          RunRanks(dp, [&](int rank, Communicator& comm) {
+            Zero3Options options;
+            options.stage = stage;
+            options.compute_dtype = dtype;
+            LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Zero3Engine> engine,
+                                      Zero3Engine::Create(partition, &comm, initial, options));
+            BackwardPasses(*engine, partition, rank, passes);
+            LOOM_ASSERT_OK(engine->ReduceGradients());
+            LOOM_ASSERT_OK_AND_ASSIGN(all[rank], engine->ReducedGradSquaredNorm(ones));
+            LOOM_ASSERT_OK_AND_ASSIGN(part[rank], engine->ReducedGradSquaredNorm(some));
+          });
+          double got_all = 0.0, got_part = 0.0;
+          for (int r = 0; r < dp; ++r) {
+            got_all += all[r];
+            got_part += part[r];
+          }
+          std::vector<float> grad = ReducedGrad(partition, dtype, initial, passes, UseAll, stage);
+          const double want_all = SquaredNorm(partition, grad, passes, ones);
+          const double want_part = SquaredNorm(partition, grad, passes, some);
+          EXPECT_NEAR(got_all, want_all, 1e-12 * want_all);
+          EXPECT_NEAR(got_part, want_part, 1e-12 * want_part);
+          EXPECT_GT(want_all - want_part, 0.01 * want_all);  // the left-out parameters count
+          if (dtype == DType::kBF16) {
+            // The bound sees a single rounding that went the other way.
+            const auto big = std::max_element(grad.begin(), grad.end(), [](float a, float b) {
+              return std::abs(a) < std::abs(b);
+            });
+            *big = ToFloat(BFloat16{static_cast<uint16_t>(ToBFloat16(*big).bits + 1)});
+            EXPECT_GT(std::abs(SquaredNorm(partition, grad, passes, ones) - want_all),
+                      1e-6 * want_all);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ReduceGradients before Step (here twice: the second call does nothing, and the
+// norm in between reads only) leaves every bit and every collective as Step alone,
+// NVMe offload included; both equal the reference.
+TEST(Zero3EngineTest, ReduceGradientsBeforeStepChangesNoBit) {
+  const std::string dir = FreshDirectory("reduce_first");
+  std::unique_ptr<DiskTier> disk = MakeDisk(dir);
+  ASSERT_NE(disk, nullptr);
+  const std::vector<float> ones(Specs().size(), 1.0f);
+  const BeforeStep reduce_first = [&](int, Zero3Engine& engine) {
+    LOOM_ASSERT_OK(engine.ReduceGradients());
+    LOOM_ASSERT_OK(engine.ReducedGradSquaredNorm(ones).status());
+    LOOM_ASSERT_OK(engine.ReduceGradients());
+  };
+  for (const int stage : {1, 2, 3}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const int dp : {2, 3}) {
+        SCOPED_TRACE(absl::StrCat("stage ", stage, " ", DTypeName(dtype), " dp ", dp));
+        LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition,
+                                  Partition::Create(Specs(), Options(dp)));
+        Zero3Options options;
+        options.stage = stage;
+        options.compute_dtype = dtype;
+        options.optimizer_disk = dp == 3 ? disk.get() : nullptr;
+        const RunResult alone = Train(partition, options, 2, 2, UseAll);
+        const RunResult first = Train(partition, options, 2, 2, UseAll, true, reduce_first);
+        const std::vector<float> reference = Reference(partition, dtype, 2, 2, UseAll, stage);
+        for (int r = 0; r < dp; ++r) {
+          SCOPED_TRACE(absl::StrCat("rank ", r));
+          EXPECT_EQ(first.params[r], alone.params[r]);
+          EXPECT_EQ(first.params[r], reference);
+          EXPECT_EQ(first.gathers[r].calls, alone.gathers[r].calls);
+          EXPECT_EQ(first.gathers[r].bytes_sent, alone.gathers[r].bytes_sent);
+          EXPECT_EQ(first.reduces[r].calls, alone.reduces[r].calls);
+          EXPECT_EQ(first.reduces[r].bytes_sent, alone.reduces[r].bytes_sent);
+          EXPECT_EQ(first.all_reduces[r].calls, alone.all_reduces[r].calls);
+          EXPECT_EQ(first.stats[r].reduce_scatters, alone.stats[r].reduce_scatters);
+          EXPECT_EQ(first.stats[r].model_state_bytes, alone.stats[r].model_state_bytes);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(CountFiles(dir), 0);
+}
+
+// Global-norm clipping as a job does it: every rank's ReducedGradSquaredNorm
+// all-reduced over the world, grad_scale = min(1, max_norm / (norm + 1e-6)). The
+// reference pre-scales its averaged gradient by the same factor. The factors agree
+// to the order of the double additions, so the parameters agree within float
+// rounding (bitwise unless a factor's f32 rounding differs). AdamW is blind to a
+// constant gradient scale but for eps, so a large eps lets the clipping show.
+TEST(Zero3EngineTest, ClippingThroughGradScaleMatchesAPreScaledReference) {
+  const double max_norm = 1.0;
+  const float eps = 1e-2f;
+  const std::vector<float> ones(Specs().size(), 1.0f);
+  for (const int stage : {1, 2, 3}) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const int dp : {2, 3}) {
+        for (const int passes : {1, 2}) {
+          SCOPED_TRACE(
+              absl::StrCat("stage ", stage, " ", DTypeName(dtype), " dp ", dp, " passes ", passes));
+          LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition,
+                                    Partition::Create(Specs(), Options(dp)));
+          const std::vector<float> initial = InitialParams(partition);
+          std::vector<std::vector<float>> params(dp);
+          std::vector<std::vector<double>> clips(dp);
+          RunRanksWithWorld(dp, [&](int rank, Communicator& comm, Communicator& world) {
+            Zero3Options options;
+            options.stage = stage;
+            options.compute_dtype = dtype;
+            LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Zero3Engine> engine,
+                                      Zero3Engine::Create(partition, &comm, initial, options));
+            for (int step = 1; step <= 2; ++step) {
+              BackwardPasses(*engine, partition, rank, passes);
+              LOOM_ASSERT_OK(engine->ReduceGradients());
+              LOOM_ASSERT_OK_AND_ASSIGN(double squared, engine->ReducedGradSquaredNorm(ones));
+              LOOM_ASSERT_OK(world.AllReduce(absl::MakeSpan(&squared, 1), ReduceOp::kSum));
+              clips[rank].push_back(ClipFactor(squared, max_norm));
+              AdamWHyper hyper = Hyper(step, eps);
+              hyper.grad_scale = static_cast<float>(clips[rank].back());
+              LOOM_ASSERT_OK(engine->Step(hyper));
+            }
+            LOOM_ASSERT_OK_AND_ASSIGN(params[rank], engine->GatherAll());
+          });
+          const ReferenceRun reference =
+              RunReference(partition, dtype, 2, passes, UseAll, stage, max_norm, eps);
+          const std::vector<float> unclipped =
+              RunReference(partition, dtype, 2, passes, UseAll, stage, 0.0, eps).params;
+          ASSERT_EQ(reference.clips.size(), 2u);
+          auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+            float diff = 0.0f;
+            for (size_t i = 0; i < a.size(); ++i) {
+              diff = std::max(diff, std::abs(a[i] - b[i]) / std::max(1.0f, std::abs(b[i])));
+            }
+            return diff;
+          };
+          for (int r = 0; r < dp; ++r) {
+            SCOPED_TRACE(absl::StrCat("rank ", r));
+            ASSERT_EQ(clips[r].size(), 2u);
+            EXPECT_EQ(clips[r], clips[0]);  // the same factor everywhere
+            for (int s = 0; s < 2; ++s) {
+              EXPECT_NEAR(clips[r][s], reference.clips[s], 1e-12 * reference.clips[s]);
+              EXPECT_LT(reference.clips[s], 0.5);  // it clips
+            }
+            ASSERT_EQ(params[r].size(), reference.params.size());
+            EXPECT_LE(max_diff(params[r], reference.params), 1e-6f);
+          }
+          EXPECT_GT(max_diff(unclipped, reference.params), 1e-3f);
+        }
+      }
+    }
+  }
+}
+
+// ReduceGradients and ReducedGradSquaredNorm out of order are refused, naming why;
+// an evaluation (forward) pass may come between ReduceGradients and Step.
+TEST(Zero3EngineTest, GradNormCallsOutOfOrderAreRefused) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(2)));
+  const std::vector<float> initial = InitialParams(partition);
+  const std::vector<float> ones(Specs().size(), 1.0f);
+  for (const int stage : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    RunRanks(2, [&](int rank, Communicator& comm) {
+      Zero3Options options;
+      options.stage = stage;
+      LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Zero3Engine> engine,
+                                Zero3Engine::Create(partition, &comm, initial, options));
+      EXPECT_THAT(engine->ReduceGradients(),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr(absl::StrCat("Zero3Engine rank ", rank,
+                                                  ": ReduceGradients without a backward pass "
+                                                  "since the last Step"))));
+      EXPECT_THAT(engine->ReducedGradSquaredNorm(ones),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("before ReduceGradients (no backward pass since the last "
+                                     "Step)")));
+      LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kBackward));
+      EXPECT_THAT(engine->ReduceGradients(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                      HasSubstr("ReduceGradients inside a pass")));
+      EXPECT_THAT(engine->ReducedGradSquaredNorm(ones),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("ReducedGradSquaredNorm inside a pass")));
+      LOOM_ASSERT_OK(engine->EndPass());
+      EXPECT_THAT(engine->ReducedGradSquaredNorm(ones),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("before ReduceGradients (this step's gradients are not "
+                                     "reduced yet)")));
+      LOOM_ASSERT_OK(engine->ReduceGradients());
+      EXPECT_THAT(engine->ReducedGradSquaredNorm(std::vector<float>(3, 1.0f)),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("ReducedGradSquaredNorm got 3 parameter weights; the model "
+                                     "has 10 parameters")));
+      std::vector<float> negative = ones;
+      negative[2] = -1.0f;
+      EXPECT_THAT(engine->ReducedGradSquaredNorm(negative),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("the weight of parameter 2 (\"attn.w\") is -1; it must be "
+                                     "finite and >= 0")));
+      EXPECT_THAT(engine->BeginPass(Zero3Pass::kBackward),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("a backward pass after ReduceGradients; Step first")));
+      EXPECT_THAT(engine->BeginPass(Zero3Pass::kGradients),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("a backward pass after ReduceGradients")));
+      // Zero gradients (the pass added none) have norm 0.
+      EXPECT_THAT(engine->ReducedGradSquaredNorm(ones), IsOkAndHolds(0.0));
+      LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kForward));
+      LOOM_ASSERT_OK(engine->Acquire(0).status());
+      LOOM_ASSERT_OK(engine->EndPass());
+      LOOM_EXPECT_OK(engine->ReducedGradSquaredNorm(ones).status());
+      LOOM_ASSERT_OK(engine->Step(Hyper(1)));
+      EXPECT_THAT(engine->ReducedGradSquaredNorm(ones),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("no backward pass since the last Step")));
+      LOOM_EXPECT_OK(engine->BeginPass(Zero3Pass::kBackward));
+      LOOM_EXPECT_OK(engine->EndPass());
+    });
+  }
 }
 
 // Using a released bucket again is refused on that rank; the others, which make
