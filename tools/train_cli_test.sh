@@ -58,6 +58,15 @@ awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "text loss did 
 relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
 awk -v r="$relative" 'BEGIN { exit !(r < 1e-4) }' || fail "text run differs from one rank by $relative"
 
+# Held-out evaluation on text, beside the training loss and in the metrics file.
+out="$("$TRAIN" --steps=4 --data="$0" --eval_every=2 --eval_fraction=0.3 --micro_batch=1 \
+       --microbatches=2 --metrics="$dir/eval.jsonl" --clip_grad_norm=1 --nocompare_reference)"
+[[ "$(grep -c '^step .*  eval [0-9.]*  grad norm ' <<<"$out")" == 2 ]] || fail "eval lines: $out"
+grep -q '^eval loss [0-9.]* (held out, after step 4)$' <<<"$out" || fail "eval summary: $out"
+[[ "$(grep -c '"eval_loss":' "$dir/eval.jsonl")" == 2 ]] || fail "eval in metrics: $(cat "$dir/eval.jsonl")"
+expect_error "--eval_every needs 64 held-out sequences" --data="$0" --eval_every=2 --eval_fraction=0.01 \
+    --micro_batch=8
+expect_error "--clip_grad_norm -1 must be a finite number >= 0" --clip_grad_norm=-1
 expect_error "--warmup_steps 9" --steps=4 --warmup_steps=9
 expect_error "--lr_min 0.5" --lr_min=0.5
 expect_error "--layers 4 is not divisible by the 3 pipeline stages" --pp=3

@@ -90,6 +90,12 @@ ABSL_FLAG(int64_t, heads, 4, "Attention heads.");
 ABSL_FLAG(int64_t, layers, 4, "Transformer blocks.");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate.");
 ABSL_FLAG(double, adam_eps, 1e-6, "AdamW epsilon.");
+ABSL_FLAG(int64_t, eval_every, 0,
+          "Every N steps and after the last: the mean loss over a fixed held-out set (one global "
+          "batch; with --data the text's held-out tail), computed on the training mesh; 0: off.");
+ABSL_FLAG(double, clip_grad_norm, 0,
+          "Scale the dp-averaged gradient of the whole model to this global L2 norm when it is "
+          "longer (each element counted once across tp, pp and dp); 0: off.");
 ABSL_FLAG(int64_t, warmup_steps, 0, "Linear learning-rate warm-up over this many steps.");
 ABSL_FLAG(std::optional<double>, lr_min, std::nullopt,
           "Cosine decay from --lr (after the warm-up) to this rate at the last step; unset: no "
@@ -198,6 +204,8 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
   o.adam_eps = static_cast<float>(absl::GetFlag(FLAGS_adam_eps));
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.clip_grad_norm = static_cast<float>(absl::GetFlag(FLAGS_clip_grad_norm));
   if (const std::optional<double> lr_min = absl::GetFlag(FLAGS_lr_min); lr_min.has_value()) {
     o.lr_min = static_cast<float>(*lr_min);
   }
@@ -533,6 +541,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     line.step = r.step;
     line.loss = r.loss;
     line.lr = r.lr;
+    line.eval_loss = r.eval_loss;
     line.tokens_per_second = r.tokens_per_second;
     line.bytes_sent = r.comm_bytes;
     line.seconds = absl::ToDoubleSeconds(absl::Now() - run_start);
@@ -580,6 +589,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       summary->sharded_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
       summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
       summary->tokens_per_second);
+  if (summary->final_eval_loss.has_value()) {
+    std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
+                                 *summary->final_eval_loss, o.steps);
+  }
   if (summary->resumed_from_step > 0) {
     std::cout << absl::StrFormat("resumed from the checkpoint of step %d in %s\n",
                                  summary->resumed_from_step, o.resume_dir);
@@ -632,10 +645,13 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   }
   if (const std::string path = absl::GetFlag(FLAGS_summary_json); !path.empty()) {
     const std::string json = absl::StrFormat(
-        "{\"final_loss\": %.9g, \"reference_final_loss\": %s, \"max_abs_param_diff\": %s, "
+        "{\"final_loss\": %.9g, \"final_eval_loss\": %s, \"reference_final_loss\": %s, "
+        "\"max_abs_param_diff\": %s, "
         "\"peak_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
         "\"steps\": %d, \"tokens_per_second\": %.6g}\n",
         summary->final_loss,
+        summary->final_eval_loss.has_value() ? absl::StrFormat("%.9g", *summary->final_eval_loss)
+                                             : std::string("null"),
         absl::GetFlag(FLAGS_compare_reference)
             ? absl::StrFormat("%.9g", reference.reference_final_loss)
             : "null",

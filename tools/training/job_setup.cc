@@ -26,6 +26,12 @@ absl::StatusOr<GptBatch> JobSetup::Microbatch(int64_t step, int64_t mb, int d) c
                           : markov->Microbatch(batch, step, mb, d);
 }
 
+absl::StatusOr<GptBatch> JobSetup::EvalMicrobatch(int64_t mb, int d) const {
+  if (!text.has_value()) return markov->Microbatch(batch, kEvalStep, mb, d);
+  LOOM_ASSIGN_OR_RETURN(const int64_t first, FirstSequenceOf("--eval_every", batch, 0, mb, d));
+  return text->EvalSequences(first, batch.micro_batch);
+}
+
 absl::StatusOr<std::unique_ptr<JobSetup>> SetupJob(const TrainJobOptions& options) {
   LOOM_RETURN_IF_ERROR(ValidateTrainJob(options));
   auto setup = std::make_unique<JobSetup>();
@@ -40,6 +46,13 @@ absl::StatusOr<std::unique_ptr<JobSetup>> SetupJob(const TrainJobOptions& option
   LOOM_ASSIGN_OR_RETURN(PipelineExecutor executor,
                         PipelineExecutor::Create(setup->schedule, executor_options));
   setup->executor.emplace(std::move(executor));
+  if (options.eval_every > 0) {
+    LOOM_ASSIGN_OR_RETURN(Schedule eval,
+                          MakeForwardOnlySchedule(setup->schedule.layout, options.microbatches));
+    LOOM_ASSIGN_OR_RETURN(PipelineExecutor eval_executor,
+                          PipelineExecutor::Create(eval, executor_options));
+    setup->eval_executor.emplace(std::move(eval_executor));
+  }
   if (options.data.empty()) {
     MarkovOptions markov;
     markov.vocab = options.model.vocab;

@@ -29,6 +29,8 @@ namespace loom {
 struct JobSetup {
   Schedule schedule;
   std::optional<PipelineExecutor> executor;
+  // --eval_every: a forward-only schedule on the training schedule's layout.
+  std::optional<PipelineExecutor> eval_executor;
   // The training data: the Markov chain, or text (with TrainJobOptions::data).
   std::optional<MarkovData> markov;
   std::optional<ByteCorpus> text;
@@ -38,6 +40,11 @@ struct JobSetup {
   // Microbatch `mb` of step `step` (from 0) for dp rank `d`: a function of these
   // and the data seed alone, so any mesh sees the same global batch.
   absl::StatusOr<GptBatch> Microbatch(int64_t step, int64_t mb, int d) const;
+  // EvalMicrobatch: microbatch `mb` of the held-out set for dp rank `d`. The set is
+  // fixed, one global batch of sequences cut as a training step is, so every mesh
+  // evaluates the same sequences: text, the first sequences of the held-out tail;
+  // the Markov chain, the sequences of a step no run reaches (kEvalStep).
+  absl::StatusOr<GptBatch> EvalMicrobatch(int64_t mb, int d) const;
 };
 
 // SetupJob validates the options (ValidateTrainJob) and builds the setup.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "collectives/collective_kind.h"
 #include "core/buffer_view.h"
+#include "core/reduce_op.h"
 #include "core/status_macros.h"
 #include "tools/gpt/gpt_stage_module.h"
 #include "tools/training/job_checkpoint.h"
@@ -31,6 +33,8 @@ struct RankStep {
   int64_t disk_bytes = 0;
   int64_t comm_bytes = 0;  // sent, this step
   int64_t peak_activation_bytes = 0;
+  bool holds_eval = false;  // the stage's held-out loss (last stage, on eval steps)
+  double eval_loss = 0;
 };
 
 uint64_t SentBytes(const Communicator& comm) {
@@ -41,7 +45,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 7;
+constexpr int kStepFigures = 9;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -49,7 +53,9 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           static_cast<double>(s.sharded_bytes),
           static_cast<double>(s.disk_bytes),
           static_cast<double>(s.comm_bytes),
-          static_cast<double>(s.peak_activation_bytes)};
+          static_cast<double>(s.peak_activation_bytes),
+          s.holds_eval ? 1.0 : 0.0,
+          s.eval_loss};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -60,10 +66,16 @@ RankStep Unpack(const double* f) {
   s.disk_bytes = static_cast<int64_t>(f[4]);
   s.comm_bytes = static_cast<int64_t>(f[5]);
   s.peak_activation_bytes = static_cast<int64_t>(f[6]);
+  s.holds_eval = f[7] != 0.0;
+  s.eval_loss = f[8];
   return s;
 }
 
 // CheckpointDue: whether the job saves after step `done` (counted from 1).
+bool EvalDue(const TrainJobOptions& o, int64_t done) {
+  return o.eval_every > 0 && (done == o.steps || done % o.eval_every == 0);
+}
+
 bool CheckpointDue(const TrainJobOptions& o, int64_t done) {
   if (o.checkpoint_dir.empty()) return false;
   return done == o.steps || (o.checkpoint_every > 0 && done % o.checkpoint_every == 0);
@@ -158,6 +170,14 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                                           absl::StrCat("train.s", w.s, ".t", w.t)));
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
+  // Clipping: tp-replicated parameters count on tp rank 0 only.
+  std::vector<float> norm_weights;
+  for (const GptParameter& p : params) {
+    norm_weights.push_back(p.split == TpSplit::kReplicated && w.t != 0 ? 0.0f : 1.0f);
+  }
+  GptMicrobatchFn eval_fn = [&setup, d](int64_t, int64_t mb) {
+    return setup.EvalMicrobatch(mb, d);
+  };
   const int world = w.world->size();
   std::vector<double> gathered(static_cast<size_t>(world * kStepFigures));
   RankExecution last_execution;
@@ -167,22 +187,48 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     module->BeginStep(step);
     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
     LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module));
-    LOOM_RETURN_IF_ERROR(optimizer->AfterBackward(step + 1));
+    LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
+    float grad_scale = 1.0f;
+    double grad_norm = 0;
+    if (options.clip_grad_norm > 0) {
+      // Every rank's share, summed over the world: each element of the model once.
+      LOOM_ASSIGN_OR_RETURN(double squares, optimizer->GradSquaredNorm(norm_weights));
+      LOOM_RETURN_IF_ERROR(w.world->AllReduce(absl::MakeSpan(&squares, 1), ReduceOp::kSum));
+      grad_norm = std::sqrt(squares);
+      grad_scale = static_cast<float>(
+          std::min(1.0, static_cast<double>(options.clip_grad_norm) / (grad_norm + 1e-6)));
+    }
+    LOOM_RETURN_IF_ERROR(optimizer->ApplyStep(step + 1, grad_scale));
     double checkpoint_seconds = 0;
     if (CheckpointDue(options, step + 1)) {
       const absl::Time saving = absl::Now();
       LOOM_RETURN_IF_ERROR(Save(options, step + 1, params, w, *optimizer));
       checkpoint_seconds = absl::ToDoubleSeconds(absl::Now() - saving);
     }
+    const double step_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    // The step's training loss, before an evaluation replaces the module's.
+    const bool holds_loss = module->holds_loss();
+    const double train_loss = holds_loss ? static_cast<double>(module->loss()) : 0.0;
+    std::optional<double> eval_loss;
+    if (EvalDue(options, step + 1)) {
+      // The weights the step produced (zero 3 gathers them), through a forward-only
+      // schedule on the training mesh; the next BeginStep returns to training.
+      LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
+      module->BeginForwardOnly(step + 1, eval_fn);
+      LOOM_RETURN_IF_ERROR(setup.eval_executor->Run(*w.pp, *module).status());
+      if (module->holds_loss()) eval_loss = static_cast<double>(module->loss());
+    }
     const uint64_t sent = SentBytes(*w.tp) + SentBytes(*w.dp);
     RankStep report;
-    report.holds_loss = module->holds_loss();
-    report.loss = report.holds_loss ? static_cast<double>(module->loss()) : 0.0;
+    report.holds_loss = holds_loss;
+    report.loss = train_loss;
     report.state_bytes = optimizer->StateBytes();
     report.sharded_bytes = optimizer->ShardedBytes();
     report.disk_bytes = optimizer->DiskBytes();
     report.comm_bytes = static_cast<int64_t>(sent - sent_before);
     report.peak_activation_bytes = static_cast<int64_t>(module->peak_activation_bytes());
+    report.holds_eval = eval_loss.has_value();
+    report.eval_loss = eval_loss.value_or(0.0);
     sent_before = sent;
     const std::array<double, kStepFigures> mine = Pack(report);
     LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
@@ -194,12 +240,17 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     }
     StepReport line;
     line.step = step + 1;
-    int losses = 0;
+    int losses = 0, evals = 0;
+    double eval_sum = 0;
     for (int r = 0; r < world; ++r) {
       const RankStep s = Unpack(gathered.data() + r * kStepFigures);
       if (s.holds_loss && s.loss == s.loss) {
         line.loss += s.loss;
         ++losses;
+      }
+      if (s.holds_eval) {
+        eval_sum += s.eval_loss;
+        ++evals;
       }
       line.model_state_bytes = std::max(line.model_state_bytes, s.state_bytes);
       line.comm_bytes = std::max(line.comm_bytes, s.comm_bytes);
@@ -212,7 +263,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     }
     // The last stage's tp ranks all hold the same loss: average over them and dp.
     line.loss /= std::max(losses, 1);
-    line.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (evals > 0) line.eval_loss = eval_sum / evals;
+    line.grad_norm = grad_norm;
+    line.seconds = step_seconds;  // training and checkpoint; not the evaluation
     line.tokens_per_second = static_cast<double>(setup.tokens_per_step) / line.seconds;
     line.checkpoint_seconds = checkpoint_seconds;
     line.lr = ScheduleOf(options).LrAt(step + 1);
@@ -237,6 +290,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   summary->uniform_loss = std::log(static_cast<double>(options.model.vocab));
   summary->entropy_rate = setup.markov.has_value() ? setup.markov->EntropyRate() : 0.0;
   summary->final_loss = summary->steps.back().loss;
+  summary->final_eval_loss = summary->steps.back().eval_loss;
   int64_t comm = 0;
   for (const StepReport& line : summary->steps) {
     summary->peak_model_state_bytes_per_rank =

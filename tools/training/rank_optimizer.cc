@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/half.h"
 #include "core/status_macros.h"
 #include "tools/training/lr_schedule.h"
@@ -75,13 +76,24 @@ class ShardedOptimizer : public RankOptimizer {
     return engine_->EndPass();
   }
 
-  absl::Status AfterBackward(int64_t step) override {
+  absl::Status ReduceGradients() override {
     LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kGradients));
     for (int p = static_cast<int>(params_.size()) - 1; p >= 0; --p) {
       LOOM_RETURN_IF_ERROR(engine_->AddGrad(p, params_[p].grad));
     }
     LOOM_RETURN_IF_ERROR(engine_->EndPass());
-    return engine_->Step(AdamWHyperAt(options_, step));
+    return engine_->ReduceGradients();
+  }
+
+  absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
+    // The engine counts its persistent parameters on dp rank 0 only.
+    return engine_->ReducedGradSquaredNorm(param_weight);
+  }
+
+  absl::Status ApplyStep(int64_t step, float grad_scale) override {
+    AdamWHyper hyper = AdamWHyperAt(options_, step);
+    hyper.grad_scale = grad_scale;
+    return engine_->Step(hyper);
   }
 
   int64_t ShardedBytes() const override {
@@ -207,7 +219,7 @@ class DataParallelOptimizer : public RankOptimizer {
 
   absl::Status BeforeStep() override { return absl::OkStatus(); }
 
-  absl::Status AfterBackward(int64_t step) override {
+  absl::Status ReduceGradients() override {
     const bool bf16 = options_.dtype == DType::kBF16;
     size_t at = 0;
     for (const GptParameter& p : params_) {
@@ -221,10 +233,38 @@ class DataParallelOptimizer : public RankOptimizer {
     if (bf16) {
       for (float& g : flat_grad_) g = ToFloat(ToBFloat16(g));
     }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
+    if (param_weight.size() != params_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("GradSquaredNorm: ", param_weight.size(),
+                                                     " weights for ", params_.size(),
+                                                     " parameters"));
+    }
+    // Every dp rank holds the same averaged gradient: rank 0 counts it.
+    if (dp_->rank() != 0) return 0.0;
+    double sum = 0;
+    size_t at = 0;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      double part = 0;
+      for (size_t i = 0; i < params_[k].grad.size(); ++i) {
+        const double g = flat_grad_[at + i];
+        part += g * g;
+      }
+      at += params_[k].grad.size();
+      sum += part * static_cast<double>(param_weight[k]);
+    }
+    return sum;
+  }
+
+  absl::Status ApplyStep(int64_t step, float grad_scale) override {
+    const bool bf16 = options_.dtype == DType::kBF16;
     AdamWOptions adam;
     adam.threads = options_.offload == OffloadKind::kCpu ? options_.adamw_threads : 1;
-    const AdamWHyper hyper = AdamWHyperAt(options_, step);
-    at = 0;
+    AdamWHyper hyper = AdamWHyperAt(options_, step);
+    hyper.grad_scale = grad_scale;
+    size_t at = 0;
     for (size_t k = 0; k < params_.size(); ++k) {
       GptParameter& p = params_[k];
       const absl::Span<const float> grad =

@@ -13,7 +13,8 @@
 //   for (int64_t step = 1; step <= steps; ++step) {
 //     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());     // zero 3: gathers the weights
 //     ...forward and backward into the parameters' gradients...
-//     LOOM_RETURN_IF_ERROR(optimizer->AfterBackward(step));
+//     LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
+//     LOOM_RETURN_IF_ERROR(optimizer->ApplyStep(step, /*grad_scale=*/1.0f));
 //   }
 #ifndef LOOM_TOOLS_TRAINING_RANK_OPTIMIZER_H_
 #define LOOM_TOOLS_TRAINING_RANK_OPTIMIZER_H_
@@ -60,9 +61,16 @@ class RankOptimizer {
   virtual ~RankOptimizer() = default;
   // BeforeStep makes the model's weights current (zero 3: gathers them).
   virtual absl::Status BeforeStep() = 0;
-  // AfterBackward reduces the gradients over dp and applies AdamW step `step`
-  // (counted from 1).
-  virtual absl::Status AfterBackward(int64_t step) = 0;
+  // After the backward: ReduceGradients averages the gradients over dp;
+  // GradSquaredNorm (optional, for clipping) is this rank's share of the averaged
+  // gradient's squared L2 norm, each parameter's elements weighted by
+  // param_weight[k] (0 leaves out a tp-replicated parameter on tp ranks other than
+  // 0), elements every dp rank holds counted on dp rank 0 only, so that its sum over
+  // the whole job is every element of the model once; ApplyStep runs AdamW step
+  // `step` (from 1) on the averaged gradient times `grad_scale`.
+  virtual absl::Status ReduceGradients() = 0;
+  virtual absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const = 0;
+  virtual absl::Status ApplyStep(int64_t step, float grad_scale) = 0;
   // Bytes of model state this rank holds (see TrainSummary), the ZeRO engine's part
   // of it, and the part on disk.
   virtual int64_t StateBytes() const = 0;

@@ -1,5 +1,6 @@
 #include "tools/training/train_job.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -205,6 +206,76 @@ TEST(TrainJobTest, BadOptionsAreOneClearLine) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--layers 6 is not divisible by the 4 pipeline stages (--pp 2 x 2 "
                                  "stages per rank for zb-v)")));
+}
+
+// Global-norm clipping counts every element of the model once across tp (its
+// replicated parameters on one rank), pp and dp, so the mesh clips exactly as one
+// rank does: the result matches the one-rank reference with clipping, and the
+// clipping was active (every step's norm above the bound, the end far from the
+// unclipped run's).
+TEST(TrainJobTest, ClippingMatchesTheOneRankReference) {
+  for (const int zero : {3, 0}) {
+    SCOPED_TRACE(absl::StrCat("zero ", zero));
+    TrainJobOptions options = Small(6);
+    options.zero = zero;
+    options.offload = zero == 0 ? OffloadKind::kNone : OffloadKind::kCpu;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary free, RunTrainJob(options, nullptr));
+    options.clip_grad_norm = 0.5f;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary clipped, RunTrainJob(options, nullptr));
+    for (const StepReport& step : clipped.steps) EXPECT_GT(step.grad_norm, 0.5) << step.step;
+    LOOM_ASSERT_OK_AND_ASSIGN(const ReferenceComparison reference,
+                              CompareWithReference(options, clipped));
+    EXPECT_LT(reference.max_abs_param_diff, 1e-5 * reference.max_abs_param);
+    double moved = 0;
+    const auto a = Values(free), b = Values(clipped);
+    for (size_t i = 0; i < a.size(); ++i) {
+      for (size_t k = 0; k < a[i].size(); ++k) {
+        moved = std::max(moved, std::fabs(double{a[i][k]} - double{b[i][k]}));
+      }
+    }
+    EXPECT_GT(moved, 1e-3 * reference.max_abs_param) << "clipping changed nothing";
+    // The norm itself, step by step, against one rank's: an element counted twice
+    // (a tp-replicated parameter, a dp copy) or missed would show here.
+    TrainJobOptions one = options;
+    one.dp = one.tp = one.pp = 1;
+    one.zero = 0;
+    one.offload = OffloadKind::kNone;
+    one.microbatches = options.microbatches * options.dp;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary single, RunTrainJob(one, nullptr));
+    for (size_t k = 0; k < single.steps.size(); ++k) {
+      EXPECT_NEAR(clipped.steps[k].grad_norm, single.steps[k].grad_norm,
+                  1e-5 * single.steps[k].grad_norm)
+          << "step " << k + 1;
+    }
+  }
+}
+
+// --eval_every: the held-out loss on the steps asked for (and the last), the same
+// on every mesh up to rounding, and training unchanged by it (bitwise).
+TEST(TrainJobTest, EvaluationIsTheSameOnEveryMeshAndLeavesTrainingAlone) {
+  TrainJobOptions options = Small(5);
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary plain, RunTrainJob(options, nullptr));
+  options.eval_every = 2;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary evaluated, RunTrainJob(options, nullptr));
+  EXPECT_EQ(Values(evaluated), Values(plain));
+  ASSERT_EQ(evaluated.steps.size(), 5u);
+  for (const StepReport& step : evaluated.steps) {
+    EXPECT_EQ(step.eval_loss.has_value(), step.step % 2 == 0 || step.step == 5) << step.step;
+    EXPECT_EQ(step.loss, plain.steps[static_cast<size_t>(step.step - 1)].loss);
+  }
+  ASSERT_TRUE(evaluated.final_eval_loss.has_value());
+  EXPECT_GT(*evaluated.final_eval_loss, 0.5);
+  EXPECT_LT(*evaluated.final_eval_loss, evaluated.uniform_loss);
+  // One rank, the same global batch: the same held-out sequences.
+  TrainJobOptions one = options;
+  one.dp = one.tp = one.pp = 1;
+  one.microbatches = options.microbatches * options.dp;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary single, RunTrainJob(one, nullptr));
+  for (size_t k = 0; k < single.steps.size(); ++k) {
+    ASSERT_EQ(single.steps[k].eval_loss.has_value(), evaluated.steps[k].eval_loss.has_value());
+    if (!single.steps[k].eval_loss.has_value()) continue;
+    EXPECT_NEAR(*single.steps[k].eval_loss, *evaluated.steps[k].eval_loss, 1e-4);
+  }
 }
 
 }  // namespace

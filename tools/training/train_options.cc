@@ -8,6 +8,9 @@
 namespace loom {
 
 std::string StepReport::ToString() const {
+  const std::string extra =
+      (eval_loss.has_value() ? absl::StrFormat("  eval %.4f", *eval_loss) : std::string()) +
+      (grad_norm > 0 ? absl::StrFormat("  grad norm %.3g", grad_norm) : std::string());
   const std::string saved = checkpoint_seconds > 0
                                 ? absl::StrFormat("  checkpoint %.1f ms", checkpoint_seconds * 1e3)
                                 : std::string();
@@ -17,7 +20,7 @@ std::string StepReport::ToString() const {
           loss, seconds * 1e3, tokens_per_second,
           absl::StrFormat("%.2f MiB", static_cast<double>(model_state_bytes) / (1 << 20)),
           absl::StrFormat("%.2f MiB", static_cast<double>(comm_bytes) / (1 << 20))),
-      saved);
+      extra, saved);
 }
 
 }  // namespace loom

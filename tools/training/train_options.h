@@ -19,6 +19,10 @@ namespace loom {
 
 enum class OffloadKind { kNone, kCpu, kNvme };
 
+// The Markov chain's held-out sequences are those of this step, which no run
+// reaches (ValidateTrainJob keeps --steps below it).
+inline constexpr int64_t kEvalStep = int64_t{1} << 40;
+
 struct TrainJobOptions {
   GptConfig model;  // tools/gpt/gpt_config.h; defaults: V=64, 4 layers
   int dp = 2;
@@ -53,6 +57,12 @@ struct TrainJobOptions {
   // the Markov chain. Its last `eval_fraction` is held out (not trained on).
   std::vector<std::string> data;
   double eval_fraction = 0.05;
+  // Every `eval_every` steps (and after the last), the mean loss over a fixed
+  // held-out set (one global batch), computed on the training mesh; 0: never.
+  int64_t eval_every = 0;
+  // Global-norm gradient clipping: the dp-averaged gradient of the whole model
+  // (each element once) is scaled to this L2 norm when longer; 0: off.
+  float clip_grad_norm = 0;
   int adamw_threads = 2;  // with offload = cpu
 
   // Checkpoints (tools/training/job_checkpoint.h): with a directory, every
@@ -83,6 +93,8 @@ struct StepReport {
   int64_t comm_bytes = 0;
   double checkpoint_seconds = 0;  // the save after this step (within `seconds`), if any
   double lr = 0;                  // the learning rate of the step
+  std::optional<double> eval_loss;  // --eval_every: the held-out loss after the step
+  double grad_norm = 0;             // --clip_grad_norm: the norm before clipping
   std::string ToString() const;
 };
 
@@ -98,6 +110,7 @@ struct TrainSummary {
   std::vector<StepReport> steps;  // the steps this run trained
   int64_t resumed_from_step = 0;  // the checkpoint's step (0: a fresh start)
   double final_loss = 0;
+  std::optional<double> final_eval_loss;  // --eval_every: after the last step
   double uniform_loss = 0;  // log(vocab)
   double entropy_rate = 0;  // the lowest loss the data allows (Markov data; 0
                             // for text, where it is not known)

@@ -188,6 +188,14 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
         absl::StrCat("--checkpoint_every ", o.checkpoint_every,
                      o.checkpoint_every < 0 ? " must be >= 0" : " needs --checkpoint_dir"));
   }
+  if (o.eval_every < 0 || o.steps >= kEvalStep) {
+    return absl::InvalidArgumentError(absl::StrCat("--eval_every ", o.eval_every, " and --steps ",
+                                                   o.steps, ": must be >= 0 and < 2^40"));
+  }
+  if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--clip_grad_norm ", o.clip_grad_norm,
+                                                   " must be a finite number >= 0 (0: off)"));
+  }
   if (o.keep_checkpoints < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--keep_checkpoints ", o.keep_checkpoints, " must be >= 1"));
@@ -206,6 +214,16 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     if (!corpus.ok()) {
       return absl::Status(corpus.status().code(),
                           absl::StrCat("--data: ", corpus.status().message()));
+    }
+    // The held-out set is one global batch of sequences.
+    const absl::StatusOr<int64_t> wanted = CheckedMul(
+        {{"--dp", o.dp}, {"--microbatches", o.microbatches}, {"--micro_batch", o.micro_batch}});
+    if (!wanted.ok()) return wanted.status();
+    if (o.eval_every > 0 && corpus->EvalCount() < *wanted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--eval_every needs ", *wanted, " held-out sequences of --seq_len ", o.model.seq_len,
+          " (--dp x --microbatches x --micro_batch); --eval_fraction ", o.eval_fraction,
+          " of --data holds ", corpus->EvalCount()));
     }
   }
   return CheckJobSizes(o);
