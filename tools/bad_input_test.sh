@@ -88,6 +88,20 @@ expect train 2 "--hidden=99999999999999999999 is not an integer" "${T[@]}" --hid
 expect train 2 "--vocab=abc is not an integer" "${T[@]}" --vocab=abc
 expect train 2 "vocab 1 must be >= 2" "${T[@]}" --vocab=1
 expect train 2 "vocab -5 must be >= 2" "${T[@]}" --vocab=-5
+# Checkpoints, restarts, the schedule, evaluation, clipping, metrics (issue 22).
+expect train 2 "--checkpoint_every -1 must be >= 0" "${T[@]}" --checkpoint_every=-1 --checkpoint_dir=/tmp
+expect train 2 "--checkpoint_every 5 needs --checkpoint_dir" "${T[@]}" --checkpoint_every=5
+expect train 2 "--keep_checkpoints 0 must be >= 1" "${T[@]}" --keep_checkpoints=0
+expect train 2 "--resume needs --checkpoint_dir" "${T[@]}" --resume
+expect train 2 "--resume_from /nonexistent/ckpt: checkpoint: no checkpoint in" "${T[@]}" --resume_from=/nonexistent/ckpt
+expect train 2 "--max_restarts -1 is not in [0, 100]" "${T[@]}" --max_restarts=-1
+expect train 2 "--elastic_dp needs --max_restarts" "${T[@]}" --elastic_dp
+expect train 2 "--eval_every -1 and --steps 100: must be >= 0" "${T[@]}" --eval_every=-1
+expect train 2 "--clip_grad_norm nan must be a finite number" "${T[@]}" --clip_grad_norm=nan
+expect train 2 "--warmup_steps -1 must be in [0, --steps 100]" "${T[@]}" --warmup_steps=-1
+expect train 2 "--lr_min 1 must be in [0, --lr 0.003]" "${T[@]}" --lr_min=1
+expect train 2 "--metrics=/nonexistent/m.jsonl: cannot open for writing" "${T[@]}" --metrics=/nonexistent/m.jsonl
+expect train 2 "--plot=/nonexistent/p.svg: cannot open for writing" "${T[@]}" --plot=/nonexistent/p.svg
 expect train 2 "seq_len 0 must be >= 1" "${T[@]}" --seq_len=0
 # --data: text files, checked before any rank starts.
 : > "$TMP/empty.txt"

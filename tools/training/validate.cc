@@ -131,7 +131,6 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         absl::StrCat("--lr ", o.lr, " must be a finite number >= 0 (as a float)"));
   }
-  if (absl::Status s = ScheduleOf(o).Validate(); !s.ok()) return s;
   if (!std::isfinite(o.adam_eps) || o.adam_eps <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--adam_eps ", o.adam_eps, " must be a finite number > 0 (as a float)"));
@@ -183,6 +182,8 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         absl::StrCat("--adamw_threads ", o.adamw_threads, " is not in [1, 256]"));
   }
+  // After --steps is known to be >= 1 (the schedule names it otherwise).
+  if (absl::Status s = ScheduleOf(o).Validate(); !s.ok()) return s;
   if (o.checkpoint_every < 0 || (o.checkpoint_every > 0 && o.checkpoint_dir.empty())) {
     return absl::InvalidArgumentError(
         absl::StrCat("--checkpoint_every ", o.checkpoint_every,
