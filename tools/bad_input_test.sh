@@ -100,6 +100,7 @@ expect train 2 "--eval_every -1 and --steps 100: must be >= 0" "${T[@]}" --eval_
 expect train 2 "--clip_grad_norm nan must be a finite number" "${T[@]}" --clip_grad_norm=nan
 expect train 2 "--warmup_steps -1 must be in [0, --steps 100]" "${T[@]}" --warmup_steps=-1
 expect train 2 "--lr_min 1 must be in [0, --lr 0.003]" "${T[@]}" --lr_min=1
+expect train 2 "--lr_min=abc is not a number" "${T[@]}" --lr_min=abc
 expect train 2 "--metrics=/nonexistent/m.jsonl: cannot open for writing" "${T[@]}" --metrics=/nonexistent/m.jsonl
 expect train 2 "--plot=/nonexistent/p.svg: cannot open for writing" "${T[@]}" --plot=/nonexistent/p.svg
 expect train 2 "seq_len 0 must be >= 1" "${T[@]}" --seq_len=0

@@ -36,6 +36,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -97,7 +98,9 @@ ABSL_FLAG(double, clip_grad_norm, 0,
           "Scale the dp-averaged gradient of the whole model to this global L2 norm when it is "
           "longer (each element counted once across tp, pp and dp); 0: off.");
 ABSL_FLAG(int64_t, warmup_steps, 0, "Linear learning-rate warm-up over this many steps.");
-ABSL_FLAG(std::optional<double>, lr_min, std::nullopt,
+// A string, not std::optional<double>: absl stores such a flag under a sequence lock
+// whose atomic_thread_fence GCC 12 refuses to build with -fsanitize=thread.
+ABSL_FLAG(std::string, lr_min, "",
           "Cosine decay from --lr (after the warm-up) to this rate at the last step; unset: no "
           "decay.");
 ABSL_FLAG(std::string, metrics, "",
@@ -206,8 +209,12 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
   o.clip_grad_norm = static_cast<float>(absl::GetFlag(FLAGS_clip_grad_norm));
-  if (const std::optional<double> lr_min = absl::GetFlag(FLAGS_lr_min); lr_min.has_value()) {
-    o.lr_min = static_cast<float>(*lr_min);
+  if (const std::string lr_min = absl::GetFlag(FLAGS_lr_min); !lr_min.empty()) {
+    double value = 0;
+    if (!absl::SimpleAtod(lr_min, &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("--lr_min=", lr_min, " is not a number"));
+    }
+    o.lr_min = static_cast<float>(value);
   }
   o.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   o.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
