@@ -96,6 +96,9 @@ expect train 2 "--resume needs --checkpoint_dir" "${T[@]}" --resume
 expect train 2 "--resume_from /nonexistent/ckpt: checkpoint: no checkpoint in" "${T[@]}" --resume_from=/nonexistent/ckpt
 expect train 2 "--max_restarts -1 is not in [0, 100]" "${T[@]}" --max_restarts=-1
 expect train 2 "--elastic_dp needs --max_restarts" "${T[@]}" --elastic_dp
+expect train 2 "--max_restarts 1 needs --checkpoint_dir" "${T[@]}" --max_restarts=1
+expect train 2 "--max_restarts is for --transport shm" "${T[@]}" --max_restarts=1 --checkpoint_dir=/tmp
+expect train 2 "--checkpoint_dir /nonexistent/a/b: its parent /nonexistent/a" "${T[@]}" --checkpoint_dir=/nonexistent/a/b
 expect train 2 "--eval_every -1 and --steps 100: must be >= 0" "${T[@]}" --eval_every=-1
 expect train 2 "--clip_grad_norm nan must be a finite number" "${T[@]}" --clip_grad_norm=nan
 expect train 2 "--warmup_steps -1 must be in [0, --steps 100]" "${T[@]}" --warmup_steps=-1
