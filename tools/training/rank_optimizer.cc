@@ -1,6 +1,7 @@
 #include "tools/training/rank_optimizer.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,42 @@ AdamWHyper AdamWHyperAt(const TrainJobOptions& options, int64_t step) {
 }
 
 namespace {
+
+// EngineState: one rank's ZeRO state as the engine's ReadShard / ReadMoments lay it
+// out: for each field (0 the f32 master, 1 and 2 AdamW's moments) the rank's
+// concatenated bucket shards and the persistent block.
+class EngineState {
+ public:
+  static constexpr int kFields = 3;
+
+  explicit EngineState(const Partition& part) {
+    for (int f = 0; f < kFields; ++f) {
+      sharded_[f].resize(static_cast<size_t>(part.ShardNumel()));
+      persistent_[f].resize(static_cast<size_t>(part.PersistentNumel()));
+    }
+  }
+
+  absl::Span<float> Whole(int field, bool persistent) {
+    return absl::MakeSpan(persistent ? persistent_[field] : sharded_[field]);
+  }
+
+  // Owned: the elements of parameter `param` that `rank` owns (OwnedRange), in
+  // field `field`.
+  absl::Span<float> Owned(const Partition& part, int param, int rank, int field) {
+    const ParamSlot& slot = part.slot(param);
+    const Partition::Range owned = part.OwnedRange(param, rank);
+    int64_t at = slot.offset + owned.begin;
+    if (!slot.persistent) {
+      at += part.ShardOffset(slot.bucket) -
+            static_cast<int64_t>(rank) * part.bucket(slot.bucket).shard_numel;
+    }
+    return Whole(field, slot.persistent)
+        .subspan(static_cast<size_t>(at), static_cast<size_t>(owned.end - owned.begin));
+  }
+
+ private:
+  std::array<std::vector<float>, kFields> sharded_, persistent_;
+};
 
 // ZeRO stages 1, 2 and 3 through zero3/Zero3Engine. The stage's layers own their
 // weights for the whole step, so the engine's part is one gather before the step
@@ -112,34 +149,25 @@ class ShardedOptimizer : public RankOptimizer {
   absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
     const Partition& part = engine_->partition();
     const int rank = engine_->rank();
-    std::vector<float> master(static_cast<size_t>(part.ShardNumel())),
-        m(static_cast<size_t>(part.ShardNumel())), v(static_cast<size_t>(part.ShardNumel()));
-    std::vector<float> p_master(static_cast<size_t>(part.PersistentNumel())),
-        p_m(static_cast<size_t>(part.PersistentNumel())),
-        p_v(static_cast<size_t>(part.PersistentNumel()));
-    LOOM_RETURN_IF_ERROR(engine_->ReadShard(absl::MakeSpan(master), absl::MakeSpan(p_master)));
-    LOOM_RETURN_IF_ERROR(engine_->ReadMoments(absl::MakeSpan(m), absl::MakeSpan(p_m),
-                                              absl::MakeSpan(v), absl::MakeSpan(p_v)));
+    EngineState state(part);
+    LOOM_RETURN_IF_ERROR(engine_->ReadShard(state.Whole(0, false), state.Whole(0, true)));
+    LOOM_RETURN_IF_ERROR(engine_->ReadMoments(state.Whole(1, false), state.Whole(1, true),
+                                              state.Whole(2, false), state.Whole(2, true)));
     std::vector<StateSlice> slices;
     for (int p = 0; p < part.num_params(); ++p) {
-      const ParamSlot& slot = part.slot(p);
       const Partition::Range owned = part.OwnedRange(p, rank);
       if (owned.begin == owned.end) continue;
       StateSlice slice;
       slice.param = p;
       slice.begin = owned.begin;
       slice.end = owned.end;
-      slice.dp_replicated = slot.persistent;
-      const int64_t at = ShardPosition(part, p, rank, owned.begin);
-      const std::vector<float>& from_master = slot.persistent ? p_master : master;
-      const std::vector<float>& from_m = slot.persistent ? p_m : m;
-      const std::vector<float>& from_v = slot.persistent ? p_v : v;
-      const auto cut = [&](const std::vector<float>& from) {
-        return std::vector<float>(from.begin() + at, from.begin() + at + (owned.end - owned.begin));
-      };
-      slice.master = cut(from_master);
-      slice.exp_avg = cut(from_m);
-      slice.exp_avg_sq = cut(from_v);
+      slice.dp_replicated = part.slot(p).persistent;
+      std::vector<float>* fields[EngineState::kFields] = {&slice.master, &slice.exp_avg,
+                                                          &slice.exp_avg_sq};
+      for (int f = 0; f < EngineState::kFields; ++f) {
+        const absl::Span<const float> from = state.Owned(part, p, rank, f);
+        fields[f]->assign(from.begin(), from.end());
+      }
       slices.push_back(std::move(slice));
     }
     return slices;
@@ -148,38 +176,19 @@ class ShardedOptimizer : public RankOptimizer {
   absl::Status WriteState(const StateSource& source) override {
     const Partition& part = engine_->partition();
     const int rank = engine_->rank();
-    // Padding stays 0, as the engine keeps it.
-    std::vector<float> master(static_cast<size_t>(part.ShardNumel())),
-        m(static_cast<size_t>(part.ShardNumel())), v(static_cast<size_t>(part.ShardNumel()));
-    std::vector<float> p_master(static_cast<size_t>(part.PersistentNumel())),
-        p_m(static_cast<size_t>(part.PersistentNumel())),
-        p_v(static_cast<size_t>(part.PersistentNumel()));
+    EngineState state(part);  // padding stays 0, as the engine keeps it
     for (int p = 0; p < part.num_params(); ++p) {
-      const bool persistent = part.slot(p).persistent;
       const Partition::Range owned = part.OwnedRange(p, rank);
       if (owned.begin == owned.end) continue;
-      const size_t at = static_cast<size_t>(ShardPosition(part, p, rank, owned.begin));
-      const size_t n = static_cast<size_t>(owned.end - owned.begin);
-      LOOM_RETURN_IF_ERROR(source(p, owned.begin, owned.end,
-                                  absl::MakeSpan(persistent ? p_master : master).subspan(at, n),
-                                  absl::MakeSpan(persistent ? p_m : m).subspan(at, n),
-                                  absl::MakeSpan(persistent ? p_v : v).subspan(at, n)));
+      LOOM_RETURN_IF_ERROR(source(p, owned.begin, owned.end, state.Owned(part, p, rank, 0),
+                                  state.Owned(part, p, rank, 1), state.Owned(part, p, rank, 2)));
     }
-    LOOM_RETURN_IF_ERROR(engine_->WriteShard(master, p_master));
-    return engine_->WriteMoments(m, p_m, v, p_v);
+    LOOM_RETURN_IF_ERROR(engine_->WriteShard(state.Whole(0, false), state.Whole(0, true)));
+    return engine_->WriteMoments(state.Whole(1, false), state.Whole(1, true), state.Whole(2, false),
+                                 state.Whole(2, true));
   }
 
  private:
-  // ShardPosition: where element `element` of parameter `param` (owned by `rank`)
-  // lies in the rank's concatenated shards, or in the persistent block.
-  static int64_t ShardPosition(const Partition& part, int param, int rank, int64_t element) {
-    const ParamSlot& slot = part.slot(param);
-    if (slot.persistent) return slot.offset + element;
-    const Bucket& bucket = part.bucket(slot.bucket);
-    return part.ShardOffset(slot.bucket) + slot.offset + element -
-           static_cast<int64_t>(rank) * bucket.shard_numel;
-  }
-
   ShardedOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
                    std::unique_ptr<Zero3Engine> engine)
       : options_(options), params_(std::move(params)), engine_(std::move(engine)) {}
