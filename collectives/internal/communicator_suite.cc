@@ -21,6 +21,14 @@ absl::Span<const CollectiveKind> SuiteKinds() {
 
 absl::Status CheckEveryAlgorithmAndCount(Communicator& comm, CollectiveKind kind,
                                          absl::Span<const Algorithm> extra) {
+  const size_t n = comm.size();
+  const size_t counts[] = {0, 1, 3, n - 1, 1000, 65537};
+  return CheckEveryAlgorithmAndCount(comm, kind, extra, counts);
+}
+
+absl::Status CheckEveryAlgorithmAndCount(Communicator& comm, CollectiveKind kind,
+                                         absl::Span<const Algorithm> extra,
+                                         absl::Span<const size_t> counts) {
   const int world = comm.size();
   const int r = comm.rank();
   const size_t n = world;
@@ -30,12 +38,16 @@ absl::Status CheckEveryAlgorithmAndCount(Communicator& comm, CollectiveKind kind
     CallOptions call;
     call.algorithm = algorithm;
     call.timeout = absl::Seconds(30);
-    const size_t counts[] = {0, 1, 3, n - 1, 1000, 65537};
-    for (size_t c = 0; c < 6; ++c) {
+    for (size_t c = 0; c < counts.size(); ++c) {
       const size_t count = counts[c];
       const bool in_place = c % 2 == 1;
       const DType dtype = c % 3 == 2 ? DType::kBF16 : DType::kF32;
-      const RankInputs inputs = MakeInputs(dtype, ReduceOp::kSum, world, n * count, 40 + c);
+      // All-reduce and broadcast move `count` elements, the others n blocks of it:
+      // inputs no longer than that (making and checking them is most of the time).
+      const bool one_vector =
+          kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kBroadcast;
+      const RankInputs inputs =
+          MakeInputs(dtype, ReduceOp::kSum, world, one_vector ? count : n * count, 40 + c);
       const size_t width = DTypeSize(dtype);
       std::vector<std::byte> mine = inputs.data[r], out(n * count * width);
       const std::string what = absl::StrCat(AlgorithmName(algorithm), " count ", count);

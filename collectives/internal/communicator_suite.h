@@ -28,6 +28,12 @@ absl::Span<const CollectiveKind> SuiteKinds();
 absl::Status CheckEveryAlgorithmAndCount(Communicator& comm, CollectiveKind kind,
                                          absl::Span<const Algorithm> extra = {});
 
+// The same over `counts` (elements per rank's block) in place of the default ones;
+// the i-th count runs in place when i is odd and in bf16 when i % 3 == 2.
+absl::Status CheckEveryAlgorithmAndCount(Communicator& comm, CollectiveKind kind,
+                                         absl::Span<const Algorithm> extra,
+                                         absl::Span<const size_t> counts);
+
 }  // namespace collectives_internal
 }  // namespace loom
 

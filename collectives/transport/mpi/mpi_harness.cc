@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,22 @@ std::vector<absl::Status> ShareStatuses(const absl::Status& mine, int world) {
   return statuses;
 }
 
+// WaitForGroup returns once every member of `group` has called it.
+void WaitForGroup(MPI_Comm group) {
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  {
+    std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+    MPI_Ibarrier(group, &barrier);
+  }
+  for (int done = 0; !done;) {
+    {
+      std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+      MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+    }
+    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 }  // namespace
 
 int MpiWorldSize() {
@@ -50,6 +68,12 @@ int MpiWorldSize() {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
 }
+
+MpiHarness::MpiHarness(MpiTransportOptions options)
+    : MpiHarness("mpi", [options](MPI_Comm group) { return ConnectMpiTransport(group, options); }) {}
+
+MpiHarness::MpiHarness(std::string name, MpiGroupConnect connect)
+    : name_(std::move(name)), connect_(std::move(connect)) {}
 
 std::vector<absl::Status> MpiHarness::Run(int world,
                                           const std::function<absl::Status(Transport&)>& body) {
@@ -69,8 +93,13 @@ std::vector<absl::Status> MpiHarness::Run(int world,
   }
   absl::Status mine;
   if (group != MPI_COMM_NULL) {
-    absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectMpiTransport(group, options_);
+    absl::StatusOr<std::unique_ptr<Transport>> transport = connect_(group);
     mine = transport.ok() ? body(**transport) : transport.status();
+    // Every member's body ends before any endpoint closes, as thread ranks do: a peer
+    // that closed early would fail the requests still pending with it (gloo says
+    // goodbye). Not a blocking barrier under the lock: this endpoint may still have
+    // to move bytes a slower member waits for.
+    WaitForGroup(group);
     transport = absl::CancelledError("closed");  // Destroys the endpoint before the group.
     std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
     MPI_Comm_free(&group);
@@ -80,6 +109,10 @@ std::vector<absl::Status> MpiHarness::Run(int world,
 
 TransportHarnessFactory MakeMpiHarnessFactory(MpiTransportOptions options) {
   return [options] { return std::make_unique<MpiHarness>(options); };
+}
+
+TransportHarnessFactory MakeMpiHarnessFactory(std::string name, MpiGroupConnect connect) {
+  return [name, connect] { return std::make_unique<MpiHarness>(name, connect); };
 }
 
 }  // namespace loom

@@ -1,9 +1,11 @@
 // MpiHarness (testonly): runs a TransportHarness body on MPI ranks, for tests started
 // under mpirun (mpi_test_main.cc starts them so from `bazel test`). Every process of
 // the job calls Run with the same arguments, in the same order; the first `world`
-// MPI ranks split off a communicator, connect an MPI transport on it and run the
-// body; then every process gets every rank's status (code and message), so the
-// test's expectations see the same results on every process.
+// MPI ranks split off a communicator, connect a transport on it (MPI's, or any other
+// whose connect function is given: mpirun then only starts the processes, on one
+// host or several, and gathers the results) and run the body; then every process
+// gets every rank's status (code and message), so the test's expectations see the
+// same results on every process.
 //
 // Example (the test binary runs as `mpirun -np 4 test`):
 //   MpiHarness harness;
@@ -14,33 +16,48 @@
 #ifndef LOOM_COLLECTIVES_TRANSPORT_MPI_MPI_HARNESS_H_
 #define LOOM_COLLECTIVES_TRANSPORT_MPI_MPI_HARNESS_H_
 
+#include <mpi.h>
+
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/transport.h"
 #include "collectives/transport/transport_harness.h"
 
 namespace loom {
 
+// MpiGroupConnect connects this process's endpoint of a transport among the members
+// of `group` (its rank and size are the group's). Every member calls it at once; it
+// may use `group` to agree on what the members share (a rendezvous directory).
+using MpiGroupConnect =
+    std::function<absl::StatusOr<std::unique_ptr<Transport>>(MPI_Comm group)>;
+
 class MpiHarness final : public TransportHarness {
  public:
-  explicit MpiHarness(MpiTransportOptions options = {}) : options_(options) {}
+  // An MPI transport with `options` on each group.
+  explicit MpiHarness(MpiTransportOptions options = {});
+  // The transport `connect` makes on each group, named `name`.
+  MpiHarness(std::string name, MpiGroupConnect connect);
 
-  std::string name() const override { return "mpi"; }
+  std::string name() const override { return name_; }
   // Run returns FailedPrecondition for every rank when the job has fewer than
   // `world` processes.
   std::vector<absl::Status> Run(int world,
                                 const std::function<absl::Status(Transport&)>& body) override;
 
  private:
-  const MpiTransportOptions options_;
+  const std::string name_;
+  const MpiGroupConnect connect_;
 };
 
 // MakeMpiHarnessFactory returns a TransportHarnessFactory of MpiHarness.
 TransportHarnessFactory MakeMpiHarnessFactory(MpiTransportOptions options = {});
+TransportHarnessFactory MakeMpiHarnessFactory(std::string name, MpiGroupConnect connect);
 
 // MpiWorldSize returns the number of processes of the job (MPI_COMM_WORLD's size).
 int MpiWorldSize();

@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# cluster.sh: an emulated cluster of hosts on one Linux machine, for running and
+# testing Loom's jobs across hosts without virtual machines. Needs root, iproute2
+# (ip, tc) and util-linux (unshare, nsenter).
+#
+# Each host hN (N = 1..count) is:
+#   - a network namespace NAME-hN with one interface, eth0, at SUBNET.N/24, joined
+#     to the other hosts through a bridge in a namespace of its own (NAME-sw); with
+#     --rate, eth0 sends at most that rate (tc tbf), so the link is slower than memory;
+#   - its own UTS namespace (hostname hN, so Open MPI and Loom see distinct nodes),
+#     IPC namespace, and mount namespace with a private /dev/shm and /tmp (tmpfs), so
+#     shared memory and temporary files never cross a host boundary by accident.
+# A holder process (sleep) keeps the UTS, IPC and mount namespaces alive; commands
+# enter all four namespaces of their host with nsenter. Traffic goes only to
+# addresses that exist inside the namespaces made here: the hosts have no route out.
+# Nothing machine-wide is edited (no /etc/hosts): hosts are named by address.
+# State lives in /run/loom-cluster-NAME (outside /tmp, which is private per host) (holder pids, the mpirun agent, the hostfile).
+#
+# Usage (NAME defaults to "loom"; letters and digits, at most 8):
+#   cluster.sh [--name=NAME] up COUNT [--rate=2gbit] [--subnet=10.199.0] [--slots=R]
+#   cluster.sh [--name=NAME] exec hN -- CMD [ARGS...]   run CMD on host hN
+#   cluster.sh [--name=NAME] addr hN                   hN's address
+#   cluster.sh [--name=NAME] hosts                     h1 h2 ... (one per line)
+#   cluster.sh [--name=NAME] hostfile                  path of an Open MPI hostfile
+#   cluster.sh [--name=NAME] mpirun-args               flags for mpirun across the hosts
+#   cluster.sh [--name=NAME] pids hN                   the processes running on hN
+#   cluster.sh [--name=NAME] kill hN [SIGNAL]          signal every process of hN (KILL)
+#   cluster.sh [--name=NAME] link hN up|down           connect or cut hN's link
+#   cluster.sh [--name=NAME] down                      remove everything NAME made
+# `up` first removes what an earlier run with the same NAME left behind. `down` is
+# idempotent and also works after a crashed `up`.
+#
+# Example: an MPI job of 4 ranks on two hosts (mpirun runs on h1):
+#   cluster.sh up 2 --rate=2gbit
+#   cluster.sh exec h1 -- mpirun $(cluster.sh mpirun-args) -np 4 ./collective_bench ...
+#   cluster.sh down
+set -euo pipefail
+# ip and tc live in /usr/sbin, which Bazel's strict test environment leaves out of PATH.
+export PATH="$PATH:/usr/sbin:/sbin"
+
+die() {
+  echo "cluster.sh: $*" >&2
+  exit 2
+}
+
+NAME=loom
+while [[ $# -gt 0 && "$1" == --* ]]; do
+  case "$1" in
+    --name=*) NAME="${1#--name=}" ;;
+    *) die "unknown option $1 (before the command only --name=NAME)" ;;
+  esac
+  shift
+done
+[[ "$NAME" =~ ^[a-z0-9]{1,8}$ ]] || die "--name=$NAME: use 1 to 8 lowercase letters or digits"
+[[ $# -ge 1 ]] || die "no command (up, exec, addr, hosts, hostfile, mpirun-args, pids, kill, link, down)"
+COMMAND="$1"
+shift
+
+STATE="/run/loom-cluster-$NAME"
+SWITCH="$NAME-sw"
+
+require_root() {
+  [[ "$(id -u)" == 0 ]] || die "$COMMAND needs root (network namespaces); run it as root"
+  local tool
+  for tool in ip tc unshare nsenter; do
+    command -v "$tool" >/dev/null ||
+      die "$COMMAND needs '$tool' (apt-get install iproute2 util-linux)"
+  done
+}
+
+# host_index hN: N, checked against the cluster's size.
+host_index() {
+  local host="$1"
+  [[ -f "$STATE/count" ]] || die "cluster $NAME is not up (no $STATE/count)"
+  local count
+  count="$(cat "$STATE/count")"
+  [[ "$host" =~ ^h([0-9]+)$ ]] || die "host '$host': hosts are h1..h$count"
+  local n="${BASH_REMATCH[1]}"
+  ((n >= 1 && n <= count)) || die "host '$host': hosts are h1..h$count"
+  echo "$n"
+}
+
+holder_pid() {
+  local n
+  n="$(host_index "$1")"
+  local pid
+  pid="$(cat "$STATE/h$n.pid" 2>/dev/null)" || die "host h$n has no holder ($STATE/h$n.pid)"
+  [[ -e "/proc/$pid/ns/uts" ]] || die "host h$n's holder (pid $pid) is gone"
+  echo "$pid"
+}
+
+# enter hN: the nsenter prefix that runs a command in hN's namespaces.
+enter() {
+  local pid
+  pid="$(holder_pid "$1")"
+  echo nsenter "--target=$pid" --net --uts --ipc --mount "--wd=$PWD" --
+}
+
+# host_pids hN: every process in hN's network namespace but its holder.
+host_pids() {
+  local n
+  n="$(host_index "$1")"
+  local holder
+  holder="$(holder_pid "h$n")"
+  local ns
+  ns="$(readlink "/proc/$holder/ns/net")"
+  local dir pid
+  for dir in /proc/[0-9]*; do
+    pid="${dir#/proc/}"
+    [[ "$pid" == "$holder" ]] && continue
+    [[ "$(readlink "$dir/ns/net" 2>/dev/null)" == "$ns" ]] && echo "$pid"
+  done
+  return 0
+}
+
+do_down() {
+  require_root
+  # Processes first (any process in one of NAME's network namespaces, holders
+  # included), then links and namespaces, then the state directory.
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NAME-(h[0-9]+|sw)\$" || true); do
+    local pids
+    pids="$(ip netns pids "$ns" 2>/dev/null || true)"
+    [[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null || true
+  done
+  if [[ -d "$STATE" ]]; then
+    local file
+    for file in "$STATE"/h*.pid; do
+      [[ -f "$file" ]] && kill -KILL "$(cat "$file")" 2>/dev/null || true
+    done
+  fi
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$NAME-(h[0-9]+|sw)\$" || true); do
+    # Deleting a namespace deletes the veth ends inside it, and so their peers.
+    ip netns delete "$ns" 2>/dev/null || true
+  done
+  # A veth end left in the root namespace by a crashed `up`.
+  local link
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
+    grep -E "^$NAME-h[0-9]+[ab]\$" || true); do
+    ip link delete "$link" 2>/dev/null || true
+  done
+  rm -rf "$STATE"
+}
+
+do_up() {
+  require_root
+  [[ $# -ge 1 ]] || die "up COUNT [--rate=RATE] [--subnet=A.B.C] [--slots=R]"
+  local count="$1"
+  shift
+  [[ "$count" =~ ^[0-9]+$ ]] && ((count >= 1 && count <= 32)) || die "up $count: COUNT is 1..32"
+  local rate="" subnet="10.199.0" slots=1
+  local arg
+  for arg in "$@"; do
+    case "$arg" in
+      --rate=*) rate="${arg#--rate=}" ;;
+      --subnet=*) subnet="${arg#--subnet=}" ;;
+      --slots=*) slots="${arg#--slots=}" ;;
+      *) die "up: unknown option $arg" ;;
+    esac
+  done
+  [[ "$subnet" =~ ^10\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "--subnet=$subnet: give the first three parts of a 10.x.y.0/24 network"
+  [[ "$slots" =~ ^[1-9][0-9]*$ ]] || die "--slots=$slots: a positive number of ranks per host"
+  [[ -z "$rate" || "$rate" =~ ^[0-9]+(k|m|g)?bit$ ]] || die "--rate=$rate: a tc rate such as 2gbit or 500mbit"
+  do_down
+  mkdir -p "$STATE"
+  echo "$count" >"$STATE/count"
+  echo "$subnet" >"$STATE/subnet"
+
+  ip netns add "$SWITCH"
+  ip -n "$SWITCH" link add br0 type bridge
+  ip -n "$SWITCH" link set br0 up
+  local n
+  for ((n = 1; n <= count; ++n)); do
+    local ns="$NAME-h$n"
+    ip netns add "$ns"
+    # The pair is made in the root namespace, then each end moves into its own.
+    ip link add "$NAME-h${n}a" type veth peer name "$NAME-h${n}b"
+    ip link set "$NAME-h${n}a" netns "$ns"
+    ip link set "$NAME-h${n}b" netns "$SWITCH"
+    ip -n "$ns" link set "$NAME-h${n}a" name eth0
+    ip -n "$ns" addr add "$subnet.$n/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    ip -n "$SWITCH" link set "$NAME-h${n}b" master br0
+    ip -n "$SWITCH" link set "$NAME-h${n}b" up
+    if [[ -n "$rate" ]]; then
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 512kb latency 100ms
+    fi
+    # The holder: enters the network namespace, makes UTS, IPC and mount namespaces,
+    # names the host, mounts its private /dev/shm and /tmp, and sleeps. setsid and
+    # closed descriptors: it must not hold the caller's terminal or pipes open.
+    local pidfile="$STATE/h$n.pid"
+    setsid ip netns exec "$ns" unshare --uts --ipc --mount --propagation private \
+      sh -c 'hostname "$1" && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
+             mount -t tmpfs -o mode=1777 tmpfs /tmp && echo $$ > "$2" && exec sleep infinity' \
+      holder "h$n" "$pidfile.tmp" </dev/null >/dev/null 2>&1 &
+    local waited=0
+    until [[ -s "$pidfile.tmp" ]]; do
+      ((waited++ < 100)) || die "host h$n's holder did not start"
+      sleep 0.05
+    done
+    mv "$pidfile.tmp" "$pidfile"
+  done
+  echo "$rate" >"$STATE/rate"
+
+  # The agent mpirun starts remote daemons with ("rsh HOST COMMAND..."): it enters
+  # the host that owns HOST's address.
+  cat >"$STATE/rsh" <<EOF
+#!/usr/bin/env bash
+# mpirun's remote agent for cluster $NAME: runs COMMAND on the host with address HOST.
+host="\$1"
+shift
+n="\${host##*.}"
+[[ "\$host" == "$subnet.\$n" && -f "$STATE/h\$n.pid" ]] || { echo "cluster $NAME: no host at \$host" >&2; exit 255; }
+exec nsenter --target="\$(cat "$STATE/h\$n.pid")" --net --uts --ipc --mount -- sh -c "\$*"
+EOF
+  chmod +x "$STATE/rsh"
+  : >"$STATE/hostfile"
+  for ((n = 1; n <= count; ++n)); do echo "$subnet.$n slots=$slots" >>"$STATE/hostfile"; done
+
+  # Every link is up (carrier on both ends) before `up` returns.
+  for ((n = 1; n <= count; ++n)); do
+    local tries=0
+    until ip -n "$NAME-h$n" link show eth0 | grep -q LOWER_UP; do
+      ((tries++ < 50)) || die "h$n's link did not come up"
+      sleep 0.1
+    done
+  done
+}
+
+case "$COMMAND" in
+  up) do_up "$@" ;;
+  down) do_down ;;
+  exec)
+    require_root
+    [[ $# -ge 3 && "$2" == "--" ]] || die "exec hN -- CMD [ARGS...]"
+    host="$1"
+    shift 2
+    # shellcheck disable=SC2046
+    exec $(enter "$host") "$@"
+    ;;
+  addr)
+    [[ $# -eq 1 ]] || die "addr hN"
+    echo "$(cat "$STATE/subnet").$(host_index "$1")"
+    ;;
+  hosts)
+    [[ -f "$STATE/count" ]] || die "cluster $NAME is not up"
+    for ((n = 1; n <= $(cat "$STATE/count"); ++n)); do echo "h$n"; done
+    ;;
+  hostfile)
+    [[ -f "$STATE/hostfile" ]] || die "cluster $NAME is not up"
+    echo "$STATE/hostfile"
+    ;;
+  mpirun-args)
+    [[ -f "$STATE/hostfile" ]] || die "cluster $NAME is not up"
+    subnet="$(cat "$STATE/subnet")"
+    echo "--allow-run-as-root --hostfile $STATE/hostfile --mca plm_rsh_agent $STATE/rsh" \
+      "--mca btl self,vader,tcp --mca btl_tcp_if_include $subnet.0/24" \
+      "--mca oob_tcp_if_include $subnet.0/24 --bind-to none --mca mpi_yield_when_idle 1"
+    ;;
+  pids)
+    require_root
+    [[ $# -eq 1 ]] || die "pids hN"
+    host_pids "$1"
+    ;;
+  kill)
+    require_root
+    [[ $# -ge 1 && $# -le 2 ]] || die "kill hN [SIGNAL]"
+    pids="$(host_pids "$1")"
+    [[ -z "$pids" ]] || kill "-${2:-KILL}" $pids 2>/dev/null || true
+    ;;
+  link)
+    require_root
+    [[ $# -eq 2 && ("$2" == up || "$2" == down) ]] || die "link hN up|down"
+    ip -n "$NAME-h$(host_index "$1")" link set eth0 "$2"
+    ;;
+  *) die "unknown command '$COMMAND' (up, exec, addr, hosts, hostfile, mpirun-args, pids, kill, link, down)" ;;
+esac

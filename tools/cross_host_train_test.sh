@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# //tools:train --transport=mpi across two emulated hosts (tools/cluster), 2 ranks
+# per host, started with mpirun as a user with two machines would: tensor parallel
+# inside a host and data parallel across (dp=2 tp=2), then pipeline stages across
+# (pp=2 tp=2). Each ends equal to its one-rank reference (the same bound as one host),
+# and nothing is left on either host. Needs root (CI runs as root).
+#   cross_host_train_test.sh CLUSTER_SH TRAIN
+set -euo pipefail
+source "$(dirname "$1")/cluster_testing.sh"
+cluster_test_start "$1" xtrain
+TRAIN="$(realpath "$2")"
+
+cluster up 2 --slots=2
+for mesh in "--dp=2 --tp=2 --pp=1" "--dp=1 --tp=2 --pp=2"; do
+  start=$SECONDS
+  out="$(on h1 timeout --kill-after=10 300 mpirun $(cluster mpirun-args) -np 4 \
+         "$TRAIN" --transport=mpi $mesh --microbatches=2 --steps=3 2>&1)" ||
+    fail "train $mesh across 2 hosts: $out"
+  grep -q "^train: .* (4 processes over mpi)" <<<"$out" || fail "header ($mesh): $out"
+  [[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three step lines ($mesh): $out"
+  relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
+  [[ -n "$relative" ]] || fail "no reference comparison ($mesh): $out"
+  awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' ||
+    fail "train $mesh across hosts differs from one rank by $relative"
+  echo "train $mesh across 2 hosts: $relative of the largest parameter from one rank ($((SECONDS - start)) s)"
+  expect_no_leftovers
+done
+echo PASS
