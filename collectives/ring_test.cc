@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "collectives/internal/algorithm_testing.h"
 #include "collectives/internal/call_context.h"
 #include "collectives/transport/inproc/inproc_harness.h"
@@ -494,18 +495,26 @@ TEST(RingTest, RanksThatDisagreeOnTheCountFailAndReturn) {
 }
 
 TEST(RingTest, ARankThatAbortsFailsEveryRankAndNoneHangs) {
-  // Rank 2 aborts before the call. Its neighbours see Unavailable at once; the ranks
-  // beyond them are left waiting on neighbours that cancelled their requests, and
-  // give up at the deadline. Every rank must return, with its buffers released by
-  // the transport (ASan would see a late write into a freed buffer).
+  // Rank 2 aborts before the others call. Its neighbours see Unavailable at once; the
+  // ranks beyond them are left waiting on neighbours that cancelled their requests,
+  // and give up at the deadline. Every rank must return, with its buffers released by
+  // the transport (ASan would see a late write into a freed buffer). The others start
+  // only once rank 2 has aborted: a neighbour that ran ahead would hand its first
+  // chunks to rank 2 as buffered sends and then wait on a stalled ring until the
+  // deadline (a loaded CI machine started rank 2's thread late so, once).
   const int world = 5;
   const RankInputs inputs = MakeInputs(DType::kF32, ReduceOp::kSum, world, 20000, 3);
+  absl::Notification aborted;
   const auto statuses = RunAlgorithmRanks(
       *MakeInprocHarness(), world,
       [&](const CallContext& ctx) {
         if (ctx.rank() == 2) {
           ctx.transport->Abort(absl::AbortedError("rank 2 gives up"));
+          aborted.Notify();
           return absl::AbortedError("rank 2 gives up");
+        }
+        if (!aborted.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+          return absl::InternalError("rank 2 did not abort within 30s");
         }
         std::vector<std::byte> out = Garbage(inputs.bytes_per_rank());
         CollectiveArgs args;

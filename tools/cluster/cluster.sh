@@ -181,6 +181,10 @@ do_up() {
     ip -n "$ns" addr add "$subnet.$n/24" dev eth0
     ip -n "$ns" link set lo up
     ip -n "$ns" link set eth0 up
+    # A connection whose data goes unacknowledged fails after about 3 s instead of
+    # the kernel's 15 minutes, so a cut link ends the job's runtime connections (the
+    # setting belongs to the host's network namespace; nothing machine-wide changes).
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=4
     ip -n "$SWITCH" link set "$NAME-h${n}b" master br0
     ip -n "$SWITCH" link set "$NAME-h${n}b" up
     if [[ -n "$rate" ]]; then
@@ -256,7 +260,8 @@ case "$COMMAND" in
     subnet="$(cat "$STATE/subnet")"
     echo "--allow-run-as-root --hostfile $STATE/hostfile --mca plm_rsh_agent $STATE/rsh" \
       "--mca btl self,vader,tcp --mca btl_tcp_if_include $subnet.0/24" \
-      "--mca oob_tcp_if_include $subnet.0/24 --bind-to none --mca mpi_yield_when_idle 1"
+      "--mca oob_tcp_if_include $subnet.0/24 --bind-to none --mca mpi_yield_when_idle 1" \
+      "--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3"
     ;;
   pids)
     require_root

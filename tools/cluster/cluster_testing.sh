@@ -26,6 +26,9 @@ cluster_test_start() {
     command -v "$tool" >/dev/null || fail "this test needs '$tool' (apt-get install iproute2 util-linux)"
   done
   trap 'cluster down' EXIT
+  # set -e ends a test at a failing command: say which (-E: inside functions too).
+  set -E
+  trap 'echo "FAIL: ${BASH_SOURCE[0]}:$LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
   trap 'exit 130' INT TERM
   # Inner GoogleTest binaries must not write the report Bazel reads for this test.
   unset XML_OUTPUT_FILE GTEST_OUTPUT TEST_PREMATURE_EXIT_FILE
@@ -43,11 +46,11 @@ on() {
   cluster exec "$host" -- "$@"
 }
 
-# expect_no_leftovers: no process runs on any host, and every host's /tmp and
-# /dev/shm are empty.
+# expect_no_leftovers [HOST...]: no process runs on the hosts (default: every host),
+# and their /tmp and /dev/shm are empty.
 expect_no_leftovers() {
   local host
-  for host in $(cluster hosts); do
+  for host in ${*:-$(cluster hosts)}; do
     local pids
     pids="$(cluster pids "$host")"
     [[ -z "$pids" ]] || fail "processes left on $host: $(ps -o pid=,args= -p $(tr '\n' ' ' <<<"$pids"))"

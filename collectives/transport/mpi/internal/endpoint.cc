@@ -131,7 +131,10 @@ Endpoint::~Endpoint() {
   }
   // MPI may still read a beat that has not left: its bytes stay allocated.
   if (beat_pending) beat_message_.release();
-  for (size_t j = 0; j < requests_.size(); ++j) {
+  // A broken endpoint's data receives were cancelled when it broke, or wait on a
+  // peer that cannot send: they stay MPI's. (Open MPI 4.1's ob1 crashed cancelling
+  // such a receive again, matched to a peer across a cut link.)
+  for (size_t j = 0; j < requests_.size() && broken_.ok(); ++j) {
     if (in_flight_[j].what == InFlight::What::kDataRecv) MPI_Cancel(&requests_[j]);
   }
   // Control sends are small and buffered by MPI; give everything a moment to land.
