@@ -194,8 +194,13 @@ Communicator::~Communicator() = default;
 int Communicator::rank() const { return transport_->rank(); }
 int Communicator::size() const { return transport_->size(); }
 
+bool Communicator::HasNative() const { return transport_->native() != nullptr; }
+
 Explanation Communicator::Explain(CollectiveKind kind, size_t bytes) const {
-  return options_.cost_model.Explain(kind, bytes, size(), options_.ranks_per_node);
+  // The engine's own collectives compete where the transport has them and no
+  // reduction order is promised.
+  const bool allow_native = HasNative() && !options_.deterministic;
+  return options_.cost_model.Explain(kind, bytes, size(), options_.ranks_per_node, allow_native);
 }
 
 CollectiveCounters Communicator::Counters(CollectiveKind kind) const {

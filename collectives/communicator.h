@@ -201,6 +201,9 @@ class Communicator {
   // rank (see CostModel::Predict for what bytes means per kind), with the predicted
   // time of every candidate.
   Explanation Explain(CollectiveKind kind, size_t bytes) const;
+  // HasNative returns whether the transport has collectives of its own, so that
+  // Algorithm::kNative can run (MPI, NCCL; not inproc, shm or a split's group).
+  bool HasNative() const;
 
   // Counters returns this communicator's counters of one collective (kSendRecv for
   // Send and Recv).

@@ -181,6 +181,7 @@ TEST(MpiTwoLevelTest, CalibratesBothLevels) {
     calibration.latency_round_trips = 20;
     calibration.bandwidth_bytes = 1 << 20;
     calibration.bandwidth_round_trips = 3;
+    calibration.native_sizes = {4 << 10, 64 << 10};
     LOOM_ASSIGN_OR_RETURN(CostModel model, Calibrate(*comm, calibration));
     const CostModel::Constants& c = model.constants();
     // Every rank checks it holds the same constants as rank 0.
@@ -234,6 +235,76 @@ TEST(MpiNativeTest, RefusesDeterministicMode) {
     EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
                                  HasSubstr("no reduction order")));
   }
+}
+
+// Calibration prices MPI's own collectives on the communicator itself, the same
+// on every rank; auto then runs native where the curve says it is faster, and never
+// on a deterministic communicator (whose calibration measures no native curve).
+TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
+  MpiHarness harness;
+  const std::vector<absl::Status> results = harness.Run(3, [&](Transport& t) -> absl::Status {
+    std::shared_ptr<Transport> shared = Borrow(t);
+    CalibrationOptions calibration;
+    calibration.latency_round_trips = 10;
+    calibration.bandwidth_bytes = 64 << 10;
+    calibration.bandwidth_round_trips = 2;
+    calibration.native_sizes = {4 << 10, 256 << 10};
+    calibration.native_min_seconds = 0.001;
+    CostModel model = CostModel::Default();
+    {
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared));
+      if (!comm->HasNative()) return absl::InternalError("the MPI transport has no native");
+      LOOM_ASSIGN_OR_RETURN(model, Calibrate(*comm, calibration));
+      for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                                  CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
+        const auto curve = model.native_curve(kind);
+        if (curve.size() != 2 || curve[0].first != 4096 || curve[1].first != 262144 ||
+            !(curve[0].second > 0) || !(curve[1].second > 0)) {
+          return absl::InternalError(
+              absl::StrCat("native curve of ", CollectiveKindName(kind), ": ", model.Serialize()));
+        }
+      }
+      std::vector<double> mine = {model.native_curve(CollectiveKind::kAllReduce)[0].second,
+                                  model.native_curve(CollectiveKind::kBroadcast)[1].second};
+      std::vector<double> root = mine;
+      LOOM_RETURN_IF_ERROR(comm->Broadcast(absl::MakeSpan(root), 0));
+      if (mine != root) return absl::InternalError("ranks hold different native curves");
+    }
+    // A native all-reduce a thousand times faster than Loom's best prediction.
+    const double loom_best =
+        model.Explain(CollectiveKind::kAllReduce, 4096, 3, 0).predictions.front().second;
+    LOOM_RETURN_IF_ERROR(model.SetNativeCurve(CollectiveKind::kAllReduce,
+                                              {{1024, loom_best / 4000}, {4096, loom_best / 1000}}));
+    for (const bool deterministic : {false, true}) {
+      CommunicatorOptions options;
+      options.cost_model = model;
+      options.deterministic = deterministic;
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                            Communicator::Create(shared, options));
+      const Algorithm chosen = comm->Explain(CollectiveKind::kAllReduce, 4096).chosen;
+      if ((chosen == Algorithm::kNative) == deterministic) {
+        return absl::InternalError(absl::StrCat("deterministic ", deterministic, ": auto chose ",
+                                                AlgorithmName(chosen)));
+      }
+      std::vector<float> data(1024, static_cast<float>(comm->rank() + 1));
+      LOOM_RETURN_IF_ERROR(comm->AllReduce(absl::MakeSpan(data), ReduceOp::kSum));
+      for (float x : data) {
+        if (x != 6.0f) return absl::InternalError(absl::StrCat("sum ", x, ", expected 6"));
+      }
+      const std::vector<FlightRecord> calls = comm->FlightRecorderSnapshot();
+      if (calls.empty() || calls.back().algorithm != chosen) {
+        return absl::InternalError("the call did not run the chosen algorithm");
+      }
+      if (deterministic) {
+        LOOM_ASSIGN_OR_RETURN(CostModel measured, Calibrate(*comm, calibration));
+        if (!measured.native_curve(CollectiveKind::kAllReduce).empty()) {
+          return absl::InternalError("a deterministic communicator measured native");
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
 }
 
 }  // namespace

@@ -92,8 +92,66 @@ absl::StatusOr<CostModel> CostModel::FromConstants(const Constants& constants) {
   return CostModel(constants);
 }
 
+absl::Status CostModel::SetNativeCurve(CollectiveKind kind, Curve points) {
+  std::sort(points.begin(), points.end());
+  if (points.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("native curve of ", CollectiveKindName(kind),
+                                                   " has ", points.size(), " points; needs 2"));
+  }
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (!std::isfinite(points[i].second) || points[i].second <= 0 || points[i].first == 0 ||
+        (i > 0 && points[i].first == points[i - 1].first)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "native curve of ", CollectiveKindName(kind), ": point ", points[i].first, " bytes, ",
+          points[i].second, " s is not a new positive size with a finite positive time"));
+    }
+  }
+  for (auto& [k, curve] : native_) {
+    if (k == kind) {
+      curve = std::move(points);
+      return absl::OkStatus();
+    }
+  }
+  native_.emplace_back(kind, std::move(points));
+  return absl::OkStatus();
+}
+
+absl::Span<const std::pair<size_t, double>> CostModel::native_curve(CollectiveKind kind) const {
+  for (const auto& [k, curve] : native_) {
+    if (k == kind) return curve;
+  }
+  return {};
+}
+
+namespace {
+
+// Interpolate reads `curve` at `bytes`, straight between its neighbours on log-log
+// axes (time grows as a power of size between two measured sizes); beyond the ends,
+// the nearest segment continues, its growth kept at least flat.
+double Interpolate(absl::Span<const std::pair<size_t, double>> curve, size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  const double x = std::log(static_cast<double>(bytes));
+  size_t hi = 1;
+  while (hi + 1 < curve.size() && curve[hi].first < bytes) ++hi;
+  const double x0 = std::log(static_cast<double>(curve[hi - 1].first));
+  const double x1 = std::log(static_cast<double>(curve[hi].first));
+  const double y0 = std::log(curve[hi - 1].second), y1 = std::log(curve[hi].second);
+  const double slope = std::max(0.0, (y1 - y0) / (x1 - x0));
+  return std::exp(y0 + slope * (x - x0));
+}
+
+}  // namespace
+
 absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorithm, size_t bytes,
                                           int ranks, int ranks_per_node) const {
+  if (algorithm == Algorithm::kNative) {
+    const absl::Span<const std::pair<size_t, double>> curve = native_curve(kind);
+    if (curve.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no native curve of ", CollectiveKindName(kind), " in the cost model"));
+    }
+    return ranks <= 1 ? 0.0 : Interpolate(curve, bytes);
+  }
   LOOM_RETURN_IF_ERROR(FindAlgorithm(kind, algorithm).status());
   if (ranks < 1) return absl::InvalidArgumentError(absl::StrCat("cost of ", ranks, " ranks"));
   const Constants& c = constants_;
@@ -183,8 +241,8 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
                                           CollectiveKindName(kind)));
 }
 
-Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks,
-                               int ranks_per_node) const {
+Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
+                               bool allow_native) const {
   Explanation why;
   why.kind = kind;
   why.bytes = bytes;
@@ -197,6 +255,11 @@ Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks,
     absl::StatusOr<double> seconds = Predict(kind, algorithm, bytes, ranks, ranks_per_node);
     if (seconds.ok()) why.predictions.emplace_back(algorithm, *seconds);
   }
+  // Native goes last, so that a tie keeps Loom's algorithm (stable sort).
+  if (allow_native && !native_curve(kind).empty()) {
+    why.predictions.emplace_back(Algorithm::kNative,
+                                 *Predict(kind, Algorithm::kNative, bytes, ranks, ranks_per_node));
+  }
   std::stable_sort(why.predictions.begin(), why.predictions.end(),
                    [](const auto& x, const auto& y) { return x.second < y.second; });
   if (!why.predictions.empty()) why.chosen = why.predictions.front().first;
@@ -207,18 +270,31 @@ std::string CostModel::Serialize() const {
   Constants copy = constants_;
   std::string out = "# Loom collectives cost model (alpha-beta-gamma), seconds and seconds per byte\n";
   for (int i = 0; i < 5; ++i) absl::StrAppend(&out, kKeys[i], " ", absl::StrFormat("%.6g", *Field(copy, i)), "\n");
+  for (const auto& [kind, curve] : native_) {
+    absl::StrAppend(&out, "native ", CollectiveKindName(kind), " ");
+    for (size_t i = 0; i < curve.size(); ++i) {
+      absl::StrAppend(&out, i == 0 ? "" : ",", curve[i].first, ":",
+                      absl::StrFormat("%.6g", curve[i].second));
+    }
+    absl::StrAppend(&out, "\n");
+  }
   return out;
 }
 
 absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
   Constants constants;
   bool seen[5] = {false, false, false, false, false};
+  std::vector<std::pair<int, std::string>> natives;  // (line number, line)
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line.front() == '#') continue;
     const std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (!fields.empty() && fields[0] == "native") {
+      natives.emplace_back(line_number, std::string(line));
+      continue;
+    }
     int key = -1;
     for (int i = 0; i < 5; ++i) {
       if (!fields.empty() && fields[0] == kKeys[i]) key = i;
@@ -234,7 +310,34 @@ absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
   for (int i = 0; i < 5; ++i) {
     if (!seen[i]) return absl::InvalidArgumentError(absl::StrCat("cost model lacks ", kKeys[i]));
   }
-  return FromConstants(constants);
+  LOOM_ASSIGN_OR_RETURN(CostModel model, FromConstants(constants));
+  for (const auto& [number, native_line] : natives) {
+    const auto bad = [number = number, &native_line = native_line](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost model line ", number, " \"", native_line,
+                       "\" is not \"native <kind> <bytes>:<seconds>,...\": ", why));
+    };
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(native_line, ' ', absl::SkipEmpty());
+    if (fields.size() != 3) return bad("three fields expected");
+    const absl::StatusOr<CollectiveKind> kind = ParseCollectiveKind(fields[1]);
+    if (!kind.ok()) return bad(kind.status().message());
+    Curve curve;
+    for (absl::string_view point : absl::StrSplit(fields[2], ',')) {
+      const std::vector<absl::string_view> pair = absl::StrSplit(point, ':');
+      uint64_t bytes = 0;
+      double seconds = 0;
+      if (pair.size() != 2 || !absl::SimpleAtoi(pair[0], &bytes) ||
+          !absl::SimpleAtod(pair[1], &seconds)) {
+        return bad(absl::StrCat("point \"", point, "\""));
+      }
+      curve.emplace_back(bytes, seconds);
+    }
+    if (const absl::Status set = model.SetNativeCurve(*kind, std::move(curve)); !set.ok()) {
+      return bad(set.message());
+    }
+  }
+  return model;
 }
 
 absl::Status CostModel::Save(const std::string& path) const {

@@ -9,6 +9,11 @@
 // with separate alpha and beta between nodes for the hierarchical algorithm. The
 // predicted time of each algorithm is its textbook cost (Thakur, Rabenseifner and
 // Gropp 2005; Chan et al. 2007) in these constants; the selector takes the minimum.
+// The engine's own collectives (Algorithm::kNative: MPI's, NCCL's) follow no formula
+// Loom knows: they are priced from times measured on the communicator itself at a
+// few sizes (a native curve, from Calibrate), interpolated log-log between them, and
+// only where the caller allows them (Explain's `allow_native`: the transport has
+// them, and the communicator is not deterministic).
 //
 // Example:
 //   CostModel model = CostModel::Default();
@@ -30,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "collectives/collective_kind.h"
 
 namespace loom {
@@ -67,20 +73,34 @@ class CostModel {
 
   const Constants& constants() const { return constants_; }
 
+  // A native curve: the engine's own collective measured at a few sizes (bytes as
+  // Predict counts them, seconds per call), on the layout the model was calibrated on.
+  using Curve = std::vector<std::pair<size_t, double>>;
+  // SetNativeCurve prices Algorithm::kNative for `kind` by `points` (sorted here).
+  // InvalidArgument for fewer than two points, a size repeated, or a time that is
+  // not finite and positive.
+  absl::Status SetNativeCurve(CollectiveKind kind, Curve points);
+  // native_curve returns the curve of `kind`, empty if none was measured.
+  absl::Span<const std::pair<size_t, double>> native_curve(CollectiveKind kind) const;
+
   // Predict returns the model's seconds for `algorithm` running `kind` where each
   // rank contributes `bytes` (all_reduce / broadcast / reduce: the vector;
   // reduce_scatter / all_to_all: the whole input; all_gather / gather: the whole
   // output) on `ranks` ranks, `ranks_per_node` per node (0: one node).
-  // InvalidArgument when the algorithm does not implement the collective.
+  // InvalidArgument when the algorithm does not implement the collective;
+  // FailedPrecondition for kNative on a kind with no native curve.
   absl::StatusOr<double> Predict(CollectiveKind kind, Algorithm algorithm, size_t bytes,
                                  int ranks, int ranks_per_node) const;
 
   // Explain prices every algorithm that implements `kind` and can run on this
-  // layout, and picks the fastest (ties go to the earlier one in AlgorithmsFor).
-  Explanation Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node) const;
+  // layout, and native too where `allow_native` and a native curve of `kind` exist,
+  // and picks the fastest (ties go to Loom's, then to the earlier in AlgorithmsFor).
+  Explanation Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
+                      bool allow_native = false) const;
 
-  // Serialize / Parse: "key value" lines, '#' comments; Parse rejects unknown or
-  // missing keys with InvalidArgument naming the line.
+  // Serialize / Parse: "key value" lines, '#' comments, and a line "native <kind>
+  // <bytes>:<seconds>,..." per native curve; Parse rejects unknown or missing keys
+  // and malformed curves with InvalidArgument naming the line.
   std::string Serialize() const;
   static absl::StatusOr<CostModel> Parse(absl::string_view text);
   // Save writes Serialize() to `path`; Load reads and parses it. Errors name the path
@@ -91,6 +111,7 @@ class CostModel {
  private:
   explicit CostModel(const Constants& constants) : constants_(constants) {}
   Constants constants_;
+  std::vector<std::pair<CollectiveKind, Curve>> native_;
 };
 
 }  // namespace loom

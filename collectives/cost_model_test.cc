@@ -82,5 +82,76 @@ TEST(CostModelTest, RejectsBadText) {
                                                HasSubstr("is not finite and positive")));
 }
 
+// A native curve prices the engine's own collective: exact at the measured sizes,
+// straight on log-log axes between them, the end segments continued outside.
+TEST(CostModelTest, NativeCurveInterpolatesLogLog) {
+  CostModel model = CostModel::Default();
+  LOOM_ASSERT_OK(model.SetNativeCurve(CollectiveKind::kAllReduce,
+                                      {{1 << 20, 4e-3}, {4 << 10, 1e-4}, {16 << 20, 64e-3}}));
+  auto at = [&](size_t bytes) {
+    return *model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, bytes, 4, 0);
+  };
+  EXPECT_NEAR(at(4 << 10), 1e-4, 1e-15);
+  EXPECT_NEAR(at(1 << 20), 4e-3, 1e-12);
+  EXPECT_NEAR(at(16 << 20), 64e-3, 1e-12);
+  // 1 -> 16 MiB: time x16 for size x16, so 4 MiB costs 16 ms.
+  EXPECT_NEAR(at(4 << 20), 16e-3, 1e-9);
+  // Beyond the last point the slope goes on: 64 MiB costs 256 ms.
+  EXPECT_NEAR(at(64 << 20), 256e-3, 1e-9);
+  EXPECT_EQ(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, 1 << 20, 1, 0), 0.0);
+  EXPECT_THAT(model.Predict(CollectiveKind::kAllGather, Algorithm::kNative, 1 << 20, 4, 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("no native curve of all_gather")));
+}
+
+// Native competes only where the caller allows it, and wins only where cheaper.
+TEST(CostModelTest, ExplainWeighsNativeOnlyWhereAllowed) {
+  CostModel model = CostModel::Default();
+  const Explanation loom_only = model.Explain(CollectiveKind::kAllReduce, 1 << 20, 4, 0, true);
+  const double best_loom = loom_only.predictions.front().second;
+  // A native all-reduce twice as fast as Loom's best at every size.
+  LOOM_ASSERT_OK(model.SetNativeCurve(
+      CollectiveKind::kAllReduce, {{1 << 10, best_loom / 1024 / 2}, {1 << 20, best_loom / 2}}));
+  EXPECT_EQ(model.Explain(CollectiveKind::kAllReduce, 1 << 20, 4, 0, true).chosen,
+            Algorithm::kNative);
+  const Explanation refused = model.Explain(CollectiveKind::kAllReduce, 1 << 20, 4, 0, false);
+  EXPECT_EQ(refused.chosen, loom_only.chosen);
+  for (const auto& [algorithm, seconds] : refused.predictions) {
+    EXPECT_NE(algorithm, Algorithm::kNative);
+  }
+  // Slower than Loom: priced, listed, not chosen.
+  LOOM_ASSERT_OK(model.SetNativeCurve(CollectiveKind::kAllReduce,
+                                      {{1 << 10, 1.0}, {1 << 20, 2.0}}));
+  const Explanation slow = model.Explain(CollectiveKind::kAllReduce, 1 << 20, 4, 0, true);
+  EXPECT_EQ(slow.chosen, loom_only.chosen);
+  EXPECT_EQ(slow.predictions.back().first, Algorithm::kNative);
+}
+
+TEST(CostModelTest, NativeCurvesSaveLoadAndRejectBadPoints) {
+  CostModel model = CostModel::Default();
+  LOOM_ASSERT_OK(model.SetNativeCurve(CollectiveKind::kBroadcast, {{4096, 2e-5}, {65536, 9e-5}}));
+  const absl::StatusOr<CostModel> parsed = CostModel::Parse(model.Serialize());
+  LOOM_ASSERT_OK(parsed.status());
+  ASSERT_EQ(parsed->native_curve(CollectiveKind::kBroadcast).size(), 2u);
+  EXPECT_EQ(parsed->native_curve(CollectiveKind::kBroadcast)[1].first, 65536u);
+  EXPECT_DOUBLE_EQ(parsed->native_curve(CollectiveKind::kBroadcast)[1].second, 9e-5);
+  EXPECT_TRUE(parsed->native_curve(CollectiveKind::kAllReduce).empty());
+
+  EXPECT_THAT(model.SetNativeCurve(CollectiveKind::kAllReduce, {{4096, 1e-5}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 1 points; needs 2")));
+  EXPECT_THAT(model.SetNativeCurve(CollectiveKind::kAllReduce, {{4096, 1e-5}, {4096, 2e-5}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point 4096 bytes")));
+  EXPECT_THAT(model.SetNativeCurve(CollectiveKind::kAllReduce, {{4096, 1e-5}, {8192, -1}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point 8192 bytes, -1 s")));
+  const std::string base = CostModel::Default().Serialize();
+  EXPECT_THAT(CostModel::Parse(base + "native all_reduce 4096:1e-5\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cost model line 7 \"native all_reduce 4096:1e-5\"")));
+  EXPECT_THAT(CostModel::Parse(base + "native bogus 4096:1e-5,8192:2e-5\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bogus")));
+  EXPECT_THAT(CostModel::Parse(base + "native all_reduce 4096=1e-5,8192:2e-5\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point \"4096=1e-5\"")));
+}
+
 }  // namespace
 }  // namespace loom

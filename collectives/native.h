@@ -1,7 +1,8 @@
 // Native: Algorithm::kNative, the collectives of the transport itself (MPI's own
 // MPI_Allreduce, ...; see transport/native_collectives.h), run through a
 // Communicator so that Loom's algorithms and the backend's are compared in one run
-// with one flag. Never chosen by the selector.
+// with one flag. The selector (--algo=auto) chooses it where a native curve measured
+// by Calibrate predicts it faster and the communicator is not deterministic.
 //
 // Example (every rank of an MPI group):
 //   CallOptions call;

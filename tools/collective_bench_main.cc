@@ -22,8 +22,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "collectives/calibration.h"
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
 #include "collectives/transport/gloo/gloo_transport.h"
@@ -67,6 +70,12 @@ ABSL_FLAG(std::string, node_transport, "none",
 ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and trees");
 ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reductions");
 ABSL_FLAG(std::string, cost_model, "", "cost model file for --algo=auto (default constants otherwise)");
+ABSL_FLAG(bool, calibrate, false,
+          "measure the cost model on this job's communicator first (each level's link, and "
+          "the engine's own collectives where the transport has them) and let --algo=auto "
+          "use it; rank 0 prints it");
+ABSL_FLAG(std::string, save_cost_model, "",
+          "with --calibrate: rank 0 also writes the measured model here (for --cost_model)");
 ABSL_FLAG(bool, json, false, "print JSON instead of the table");
 // A string, parsed with absl::ParseDuration: absl's Duration flags read through a
 // sequence lock whose fences ThreadSanitizer builds reject.
@@ -77,6 +86,9 @@ ABSL_FLAG(std::string, timeout, "2m", "per-call timeout (e.g. 30s, 2m)");
 ABSL_FLAG(std::string, gloo_store_dir, "",
           "gloo: the rendezvous directory; empty: gloo/ in the job directory the launcher "
           "made for the processes it starts (removed with the job)");
+ABSL_FLAG(std::string, gloo_interface, "",
+          "gloo: the network interface whose address the other ranks reach this one at "
+          "(e.g. eth0, across hosts); empty: 127.0.0.1 (one host)");
 ABSL_FLAG(std::string, heartbeat_timeout, "10s",
           "shm, mpi and gloo: a rank that has not run for this long (stopped, frozen) is "
           "reported by its peers, which end the job naming it; at least 200ms, or inf (off)");
@@ -219,11 +231,25 @@ absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchO
 
 // RunRank benchmarks on one rank's transport; rank 0 prints.
 absl::Status RunRank(std::unique_ptr<Transport> transport, const BenchOptions& bench,
-                     const CommunicatorOptions& options, const std::string& transport_name) {
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                        Communicator::Create(std::move(transport), options));
+                     CommunicatorOptions options, const std::string& transport_name) {
+  std::shared_ptr<Transport> shared = std::move(transport);
+  std::string calibrated;
+  if (absl::GetFlag(FLAGS_calibrate)) {
+    // Measured on a communicator of its own; the benchmark's then uses the model.
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> probe, Communicator::Create(shared, options));
+    LOOM_ASSIGN_OR_RETURN(options.cost_model, Calibrate(*probe));
+    const std::string path = absl::GetFlag(FLAGS_save_cost_model);
+    if (probe->rank() == 0 && !path.empty()) {
+      LOOM_RETURN_IF_ERROR(options.cost_model.Save(path));
+    }
+    for (absl::string_view line : absl::StrSplit(options.cost_model.Serialize(), '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&calibrated, absl::StartsWith(line, "#") ? "" : "# ", line, "\n");
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared, options));
   LOOM_ASSIGN_OR_RETURN(std::vector<BenchRow> rows, RunCollectiveBench(*comm, bench));
   if (comm->rank() == 0) {
+    if (!absl::GetFlag(FLAGS_json)) std::cout << calibrated;
     if (absl::GetFlag(FLAGS_json)) {
       std::cout << FormatBenchJson(rows, comm->size(), bench);
     } else {
@@ -298,6 +324,7 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
   gloo.size = process.size;
   gloo.world_rank = process.rank;
   gloo.heartbeat_timeout = process.heartbeat_timeout;
+  gloo.interface = absl::GetFlag(FLAGS_gloo_interface);
   gloo.store_dir = absl::GetFlag(FLAGS_gloo_store_dir);
   if (gloo.store_dir.empty()) {
     const char* job_dir = std::getenv("LOOM_JOB_DIR");
