@@ -37,24 +37,24 @@ absl::StatusOr<double> RoundTrip(Communicator& comm, int partner, size_t bytes, 
   return 0.0;
 }
 
-// The collectives whose native curves Calibrate measures.
-constexpr CollectiveKind kNativeKinds[] = {CollectiveKind::kAllReduce,
-                                           CollectiveKind::kReduceScatter,
-                                           CollectiveKind::kAllGather, CollectiveKind::kBroadcast};
+// The collectives whose curves Calibrate measures.
+constexpr CollectiveKind kCurveKinds[] = {CollectiveKind::kAllReduce,
+                                          CollectiveKind::kReduceScatter,
+                                          CollectiveKind::kAllGather, CollectiveKind::kBroadcast};
 
-// NativeSeconds returns the mean seconds of one native call of `kind` moving `bytes`
-// (as CostModel::Predict counts them) in f32, as rank 0 measured it (other ranks
-// return their own; only rank 0's are kept). Every rank runs the same calls: rank 0
-// chooses the count from a first timed call and broadcasts it.
-absl::StatusOr<double> NativeSeconds(Communicator& comm, CollectiveKind kind, size_t bytes,
-                                     const CalibrationOptions& options) {
+// CallSeconds returns the mean seconds of one call of `kind` by `algorithm` moving
+// `bytes` (as CostModel::Predict counts them) in f32, as rank 0 measured it (other
+// ranks return their own; only rank 0's are kept). Every rank runs the same calls:
+// rank 0 chooses their number from a first timed call and broadcasts it.
+absl::StatusOr<double> CallSeconds(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
+                                   size_t bytes, const CalibrationOptions& options) {
   const size_t n = static_cast<size_t>(comm.size());
   const bool blocks = kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
   const size_t count = std::max<size_t>(1, bytes / sizeof(float) / (blocks ? n : 1));
-  std::vector<float> input(blocks && kind == CollectiveKind::kReduceScatter ? n * count : count, 1.0f);
+  std::vector<float> input(kind == CollectiveKind::kReduceScatter ? n * count : count, 1.0f);
   std::vector<float> output(kind == CollectiveKind::kAllGather ? n * count : count);
   CallOptions call;
-  call.algorithm = Algorithm::kNative;
+  call.algorithm = algorithm;
   const ConstBufferView in = ConstBufferView::Of(absl::MakeConstSpan(input));
   const BufferView out = BufferView::Of(absl::MakeSpan(output));
   auto once = [&]() -> absl::Status {
@@ -65,17 +65,30 @@ absl::StatusOr<double> NativeSeconds(Communicator& comm, CollectiveKind kind, si
       default: return comm.Broadcast(in, out, /*root=*/0, call);
     }
   };
-  LOOM_RETURN_IF_ERROR(once());  // Warm: buffers faulted in, the engine's paths set up.
+  LOOM_RETURN_IF_ERROR(once());  // Warm: buffers faulted in, connections and paths set up.
   absl::Time start = absl::Now();
   LOOM_RETURN_IF_ERROR(once());
   const double first = absl::ToDoubleSeconds(absl::Now() - start);
   int64_t calls[1] = {std::clamp<int64_t>(
-      static_cast<int64_t>(std::ceil(options.native_min_seconds / std::max(first, 1e-9))),
-      options.native_min_calls, 1000)};
-  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(calls), /*root=*/0));
+      static_cast<int64_t>(std::ceil(options.curve_min_seconds / std::max(first, 1e-9))),
+      options.curve_min_calls, 1000)};
+  CallOptions by_ring;
+  by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
+  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(calls), /*root=*/0, by_ring));
   start = absl::Now();
   for (int64_t i = 0; i < calls[0]; ++i) LOOM_RETURN_IF_ERROR(once());
   return absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(calls[0]);
+}
+
+// Candidates returns the algorithms whose curves Calibrate measures for `kind`: those
+// the selector weighs on this communicator's layout, and native where it may choose it.
+std::vector<Algorithm> Candidates(const Communicator& comm, CollectiveKind kind) {
+  std::vector<Algorithm> algorithms;
+  for (const auto& [algorithm, seconds] : comm.Explain(kind, 1 << 20).predictions) {
+    if (algorithm != Algorithm::kNative) algorithms.push_back(algorithm);
+  }
+  if (comm.HasNative() && !comm.options().deterministic) algorithms.push_back(Algorithm::kNative);
+  return algorithms;
 }
 
 }  // namespace
@@ -133,22 +146,24 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
       constants.inter_node_beta = constants.beta;
     }
   }
-  // The engine's own collectives, where it has them and they may be chosen.
-  const bool native = n > 1 && comm.HasNative() && !comm.options().deterministic &&
-                      options.native_sizes.size() >= 2;
-  std::vector<double> native_seconds;
-  if (native) {
-    for (CollectiveKind kind : kNativeKinds) {
-      for (size_t bytes : options.native_sizes) {
-        LOOM_ASSIGN_OR_RETURN(const double seconds, NativeSeconds(comm, kind, bytes, options));
-        native_seconds.push_back(seconds);
+  // Measured curves, where asked for.
+  const bool curves = n > 1 && options.curve_sizes.size() >= 2;
+  std::vector<double> measured;
+  if (curves) {
+    for (CollectiveKind kind : kCurveKinds) {
+      for (Algorithm algorithm : Candidates(comm, kind)) {
+        for (size_t bytes : options.curve_sizes) {
+          LOOM_ASSIGN_OR_RETURN(const double seconds,
+                                CallSeconds(comm, kind, algorithm, bytes, options));
+          measured.push_back(seconds);
+        }
       }
     }
   }
   // Everyone adopts rank 0's numbers: identical models make identical choices.
   std::vector<double> values = {constants.alpha, constants.beta, constants.gamma,
                                 constants.inter_node_alpha, constants.inter_node_beta};
-  values.insert(values.end(), native_seconds.begin(), native_seconds.end());
+  values.insert(values.end(), measured.begin(), measured.end());
   LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(values), /*root=*/0));
   constants.alpha = values[0];
   constants.beta = values[1];
@@ -156,12 +171,14 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
   constants.inter_node_alpha = values[3];
   constants.inter_node_beta = values[4];
   LOOM_ASSIGN_OR_RETURN(CostModel model, CostModel::FromConstants(constants));
-  if (native) {
+  if (curves) {
     size_t next = 5;
-    for (CollectiveKind kind : kNativeKinds) {
-      CostModel::Curve curve;
-      for (size_t bytes : options.native_sizes) curve.emplace_back(bytes, values[next++]);
-      LOOM_RETURN_IF_ERROR(model.SetNativeCurve(kind, std::move(curve)));
+    for (CollectiveKind kind : kCurveKinds) {
+      for (Algorithm algorithm : Candidates(comm, kind)) {
+        CostModel::Curve curve;
+        for (size_t bytes : options.curve_sizes) curve.emplace_back(bytes, values[next++]);
+        LOOM_RETURN_IF_ERROR(model.SetCurve(kind, algorithm, std::move(curve)));
+      }
     }
   }
   return model;

@@ -7,11 +7,12 @@
 //   inter-node alpha and beta: as alpha and beta, between rank 0 and the first rank
 //   of the next node when the communicator has several nodes (else copies of
 //   alpha and beta);
-//   native curves: where the transport has collectives of its own (MPI) and the
-//   communicator is not deterministic, rank 0's mean time per call of each of
-//   all_reduce, reduce_scatter, all_gather and broadcast through Algorithm::kNative
-//   at `native_sizes`, so that the selector can weigh the engine's own collectives
-//   against Loom's on this very layout and link.
+//   curves (only with `curve_sizes`): rank 0's mean time per call of every
+//   algorithm that can run all_reduce, reduce_scatter, all_gather and broadcast on
+//   this layout, and of the transport's own collectives (native: MPI's) where it
+//   has them and the communicator is not deterministic, at each size; the selector
+//   then prices them by what they took on this very layout and link rather than
+//   by formula (across hosts the formulas miss TCP's and the engine's behaviour).
 // Rank 0 measures with its partners and broadcasts the constants, so every rank
 // ends with the same model and hence makes the same choices.
 //
@@ -35,12 +36,13 @@ struct CalibrationOptions {
   int latency_round_trips = 200;
   size_t bandwidth_bytes = size_t{4} << 20;
   int bandwidth_round_trips = 10;
-  // Sizes (bytes, as CostModel::Predict counts them) of the native curves; empty:
-  // none measured. Each size runs for at least `native_min_calls` calls and about
-  // `native_min_seconds`.
-  std::vector<size_t> native_sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
-  int native_min_calls = 3;
-  double native_min_seconds = 0.05;
+  // Sizes (bytes, as CostModel::Predict counts them) of the measured curves; empty
+  // (the default): the formulas alone. Each (kind, algorithm, size) runs for at
+  // least `curve_min_calls` calls and about `curve_min_seconds`, so a curve up to
+  // 64 MiB over a slow link takes a minute or more: measure once, Save, and Load.
+  std::vector<size_t> curve_sizes;
+  int curve_min_calls = 3;
+  double curve_min_seconds = 0.05;
 };
 
 // Calibrate is collective: every rank of `comm` calls it. Returns the measured

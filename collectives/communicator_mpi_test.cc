@@ -181,7 +181,6 @@ TEST(MpiTwoLevelTest, CalibratesBothLevels) {
     calibration.latency_round_trips = 20;
     calibration.bandwidth_bytes = 1 << 20;
     calibration.bandwidth_round_trips = 3;
-    calibration.native_sizes = {4 << 10, 64 << 10};
     LOOM_ASSIGN_OR_RETURN(CostModel model, Calibrate(*comm, calibration));
     const CostModel::Constants& c = model.constants();
     // Every rank checks it holds the same constants as rank 0.
@@ -237,9 +236,10 @@ TEST(MpiNativeTest, RefusesDeterministicMode) {
   }
 }
 
-// Calibration prices MPI's own collectives on the communicator itself, the same
-// on every rank; auto then runs native where the curve says it is faster, and never
-// on a deterministic communicator (whose calibration measures no native curve).
+// Calibration with curves measures every candidate, MPI's own collectives too, on
+// the communicator itself, the same on every rank; auto then runs native where its
+// curve says it is faster, and never on a deterministic communicator (whose
+// calibration measures no native curve).
 TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
   MpiHarness harness;
   const std::vector<absl::Status> results = harness.Run(3, [&](Transport& t) -> absl::Status {
@@ -248,8 +248,8 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
     calibration.latency_round_trips = 10;
     calibration.bandwidth_bytes = 64 << 10;
     calibration.bandwidth_round_trips = 2;
-    calibration.native_sizes = {4 << 10, 256 << 10};
-    calibration.native_min_seconds = 0.001;
+    calibration.curve_sizes = {4 << 10, 256 << 10};
+    calibration.curve_min_seconds = 0.001;
     CostModel model = CostModel::Default();
     {
       LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared));
@@ -257,15 +257,19 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
       LOOM_ASSIGN_OR_RETURN(model, Calibrate(*comm, calibration));
       for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
                                   CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
-        const auto curve = model.native_curve(kind);
-        if (curve.size() != 2 || curve[0].first != 4096 || curve[1].first != 262144 ||
-            !(curve[0].second > 0) || !(curve[1].second > 0)) {
-          return absl::InternalError(
-              absl::StrCat("native curve of ", CollectiveKindName(kind), ": ", model.Serialize()));
+        for (Algorithm algorithm : {Algorithm::kNative, Algorithm::kRing}) {
+          const auto curve = model.curve(kind, algorithm);
+          if (curve.size() != 2 || curve[0].first != 4096 || curve[1].first != 262144 ||
+              !(curve[0].second > 0) || !(curve[1].second > 0)) {
+            return absl::InternalError(absl::StrCat("curve of ", AlgorithmName(algorithm), " ",
+                                                    CollectiveKindName(kind), ": ",
+                                                    model.Serialize()));
+          }
         }
       }
-      std::vector<double> mine = {model.native_curve(CollectiveKind::kAllReduce)[0].second,
-                                  model.native_curve(CollectiveKind::kBroadcast)[1].second};
+      std::vector<double> mine = {
+          model.curve(CollectiveKind::kAllReduce, Algorithm::kNative)[0].second,
+          model.curve(CollectiveKind::kBroadcast, Algorithm::kRing)[1].second};
       std::vector<double> root = mine;
       LOOM_RETURN_IF_ERROR(comm->Broadcast(absl::MakeSpan(root), 0));
       if (mine != root) return absl::InternalError("ranks hold different native curves");
@@ -273,8 +277,8 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
     // A native all-reduce a thousand times faster than Loom's best prediction.
     const double loom_best =
         model.Explain(CollectiveKind::kAllReduce, 4096, 3, 0).predictions.front().second;
-    LOOM_RETURN_IF_ERROR(model.SetNativeCurve(CollectiveKind::kAllReduce,
-                                              {{1024, loom_best / 4000}, {4096, loom_best / 1000}}));
+    LOOM_RETURN_IF_ERROR(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative,
+                                        {{1024, loom_best / 4000}, {4096, loom_best / 1000}}));
     for (const bool deterministic : {false, true}) {
       CommunicatorOptions options;
       options.cost_model = model;
@@ -297,8 +301,11 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
       }
       if (deterministic) {
         LOOM_ASSIGN_OR_RETURN(CostModel measured, Calibrate(*comm, calibration));
-        if (!measured.native_curve(CollectiveKind::kAllReduce).empty()) {
-          return absl::InternalError("a deterministic communicator measured native");
+        if (!measured.curve(CollectiveKind::kAllReduce, Algorithm::kNative).empty() ||
+            measured.curve(CollectiveKind::kAllReduce, Algorithm::kRing).empty()) {
+          return absl::InternalError(absl::StrCat(
+              "a deterministic communicator measures Loom's curves, not native: ",
+              measured.Serialize()));
         }
       }
     }

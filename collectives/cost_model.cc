@@ -92,33 +92,36 @@ absl::StatusOr<CostModel> CostModel::FromConstants(const Constants& constants) {
   return CostModel(constants);
 }
 
-absl::Status CostModel::SetNativeCurve(CollectiveKind kind, Curve points) {
+absl::Status CostModel::SetCurve(CollectiveKind kind, Algorithm algorithm, Curve points) {
+  const std::string what =
+      absl::StrCat("curve of ", AlgorithmName(algorithm), " ", CollectiveKindName(kind));
+  if (algorithm != Algorithm::kNative) LOOM_RETURN_IF_ERROR(FindAlgorithm(kind, algorithm).status());
   std::sort(points.begin(), points.end());
   if (points.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("native curve of ", CollectiveKindName(kind),
-                                                   " has ", points.size(), " points; needs 2"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", points.size(), " points; needs 2"));
   }
   for (size_t i = 0; i < points.size(); ++i) {
     if (!std::isfinite(points[i].second) || points[i].second <= 0 || points[i].first == 0 ||
         (i > 0 && points[i].first == points[i - 1].first)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "native curve of ", CollectiveKindName(kind), ": point ", points[i].first, " bytes, ",
-          points[i].second, " s is not a new positive size with a finite positive time"));
+          what, ": point ", points[i].first, " bytes, ", points[i].second,
+          " s is not a new positive size with a finite positive time"));
     }
   }
-  for (auto& [k, curve] : native_) {
-    if (k == kind) {
-      curve = std::move(points);
+  for (Measured& measured : curves_) {
+    if (measured.kind == kind && measured.algorithm == algorithm) {
+      measured.points = std::move(points);
       return absl::OkStatus();
     }
   }
-  native_.emplace_back(kind, std::move(points));
+  curves_.push_back(Measured{kind, algorithm, std::move(points)});
   return absl::OkStatus();
 }
 
-absl::Span<const std::pair<size_t, double>> CostModel::native_curve(CollectiveKind kind) const {
-  for (const auto& [k, curve] : native_) {
-    if (k == kind) return curve;
+absl::Span<const std::pair<size_t, double>> CostModel::curve(CollectiveKind kind,
+                                                             Algorithm algorithm) const {
+  for (const Measured& measured : curves_) {
+    if (measured.kind == kind && measured.algorithm == algorithm) return measured.points;
   }
   return {};
 }
@@ -144,13 +147,12 @@ double Interpolate(absl::Span<const std::pair<size_t, double>> curve, size_t byt
 
 absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorithm, size_t bytes,
                                           int ranks, int ranks_per_node) const {
+  if (const auto measured = curve(kind, algorithm); !measured.empty()) {
+    return ranks <= 1 ? 0.0 : Interpolate(measured, bytes);
+  }
   if (algorithm == Algorithm::kNative) {
-    const absl::Span<const std::pair<size_t, double>> curve = native_curve(kind);
-    if (curve.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no native curve of ", CollectiveKindName(kind), " in the cost model"));
-    }
-    return ranks <= 1 ? 0.0 : Interpolate(curve, bytes);
+    return absl::FailedPreconditionError(
+        absl::StrCat("no measured curve of native ", CollectiveKindName(kind), " in the cost model"));
   }
   LOOM_RETURN_IF_ERROR(FindAlgorithm(kind, algorithm).status());
   if (ranks < 1) return absl::InvalidArgumentError(absl::StrCat("cost of ", ranks, " ranks"));
@@ -256,7 +258,7 @@ Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int
     if (seconds.ok()) why.predictions.emplace_back(algorithm, *seconds);
   }
   // Native goes last, so that a tie keeps Loom's algorithm (stable sort).
-  if (allow_native && !native_curve(kind).empty()) {
+  if (allow_native && !curve(kind, Algorithm::kNative).empty()) {
     why.predictions.emplace_back(Algorithm::kNative,
                                  *Predict(kind, Algorithm::kNative, bytes, ranks, ranks_per_node));
   }
@@ -270,11 +272,12 @@ std::string CostModel::Serialize() const {
   Constants copy = constants_;
   std::string out = "# Loom collectives cost model (alpha-beta-gamma), seconds and seconds per byte\n";
   for (int i = 0; i < 5; ++i) absl::StrAppend(&out, kKeys[i], " ", absl::StrFormat("%.6g", *Field(copy, i)), "\n");
-  for (const auto& [kind, curve] : native_) {
-    absl::StrAppend(&out, "native ", CollectiveKindName(kind), " ");
-    for (size_t i = 0; i < curve.size(); ++i) {
-      absl::StrAppend(&out, i == 0 ? "" : ",", curve[i].first, ":",
-                      absl::StrFormat("%.6g", curve[i].second));
+  for (const Measured& measured : curves_) {
+    absl::StrAppend(&out, "curve ", CollectiveKindName(measured.kind), " ",
+                    AlgorithmName(measured.algorithm), " ");
+    for (size_t i = 0; i < measured.points.size(); ++i) {
+      absl::StrAppend(&out, i == 0 ? "" : ",", measured.points[i].first, ":",
+                      absl::StrFormat("%.6g", measured.points[i].second));
     }
     absl::StrAppend(&out, "\n");
   }
@@ -284,15 +287,15 @@ std::string CostModel::Serialize() const {
 absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
   Constants constants;
   bool seen[5] = {false, false, false, false, false};
-  std::vector<std::pair<int, std::string>> natives;  // (line number, line)
+  std::vector<std::pair<int, std::string>> curves;  // (line number, line)
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line.front() == '#') continue;
     const std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (!fields.empty() && fields[0] == "native") {
-      natives.emplace_back(line_number, std::string(line));
+    if (!fields.empty() && fields[0] == "curve") {
+      curves.emplace_back(line_number, std::string(line));
       continue;
     }
     int key = -1;
@@ -311,19 +314,21 @@ absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
     if (!seen[i]) return absl::InvalidArgumentError(absl::StrCat("cost model lacks ", kKeys[i]));
   }
   LOOM_ASSIGN_OR_RETURN(CostModel model, FromConstants(constants));
-  for (const auto& [number, native_line] : natives) {
-    const auto bad = [number = number, &native_line = native_line](absl::string_view why) {
+  for (const auto& [number, curve_line] : curves) {
+    const auto bad = [number = number, &curve_line = curve_line](absl::string_view why) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cost model line ", number, " \"", native_line,
-                       "\" is not \"native <kind> <bytes>:<seconds>,...\": ", why));
+          absl::StrCat("cost model line ", number, " \"", curve_line,
+                       "\" is not \"curve <kind> <algorithm> <bytes>:<seconds>,...\": ", why));
     };
     const std::vector<absl::string_view> fields =
-        absl::StrSplit(native_line, ' ', absl::SkipEmpty());
-    if (fields.size() != 3) return bad("three fields expected");
+        absl::StrSplit(curve_line, ' ', absl::SkipEmpty());
+    if (fields.size() != 4) return bad("four fields expected");
     const absl::StatusOr<CollectiveKind> kind = ParseCollectiveKind(fields[1]);
     if (!kind.ok()) return bad(kind.status().message());
-    Curve curve;
-    for (absl::string_view point : absl::StrSplit(fields[2], ',')) {
+    const absl::StatusOr<Algorithm> algorithm = ParseAlgorithm(fields[2]);
+    if (!algorithm.ok()) return bad(algorithm.status().message());
+    Curve points;
+    for (absl::string_view point : absl::StrSplit(fields[3], ',')) {
       const std::vector<absl::string_view> pair = absl::StrSplit(point, ':');
       uint64_t bytes = 0;
       double seconds = 0;
@@ -331,9 +336,9 @@ absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
           !absl::SimpleAtod(pair[1], &seconds)) {
         return bad(absl::StrCat("point \"", point, "\""));
       }
-      curve.emplace_back(bytes, seconds);
+      points.emplace_back(bytes, seconds);
     }
-    if (const absl::Status set = model.SetNativeCurve(*kind, std::move(curve)); !set.ok()) {
+    if (const absl::Status set = model.SetCurve(*kind, *algorithm, std::move(points)); !set.ok()) {
       return bad(set.message());
     }
   }

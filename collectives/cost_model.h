@@ -9,11 +9,13 @@
 // with separate alpha and beta between nodes for the hierarchical algorithm. The
 // predicted time of each algorithm is its textbook cost (Thakur, Rabenseifner and
 // Gropp 2005; Chan et al. 2007) in these constants; the selector takes the minimum.
-// The engine's own collectives (Algorithm::kNative: MPI's, NCCL's) follow no formula
-// Loom knows: they are priced from times measured on the communicator itself at a
-// few sizes (a native curve, from Calibrate), interpolated log-log between them, and
-// only where the caller allows them (Explain's `allow_native`: the transport has
-// them, and the communicator is not deterministic).
+// Where a formula and a link disagree (TCP between hosts, a rate-limited link, the
+// engine's own collectives, which follow no formula Loom knows), measured curves
+// take over: an algorithm's time measured on the communicator itself at a few sizes
+// (Calibrate with `curve_sizes`), read log-log between them. Algorithm::kNative
+// (MPI's, NCCL's collectives) is priced by its curve alone, and competes only where
+// the caller allows it (Explain's `allow_native`: the transport has them, and the
+// communicator is not deterministic).
 //
 // Example:
 //   CostModel model = CostModel::Default();
@@ -73,34 +75,36 @@ class CostModel {
 
   const Constants& constants() const { return constants_; }
 
-  // A native curve: the engine's own collective measured at a few sizes (bytes as
-  // Predict counts them, seconds per call), on the layout the model was calibrated on.
+  // A measured curve: an algorithm's time per call at a few sizes (bytes as Predict
+  // counts them, seconds), on the layout and links the model was calibrated on.
   using Curve = std::vector<std::pair<size_t, double>>;
-  // SetNativeCurve prices Algorithm::kNative for `kind` by `points` (sorted here).
-  // InvalidArgument for fewer than two points, a size repeated, or a time that is
-  // not finite and positive.
-  absl::Status SetNativeCurve(CollectiveKind kind, Curve points);
-  // native_curve returns the curve of `kind`, empty if none was measured.
-  absl::Span<const std::pair<size_t, double>> native_curve(CollectiveKind kind) const;
+  // SetCurve prices `algorithm` for `kind` by `points` (sorted here) instead of its
+  // formula. InvalidArgument for fewer than two points, a size repeated or zero, a
+  // time that is not finite and positive, or an algorithm `kind` does not have.
+  absl::Status SetCurve(CollectiveKind kind, Algorithm algorithm, Curve points);
+  // curve returns the measured curve of (`kind`, `algorithm`), empty if none.
+  absl::Span<const std::pair<size_t, double>> curve(CollectiveKind kind, Algorithm algorithm) const;
 
   // Predict returns the model's seconds for `algorithm` running `kind` where each
   // rank contributes `bytes` (all_reduce / broadcast / reduce: the vector;
   // reduce_scatter / all_to_all: the whole input; all_gather / gather: the whole
   // output) on `ranks` ranks, `ranks_per_node` per node (0: one node).
+  // A measured curve, where there is one, gives the time instead of the formula.
   // InvalidArgument when the algorithm does not implement the collective;
-  // FailedPrecondition for kNative on a kind with no native curve.
+  // FailedPrecondition for kNative on a kind with no measured curve.
   absl::StatusOr<double> Predict(CollectiveKind kind, Algorithm algorithm, size_t bytes,
                                  int ranks, int ranks_per_node) const;
 
   // Explain prices every algorithm that implements `kind` and can run on this
-  // layout, and native too where `allow_native` and a native curve of `kind` exist,
-  // and picks the fastest (ties go to Loom's, then to the earlier in AlgorithmsFor).
+  // layout, and native too where `allow_native` and a measured native curve of
+  // `kind` exist, and picks the fastest (ties go to Loom's algorithms, then to the
+  // earlier in AlgorithmsFor).
   Explanation Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
                       bool allow_native = false) const;
 
-  // Serialize / Parse: "key value" lines, '#' comments, and a line "native <kind>
-  // <bytes>:<seconds>,..." per native curve; Parse rejects unknown or missing keys
-  // and malformed curves with InvalidArgument naming the line.
+  // Serialize / Parse: "key value" lines, '#' comments, and a line "curve <kind>
+  // <algorithm> <bytes>:<seconds>,..." per measured curve; Parse rejects unknown or
+  // missing keys and malformed curves with InvalidArgument naming the line.
   std::string Serialize() const;
   static absl::StatusOr<CostModel> Parse(absl::string_view text);
   // Save writes Serialize() to `path`; Load reads and parses it. Errors name the path
@@ -111,7 +115,12 @@ class CostModel {
  private:
   explicit CostModel(const Constants& constants) : constants_(constants) {}
   Constants constants_;
-  std::vector<std::pair<CollectiveKind, Curve>> native_;
+  struct Measured {
+    CollectiveKind kind;
+    Algorithm algorithm;
+    Curve points;
+  };
+  std::vector<Measured> curves_;
 };
 
 }  // namespace loom

@@ -72,8 +72,8 @@ ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reducti
 ABSL_FLAG(std::string, cost_model, "", "cost model file for --algo=auto (default constants otherwise)");
 ABSL_FLAG(bool, calibrate, false,
           "measure the cost model on this job's communicator first (each level's link, and "
-          "the engine's own collectives where the transport has them) and let --algo=auto "
-          "use it; rank 0 prints it");
+          "every algorithm's time, the engine's own too where the transport has them, at "
+          "--min_bytes..--max_bytes in steps of 4) and let --algo=auto use it; rank 0 prints it");
 ABSL_FLAG(std::string, save_cost_model, "",
           "with --calibrate: rank 0 also writes the measured model here (for --cost_model)");
 ABSL_FLAG(bool, json, false, "print JSON instead of the table");
@@ -237,7 +237,13 @@ absl::Status RunRank(std::unique_ptr<Transport> transport, const BenchOptions& b
   if (absl::GetFlag(FLAGS_calibrate)) {
     // Measured on a communicator of its own; the benchmark's then uses the model.
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> probe, Communicator::Create(shared, options));
-    LOOM_ASSIGN_OR_RETURN(options.cost_model, Calibrate(*probe));
+    // Curves over the benchmark's own range, in steps of 4.
+    CalibrationOptions calibration;
+    for (size_t bytes = std::max<size_t>(bench.min_bytes, 1); bytes < bench.max_bytes; bytes *= 4) {
+      calibration.curve_sizes.push_back(bytes);
+    }
+    calibration.curve_sizes.push_back(std::max<size_t>(bench.max_bytes, 1));
+    LOOM_ASSIGN_OR_RETURN(options.cost_model, Calibrate(*probe, calibration));
     const std::string path = absl::GetFlag(FLAGS_save_cost_model);
     if (probe->rank() == 0 && !path.empty()) {
       LOOM_RETURN_IF_ERROR(options.cost_model.Save(path));

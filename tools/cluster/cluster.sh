@@ -188,7 +188,7 @@ do_up() {
     ip -n "$SWITCH" link set "$NAME-h${n}b" master br0
     ip -n "$SWITCH" link set "$NAME-h${n}b" up
     if [[ -n "$rate" ]]; then
-      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 512kb latency 100ms
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 100ms
     fi
     # The holder: enters the network namespace, makes UTS, IPC and mount namespaces,
     # names the host, mounts its private /dev/shm and /tmp, and sleeps. setsid and
