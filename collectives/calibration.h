@@ -37,12 +37,13 @@ struct CalibrationOptions {
   size_t bandwidth_bytes = size_t{4} << 20;
   int bandwidth_round_trips = 10;
   // Sizes (bytes, as CostModel::Predict counts them) of the measured curves; empty
-  // (the default): the formulas alone. Each (kind, algorithm, size) runs for at
-  // least `curve_min_calls` calls and about `curve_min_seconds`, so a curve up to
-  // 64 MiB over a slow link takes a minute or more: measure once, Save, and Load.
+  // (the default): the formulas alone. Each (kind, algorithm, size) runs
+  // `curve_batches` batches of calls, each about `curve_batch_seconds` long (at least
+  // one call), and keeps the lowest mean; a curve up to 64 MiB over a 2 Gbit/s link
+  // takes minutes: measure once, Save, and Load.
   std::vector<size_t> curve_sizes;
-  int curve_min_calls = 3;
-  double curve_min_seconds = 0.05;
+  int curve_batches = 3;
+  double curve_batch_seconds = 0.02;
 };
 
 // Calibrate is collective: every rank of `comm` calls it. Returns the measured

@@ -249,7 +249,7 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
     calibration.bandwidth_bytes = 64 << 10;
     calibration.bandwidth_round_trips = 2;
     calibration.curve_sizes = {4 << 10, 256 << 10};
-    calibration.curve_min_seconds = 0.001;
+    calibration.curve_batch_seconds = 0.001;
     CostModel model = CostModel::Default();
     {
       LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared));

@@ -38,8 +38,10 @@ for hosts in "${HOSTS[@]}"; do
   mpi() { $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$hosts" "$BENCH" --transport=mpi "$@"; }
   # The cost model, calibrated once on this job's layout and links (its own run).
   echo "hosts $hosts: calibrating" >&2
+  calibration_start=$SECONDS
   mpi --calibrate --save_cost_model="$WORK/model" --min_bytes=4K --max_bytes="$MAX" --iters=1 \
     --warmup=0 >/dev/null
+  calibration_seconds=$((SECONDS - calibration_start))
   : >"$WORK/all"
   # Rounds in alternating order; each (size, algorithm) keeps its best round, so a
   # run slowed by the machine's other work does not decide a ratio.
@@ -94,7 +96,7 @@ for hosts in "${HOSTS[@]}"; do
       }
     }' "$WORK/all"
   echo
-  echo "Cost model calibrated for that cluster (collective_bench --calibrate):"
+  echo "Cost model calibrated for that cluster (collective_bench --calibrate, ${calibration_seconds} s):"
   echo
   sed 's/^/    /' "$WORK/model"
 done
