@@ -185,7 +185,8 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
       for (Algorithm algorithm : Candidates(comm, kind)) {
         CostModel::Curve curve;
         for (size_t bytes : options.curve_sizes) curve.emplace_back(bytes, values[next++]);
-        LOOM_RETURN_IF_ERROR(model.SetCurve(kind, algorithm, std::move(curve)));
+        LOOM_RETURN_IF_ERROR(model.SetCurve(kind, algorithm, n, comm.options().ranks_per_node,
+                                            std::move(curve)));
       }
     }
   }

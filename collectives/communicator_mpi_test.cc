@@ -258,7 +258,7 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
       for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
                                   CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
         for (Algorithm algorithm : {Algorithm::kNative, Algorithm::kRing}) {
-          const auto curve = model.curve(kind, algorithm);
+          const auto curve = model.curve(kind, algorithm, 3, 0);
           if (curve.size() != 2 || curve[0].first != 4096 || curve[1].first != 262144 ||
               !(curve[0].second > 0) || !(curve[1].second > 0)) {
             return absl::InternalError(absl::StrCat("curve of ", AlgorithmName(algorithm), " ",
@@ -268,8 +268,8 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
         }
       }
       std::vector<double> mine = {
-          model.curve(CollectiveKind::kAllReduce, Algorithm::kNative)[0].second,
-          model.curve(CollectiveKind::kBroadcast, Algorithm::kRing)[1].second};
+          model.curve(CollectiveKind::kAllReduce, Algorithm::kNative, 3, 0)[0].second,
+          model.curve(CollectiveKind::kBroadcast, Algorithm::kRing, 3, 0)[1].second};
       std::vector<double> root = mine;
       LOOM_RETURN_IF_ERROR(comm->Broadcast(absl::MakeSpan(root), 0));
       if (mine != root) return absl::InternalError("ranks hold different native curves");
@@ -277,7 +277,7 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
     // A native all-reduce a thousand times faster than Loom's best prediction.
     const double loom_best =
         model.Explain(CollectiveKind::kAllReduce, 4096, 3, 0).predictions.front().second;
-    LOOM_RETURN_IF_ERROR(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative,
+    LOOM_RETURN_IF_ERROR(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 3, 0,
                                         {{1024, loom_best / 4000}, {4096, loom_best / 1000}}));
     for (const bool deterministic : {false, true}) {
       CommunicatorOptions options;
@@ -301,8 +301,8 @@ TEST(MpiNativeTest, CalibrationPricesNativeAndAutoChoosesItWhereFaster) {
       }
       if (deterministic) {
         LOOM_ASSIGN_OR_RETURN(CostModel measured, Calibrate(*comm, calibration));
-        if (!measured.curve(CollectiveKind::kAllReduce, Algorithm::kNative).empty() ||
-            measured.curve(CollectiveKind::kAllReduce, Algorithm::kRing).empty()) {
+        if (!measured.curve(CollectiveKind::kAllReduce, Algorithm::kNative, 3, 0).empty() ||
+            measured.curve(CollectiveKind::kAllReduce, Algorithm::kRing, 3, 0).empty()) {
           return absl::InternalError(absl::StrCat(
               "a deterministic communicator measures Loom's curves, not native: ",
               measured.Serialize()));

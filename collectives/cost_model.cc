@@ -92,10 +92,22 @@ absl::StatusOr<CostModel> CostModel::FromConstants(const Constants& constants) {
   return CostModel(constants);
 }
 
-absl::Status CostModel::SetCurve(CollectiveKind kind, Algorithm algorithm, Curve points) {
-  const std::string what =
-      absl::StrCat("curve of ", AlgorithmName(algorithm), " ", CollectiveKindName(kind));
+namespace {
+
+// OneNodeAsZero: ranks_per_node 0 and ranks_per_node >= ranks both mean one node.
+int OneNodeAsZero(int ranks, int ranks_per_node) {
+  return ranks_per_node <= 0 || ranks_per_node >= ranks ? 0 : ranks_per_node;
+}
+
+}  // namespace
+
+absl::Status CostModel::SetCurve(CollectiveKind kind, Algorithm algorithm, int ranks,
+                                 int ranks_per_node, Curve points) {
+  ranks_per_node = OneNodeAsZero(ranks, ranks_per_node);
+  const std::string what = absl::StrCat("curve of ", AlgorithmName(algorithm), " ",
+                                        CollectiveKindName(kind), " on ", ranks, " ranks");
   if (algorithm != Algorithm::kNative) LOOM_RETURN_IF_ERROR(FindAlgorithm(kind, algorithm).status());
+  if (ranks < 2) return absl::InvalidArgumentError(absl::StrCat(what, ": needs 2 ranks or more"));
   std::sort(points.begin(), points.end());
   if (points.size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(what, " has ", points.size(), " points; needs 2"));
@@ -109,19 +121,25 @@ absl::Status CostModel::SetCurve(CollectiveKind kind, Algorithm algorithm, Curve
     }
   }
   for (Measured& measured : curves_) {
-    if (measured.kind == kind && measured.algorithm == algorithm) {
+    if (measured.kind == kind && measured.algorithm == algorithm && measured.ranks == ranks &&
+        measured.ranks_per_node == ranks_per_node) {
       measured.points = std::move(points);
       return absl::OkStatus();
     }
   }
-  curves_.push_back(Measured{kind, algorithm, std::move(points)});
+  curves_.push_back(Measured{kind, algorithm, ranks, ranks_per_node, std::move(points)});
   return absl::OkStatus();
 }
 
 absl::Span<const std::pair<size_t, double>> CostModel::curve(CollectiveKind kind,
-                                                             Algorithm algorithm) const {
+                                                             Algorithm algorithm, int ranks,
+                                                             int ranks_per_node) const {
+  ranks_per_node = OneNodeAsZero(ranks, ranks_per_node);
   for (const Measured& measured : curves_) {
-    if (measured.kind == kind && measured.algorithm == algorithm) return measured.points;
+    if (measured.kind == kind && measured.algorithm == algorithm && measured.ranks == ranks &&
+        measured.ranks_per_node == ranks_per_node) {
+      return measured.points;
+    }
   }
   return {};
 }
@@ -147,12 +165,13 @@ double Interpolate(absl::Span<const std::pair<size_t, double>> curve, size_t byt
 
 absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorithm, size_t bytes,
                                           int ranks, int ranks_per_node) const {
-  if (const auto measured = curve(kind, algorithm); !measured.empty()) {
-    return ranks <= 1 ? 0.0 : Interpolate(measured, bytes);
+  if (const auto measured = curve(kind, algorithm, ranks, ranks_per_node); !measured.empty()) {
+    return Interpolate(measured, bytes);  // measured on 2 ranks or more
   }
   if (algorithm == Algorithm::kNative) {
     return absl::FailedPreconditionError(
-        absl::StrCat("no measured curve of native ", CollectiveKindName(kind), " in the cost model"));
+        absl::StrCat("no measured curve of native ", CollectiveKindName(kind), " on ", ranks,
+                     " ranks (", ranks_per_node, " per node) in the cost model"));
   }
   LOOM_RETURN_IF_ERROR(FindAlgorithm(kind, algorithm).status());
   if (ranks < 1) return absl::InvalidArgumentError(absl::StrCat("cost of ", ranks, " ranks"));
@@ -258,7 +277,7 @@ Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int
     if (seconds.ok()) why.predictions.emplace_back(algorithm, *seconds);
   }
   // Native goes last, so that a tie keeps Loom's algorithm (stable sort).
-  if (allow_native && !curve(kind, Algorithm::kNative).empty()) {
+  if (allow_native && !curve(kind, Algorithm::kNative, ranks, ranks_per_node).empty()) {
     why.predictions.emplace_back(Algorithm::kNative,
                                  *Predict(kind, Algorithm::kNative, bytes, ranks, ranks_per_node));
   }
@@ -274,7 +293,8 @@ std::string CostModel::Serialize() const {
   for (int i = 0; i < 5; ++i) absl::StrAppend(&out, kKeys[i], " ", absl::StrFormat("%.6g", *Field(copy, i)), "\n");
   for (const Measured& measured : curves_) {
     absl::StrAppend(&out, "curve ", CollectiveKindName(measured.kind), " ",
-                    AlgorithmName(measured.algorithm), " ");
+                    AlgorithmName(measured.algorithm), " ", measured.ranks, " ",
+                    measured.ranks_per_node, " ");
     for (size_t i = 0; i < measured.points.size(); ++i) {
       absl::StrAppend(&out, i == 0 ? "" : ",", measured.points[i].first, ":",
                       absl::StrFormat("%.6g", measured.points[i].second));
@@ -318,17 +338,22 @@ absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
     const auto bad = [number = number, &curve_line = curve_line](absl::string_view why) {
       return absl::InvalidArgumentError(
           absl::StrCat("cost model line ", number, " \"", curve_line,
-                       "\" is not \"curve <kind> <algorithm> <bytes>:<seconds>,...\": ", why));
+                       "\" is not \"curve <kind> <algorithm> <ranks> <ranks per node> "
+                       "<bytes>:<seconds>,...\": ", why));
     };
     const std::vector<absl::string_view> fields =
         absl::StrSplit(curve_line, ' ', absl::SkipEmpty());
-    if (fields.size() != 4) return bad("four fields expected");
+    int ranks = 0, ranks_per_node = 0;
+    if (fields.size() != 6) return bad("six fields expected");
+    if (!absl::SimpleAtoi(fields[3], &ranks) || !absl::SimpleAtoi(fields[4], &ranks_per_node)) {
+      return bad("ranks and ranks per node are integers");
+    }
     const absl::StatusOr<CollectiveKind> kind = ParseCollectiveKind(fields[1]);
     if (!kind.ok()) return bad(kind.status().message());
     const absl::StatusOr<Algorithm> algorithm = ParseAlgorithm(fields[2]);
     if (!algorithm.ok()) return bad(algorithm.status().message());
     Curve points;
-    for (absl::string_view point : absl::StrSplit(fields[3], ',')) {
+    for (absl::string_view point : absl::StrSplit(fields[5], ',')) {
       const std::vector<absl::string_view> pair = absl::StrSplit(point, ':');
       uint64_t bytes = 0;
       double seconds = 0;
@@ -338,7 +363,9 @@ absl::StatusOr<CostModel> CostModel::Parse(absl::string_view text) {
       }
       points.emplace_back(bytes, seconds);
     }
-    if (const absl::Status set = model.SetCurve(*kind, *algorithm, std::move(points)); !set.ok()) {
+    if (const absl::Status set =
+            model.SetCurve(*kind, *algorithm, ranks, ranks_per_node, std::move(points));
+        !set.ok()) {
       return bad(set.message());
     }
   }

@@ -76,14 +76,20 @@ class CostModel {
   const Constants& constants() const { return constants_; }
 
   // A measured curve: an algorithm's time per call at a few sizes (bytes as Predict
-  // counts them, seconds), on the layout and links the model was calibrated on.
+  // counts them, seconds), on the layout (ranks, ranks per node) and links the model
+  // was calibrated on; it prices that layout only (a group split from the job keeps
+  // the formulas).
   using Curve = std::vector<std::pair<size_t, double>>;
-  // SetCurve prices `algorithm` for `kind` by `points` (sorted here) instead of its
-  // formula. InvalidArgument for fewer than two points, a size repeated or zero, a
-  // time that is not finite and positive, or an algorithm `kind` does not have.
-  absl::Status SetCurve(CollectiveKind kind, Algorithm algorithm, Curve points);
-  // curve returns the measured curve of (`kind`, `algorithm`), empty if none.
-  absl::Span<const std::pair<size_t, double>> curve(CollectiveKind kind, Algorithm algorithm) const;
+  // SetCurve prices `algorithm` for `kind` on `ranks` ranks, `ranks_per_node` per
+  // node (0, or ranks or more: one node), by `points` (sorted here) instead of its
+  // formula. InvalidArgument for fewer than two ranks or points, a size repeated or
+  // zero, a time that is not finite and positive, or an algorithm `kind` lacks.
+  absl::Status SetCurve(CollectiveKind kind, Algorithm algorithm, int ranks, int ranks_per_node,
+                        Curve points);
+  // curve returns the measured curve of (`kind`, `algorithm`) on that layout, empty
+  // if none.
+  absl::Span<const std::pair<size_t, double>> curve(CollectiveKind kind, Algorithm algorithm,
+                                                    int ranks, int ranks_per_node) const;
 
   // Predict returns the model's seconds for `algorithm` running `kind` where each
   // rank contributes `bytes` (all_reduce / broadcast / reduce: the vector;
@@ -103,7 +109,7 @@ class CostModel {
                       bool allow_native = false) const;
 
   // Serialize / Parse: "key value" lines, '#' comments, and a line "curve <kind>
-  // <algorithm> <bytes>:<seconds>,..." per measured curve; Parse rejects unknown or
+  // <algorithm> <ranks> <ranks per node> <bytes>:<seconds>,..." per measured curve; Parse rejects unknown or
   // missing keys and malformed curves with InvalidArgument naming the line.
   std::string Serialize() const;
   static absl::StatusOr<CostModel> Parse(absl::string_view text);
@@ -118,6 +124,8 @@ class CostModel {
   struct Measured {
     CollectiveKind kind;
     Algorithm algorithm;
+    int ranks;
+    int ranks_per_node;  // 0: one node
     Curve points;
   };
   std::vector<Measured> curves_;

@@ -86,7 +86,7 @@ TEST(CostModelTest, RejectsBadText) {
 // straight on log-log axes between them, the end segments continued outside.
 TEST(CostModelTest, NativeCurveInterpolatesLogLog) {
   CostModel model = CostModel::Default();
-  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative,
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 4, 0,
                                 {{1 << 20, 4e-3}, {4 << 10, 1e-4}, {16 << 20, 64e-3}}));
   auto at = [&](size_t bytes) {
     return *model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, bytes, 4, 0);
@@ -98,10 +98,16 @@ TEST(CostModelTest, NativeCurveInterpolatesLogLog) {
   EXPECT_NEAR(at(4 << 20), 16e-3, 1e-9);
   // Beyond the last point the slope goes on: 64 MiB costs 256 ms.
   EXPECT_NEAR(at(64 << 20), 256e-3, 1e-9);
-  EXPECT_EQ(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, 1 << 20, 1, 0), 0.0);
   EXPECT_THAT(model.Predict(CollectiveKind::kAllGather, Algorithm::kNative, 1 << 20, 4, 0),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("no measured curve of native all_gather")));
+                       HasSubstr("no measured curve of native all_gather on 4 ranks")));
+  // The curve prices the layout it was measured on only.
+  EXPECT_THAT(model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, 1 << 20, 8, 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("on 8 ranks")));
+  EXPECT_THAT(model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, 1 << 20, 4, 2),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("(2 per node)")));
+  EXPECT_NEAR(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, 1 << 20, 4, 4), 4e-3,
+              1e-12);  // 4 per node of 4 ranks: one node, as 0
 }
 
 // Native competes only where the caller allows it, and wins only where cheaper.
@@ -110,7 +116,7 @@ TEST(CostModelTest, ExplainWeighsNativeOnlyWhereAllowed) {
   const Explanation loom_only = model.Explain(CollectiveKind::kAllReduce, 1 << 20, 4, 0, true);
   const double best_loom = loom_only.predictions.front().second;
   // A native all-reduce twice as fast as Loom's best at every size.
-  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative,
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 4, 0,
                                 {{1 << 10, best_loom / 1024 / 2}, {1 << 20, best_loom / 2}}));
   EXPECT_EQ(model.Explain(CollectiveKind::kAllReduce, 1 << 20, 4, 0, true).chosen,
             Algorithm::kNative);
@@ -120,7 +126,7 @@ TEST(CostModelTest, ExplainWeighsNativeOnlyWhereAllowed) {
     EXPECT_NE(algorithm, Algorithm::kNative);
   }
   // Slower than Loom: priced, listed, not chosen.
-  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative,
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 4, 0,
                                 {{1 << 10, 1.0}, {1 << 20, 2.0}}));
   const Explanation slow = model.Explain(CollectiveKind::kAllReduce, 1 << 20, 4, 0, true);
   EXPECT_EQ(slow.chosen, loom_only.chosen);
@@ -133,54 +139,65 @@ TEST(CostModelTest, MeasuredCurveOverridesTheFormula) {
   CostModel model = CostModel::Default();
   const Explanation formula = model.Explain(CollectiveKind::kAllReduce, 64 << 20, 8, 0);
   ASSERT_NE(formula.chosen, Algorithm::kBinomialTree);
-  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kBinomialTree,
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kBinomialTree, 8, 0,
                                 {{1 << 20, 1e-6}, {64 << 20, 2e-6}}));
   EXPECT_NEAR(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kBinomialTree, 64 << 20, 8, 0),
               2e-6, 1e-15);
   EXPECT_EQ(model.Explain(CollectiveKind::kAllReduce, 64 << 20, 8, 0).chosen,
             Algorithm::kBinomialTree);
-  // Other kinds and algorithms keep their formulas.
+  // Other layouts, kinds and algorithms keep their formulas.
+  EXPECT_NE(model.Explain(CollectiveKind::kAllReduce, 64 << 20, 4, 0).chosen,
+            Algorithm::kBinomialTree);
   EXPECT_EQ(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kRing, 64 << 20, 8, 0),
             *CostModel::Default().Predict(CollectiveKind::kAllReduce, Algorithm::kRing, 64 << 20, 8, 0));
 }
 
 TEST(CostModelTest, CurvesSaveLoadAndRejectBadPoints) {
   CostModel model = CostModel::Default();
-  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kBroadcast, Algorithm::kNative,
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kBroadcast, Algorithm::kNative, 6, 2,
                                 {{4096, 2e-5}, {65536, 9e-5}}));
-  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kRing,
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kRing, 6, 0,
                                 {{4096, 3e-5}, {65536, 1e-4}}));
   const absl::StatusOr<CostModel> parsed = CostModel::Parse(model.Serialize());
   LOOM_ASSERT_OK(parsed.status());
-  const auto broadcast = parsed->curve(CollectiveKind::kBroadcast, Algorithm::kNative);
+  const auto broadcast = parsed->curve(CollectiveKind::kBroadcast, Algorithm::kNative, 6, 2);
   ASSERT_EQ(broadcast.size(), 2u);
   EXPECT_EQ(broadcast[1].first, 65536u);
   EXPECT_DOUBLE_EQ(broadcast[1].second, 9e-5);
-  EXPECT_DOUBLE_EQ(parsed->curve(CollectiveKind::kAllReduce, Algorithm::kRing)[0].second, 3e-5);
-  EXPECT_TRUE(parsed->curve(CollectiveKind::kAllReduce, Algorithm::kNative).empty());
+  EXPECT_DOUBLE_EQ(parsed->curve(CollectiveKind::kAllReduce, Algorithm::kRing, 6, 0)[0].second,
+                   3e-5);
+  EXPECT_TRUE(parsed->curve(CollectiveKind::kAllReduce, Algorithm::kNative, 6, 0).empty());
+  EXPECT_TRUE(parsed->curve(CollectiveKind::kBroadcast, Algorithm::kNative, 6, 0).empty());
   EXPECT_EQ(parsed->Serialize(), model.Serialize());
 
-  EXPECT_THAT(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, {{4096, 1e-5}}),
+  EXPECT_THAT(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 4, 0, {{4096, 1e-5}}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("curve of native all_reduce has 1 points; needs 2")));
-  EXPECT_THAT(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative,
+                       HasSubstr("curve of native all_reduce on 4 ranks has 1 points; needs 2")));
+  EXPECT_THAT(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 1, 0,
+                             {{4096, 1e-5}, {8192, 2e-5}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs 2 ranks or more")));
+  EXPECT_THAT(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 4, 0,
                              {{4096, 1e-5}, {4096, 2e-5}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point 4096 bytes")));
-  EXPECT_THAT(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative,
+  EXPECT_THAT(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 4, 0,
                              {{4096, 1e-5}, {8192, -1}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point 8192 bytes, -1 s")));
-  EXPECT_THAT(model.SetCurve(CollectiveKind::kBroadcast, Algorithm::kHalvingDoubling,
+  EXPECT_THAT(model.SetCurve(CollectiveKind::kBroadcast, Algorithm::kHalvingDoubling, 4, 0,
                              {{4096, 1e-5}, {8192, 2e-5}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("halving_doubling")));
   const std::string base = CostModel::Default().Serialize();
-  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce native 4096:1e-5\n"),
+  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce native 4 0 4096:1e-5\n"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("cost model line 7 \"curve all_reduce native 4096:1e-5\"")));
-  EXPECT_THAT(CostModel::Parse(base + "curve bogus ring 4096:1e-5,8192:2e-5\n"),
+                       HasSubstr("cost model line 7 \"curve all_reduce native 4 0 4096:1e-5\"")));
+  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce native 4096:1e-5,8192:2e-5\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("six fields expected")));
+  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce native x 0 4096:1e-5,8192:2e-5\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("are integers")));
+  EXPECT_THAT(CostModel::Parse(base + "curve bogus ring 4 0 4096:1e-5,8192:2e-5\n"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bogus")));
-  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce spiral 4096:1e-5,8192:2e-5\n"),
+  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce spiral 4 0 4096:1e-5,8192:2e-5\n"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("spiral")));
-  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce ring 4096=1e-5,8192:2e-5\n"),
+  EXPECT_THAT(CostModel::Parse(base + "curve all_reduce ring 4 0 4096=1e-5,8192:2e-5\n"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point \"4096=1e-5\"")));
 }
 
