@@ -146,3 +146,21 @@ def loom_cuda_benchmark(name, tags = [], **kwargs):
         target_compatible_with = _CUDA_ONLY,
         **kwargs
     )
+
+def loom_cross_host_test(name, srcs, args = [], data = [], size = "medium", **kwargs):
+    """A shell test of jobs across hosts emulated by //tools/cluster (root).
+
+    Its first argument is cluster.sh (cluster_testing.sh beside it, to source); `args`
+    follow. Tagged `cross_host` (CI's sanitizer steps skip it), `exclusive` (several
+    mpirun jobs at once on two cores slow each other past their deadlines), `mpi` and
+    `no_tsan`.
+    """
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = srcs,
+        args = ["$(location //tools/cluster:cluster.sh)"] + args,
+        data = data + ["//tools/cluster:cluster.sh", "//tools/cluster:cluster_testing.sh"],
+        tags = ["cross_host", "exclusive", "mpi", "no_tsan"],
+        **kwargs
+    )

@@ -34,7 +34,7 @@ job() {
 }
 
 for hosts in 2 3; do
-  cluster up "$hosts" --slots=2
+  cluster up "$hosts" --ranks_per_host=2
   job "$hosts" "$MPI_CONFORMANCE"
   job "$hosts" "$GLOO_CONFORMANCE"
   job "$hosts" "$COMMUNICATOR"

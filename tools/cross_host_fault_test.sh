@@ -50,7 +50,7 @@ hosts_empty() { [[ -z "$(cluster pids h1)$(cluster pids h2)" ]]; }
 fault_case() {
   local name="$1" bound="$2"
   local err="$OUT/$name.err"
-  cluster up 2 --slots=2
+  cluster up 2 --ranks_per_host=2
   on h1 mpirun $(cluster mpirun-args) -np 4 "$BENCH" --transport=mpi --ranks_per_node=2 \
     --algo=ring --op=all_reduce --min_bytes=1M --max_bytes=1M --iters=1000000 \
     --heartbeat_timeout=2s >"$OUT/$name.out" 2>"$err" &

@@ -10,7 +10,7 @@ source "$(dirname "$1")/cluster_testing.sh"
 cluster_test_start "$1" xtrain
 TRAIN="$(realpath "$2")"
 
-cluster up 2 --slots=2
+cluster up 2 --ranks_per_host=2
 for mesh in "--dp=2 --tp=2 --pp=1" "--dp=1 --tp=2 --pp=2"; do
   start=$SECONDS
   out="$(on h1 timeout --kill-after=10 300 mpirun $(cluster mpirun-args) -np 4 \

@@ -34,7 +34,7 @@ COMMON=(--op=all_reduce --dtype=f32 --min_bytes=4K --max_bytes="$MAX" --step_fac
 rows() { awk '/^ *[0-9]+ +[0-9]+ +f32/ { print $1, $5, $6 }' "$1"; }
 
 for hosts in "${HOSTS[@]}"; do
-  $CLUSTER up "$hosts" --rate="$RATE" --slots=1 >&2
+  $CLUSTER up "$hosts" --rate="$RATE" --ranks_per_host=1 >&2
   mpi() { $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$hosts" "$BENCH" --transport=mpi "$@"; }
   # The cost model, calibrated once on this job's layout and links (its own run).
   echo "hosts $hosts: calibrating" >&2

@@ -17,7 +17,7 @@
 # State lives in /run/loom-cluster-NAME (outside /tmp, which is private per host) (holder pids, the mpirun agent, the hostfile).
 #
 # Usage (NAME defaults to "loom"; letters and digits, at most 8):
-#   cluster.sh [--name=NAME] up COUNT [--rate=2gbit] [--subnet=10.199.0] [--slots=R]
+#   cluster.sh [--name=NAME] up COUNT [--rate=2gbit] [--subnet=10.199.0] [--ranks_per_host=R]
 #   cluster.sh [--name=NAME] exec hN -- CMD [ARGS...]   run CMD on host hN
 #   cluster.sh [--name=NAME] addr hN                   hN's address
 #   cluster.sh [--name=NAME] hosts                     h1 h2 ... (one per line)
@@ -35,6 +35,8 @@
 #   cluster.sh exec h1 -- mpirun $(cluster.sh mpirun-args) -np 4 ./collective_bench ...
 #   cluster.sh down
 set -euo pipefail
+# Failures inside $(...) end the script too (a die in a helper must not be ignored).
+shopt -s inherit_errexit
 # ip and tc live in /usr/sbin, which Bazel's strict test environment leaves out of PATH.
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -144,7 +146,7 @@ do_down() {
 
 do_up() {
   require_root
-  [[ $# -ge 1 ]] || die "up COUNT [--rate=RATE] [--subnet=A.B.C] [--slots=R]"
+  [[ $# -ge 1 ]] || die "up COUNT [--rate=RATE] [--subnet=A.B.C] [--ranks_per_host=R]"
   local count="$1"
   shift
   [[ "$count" =~ ^[0-9]+$ ]] && ((count >= 1 && count <= 32)) || die "up $count: COUNT is 1..32"
@@ -154,12 +156,12 @@ do_up() {
     case "$arg" in
       --rate=*) rate="${arg#--rate=}" ;;
       --subnet=*) subnet="${arg#--subnet=}" ;;
-      --slots=*) slots="${arg#--slots=}" ;;
+      --ranks_per_host=*) slots="${arg#--ranks_per_host=}" ;;
       *) die "up: unknown option $arg" ;;
     esac
   done
   [[ "$subnet" =~ ^10\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "--subnet=$subnet: give the first three parts of a 10.x.y.0/24 network"
-  [[ "$slots" =~ ^[1-9][0-9]*$ ]] || die "--slots=$slots: a positive number of ranks per host"
+  [[ "$slots" =~ ^[1-9][0-9]*$ ]] || die "--ranks_per_host=$slots: a positive number of ranks per host (the hostfile's slots)"
   [[ -z "$rate" || "$rate" =~ ^[0-9]+(k|m|g)?bit$ ]] || die "--rate=$rate: a tc rate such as 2gbit or 500mbit"
   do_down
   mkdir -p "$STATE"
@@ -240,8 +242,9 @@ case "$COMMAND" in
     [[ $# -ge 3 && "$2" == "--" ]] || die "exec hN -- CMD [ARGS...]"
     host="$1"
     shift 2
-    # shellcheck disable=SC2046
-    exec $(enter "$host") "$@"
+    prefix="$(enter "$host")"  # on failure, enter said why and set -e ends here
+    # shellcheck disable=SC2086
+    exec $prefix "$@"
     ;;
   addr)
     [[ $# -eq 1 ]] || die "addr hN"

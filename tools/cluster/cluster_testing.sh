@@ -4,7 +4,7 @@
 #
 #   source tools/cluster/cluster_testing.sh
 #   cluster_test_start "$1" xmpi           # checks the machine; `down` on every exit
-#   cluster up 2 --slots=2
+#   cluster up 2 --ranks_per_host=2
 #   on h1 mpirun $(cluster mpirun-args) -np 4 ./test
 #   expect_no_leftovers                    # on every host: no process, file or segment
 
