@@ -168,6 +168,8 @@ expect train 2 "--summary_json=$NODIR: cannot open for writing" "${T[@]}" --tran
 # --- collective_bench: every flag is checked before a thread, process or mpirun starts.
 B=(-- "$BENCH")
 expect collective_bench 2 "--max_bytes=67108864 is smaller than --min_bytes=1099511627776" "${B[@]}" --min_bytes=1T
+expect collective_bench 2 "--save_cost_model=m.txt saves what --calibrate measures; add --calibrate" "${B[@]}" --save_cost_model=m.txt
+expect collective_bench 2 "--calibrate measures a cost model; --cost_model=m.txt loads one" "${B[@]}" --calibrate --cost_model=m.txt
 expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buffer on each of 2 ranks" "${B[@]}" --max_bytes=1T
 expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buffer on each of 4 ranks" "${B[@]}" --transport=shm --ranks=4 --max_bytes=1T
 expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buffer on each of 2 ranks" "${B[@]}" --transport=mpi --ranks=4 --ranks_per_node=2 --max_bytes=1T

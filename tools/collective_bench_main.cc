@@ -151,6 +151,10 @@ absl::StatusOr<CommunicatorOptions> CommunicatorOptionsFromFlags() {
     return absl::InvalidArgumentError("--chunk_bytes=0 must be at least 1 byte");
   }
   if (const std::string path = absl::GetFlag(FLAGS_cost_model); !path.empty()) {
+    if (absl::GetFlag(FLAGS_calibrate)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--calibrate measures a cost model; --cost_model=", path, " loads one: give one of them"));
+    }
     // A file the command line names that cannot be read or parsed is a usage error.
     absl::StatusOr<CostModel> model = CostModel::Load(path);
     if (!model.ok()) {
@@ -214,6 +218,11 @@ absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchO
   if (inside == "shm" && transport != "mpi") {
     return absl::InvalidArgumentError(
         absl::StrCat("--node_transport=shm is for --transport=mpi, not ", transport));
+  }
+  if (!absl::GetFlag(FLAGS_save_cost_model).empty() && !absl::GetFlag(FLAGS_calibrate)) {
+    return absl::InvalidArgumentError(absl::StrCat("--save_cost_model=",
+                                                   absl::GetFlag(FLAGS_save_cost_model),
+                                                   " saves what --calibrate measures; add --calibrate"));
   }
   ShmOptions shm;
   LOOM_RETURN_IF_ERROR(ApplyShmFlags(shm));

@@ -3,8 +3,9 @@
 # namespaces, links rate-limited with tc), one rank per host, every Loom algorithm,
 # Open MPI's own (native), Loom's auto with a cost model calibrated once on that
 # cluster (collective_bench --calibrate: each level's link, and every candidate's
-# measured curve, native's too), and Loom over gloo's TCP pairs. Prints a markdown table per host count: auto against the
-# best of {every Loom algorithm, native}, the ratio, and the rest. Needs root.
+# measured curve, native's too), and Loom over gloo's TCP pairs. Prints a markdown
+# table per host count: auto against the best of {every Loom algorithm, native},
+# the ratio, and the rest. Needs root; about 12 minutes per host count.
 #
 #   collectives/benchmarks/cross_host_selection.sh [HOSTS...] (default: 2 3)
 #   RATE=2gbit ITERS=20 ROUNDS=2 MAX=64M collectives/benchmarks/cross_host_selection.sh 2
@@ -14,7 +15,7 @@
 # calibrated once, before the rounds, on the same cluster.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-HOSTS=("${@:-2}")
+HOSTS=("$@")
 [[ $# -gt 0 ]] || HOSTS=(2 3)
 RATE="${RATE:-2gbit}"
 ITERS="${ITERS:-20}"
