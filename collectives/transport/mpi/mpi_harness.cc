@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
 
 namespace loom {
@@ -44,20 +46,30 @@ std::vector<absl::Status> ShareStatuses(const absl::Status& mine, int world) {
   return statuses;
 }
 
-// WaitForGroup returns once every member of `group` has called it.
-void WaitForGroup(MPI_Comm group) {
+// WaitForGroup returns once every member of `group` has called it, polling with a
+// short backoff; DeadlineExceeded after `limit` (a member that never gets there, say
+// one stuck in its body). The barrier is then left to MPI: the job is failing.
+absl::Status WaitForGroup(MPI_Comm group, absl::Duration limit) {
   MPI_Request barrier = MPI_REQUEST_NULL;
   {
     std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
     MPI_Ibarrier(group, &barrier);
   }
+  const absl::Time deadline = absl::Now() + limit;
   for (int done = 0; !done;) {
     {
       std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
       MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
     }
-    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (done) break;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "MpiHarness: the group's other members did not finish their bodies within ",
+          absl::FormatDuration(limit)));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -99,7 +111,8 @@ std::vector<absl::Status> MpiHarness::Run(int world,
     // that closed early would fail the requests still pending with it (gloo says
     // goodbye). Not a blocking barrier under the lock: this endpoint may still have
     // to move bytes a slower member waits for.
-    WaitForGroup(group);
+    const absl::Status waited = WaitForGroup(group, absl::Minutes(5));
+    if (mine.ok()) mine = waited;
     transport = absl::CancelledError("closed");  // Destroys the endpoint before the group.
     std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
     MPI_Comm_free(&group);
