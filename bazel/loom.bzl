@@ -51,7 +51,7 @@ def loom_cc_benchmark(name, copts = [], deps = [], tags = [], **kwargs):
         name = name,
         testonly = True,
         copts = LOOM_TEST_COPTS + copts,
-        deps = deps + ["@com_github_google_benchmark//:benchmark_main"],
+        deps = deps + ["//core:benchmark_main"],
         tags = tags + ["benchmark"],
         **kwargs
     )

@@ -2,7 +2,7 @@
 // L1-resident (4K elements) to DRAM-bound (16M elements) spans. Bytes processed count
 // both the source read and the destination written.
 //
-//   ./bazelw run -c opt //core:half_convert_benchmark
+//   ./bazelw run //core:half_convert_benchmark
 #include <cstddef>
 #include <cstdint>
 #include <limits>

@@ -21,7 +21,7 @@
 //   serial_speedup  serial / overlapped.
 //   stalled_ms    the time the compute loop waited in Next() for a transfer.
 //
-//   ./bazelw run --config=opt //offload:prefetch_benchmark -- --dir=/tmp
+//   ./bazelw run //offload:prefetch_benchmark -- --dir=/tmp
 #include <fcntl.h>
 #include <unistd.h>
 

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "collectives/transport/shm/shared_buffer.h"
 #include "core/aligned_buffer.h"
+#include "core/build_info.h"
 #include "core/checked_size.h"
 #include "core/half.h"
 #include "core/status_macros.h"
@@ -363,10 +364,10 @@ absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
 }
 
 std::string FormatBenchTable(const std::vector<BenchRow>& rows, int ranks, const BenchOptions& options) {
-  std::string out = absl::StrFormat("# %s, %d ranks, %s, %s, %d iterations after %d warm-up%s\n",
+  std::string out = absl::StrFormat("# %s, %d ranks, %s, %s, %d iterations after %d warm-up%s, %s build\n",
                                     CollectiveKindName(options.op), ranks, DTypeName(options.dtype),
                                     options.in_place ? "in place" : "out of place", options.iters,
-                                    options.warmup, options.check ? ", checked" : "");
+                                    options.warmup, options.check ? ", checked" : "", BuildMode());
   absl::StrAppend(&out, absl::StrFormat("%12s %12s %6s %6s %18s %10s %12s %12s %7s\n", "size(B)",
                                         "count", "type", "redop", "algo", "time(us)",
                                         "algbw(GB/s)", "busbw(GB/s)", "#wrong"));
@@ -387,7 +388,8 @@ std::string FormatBenchTable(const std::vector<BenchRow>& rows, int ranks, const
 
 std::string FormatBenchJson(const std::vector<BenchRow>& rows, int ranks, const BenchOptions& options) {
   std::string out = absl::StrCat("{\"op\": \"", CollectiveKindName(options.op), "\", \"ranks\": ", ranks,
-                                 ", \"in_place\": ", options.in_place ? "true" : "false", ", \"rows\": [");
+                                 ", \"in_place\": ", options.in_place ? "true" : "false",
+                                 ", \"build\": \"", BuildMode(), "\", \"rows\": [");
   for (size_t i = 0; i < rows.size(); ++i) {
     const BenchRow& row = rows[i];
     absl::StrAppend(&out, i == 0 ? "\n  " : ",\n  ",

@@ -18,6 +18,11 @@ for key in final_loss reference_final_loss max_abs_param_diff peak_model_state_b
   grep -q "\"$key\": " "$dir/summary.json" || fail "summary lacks $key: $(cat "$dir/summary.json")"
 done
 grep -q '"steps": 4,' "$dir/summary.json" || fail "steps in summary"
+# How the binary was built, the same in the closing line and the summary (the suite's
+# fastbuild says unoptimized; ASan's -O1 and `./bazelw run` say optimized).
+mode="$(grep -oE 'tokens/s \((optimized|unoptimized) build\)$' <<<"$out" | grep -oE '[a-z]+ build' | cut -d' ' -f1)"
+[[ -n "$mode" ]] || fail "closing line lacks the build mode: $out"
+grep -q "\"build\": \"$mode\"}" "$dir/summary.json" || fail "summary's build is not $mode: $(cat "$dir/summary.json")"
 
 # A schedule, a metrics file and its plot; a resumed run logs each step once.
 out="$("$TRAIN" --steps=4 --warmup_steps=2 --lr=0.004 --lr_min=0.001 --metrics="$dir/m.jsonl" \

@@ -45,6 +45,7 @@
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/shm/shm_transport.h"
+#include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
 #include "tools/cli.h"
@@ -591,11 +592,12 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   std::cout << absl::StrFormat(
       "final loss %.4f (uniform guess log V = %.4f%s)\n"
       "model state per rank: %d bytes in memory (%d in the ZeRO engine) and %d on disk, peak "
-      "activations per rank: %d bytes, sent per rank per step: %d bytes, %.0f tokens/s\n",
+      "activations per rank: %d bytes, sent per rank per step: %d bytes, %.0f tokens/s (%s "
+      "build)\n",
       summary->final_loss, summary->uniform_loss, floor, summary->peak_model_state_bytes_per_rank,
       summary->sharded_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
       summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
-      summary->tokens_per_second);
+      summary->tokens_per_second, BuildMode());
   if (summary->final_eval_loss.has_value()) {
     std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
                                  *summary->final_eval_loss, o.steps);
@@ -655,7 +657,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "{\"final_loss\": %.9g, \"final_eval_loss\": %s, \"reference_final_loss\": %s, "
         "\"max_abs_param_diff\": %s, "
         "\"peak_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
-        "\"steps\": %d, \"tokens_per_second\": %.6g}\n",
+        "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\"}\n",
         summary->final_loss,
         summary->final_eval_loss.has_value() ? absl::StrFormat("%.9g", *summary->final_eval_loss)
                                              : std::string("null"),
@@ -666,7 +668,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             ? absl::StrFormat("%.9g", reference.max_abs_param_diff)
             : "null",
         summary->peak_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
-        summary->tokens_per_second);
+        summary->tokens_per_second, BuildMode());
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }

@@ -6,7 +6,7 @@
 // per call; memcpy reads src and writes dst, 2 x. So equal GB/s means equal memory
 // traffic per second.
 //
-//   ./bazelw run --config=opt //collectives/reduce:reduce_kernels_benchmark
+//   ./bazelw run //collectives/reduce:reduce_kernels_benchmark
 //   (add -- --benchmark_repetitions=3 --benchmark_report_aggregates_only=true for
 //   medians on a noisy machine)
 #include <cstddef>

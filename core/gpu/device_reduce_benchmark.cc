@@ -4,7 +4,7 @@
 // 1.5x it (reads and writes it: the same 3x). Each iteration is timed on the device
 // with CUDA events around one call; GB/s is 10^9 bytes moved per second.
 //
-//   ./bazelw run --config=cuda --config=opt //core/gpu:device_reduce_benchmark
+//   ./bazelw run --config=cuda //core/gpu:device_reduce_benchmark
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

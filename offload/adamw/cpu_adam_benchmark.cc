@@ -3,7 +3,7 @@
 // against a naive unfused loop, and against the memory-bandwidth bound measured here, in
 // the same binary, on arrays of the same size.
 //
-//   ./bazelw run --config=opt //offload/adamw:cpu_adam_benchmark --
+//   ./bazelw run //offload/adamw:cpu_adam_benchmark --
 //       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //   (one command line)
 //

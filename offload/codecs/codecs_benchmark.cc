@@ -1,7 +1,7 @@
 // Encode and decode throughput of every offload codec, with each one's compression ratio
 // and error on realistic data, against a memcpy of the same bytes.
 //
-//   ./bazelw run --config=opt //offload/codecs:codecs_benchmark --
+//   ./bazelw run //offload/codecs:codecs_benchmark --
 //       --benchmark_repetitions=3 --benchmark_report_aggregates_only=true   (one line)
 //
 // Rows:

@@ -1,7 +1,7 @@
 // DiskTier write and read throughput, per engine, direct vs buffered, 1 vs 2
 // directories, plus the CRC-32C kernels it runs on every byte.
 //
-//   LOOM_DISK_BENCH_DIR=/mnt/nvme/tmp ./bazelw run --config=opt //offload/disk:disk_tier_benchmark
+//   LOOM_DISK_BENCH_DIR=/mnt/nvme/tmp ./bazelw run //offload/disk:disk_tier_benchmark
 //
 // The tensors live under $LOOM_DISK_BENCH_DIR (default /tmp) in a fresh directory
 // removed at the end. "2 dirs" are two directories on that same filesystem: they show

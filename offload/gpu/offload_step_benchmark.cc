@@ -12,7 +12,7 @@
 // without overlap it would be about 1 + min / max. All times are wall clock, host
 // waiting (with deadlines) until the device is done; counters are per-iteration means.
 //
-//   ./bazelw run --config=cuda --config=opt //offload/gpu:offload_step_benchmark
+//   ./bazelw run --config=cuda //offload/gpu:offload_step_benchmark
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

@@ -10,7 +10,7 @@
 // what pinning buys. Each is a wall-clock time per copy (UseRealTime), the host waiting
 // on the copy; buffers are allocated once (1 GiB of each kind) and reused.
 //
-//   ./bazelw run --config=cuda --config=opt //offload/gpu:transfer_benchmark
+//   ./bazelw run --config=cuda //offload/gpu:transfer_benchmark
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

@@ -25,8 +25,8 @@
 // where the ranks have cores of their own, what remains is the executor's own
 // overhead and any waiting the schedule does not explain.
 //
-//   ./bazelw run --config=opt //pipeline/executor:executor_vs_simulator
-//   ./bazelw run --config=opt //pipeline/executor:executor_vs_simulator --
+//   ./bazelw run //pipeline/executor:executor_vs_simulator
+//   ./bazelw run //pipeline/executor:executor_vs_simulator --
 //       --ranks=2 --microbatches=16 --schedules=1f1b,zb-h1   (one line)
 
 #include <algorithm>

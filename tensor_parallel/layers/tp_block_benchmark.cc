@@ -22,7 +22,7 @@
 //                                    collectives) next to the formula;
 //   calls                            collective calls.
 //
-//   ./bazelw run --config=opt //tensor_parallel/layers:tp_block_benchmark
+//   ./bazelw run //tensor_parallel/layers:tp_block_benchmark
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // all-reduce), over message sizes from 8 B to 64 MiB, for the CMA and staged paths,
 // and exchanges out of SharedBuffers (mapped by the receiver).
 // Run with --config=opt:
-//   ./bazelw run --config=opt //collectives/transport/shm:shm_transport_benchmark
+//   ./bazelw run //collectives/transport/shm:shm_transport_benchmark
 // Rank 1 is a forked child; only rank 0's loop is timed.
 #include <sys/wait.h>
 #include <unistd.h>
