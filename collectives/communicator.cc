@@ -194,6 +194,10 @@ Communicator::~Communicator() = default;
 int Communicator::rank() const { return transport_->rank(); }
 int Communicator::size() const { return transport_->size(); }
 
+absl::StatusOr<CommBuffer> Communicator::AllocateBuffer(size_t bytes) const {
+  return transport_->AllocateBuffer(bytes);
+}
+
 bool Communicator::HasNative() const { return transport_->native() != nullptr; }
 
 Explanation Communicator::Explain(CollectiveKind kind, size_t bytes) const {

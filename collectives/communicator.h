@@ -134,6 +134,13 @@ class Communicator {
   int size() const;
   const CommunicatorOptions& options() const { return options_; }
 
+  // AllocateBuffer returns `bytes` of zeroed, page-aligned host memory that this
+  // communicator's transport moves at its best (shm: its peers map it, so large
+  // messages out of it skip the kernel copy; see transport/comm_buffer.h). Every
+  // collective takes such buffers and ordinary ones alike. A communicator split
+  // from this one allocates from the same transport. Any thread.
+  absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) const;
+
   // The collectives. Each returns InvalidArgument naming the sizes, dtypes or root
   // when the buffers do not fit the call (checked locally, before any message), the
   // errors described in the header comment, or the transport's error.

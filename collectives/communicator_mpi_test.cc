@@ -91,6 +91,19 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, MpiCommunicatorTest, ::testing::ValuesIn(Cases()), CaseName);
 
+// Buffers from AllocateBuffer over MPI: ordinary memory (zero_copy false), on every
+// rank and on every other rank.
+TEST(MpiAllocatedBufferTest, CollectivesOverAllocatedBuffersMatchTheReference) {
+  for (bool mixed : {false, true}) {
+    MpiHarness harness;
+    const std::vector<absl::Status> results = harness.Run(3, [&](Transport& t) -> absl::Status {
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(Borrow(t)));
+      return collectives_internal::CheckAllocatedBuffers(*comm, mixed, /*expect_zero_copy=*/false);
+    });
+    for (int r = 0; r < 3; ++r) EXPECT_THAT(results[r], IsOk()) << "mixed " << mixed << " rank " << r;
+  }
+}
+
 // The node layout from MPI: one host holds all four ranks; an override emulates
 // smaller nodes, and one that does not divide the ranks is refused by value.
 TEST(MpiRanksPerNodeTest, FindsTheHostAndTakesOverrides) {

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "collectives/algorithm_registry.h"
 #include "collectives/internal/algorithm_testing.h"
+#include "collectives/internal/communicator_suite.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_macros.h"
@@ -371,6 +372,22 @@ TEST(DeterministicTest, BitwiseEqualToTheRankOrderFoldWhateverTheAlgorithm) {
 
 // ---------------------------------------------------------------------------
 // Split, checks, failures, counters.
+
+// Buffers from AllocateBuffer: ordinary memory over inproc (zero_copy false), on
+// every rank and on every other rank, through a split communicator too.
+TEST(AllocatedBufferTest, CollectivesOverAllocatedBuffersMatchTheReference) {
+  for (bool mixed : {false, true}) {
+    ExpectAllOk(RunRanks(3, [&](Communicator& comm) -> absl::Status {
+      return collectives_internal::CheckAllocatedBuffers(comm, mixed, /*expect_zero_copy=*/false);
+    }));
+  }
+  ExpectAllOk(RunRanks(4, [&](Communicator& comm) -> absl::Status {
+    const std::vector<int> group =
+        comm.rank() % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> half, comm.Split(group));
+    return collectives_internal::CheckAllocatedBuffers(*half, false, false);
+  }));
+}
 
 TEST(SplitTest, MeshGroupsBecomeCommunicators) {
   LOOM_ASSERT_OK_AND_ASSIGN(Mesh mesh, Mesh::Create({{"dp", 2}, {"pp", 2}, {"tp", 2}}));

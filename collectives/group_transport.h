@@ -44,6 +44,10 @@ class GroupTransport final : public Transport {
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   // Abort aborts the shared parent endpoint, and so every view of it.
   void Abort(const absl::Status& reason) override;
+  // AllocateBuffer is the parent's: the view moves data through it.
+  absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) override {
+    return parent_->AllocateBuffer(bytes);
+  }
 
   // ParentRank maps a rank of this view to the parent's numbering.
   int ParentRank(int rank) const { return ranks_[rank]; }

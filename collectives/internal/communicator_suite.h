@@ -34,6 +34,15 @@ absl::Status CheckEveryAlgorithmAndCount(Communicator& comm, CollectiveKind kind
                                          absl::Span<const Algorithm> extra,
                                          absl::Span<const size_t> counts);
 
+// CheckAllocatedBuffers runs every algorithm of all-reduce (in and out of place),
+// reduce-scatter and all-gather, f32, over counts {0, 3, 65537, 300001} with inputs
+// and outputs in buffers from comm.AllocateBuffer (on every rank, or with `mixed`
+// on even ranks only: the others pass ordinary memory, so a zero-copy sender meets
+// an ordinary receiver and the other way round), checking each result against the
+// reference. Also checks that every allocated buffer is page-aligned and zeroed and
+// that its zero_copy() is `expect_zero_copy`.
+absl::Status CheckAllocatedBuffers(Communicator& comm, bool mixed, bool expect_zero_copy);
+
 }  // namespace collectives_internal
 }  // namespace loom
 

@@ -85,6 +85,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/transport/comm_buffer.h"
 #include "collectives/transport/native_collectives.h"
 
 namespace loom {
@@ -152,6 +153,15 @@ class Transport {
 
   // Abort fails every pending and later request with `reason`; see the contract.
   virtual void Abort(const absl::Status& reason) = 0;
+
+  // AllocateBuffer returns `bytes` of zeroed, page-aligned host memory that this
+  // transport moves at its best: shm's peers map it instead of copying through the
+  // kernel; the other backends return ordinary memory (see comm_buffer.h, which
+  // also says what happens when a peer dies). Any memory still works as a buffer.
+  // ResourceExhausted naming the size when it cannot be had.
+  virtual absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) {
+    return CommBuffer::Ordinary(bytes);
+  }
 
   // native returns the backend's own collectives over this group, or null when it
   // has none (inproc, shm). Owned by the transport. See native_collectives.h.

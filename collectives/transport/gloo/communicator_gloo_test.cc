@@ -57,6 +57,19 @@ std::string CaseName(const ::testing::TestParamInfo<std::tuple<int, CollectiveKi
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooCommunicatorTest, ::testing::ValuesIn(Cases()), CaseName);
 
+// Buffers from AllocateBuffer over gloo: ordinary memory (zero_copy false), on every
+// rank and on every other rank.
+TEST(GlooAllocatedBufferTest, CollectivesOverAllocatedBuffersMatchTheReference) {
+  for (bool mixed : {false, true}) {
+    const std::vector<absl::Status> results =
+        MakeGlooHarness()->Run(3, [&](Transport& t) -> absl::Status {
+          LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(Borrow(t)));
+          return collectives_internal::CheckAllocatedBuffers(*comm, mixed, false);
+        });
+    for (int r = 0; r < 3; ++r) EXPECT_THAT(results[r], IsOk()) << "mixed " << mixed << " rank " << r;
+  }
+}
+
 // The gloo transport offers no native collectives: Algorithm::kNative is refused by
 // name on every rank.
 TEST(GlooNativeTest, IsRefused) {

@@ -37,6 +37,13 @@ class NcclEndpoint final : public Transport {
                                       Combiner combiner) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
+  // NCCL moves device memory: host buffers are not for it (core/gpu's DeviceBuffer
+  // allocates device memory).
+  absl::StatusOr<CommBuffer> AllocateBuffer(size_t /*bytes*/) override {
+    return absl::UnimplementedError(
+        "the nccl transport moves device memory; host buffers from AllocateBuffer are not "
+        "for it: allocate device buffers with DeviceBuffer (core/gpu)");
+  }
   NativeCollectives* native() override { return native_.get(); }
 
  private:

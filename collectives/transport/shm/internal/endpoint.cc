@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/transport/shm/internal/doorbell.h"
+#include "collectives/transport/shm/shared_buffer.h"
 #include "collectives/transport/shm/internal/liveness.h"
 #include "core/clock.h"
 
@@ -367,6 +368,27 @@ void ShmEndpoint::CancelUnfinished(absl::Span<Operation* const> ops, absl::Time 
     }
   }
   RingPeersWithNews();
+}
+
+namespace {
+
+// Keeps a SharedBuffer alive inside a CommBuffer.
+class SharedBufferOwner final : public CommBuffer::Owner {
+ public:
+  explicit SharedBufferOwner(SharedBuffer buffer) : buffer_(std::move(buffer)) {}
+
+ private:
+  SharedBuffer buffer_;
+};
+
+}  // namespace
+
+absl::StatusOr<CommBuffer> ShmEndpoint::AllocateBuffer(size_t bytes) {
+  if (bytes == 0) return CommBuffer();
+  absl::StatusOr<SharedBuffer> shared = SharedBuffer::Allocate(bytes);
+  if (!shared.ok()) return shared.status();
+  const absl::Span<std::byte> span = shared->bytes();
+  return CommBuffer(span, /*zero_copy=*/true, std::make_unique<SharedBufferOwner>(std::move(*shared)));
 }
 
 void ShmEndpoint::Abort(const absl::Status& reason) {

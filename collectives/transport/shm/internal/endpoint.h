@@ -45,6 +45,8 @@ class ShmEndpoint final : public Transport {
                                       Combiner combiner) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
+  // AllocateBuffer returns a SharedBuffer: peers map it and copy with memcpy.
+  absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) override;
 
  private:
   // CheckPostable returns OK when a request to `peer` may be posted, else why not.
