@@ -22,7 +22,14 @@ grep -q '"steps": 4,' "$dir/summary.json" || fail "steps in summary"
 # fastbuild says unoptimized; ASan's -O1 and `./bazelw run` say optimized).
 mode="$(grep -oE 'tokens/s \((optimized|unoptimized) build\)$' <<<"$out" | grep -oE '[a-z]+ build' | cut -d' ' -f1)"
 [[ -n "$mode" ]] || fail "closing line lacks the build mode: $out"
-grep -q "\"build\": \"$mode\"}" "$dir/summary.json" || fail "summary's build is not $mode: $(cat "$dir/summary.json")"
+grep -q "\"build\": \"$mode\"," "$dir/summary.json" || fail "summary's build is not $mode: $(cat "$dir/summary.json")"
+# Where the step time goes: five measured figures, in the summary and the closing
+# lines; compute is never zero.
+for key in compute dp_comm pp_comm optimizer other; do
+  grep -qE "\"$key\": [0-9][0-9.e+-]*" "$dir/summary.json" || fail "step_breakdown_s lacks $key: $(cat "$dir/summary.json")"
+done
+grep -qE '"step_breakdown_s": \{"compute": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "compute is 0: $(cat "$dir/summary.json")"
+grep -qE '^time per step \(mean over ranks\): compute [0-9.]+ ms, dp comm [0-9.]+ ms, pp comm [0-9.]+ ms, optimizer [0-9.]+ ms, other [0-9.]+ ms$' <<<"$out" || fail "time per step line: $out"
 
 # A schedule, a metrics file and its plot; a resumed run logs each step once.
 out="$("$TRAIN" --steps=4 --warmup_steps=2 --lr=0.004 --lr_min=0.001 --metrics="$dir/m.jsonl" \
@@ -102,6 +109,7 @@ job="train_cli_$$"
 out="$("$TRAIN" --transport=shm --job_id="$job" --steps=3 --summary_json="$dir/shm.json")"
 grep -q '^train: dp=2 tp=2 pp=2 (8 processes over shm), schedule 1f1b' <<<"$out" || fail "shm header: $out"
 [[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three shm step lines: $out"
+grep -qE '"step_breakdown_s": \{"compute": [0-9.e-]*[1-9]' "$dir/shm.json" || fail "shm breakdown: $(cat "$dir/shm.json")"
 relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
 [[ -n "$relative" ]] || fail "no reference comparison: $out"
 awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' || fail "shm differs from one rank by $relative"
@@ -113,6 +121,7 @@ expect_error "--job_id x is for --transport shm, not threads" --job_id=x
 # Ranks as the processes of an mpirun job (train starts mpirun itself): the same
 # job with ZeRO-3, pipeline and tensor parallelism over the MPI transport.
 out="$("$TRAIN" --transport=mpi --steps=3)"
+grep -qE '^time per step \(mean over ranks\): compute [0-9.]*[1-9][0-9.]* ms, dp comm ' <<<"$out" || fail "mpi time per step line: $out"
 grep -q '^train: dp=2 tp=2 pp=2 (8 processes over mpi), schedule 1f1b' <<<"$out" || fail "mpi header: $out"
 [[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three mpi step lines: $out"
 relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"

@@ -598,6 +598,11 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       summary->sharded_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
       summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
       summary->tokens_per_second, BuildMode());
+  const StepBreakdown& b = summary->step_breakdown_s;
+  std::cout << absl::StrFormat(
+      "time per step (mean over ranks): compute %.2f ms, dp comm %.2f ms, pp comm %.2f ms, optimizer "
+      "%.2f ms, other %.2f ms\n",
+      b.compute * 1e3, b.dp_comm * 1e3, b.pp_comm * 1e3, b.optimizer * 1e3, b.other * 1e3);
   if (summary->final_eval_loss.has_value()) {
     std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
                                  *summary->final_eval_loss, o.steps);
@@ -657,7 +662,9 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "{\"final_loss\": %.9g, \"final_eval_loss\": %s, \"reference_final_loss\": %s, "
         "\"max_abs_param_diff\": %s, "
         "\"peak_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
-        "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\"}\n",
+        "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", "
+        "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
+        "\"optimizer\": %.6g, \"other\": %.6g}}\n",
         summary->final_loss,
         summary->final_eval_loss.has_value() ? absl::StrFormat("%.9g", *summary->final_eval_loss)
                                              : std::string("null"),
@@ -668,7 +675,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             ? absl::StrFormat("%.9g", reference.max_abs_param_diff)
             : "null",
         summary->peak_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
-        summary->tokens_per_second, BuildMode());
+        summary->tokens_per_second, BuildMode(), b.compute, b.dp_comm, b.pp_comm, b.optimizer,
+        b.other);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }

@@ -35,6 +35,7 @@ struct RankStep {
   int64_t peak_activation_bytes = 0;
   bool holds_eval = false;  // the stage's held-out loss (last stage, on eval steps)
   double eval_loss = 0;
+  StepBreakdown breakdown;
 };
 
 uint64_t SentBytes(const Communicator& comm) {
@@ -45,7 +46,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 9;
+constexpr int kStepFigures = 14;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -55,7 +56,12 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           static_cast<double>(s.comm_bytes),
           static_cast<double>(s.peak_activation_bytes),
           s.holds_eval ? 1.0 : 0.0,
-          s.eval_loss};
+          s.eval_loss,
+          s.breakdown.compute,
+          s.breakdown.dp_comm,
+          s.breakdown.pp_comm,
+          s.breakdown.optimizer,
+          s.breakdown.other};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -68,6 +74,7 @@ RankStep Unpack(const double* f) {
   s.peak_activation_bytes = static_cast<int64_t>(f[6]);
   s.holds_eval = f[7] != 0.0;
   s.eval_loss = f[8];
+  s.breakdown = {f[9], f[10], f[11], f[12], f[13]};
   return s;
 }
 
@@ -184,9 +191,23 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   uint64_t sent_before = 0;
   for (int64_t step = first_step; step < options.steps; ++step) {
     const absl::Time start = absl::Now();
+    StepBreakdown breakdown;
+    absl::Time mark = start;
+    // Seconds since the previous mark, and a new mark.
+    const auto lap = [&mark]() {
+      const absl::Time now = absl::Now();
+      const double seconds = absl::ToDoubleSeconds(now - mark);
+      mark = now;
+      return seconds;
+    };
     module->BeginStep(step);
     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
+    breakdown.dp_comm += lap();
     LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module));
+    const double executed = lap();
+    breakdown.compute = absl::ToDoubleSeconds(last_execution.compute);
+    breakdown.pp_comm = absl::ToDoubleSeconds(last_execution.waiting);
+    breakdown.other += std::max(0.0, executed - breakdown.compute - breakdown.pp_comm);
     LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
     float grad_scale = 1.0f;
     double grad_norm = 0;
@@ -198,7 +219,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       grad_scale = static_cast<float>(
           std::min(1.0, static_cast<double>(options.clip_grad_norm) / (grad_norm + 1e-6)));
     }
+    breakdown.dp_comm += lap();
     LOOM_RETURN_IF_ERROR(optimizer->ApplyStep(step + 1, grad_scale));
+    breakdown.optimizer = lap();
     double checkpoint_seconds = 0;
     if (CheckpointDue(options, step + 1)) {
       const absl::Time saving = absl::Now();
@@ -206,6 +229,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       checkpoint_seconds = absl::ToDoubleSeconds(absl::Now() - saving);
     }
     const double step_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    breakdown.other += lap();
     // The step's training loss, before an evaluation replaces the module's.
     const bool holds_loss = module->holds_loss();
     const double train_loss = holds_loss ? static_cast<double>(module->loss()) : 0.0;
@@ -229,6 +253,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     report.peak_activation_bytes = static_cast<int64_t>(module->peak_activation_bytes());
     report.holds_eval = eval_loss.has_value();
     report.eval_loss = eval_loss.value_or(0.0);
+    report.breakdown = breakdown;
     sent_before = sent;
     const std::array<double, kStepFigures> mine = Pack(report);
     LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
@@ -260,6 +285,11 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
           std::max(summary->disk_state_bytes_per_rank, s.disk_bytes);
       summary->peak_activation_bytes_per_rank =
           std::max(summary->peak_activation_bytes_per_rank, s.peak_activation_bytes);
+      line.breakdown.compute += s.breakdown.compute / world;
+      line.breakdown.dp_comm += s.breakdown.dp_comm / world;
+      line.breakdown.pp_comm += s.breakdown.pp_comm / world;
+      line.breakdown.optimizer += s.breakdown.optimizer / world;
+      line.breakdown.other += s.breakdown.other / world;
     }
     // The last stage's tp ranks all hold the same loss: average over them and dp.
     line.loss /= std::max(losses, 1);
@@ -298,6 +328,17 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     comm += line.comm_bytes;
   }
   summary->comm_bytes_per_rank_per_step = comm / static_cast<int64_t>(summary->steps.size());
+  // The first step warms up (first touches, thread starts): left out when there are more.
+  const size_t skip = summary->steps.size() > 1 ? 1 : 0;
+  const double counted = static_cast<double>(summary->steps.size() - skip);
+  for (size_t i = skip; i < summary->steps.size(); ++i) {
+    const StepBreakdown& b = summary->steps[i].breakdown;
+    summary->step_breakdown_s.compute += b.compute / counted;
+    summary->step_breakdown_s.dp_comm += b.dp_comm / counted;
+    summary->step_breakdown_s.pp_comm += b.pp_comm / counted;
+    summary->step_breakdown_s.optimizer += b.optimizer / counted;
+    summary->step_breakdown_s.other += b.other / counted;
+  }
   summary->tokens_per_second =
       static_cast<double>(setup.tokens_per_step * (options.steps - first_step)) /
       absl::ToDoubleSeconds(absl::Now() - job_start);

@@ -82,6 +82,24 @@ struct TrainJobOptions {
 };
 
 // StepReport: one step as rank 0 sees it, with figures gathered from every rank.
+// StepBreakdown: where a step's seconds go on a rank, measured on the rank's own
+// thread (the mean over ranks in a StepReport):
+//   compute    the pipeline executor's time in the stage module (forward,
+//              backward, loss), which includes the tensor-parallel layers' own
+//              collectives over tp;
+//   dp_comm    blocked on data-parallel communication: gathering the weights before
+//              the step (zero 3), averaging the gradients over dp (zero 0: the
+//              all-reduce; zero 1-3: the engine's reduce-scatter), and the clipping
+//              norm's all-reduce;
+//   pp_comm    the executor blocked waiting for activations and gradients from the
+//              neighbouring stages (and for its sends to complete);
+//   optimizer  AdamW on this rank's state (zero 1 and 2: with the all-gather of
+//              the updated shards, which the step does);
+//   other      the rest of the step (checkpoint saves, bookkeeping).
+struct StepBreakdown {
+  double compute = 0, dp_comm = 0, pp_comm = 0, optimizer = 0, other = 0;
+};
+
 struct StepReport {
   int64_t step = 0;
   double loss = 0;  // mean over the step's tokens
@@ -95,6 +113,7 @@ struct StepReport {
   double lr = 0;                  // the learning rate of the step
   std::optional<double> eval_loss;  // --eval_every: the held-out loss after the step
   double grad_norm = 0;             // --clip_grad_norm: the norm before clipping
+  StepBreakdown breakdown;          // seconds, the mean over ranks
   std::string ToString() const;
 };
 
@@ -127,6 +146,9 @@ struct TrainSummary {
   // the model; --recompute=full lowers it).
   int64_t peak_activation_bytes_per_rank = 0;
   double tokens_per_second = 0;
+  // Mean over ranks and steps (the first step, which warms up, left out when there
+  // are more), in seconds.
+  StepBreakdown step_breakdown_s;
   // Final parameters of every rank.
   std::vector<RankParameters> final_params;
   // Per rank: the pipeline executions of the last step (for --trace).
