@@ -184,7 +184,7 @@ Communicator::Communicator(std::shared_ptr<Transport> transport, CommunicatorOpt
       default_budget_nanos_(DeadlineBudgetNanos(options_.timeout)),
       transport_(std::move(transport)),
       counters_(std::make_unique<CallCounters[]>(kCounterKinds)),
-      scratch_(std::make_unique<Scratch>()),
+      scratch_(std::make_unique<Scratch>(transport_.get())),
       recorder_(options_.flight_recorder_capacity),
       sends_to_(transport_->size(), 0),
       receives_from_(transport_->size(), 0) {}

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
 #include "core/aligned_buffer.h"
@@ -29,10 +30,45 @@ namespace zero3_internal {
 
 // GatherBuffer: room for the largest bucket, gathered in the compute dtype, and
 // (bf16) its f32 widening, which is what Acquire hands out.
+// The gathered buckets are communication memory, from the dp communicator's
+// AllocateBuffer (shm: its peers map them, so the all-gathers skip the kernel copy).
 struct GatherBuffer {
-  std::vector<float> f32;        // f32 compute: the gathered bucket itself
-  std::vector<BFloat16> bf16;    // bf16 compute: the gathered bucket
+  CommBuffer memory;             // holds f32 or bf16
+  absl::Span<float> f32;         // f32 compute: the gathered bucket itself
+  absl::Span<BFloat16> bf16;     // bf16 compute (stage 3): the gathered bucket
   std::vector<float> widened;    // bf16 compute: f32 copy of it
+};
+
+// GradBuffers: whole-bucket gradient buffers, from the dp communicator's
+// AllocateBuffer and recycled (a fresh mapping per bucket and pass would cost the
+// peers a new mapping each time). Taken on the caller's thread, given back on the
+// communication thread once the bucket is reduced. All of one size, the largest
+// bucket's; at most as many are kept as were ever live at once.
+class GradBuffers {
+ public:
+  GradBuffers(Communicator* dp, size_t bytes) : dp_(dp), bytes_(bytes) {}
+
+  absl::StatusOr<CommBuffer> Take() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        CommBuffer buffer = std::move(free_.back());
+        free_.pop_back();
+        return buffer;
+      }
+    }
+    return dp_->AllocateBuffer(bytes_);
+  }
+  void Give(CommBuffer buffer) {
+    absl::MutexLock lock(&mu_);
+    free_.push_back(std::move(buffer));
+  }
+
+ private:
+  Communicator* const dp_;
+  const size_t bytes_;
+  absl::Mutex mu_;
+  std::vector<CommBuffer> free_ ABSL_GUARDED_BY(mu_);
 };
 
 // BucketState: one bucket's shard (or, `replicated`, the persistent block whole)
@@ -65,7 +101,10 @@ struct BucketState {
   int buffer = -1;                      // GatherBuffer in use, or -1
   CommWorker::Ticket gather_ticket = 0;
   bool gather_waited = false;
-  std::vector<float> grad_buffer;       // whole bucket, f32, while gradients arrive
+  // Whole bucket, f32, while gradients arrive (empty: none yet), in grad_memory:
+  // from GradBuffers (buckets) or kept across passes (the persistent block).
+  absl::Span<float> grad_buffer;
+  CommBuffer grad_memory;
   bool reduced = false;                 // its reduce-scatter was submitted
 
   int64_t StateBytes() const {
@@ -83,8 +122,10 @@ struct BucketState {
 // caller's thread only; the worker writes into buffers it was handed) and the
 // gradient-buffer byte counters, which the worker updates.
 struct EngineShared {
+  EngineShared(Communicator* dp, size_t grad_bytes) : grads(dp, grad_bytes) {}
   std::vector<GatherBuffer> pool;
   std::vector<int> free_buffers;
+  GradBuffers grads;
   std::atomic<int64_t> live_grad_bytes{0};
   std::atomic<int64_t> peak_grad_bytes{0};
 };
@@ -216,18 +257,23 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     }
     slots_ = static_cast<int>(std::min<int64_t>(slots_, fit));
   }
-  shared_ = std::make_unique<EngineShared>();
+  const size_t max_numel = static_cast<size_t>(partition_.MaxBucketNumel());
+  shared_ = std::make_unique<EngineShared>(dp_, max_numel * sizeof(float));
   const int pool_size =
       UsesBuffers() ? std::min(slots_, std::max(partition_.num_buckets(), 1)) : 0;
   shared_->pool.resize(pool_size);
   for (int i = pool_size - 1; i >= 0; --i) {
     GatherBuffer& buffer = shared_->pool[i];
-    const size_t n = static_cast<size_t>(partition_.MaxBucketNumel());
+    const size_t n = max_numel;
     if (bf16) {
-      if (options_.stage == 3) buffer.bf16.resize(n);
+      if (options_.stage == 3) {
+        LOOM_ASSIGN_OR_RETURN(buffer.memory, dp_->AllocateBuffer(n * sizeof(BFloat16)));
+        buffer.bf16 = buffer.memory.As<BFloat16>().first(n);
+      }
       buffer.widened.resize(n);
     } else {
-      buffer.f32.resize(n);
+      LOOM_ASSIGN_OR_RETURN(buffer.memory, dp_->AllocateBuffer(n * sizeof(float)));
+      buffer.f32 = buffer.memory.As<float>().first(n);
     }
     shared_->free_buffers.push_back(i);
   }
@@ -392,7 +438,8 @@ absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
     bucket->reduced = false;
     bucket->gather_waited = false;
   }
-  persistent_->grad_buffer.clear();
+  // The persistent block's buffer stays (allocated once): zeroed for the pass.
+  std::fill(persistent_->grad_buffer.begin(), persistent_->grad_buffer.end(), 0.0f);
   EnqueueGathers();
   return absl::OkStatus();
 }
@@ -485,15 +532,13 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
     if (!bucket.grad_buffer.empty()) {
       AddInto(bucket.grad_buffer, bucket);
       shared_->live_grad_bytes.fetch_sub(static_cast<int64_t>(bucket.grad_buffer.size()) * 4);
-      bucket.grad_buffer = std::vector<float>();
+      bucket.grad_buffer = {};
+      shared_->grads.Give(std::move(bucket.grad_memory));
     }
     return absl::OkStatus();
   }
   ++stats_.reduce_scatters;
-  if (bucket.grad_buffer.empty()) {
-    bucket.grad_buffer.assign(static_cast<size_t>(bucket.padded_numel), 0.0f);
-    CountGradBuffer(bucket.padded_numel * 4);
-  }
+  if (bucket.grad_buffer.empty()) LOOM_RETURN_IF_ERROR(TakeGradBuffer(bucket));
   Communicator* dp = dp_;
   BucketState* state = &bucket;
   EngineShared* shared = shared_.get();
@@ -508,10 +553,28 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
         dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(state->grad_buffer)),
                           BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
     if (status.ok()) AddInto(mine, *state);
-    state->grad_buffer = std::vector<float>();
+    state->grad_buffer = {};
+    shared->grads.Give(std::move(state->grad_memory));
     shared->live_grad_bytes.fetch_sub(held);
     return status;
   });
+  return absl::OkStatus();
+}
+
+absl::Status Zero3Engine::AllocatePersistentGrad() {
+  LOOM_ASSIGN_OR_RETURN(persistent_->grad_memory,
+                        dp_->AllocateBuffer(static_cast<size_t>(persistent_->numel) * sizeof(float)));
+  persistent_->grad_buffer =
+      persistent_->grad_memory.As<float>().first(static_cast<size_t>(persistent_->numel));
+  return absl::OkStatus();
+}
+
+absl::Status Zero3Engine::TakeGradBuffer(BucketState& bucket) {
+  LOOM_ASSIGN_OR_RETURN(bucket.grad_memory, shared_->grads.Take());
+  bucket.grad_buffer =
+      bucket.grad_memory.As<float>().first(static_cast<size_t>(bucket.padded_numel));
+  std::fill(bucket.grad_buffer.begin(), bucket.grad_buffer.end(), 0.0f);
+  CountGradBuffer(bucket.padded_numel * 4);
   return absl::OkStatus();
 }
 
@@ -591,8 +654,7 @@ absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
                      "moved past it; gradients arrive in reverse partition order)")));
   }
   if (bucket.grad_buffer.empty()) {
-    bucket.grad_buffer.assign(static_cast<size_t>(bucket.padded_numel), 0.0f);
-    if (!slot.persistent) CountGradBuffer(bucket.padded_numel * 4);
+    LOOM_RETURN_IF_ERROR(slot.persistent ? AllocatePersistentGrad() : TakeGradBuffer(bucket));
   }
   float* dst = bucket.grad_buffer.data() + slot.offset;
   for (size_t i = 0; i < grad.size(); ++i) dst[i] += grad[i];
@@ -607,9 +669,7 @@ absl::Status Zero3Engine::EndPass() {
   if (Reducing() && persistent_->numel > 0) {
     // The persistent gradients, whole on every rank: one all-reduce (average) of
     // the f32 sums, rounded once into the gradient (as EnqueueReduce does).
-    if (persistent_->grad_buffer.empty()) {
-      persistent_->grad_buffer.assign(static_cast<size_t>(persistent_->numel), 0.0f);
-    }
+    if (persistent_->grad_buffer.empty()) LOOM_RETURN_IF_ERROR(AllocatePersistentGrad());
     Communicator* dp = dp_;
     BucketState* state = persistent_.get();
     worker_->Submit([dp, state]() -> absl::Status {

@@ -263,6 +263,10 @@ class Zero3Engine {
   absl::Status RefreshComputeCopies();
   absl::Status CheckShardSpans(absl::string_view what, size_t sharded, size_t persistent) const;
   void CountGathered(int64_t delta);
+  // TakeGradBuffer gives `bucket` a zeroed whole-bucket gradient buffer (recycled
+  // communication memory); AllocatePersistentGrad the persistent block's, once.
+  absl::Status TakeGradBuffer(zero3_internal::BucketState& bucket);
+  absl::Status AllocatePersistentGrad();
   void CountGradBuffer(int64_t bytes);
   // The optimizer state a bucket keeps in optimizer_disk: m, v and (bf16) the f32
   // master, `numel` floats each, in that order.

@@ -16,14 +16,20 @@ namespace collectives_internal {
 absl::StatusOr<absl::Span<std::byte>> Scratch::Grow(int slot, size_t bytes) {
   if (slot < 0) return absl::InvalidArgumentError(absl::StrCat("scratch slot ", slot));
   if (static_cast<size_t>(slot) >= slots_.size()) slots_.resize(slot + 1);
-  AlignedBuffer<std::byte>& buffer = slots_[slot];
+  CommBuffer& buffer = slots_[slot];
   if (buffer.size() < bytes) {
     // Grow geometrically: calls of slowly growing sizes do not reallocate each time.
     const size_t grown = std::max(bytes, buffer.size() + buffer.size() / 2);
-    LOOM_ASSIGN_OR_RETURN(AlignedBuffer<std::byte> bigger, AlignedBuffer<std::byte>::Create(grown));
-    buffer = std::move(bigger);
+    absl::StatusOr<CommBuffer> bigger = allocator_ != nullptr
+                                            ? allocator_->AllocateBuffer(grown)
+                                            : CommBuffer::Ordinary(grown);
+    if (absl::IsUnimplemented(bigger.status())) bigger = CommBuffer::Ordinary(grown);
+    if (!bigger.ok()) return bigger.status();
+    // The old contents up to the old size, as Get promises.
+    if (!buffer.empty()) std::memcpy(bigger->data(), buffer.data(), buffer.size());
+    buffer = std::move(*bigger);
   }
-  return buffer.span().subspan(0, bytes);
+  return buffer.bytes().subspan(0, bytes);
 }
 
 int NumChunks(const CallContext& ctx, size_t count, DType dtype) {

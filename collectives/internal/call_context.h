@@ -68,15 +68,20 @@ struct CollectiveArgs {
 
 // Scratch: per-communicator working memory that survives calls, so a large
 // collective does not page-fault fresh memory in every call. Slots are independent
-// buffers; Get keeps a slot's old contents only up to its old size.
+// buffers; Get keeps a slot's old contents only up to its old size. The memory
+// comes from the transport's AllocateBuffer (shm: buffers the peers map, so the
+// partial results an algorithm sends out of its scratch skip the kernel copy too),
+// or is ordinary where there is no transport or it has no host buffers (nccl).
 class Scratch {
  public:
+  explicit Scratch(Transport* allocator = nullptr) : allocator_(allocator) {}
+
   // Get returns at least `bytes` bytes of slot `slot`, 64-byte aligned.
   // ResourceExhausted when the allocation fails. Inline where the slot is already
   // large enough, as it is in every call of a loop after the first.
   absl::StatusOr<absl::Span<std::byte>> Get(int slot, size_t bytes) {
     if (slot >= 0 && static_cast<size_t>(slot) < slots_.size() && slots_[slot].size() >= bytes) {
-      return slots_[slot].span().subspan(0, bytes);
+      return slots_[slot].bytes().subspan(0, bytes);
     }
     return Grow(slot, bytes);
   }
@@ -84,7 +89,8 @@ class Scratch {
  private:
   absl::StatusOr<absl::Span<std::byte>> Grow(int slot, size_t bytes);
 
-  std::vector<AlignedBuffer<std::byte>> slots_;
+  Transport* allocator_;
+  std::vector<CommBuffer> slots_;
 };
 
 // CallCounters: one collective's counters in a communicator: calls, and the payload

@@ -222,7 +222,11 @@ class DataParallelOptimizer : public RankOptimizer {
         for (float& v : p.values) v = ToFloat(ToBFloat16(v));
       }
     }
-    optimizer->flat_grad_.resize(static_cast<size_t>(total));
+    // The bucket is communication memory: from the dp transport (shm: its peers map
+    // it, so the all-reduce reads it without a kernel copy).
+    LOOM_ASSIGN_OR_RETURN(optimizer->flat_grad_memory_,
+                          dp->AllocateBuffer(static_cast<size_t>(total) * sizeof(float)));
+    optimizer->flat_grad_ = optimizer->flat_grad_memory_.As<float>();
     return optimizer;
   }
 
@@ -353,7 +357,8 @@ class DataParallelOptimizer : public RankOptimizer {
   Communicator* dp_;
   std::vector<AdamWState> states_;           // per parameter
   std::vector<std::vector<float>> masters_;  // bf16: the f32 master per parameter
-  std::vector<float> flat_grad_;             // the all-reduced bucket
+  CommBuffer flat_grad_memory_;              // from dp->AllocateBuffer
+  absl::Span<float> flat_grad_;              // the all-reduced bucket, in it
   std::vector<BFloat16> half_values_;        // bf16: AdamW's compute-copy output
 };
 
