@@ -29,9 +29,9 @@ namespace loom {
 namespace zero3_internal {
 
 // GatherBuffer: room for the largest bucket, gathered in the compute dtype, and
-// (bf16) its f32 widening, which is what Acquire hands out.
-// The gathered buckets are communication memory, from the dp communicator's
-// AllocateBuffer (shm: its peers map them, so the all-gathers skip the kernel copy).
+// (bf16) its f32 widening, which is what Acquire hands out. The gathered bucket is
+// communication memory from the dp communicator's AllocateBuffer (shm: the peers
+// map it, so the all-gathers skip the kernel copy); the widening stays private.
 struct GatherBuffer {
   CommBuffer memory;             // holds f32 or bf16
   absl::Span<float> f32;         // f32 compute: the gathered bucket itself
