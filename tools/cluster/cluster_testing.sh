@@ -25,6 +25,11 @@ cluster_test_start() {
   for tool in ip tc unshare nsenter; do
     command -v "$tool" >/dev/null || fail "this test needs '$tool' (apt-get install iproute2 util-linux)"
   done
+  # Each emulated host mounts a private /tmp, so binaries under /tmp (a Bazel
+  # --output_base there) cannot be seen on the hosts: say so instead of letting
+  # mpirun fail with "could not access or execute".
+  [[ "$(pwd -P)" != /tmp/* ]] ||
+    fail "the test's files are under /tmp ($(pwd -P)), which the emulated hosts replace with a private /tmp; use a Bazel output base outside /tmp (the default, ~/.cache/bazel, works)"
   trap 'cluster down' EXIT
   # set -e ends a test at a failing command: say which (-E: inside functions too).
   set -E
