@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,14 +64,16 @@ absl::Status CheckActionsInRange(const Schedule& schedule) {
   return absl::OkStatus();
 }
 
-// One posted send: the header and the tensor stay here, unchanged, until both
-// requests complete, as the transport's contract requires.
+// One posted send: the header and the payload (the tensor, or its staged copy in
+// communication memory) stay here, unchanged, until both requests complete, as
+// the transport's contract requires.
 struct PendingSend {
   int64_t step = 0;
   Action action;
   int peer = 0;
   WireHeaderWords header = {};
   F32Tensor tensor;
+  std::optional<CommBuffer> staged;
   std::vector<Request> requests;
 };
 
@@ -79,11 +82,12 @@ struct PendingSend {
 class RankRunner {
  public:
   RankRunner(const Schedule& schedule, const ExecutorOptions& options, Transport& transport,
-             StageModule& module)
+             StageModule& module, SendBuffers* send_buffers)
       : schedule_(schedule),
         options_(options),
         transport_(transport),
         module_(module),
+        send_buffers_(send_buffers),
         rank_(transport.rank()),
         last_stage_(schedule.layout.num_stages() - 1),
         forward_only_(!schedule.HasBackward()) {}
@@ -302,6 +306,18 @@ class RankRunner {
     absl::StatusOr<WireHeaderWords> header = EncodeWireHeader(action, send->tensor.shape);
     if (!header.ok()) return Prefix(header.status(), Where(step, action));
     send->header = *header;
+    absl::Span<const float> payload = send->tensor.values;
+    if (send_buffers_ != nullptr) {
+      absl::StatusOr<std::optional<CommBuffer>> staged =
+          send_buffers_->Stage(transport_, send->tensor.values);
+      if (!staged.ok()) return Prefix(staged.status(), Where(step, action));
+      if (staged->has_value()) {
+        send->staged = std::move(*staged);
+        payload = send->staged->As<float>().first(send->tensor.values.size());
+        // The copy is what travels: the tensor's memory can go now.
+        std::vector<float>().swap(send->tensor.values);
+      }
+    }
     // Kept in pending_ before posting, so that an error below still cancels what
     // was posted before the buffers go away.
     PendingSend& posted = *send;
@@ -312,7 +328,7 @@ class RankRunner {
     if (!header_request.ok()) return Prefix(header_request.status(), context);
     posted.requests.push_back(*header_request);
     absl::StatusOr<Request> payload_request =
-        transport_.Send(peer, options_.tag_base + 1, AsBytes(posted.tensor.values));
+        transport_.Send(peer, options_.tag_base + 1, AsBytes(payload));
     if (!payload_request.ok()) return Prefix(payload_request.status(), context);
     posted.requests.push_back(*payload_request);
     while (static_cast<int64_t>(pending_.size()) > options_.max_pending_sends) {
@@ -328,11 +344,19 @@ class RankRunner {
       // Wait finished every request it was given, so the buffers may go.
       const absl::Status error = Prefix(
           status, absl::StrCat(Where(oldest.step, oldest.action), " to rank ", oldest.peer));
-      pending_.pop_front();
+      PopOldestSend();
       return error;
     }
-    pending_.pop_front();
+    PopOldestSend();
     return absl::OkStatus();
+  }
+
+  // PopOldestSend drops the oldest send, whose requests are all finished, and
+  // gives its staging buffer back for the next send.
+  void PopOldestSend() {
+    PendingSend& oldest = *pending_.front();
+    if (oldest.staged.has_value()) send_buffers_->Return(std::move(*oldest.staged));
+    pending_.pop_front();
   }
 
   // CancelPendingSends finishes every outstanding send before its buffers are
@@ -344,7 +368,7 @@ class RankRunner {
         transport_.Wait(send->requests, absl::InfinitePast()).IgnoreError();
       }
     }
-    pending_.clear();
+    while (!pending_.empty()) PopOldestSend();
   }
 
   absl::Status Receive(int64_t step, const Action& action) {
@@ -422,6 +446,7 @@ class RankRunner {
   const ExecutorOptions& options_;
   Transport& transport_;
   StageModule& module_;
+  SendBuffers* const send_buffers_;  // Null: payloads go from the tensors.
   const int rank_;
   const int64_t last_stage_;
   const bool forward_only_;  // No B, I or W anywhere: Loss's gradients are dropped.
@@ -464,9 +489,9 @@ absl::StatusOr<PipelineExecutor> PipelineExecutor::Create(const Schedule& schedu
   return PipelineExecutor(std::move(lowered), options);
 }
 
-absl::StatusOr<RankExecution> PipelineExecutor::Run(Transport& transport,
-                                                     StageModule& module) const {
-  return RankRunner(schedule_, options_, transport, module).Run();
+absl::StatusOr<RankExecution> PipelineExecutor::Run(Transport& transport, StageModule& module,
+                                                     SendBuffers* send_buffers) const {
+  return RankRunner(schedule_, options_, transport, module, send_buffers).Run();
 }
 
 }  // namespace loom

@@ -72,6 +72,7 @@
 #include "absl/time/time.h"
 #include "collectives/transport/transport.h"
 #include "pipeline/action.h"
+#include "pipeline/executor/send_buffers.h"
 #include "pipeline/executor/stage_module.h"
 #include "pipeline/schedule.h"
 
@@ -167,7 +168,12 @@ class PipelineExecutor {
   //                       and the peer that did not send or receive.
   //   Unavailable         a peer aborted (carries the peer's error).
   //   the module's own errors, as returned.
-  absl::StatusOr<RankExecution> Run(Transport& transport, StageModule& module) const;
+  // With `send_buffers` (send_buffers.h; this rank's, kept across Runs), payloads
+  // are staged in the transport's communication memory where it is zero-copy
+  // (shm: the receiver maps it); without, they are sent from the tensors. The
+  // results are bitwise the same either way.
+  absl::StatusOr<RankExecution> Run(Transport& transport, StageModule& module,
+                                    SendBuffers* send_buffers = nullptr) const;
 
  private:
   PipelineExecutor(Schedule schedule, ExecutorOptions options)

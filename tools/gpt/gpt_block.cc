@@ -164,15 +164,15 @@ absl::Status GptBlock::BackwardWeight(const GptBlockWeightGradWork& work) {
   LOOM_RETURN_IF_ERROR(fc_.BackwardWeight(work.fc));
   LOOM_RETURN_IF_ERROR(AddInto(fc_w_grad_, fc_.weight_grad()));
   LOOM_RETURN_IF_ERROR(AddInto(fc_b_grad_, fc_.bias_grad()));
-  AddInto(ln2_gamma_grad_, work.ln2_dgamma);
-  AddInto(ln2_beta_grad_, work.ln2_dbeta);
+  LOOM_RETURN_IF_ERROR(AddInto(ln2_gamma_grad_, work.ln2_dgamma));
+  LOOM_RETURN_IF_ERROR(AddInto(ln2_beta_grad_, work.ln2_dbeta));
   LOOM_RETURN_IF_ERROR(attn_.BackwardWeight(work.attn));
   LOOM_RETURN_IF_ERROR(AddInto(qkv_w_grad_, attn_.qkv().weight_grad()));
   LOOM_RETURN_IF_ERROR(AddInto(qkv_b_grad_, attn_.qkv().bias_grad()));
   LOOM_RETURN_IF_ERROR(AddInto(out_w_grad_, attn_.out().weight_grad()));
   LOOM_RETURN_IF_ERROR(AddInto(out_b_grad_, attn_.out().bias_grad()));
-  AddInto(ln1_gamma_grad_, work.ln1_dgamma);
-  AddInto(ln1_beta_grad_, work.ln1_dbeta);
+  LOOM_RETURN_IF_ERROR(AddInto(ln1_gamma_grad_, work.ln1_dgamma));
+  LOOM_RETURN_IF_ERROR(AddInto(ln1_beta_grad_, work.ln1_dbeta));
   return absl::OkStatus();
 }
 
@@ -223,11 +223,19 @@ void GptBlock::AppendParameters(std::vector<GptParameter>& out) {
 }
 
 void GptBlock::ZeroGrad() {
-  for (std::vector<float>* g :
+  std::vector<train_internal::GradAccumulator*> accumulators;
+  AppendGradAccumulators(accumulators);
+  for (train_internal::GradAccumulator* g : accumulators) {
+    std::fill(g->view().begin(), g->view().end(), 0.0f);
+  }
+}
+
+void GptBlock::AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out) {
+  for (train_internal::GradAccumulator* g :
        {&ln1_gamma_grad_, &ln1_beta_grad_, &ln2_gamma_grad_, &ln2_beta_grad_, &qkv_w_grad_,
         &qkv_b_grad_, &out_w_grad_, &out_b_grad_, &fc_w_grad_, &fc_b_grad_, &proj_w_grad_,
         &proj_b_grad_}) {
-    std::fill(g->begin(), g->end(), 0.0f);
+    out.push_back(g);
   }
 }
 

@@ -38,6 +38,7 @@
 #include "tensor_parallel/tensor.h"
 #include "tools/gpt/gpt_config.h"
 #include "tools/gpt/gpt_parameter.h"
+#include "tools/gpt/internal/model_util.h"
 
 namespace loom {
 
@@ -95,6 +96,10 @@ class GptBlock {
   // ZeroGrad sets every gradient accumulator to 0.
   void ZeroGrad();
 
+  // AppendGradAccumulators appends the block's accumulators (any order), for
+  // GptModel::BindGradients.
+  void AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out);
+
  private:
   GptBlock(ParallelSelfAttention attn, ColumnParallelLinear fc, RowParallelLinear proj)
       : attn_(std::move(attn)), fc_(std::move(fc)), proj_(std::move(proj)) {}
@@ -103,14 +108,15 @@ class GptBlock {
   int64_t index_ = 0;
   // Layer norms (replicated) and their gradients.
   std::vector<float> ln1_gamma_, ln1_beta_, ln2_gamma_, ln2_beta_;
-  std::vector<float> ln1_gamma_grad_, ln1_beta_grad_, ln2_gamma_grad_, ln2_beta_grad_;
+  train_internal::GradAccumulator ln1_gamma_grad_, ln1_beta_grad_, ln2_gamma_grad_,
+      ln2_beta_grad_;
   ParallelSelfAttention attn_;
   ColumnParallelLinear fc_;
   RowParallelLinear proj_;
   // Gradient accumulators of the layers' weights and biases (the layers' own
   // gradients hold one Backward's only).
-  std::vector<float> qkv_w_grad_, qkv_b_grad_, out_w_grad_, out_b_grad_;
-  std::vector<float> fc_w_grad_, fc_b_grad_, proj_w_grad_, proj_b_grad_;
+  train_internal::GradAccumulator qkv_w_grad_, qkv_b_grad_, out_w_grad_, out_b_grad_;
+  train_internal::GradAccumulator fc_w_grad_, fc_b_grad_, proj_w_grad_, proj_b_grad_;
   // Forward state: the layer-norm inputs with their statistics, the GELU input.
   std::vector<float> x0_, mean1_, rstd1_, x1_, mean2_, rstd2_, pre_gelu_;
   std::vector<int64_t> shape_;

@@ -288,7 +288,7 @@ absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
       for (int64_t k = 0; k < h; ++k) position_grad[i * h + k] += g[(i * b + j) * h + k];
     }
   }
-  AddInto(position_grad_, position_grad);
+  LOOM_RETURN_IF_ERROR(AddInto(position_grad_, position_grad));
   return absl::OkStatus();
 }
 
@@ -321,8 +321,8 @@ absl::Status GptModel::HeadBackwardWeight(const GptWeightGradWork& work) {
   }
   LOOM_RETURN_IF_ERROR(lm_head_->BackwardWeight(work.head));
   LOOM_RETURN_IF_ERROR(AddInto(head_grad_, lm_head_->weight_grad()));
-  AddInto(final_gamma_grad_, work.final_dgamma);
-  AddInto(final_beta_grad_, work.final_dbeta);
+  LOOM_RETURN_IF_ERROR(AddInto(final_gamma_grad_, work.final_dgamma));
+  LOOM_RETURN_IF_ERROR(AddInto(final_beta_grad_, work.final_dbeta));
   return absl::OkStatus();
 }
 
@@ -366,6 +366,15 @@ std::vector<GptParameter> GptModel::Parameters() {
 
 void GptModel::ZeroGrad() {
   for (GptParameter& p : Parameters()) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
+}
+
+absl::Status GptModel::BindGradients(absl::Span<float> memory) {
+  std::vector<train_internal::GradAccumulator*> accumulators = {
+      &token_grad_, &position_grad_, &final_gamma_grad_, &final_beta_grad_, &head_grad_};
+  for (GptBlock& block : blocks_) block.AppendGradAccumulators(accumulators);
+  const absl::Status bound = train_internal::BindGradients(Parameters(), accumulators, memory);
+  if (!bound.ok()) return absl::Status(bound.code(), absl::StrCat(kName, ": ", bound.message()));
+  return absl::OkStatus();
 }
 
 void GptModel::ReleaseActivations() {

@@ -155,6 +155,15 @@ class GptModel {
   // ZeroGrad sets every gradient to 0.
   void ZeroGrad();
 
+  // BindGradients moves every gradient accumulator into `memory`, the gradients
+  // back to back in Parameters() order, with their values: from now on Backward
+  // adds there (the data-parallel all-reduce bucket, so that nothing is copied
+  // between the backward and the all-reduce). `memory` must outlive the model;
+  // views Parameters() returned before point to freed memory, take them again.
+  // InvalidArgument naming both counts when memory is not exactly the gradients'
+  // element count.
+  absl::Status BindGradients(absl::Span<float> memory);
+
   // ReleaseActivations drops any forward state and stops counting the works out
   // (e.g. after a failed step, whose works the caller drops).
   void ReleaseActivations();
@@ -185,11 +194,13 @@ class GptModel {
   GptModelOptions options_;
   Communicator* tp_ = nullptr;
   std::optional<VocabParallelEmbedding> token_embedding_;
-  std::vector<float> position_, token_grad_, position_grad_;
+  std::vector<float> position_;
+  train_internal::GradAccumulator token_grad_, position_grad_;
   std::vector<GptBlock> blocks_;
-  std::vector<float> final_gamma_, final_beta_, final_gamma_grad_, final_beta_grad_;
+  std::vector<float> final_gamma_, final_beta_;
+  train_internal::GradAccumulator final_gamma_grad_, final_beta_grad_;
   std::optional<ColumnParallelLinear> lm_head_;
-  std::vector<float> head_grad_;
+  train_internal::GradAccumulator head_grad_;
   std::optional<VocabParallelCrossEntropy> cross_entropy_;
   // Forward state of the model itself.
   std::vector<Tensor> checkpoints_;  // Recompute::kFull: each block's input

@@ -16,6 +16,7 @@
 #include "core/buffer_view.h"
 #include "core/reduce_op.h"
 #include "core/status_macros.h"
+#include "pipeline/executor/send_buffers.h"
 #include "tools/gpt/gpt_stage_module.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
@@ -171,10 +172,17 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                         GptStageModule::Create(options.model, setup.schedule.layout, w.s, *w.tp,
                                                data_fn, module_options));
   // The optimizer's parameter list, kept for the checkpoints' names and shapes.
-  const std::vector<GptParameter> params = module->Parameters();
+  std::vector<GptParameter> params = module->Parameters();
+  // zero 0: the module's gradients live in the optimizer's all-reduce bucket.
+  const GradientBinder bind_gradients =
+      [&module](absl::Span<float> memory) -> absl::StatusOr<std::vector<GptParameter>> {
+    LOOM_RETURN_IF_ERROR(module->BindGradients(memory));
+    return module->Parameters();
+  };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
                         MakeRankOptimizer(options, params, w.dp.get(), disk,
-                                          absl::StrCat("train.s", w.s, ".t", w.t)));
+                                          absl::StrCat("train.s", w.s, ".t", w.t), bind_gradients));
+  params = module->Parameters();
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
   // Clipping: tp-replicated parameters count on tp rank 0 only.
@@ -188,6 +196,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   const int world = w.world->size();
   std::vector<double> gathered(static_cast<size_t>(world * kStepFigures));
   RankExecution last_execution;
+  // The pipeline's payloads go out of the pp transport's communication memory
+  // (shm: the next stage's process maps it), reused from step to step.
+  SendBuffers send_buffers;
   uint64_t sent_before = 0;
   for (int64_t step = first_step; step < options.steps; ++step) {
     const absl::Time start = absl::Now();
@@ -203,7 +214,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     module->BeginStep(step);
     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
     breakdown.dp_comm += lap();
-    LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module));
+    LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module, &send_buffers));
     const double executed = lap();
     breakdown.compute = absl::ToDoubleSeconds(last_execution.compute);
     breakdown.pp_comm = absl::ToDoubleSeconds(last_execution.waiting);
@@ -239,7 +250,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       // schedule on the training mesh; the next BeginStep returns to training.
       LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
       module->BeginForwardOnly(step + 1, eval_fn);
-      LOOM_RETURN_IF_ERROR(setup.eval_executor->Run(*w.pp, *module).status());
+      LOOM_RETURN_IF_ERROR(setup.eval_executor->Run(*w.pp, *module, &send_buffers).status());
       if (module->holds_loss()) eval_loss = static_cast<double>(module->loss());
     }
     const uint64_t sent = SentBytes(*w.tp) + SentBytes(*w.dp);

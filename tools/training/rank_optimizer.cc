@@ -207,7 +207,8 @@ class ShardedOptimizer : public RankOptimizer {
 class DataParallelOptimizer : public RankOptimizer {
  public:
   static absl::StatusOr<std::unique_ptr<DataParallelOptimizer>> Create(
-      const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp) {
+      const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
+      const GradientBinder& bind_gradients) {
     auto optimizer = std::unique_ptr<DataParallelOptimizer>(
         new DataParallelOptimizer(options, std::move(params), dp));
     const bool bf16 = options.dtype == DType::kBF16;
@@ -227,6 +228,15 @@ class DataParallelOptimizer : public RankOptimizer {
     LOOM_ASSIGN_OR_RETURN(optimizer->flat_grad_memory_,
                           dp->AllocateBuffer(static_cast<size_t>(total) * sizeof(float)));
     optimizer->flat_grad_ = optimizer->flat_grad_memory_.As<float>();
+    if (bind_gradients) {
+      // The model accumulates into the bucket: ReduceGradients then copies nothing.
+      LOOM_ASSIGN_OR_RETURN(std::vector<GptParameter> bound, bind_gradients(optimizer->flat_grad_));
+      if (bound.size() != optimizer->params_.size()) {
+        return absl::InternalError(absl::StrCat("binding the gradients returned ", bound.size(),
+                                                " parameters for ", optimizer->params_.size()));
+      }
+      optimizer->params_ = std::move(bound);
+    }
     return optimizer;
   }
 
@@ -236,7 +246,10 @@ class DataParallelOptimizer : public RankOptimizer {
     const bool bf16 = options_.dtype == DType::kBF16;
     size_t at = 0;
     for (const GptParameter& p : params_) {
-      std::copy(p.grad.begin(), p.grad.end(), flat_grad_.begin() + at);
+      // Nothing to copy where the model accumulates in the bucket (bound).
+      if (p.grad.data() != flat_grad_.data() + at) {
+        std::copy(p.grad.begin(), p.grad.end(), flat_grad_.begin() + at);
+      }
       at += p.grad.size();
     }
     if (dp_->size() > 1) {
@@ -297,9 +310,10 @@ class DataParallelOptimizer : public RankOptimizer {
 
   int64_t ShardedBytes() const override { return 0; }
   int64_t StateBytes() const override {
-    // The layers' weights and gradients (f32 storage, 8 bytes per element), the
-    // moments (8) and, in bf16, the f32 master (4). The gradient bucket is a
-    // communication buffer, as the engine's are, and is not counted.
+    // The layers' weights and gradients (f32 storage, 8 bytes per element; in the
+    // job the gradients live in the all-reduce bucket, bound), the moments (8) and,
+    // in bf16, the f32 master (4). An unbound caller's bucket is a communication
+    // buffer, as the engine's are, and is not counted.
     int64_t bytes = 0;
     for (size_t k = 0; k < params_.size(); ++k) {
       const int64_t n = static_cast<int64_t>(params_[k].values.size());
@@ -364,10 +378,9 @@ class DataParallelOptimizer : public RankOptimizer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
-                                                                 std::vector<GptParameter> params,
-                                                                 Communicator* dp, DiskTier* disk,
-                                                                 const std::string& disk_prefix) {
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(
+    const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
+    DiskTier* disk, const std::string& disk_prefix, const GradientBinder& bind_gradients) {
   if (options.zero > 0) {
     LOOM_ASSIGN_OR_RETURN(
         std::unique_ptr<ShardedOptimizer> sharded,
@@ -375,7 +388,8 @@ absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobO
     return std::unique_ptr<RankOptimizer>(std::move(sharded));
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DataParallelOptimizer> plain,
-                        DataParallelOptimizer::Create(options, std::move(params), dp));
+                        DataParallelOptimizer::Create(options, std::move(params), dp,
+                                                      bind_gradients));
   return std::unique_ptr<RankOptimizer>(std::move(plain));
 }
 

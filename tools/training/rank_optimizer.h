@@ -87,14 +87,22 @@ class RankOptimizer {
   virtual absl::Status WriteState(const StateSource& source) = 0;
 };
 
+// GradientBinder moves the model's gradient accumulators into `memory` (the
+// parameters' gradients back to back, in list order; GptStageModule::BindGradients)
+// and returns the parameters with their new gradient views.
+using GradientBinder =
+    std::function<absl::StatusOr<std::vector<GptParameter>>(absl::Span<float> memory)>;
+
 // MakeRankOptimizer: the optimizer `options.zero` asks for over `params` (the
 // stage's parameters, whose spans stay valid while it lives). `dp` is this rank's
 // data-parallel communicator (not owned, driven by the optimizer alone); `disk` and
-// `disk_prefix` place the state with offload nvme.
-absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
-                                                                 std::vector<GptParameter> params,
-                                                                 Communicator* dp, DiskTier* disk,
-                                                                 const std::string& disk_prefix);
+// `disk_prefix` place the state with offload nvme. With `bind_gradients`, zero 0
+// has the model accumulate its gradients in the all-reduce bucket itself
+// (communication memory from dp), so averaging them copies nothing first; the
+// caller takes the parameters' views again afterwards.
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(
+    const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
+    DiskTier* disk, const std::string& disk_prefix, const GradientBinder& bind_gradients = nullptr);
 
 // ScheduleOf: the job's learning-rate schedule (constant `lr` unless warm-up or
 // lr_min ask otherwise).
