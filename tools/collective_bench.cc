@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "collectives/transport/shm/shared_buffer.h"
+#include "collectives/transport/comm_buffer.h"
 #include "core/aligned_buffer.h"
 #include "core/build_info.h"
 #include "core/checked_size.h"
@@ -52,14 +52,16 @@ int64_t InputValue(ReduceOp op, int rank, size_t i) {
 }
 
 // BenchBuffer: a rank's input or output, in ordinary memory or, with
-// --shared_buffers, in a SharedBuffer that shm peers map instead of reading with CMA.
+// --shared_buffers, from the communicator's AllocateBuffer (the transport's
+// communication memory: over shm a SharedBuffer the peers map instead of reading it
+// with CMA; the other transports give ordinary memory).
 class BenchBuffer {
  public:
-  static absl::StatusOr<BenchBuffer> Make(size_t bytes, bool shared) {
+  static absl::StatusOr<BenchBuffer> Make(Communicator& comm, size_t bytes, bool allocated) {
     BenchBuffer buffer;
-    if (shared && bytes > 0) {
-      LOOM_ASSIGN_OR_RETURN(buffer.shared_, SharedBuffer::Allocate(bytes));
-      buffer.bytes_ = buffer.shared_.bytes();
+    if (allocated && bytes > 0) {
+      LOOM_ASSIGN_OR_RETURN(buffer.allocated_, comm.AllocateBuffer(bytes));
+      buffer.bytes_ = buffer.allocated_.bytes();
     } else {
       // AlignedBuffer: an allocation that fails is ResourceExhausted, not bad_alloc.
       LOOM_ASSIGN_OR_RETURN(buffer.plain_, AlignedBuffer<std::byte>::Create(bytes));
@@ -74,7 +76,7 @@ class BenchBuffer {
 
  private:
   AlignedBuffer<std::byte> plain_;
-  SharedBuffer shared_;
+  CommBuffer allocated_;
   absl::Span<std::byte> bytes_;
 };
 
@@ -319,8 +321,8 @@ absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
   for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= options.step_factor) {
     const Shape shape = ShapeOf(options.op, bytes, width, n);
     if (shape.row_count == 0) continue;
-    LOOM_ASSIGN_OR_RETURN(BenchBuffer in, BenchBuffer::Make(shape.in * width, options.shared_buffers));
-    LOOM_ASSIGN_OR_RETURN(BenchBuffer out, BenchBuffer::Make(shape.out * width, options.shared_buffers));
+    LOOM_ASSIGN_OR_RETURN(BenchBuffer in, BenchBuffer::Make(comm, shape.in * width, options.shared_buffers));
+    LOOM_ASSIGN_OR_RETURN(BenchBuffer out, BenchBuffer::Make(comm, shape.out * width, options.shared_buffers));
     auto fill = [&] {
       VisitDType(options.dtype, [&](auto zero) {
         Fill<decltype(zero)>(in, options.redop, comm.rank(), 0);

@@ -46,8 +46,8 @@ struct BenchOptions {
   bool check = false;
   bool in_place = false;
   int root = 0;
-  // Inputs and outputs in SharedBuffers (collectives/transport/shm/shared_buffer.h),
-  // which shm peers copy from by mapping them rather than with CMA.
+  // Inputs and outputs from Communicator::AllocateBuffer (comm_buffer.h): over shm
+  // SharedBuffers, which the peers copy from by mapping them rather than with CMA.
   bool shared_buffers = false;
 };
 

@@ -61,7 +61,8 @@ ABSL_FLAG(int, warmup, 5, "untimed iterations per size");
 ABSL_FLAG(bool, check, false, "seed inputs and count wrong result elements");
 ABSL_FLAG(bool, in_place, false, "run the collectives in place");
 ABSL_FLAG(bool, shared_buffers, false,
-          "inputs and outputs in SharedBuffers (shm peers map them instead of using CMA)");
+          "inputs and outputs from the transport's AllocateBuffer (shm: SharedBuffers the "
+          "peers map instead of using CMA)");
 ABSL_FLAG(int, root, 0, "root of broadcast and reduce");
 ABSL_FLAG(int, ranks_per_node, 0, "node layout for hierarchical (0: one node)");
 ABSL_FLAG(std::string, node_transport, "none",
