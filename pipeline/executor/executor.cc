@@ -4,7 +4,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,7 +72,7 @@ struct PendingSend {
   int peer = 0;
   WireHeaderWords header = {};
   F32Tensor tensor;
-  std::optional<CommBuffer> staged;
+  CommBuffer staged;  // Empty unless the payload was staged (SendBuffers).
   std::vector<Request> requests;
 };
 
@@ -308,12 +307,11 @@ class RankRunner {
     send->header = *header;
     absl::Span<const float> payload = send->tensor.values;
     if (send_buffers_ != nullptr) {
-      absl::StatusOr<std::optional<CommBuffer>> staged =
-          send_buffers_->Stage(transport_, send->tensor.values);
+      absl::StatusOr<CommBuffer> staged = send_buffers_->Stage(transport_, send->tensor.values);
       if (!staged.ok()) return Prefix(staged.status(), Where(step, action));
-      if (staged->has_value()) {
+      if (!staged->empty()) {
         send->staged = std::move(*staged);
-        payload = send->staged->As<float>().first(send->tensor.values.size());
+        payload = send->staged.As<float>().first(send->tensor.values.size());
         // The copy is what travels: the tensor's memory can go now.
         std::vector<float>().swap(send->tensor.values);
       }
@@ -355,7 +353,7 @@ class RankRunner {
   // gives its staging buffer back for the next send.
   void PopOldestSend() {
     PendingSend& oldest = *pending_.front();
-    if (oldest.staged.has_value()) send_buffers_->Return(std::move(*oldest.staged));
+    if (!oldest.staged.empty()) send_buffers_->Return(std::move(oldest.staged));
     pending_.pop_front();
   }
 

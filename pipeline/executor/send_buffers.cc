@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -10,9 +9,9 @@
 
 namespace loom {
 
-absl::StatusOr<std::optional<CommBuffer>> SendBuffers::Stage(Transport& transport,
-                                                             absl::Span<const float> values) {
-  if (values.empty()) return std::optional<CommBuffer>();
+absl::StatusOr<CommBuffer> SendBuffers::Stage(Transport& transport,
+                                              absl::Span<const float> values) {
+  if (values.empty()) return CommBuffer();
   const size_t bytes = values.size() * sizeof(float);
   if (transport_ != &transport) {
     // Another transport's memory may not be zero-copy with this one: start over.
@@ -23,7 +22,7 @@ absl::StatusOr<std::optional<CommBuffer>> SendBuffers::Stage(Transport& transpor
     zero_copy_ = probe.zero_copy();
     if (zero_copy_) Return(std::move(probe));
   }
-  if (!zero_copy_) return std::optional<CommBuffer>();
+  if (!zero_copy_) return CommBuffer();
   // The smallest free buffer that holds the payload, else a new one.
   auto fits = std::find_if(free_.begin(), free_.end(),
                            [bytes](const CommBuffer& b) { return b.size() >= bytes; });
@@ -37,7 +36,7 @@ absl::StatusOr<std::optional<CommBuffer>> SendBuffers::Stage(Transport& transpor
   }
   std::memcpy(buffer.data(), values.data(), bytes);
   ++staged_;
-  return std::optional<CommBuffer>(std::move(buffer));
+  return buffer;
 }
 
 void SendBuffers::Return(CommBuffer buffer) {

@@ -30,7 +30,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,16 +48,16 @@ class SendBuffers {
   SendBuffers& operator=(const SendBuffers&) = delete;
 
   // Stage returns a buffer of `transport`'s communication memory holding a copy of
-  // `values` (its first values.size() floats; the buffer may be larger), or
-  // nullopt when that transport's memory is ordinary (not zero-copy) or `values`
-  // is empty: then send from `values` itself. The first Stage with a transport
+  // `values` (its first values.size() floats; the buffer may be larger), or an
+  // empty buffer when that transport's memory is ordinary (not zero-copy) or
+  // `values` is empty: then send from `values` itself. The first Stage with a transport
   // asks it once (a SendBuffers used with another transport asks again and drops
   // its free buffers). Errors: AllocateBuffer's (ResourceExhausted naming the
   // size).
-  absl::StatusOr<std::optional<CommBuffer>> Stage(Transport& transport,
-                                                  absl::Span<const float> values);
+  absl::StatusOr<CommBuffer> Stage(Transport& transport, absl::Span<const float> values);
 
-  // Return gives back a buffer from Stage once its send has completed.
+  // Return gives back a buffer from Stage once its send has completed (an empty one
+  // is ignored).
   void Return(CommBuffer buffer);
 
   // staged counts the payloads Stage copied into communication memory;

@@ -3,7 +3,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -31,10 +30,10 @@ TEST(SendBuffersTest, OrdinaryMemoryIsNotStaged) {
   std::unique_ptr<Transport> endpoint = *group->Endpoint(0);
   SendBuffers buffers;
   const std::vector<float> values = Distinct(5000, 1);
-  LOOM_ASSERT_OK_AND_ASSIGN(std::optional<CommBuffer> staged, buffers.Stage(*endpoint, values));
-  EXPECT_FALSE(staged.has_value());
+  LOOM_ASSERT_OK_AND_ASSIGN(CommBuffer staged, buffers.Stage(*endpoint, values));
+  EXPECT_TRUE(staged.empty());
   LOOM_ASSERT_OK_AND_ASSIGN(staged, buffers.Stage(*endpoint, values));
-  EXPECT_FALSE(staged.has_value());
+  EXPECT_TRUE(staged.empty());
   EXPECT_EQ(buffers.staged(), 0);
   // The one probe the verdict took.
   EXPECT_EQ(buffers.allocated_bytes(), static_cast<int64_t>(values.size() * sizeof(float)));
@@ -53,53 +52,53 @@ TEST(SendBuffersTest, ShmStagesIntoReusedZeroCopyBuffers) {
   const std::vector<absl::Status> results = harness.Run(1, [](Transport& t) -> absl::Status {
     SendBuffers buffers;
     const std::vector<float> values = Distinct(3000, 7);
-    LOOM_ASSIGN_OR_RETURN(std::optional<CommBuffer> staged, buffers.Stage(t, values));
-    LOOM_RETURN_IF_ERROR(Expect(staged.has_value(), "shm memory was not staged"));
-    LOOM_RETURN_IF_ERROR(Expect(staged->zero_copy(), "the staged buffer is not zero-copy"));
-    const absl::Span<const float> copy = staged->As<float>().first(values.size());
+    LOOM_ASSIGN_OR_RETURN(CommBuffer staged, buffers.Stage(t, values));
+    LOOM_RETURN_IF_ERROR(Expect(!staged.empty(), "shm memory was not staged"));
+    LOOM_RETURN_IF_ERROR(Expect(staged.zero_copy(), "the staged buffer is not zero-copy"));
+    const absl::Span<const float> copy = staged.As<float>().first(values.size());
     LOOM_RETURN_IF_ERROR(Expect(std::vector<float>(copy.begin(), copy.end()) == values,
                                 "the staged copy differs from the values"));
-    const std::byte* first = staged->data();
-    buffers.Return(std::move(*staged));
+    const std::byte* first = staged.data();
+    buffers.Return(std::move(staged));
 
     // A smaller payload reuses the returned buffer.
     const std::vector<float> smaller = Distinct(1000, -3);
     LOOM_ASSIGN_OR_RETURN(staged, buffers.Stage(t, smaller));
-    LOOM_RETURN_IF_ERROR(Expect(staged.has_value() && staged->data() == first,
+    LOOM_RETURN_IF_ERROR(Expect(!staged.empty() && staged.data() == first,
                                 "a returned buffer was not reused"));
-    LOOM_RETURN_IF_ERROR(Expect(staged->As<float>()[999] == smaller[999], "stale contents"));
+    LOOM_RETURN_IF_ERROR(Expect(staged.As<float>()[999] == smaller[999], "stale contents"));
     // A larger one, while the first is out, gets a new buffer.
     const std::vector<float> larger = Distinct(9000, 2);
-    LOOM_ASSIGN_OR_RETURN(std::optional<CommBuffer> second, buffers.Stage(t, larger));
-    LOOM_RETURN_IF_ERROR(Expect(second.has_value() && second->data() != first &&
-                                    second->size() >= larger.size() * sizeof(float),
+    LOOM_ASSIGN_OR_RETURN(CommBuffer second, buffers.Stage(t, larger));
+    LOOM_RETURN_IF_ERROR(Expect(!second.empty() && second.data() != first &&
+                                    second.size() >= larger.size() * sizeof(float),
                                 "a larger payload did not get its own buffer"));
     LOOM_RETURN_IF_ERROR(Expect(buffers.staged() == 3, absl::StrCat("staged ", buffers.staged())));
     const int64_t allocated = buffers.allocated_bytes();
     LOOM_RETURN_IF_ERROR(Expect(allocated == static_cast<int64_t>((3000 + 9000) * sizeof(float)),
                                 absl::StrCat("allocated ", allocated, " bytes")));
 
-    LOOM_ASSIGN_OR_RETURN(std::optional<CommBuffer> empty, buffers.Stage(t, {}));
-    LOOM_RETURN_IF_ERROR(Expect(!empty.has_value(), "an empty payload was staged"));
+    LOOM_ASSIGN_OR_RETURN(CommBuffer empty, buffers.Stage(t, {}));
+    LOOM_RETURN_IF_ERROR(Expect(empty.empty(), "an empty payload was staged"));
 
     // More buffers out than kMaxFree, all returned: the next kMaxFree + 1 stagings
     // of the smallest size reuse at most kMaxFree of them.
     std::vector<CommBuffer> out;
     for (size_t i = 0; i < SendBuffers::kMaxFree + 4; ++i) {
-      LOOM_ASSIGN_OR_RETURN(std::optional<CommBuffer> b, buffers.Stage(t, smaller));
-      out.push_back(std::move(*b));
+      LOOM_ASSIGN_OR_RETURN(CommBuffer b, buffers.Stage(t, smaller));
+      out.push_back(std::move(b));
     }
     for (CommBuffer& b : out) buffers.Return(std::move(b));
-    buffers.Return(std::move(*staged));
-    buffers.Return(std::move(*second));
+    buffers.Return(std::move(staged));
+    buffers.Return(std::move(second));
     const int64_t before = buffers.allocated_bytes();
     for (size_t i = 0; i < SendBuffers::kMaxFree; ++i) {
-      LOOM_ASSIGN_OR_RETURN(std::optional<CommBuffer> b, buffers.Stage(t, smaller));
-      out[i] = std::move(*b);
+      LOOM_ASSIGN_OR_RETURN(CommBuffer b, buffers.Stage(t, smaller));
+      out[i] = std::move(b);
     }
     LOOM_RETURN_IF_ERROR(Expect(buffers.allocated_bytes() == before,
                                 "kMaxFree free buffers were not all kept"));
-    LOOM_ASSIGN_OR_RETURN(std::optional<CommBuffer> extra, buffers.Stage(t, smaller));
+    LOOM_ASSIGN_OR_RETURN(CommBuffer extra, buffers.Stage(t, smaller));
     return Expect(buffers.allocated_bytes() > before,
                   "more than kMaxFree buffers were kept free");
   });
