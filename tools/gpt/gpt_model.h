@@ -158,8 +158,10 @@ class GptModel {
   // BindGradients moves every gradient accumulator into `memory`, the gradients
   // back to back in Parameters() order, with their values: from now on Backward
   // adds there (the data-parallel all-reduce bucket, so that nothing is copied
-  // between the backward and the all-reduce). `memory` must outlive the model;
-  // views Parameters() returned before point to freed memory, take them again.
+  // between the backward and the all-reduce). `memory` must stay valid while the
+  // gradients are used (Backward, ZeroGrad, the views); destroying the model
+  // touches nothing. Views Parameters() returned before point to freed memory:
+  // take them again.
   // InvalidArgument naming both counts when memory is not exactly the gradients'
   // element count.
   absl::Status BindGradients(absl::Span<float> memory);

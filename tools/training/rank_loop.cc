@@ -173,7 +173,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                                                data_fn, module_options));
   // The optimizer's parameter list, kept for the checkpoints' names and shapes.
   std::vector<GptParameter> params = module->Parameters();
-  // zero 0: the module's gradients live in the optimizer's all-reduce bucket.
+  // zero 0: the module's gradients live in the optimizer's all-reduce bucket (the
+  // optimizer, made after the module, goes first; the module is not used then).
   const GradientBinder bind_gradients =
       [&module](absl::Span<float> memory) -> absl::StatusOr<std::vector<GptParameter>> {
     LOOM_RETURN_IF_ERROR(module->BindGradients(memory));
