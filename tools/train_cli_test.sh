@@ -4,6 +4,7 @@
 # line naming the values.
 set -euo pipefail
 TRAIN="$1"
+MESH="$2"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 dir="${TEST_TMPDIR:-$(mktemp -d)}"
 
@@ -30,6 +31,20 @@ for key in compute dp_comm pp_comm optimizer other; do
 done
 grep -qE '"step_breakdown_s": \{"compute": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "compute is 0: $(cat "$dir/summary.json")"
 grep -qE '^time per step \(mean over ranks\): compute [0-9.]+ ms, dp comm [0-9.]+ ms, pp comm [0-9.]+ ms, optimizer [0-9.]+ ms, other [0-9.]+ ms$' <<<"$out" || fail "time per step line: $out"
+
+# The mesh is topology's: the job prints the //tools:mesh flags of its layout, and
+# with --print_mesh the very table that tool prints for them.
+out="$("$TRAIN" --dp=3 --pp=2 --tp=2 --layers=2 --steps=1 --microbatches=2 --print_mesh --nocompare_reference)"
+mesh_flags="$(sed -n 's|^mesh: tp fastest, then pp, then dp (//tools:mesh \(.*\))$|\1|p' <<<"$out")"
+[[ "$mesh_flags" == "--shape=dp=3,pp=2,cp=1,tp=2 --order=tp-cp-pp-dp" ]] || fail "mesh line: $out"
+# shellcheck disable=SC2086
+table="$("$MESH" $mesh_flags)"
+[[ "$(wc -l <<<"$table")" == 14 ]] || fail "mesh table: $table"
+[[ "$(grep -A13 '^mesh dp=3,pp=2,cp=1,tp=2: 12 ranks' <<<"$out")" == "$table" ]] ||
+    fail "train --print_mesh differs from mesh $mesh_flags: $out"
+# Rank 7 (dp 1, stage 1, tp 1): dp group [3,7,11], pp [5,7], cp [7], tp [6,7].
+grep -qE '^7 +0 +7 +1 +1 +0 +1 +\[3,7,11\] +\[5,7\] +\[7\] +\[6,7\]$' <<<"$table" ||
+    fail "rank 7's groups: $table"
 
 # A schedule, a metrics file and its plot; a resumed run logs each step once.
 out="$("$TRAIN" --steps=4 --warmup_steps=2 --lr=0.004 --lr_min=0.001 --metrics="$dir/m.jsonl" \

@@ -52,12 +52,16 @@
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
+#include "tools/mesh_report.h"
 #include "tools/training/atomic_file.h"
 #include "tools/training/job_checkpoint.h"
+#include "tools/training/job_mesh.h"
 #include "tools/training/loss_plot.h"
 #include "tools/training/metrics_log.h"
 #include "tools/training/reference.h"
 #include "tools/training/train_job.h"
+#include "topology/mesh.h"
+#include "topology/node_layout.h"
 #include "topology/parallel_config.h"
 
 ABSL_FLAG(int, dp, 2, "Data-parallel ranks.");
@@ -111,6 +115,9 @@ ABSL_FLAG(std::string, plot, "",
           "Write the loss curve (and the eval loss) as an SVG to FILE at the end (from --metrics "
           "when given, so a resumed run plots the whole run).");
 ABSL_FLAG(uint64_t, seed, 1, "Model seed.");
+ABSL_FLAG(bool, print_mesh, false,
+          "Print every rank's coordinates and groups (the table //tools:mesh prints for the "
+          "job's shape and order) before training.");
 ABSL_FLAG(bool, compare_reference, true,
           "Also train on one rank and report the largest parameter difference.");
 ABSL_FLAG(std::string, trace, "", "Write a Chrome trace of the last step's pipeline to FILE.");
@@ -528,6 +535,15 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         PipelineScheduleName(o.schedule), o.microbatches, o.micro_batch, o.zero,
         absl::GetFlag(FLAGS_offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
         o.model.ToString());
+    // The groups are topology's: //tools:mesh prints the same for these flags.
+    std::cout << "mesh: tp fastest, then pp, then dp (//tools:mesh " << JobMeshCommand(o) << ")\n";
+    if (absl::GetFlag(FLAGS_print_mesh)) {
+      LOOM_ASSIGN_OR_RETURN(const Mesh mesh, JobMeshOf(o));
+      LOOM_ASSIGN_OR_RETURN(const NodeLayout nodes,
+                            NodeLayout::Create(mesh.world_size(), mesh.world_size()));
+      LOOM_ASSIGN_OR_RETURN(const std::string table, MeshReportTable(mesh, nodes, std::nullopt));
+      std::cout << table;
+    }
   }
   // --metrics: rank 0's file, one line per step. A resumed run first drops the
   // lines of the steps it is about to train again.

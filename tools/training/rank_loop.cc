@@ -94,8 +94,8 @@ absl::Status Save(const TrainJobOptions& o, int64_t done, const std::vector<GptP
   RankCheckpointPart part;
   part.params = &params;
   part.tp_size = o.tp;
-  part.tp_rank = w.t;
-  part.saves_dp_replicated = w.d == 0;
+  part.tp_rank = w.place.t;
+  part.saves_dp_replicated = w.place.d == 0;
   absl::StatusOr<std::vector<StateSlice>> slices = optimizer.ReadState();
   // A rank that cannot read its state still joins the save's agreements, so that
   // every rank fails with its reason instead of waiting for it.
@@ -130,7 +130,7 @@ absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptPa
                                                         reader->meta().step, "; --steps ", o.steps,
                                                         " asks for no more"));
     }
-    LOOM_RETURN_IF_ERROR(optimizer.WriteState(reader->SourceFor(params, o.tp, w.t)));
+    LOOM_RETURN_IF_ERROR(optimizer.WriteState(reader->SourceFor(params, o.tp, w.place.t)));
     step = reader->meta().step;
     return absl::OkStatus();
   };
@@ -149,13 +149,6 @@ absl::Status Halted(int64_t step) {
 
 }  // namespace
 
-void PlaceRank(const TrainJobOptions& o, int rank, RankWiring& w) {
-  w.rank = rank;
-  w.t = rank % o.tp;
-  w.s = (rank / o.tp) % o.pp;
-  w.d = rank / (o.tp * o.pp);
-}
-
 absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, RankWiring& w,
                      DiskTier* disk, const std::function<void(const StepReport&)>& on_step,
                      TrainSummary* summary) {
@@ -164,12 +157,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   module_options.micro_batch = options.micro_batch;
   module_options.num_microbatches = options.microbatches;
   module_options.recompute = options.recompute;
-  const int d = w.d;
+  const int d = w.place.d;
   GptMicrobatchFn data_fn = [&setup, d](int64_t step, int64_t mb) {
     return setup.Microbatch(step, mb, d);
   };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
-                        GptStageModule::Create(options.model, setup.schedule.layout, w.s, *w.tp,
+                        GptStageModule::Create(options.model, setup.schedule.layout, w.place.s, *w.tp,
                                                data_fn, module_options));
   // The optimizer's parameter list, kept for the checkpoints' names and shapes.
   std::vector<GptParameter> params = module->Parameters();
@@ -182,14 +175,14 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
                         MakeRankOptimizer(options, params, w.dp.get(), disk,
-                                          absl::StrCat("train.s", w.s, ".t", w.t), bind_gradients));
+                                          absl::StrCat("train.s", w.place.s, ".t", w.place.t), bind_gradients));
   params = module->Parameters();
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
   // Clipping: tp-replicated parameters count on tp rank 0 only.
   std::vector<float> norm_weights;
   for (const GptParameter& p : params) {
-    norm_weights.push_back(p.split == TpSplit::kReplicated && w.t != 0 ? 0.0f : 1.0f);
+    norm_weights.push_back(p.split == TpSplit::kReplicated && w.place.t != 0 ? 0.0f : 1.0f);
   }
   GptMicrobatchFn eval_fn = [&setup, d](int64_t, int64_t mb) {
     return setup.EvalMicrobatch(mb, d);
@@ -317,7 +310,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   }
   LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());  // zero 3: the final weights
   LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> final_params,
-                        GatherBytes(*w.world, EncodeParameters(w.t, module->Parameters())));
+                        GatherBytes(*w.world, EncodeParameters(w.place.t, module->Parameters())));
   LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> executions,
                         GatherBytes(*w.world, EncodeExecution(last_execution)));
   if (summary == nullptr) return absl::OkStatus();

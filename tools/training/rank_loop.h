@@ -5,7 +5,7 @@
 //
 // Example (one rank; tools/training/train_job.cc wires them for threads and processes):
 //   RankWiring w;
-//   PlaceRank(options, rank, w);            // its dp, pp and tp coordinates
+//   w.place = *PlaceRank(mesh, rank);       // its coordinates and groups (job_mesh.h)
 //   ...w.tp, w.dp, w.world = communicators; w.pp = the pipeline endpoint...
 //   absl::Status s = RunRank(options, *setup, w, disk, on_step, rank == 0 ? &summary : nullptr);
 //   if (!s.ok()) AbortRank(w, s);           // its peers stop at once
@@ -20,6 +20,7 @@
 #include "collectives/communicator.h"
 #include "collectives/transport/transport.h"
 #include "offload/disk/disk_tier.h"
+#include "tools/training/job_mesh.h"
 #include "tools/training/job_setup.h"
 #include "tools/training/train_options.h"
 
@@ -29,16 +30,13 @@ namespace loom {
 // for each dimension, since the ZeRO engine drives dp from its own thread while
 // the layers drive tp and the executor drives pp.
 struct RankWiring {
-  int rank = 0, d = 0, s = 0, t = 0;
+  RankPlace place;
   std::unique_ptr<Communicator> tp, dp, world;
   // Every endpoint of the rank, aborted when it fails so that its peers in each
   // group stop waiting at once instead of at their deadlines.
   std::vector<std::shared_ptr<Transport>> endpoints;
   std::unique_ptr<Transport> pp;
 };
-
-// PlaceRank sets the coordinates of world rank `rank`: tp fastest, then pp, then dp.
-void PlaceRank(const TrainJobOptions& options, int rank, RankWiring& w);
 
 // RunRank trains one rank. World rank 0 collects every rank's figures each step
 // (through the world communicator), calls `on_step` and fills `*summary` (null on

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_macros.h"
 #include "offload/disk/disk_tier.h"
+#include "tools/training/job_mesh.h"
 #include "tools/training/job_setup.h"
 #include "tools/training/rank_loop.h"
 #include "tools/training/rank_optimizer.h"
@@ -26,18 +28,19 @@ namespace loom {
 absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
                                          const std::function<void(const StepReport&)>& on_step) {
   LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<JobSetup> setup, SetupJob(options));
-  const int dp = options.dp, pp = options.pp, tp = options.tp;
-  const int world = dp * pp * tp;
-  // One inproc group per line of each dimension, plus the world. Separate
-  // transports for each dimension, since the ZeRO engine drives dp from its own
-  // thread while the layers drive tp and the executor drives pp.
-  std::vector<std::shared_ptr<InprocGroup>> tp_groups, pp_groups, dp_groups;
-  for (const auto& [groups, count, size] :
-       {std::make_tuple(&tp_groups, dp * pp, tp), std::make_tuple(&pp_groups, dp * tp, pp),
-        std::make_tuple(&dp_groups, pp * tp, dp)}) {
-    for (int i = 0; i < count; ++i) {
-      LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(size));
-      groups->push_back(std::move(group));
+  LOOM_ASSIGN_OR_RETURN(const Mesh mesh, JobMeshOf(options));
+  const int world = static_cast<int>(mesh.world_size());
+  // One inproc group per group of each dimension (mesh.AllGroups order), plus the
+  // world. Separate transports for each dimension, since the ZeRO engine drives dp
+  // from its own thread while the layers drive tp and the executor drives pp.
+  std::map<std::string, std::vector<std::shared_ptr<InprocGroup>>> groups;
+  for (const char* dimension : {"tp", "pp", "dp"}) {
+    LOOM_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> members,
+                          mesh.AllGroups(dimension));
+    for (const std::vector<int64_t>& group : members) {
+      LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> made,
+                            InprocGroup::Create(static_cast<int>(group.size())));
+      groups[dimension].push_back(std::move(made));
     }
   }
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> world_group, InprocGroup::Create(world));
@@ -46,17 +49,18 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
   comm_options.timeout = kCollectiveTimeout;
   for (int rank = 0; rank < world; ++rank) {
     RankWiring& w = wiring[rank];
-    PlaceRank(options, rank, w);
+    LOOM_ASSIGN_OR_RETURN(w.place, PlaceRank(mesh, rank));
+    const RankPlace& at = w.place;
     auto make = [&](const std::shared_ptr<InprocGroup>& g,
                     int r) -> absl::StatusOr<std::unique_ptr<Communicator>> {
       LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> endpoint, g->Endpoint(r));
       w.endpoints.push_back(std::move(endpoint));
       return Communicator::Create(w.endpoints.back(), comm_options);
     };
-    LOOM_ASSIGN_OR_RETURN(w.tp, make(tp_groups[w.d * pp + w.s], w.t));
-    LOOM_ASSIGN_OR_RETURN(w.dp, make(dp_groups[w.s * tp + w.t], w.d));
-    LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, w.rank));
-    LOOM_ASSIGN_OR_RETURN(w.pp, pp_groups[w.d * tp + w.t]->Endpoint(w.s));
+    LOOM_ASSIGN_OR_RETURN(w.tp, make(groups["tp"][at.tp_group], at.t));
+    LOOM_ASSIGN_OR_RETURN(w.dp, make(groups["dp"][at.dp_group], at.d));
+    LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, at.rank));
+    LOOM_ASSIGN_OR_RETURN(w.pp, groups["pp"][at.pp_group]->Endpoint(at.s));
   }
   // --offload nvme: one DiskTier for every rank (names carry the rank's stage, tp
   // and dp coordinates).
@@ -105,14 +109,6 @@ std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, in
   return absl::StrCat(job_id, ".", dimension, group);
 }
 
-std::vector<std::string> ShmGroupIds(const TrainJobOptions& o, absl::string_view job_id) {
-  std::vector<std::string> ids = {ShmGroupId(job_id, "w", 0)};
-  for (int i = 0; i < o.dp * o.pp; ++i) ids.push_back(ShmGroupId(job_id, "t", i));
-  for (int i = 0; i < o.pp * o.tp; ++i) ids.push_back(ShmGroupId(job_id, "d", i));
-  for (int i = 0; i < o.dp * o.tp; ++i) ids.push_back(ShmGroupId(job_id, "p", i));
-  return ids;
-}
-
 absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
     const TrainJobOptions& options, const ShmOptions& process,
     const std::function<void(const StepReport&)>& on_step) {
@@ -138,8 +134,10 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
         absl::StrCat("--transport ", transport, ": the job has ", size, " processes, --dp ",
                      options.dp, " x --pp ", options.pp, " x --tp ", options.tp, " needs ", world));
   }
+  LOOM_ASSIGN_OR_RETURN(const Mesh mesh, JobMeshOf(options));
   RankWiring w;
-  PlaceRank(options, rank, w);
+  LOOM_ASSIGN_OR_RETURN(w.place, PlaceRank(mesh, rank));
+  const RankPlace& at = w.place;
   CommunicatorOptions comm_options;
   comm_options.timeout = kCollectiveTimeout;
   auto make = [&](absl::StatusOr<std::unique_ptr<Transport>> endpoint)
@@ -149,10 +147,10 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
     return Communicator::Create(w.endpoints.back(), comm_options);
   };
   const int dp = options.dp, pp = options.pp, tp = options.tp;
-  LOOM_ASSIGN_OR_RETURN(w.world, make(connect("w", 0, w.rank, world)));
-  LOOM_ASSIGN_OR_RETURN(w.tp, make(connect("t", w.d * pp + w.s, w.t, tp)));
-  LOOM_ASSIGN_OR_RETURN(w.dp, make(connect("d", w.s * tp + w.t, w.d, dp)));
-  LOOM_ASSIGN_OR_RETURN(w.pp, connect("p", w.d * tp + w.t, w.s, pp));
+  LOOM_ASSIGN_OR_RETURN(w.world, make(connect("w", 0, at.rank, world)));
+  LOOM_ASSIGN_OR_RETURN(w.tp, make(connect("t", at.tp_group, at.t, tp)));
+  LOOM_ASSIGN_OR_RETURN(w.dp, make(connect("d", at.dp_group, at.d, dp)));
+  LOOM_ASSIGN_OR_RETURN(w.pp, connect("p", at.pp_group, at.s, pp));
 
   std::vector<std::string> made_dirs;
   std::unique_ptr<DiskTier> disk;
@@ -161,11 +159,11 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
     RemoveDirectories(made_dirs);
   });
   std::optional<TrainSummary> summary;
-  if (w.rank == 0) summary.emplace();
+  if (at.rank == 0) summary.emplace();
   absl::Status status;
   if (options.offload == OffloadKind::kNvme) {
     absl::StatusOr<std::unique_ptr<DiskTier>> opened =
-        OpenOffloadDisk(options, absl::StrCat("rank", w.rank), &made_dirs);
+        OpenOffloadDisk(options, absl::StrCat("rank", at.rank), &made_dirs);
     status = opened.status();
     if (opened.ok()) disk = std::move(*opened);
   }
@@ -175,7 +173,7 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   }
   if (!status.ok()) {
     AbortRank(w, status);
-    return absl::Status(status.code(), absl::StrCat("rank ", w.rank, ": ", status.message()));
+    return absl::Status(status.code(), absl::StrCat("rank ", at.rank, ": ", status.message()));
   }
   return summary;
 }

@@ -55,7 +55,7 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
 // GroupConnector: how one process of a job joins one line of a mesh dimension.
 // connect(dimension, group, rank, size) returns this process's endpoint in group
 // `group` of `dimension` ("w": the world, group 0; "t", "d", "p": the tp, dp and pp
-// lines, numbered as ShmGroupIds numbers them), where it is rank `rank` of `size`.
+// groups, numbered as the job mesh's AllGroups numbers them: job_mesh.h), where it is rank `rank` of `size`.
 // Every process calls it in the same order (world, tp, dp, pp), so connects that are
 // collective over the whole job (MPI_Comm_split) meet.
 using GroupConnector = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
@@ -74,14 +74,15 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
 // RunTrainJobRank is RunTrainJobProcess over shm (--transport shm): `process` names
 // the job, this process's world rank and the world size (as //tools:launch passes
 // them; ShmOptionsFromEnvironment); each group connects its own shm transport
-// (ShmGroupIds).
+// (ShmGroupId, numbered as mesh.AllGroups numbers each dimension's groups).
 absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
     const TrainJobOptions& options, const ShmOptions& process,
     const std::function<void(const StepReport&)>& on_step);
 
-// ShmGroupIds returns the shm job ids the ranks of job `job_id` connect: the world
-// and each line of tp, dp and pp. A launcher removes their leftover segments.
-std::vector<std::string> ShmGroupIds(const TrainJobOptions& options, absl::string_view job_id);
+// ShmGroupId returns the shm job id of group `group` (its index in the job mesh's
+// AllGroups(dimension)) of job `job_id`: "<job_id>.<letter><group>", where the letter
+// is "w" (the world), "t", "d" or "p"; every segment of the job thus starts with
+// /dev/shm/loom.<job_id>., which a launcher removes.
 std::string ShmGroupId(absl::string_view job_id, absl::string_view dimension, int group);
 
 }  // namespace loom

@@ -1,0 +1,101 @@
+#include "tools/training/job_mesh.h"
+
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TrainJobOptions Sized(int dp, int pp, int tp) {
+  TrainJobOptions options;
+  options.dp = dp;
+  options.pp = pp;
+  options.tp = tp;
+  return options;
+}
+
+TEST(JobMeshTest, TheDocumentedExample) {
+  auto mesh_or = JobMeshOf(Sized(2, 2, 2));
+  ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
+  const Mesh mesh = *std::move(mesh_or);
+  auto place_or = PlaceRank(mesh, 5);
+  ASSERT_TRUE(place_or.ok()) << place_or.status();
+  const RankPlace place = *std::move(place_or);
+  EXPECT_EQ(place.rank, 5);
+  EXPECT_EQ(std::make_tuple(place.d, place.s, place.t), std::make_tuple(1, 0, 1));
+  EXPECT_EQ(std::make_tuple(place.tp_group, place.dp_group, place.pp_group),
+            std::make_tuple(2, 1, 3));
+  EXPECT_THAT(mesh.AllGroups("tp"), IsOkAndHolds(ElementsAre(ElementsAre(0, 1), ElementsAre(2, 3),
+                                                            ElementsAre(4, 5), ElementsAre(6, 7))));
+  EXPECT_EQ(JobMeshCommand(Sized(2, 2, 2)), "--shape=dp=2,pp=2,cp=1,tp=2 --order=tp-cp-pp-dp");
+}
+
+// Every rank of several meshes: tp fastest, then pp, then dp; each group index
+// names the group of mesh.AllGroups that holds the rank at its own coordinate, and
+// each dimension's groups partition the world.
+TEST(JobMeshTest, EveryRankOfSeveralMeshes) {
+  for (const auto& [dp, pp, tp] : {std::make_tuple(1, 1, 1), std::make_tuple(8, 1, 1),
+                                   std::make_tuple(1, 4, 1), std::make_tuple(1, 1, 3),
+                                   std::make_tuple(3, 2, 2), std::make_tuple(2, 3, 4)}) {
+    SCOPED_TRACE(testing::Message() << "dp " << dp << " pp " << pp << " tp " << tp);
+    auto mesh_or = JobMeshOf(Sized(dp, pp, tp));
+    ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
+    const Mesh mesh = *std::move(mesh_or);
+    ASSERT_EQ(mesh.world_size(), dp * pp * tp);
+    auto tp_groups_or = mesh.AllGroups("tp");
+    ASSERT_TRUE(tp_groups_or.ok()) << tp_groups_or.status();
+    const auto tp_groups = *std::move(tp_groups_or);
+    auto pp_groups_or = mesh.AllGroups("pp");
+    ASSERT_TRUE(pp_groups_or.ok()) << pp_groups_or.status();
+    const auto pp_groups = *std::move(pp_groups_or);
+    auto dp_groups_or = mesh.AllGroups("dp");
+    ASSERT_TRUE(dp_groups_or.ok()) << dp_groups_or.status();
+    const auto dp_groups = *std::move(dp_groups_or);
+    EXPECT_EQ(tp_groups.size(), static_cast<size_t>(dp * pp));
+    EXPECT_EQ(pp_groups.size(), static_cast<size_t>(dp * tp));
+    EXPECT_EQ(dp_groups.size(), static_cast<size_t>(pp * tp));
+    std::set<std::tuple<int, int, int>> seen;
+    for (int rank = 0; rank < dp * pp * tp; ++rank) {
+      auto at_or = PlaceRank(mesh, rank);
+      ASSERT_TRUE(at_or.ok()) << at_or.status();
+      const RankPlace at = *std::move(at_or);
+      EXPECT_EQ(at.t, rank % tp);
+      EXPECT_EQ(at.s, (rank / tp) % pp);
+      EXPECT_EQ(at.d, rank / (tp * pp));
+      seen.insert({at.d, at.s, at.t});
+      ASSERT_LT(at.tp_group, static_cast<int>(tp_groups.size()));
+      ASSERT_LT(at.pp_group, static_cast<int>(pp_groups.size()));
+      ASSERT_LT(at.dp_group, static_cast<int>(dp_groups.size()));
+      EXPECT_EQ(tp_groups[at.tp_group][at.t], rank);
+      EXPECT_EQ(pp_groups[at.pp_group][at.s], rank);
+      EXPECT_EQ(dp_groups[at.dp_group][at.d], rank);
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(dp * pp * tp));
+  }
+}
+
+TEST(JobMeshTest, BadSizesAndRanksAreErrors) {
+  EXPECT_THAT(JobMeshOf(Sized(0, 1, 1)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0")));
+  auto mesh_or = JobMeshOf(Sized(2, 1, 2));
+  ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
+  const Mesh mesh = *std::move(mesh_or);
+  EXPECT_THAT(PlaceRank(mesh, 4), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("4")));
+  EXPECT_THAT(PlaceRank(mesh, -1), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("-1")));
+  auto other_or = Mesh::Create({{"dp", 2}, {"tp", 2}});
+  ASSERT_TRUE(other_or.ok()) << other_or.status();
+  const Mesh other = *std::move(other_or);
+  EXPECT_THAT(PlaceRank(other, 0), StatusIs(absl::StatusCode::kNotFound, HasSubstr("pp")));
+}
+
+}  // namespace
+}  // namespace loom
