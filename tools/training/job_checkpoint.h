@@ -56,8 +56,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "collectives/communicator.h"
-#include "tools/gpt/gpt_config.h"
-#include "tools/gpt/gpt_parameter.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_parameter.h"
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/train_options.h"
 

@@ -19,9 +19,9 @@
 #include "offload/disk/disk_tier.h"
 #include "pipeline/executor/executor.h"
 #include "pipeline/schedule.h"
-#include "tools/gpt/batch.h"
-#include "tools/gpt/byte_corpus.h"
-#include "tools/gpt/markov_data.h"
+#include "models/gpt/batch.h"
+#include "models/gpt/byte_corpus.h"
+#include "models/gpt/markov_data.h"
 #include "tools/training/train_options.h"
 
 namespace loom {

@@ -17,7 +17,7 @@
 #include "core/reduce_op.h"
 #include "core/status_macros.h"
 #include "pipeline/executor/send_buffers.h"
-#include "tools/gpt/gpt_stage_module.h"
+#include "models/gpt/gpt_stage_module.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/wire.h"

@@ -32,7 +32,7 @@
 #include "collectives/communicator.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
-#include "tools/gpt/gpt_parameter.h"
+#include "models/gpt/gpt_parameter.h"
 #include "tools/training/lr_schedule.h"
 #include "tools/training/train_options.h"
 

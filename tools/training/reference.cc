@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "tools/gpt/gpt_parameter.h"
+#include "models/gpt/gpt_parameter.h"
 #include "tools/training/train_job.h"
 
 namespace loom {

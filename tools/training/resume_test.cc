@@ -17,7 +17,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/gpt/gpt_parameter.h"
+#include "models/gpt/gpt_parameter.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/train_job.h"
 

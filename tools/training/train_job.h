@@ -1,6 +1,6 @@
 // TrainJob: Loom's end-to-end training job, the library behind //tools:train. It
-// trains the GPT decoder of tools/gpt on MarkovData (or, with `data`, on the bytes
-// of text files: tools/gpt/byte_corpus.h) over a dp x pp x tp mesh of
+// trains the GPT decoder of models/gpt on MarkovData (or, with `data`, on the bytes
+// of text files: models/gpt/byte_corpus.h) over a dp x pp x tp mesh of
 // ranks, threads (RunTrainJob) or processes over shm (RunTrainJobRank):
 //   - tp: the tensor_parallel layers on a tp communicator;
 //   - pp: the stages run by pipeline/executor under a pipeline schedule;

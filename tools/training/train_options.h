@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "tools/gpt/gpt_config.h"
-#include "tools/gpt/gpt_model.h"
-#include "tools/gpt/gpt_parameter.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_model.h"
+#include "models/gpt/gpt_parameter.h"
 #include "topology/parallel_config.h"
 
 namespace loom {
@@ -24,7 +24,7 @@ enum class OffloadKind { kNone, kCpu, kNvme };
 inline constexpr int64_t kEvalStep = int64_t{1} << 40;
 
 struct TrainJobOptions {
-  GptConfig model;  // tools/gpt/gpt_config.h; defaults: V=64, 4 layers
+  GptConfig model;  // models/gpt/gpt_config.h; defaults: V=64, 4 layers
   int dp = 2;
   int pp = 2;
   int tp = 2;

@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "tools/gpt/byte_corpus.h"
+#include "models/gpt/byte_corpus.h"
 #include "tools/training/train_options.h"
 #include "topology/parallel_config.h"
 

@@ -25,7 +25,7 @@
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "pipeline/executor/executor.h"
-#include "tools/gpt/gpt_parameter.h"
+#include "models/gpt/gpt_parameter.h"
 #include "tools/training/train_options.h"
 
 namespace loom {

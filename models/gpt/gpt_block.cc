@@ -1,0 +1,242 @@
+#include "models/gpt/gpt_block.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "models/gpt/gpt_init.h"
+#include "models/gpt/internal/model_util.h"
+#include "models/gpt/ops.h"
+
+namespace loom {
+
+using train_internal::Add;
+using train_internal::AddInto;
+using train_internal::Bytes;
+using train_internal::Free;
+using train_internal::ParameterOf;
+using train_internal::ToTensor;
+using train_internal::Values;
+
+namespace {
+
+constexpr float kStd = 0.02f;
+
+}  // namespace
+
+absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index,
+                                          Communicator& tp) {
+  LOOM_RETURN_IF_ERROR(config.Validate(tp.size()));
+  const int64_t h = config.hidden, f = config.ffn_size();
+  const std::string prefix = absl::StrCat("blocks.", index, ".");
+  const float residual_std =
+      kStd / std::sqrt(2.0f * static_cast<float>(config.layers > 0 ? config.layers : 1));
+  auto seeded = [&](const std::string& name, std::vector<int64_t> shape, float stddev) {
+    return SeededTensor(config.seed, prefix + name, std::move(shape), stddev);
+  };
+  const Tensor qkv_w = seeded("attn.qkv.weight", {3 * h, h}, kStd);
+  const Tensor qkv_b = seeded("attn.qkv.bias", {3 * h}, 0.0f);
+  const Tensor out_w = seeded("attn.out.weight", {h, h}, residual_std);
+  const Tensor out_b = seeded("attn.out.bias", {h}, 0.0f);
+  ParallelSelfAttentionOptions attn_options;
+  attn_options.num_heads = config.heads;
+  attn_options.causal = true;
+  LOOM_ASSIGN_OR_RETURN(ParallelSelfAttention attn,
+                        ParallelSelfAttention::Create(qkv_w, &qkv_b, out_w, &out_b, tp,
+                                                      attn_options));
+  const Tensor fc_w = seeded("mlp.fc.weight", {f, h}, kStd);
+  const Tensor fc_b = seeded("mlp.fc.bias", {f}, 0.0f);
+  LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear fc,
+                        ColumnParallelLinear::Create(fc_w, &fc_b, tp, ColumnParallelOptions()));
+  const Tensor proj_w = seeded("mlp.proj.weight", {h, f}, residual_std);
+  const Tensor proj_b = seeded("mlp.proj.bias", {h}, 0.0f);
+  LOOM_ASSIGN_OR_RETURN(RowParallelLinear proj,
+                        RowParallelLinear::Create(proj_w, &proj_b, tp, RowParallelOptions()));
+  GptBlock block(std::move(attn), std::move(fc), std::move(proj));
+  block.config_ = config;
+  block.index_ = index;
+  block.ln1_gamma_ = SeededValues(config.seed, prefix + "ln1.gamma", h, 0.0f, 1.0f);
+  block.ln1_beta_ = SeededValues(config.seed, prefix + "ln1.beta", h, 0.0f);
+  block.ln2_gamma_ = SeededValues(config.seed, prefix + "ln2.gamma", h, 0.0f, 1.0f);
+  block.ln2_beta_ = SeededValues(config.seed, prefix + "ln2.beta", h, 0.0f);
+  // Size every accumulator now, so parameter views taken before the first
+  // Backward stay valid.
+  std::vector<GptParameter> unused;
+  block.AppendParameters(unused);
+  return block;
+}
+
+absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
+  const int64_t h = config_.hidden;
+  if (x.rank() != 3 || x.dim(2) != h || x.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("GptBlock ", index_, ": input shape ",
+                                                   ShapeString(x.shape()), " must be [s, b, ",
+                                                   h, "] (f32)"));
+  }
+  has_forward_ = false;
+  shape_ = x.shape();
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
+  x0_.assign(xv.begin(), xv.end());
+  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln1,
+                        LayerNormForward(x0_, ln1_gamma_, ln1_beta_, config_.layer_norm_eps));
+  mean1_ = std::move(ln1.mean);
+  rstd1_ = std::move(ln1.rstd);
+  LOOM_ASSIGN_OR_RETURN(Tensor ln1_out, ToTensor(shape_, ln1.y));
+  LOOM_ASSIGN_OR_RETURN(Tensor attn_out, attn_.Forward(ln1_out));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> av, Values(attn_out));
+  x1_ = Add(x0_, av);
+  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln2,
+                        LayerNormForward(x1_, ln2_gamma_, ln2_beta_, config_.layer_norm_eps));
+  mean2_ = std::move(ln2.mean);
+  rstd2_ = std::move(ln2.rstd);
+  LOOM_ASSIGN_OR_RETURN(Tensor ln2_out, ToTensor(shape_, ln2.y));
+  LOOM_ASSIGN_OR_RETURN(Tensor fc_out, fc_.Forward(ln2_out));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> fv, Values(fc_out));
+  pre_gelu_.assign(fv.begin(), fv.end());
+  LOOM_ASSIGN_OR_RETURN(Tensor gelu_out, ToTensor(fc_out.shape(), GeluForward(pre_gelu_)));
+  LOOM_ASSIGN_OR_RETURN(Tensor mlp_out, proj_.Forward(gelu_out));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> mv, Values(mlp_out));
+  has_forward_ = true;
+  return ToTensor(shape_, Add(x1_, mv));
+}
+
+size_t GptBlockWeightGradWork::bytes() const {
+  return attn.bytes() + fc.bytes() + proj.bytes() +
+         Bytes(ln1_dgamma) + Bytes(ln1_dbeta) + Bytes(ln2_dgamma) + Bytes(ln2_dbeta);
+}
+
+absl::StatusOr<Tensor> GptBlock::Backward(const Tensor& dy) {
+  GptBlockWeightGradWork work;
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, BackwardInput(dy, work));
+  LOOM_RETURN_IF_ERROR(BackwardWeight(work));
+  return dx;
+}
+
+absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightGradWork& work) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GptBlock ", index_, ": Backward without a Forward since the last one"));
+  }
+  if (dy.shape() != shape_ || dy.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("GptBlock ", index_, ": gradient shape ",
+                                                   ShapeString(dy.shape()),
+                                                   " must be the output's ", ShapeString(shape_)));
+  }
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dyv, Values(dy));
+  // MLP branch: y = x1 + proj(gelu(fc(ln2(x1)))).
+  LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.BackwardInput(dy, work.proj));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dgv, Values(d_gelu_out));
+  LOOM_ASSIGN_OR_RETURN(std::vector<float> d_pre_gelu, GeluBackward(pre_gelu_, dgv));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_fc_out, ToTensor(d_gelu_out.shape(), d_pre_gelu));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out, work.fc));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln2, LayerNormBackward(x1_, ln2_gamma_, mean2_, rstd2_, dl2));
+  work.ln2_dgamma = std::move(ln2.dgamma);
+  work.ln2_dbeta = std::move(ln2.dbeta);
+  const std::vector<float> dx1 = Add(dyv, ln2.dx);
+  // Attention branch: x1 = x0 + attn(ln1(x0)).
+  LOOM_ASSIGN_OR_RETURN(Tensor d_attn_out, ToTensor(shape_, dx1));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(d_attn_out, work.attn));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl1, Values(d_ln1_out));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(x0_, ln1_gamma_, mean1_, rstd1_, dl1));
+  work.ln1_dgamma = std::move(ln1.dgamma);
+  work.ln1_dbeta = std::move(ln1.dbeta);
+  const std::vector<int64_t> shape = shape_;
+  ReleaseActivations();
+  return ToTensor(shape, Add(dx1, ln1.dx));
+}
+
+absl::Status GptBlock::BackwardWeight(const GptBlockWeightGradWork& work) {
+  const size_t h = static_cast<size_t>(config_.hidden);
+  for (const std::vector<float>* g :
+       {&work.ln1_dgamma, &work.ln1_dbeta, &work.ln2_dgamma, &work.ln2_dbeta}) {
+    if (g->size() != h) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GptBlock ", index_, ": weight-gradient work holds a layer-norm gradient of ",
+          g->size(), " values, not hidden ", h));
+    }
+  }
+  LOOM_RETURN_IF_ERROR(proj_.BackwardWeight(work.proj));
+  LOOM_RETURN_IF_ERROR(AddInto(proj_w_grad_, proj_.weight_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(proj_b_grad_, proj_.bias_grad()));
+  LOOM_RETURN_IF_ERROR(fc_.BackwardWeight(work.fc));
+  LOOM_RETURN_IF_ERROR(AddInto(fc_w_grad_, fc_.weight_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(fc_b_grad_, fc_.bias_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(ln2_gamma_grad_, work.ln2_dgamma));
+  LOOM_RETURN_IF_ERROR(AddInto(ln2_beta_grad_, work.ln2_dbeta));
+  LOOM_RETURN_IF_ERROR(attn_.BackwardWeight(work.attn));
+  LOOM_RETURN_IF_ERROR(AddInto(qkv_w_grad_, attn_.qkv().weight_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(qkv_b_grad_, attn_.qkv().bias_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(out_w_grad_, attn_.out().weight_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(out_b_grad_, attn_.out().bias_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(ln1_gamma_grad_, work.ln1_dgamma));
+  LOOM_RETURN_IF_ERROR(AddInto(ln1_beta_grad_, work.ln1_dbeta));
+  return absl::OkStatus();
+}
+
+void GptBlock::ReleaseActivations() {
+  for (std::vector<float>* v : {&x0_, &mean1_, &rstd1_, &x1_, &mean2_, &rstd2_, &pre_gelu_}) {
+    Free(*v);
+  }
+  attn_.ReleaseActivations();
+  fc_.ReleaseActivations();
+  proj_.ReleaseActivations();
+  has_forward_ = false;
+}
+
+size_t GptBlock::saved_activation_bytes() const {
+  size_t bytes = attn_.saved_activation_bytes() + fc_.saved_activation_bytes() +
+                 proj_.saved_activation_bytes();
+  for (const std::vector<float>* v : {&x0_, &mean1_, &rstd1_, &x1_, &mean2_, &rstd2_, &pre_gelu_}) {
+    bytes += Bytes(*v);
+  }
+  return bytes;
+}
+
+void GptBlock::AppendParameters(std::vector<GptParameter>& out) {
+  const int64_t h = config_.hidden, f = config_.ffn_size();
+  const std::string p = absl::StrCat("blocks.", index_, ".");
+  out.push_back(ParameterOf(p + "ln1.gamma", ln1_gamma_, ln1_gamma_grad_));
+  out.push_back(ParameterOf(p + "ln1.beta", ln1_beta_, ln1_beta_grad_));
+  ColumnParallelLinear& qkv = attn_.mutable_qkv();
+  RowParallelLinear& attn_out = attn_.mutable_out();
+  out.push_back(ParameterOf(p + "attn.qkv.weight", qkv.mutable_weight(), qkv_w_grad_, {3 * h, h},
+                            TpSplit::kRows, 3));
+  out.push_back(ParameterOf(p + "attn.qkv.bias", qkv.mutable_bias(), qkv_b_grad_, {3 * h},
+                            TpSplit::kRows, 3));
+  out.push_back(ParameterOf(p + "attn.out.weight", attn_out.mutable_weight(), out_w_grad_, {h, h},
+                            TpSplit::kColumns));
+  out.push_back(ParameterOf(p + "attn.out.bias", attn_out.mutable_bias(), out_b_grad_, {h},
+                            TpSplit::kReplicated));
+  out.push_back(ParameterOf(p + "ln2.gamma", ln2_gamma_, ln2_gamma_grad_));
+  out.push_back(ParameterOf(p + "ln2.beta", ln2_beta_, ln2_beta_grad_));
+  out.push_back(ParameterOf(p + "mlp.fc.weight", fc_.mutable_weight(), fc_w_grad_, {f, h},
+                            TpSplit::kRows));
+  out.push_back(ParameterOf(p + "mlp.fc.bias", fc_.mutable_bias(), fc_b_grad_, {f},
+                            TpSplit::kRows));
+  out.push_back(ParameterOf(p + "mlp.proj.weight", proj_.mutable_weight(), proj_w_grad_, {h, f},
+                            TpSplit::kColumns));
+  out.push_back(ParameterOf(p + "mlp.proj.bias", proj_.mutable_bias(), proj_b_grad_, {h},
+                            TpSplit::kReplicated));
+}
+
+void GptBlock::ZeroGrad() {
+  std::vector<train_internal::GradAccumulator*> accumulators;
+  AppendGradAccumulators(accumulators);
+  for (train_internal::GradAccumulator* g : accumulators) {
+    std::fill(g->view().begin(), g->view().end(), 0.0f);
+  }
+}
+
+void GptBlock::AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out) {
+  for (train_internal::GradAccumulator* g :
+       {&ln1_gamma_grad_, &ln1_beta_grad_, &ln2_gamma_grad_, &ln2_beta_grad_, &qkv_w_grad_,
+        &qkv_b_grad_, &out_w_grad_, &out_b_grad_, &fc_w_grad_, &fc_b_grad_, &proj_w_grad_,
+        &proj_b_grad_}) {
+    out.push_back(g);
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,128 @@
+// GptBlock: one pre-norm decoder block of the GPT model on a tensor-parallel
+// group, built from the tensor_parallel layers:
+//
+//   x1 = x  + ParallelSelfAttention(LayerNorm1(x))            (causal, heads split)
+//   y  = x1 + RowParallel(GELU(ColumnParallel(LayerNorm2(x1))))   (MLP width split)
+//
+// Activations are [s, b, hidden] (Megatron's sequence-first layout), replicated on
+// every tensor-parallel rank; the attention's and the MLP's all-reduces make them
+// so. The layer norms run redundantly on every rank.
+//
+// Forward keeps what Backward needs (its own inputs of the layer norms and the
+// GELU, plus the layers' saved state); Backward consumes it, adds this block's
+// parameter gradients into its accumulators and frees the state, so a block holds
+// activations from a Forward until its Backward or ReleaseActivations.
+//
+// Example (inside a rank's thread, tp = 2):
+//   LOOM_ASSIGN_OR_RETURN(GptBlock block, GptBlock::Create(config, /*index=*/0, tp));
+//   LOOM_ASSIGN_OR_RETURN(Tensor y, block.Forward(x /*[32,4,64]*/));     // [32,4,64]
+//   block.saved_activation_bytes();                                      // > 0
+//   LOOM_ASSIGN_OR_RETURN(Tensor dx, block.Backward(dy /*[32,4,64]*/));  // [32,4,64]
+//   block.saved_activation_bytes();                                      // 0
+//   block.Forward(x2 /*[32,4,63]*/);
+//   // InvalidArgument: "GptBlock 0: input shape [32,4,63] must be [s, b, 64] (f32)"
+#ifndef LOOM_MODELS_GPT_GPT_BLOCK_H_
+#define LOOM_MODELS_GPT_GPT_BLOCK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "tensor_parallel/layers/column_parallel_linear.h"
+#include "tensor_parallel/layers/parallel_self_attention.h"
+#include "tensor_parallel/layers/row_parallel_linear.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
+#include "tensor_parallel/tensor.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_parameter.h"
+#include "models/gpt/internal/model_util.h"
+
+namespace loom {
+
+// GptBlockWeightGradWork: what a block's weight gradients need from one split
+// backward (tensor_parallel/layers/weight_grad_work.h): the four projections'
+// works and the layer norms' parameter gradients, which BackwardInput computes
+// alongside their input gradients (they are cheap) and BackwardWeight adds, so
+// that every accumulator of the block is added to in W order.
+struct GptBlockWeightGradWork {
+  AttentionWeightGradWork attn;
+  WeightGradWork fc, proj;
+  std::vector<float> ln1_dgamma, ln1_dbeta, ln2_dgamma, ln2_dbeta;
+  size_t bytes() const;
+};
+
+class GptBlock {
+ public:
+  // Create builds block `index` with its seeded parameters (gpt_init.h), this
+  // rank's shards of them. InvalidArgument from config.Validate(tp.size()).
+  static absl::StatusOr<GptBlock> Create(const GptConfig& config, int64_t index,
+                                         Communicator& tp);
+
+  GptBlock(GptBlock&&) = default;
+  GptBlock& operator=(GptBlock&&) = default;
+
+  // Forward returns the block's output for x [s, b, hidden] and keeps what
+  // Backward needs. InvalidArgument naming the shape for another input;
+  // otherwise a layer's (collective's) error.
+  absl::StatusOr<Tensor> Forward(const Tensor& x);
+
+  // Backward takes dL/dy of the last Forward, adds the parameter gradients into
+  // the accumulators, frees the forward state and returns dL/dx.
+  // FailedPrecondition without a Forward since the last Backward or release;
+  // InvalidArgument naming both shapes for a gradient of another shape.
+  absl::StatusOr<Tensor> Backward(const Tensor& dy);
+
+  // Split backward: BackwardInput returns dL/dx as Backward does, frees the
+  // forward state and leaves the weight gradients' inputs in `work`;
+  // BackwardWeight adds them into the accumulators, bitwise as Backward would
+  // have, even after other Forwards. Backward is the two in a row. Errors as
+  // Backward, and the layers' BackwardWeight errors for a work of another block.
+  absl::StatusOr<Tensor> BackwardInput(const Tensor& dy, GptBlockWeightGradWork& work);
+  absl::Status BackwardWeight(const GptBlockWeightGradWork& work);
+
+  // ReleaseActivations drops the forward state (activation checkpointing).
+  void ReleaseActivations();
+
+  // saved_activation_bytes returns the bytes the block holds for Backward.
+  size_t saved_activation_bytes() const;
+
+  // AppendParameters appends the block's parameters, in a fixed order, named
+  // "blocks.<index>.<ln1|attn|ln2|mlp>.<...>".
+  void AppendParameters(std::vector<GptParameter>& out);
+
+  // ZeroGrad sets every gradient accumulator to 0.
+  void ZeroGrad();
+
+  // AppendGradAccumulators appends the block's accumulators (any order), for
+  // GptModel::BindGradients.
+  void AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out);
+
+ private:
+  GptBlock(ParallelSelfAttention attn, ColumnParallelLinear fc, RowParallelLinear proj)
+      : attn_(std::move(attn)), fc_(std::move(fc)), proj_(std::move(proj)) {}
+
+  GptConfig config_;
+  int64_t index_ = 0;
+  // Layer norms (replicated) and their gradients.
+  std::vector<float> ln1_gamma_, ln1_beta_, ln2_gamma_, ln2_beta_;
+  train_internal::GradAccumulator ln1_gamma_grad_, ln1_beta_grad_, ln2_gamma_grad_,
+      ln2_beta_grad_;
+  ParallelSelfAttention attn_;
+  ColumnParallelLinear fc_;
+  RowParallelLinear proj_;
+  // Gradient accumulators of the layers' weights and biases (the layers' own
+  // gradients hold one Backward's only).
+  train_internal::GradAccumulator qkv_w_grad_, qkv_b_grad_, out_w_grad_, out_b_grad_;
+  train_internal::GradAccumulator fc_w_grad_, fc_b_grad_, proj_w_grad_, proj_b_grad_;
+  // Forward state: the layer-norm inputs with their statistics, the GELU input.
+  std::vector<float> x0_, mean1_, rstd1_, x1_, mean2_, rstd2_, pre_gelu_;
+  std::vector<int64_t> shape_;
+  bool has_forward_ = false;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_MODELS_GPT_GPT_BLOCK_H_

@@ -1,0 +1,47 @@
+#include "models/gpt/gpt_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace loom {
+
+namespace {
+
+absl::Status Invalid(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("GptConfig: ", what));
+}
+
+}  // namespace
+
+absl::Status GptConfig::Validate(int tp_size) const {
+  if (vocab < 2) return Invalid(absl::StrCat("vocab ", vocab, " must be >= 2"));
+  if (seq_len < 1) return Invalid(absl::StrCat("seq_len ", seq_len, " must be >= 1"));
+  if (hidden < 1) return Invalid(absl::StrCat("hidden ", hidden, " must be >= 1"));
+  if (heads < 1) return Invalid(absl::StrCat("heads ", heads, " must be >= 1"));
+  if (layers < 0) return Invalid(absl::StrCat("layers ", layers, " must be >= 0"));
+  if (ffn < 0) return Invalid(absl::StrCat("ffn ", ffn, " must be >= 0 (0 means 4 * hidden)"));
+  if (!(layer_norm_eps > 0.0f)) {
+    return Invalid(absl::StrCat("layer_norm_eps ", layer_norm_eps, " must be > 0"));
+  }
+  if (hidden % heads != 0) {
+    return Invalid(absl::StrCat("heads ", heads, " must divide hidden ", hidden));
+  }
+  if (tp_size < 1) return Invalid(absl::StrCat("tp ", tp_size, " must be >= 1"));
+  if (heads % tp_size != 0) {
+    return Invalid(absl::StrCat("heads ", heads, " must be a multiple of tp ", tp_size,
+                                " (every rank holds the same number of whole heads)"));
+  }
+  if (vocab < tp_size) {
+    return Invalid(absl::StrCat("vocab ", vocab, " is smaller than tp ", tp_size));
+  }
+  if (ffn_size() < tp_size) {
+    return Invalid(absl::StrCat("ffn ", ffn_size(), " is smaller than tp ", tp_size));
+  }
+  return absl::OkStatus();
+}
+
+std::string GptConfig::ToString() const {
+  return absl::StrCat("V=", vocab, " seq=", seq_len, " hidden=", hidden, " heads=", heads,
+                      " layers=", layers, " ffn=", ffn_size(), " seed=", seed);
+}
+
+}  // namespace loom

@@ -1,0 +1,411 @@
+#include "models/gpt/gpt_model.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/placement.h"
+#include "models/gpt/gpt_init.h"
+#include "models/gpt/internal/model_util.h"
+#include "models/gpt/ops.h"
+
+namespace loom {
+
+using train_internal::AddInto;
+using train_internal::Bytes;
+using train_internal::Free;
+using train_internal::ParameterOf;
+using train_internal::ToTensor;
+using train_internal::Values;
+
+namespace {
+
+constexpr char kName[] = "GptModel";
+constexpr float kStd = 0.02f;
+constexpr float kPositionStd = 0.01f;
+
+// SequenceFirst reorders [batch, seq] ids into [seq, batch], the activations' order.
+std::vector<int64_t> SequenceFirst(absl::Span<const int64_t> ids, int64_t batch, int64_t seq) {
+  std::vector<int64_t> out(ids.size());
+  for (int64_t j = 0; j < batch; ++j) {
+    for (int64_t i = 0; i < seq; ++i) out[i * batch + j] = ids[j * seq + i];
+  }
+  return out;
+}
+
+}  // namespace
+
+GptModelOptions GptModelOptions::Stage(const GptConfig& config, int64_t first_block,
+                                       int64_t end_block, Recompute recompute) {
+  GptModelOptions options;
+  options.first_block = first_block;
+  options.end_block = end_block;
+  options.embedding = first_block == 0;
+  options.head = end_block == config.layers;
+  options.recompute = recompute;
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config,
+                                                           Communicator& tp,
+                                                           const GptModelOptions& options) {
+  LOOM_RETURN_IF_ERROR(config.Validate(tp.size()));
+  GptModelOptions resolved = options;
+  if (resolved.end_block < 0) resolved.end_block = config.layers;
+  if (resolved.first_block < 0 || resolved.first_block > resolved.end_block ||
+      resolved.end_block > config.layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": blocks [", options.first_block, ", ", options.end_block,
+        ") are not a range within the model's ", config.layers, " layers"));
+  }
+  std::unique_ptr<GptModel> model(new GptModel());
+  model->config_ = config;
+  model->options_ = resolved;
+  model->tp_ = &tp;
+  const int64_t v = config.vocab, h = config.hidden;
+  if (resolved.embedding) {
+    const Tensor table = SeededTensor(config.seed, "embed.token", {v, h}, kStd);
+    LOOM_ASSIGN_OR_RETURN(VocabParallelEmbedding embedding,
+                          VocabParallelEmbedding::Create(table, tp, {}));
+    model->token_embedding_.emplace(std::move(embedding));
+    model->position_ =
+        SeededValues(config.seed, "embed.position", config.seq_len * h, kPositionStd);
+  }
+  model->blocks_.reserve(static_cast<size_t>(resolved.end_block - resolved.first_block));
+  for (int64_t i = resolved.first_block; i < resolved.end_block; ++i) {
+    LOOM_ASSIGN_OR_RETURN(GptBlock block, GptBlock::Create(config, i, tp));
+    model->blocks_.push_back(std::move(block));
+  }
+  if (resolved.head) {
+    model->final_gamma_ = SeededValues(config.seed, "final_ln.gamma", h, 0.0f, 1.0f);
+    model->final_beta_ = SeededValues(config.seed, "final_ln.beta", h, 0.0f);
+    const Tensor head = SeededTensor(config.seed, "head.weight", {v, h}, kStd);
+    LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear lm_head,
+                          ColumnParallelLinear::Create(head, nullptr, tp, {}));
+    model->lm_head_.emplace(std::move(lm_head));
+    LOOM_ASSIGN_OR_RETURN(VocabParallelCrossEntropy ce,
+                          VocabParallelCrossEntropy::Create(v, tp, ShardRule::kBalanced));
+    model->cross_entropy_.emplace(std::move(ce));
+  }
+  // Sizes every gradient, so views taken now stay valid.
+  model->Parameters();
+  return model;
+}
+
+absl::StatusOr<float> GptModel::Forward(absl::Span<const int64_t> tokens,
+                                        absl::Span<const int64_t> targets) {
+  if (!options_.embedding || !options_.head) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kName, ": Forward(tokens, targets) needs the whole model; this piece holds blocks [",
+        options_.first_block, ", ", options_.end_block, ")", options_.embedding ? "" : " without the embeddings",
+        options_.head ? "" : " without the head"));
+  }
+  GptStageInput input;
+  input.tokens = tokens;
+  input.targets = targets;
+  LOOM_ASSIGN_OR_RETURN(Tensor loss, ForwardStage(input));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> value, Values(loss));
+  return value[0];
+}
+
+absl::Status GptModel::Backward(float loss_grad) {
+  if (!options_.embedding || !options_.head) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kName, ": Backward(loss_grad) needs the whole model"));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor grad, ToTensor({1}, {loss_grad}));
+  return BackwardStage(grad).status();
+}
+
+absl::StatusOr<Tensor> GptModel::ForwardStage(const GptStageInput& input) {
+  ReleaseForwardState();
+  const int64_t s = config_.seq_len, h = config_.hidden;
+  int64_t batch = 0;
+  Tensor x;
+  if (options_.embedding) {
+    const int64_t n = static_cast<int64_t>(input.tokens.size());
+    if (n == 0 || n % s != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": ", n, " tokens are not a positive multiple of seq_len ", s));
+    }
+    batch = n / s;
+    LOOM_ASSIGN_OR_RETURN(x, Embed(input.tokens, batch));
+  } else {
+    if (input.hidden == nullptr || input.hidden->rank() != 3 || input.hidden->dim(0) != s ||
+        input.hidden->dim(1) < 1 || input.hidden->dim(2) != h) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": blocks [", options_.first_block, ", ", options_.end_block,
+          ") take hidden activations [", s, ", batch, ", h, "], got ",
+          input.hidden == nullptr ? "none" : ShapeString(input.hidden->shape())));
+    }
+    batch = input.hidden->dim(1);
+    x = input.hidden->Clone();
+  }
+  if (options_.head && static_cast<int64_t>(input.targets.size()) != batch * s) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": ", input.targets.size(),
+                                                   " targets for ", batch * s, " tokens (batch ",
+                                                   batch, " x seq_len ", s, ")"));
+  }
+  batch_ = batch;
+  Observe();
+  for (GptBlock& block : blocks_) {
+    if (options_.recompute == Recompute::kFull) checkpoints_.push_back(x.Clone());
+    LOOM_ASSIGN_OR_RETURN(Tensor y, block.Forward(x));
+    Observe();
+    if (options_.recompute == Recompute::kFull) block.ReleaseActivations();
+    x = std::move(y);
+  }
+  if (options_.head) {
+    LOOM_ASSIGN_OR_RETURN(const float loss, HeadForward(x, input.targets, batch));
+    has_forward_ = true;
+    return ToTensor({1}, {loss});
+  }
+  has_forward_ = true;
+  return x;
+}
+
+size_t GptWeightGradWork::bytes() const {
+  size_t bytes = token_embedding.bytes() + head.bytes() + Bytes(final_dgamma) + Bytes(final_dbeta);
+  for (const GptBlockWeightGradWork& block : blocks) bytes += block.bytes();
+  return bytes;
+}
+
+absl::StatusOr<Tensor> GptModel::BackwardStage(const Tensor& output_grad) {
+  return RunBackward(output_grad, nullptr);
+}
+
+absl::StatusOr<Tensor> GptModel::BackwardStageInput(const Tensor& output_grad,
+                                                    GptWeightGradWork& work) {
+  return RunBackward(output_grad, &work);
+}
+
+absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
+                                             GptWeightGradWork* deferred) {
+  if (!has_forward_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kName, ": BackwardStage without a ForwardStage since the last one"));
+  }
+  const std::vector<int64_t> expected =
+      options_.head ? std::vector<int64_t>{1}
+                    : std::vector<int64_t>{config_.seq_len, batch_, config_.hidden};
+  if (output_grad.shape() != expected || output_grad.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": output gradient shape ",
+                                                   ShapeString(output_grad.shape()),
+                                                   " must be ", ShapeString(expected)));
+  }
+  has_forward_ = false;
+  // Without `deferred`, each part's weight gradients are added as soon as its
+  // input gradient is out, so the work never holds more than one part.
+  GptWeightGradWork immediate;
+  GptWeightGradWork& work = deferred != nullptr ? *deferred : immediate;
+  work = GptWeightGradWork();
+  work.blocks.resize(blocks_.size());
+  Tensor dx;
+  if (options_.head) {
+    LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, Values(output_grad));
+    LOOM_ASSIGN_OR_RETURN(dx, HeadBackwardInput(g[0], work));
+    if (deferred == nullptr) {
+      LOOM_RETURN_IF_ERROR(HeadBackwardWeight(work));
+      work.head = WeightGradWork();
+      work.final_dgamma = std::vector<float>();
+      work.final_dbeta = std::vector<float>();
+    }
+  } else {
+    dx = output_grad.Clone();
+  }
+  Observe(work.bytes());
+  for (size_t k = blocks_.size(); k-- > 0;) {
+    if (options_.recompute == Recompute::kFull) {
+      LOOM_RETURN_IF_ERROR(blocks_[k].Forward(checkpoints_[k]).status());
+      Observe(work.bytes());
+      checkpoints_[k] = Tensor();
+    }
+    LOOM_ASSIGN_OR_RETURN(dx, blocks_[k].BackwardInput(dx, work.blocks[k]));
+    if (deferred == nullptr) {
+      LOOM_RETURN_IF_ERROR(blocks_[k].BackwardWeight(work.blocks[k]));
+      work.blocks[k] = GptBlockWeightGradWork();
+    }
+    Observe(work.bytes());
+  }
+  checkpoints_.clear();
+  if (options_.embedding) {
+    LOOM_RETURN_IF_ERROR(token_embedding_->BackwardInput(dx, work.token_embedding));
+    if (deferred == nullptr) {
+      LOOM_RETURN_IF_ERROR(EmbedBackwardWeight(work.token_embedding));
+      work.token_embedding = WeightGradWork();
+    }
+    dx = Tensor();
+    Observe(work.bytes());
+  }
+  if (deferred != nullptr) pending_work_bytes_ += work.bytes();
+  Observe();
+  return dx;
+}
+
+absl::Status GptModel::BackwardStageWeight(const GptWeightGradWork& work) {
+  if (work.blocks.size() != blocks_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight-gradient work of ", work.blocks.size(), " blocks for a piece of ",
+        blocks_.size(), " (blocks [", options_.first_block, ", ", options_.end_block, "))"));
+  }
+  // In BackwardStage's order: head, blocks from the last, embeddings.
+  if (options_.head) LOOM_RETURN_IF_ERROR(HeadBackwardWeight(work));
+  for (size_t k = blocks_.size(); k-- > 0;) {
+    LOOM_RETURN_IF_ERROR(blocks_[k].BackwardWeight(work.blocks[k]));
+  }
+  if (options_.embedding) LOOM_RETURN_IF_ERROR(EmbedBackwardWeight(work.token_embedding));
+  pending_work_bytes_ -= std::min(pending_work_bytes_, work.bytes());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> GptModel::Embed(absl::Span<const int64_t> tokens, int64_t batch) {
+  const int64_t s = config_.seq_len, h = config_.hidden;
+  const std::vector<int64_t> ids = SequenceFirst(tokens, batch, s);
+  LOOM_ASSIGN_OR_RETURN(Tensor x, token_embedding_->Forward(ids, {s, batch}));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<float> xv, x.As<float>());
+  for (int64_t i = 0; i < s; ++i) {
+    for (int64_t j = 0; j < batch; ++j) {
+      for (int64_t k = 0; k < h; ++k) xv[(i * batch + j) * h + k] += position_[i * h + k];
+    }
+  }
+  return x;
+}
+
+absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
+  const int64_t s = config_.seq_len, h = config_.hidden;
+  LOOM_RETURN_IF_ERROR(token_embedding_->BackwardWeight(work));
+  LOOM_RETURN_IF_ERROR(AddInto(token_grad_, token_embedding_->weight_grad()));
+  // The token embedding's output gradient, [s, b, h] (checked by BackwardWeight),
+  // is also the position embedding's. Summed over the batch first, then added, so
+  // the accumulator gets one addition per backward whatever the batch.
+  const absl::Span<const float> g = work.grad_output;
+  const int64_t b = static_cast<int64_t>(g.size()) / (s * h);
+  std::vector<float> position_grad(static_cast<size_t>(s * h), 0.0f);
+  for (int64_t i = 0; i < s; ++i) {
+    for (int64_t j = 0; j < b; ++j) {
+      for (int64_t k = 0; k < h; ++k) position_grad[i * h + k] += g[(i * b + j) * h + k];
+    }
+  }
+  LOOM_RETURN_IF_ERROR(AddInto(position_grad_, position_grad));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> GptModel::HeadForward(const Tensor& x, absl::Span<const int64_t> targets,
+                                            int64_t batch) {
+  const int64_t s = config_.seq_len;
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
+  final_x_.assign(xv.begin(), xv.end());
+  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln, LayerNormForward(final_x_, final_gamma_, final_beta_,
+                                                             config_.layer_norm_eps));
+  final_mean_ = std::move(ln.mean);
+  final_rstd_ = std::move(ln.rstd);
+  LOOM_ASSIGN_OR_RETURN(Tensor normed, ToTensor(x.shape(), ln.y));
+  LOOM_ASSIGN_OR_RETURN(Tensor logits, lm_head_->Forward(normed));
+  const std::vector<int64_t> target_ids = SequenceFirst(targets, batch, s);
+  LOOM_ASSIGN_OR_RETURN(Tensor losses, cross_entropy_->Forward(logits, target_ids));
+  Observe();
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> lv, Values(losses));
+  double sum = 0.0;
+  for (const float l : lv) sum += static_cast<double>(l);
+  return static_cast<float>(sum / static_cast<double>(lv.size()));
+}
+
+absl::Status GptModel::HeadBackwardWeight(const GptWeightGradWork& work) {
+  const size_t h = static_cast<size_t>(config_.hidden);
+  if (work.final_dgamma.size() != h || work.final_dbeta.size() != h) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": weight-gradient work holds final layer-norm gradients of ",
+        work.final_dgamma.size(), " and ", work.final_dbeta.size(), " values, not hidden ", h));
+  }
+  LOOM_RETURN_IF_ERROR(lm_head_->BackwardWeight(work.head));
+  LOOM_RETURN_IF_ERROR(AddInto(head_grad_, lm_head_->weight_grad()));
+  LOOM_RETURN_IF_ERROR(AddInto(final_gamma_grad_, work.final_dgamma));
+  LOOM_RETURN_IF_ERROR(AddInto(final_beta_grad_, work.final_dbeta));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGradWork& work) {
+  const int64_t s = config_.seq_len, b = batch_;
+  const float per_token = loss_grad / static_cast<float>(s * b);
+  LOOM_ASSIGN_OR_RETURN(Tensor grad_losses,
+                        ToTensor({s, b}, std::vector<float>(static_cast<size_t>(s * b), per_token)));
+  LOOM_ASSIGN_OR_RETURN(Tensor dlogits, cross_entropy_->Backward(grad_losses));
+  LOOM_ASSIGN_OR_RETURN(Tensor dnormed, lm_head_->BackwardInput(dlogits, work.head));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dn, Values(dnormed));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln,
+                        LayerNormBackward(final_x_, final_gamma_, final_mean_, final_rstd_, dn));
+  work.final_dgamma = std::move(ln.dgamma);
+  work.final_dbeta = std::move(ln.dbeta);
+  cross_entropy_->ReleaseActivations();
+  Free(final_x_);
+  Free(final_mean_);
+  Free(final_rstd_);
+  return ToTensor({s, b, config_.hidden}, ln.dx);
+}
+
+std::vector<GptParameter> GptModel::Parameters() {
+  const int64_t v = config_.vocab, h = config_.hidden;
+  std::vector<GptParameter> params;
+  if (options_.embedding) {
+    params.push_back(ParameterOf("embed.token", token_embedding_->mutable_weight(), token_grad_,
+                                 {v, h}, TpSplit::kRows));
+    params.push_back(
+        ParameterOf("embed.position", position_, position_grad_, {config_.seq_len, h}));
+  }
+  for (GptBlock& block : blocks_) block.AppendParameters(params);
+  if (options_.head) {
+    params.push_back(ParameterOf("final_ln.gamma", final_gamma_, final_gamma_grad_));
+    params.push_back(ParameterOf("final_ln.beta", final_beta_, final_beta_grad_));
+    params.push_back(ParameterOf("head.weight", lm_head_->mutable_weight(), head_grad_, {v, h},
+                                 TpSplit::kRows));
+  }
+  return params;
+}
+
+void GptModel::ZeroGrad() {
+  for (GptParameter& p : Parameters()) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
+}
+
+absl::Status GptModel::BindGradients(absl::Span<float> memory) {
+  std::vector<train_internal::GradAccumulator*> accumulators = {
+      &token_grad_, &position_grad_, &final_gamma_grad_, &final_beta_grad_, &head_grad_};
+  for (GptBlock& block : blocks_) block.AppendGradAccumulators(accumulators);
+  const absl::Status bound = train_internal::BindGradients(Parameters(), accumulators, memory);
+  if (!bound.ok()) return absl::Status(bound.code(), absl::StrCat(kName, ": ", bound.message()));
+  return absl::OkStatus();
+}
+
+void GptModel::ReleaseActivations() {
+  ReleaseForwardState();
+  pending_work_bytes_ = 0;
+}
+
+void GptModel::ReleaseForwardState() {
+  if (token_embedding_.has_value()) token_embedding_->ReleaseActivations();
+  for (GptBlock& block : blocks_) block.ReleaseActivations();
+  checkpoints_.clear();
+  if (lm_head_.has_value()) lm_head_->ReleaseActivations();
+  if (cross_entropy_.has_value()) cross_entropy_->ReleaseActivations();
+  Free(final_x_);
+  Free(final_mean_);
+  Free(final_rstd_);
+  has_forward_ = false;
+}
+
+size_t GptModel::held_activation_bytes() const {
+  size_t bytes = Bytes(final_x_) + Bytes(final_mean_) + Bytes(final_rstd_);
+  if (token_embedding_.has_value()) bytes += token_embedding_->saved_activation_bytes();
+  for (const GptBlock& block : blocks_) bytes += block.saved_activation_bytes();
+  for (const Tensor& t : checkpoints_) bytes += t.size_bytes();
+  if (lm_head_.has_value()) bytes += lm_head_->saved_activation_bytes();
+  if (cross_entropy_.has_value()) bytes += cross_entropy_->saved_activation_bytes();
+  return bytes + pending_work_bytes_;
+}
+
+void GptModel::Observe(size_t extra) {
+  peak_bytes_ = std::max(peak_bytes_, held_activation_bytes() + extra);
+}
+
+}  // namespace loom

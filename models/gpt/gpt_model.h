@@ -1,0 +1,218 @@
+// GptModel: a small GPT-style decoder on one tensor-parallel rank, built from the
+// tensor_parallel layers: token embedding (VocabParallelEmbedding) plus a learned
+// position embedding, `layers` pre-norm blocks (gpt_block.h: LayerNorm ->
+// causal ParallelSelfAttention -> residual -> LayerNorm -> ColumnParallel -> GELU ->
+// RowParallel -> residual), a final LayerNorm, an untied column-parallel LM head over
+// the vocabulary and VocabParallelCrossEntropy, averaged over all tokens.
+//
+// A model may hold a contiguous piece of the network, a pipeline stage: blocks
+// [first_block, end_block), with the embeddings in front (stage 0) and the final
+// LayerNorm, head and loss at the back (last stage) as the options say. A piece's
+// input is the tokens (with the embeddings) or the hidden activations [s, b, hidden];
+// its output is the loss (with the head, a tensor of shape {1}) or the hidden
+// activations. gpt_stage_module.h runs the pieces under the pipeline executor.
+//
+// Gradients accumulate: Backward adds into every parameter's gradient (zeroed by
+// Create and ZeroGrad), so microbatches add up. Parameters (gpt_parameter.h) come
+// in a fixed order with views of values and gradients that stay valid for the
+// model's lifetime. Initial values depend only on the seed (gpt_init.h): a tp = 2
+// model holds the shards of the tp = 1 model.
+//
+// Activation checkpointing: with Recompute::kFull, Forward keeps only each block's
+// input and Backward recomputes the block (bitwise the same forward) before its
+// backward. peak_activation_bytes() reports the high-water mark of the bytes held
+// for Backward (the blocks', the layers', the embeddings' and the head's saved
+// state, and the checkpoints), measured after every step of Forward and Backward.
+// One Forward's state is held at a time: a second Forward replaces the first.
+//
+// Example (a whole model on one rank):
+//   GptConfig config;                       // V=64, seq=32, hidden=64, heads=4, layers=4
+//   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, tp));
+//   // tokens and targets: [batch, seq_len] row-major, here batch 2
+//   LOOM_ASSIGN_OR_RETURN(float loss, model->Forward(tokens, targets));   // ~log(64)
+//   LOOM_RETURN_IF_ERROR(model->Backward());                              // fills grads
+//   for (GptParameter& p : model->Parameters()) { /* p.values -= lr * p.grad */ }
+//   model->Forward(tokens_with_65, targets);
+//   // InvalidArgument: "VocabParallelEmbedding: id 65 at position 3 is outside the
+//   //   vocabulary [0, 64)"
+#ifndef LOOM_MODELS_GPT_GPT_MODEL_H_
+#define LOOM_MODELS_GPT_GPT_MODEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "collectives/communicator.h"
+#include "tensor_parallel/layers/column_parallel_linear.h"
+#include "tensor_parallel/layers/vocab_parallel_cross_entropy.h"
+#include "tensor_parallel/layers/vocab_parallel_embedding.h"
+#include "tensor_parallel/layers/weight_grad_work.h"
+#include "tensor_parallel/tensor.h"
+#include "models/gpt/gpt_block.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_parameter.h"
+
+namespace loom {
+
+enum class Recompute {
+  kNone,  // keep every block's forward state until its backward
+  kFull,  // keep each block's input only; recompute the block in backward
+};
+
+struct GptModelOptions {
+  // The blocks this model holds: [first_block, end_block); -1 means config.layers.
+  int64_t first_block = 0;
+  int64_t end_block = -1;
+  // Token and position embeddings in front (the input is tokens).
+  bool embedding = true;
+  // Final LayerNorm, LM head and loss at the back (the output is the loss).
+  bool head = true;
+  Recompute recompute = Recompute::kNone;
+
+  // Stage returns the options of the pipeline piece [first_block, end_block): the
+  // embeddings when it starts at block 0, the head when it ends at the last.
+  static GptModelOptions Stage(const GptConfig& config, int64_t first_block, int64_t end_block,
+                               Recompute recompute = Recompute::kNone);
+};
+
+// The input of a piece: `tokens` for a piece with the embeddings, otherwise
+// `hidden` [seq_len, batch, hidden]; `targets` for a piece with the head. Tokens and
+// targets are [batch, seq_len], row-major.
+struct GptStageInput {
+  absl::Span<const int64_t> tokens;
+  const Tensor* hidden = nullptr;
+  absl::Span<const int64_t> targets;
+};
+
+// GptWeightGradWork: what a piece's weight gradients need from one split backward
+// (zero-bubble schedules: BackwardStageInput, later BackwardStageWeight): the
+// blocks' works, the token embedding's ids and output gradient (the position
+// embedding's gradient is summed from the same gradient), the head's work and the
+// final layer norm's parameter gradients.
+struct GptWeightGradWork {
+  WeightGradWork token_embedding;
+  std::vector<GptBlockWeightGradWork> blocks;  // in block order
+  WeightGradWork head;
+  std::vector<float> final_dgamma, final_dbeta;
+  size_t bytes() const;
+};
+
+class GptModel {
+ public:
+  // Create builds this rank's piece with seeded parameters and zero gradients.
+  // InvalidArgument from config.Validate(tp.size()), or naming the values for a
+  // block range outside [0, layers] or reversed; otherwise a layer's error.
+  static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config,
+                                                          Communicator& tp,
+                                                          const GptModelOptions& options = {});
+
+  // Forward runs a whole model (embeddings and head) on tokens and targets
+  // ([batch, seq_len] row-major) and returns the mean loss over all tokens.
+  // FailedPrecondition for a piece without both ends; otherwise as ForwardStage.
+  absl::StatusOr<float> Forward(absl::Span<const int64_t> tokens,
+                                absl::Span<const int64_t> targets);
+
+  // Backward adds d(loss_grad * loss)/d(parameter) into the gradients of the last
+  // Forward. FailedPrecondition as BackwardStage.
+  absl::Status Backward(float loss_grad = 1.0f);
+
+  // ForwardStage runs the piece and returns its output: the loss, shape {1}, with
+  // the head; the hidden activations [seq_len, batch, hidden] without. Keeps what
+  // BackwardStage needs, replacing an earlier Forward's state. InvalidArgument
+  // naming the sizes for a missing input, a token count that is not a positive
+  // multiple of seq_len, targets of another count, or hidden activations of
+  // another shape; the layers' InvalidArgument for ids outside the vocabulary;
+  // otherwise a collective's error.
+  absl::StatusOr<Tensor> ForwardStage(const GptStageInput& input);
+
+  // BackwardStage takes the gradient of the output (shape {1} with the head, the
+  // hidden shape without), adds the parameter gradients and returns the gradient
+  // of the hidden input, or an empty tensor for a piece with the embeddings.
+  // FailedPrecondition without a ForwardStage since the last BackwardStage;
+  // InvalidArgument naming both shapes for a gradient of another shape.
+  absl::StatusOr<Tensor> BackwardStage(const Tensor& output_grad);
+
+  // Split backward, for the zero-bubble schedules: BackwardStageInput returns the
+  // input gradient as BackwardStage does and frees the forward state, leaving what
+  // the parameter gradients need in `work`; BackwardStageWeight adds them, bitwise
+  // as BackwardStage would have, even after other ForwardStages. BackwardStage is
+  // the two in a row. The bytes of a work count as held activations until it comes
+  // back to BackwardStageWeight (or ReleaseActivations). Errors as BackwardStage;
+  // InvalidArgument for a work of another piece.
+  absl::StatusOr<Tensor> BackwardStageInput(const Tensor& output_grad, GptWeightGradWork& work);
+  absl::Status BackwardStageWeight(const GptWeightGradWork& work);
+
+  // Parameters returns this rank's parameters in a fixed order: "embed.token",
+  // "embed.position" (with the embeddings), each block's (gpt_block.h), then
+  // "final_ln.gamma", "final_ln.beta", "head.weight" (with the head).
+  std::vector<GptParameter> Parameters();
+
+  // ZeroGrad sets every gradient to 0.
+  void ZeroGrad();
+
+  // BindGradients moves every gradient accumulator into `memory`, the gradients
+  // back to back in Parameters() order, with their values: from now on Backward
+  // adds there (the data-parallel all-reduce bucket, so that nothing is copied
+  // between the backward and the all-reduce). `memory` must stay valid while the
+  // gradients are used (Backward, ZeroGrad, the views); destroying the model
+  // touches nothing. Views Parameters() returned before point to freed memory:
+  // take them again.
+  // InvalidArgument naming both counts when memory is not exactly the gradients'
+  // element count.
+  absl::Status BindGradients(absl::Span<float> memory);
+
+  // ReleaseActivations drops any forward state and stops counting the works out
+  // (e.g. after a failed step, whose works the caller drops).
+  void ReleaseActivations();
+
+  // The bytes held for Backward now (forward state, checkpoints and the works out
+  // between BackwardStageInput and BackwardStageWeight), and their high-water mark
+  // since Create or ResetPeakActivationBytes.
+  size_t held_activation_bytes() const;
+  size_t peak_activation_bytes() const { return peak_bytes_; }
+  void ResetPeakActivationBytes() { peak_bytes_ = held_activation_bytes(); }
+
+  const GptConfig& config() const { return config_; }
+  const GptModelOptions& options() const { return options_; }
+
+ private:
+  GptModel() = default;
+  void Observe(size_t extra = 0);
+  void ReleaseForwardState();
+  absl::StatusOr<Tensor> RunBackward(const Tensor& output_grad, GptWeightGradWork* deferred);
+  absl::Status HeadBackwardWeight(const GptWeightGradWork& work);
+  absl::StatusOr<Tensor> Embed(absl::Span<const int64_t> tokens, int64_t batch);
+  absl::StatusOr<float> HeadForward(const Tensor& x, absl::Span<const int64_t> targets,
+                                    int64_t batch);
+  absl::StatusOr<Tensor> HeadBackwardInput(float loss_grad, GptWeightGradWork& work);
+  absl::Status EmbedBackwardWeight(const WeightGradWork& work);
+
+  GptConfig config_;
+  GptModelOptions options_;
+  Communicator* tp_ = nullptr;
+  std::optional<VocabParallelEmbedding> token_embedding_;
+  std::vector<float> position_;
+  train_internal::GradAccumulator token_grad_, position_grad_;
+  std::vector<GptBlock> blocks_;
+  std::vector<float> final_gamma_, final_beta_;
+  train_internal::GradAccumulator final_gamma_grad_, final_beta_grad_;
+  std::optional<ColumnParallelLinear> lm_head_;
+  train_internal::GradAccumulator head_grad_;
+  std::optional<VocabParallelCrossEntropy> cross_entropy_;
+  // Forward state of the model itself.
+  std::vector<Tensor> checkpoints_;  // Recompute::kFull: each block's input
+  std::vector<float> final_x_, final_mean_, final_rstd_;
+  int64_t batch_ = 0;
+  bool has_forward_ = false;
+  size_t pending_work_bytes_ = 0;  // works handed out by BackwardStageInput
+  size_t peak_bytes_ = 0;
+};
+
+}  // namespace loom
+
+#endif  // LOOM_MODELS_GPT_GPT_MODEL_H_

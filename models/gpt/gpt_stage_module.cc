@@ -1,0 +1,314 @@
+#include "models/gpt/gpt_stage_module.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/tensor.h"
+
+namespace loom {
+
+namespace {
+
+constexpr char kName[] = "GptStageModule";
+
+absl::StatusOr<Tensor> ToTensor(const F32Tensor& t) {
+  return Tensor::FromValues(t.shape, t.values);
+}
+
+F32Tensor ToF32Tensor(const Tensor& t) {
+  F32Tensor out;
+  out.shape = t.shape();
+  out.values = t.ToF32();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
+    const GptConfig& config, const StageLayout& layout, int64_t rank, Communicator& tp,
+    GptMicrobatchFn data, const GptStageModuleOptions& options) {
+  LOOM_RETURN_IF_ERROR(config.Validate(tp.size()));
+  if (rank < 0 || rank >= layout.num_ranks()) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": rank ", rank, " is outside ",
+                                                   layout.ToString()));
+  }
+  if (options.micro_batch < 1 || options.num_microbatches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": micro_batch ", options.micro_batch,
+                                                   " and num_microbatches ",
+                                                   options.num_microbatches, " must be >= 1"));
+  }
+  if (!data) return absl::InvalidArgumentError(absl::StrCat(kName, ": no data function"));
+  StageLayout blocks = layout;
+  if (!blocks.has_layers()) {
+    LOOM_ASSIGN_OR_RETURN(blocks, layout.WithEvenLayers(config.layers));
+  } else if (blocks.num_layers() != config.layers) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": layout ", layout.ToString(),
+                                                   " has ", layout.num_layers(),
+                                                   " layers, the model ", config.layers));
+  }
+  std::unique_ptr<GptStageModule> module(
+      new GptStageModule(config, blocks, rank, std::move(data), options));
+  for (const int64_t stage : blocks.StagesOf(rank)) {
+    const int64_t first = blocks.FirstLayer(stage);
+    const int64_t end = first + blocks.layers_per_stage()[static_cast<size_t>(stage)];
+    GptModelOptions model_options = GptModelOptions::Stage(config, first, end, options.recompute);
+    model_options.embedding = stage == 0;
+    model_options.head = stage == blocks.num_stages() - 1;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
+                          GptModel::Create(config, tp, model_options));
+    module->models_[stage] = std::move(model);
+    module->live_[stage] = -1;
+    module->stages_.push_back(stage);
+  }
+  module->BeginStep(0);
+  return module;
+}
+
+std::vector<int64_t> GptStageModule::InputShape(int64_t stage, int64_t) const {
+  if (stage == 0) return {options_.micro_batch, config_.seq_len};
+  return {config_.seq_len, options_.micro_batch, config_.hidden};
+}
+
+std::vector<int64_t> GptStageModule::OutputShape(int64_t stage, int64_t) const {
+  if (stage == layout_.num_stages() - 1) return {1};
+  return {config_.seq_len, options_.micro_batch, config_.hidden};
+}
+
+absl::Status GptStageModule::Check(int64_t stage, int64_t microbatch) const {
+  if (models_.count(stage) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": stage ", stage,
+                                                   " is not on rank ", rank_, " in ",
+                                                   layout_.ToString()));
+  }
+  if (microbatch < 0 || microbatch >= options_.num_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": microbatch ", microbatch,
+                                                   " is outside [0, ", options_.num_microbatches,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const GptBatch*> GptStageModule::BatchOf(int64_t microbatch) {
+  auto it = batches_.find(microbatch);
+  if (it == batches_.end()) {
+    const GptMicrobatchFn& data = eval_data_ ? eval_data_ : data_;
+    LOOM_ASSIGN_OR_RETURN(GptBatch batch, data(step_, microbatch));
+    const size_t expected = static_cast<size_t>(options_.micro_batch * config_.seq_len);
+    if (batch.tokens.size() != expected || batch.targets.size() != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": the data function gave ", batch.tokens.size(), " tokens and ",
+          batch.targets.size(), " targets for microbatch ", microbatch, "; expected ", expected,
+          " (micro_batch ", options_.micro_batch, " x seq_len ", config_.seq_len, ")"));
+    }
+    it = batches_.emplace(microbatch, std::move(batch)).first;
+  }
+  return &it->second;
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Input(int64_t microbatch) {
+  LOOM_RETURN_IF_ERROR(Check(0, microbatch));
+  LOOM_ASSIGN_OR_RETURN(const GptBatch* batch, BatchOf(microbatch));
+  F32Tensor tokens;
+  tokens.shape = InputShape(0, microbatch);
+  tokens.values.assign(batch->tokens.begin(), batch->tokens.end());
+  return tokens;
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Loss(int64_t microbatch, const F32Tensor& output) {
+  LOOM_RETURN_IF_ERROR(Check(layout_.num_stages() - 1, microbatch));
+  if (output.values.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": loss output has ",
+                                                   output.values.size(), " values, not 1"));
+  }
+  losses_[static_cast<size_t>(microbatch)] = output.values[0];
+  has_loss_[static_cast<size_t>(microbatch)] = true;
+  F32Tensor grad;
+  grad.shape = {1};
+  grad.values = {1.0f / static_cast<float>(options_.num_microbatches)};
+  return grad;
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t microbatch,
+                                                     const F32Tensor& input) {
+  GptStageInput in;
+  std::vector<int64_t> tokens;
+  Tensor hidden;
+  if (stage == 0) {
+    tokens.reserve(input.values.size());
+    for (const float v : input.values) {
+      if (!(v >= 0.0f) || v != std::floor(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kName, ": stage 0 input value ", v, " of microbatch ", microbatch,
+            " is not a token id"));
+      }
+      tokens.push_back(static_cast<int64_t>(v));
+    }
+    in.tokens = tokens;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(hidden, ToTensor(input));
+    in.hidden = &hidden;
+  }
+  if (stage == layout_.num_stages() - 1) {
+    LOOM_ASSIGN_OR_RETURN(const GptBatch* batch, BatchOf(microbatch));
+    in.targets = batch->targets;
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor out, models_.at(stage)->ForwardStage(in));
+  live_[stage] = microbatch;
+  return ToF32Tensor(out);
+}
+
+template <typename Call>
+auto GptStageModule::Tracked(int64_t stage, Call call) -> decltype(call()) {
+  size_t others = 0;
+  for (const auto& [s, model] : models_) {
+    if (s != stage) others += model->held_activation_bytes();
+  }
+  GptModel& model = *models_.at(stage);
+  model.ResetPeakActivationBytes();
+  auto result = call();
+  peak_bytes_ = std::max(peak_bytes_, others + model.peak_activation_bytes());
+  return result;
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microbatch,
+                                                  const F32Tensor& input) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  if (forward_only_) {
+    // No backward follows: nothing of this forward outlives the call.
+    return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+      absl::StatusOr<F32Tensor> output = RunForward(stage, microbatch, input);
+      models_.at(stage)->ReleaseActivations();
+      live_[stage] = -1;
+      return output;
+    });
+  }
+  const F32Tensor& saved = inputs_[{stage, microbatch}] = input;
+  return Tracked(stage, [&] { return RunForward(stage, microbatch, saved); });
+}
+
+absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t stage,
+                                                       int64_t microbatch,
+                                                       const F32Tensor& output_grad) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  if (forward_only_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kName, ": ", what, " of stage ", stage, " microbatch ", microbatch,
+        " in a forward-only run (BeginForwardOnly); BeginStep starts a training step"));
+  }
+  if (inputs_.count({stage, microbatch}) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kName, ": ", what, " of stage ", stage, " microbatch ", microbatch, " before its Forward"));
+  }
+  if (live_[stage] != microbatch) {
+    LOOM_RETURN_IF_ERROR(RunForward(stage, microbatch, inputs_.at({stage, microbatch})).status());
+    ++recomputed_;
+  }
+  return ToTensor(output_grad);
+}
+
+F32Tensor GptStageModule::FinishBackward(int64_t stage, int64_t microbatch, const Tensor& dx) {
+  live_[stage] = -1;
+  inputs_.erase({stage, microbatch});
+  if (stage == 0) return F32Tensor::Zeros({0});
+  return ToF32Tensor(dx);
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
+                                                   const F32Tensor& output_grad) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+    LOOM_ASSIGN_OR_RETURN(Tensor grad,
+                          PrepareBackward("Backward", stage, microbatch, output_grad));
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
+    return FinishBackward(stage, microbatch, dx);
+  });
+}
+
+absl::StatusOr<F32Tensor> GptStageModule::BackwardInput(int64_t stage, int64_t microbatch,
+                                                        const F32Tensor& output_grad) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+    LOOM_ASSIGN_OR_RETURN(Tensor grad,
+                          PrepareBackward("BackwardInput", stage, microbatch, output_grad));
+    GptWeightGradWork work;
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStageInput(grad, work));
+    works_[{stage, microbatch}] = std::move(work);
+    return FinishBackward(stage, microbatch, dx);
+  });
+}
+
+absl::Status GptStageModule::BackwardWeight(int64_t stage, int64_t microbatch) {
+  LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  auto it = works_.find({stage, microbatch});
+  if (it == works_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": BackwardWeight of stage ", stage,
+                                                      " microbatch ", microbatch,
+                                                      " before its BackwardInput"));
+  }
+  const GptWeightGradWork work = std::move(it->second);
+  works_.erase(it);
+  return Tracked(stage, [&] { return models_.at(stage)->BackwardStageWeight(work); });
+}
+
+void GptStageModule::Reset(int64_t step) {
+  step_ = step;
+  for (auto& [stage, model] : models_) {
+    model->ReleaseActivations();
+    live_[stage] = -1;
+  }
+  inputs_.clear();
+  works_.clear();
+  batches_.clear();
+  losses_.assign(static_cast<size_t>(options_.num_microbatches), 0.0f);
+  has_loss_.assign(static_cast<size_t>(options_.num_microbatches), false);
+}
+
+void GptStageModule::BeginStep(int64_t step) {
+  Reset(step);
+  for (auto& [stage, model] : models_) model->ZeroGrad();
+  forward_only_ = false;
+  eval_data_ = nullptr;
+}
+
+void GptStageModule::BeginForwardOnly(int64_t step, GptMicrobatchFn data) {
+  Reset(step);
+  forward_only_ = true;
+  eval_data_ = std::move(data);
+}
+
+std::vector<GptParameter> GptStageModule::Parameters() {
+  std::vector<GptParameter> params;
+  for (const int64_t stage : stages_) {
+    for (GptParameter& p : models_.at(stage)->Parameters()) params.push_back(std::move(p));
+  }
+  return params;
+}
+
+absl::Status GptStageModule::BindGradients(absl::Span<float> memory) {
+  size_t total = 0;
+  for (const GptParameter& p : Parameters()) total += p.grad.size();
+  if (memory.size() != total) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": gradient memory of ", memory.size(),
+                                                   " floats for parameters with ", total));
+  }
+  size_t at = 0;
+  for (const int64_t stage : stages_) {
+    GptModel& piece = *models_.at(stage);
+    size_t count = 0;
+    for (const GptParameter& p : piece.Parameters()) count += p.grad.size();
+    LOOM_RETURN_IF_ERROR(piece.BindGradients(memory.subspan(at, count)));
+    at += count;
+  }
+  return absl::OkStatus();
+}
+
+float GptStageModule::loss() const {
+  float sum = 0.0f;
+  for (const float l : losses_) sum += l;
+  const int64_t count = std::count(has_loss_.begin(), has_loss_.end(), true);
+  return count == 0 ? 0.0f : sum / static_cast<float>(count);
+}
+
+}  // namespace loom
