@@ -614,6 +614,16 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       summary->sharded_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
       summary->peak_activation_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
       summary->tokens_per_second, BuildMode());
+  // The estimate beside the measurement: memory and disk against
+  // topology/memory_estimate's model (which holds both).
+  const int64_t measured_state =
+      summary->peak_model_state_bytes_per_rank + summary->disk_state_bytes_per_rank;
+  const int64_t estimated_state = summary->estimated_model_state_bytes_per_rank;
+  std::cout << absl::StrFormat(
+      "model state per rank, estimated (topology/memory_estimate, zero %d): %d bytes; measured "
+      "(memory and disk) %d bytes, %.2f times the estimate\n",
+      o.zero, estimated_state, measured_state,
+      estimated_state > 0 ? static_cast<double>(measured_state) / estimated_state : 0.0);
   const StepBreakdown& b = summary->step_breakdown_s;
   std::cout << absl::StrFormat(
       "time per step (mean over ranks): compute %.2f ms, dp comm %.2f ms, pp comm %.2f ms, optimizer "
@@ -677,7 +687,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     const std::string json = absl::StrFormat(
         "{\"final_loss\": %.9g, \"final_eval_loss\": %s, \"reference_final_loss\": %s, "
         "\"max_abs_param_diff\": %s, "
-        "\"peak_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
+        "\"peak_model_state_bytes_per_rank\": %d, \"model_state_disk_bytes_per_rank\": %d, "
+        "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
         "\"optimizer\": %.6g, \"other\": %.6g}}\n",
@@ -690,7 +701,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         absl::GetFlag(FLAGS_compare_reference)
             ? absl::StrFormat("%.9g", reference.max_abs_param_diff)
             : "null",
-        summary->peak_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
+        summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
+        summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
         summary->tokens_per_second, BuildMode(), b.compute, b.dp_comm, b.pp_comm, b.optimizer,
         b.other);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;

@@ -26,12 +26,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "topology/parallel_config.h"
+#include "topology/recompute.h"
 
 namespace loom {
 
 enum class PrecisionPolicy {
   kMixedPrecisionAdam,  // bf16/fp16 params 2 + grads 2 + fp32 master/m/v 12 bytes.
   kFp32Adam,            // fp32 params 4 + grads 4 + m/v 8 bytes.
+  // bf16 arithmetic on f32 storage (Loom's CPU job: the layers keep bf16-rounded
+  // weights and gradients in f32 arrays) with an fp32 master, m and v:
+  // params 4 + grads 4 + master/m/v 12 bytes.
+  kBf16InF32Adam,
 };
 
 // Bytes per parameter of each model state under `policy`.
@@ -64,12 +69,6 @@ struct ModelStateBytes {
 // EstimateModelStateBytes returns the per-rank model-state bytes. InvalidArgument
 // for a negative parameter count, a zero stage outside 0..3, or a degree below 1.
 absl::StatusOr<ModelStateBytes> EstimateModelStateBytes(const ModelStateOptions& options);
-
-enum class Recompute {
-  kNone,       // Every activation kept for backward.
-  kSelective,  // Attention's softmax/dropout/score tensors recomputed (the 5as/h term).
-  kFull,       // Only each layer's input kept; the layer is recomputed in backward.
-};
 
 struct ActivationOptions {
   int64_t hidden_size = 0;       // h

@@ -40,6 +40,12 @@ TEST(MemoryEstimateTest, BreakdownPerStateAndPolicy) {
   LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes fp32, EstimateModelStateBytes(opts));
   EXPECT_EQ(fp32.total(), 16 * 1000);      // 4 + 4 + 8 bytes per parameter.
   EXPECT_EQ(fp32.optimizer_states, 8000);
+  opts.precision = PrecisionPolicy::kBf16InF32Adam;
+  opts.zero_stage = 1;
+  LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes bf16, EstimateModelStateBytes(opts));
+  EXPECT_EQ(bf16.parameters, 4000);        // f32 storage, replicated under ZeRO-1.
+  EXPECT_EQ(bf16.gradients, 4000);
+  EXPECT_EQ(bf16.optimizer_states, 12 * 250);  // master, m, v: sharded.
 }
 
 TEST(MemoryEstimateTest, TensorAndPipelineParallelSplitParameters) {

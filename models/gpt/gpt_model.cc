@@ -52,6 +52,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
                                                            Communicator& tp,
                                                            const GptModelOptions& options) {
   LOOM_RETURN_IF_ERROR(config.Validate(tp.size()));
+  if (options.recompute == Recompute::kSelective) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": selective recompute is not implemented (none or full)"));
+  }
   GptModelOptions resolved = options;
   if (resolved.end_block < 0) resolved.end_block = config.layers;
   if (resolved.first_block < 0 || resolved.first_block > resolved.end_block ||

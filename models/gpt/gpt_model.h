@@ -56,13 +56,9 @@
 #include "models/gpt/gpt_block.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_parameter.h"
+#include "topology/recompute.h"
 
 namespace loom {
-
-enum class Recompute {
-  kNone,  // keep every block's forward state until its backward
-  kFull,  // keep each block's input only; recompute the block in backward
-};
 
 struct GptModelOptions {
   // The blocks this model holds: [first_block, end_block); -1 means config.layers.

@@ -318,6 +318,11 @@ TEST(GptModelTest, RejectsBadInputsWithTheValues) {
     EXPECT_THAT(GptModel::Create(config, tp, range),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("blocks [1, 3) are not a range within the model's 2 layers")));
+    GptModelOptions selective;
+    selective.recompute = Recompute::kSelective;
+    EXPECT_THAT(GptModel::Create(config, tp, selective),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("selective recompute is not implemented")));
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, tp));
     EXPECT_THAT(model->Backward(), StatusIs(absl::StatusCode::kFailedPrecondition,
                                             HasSubstr("without a ForwardStage")));

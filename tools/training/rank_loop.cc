@@ -14,9 +14,11 @@
 #include "absl/time/time.h"
 #include "collectives/collective_kind.h"
 #include "core/buffer_view.h"
+#include "core/dtype.h"
 #include "core/reduce_op.h"
 #include "core/status_macros.h"
 #include "pipeline/executor/send_buffers.h"
+#include "topology/memory_estimate.h"
 #include "models/gpt/gpt_stage_module.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
@@ -30,6 +32,7 @@ struct RankStep {
   double loss = 0;  // the stage's mean loss (last stage only)
   bool holds_loss = false;
   int64_t state_bytes = 0;
+  int64_t estimated_state_bytes = 0;  // topology/memory_estimate's, for this rank
   int64_t sharded_bytes = 0;
   int64_t disk_bytes = 0;
   int64_t comm_bytes = 0;  // sent, this step
@@ -47,7 +50,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 14;
+constexpr int kStepFigures = 15;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -62,7 +65,8 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           s.breakdown.dp_comm,
           s.breakdown.pp_comm,
           s.breakdown.optimizer,
-          s.breakdown.other};
+          s.breakdown.other,
+          static_cast<double>(s.estimated_state_bytes)};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -76,6 +80,7 @@ RankStep Unpack(const double* f) {
   s.holds_eval = f[7] != 0.0;
   s.eval_loss = f[8];
   s.breakdown = {f[9], f[10], f[11], f[12], f[13]};
+  s.estimated_state_bytes = static_cast<int64_t>(f[14]);
   return s;
 }
 
@@ -143,6 +148,22 @@ absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptPa
   return step;
 }
 
+// topology/memory_estimate's model-state bytes for a rank that holds `params`
+// (its tp shards of its stages, counted as they are, replicated layer norms and
+// uneven stages included) under the job's ZeRO stage and precision. Memory and
+// disk together: --offload nvme moves a part of it, it does not remove it.
+absl::StatusOr<int64_t> EstimateRankState(const TrainJobOptions& o,
+                                          const std::vector<GptParameter>& params) {
+  ModelStateOptions estimate;
+  for (const GptParameter& p : params) estimate.num_parameters += static_cast<int64_t>(p.values.size());
+  estimate.precision =
+      o.dtype == DType::kBF16 ? PrecisionPolicy::kBf16InF32Adam : PrecisionPolicy::kFp32Adam;
+  estimate.zero_stage = o.zero;
+  estimate.dp = o.dp;
+  LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
+  return bytes.total();
+}
+
 absl::Status Halted(int64_t step) {
   return absl::AbortedError(absl::StrCat("halted after step ", step, " (test hook)"));
 }
@@ -177,6 +198,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                         MakeRankOptimizer(options, params, w.dp.get(), disk,
                                           absl::StrCat("train.s", w.place.s, ".t", w.place.t), bind_gradients));
   params = module->Parameters();
+  LOOM_ASSIGN_OR_RETURN(const int64_t estimated_state_bytes, EstimateRankState(options, params));
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
   // Clipping: tp-replicated parameters count on tp rank 0 only.
@@ -252,6 +274,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     report.holds_loss = holds_loss;
     report.loss = train_loss;
     report.state_bytes = optimizer->StateBytes();
+    report.estimated_state_bytes = estimated_state_bytes;
     report.sharded_bytes = optimizer->ShardedBytes();
     report.disk_bytes = optimizer->DiskBytes();
     report.comm_bytes = static_cast<int64_t>(sent - sent_before);
@@ -283,6 +306,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
         ++evals;
       }
       line.model_state_bytes = std::max(line.model_state_bytes, s.state_bytes);
+      summary->estimated_model_state_bytes_per_rank =
+          std::max(summary->estimated_model_state_bytes_per_rank, s.estimated_state_bytes);
       line.comm_bytes = std::max(line.comm_bytes, s.comm_bytes);
       summary->sharded_state_bytes_per_rank =
           std::max(summary->sharded_state_bytes_per_rank, s.sharded_bytes);

@@ -139,6 +139,10 @@ struct TrainSummary {
   // gradients (8 bytes per local element: the tensor-parallel layers own their
   // weights, so a gathered stage stays resident for the step).
   int64_t peak_model_state_bytes_per_rank = 0;
+  // topology/memory_estimate's prediction for the same ranks (the largest over ranks):
+  // 16 bytes per parameter in f32 (20 in bf16: f32 storage and an f32 master), the
+  // sharded parts divided by dp as the ZeRO stage says; memory and disk together.
+  int64_t estimated_model_state_bytes_per_rank = 0;
   int64_t sharded_state_bytes_per_rank = 0;  // zero 1-3: the engine's part alone
   int64_t disk_state_bytes_per_rank = 0;     // offload nvme: the state on disk
   int64_t comm_bytes_per_rank_per_step = 0;  // mean over steps, largest rank
