@@ -31,14 +31,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_parameter.h"
+#include "models/gpt/internal/model_util.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/parallel_self_attention.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
-#include "models/gpt/gpt_config.h"
-#include "models/gpt/gpt_parameter.h"
-#include "models/gpt/internal/model_util.h"
 
 namespace loom {
 

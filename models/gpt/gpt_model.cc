@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "tensor_parallel/placement.h"
 #include "models/gpt/gpt_init.h"
 #include "models/gpt/internal/model_util.h"
 #include "models/gpt/ops.h"
+#include "tensor_parallel/placement.h"
 
 namespace loom {
 

@@ -48,14 +48,14 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
+#include "models/gpt/gpt_block.h"
+#include "models/gpt/gpt_config.h"
+#include "models/gpt/gpt_parameter.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/vocab_parallel_cross_entropy.h"
 #include "tensor_parallel/layers/vocab_parallel_embedding.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
-#include "models/gpt/gpt_block.h"
-#include "models/gpt/gpt_config.h"
-#include "models/gpt/gpt_parameter.h"
 #include "topology/recompute.h"
 
 namespace loom {

@@ -58,13 +58,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
-#include "pipeline/executor/f32_tensor.h"
-#include "pipeline/executor/stage_module.h"
-#include "pipeline/stage_layout.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_parameter.h"
 #include "models/gpt/markov_data.h"
+#include "pipeline/executor/f32_tensor.h"
+#include "pipeline/executor/stage_module.h"
+#include "pipeline/stage_layout.h"
 
 namespace loom {
 

@@ -20,9 +20,9 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "models/gpt/internal/train_testing.h"
 #include "pipeline/executor/executor.h"
 #include "pipeline/generators.h"
-#include "models/gpt/internal/train_testing.h"
 
 namespace loom {
 namespace {

@@ -9,10 +9,10 @@
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gtest/gtest.h"
-#include "offload/adamw/cpu_adamw.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/internal/train_testing.h"
 #include "models/gpt/markov_data.h"
+#include "offload/adamw/cpu_adamw.h"
 
 namespace loom {
 namespace {

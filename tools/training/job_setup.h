@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "offload/disk/disk_tier.h"
-#include "pipeline/executor/executor.h"
-#include "pipeline/schedule.h"
 #include "models/gpt/batch.h"
 #include "models/gpt/byte_corpus.h"
 #include "models/gpt/markov_data.h"
+#include "offload/disk/disk_tier.h"
+#include "pipeline/executor/executor.h"
+#include "pipeline/schedule.h"
 #include "tools/training/train_options.h"
 
 namespace loom {

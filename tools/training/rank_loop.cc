@@ -17,12 +17,12 @@
 #include "core/dtype.h"
 #include "core/reduce_op.h"
 #include "core/status_macros.h"
-#include "pipeline/executor/send_buffers.h"
-#include "topology/memory_estimate.h"
 #include "models/gpt/gpt_stage_module.h"
+#include "pipeline/executor/send_buffers.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/wire.h"
+#include "topology/memory_estimate.h"
 
 namespace loom {
 namespace {

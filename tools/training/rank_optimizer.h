@@ -30,9 +30,9 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
+#include "models/gpt/gpt_parameter.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
-#include "models/gpt/gpt_parameter.h"
 #include "tools/training/lr_schedule.h"
 #include "tools/training/train_options.h"
 

@@ -24,8 +24,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
-#include "pipeline/executor/executor.h"
 #include "models/gpt/gpt_parameter.h"
+#include "pipeline/executor/executor.h"
 #include "tools/training/train_options.h"
 
 namespace loom {

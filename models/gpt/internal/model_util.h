@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "tensor_parallel/tensor.h"
 #include "models/gpt/gpt_parameter.h"
+#include "tensor_parallel/tensor.h"
 
 namespace loom {
 namespace train_internal {

@@ -7,8 +7,8 @@
 #include "absl/strings/match.h"
 #include "core/status_matchers.h"
 #include "gtest/gtest.h"
-#include "tensor_parallel/tensor.h"
 #include "models/gpt/gpt_init.h"
+#include "tensor_parallel/tensor.h"
 
 namespace loom {
 namespace train_testing {

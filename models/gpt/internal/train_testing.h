@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
-#include "tensor_parallel/layers/internal/tp_testing.h"
 #include "models/gpt/gpt_parameter.h"
+#include "tensor_parallel/layers/internal/tp_testing.h"
 
 namespace loom {
 namespace train_testing {
