@@ -450,8 +450,19 @@ class Job {
       HandleSignals();
       const Clock::time_point now = Clock::now();
       if (!stopping_ && failure_seen_) {
-        stop_for_failure_ = true;
-        BeginStop(now, SIGTERM);
+        // A rank that failed because a peer aborted often ends before that peer,
+        // which is still unwinding (writing its report, running exit handlers) to
+        // exit with its own code. Stopping the job at once would kill the cause with
+        // SIGTERM and end the job with 143 instead of the cause's code: let a live
+        // rank that aborted or reported a failure of its own end first, for at most
+        // the grace period.
+        if (cause_wait_until_ == Clock::time_point::max()) {
+          cause_wait_until_ = After(now, options_.grace);
+        }
+        if (now >= cause_wait_until_ || !ACauseIsStillEnding()) {
+          stop_for_failure_ = true;
+          BeginStop(now, SIGTERM);
+        }
       }
       if (!stopping_ && now >= deadline) {
         result_.timed_out = true;
@@ -465,7 +476,9 @@ class Job {
         }
         return;
       }
-      const Clock::time_point wake_at = !stopping_ ? deadline : killed_ ? give_up_at_ : kill_at_;
+      const Clock::time_point wake_at = !stopping_ ? std::min(deadline, cause_wait_until_)
+                                        : killed_   ? give_up_at_
+                                                    : kill_at_;
       struct pollfd wake = {signals.wake_fd(), POLLIN, 0};
       if (poll(&wake, 1, PollTimeoutMs(now, wake_at)) < 0 && errno != EINTR) {
         // poll() on one valid pipe fails only for lack of kernel memory; retry calmly
@@ -584,6 +597,24 @@ class Job {
 
   // Sends `sig` to every running rank and gives them `grace` before SIGKILL. SIGCONT
   // follows so that a stopped rank (SIGSTOP, SIGTSTP) acts on it within the grace.
+  // ACauseIsStillEnding: a rank that has not ended yet either reported a failure of
+  // its own, or was reported aborted by a peer (an abort is a rank failing for a
+  // reason of its own and telling its peers before it exits).
+  bool ACauseIsStillEnding() const {
+    const int64_t n = options_.num_ranks;
+    const std::string aborted(PeerFaultName(PeerFault::kAborted));
+    for (const RankReport& report : ReadRankReports(job_dir_)) {
+      if (report.rank < 0 || report.rank >= n) continue;
+      if (!report.caused_by_peer()) {
+        if (!reaped_[report.rank]) return true;
+      } else if (report.peer_fault == aborted && report.peer_rank >= 0 && report.peer_rank < n &&
+                 !reaped_[report.peer_rank]) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   void BeginStop(Clock::time_point now, int sig) {
     stopping_ = true;
     stop_began_at_ = absl::Now();
@@ -635,6 +666,8 @@ class Job {
   absl::Time stop_began_at_ = absl::InfiniteFuture();
   bool killed_ = false;
   Clock::time_point kill_at_ = Clock::time_point::max();
+  // After the first failure: until when launch waits for its cause to end by itself.
+  Clock::time_point cause_wait_until_ = Clock::time_point::max();
   Clock::time_point give_up_at_ = Clock::time_point::max();
 };
 

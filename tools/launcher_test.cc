@@ -546,6 +546,53 @@ TEST(LaunchReportsTest, SurvivorThatNoticedADeathIsNotBlamed) {
   EXPECT_FALSE(Exists(JobDirectory(result.job_id))) << "the job directory is left";
 }
 
+// The race of an aborting rank: it reports its own failure and aborts its
+// transports, and while it unwinds to its exit (code 3, half a second later) a peer
+// that saw the abort exits 1 first. Launch lets the aborting rank end by itself
+// (within the grace period) before it stops the others, so the job ends with the
+// cause's code, not with the SIGTERM it would otherwise have sent it.
+TEST(LaunchReportsTest, AnAbortingRankEndsWithItsOwnCode) {
+  const LaunchOptions options = Shell(
+      3, absl::StrCat("case $LOOM_RANK in "
+                      "0) until [ -e \"$LOOM_JOB_DIR/aborted\" ]; do sleep 0.01; done; ",
+                      ShellReport(1, "aborted", "shm: world rank 1 aborted: bad flag"),
+                      "exit 1;; "
+                      "1) ",
+                      ShellReport(-1, "", "bad flag"),
+                      "touch \"$LOOM_JOB_DIR/aborted\"; sleep 0.5; exit 3;; "
+                      "*) ",
+                      kSleep, ";; esac"));
+  const Stopwatch stopwatch;
+  LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
+  EXPECT_LT(stopwatch.Elapsed(), kWellUnderTheSleep);
+  ASSERT_EQ(result.first_failed_rank, 1) << Describe(result);
+  EXPECT_EQ(result.ranks[1].exit_code, 3) << Describe(result);
+  EXPECT_FALSE(result.ranks[1].stopped_by_launcher);
+  EXPECT_TRUE(result.ranks[2].stopped_by_launcher);
+  EXPECT_EQ(result.ExitCode(), 3);
+  EXPECT_THAT(Describe(result), StartsWith(absl::StrCat("launch: rank 1 (pid ", result.ranks[1].pid,
+                                                        ") exited with code 3")));
+}
+
+// A rank that aborted and then hangs is stopped once the grace period is over.
+TEST(LaunchReportsTest, AnAbortingRankThatHangsIsStoppedAfterTheGrace) {
+  LaunchOptions options = Shell(
+      2, absl::StrCat("case $LOOM_RANK in "
+                      "0) until [ -e \"$LOOM_JOB_DIR/aborted\" ]; do sleep 0.01; done; ",
+                      ShellReport(1, "aborted", "shm: world rank 1 aborted: bad flag"),
+                      "exit 1;; "
+                      "*) ",
+                      ShellReport(-1, "", "bad flag"), "touch \"$LOOM_JOB_DIR/aborted\"; ",
+                      kSleep, ";; esac"));
+  options.grace = absl::Seconds(1);
+  const Stopwatch stopwatch;
+  LOOM_ASSERT_OK_AND_ASSIGN(const LaunchResult result, Launch(options));
+  EXPECT_LT(stopwatch.Elapsed(), kWellUnderTheSleep);
+  ASSERT_EQ(result.first_failed_rank, 1) << Describe(result);
+  EXPECT_TRUE(result.ranks[1].stopped_by_launcher);
+  EXPECT_EQ(result.ranks[1].signal, SIGTERM);
+}
+
 // A rank its peers report silent is the first failure though launch had to stop it
 // (SIGTERM); the job exits 1.
 TEST(LaunchReportsTest, UnresponsiveRankIsNamed) {

@@ -158,6 +158,7 @@ err="$("$TRAIN" --transport=mpi --steps=2 --offload=nvme --nvme_dir="$dir/bad_mp
 # job (MPI_Abort): the others are stopped by mpirun, they do not finalize.
 grep -q "train: world rank 5 of 8 (pid [0-9]* on host [^)]*) aborts the MPI job: rank 5: --nvme_dir: .*bad_mpi/rank5' is not a directory" <<<"$err" ||
     fail "mpi rank 5's error: $err"
+[[ -f "$dir/bad_mpi/rank5" ]] || fail "the failing mpi job removed the user's file bad_mpi/rank5"
 expect_error "--transport pigeon is not threads, shm or mpi" --transport=pigeon
 
 # One rank failing (its --nvme_dir subdirectory is a file) stops the job: the
@@ -169,6 +170,7 @@ err="$("$TRAIN" --transport=shm --job_id="$job-bad" --steps=2 --offload=nvme --n
         --nocompare_reference 2>&1 >/dev/null)" || status=$?
 [[ "$status" == 2 ]] || fail "a failing rank: exit $status, expected 2: $err"
 grep -q 'train: rank 3: --nvme_dir: ' <<<"$err" || fail "rank 3's error: $err"
+[[ -f "$dir/bad/rank3" ]] || fail "the failing job removed the user's file bad/rank3"
 grep -q 'launch: rank 3 (pid [0-9]*) exited with code 2' <<<"$err" || fail "launcher's report: $err"
 compgen -G "/dev/shm/loom.$job-bad-*" >/dev/null && fail "shm segments left: $(ls /dev/shm)"
 echo PASS

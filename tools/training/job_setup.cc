@@ -100,13 +100,16 @@ absl::StatusOr<std::unique_ptr<DiskTier>> OpenOffloadDisk(const TrainJobOptions&
       std::string path(dir);
       if (!subdirectory.empty()) {
         path = absl::StrCat(dir, "/", subdirectory);
-        if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+        if (mkdir(path.c_str(), 0700) == 0) {
+          // Only what this job made is removed at its end: a directory (or a file)
+          // that was there already is the user's.
+          made->push_back(path);
+          if (in_job && path[0] == '/') {
+            if (absl::Status s = RegisterOwnedPath(path); !s.ok()) return s;
+          }
+        } else if (errno != EEXIST) {
           return absl::NotFoundError(
               absl::StrCat("--nvme_dir: mkdir ", path, ": ", std::strerror(errno)));
-        }
-        made->push_back(path);
-        if (in_job && path[0] == '/') {
-          if (absl::Status s = RegisterOwnedPath(path); !s.ok()) return s;
         }
       }
       disk_options.directories.push_back(path);

@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<JobSetup>> SetupJob(const TrainJobOptions& option
 // directory under $TMPDIR (inside a launched job: in its job directory) that `made`
 // names, for the caller to remove (RemoveDirectories) once the tier is gone; with
 // one, `subdirectory` (if any) is made inside each named directory, for processes
-// that must not share one.
+// that must not share one; `made` names it only when this call created it (one that
+// was there already is used and left in place).
 absl::StatusOr<std::unique_ptr<DiskTier>> OpenOffloadDisk(const TrainJobOptions& options,
                                                           const std::string& subdirectory,
                                                           std::vector<std::string>* made);
