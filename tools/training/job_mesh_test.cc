@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <set>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "core/status_matchers.h"
@@ -25,12 +24,8 @@ TrainJobOptions Sized(int dp, int pp, int tp) {
 }
 
 TEST(JobMeshTest, TheDocumentedExample) {
-  auto mesh_or = JobMeshOf(Sized(2, 2, 2));
-  ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
-  const Mesh mesh = *std::move(mesh_or);
-  auto place_or = PlaceRank(mesh, 5);
-  ASSERT_TRUE(place_or.ok()) << place_or.status();
-  const RankPlace place = *std::move(place_or);
+  LOOM_ASSERT_OK_AND_ASSIGN(const Mesh mesh, JobMeshOf(Sized(2, 2, 2)));
+  LOOM_ASSERT_OK_AND_ASSIGN(const RankPlace place, PlaceRank(mesh, 5));
   EXPECT_EQ(place.rank, 5);
   EXPECT_EQ(std::make_tuple(place.d, place.s, place.t), std::make_tuple(1, 0, 1));
   EXPECT_EQ(std::make_tuple(place.tp_group, place.dp_group, place.pp_group),
@@ -48,27 +43,17 @@ TEST(JobMeshTest, EveryRankOfSeveralMeshes) {
                                    std::make_tuple(1, 4, 1), std::make_tuple(1, 1, 3),
                                    std::make_tuple(3, 2, 2), std::make_tuple(2, 3, 4)}) {
     SCOPED_TRACE(testing::Message() << "dp " << dp << " pp " << pp << " tp " << tp);
-    auto mesh_or = JobMeshOf(Sized(dp, pp, tp));
-    ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
-    const Mesh mesh = *std::move(mesh_or);
+    LOOM_ASSERT_OK_AND_ASSIGN(const Mesh mesh, JobMeshOf(Sized(dp, pp, tp)));
     ASSERT_EQ(mesh.world_size(), dp * pp * tp);
-    auto tp_groups_or = mesh.AllGroups("tp");
-    ASSERT_TRUE(tp_groups_or.ok()) << tp_groups_or.status();
-    const auto tp_groups = *std::move(tp_groups_or);
-    auto pp_groups_or = mesh.AllGroups("pp");
-    ASSERT_TRUE(pp_groups_or.ok()) << pp_groups_or.status();
-    const auto pp_groups = *std::move(pp_groups_or);
-    auto dp_groups_or = mesh.AllGroups("dp");
-    ASSERT_TRUE(dp_groups_or.ok()) << dp_groups_or.status();
-    const auto dp_groups = *std::move(dp_groups_or);
+    LOOM_ASSERT_OK_AND_ASSIGN(const auto tp_groups, mesh.AllGroups("tp"));
+    LOOM_ASSERT_OK_AND_ASSIGN(const auto pp_groups, mesh.AllGroups("pp"));
+    LOOM_ASSERT_OK_AND_ASSIGN(const auto dp_groups, mesh.AllGroups("dp"));
     EXPECT_EQ(tp_groups.size(), static_cast<size_t>(dp * pp));
     EXPECT_EQ(pp_groups.size(), static_cast<size_t>(dp * tp));
     EXPECT_EQ(dp_groups.size(), static_cast<size_t>(pp * tp));
     std::set<std::tuple<int, int, int>> seen;
     for (int rank = 0; rank < dp * pp * tp; ++rank) {
-      auto at_or = PlaceRank(mesh, rank);
-      ASSERT_TRUE(at_or.ok()) << at_or.status();
-      const RankPlace at = *std::move(at_or);
+      LOOM_ASSERT_OK_AND_ASSIGN(const RankPlace at, PlaceRank(mesh, rank));
       EXPECT_EQ(at.t, rank % tp);
       EXPECT_EQ(at.s, (rank / tp) % pp);
       EXPECT_EQ(at.d, rank / (tp * pp));
@@ -86,14 +71,10 @@ TEST(JobMeshTest, EveryRankOfSeveralMeshes) {
 
 TEST(JobMeshTest, BadSizesAndRanksAreErrors) {
   EXPECT_THAT(JobMeshOf(Sized(0, 1, 1)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0")));
-  auto mesh_or = JobMeshOf(Sized(2, 1, 2));
-  ASSERT_TRUE(mesh_or.ok()) << mesh_or.status();
-  const Mesh mesh = *std::move(mesh_or);
+  LOOM_ASSERT_OK_AND_ASSIGN(const Mesh mesh, JobMeshOf(Sized(2, 1, 2)));
   EXPECT_THAT(PlaceRank(mesh, 4), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("4")));
   EXPECT_THAT(PlaceRank(mesh, -1), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("-1")));
-  auto other_or = Mesh::Create({{"dp", 2}, {"tp", 2}});
-  ASSERT_TRUE(other_or.ok()) << other_or.status();
-  const Mesh other = *std::move(other_or);
+  LOOM_ASSERT_OK_AND_ASSIGN(const Mesh other, (Mesh::Create({{"dp", 2}, {"tp", 2}})));
   EXPECT_THAT(PlaceRank(other, 0), StatusIs(absl::StatusCode::kNotFound, HasSubstr("pp")));
 }
 
