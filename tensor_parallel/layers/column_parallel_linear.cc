@@ -16,7 +16,7 @@ using tp_layers_internal::AddBias;
 using tp_layers_internal::AllGatherV;
 using tp_layers_internal::AllReduceSum;
 using tp_layers_internal::CheckActivation;
-using tp_layers_internal::F32Values;
+using tp_layers_internal::ComputeValues;
 using tp_layers_internal::GatherLastDim;
 using tp_layers_internal::ReduceScatterV;
 using tp_layers_internal::ShardCounts;
@@ -121,14 +121,17 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   const int64_t rows = rows_;
   const int64_t out_local = out_features_local();
   std::vector<float> weight_scratch;
-  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
+                        ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   std::vector<float> y(static_cast<size_t>(rows * out_local));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(saved_input_, rows, in_), Transpose::kNo,
                             Dense(w, out_local, in_), Transpose::kYes,
                             Dense(absl::MakeSpan(y), rows, out_local)));
   if (has_bias_) {
     std::vector<float> bias_scratch;
-    AddBias(absl::MakeSpan(y), F32Values(bias_, bias_scratch));
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
+                          ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
+    AddBias(absl::MakeSpan(y), b);
   }
   input_shape_ = input.shape();
   output_shape_ = full_shape;
@@ -180,7 +183,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const floa
   const int64_t rows = rows_;
   // dx = g W_local: this rank's share of the input gradient, summed over ranks.
   std::vector<float> weight_scratch;
-  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
+                        ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   std::vector<float> dx(static_cast<size_t>(rows * in_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kNo, Dense(w, out_local, in_),
                             Transpose::kNo, Dense(absl::MakeSpan(dx), rows, in_)));
@@ -217,6 +221,12 @@ absl::Status ColumnParallelLinear::BackwardWeight(const WeightGradWork& work) {
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckWeightGradWork(
       kName, work, in_, out_features_local()));
   return WeightGradient(work.grad_output, work.input, work.rows);
+}
+
+absl::Status ColumnParallelLinear::BorrowWeights(absl::Span<const float> weight,
+                                      absl::Span<const float> bias) {
+  return tp_layers_internal::Borrow(borrowed_, weight, bias, out_features_local() * in_,
+                                    has_bias_ ? out_features_local() : 0, kName);
 }
 
 }  // namespace loom

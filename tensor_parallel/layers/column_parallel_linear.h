@@ -34,6 +34,7 @@
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/layers/internal/layer_math.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
 #include "tensor_parallel/tensor.h"
@@ -112,6 +113,28 @@ class ColumnParallelLinear {
   int64_t in_features() const { return in_; }
   int64_t out_features_local() const { return out_widths_[static_cast<size_t>(rank_)]; }
 
+  // Borrowed weights (ZeRO-3 and parameter offload; models/gpt borrows from a
+  // ParameterSource): BorrowWeights makes Forward and Backward compute with
+  // `weight` and `bias`, f32 views of this rank's shards (the shards' element
+  // counts; bias empty without one), which the caller keeps alive and unchanged
+  // until ReturnWeights. DropOwnedWeights frees the layer's own shards for good:
+  // from then on a Forward or Backward without borrowed weights is
+  // FailedPrecondition, and weight() / bias() are empty. BackwardWeight needs no
+  // weights. InvalidArgument naming the counts for views of another size.
+  absl::Status BorrowWeights(absl::Span<const float> weight, absl::Span<const float> bias);
+  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}}; }
+  void DropOwnedWeights() {
+    weight_ = Tensor();
+    bias_ = Tensor();
+    borrowed_.owned_dropped = true;
+  }
+  // ReleaseWeightGradients frees weight_grad() and bias_grad() (a caller that
+  // added them into its accumulators, or handed them to its source).
+  void ReleaseWeightGradients() {
+    weight_grad_ = Tensor();
+    bias_grad_ = Tensor();
+  }
+
   // mutable_weight / mutable_bias give in-place write access to the local shards
   // (an optimizer step, or ZeRO-3 gathering values into them); the caller keeps
   // their shape and dtype.
@@ -150,6 +173,7 @@ class ColumnParallelLinear {
   int64_t in_ = 0;
   std::vector<int64_t> out_widths_;
   Tensor weight_, bias_, weight_grad_, bias_grad_;
+  tp_layers_internal::BorrowedWeights borrowed_;
   bool has_bias_ = false;
   // Saved by Forward: the (gathered) input, its shape on this rank, the output shape.
   std::vector<float> saved_input_;

@@ -131,6 +131,48 @@ TEST(ColumnParallelLinearErrors, WrongInputShapeNamesShapes) {
   }));
 }
 
+// A layer that borrows its weights computes bitwise what it computes with its
+// own (bf16 storage widens to exactly the values lent), and refuses to run when
+// it dropped its own and borrows none.
+TEST(ColumnParallelLinearBorrow, BorrowedWeightsGiveTheOwnedResultsBitwise) {
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    ExpectAllOk(RunTp(2, [&](Communicator& comm) -> absl::Status {
+      const Tensor w = RandomTensor({kOut, kIn}, 1);
+      const Tensor b = RandomTensor({kOut}, 2);
+      const Tensor x = RandomTensor({kSeq, kBatch, kIn}, 3);
+      ColumnParallelOptions options;
+      options.weight_dtype = dtype;
+      LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear owner,
+                            ColumnParallelLinear::Create(w, &b, comm, options));
+      LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear borrower,
+                            ColumnParallelLinear::Create(w, &b, comm, options));
+      const std::vector<float> lent_w = owner.weight().ToF32();
+      const std::vector<float> lent_b = owner.bias().ToF32();
+      borrower.DropOwnedWeights();
+      EXPECT_EQ(borrower.weight().numel(), 0);
+      EXPECT_THAT(borrower.Forward(x),
+                  StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("BorrowWeights")));
+      EXPECT_THAT(borrower.BorrowWeights(lent_w, {}),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr(absl::StrCat("have ", lent_w.size(), " and ", lent_b.size()))));
+      LOOM_RETURN_IF_ERROR(borrower.BorrowWeights(lent_w, lent_b));
+      LOOM_ASSIGN_OR_RETURN(Tensor y_owned, owner.Forward(x));
+      LOOM_ASSIGN_OR_RETURN(Tensor y_borrowed, borrower.Forward(x));
+      EXPECT_EQ(y_owned.ToF32(), y_borrowed.ToF32());
+      LOOM_ASSIGN_OR_RETURN(Tensor dx_owned, owner.Backward(y_owned));
+      LOOM_ASSIGN_OR_RETURN(Tensor dx_borrowed, borrower.Backward(y_borrowed));
+      EXPECT_EQ(dx_owned.ToF32(), dx_borrowed.ToF32());
+      EXPECT_EQ(owner.weight_grad().ToF32(), borrower.weight_grad().ToF32());
+      borrower.ReturnWeights();
+      EXPECT_THAT(borrower.Forward(x),
+                  StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("none are lent")));
+      borrower.ReleaseWeightGradients();
+      EXPECT_EQ(borrower.weight_grad().numel(), 0);
+      return absl::OkStatus();
+    }));
+  }
+}
+
 TEST(ColumnParallelLinearErrors, BadCreateArguments) {
   ExpectAllOk(RunTp(1, [&](Communicator& comm) -> absl::Status {
     const Tensor w = RandomTensor({kOut, kIn}, 1);

@@ -15,7 +15,7 @@ using tp_layers_internal::AddBias;
 using tp_layers_internal::AllGatherV;
 using tp_layers_internal::AllReduceSum;
 using tp_layers_internal::CheckActivation;
-using tp_layers_internal::F32Values;
+using tp_layers_internal::ComputeValues;
 using tp_layers_internal::ReduceScatterV;
 using tp_layers_internal::ShardCounts;
 using tp_layers_internal::SumRows;
@@ -90,7 +90,8 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   per_position_ = 1;
   for (int d = 1; d + 1 < input.rank(); ++d) per_position_ *= input.dim(d);
   std::vector<float> weight_scratch;
-  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
+                        ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   std::vector<float> y(static_cast<size_t>(rows * out_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(x, rows, in_local_), Transpose::kNo,
                             Dense(w, out_, in_local_), Transpose::kYes,
@@ -109,7 +110,9 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   }
   if (has_bias_) {
     std::vector<float> bias_scratch;
-    AddBias(absl::MakeSpan(y), F32Values(bias_, bias_scratch));
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
+                          ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
+    AddBias(absl::MakeSpan(y), b);
   }
   has_forward_ = true;
   return ToTensor(output_shape_, y);
@@ -144,7 +147,8 @@ absl::Status RowParallelLinear::WeightGradient(absl::Span<const float> g,
 
 absl::StatusOr<Tensor> RowParallelLinear::InputGradient(absl::Span<const float> g) {
   std::vector<float> weight_scratch;
-  const absl::Span<const float> w = F32Values(weight_, weight_scratch);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
+                        ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   std::vector<float> dx(static_cast<size_t>(rows_ * in_local_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows_, out_), Transpose::kNo, Dense(w, out_, in_local_),
                             Transpose::kNo, Dense(absl::MakeSpan(dx), rows_, in_local_)));
@@ -173,6 +177,12 @@ absl::Status RowParallelLinear::BackwardWeight(const WeightGradWork& work) {
   LOOM_RETURN_IF_ERROR(
       tp_layers_internal::CheckWeightGradWork(kName, work, in_local_, out_));
   return WeightGradient(work.grad_output, work.input, work.rows);
+}
+
+absl::Status RowParallelLinear::BorrowWeights(absl::Span<const float> weight,
+                                      absl::Span<const float> bias) {
+  return tp_layers_internal::Borrow(borrowed_, weight, bias, out_ * in_local_,
+                                    has_bias_ ? out_ : 0, kName);
 }
 
 }  // namespace loom

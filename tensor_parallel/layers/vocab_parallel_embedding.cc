@@ -13,7 +13,7 @@ namespace loom {
 
 using tp_layers_internal::AllGatherV;
 using tp_layers_internal::AllReduceSum;
-using tp_layers_internal::F32Values;
+using tp_layers_internal::ComputeValues;
 using tp_layers_internal::ReduceScatterV;
 using tp_layers_internal::ShardCounts;
 using tp_layers_internal::ToTensor;
@@ -59,7 +59,8 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(absl::Span<const int64_t>
   }
   // Masked lookup: ids owned by other ranks contribute zero rows to the sum.
   std::vector<float> scratch;
-  const absl::Span<const float> table = F32Values(weight_, scratch);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> table,
+                        ComputeValues(borrowed_, false, weight_, scratch, kName));
   std::vector<float> y(ids.size() * static_cast<size_t>(hidden_), 0.0f);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t local = ids[i] - extent_.offset;
@@ -139,6 +140,10 @@ absl::Status VocabParallelEmbedding::BackwardWeight(const WeightGradWork& work) 
         " gradient values per row and no input (a work from BackwardInput of this layer)"));
   }
   return ScatterGradient(work.ids, work.grad_output);
+}
+
+absl::Status VocabParallelEmbedding::BorrowWeights(absl::Span<const float> table) {
+  return tp_layers_internal::Borrow(borrowed_, table, {}, extent_.length * hidden_, 0, kName);
 }
 
 }  // namespace loom

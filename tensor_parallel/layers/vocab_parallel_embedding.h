@@ -31,6 +31,7 @@
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/layers/internal/layer_math.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
 #include "tensor_parallel/tensor.h"
@@ -86,6 +87,19 @@ class VocabParallelEmbedding {
   // The vocabulary rows this rank owns.
   ShardExtent vocab_extent() const { return extent_; }
 
+  // Borrowed weights (ZeRO-3 and parameter offload), as ColumnParallelLinear's:
+  // BorrowWeights makes Forward look rows up in `table` (f32, this rank's
+  // vocab_extent() rows) until ReturnWeights; DropOwnedWeights frees the layer's
+  // own shard for good. InvalidArgument naming the counts for another size.
+  absl::Status BorrowWeights(absl::Span<const float> table);
+  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}}; }
+  void DropOwnedWeights() {
+    weight_ = Tensor();
+    borrowed_.owned_dropped = true;
+  }
+  // ReleaseWeightGradients frees weight_grad().
+  void ReleaseWeightGradients() { weight_grad_ = Tensor(); }
+
   // mutable_weight gives in-place write access to the local table shard; the
   // caller keeps its shape and dtype.
   Tensor& mutable_weight() { return weight_; }
@@ -121,6 +135,7 @@ class VocabParallelEmbedding {
   int64_t hidden_ = 0;
   ShardExtent extent_;
   Tensor weight_, weight_grad_;
+  tp_layers_internal::BorrowedWeights borrowed_;
   std::vector<int64_t> saved_ids_, ids_shape_, output_shape_;
   bool has_forward_ = false;
 };

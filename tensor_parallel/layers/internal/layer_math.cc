@@ -14,6 +14,34 @@ absl::Span<const float> F32Values(const Tensor& t, std::vector<float>& scratch) 
   return scratch;
 }
 
+absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
+                    absl::Span<const float> bias, int64_t weight_numel, int64_t bias_numel,
+                    const std::string& who) {
+  if (static_cast<int64_t>(weight.size()) != weight_numel ||
+      static_cast<int64_t>(bias.size()) != bias_numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": BorrowWeights got ", weight.size(), " weight and ", bias.size(),
+        " bias elements; this rank's shards have ", weight_numel, " and ", bias_numel));
+  }
+  borrowed.active = true;
+  borrowed.weight = weight;
+  borrowed.bias = bias;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> ComputeValues(const BorrowedWeights& borrowed, bool bias,
+                                                      const Tensor& own,
+                                                      std::vector<float>& scratch,
+                                                      const std::string& who) {
+  if (borrowed.active) return bias ? borrowed.bias : borrowed.weight;
+  if (borrowed.owned_dropped) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, ": its weights are borrowed (DropOwnedWeights) and none are lent now; "
+                     "call BorrowWeights before Forward or Backward"));
+  }
+  return F32Values(own, scratch);
+}
+
 void AddBias(absl::Span<float> y, absl::Span<const float> bias) {
   const size_t cols = bias.size();
   if (cols == 0) return;

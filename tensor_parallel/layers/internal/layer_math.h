@@ -21,6 +21,30 @@ namespace tp_layers_internal {
 // layer never holds an f32 copy of its weights).
 absl::Span<const float> F32Values(const Tensor& t, std::vector<float>& scratch);
 
+// BorrowedWeights: the f32 views a layer computes with instead of its own weight
+// and bias while it borrows them (the layers' BorrowWeights), and whether it
+// dropped its own storage for good (DropOwnedWeights).
+struct BorrowedWeights {
+  bool active = false;
+  bool owned_dropped = false;
+  absl::Span<const float> weight, bias;
+};
+
+// Borrow checks views of `weight_numel` and `bias_numel` elements (bias_numel 0:
+// the layer has no bias; the view must then be empty) and starts borrowing them.
+// InvalidArgument naming `who` and both counts otherwise.
+absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
+                    absl::Span<const float> bias, int64_t weight_numel, int64_t bias_numel,
+                    const std::string& who);
+
+// ComputeValues returns what the layer computes with: the borrowed view while it
+// borrows, else F32Values(own, scratch). FailedPrecondition naming `who` when it
+// dropped its own weights and borrows none.
+absl::StatusOr<absl::Span<const float>> ComputeValues(const BorrowedWeights& borrowed, bool bias,
+                                                      const Tensor& own,
+                                                      std::vector<float>& scratch,
+                                                      const std::string& who);
+
 // AddBias adds bias (cols) to every row of y (rows x cols).
 void AddBias(absl::Span<float> y, absl::Span<const float> bias);
 
