@@ -24,6 +24,12 @@ namespace {
 
 constexpr float kStd = 0.02f;
 
+// The parameters in AppendParameters order.
+enum : int {
+  kLn1Gamma, kLn1Beta, kQkvWeight, kQkvBias, kOutWeight, kOutBias,
+  kLn2Gamma, kLn2Beta, kFcWeight, kFcBias, kProjWeight, kProjBias,
+};
+
 }  // namespace
 
 absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index,
@@ -75,12 +81,13 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
                                                    ShapeString(x.shape()), " must be [s, b, ",
                                                    h, "] (f32)"));
   }
+  LOOM_RETURN_IF_ERROR(CheckWeights("Forward"));
   has_forward_ = false;
   shape_ = x.shape();
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
   x0_.assign(xv.begin(), xv.end());
   LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln1,
-                        LayerNormForward(x0_, ln1_gamma_, ln1_beta_, config_.layer_norm_eps));
+                        LayerNormForward(x0_, Norm(kLn1Gamma), Norm(kLn1Beta), config_.layer_norm_eps));
   mean1_ = std::move(ln1.mean);
   rstd1_ = std::move(ln1.rstd);
   LOOM_ASSIGN_OR_RETURN(Tensor ln1_out, ToTensor(shape_, ln1.y));
@@ -88,7 +95,7 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> av, Values(attn_out));
   x1_ = Add(x0_, av);
   LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln2,
-                        LayerNormForward(x1_, ln2_gamma_, ln2_beta_, config_.layer_norm_eps));
+                        LayerNormForward(x1_, Norm(kLn2Gamma), Norm(kLn2Beta), config_.layer_norm_eps));
   mean2_ = std::move(ln2.mean);
   rstd2_ = std::move(ln2.rstd);
   LOOM_ASSIGN_OR_RETURN(Tensor ln2_out, ToTensor(shape_, ln2.y));
@@ -124,6 +131,7 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
                                                    ShapeString(dy.shape()),
                                                    " must be the output's ", ShapeString(shape_)));
   }
+  LOOM_RETURN_IF_ERROR(CheckWeights("Backward"));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dyv, Values(dy));
   // MLP branch: y = x1 + proj(gelu(fc(ln2(x1)))).
   LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.BackwardInput(dy, work.proj));
@@ -132,7 +140,7 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   LOOM_ASSIGN_OR_RETURN(Tensor d_fc_out, ToTensor(d_gelu_out.shape(), d_pre_gelu));
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out, work.fc));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
-  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln2, LayerNormBackward(x1_, ln2_gamma_, mean2_, rstd2_, dl2));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln2, LayerNormBackward(x1_, Norm(kLn2Gamma), mean2_, rstd2_, dl2));
   work.ln2_dgamma = std::move(ln2.dgamma);
   work.ln2_dbeta = std::move(ln2.dbeta);
   const std::vector<float> dx1 = Add(dyv, ln2.dx);
@@ -140,7 +148,7 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   LOOM_ASSIGN_OR_RETURN(Tensor d_attn_out, ToTensor(shape_, dx1));
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(d_attn_out, work.attn));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl1, Values(d_ln1_out));
-  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(x0_, ln1_gamma_, mean1_, rstd1_, dl1));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(x0_, Norm(kLn1Gamma), mean1_, rstd1_, dl1));
   work.ln1_dgamma = std::move(ln1.dgamma);
   work.ln1_dbeta = std::move(ln1.dbeta);
   const std::vector<int64_t> shape = shape_;
@@ -159,20 +167,26 @@ absl::Status GptBlock::BackwardWeight(const GptBlockWeightGradWork& work) {
     }
   }
   LOOM_RETURN_IF_ERROR(proj_.BackwardWeight(work.proj));
-  LOOM_RETURN_IF_ERROR(AddInto(proj_w_grad_, proj_.weight_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(proj_b_grad_, proj_.bias_grad()));
+  LOOM_RETURN_IF_ERROR(Give(kProjWeight, proj_.weight_grad()));
+  LOOM_RETURN_IF_ERROR(Give(kProjBias, proj_.bias_grad()));
+  proj_.ReleaseWeightGradients();
   LOOM_RETURN_IF_ERROR(fc_.BackwardWeight(work.fc));
-  LOOM_RETURN_IF_ERROR(AddInto(fc_w_grad_, fc_.weight_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(fc_b_grad_, fc_.bias_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(ln2_gamma_grad_, work.ln2_dgamma));
-  LOOM_RETURN_IF_ERROR(AddInto(ln2_beta_grad_, work.ln2_dbeta));
+  LOOM_RETURN_IF_ERROR(Give(kFcWeight, fc_.weight_grad()));
+  LOOM_RETURN_IF_ERROR(Give(kFcBias, fc_.bias_grad()));
+  fc_.ReleaseWeightGradients();
+  LOOM_RETURN_IF_ERROR(Give(kLn2Gamma, work.ln2_dgamma));
+  LOOM_RETURN_IF_ERROR(Give(kLn2Beta, work.ln2_dbeta));
   LOOM_RETURN_IF_ERROR(attn_.BackwardWeight(work.attn));
-  LOOM_RETURN_IF_ERROR(AddInto(qkv_w_grad_, attn_.qkv().weight_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(qkv_b_grad_, attn_.qkv().bias_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(out_w_grad_, attn_.out().weight_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(out_b_grad_, attn_.out().bias_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(ln1_gamma_grad_, work.ln1_dgamma));
-  LOOM_RETURN_IF_ERROR(AddInto(ln1_beta_grad_, work.ln1_dbeta));
+  ColumnParallelLinear& qkv = attn_.mutable_qkv();
+  RowParallelLinear& out = attn_.mutable_out();
+  LOOM_RETURN_IF_ERROR(Give(kQkvWeight, qkv.weight_grad()));
+  LOOM_RETURN_IF_ERROR(Give(kQkvBias, qkv.bias_grad()));
+  LOOM_RETURN_IF_ERROR(Give(kOutWeight, out.weight_grad()));
+  LOOM_RETURN_IF_ERROR(Give(kOutBias, out.bias_grad()));
+  qkv.ReleaseWeightGradients();
+  out.ReleaseWeightGradients();
+  LOOM_RETURN_IF_ERROR(Give(kLn1Gamma, work.ln1_dgamma));
+  LOOM_RETURN_IF_ERROR(Give(kLn1Beta, work.ln1_dbeta));
   return absl::OkStatus();
 }
 
@@ -237,6 +251,96 @@ void GptBlock::AppendGradAccumulators(std::vector<train_internal::GradAccumulato
         &proj_b_grad_}) {
     out.push_back(g);
   }
+}
+
+absl::Span<const float> GptBlock::Norm(int k) const {
+  if (borrowing_) return lent_[static_cast<size_t>(k)];
+  switch (k) {
+    case kLn1Gamma:
+      return ln1_gamma_;
+    case kLn1Beta:
+      return ln1_beta_;
+    case kLn2Gamma:
+      return ln2_gamma_;
+    default:
+      return ln2_beta_;
+  }
+}
+
+train_internal::GradAccumulator& GptBlock::AccumulatorOf(int k) {
+  train_internal::GradAccumulator* const by_index[kNumParameters] = {
+      &ln1_gamma_grad_, &ln1_beta_grad_, &qkv_w_grad_, &qkv_b_grad_, &out_w_grad_, &out_b_grad_,
+      &ln2_gamma_grad_, &ln2_beta_grad_, &fc_w_grad_,  &fc_b_grad_,  &proj_w_grad_, &proj_b_grad_};
+  return *by_index[k];
+}
+
+absl::Status GptBlock::Give(int k, absl::Span<const float> grad) {
+  if (sink_) return sink_(k, grad);
+  return AddInto(AccumulatorOf(k), grad);
+}
+
+absl::Status GptBlock::Give(int k, const Tensor& grad) {
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> values, Values(grad));
+  return Give(k, values);
+}
+
+absl::Status GptBlock::BorrowWeights(absl::Span<const absl::Span<const float>> views) {
+  if (views.size() != kNumParameters) {
+    return absl::InvalidArgumentError(absl::StrCat("GptBlock ", index_, ": BorrowWeights got ",
+                                                   views.size(), " views for ", kNumParameters,
+                                                   " parameters"));
+  }
+  const size_t h = static_cast<size_t>(config_.hidden);
+  for (const int k : {kLn1Gamma, kLn1Beta, kLn2Gamma, kLn2Beta}) {
+    if (views[static_cast<size_t>(k)].size() != h) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GptBlock ", index_, ": BorrowWeights got ", views[static_cast<size_t>(k)].size(),
+          " values for layer-norm parameter ", k, ", not hidden ", h));
+    }
+  }
+  ColumnParallelLinear& qkv = attn_.mutable_qkv();
+  RowParallelLinear& out = attn_.mutable_out();
+  absl::Status lent = qkv.BorrowWeights(views[kQkvWeight], views[kQkvBias]);
+  if (lent.ok()) lent = out.BorrowWeights(views[kOutWeight], views[kOutBias]);
+  if (lent.ok()) lent = fc_.BorrowWeights(views[kFcWeight], views[kFcBias]);
+  if (lent.ok()) lent = proj_.BorrowWeights(views[kProjWeight], views[kProjBias]);
+  if (!lent.ok()) {
+    ReturnWeights();
+    return absl::Status(lent.code(), absl::StrCat("GptBlock ", index_, ": ", lent.message()));
+  }
+  lent_.assign(views.begin(), views.end());
+  borrowing_ = true;
+  return absl::OkStatus();
+}
+
+void GptBlock::ReturnWeights() {
+  attn_.mutable_qkv().ReturnWeights();
+  attn_.mutable_out().ReturnWeights();
+  fc_.ReturnWeights();
+  proj_.ReturnWeights();
+  lent_.clear();
+  borrowing_ = false;
+}
+
+void GptBlock::DropOwnedWeights() {
+  attn_.mutable_qkv().DropOwnedWeights();
+  attn_.mutable_out().DropOwnedWeights();
+  fc_.DropOwnedWeights();
+  proj_.DropOwnedWeights();
+  for (std::vector<float>* v : {&ln1_gamma_, &ln1_beta_, &ln2_gamma_, &ln2_beta_}) Free(*v);
+  dropped_ = true;
+}
+
+absl::Status GptBlock::CheckWeights(const char* call) const {
+  if (!dropped_ || borrowing_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "GptBlock ", index_, ": ", call, " without weights: the block borrows them "
+      "(DropOwnedWeights) and none are lent; call BorrowWeights first"));
+}
+
+void GptBlock::SetGradSink(GradSink sink) {
+  sink_ = std::move(sink);
+  for (int k = 0; k < kNumParameters; ++k) AccumulatorOf(k) = train_internal::GradAccumulator();
 }
 
 }  // namespace loom

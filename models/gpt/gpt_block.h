@@ -26,10 +26,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_parameter.h"
@@ -93,6 +95,27 @@ class GptBlock {
   // "blocks.<index>.<ln1|attn|ln2|mlp>.<...>".
   void AppendParameters(std::vector<GptParameter>& out);
 
+  // kNumParameters: the block's parameters, in AppendParameters order (kLn1Gamma
+  // first, kProjBias last).
+  static constexpr int kNumParameters = 12;
+
+  // Borrowed weights (GptModel::UseParameterSource): BorrowWeights lends the block
+  // its parameters, f32 views of this rank's shards in AppendParameters order, for
+  // Forward, BackwardInput and Backward (BackwardWeight needs none) until
+  // ReturnWeights; DropOwnedWeights frees the block's own for good (a Forward
+  // without lent weights is then FailedPrecondition). InvalidArgument naming the
+  // counts for a wrong number of views or a view of the wrong size.
+  absl::Status BorrowWeights(absl::Span<const absl::Span<const float>> views);
+  void ReturnWeights();
+  void DropOwnedWeights();
+
+  // GradSink receives parameter k's gradient (AppendParameters order) from
+  // BackwardWeight. SetGradSink sends the gradients there instead of into the
+  // block's accumulators, which it frees (ZeroGrad and AppendGradAccumulators then
+  // have none, and AppendParameters gives empty gradient views).
+  using GradSink = std::function<absl::Status(int k, absl::Span<const float> grad)>;
+  void SetGradSink(GradSink sink);
+
   // ZeroGrad sets every gradient accumulator to 0.
   void ZeroGrad();
 
@@ -104,8 +127,23 @@ class GptBlock {
   GptBlock(ParallelSelfAttention attn, ColumnParallelLinear fc, RowParallelLinear proj)
       : attn_(std::move(attn)), fc_(std::move(fc)), proj_(std::move(proj)) {}
 
+  // LayerNorm parameter k (kLn1Gamma, kLn1Beta, kLn2Gamma, kLn2Beta): the lent
+  // view while borrowing, else the block's own.
+  absl::Span<const float> Norm(int k) const;
+  // CheckWeights: FailedPrecondition naming `call` when the block dropped its own
+  // weights and borrows none.
+  absl::Status CheckWeights(const char* call) const;
+  // Give hands parameter k's gradient to the sink, or adds it into its accumulator.
+  absl::Status Give(int k, absl::Span<const float> grad);
+  absl::Status Give(int k, const Tensor& grad);
+  train_internal::GradAccumulator& AccumulatorOf(int k);
+
   GptConfig config_;
   int64_t index_ = 0;
+  bool borrowing_ = false;
+  bool dropped_ = false;  // DropOwnedWeights ran
+  std::vector<absl::Span<const float>> lent_;  // while borrowing: kNumParameters views
+  GradSink sink_;
   // Layer norms (replicated) and their gradients.
   std::vector<float> ln1_gamma_, ln1_beta_, ln2_gamma_, ln2_beta_;
   train_internal::GradAccumulator ln1_gamma_grad_, ln1_beta_grad_, ln2_gamma_grad_,

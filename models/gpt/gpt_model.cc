@@ -123,7 +123,23 @@ absl::Status GptModel::Backward(float loss_grad) {
   return BackwardStage(grad).status();
 }
 
+template <typename Body>
+auto GptModel::InPass(ParameterPass pass, Body body) -> decltype(body()) {
+  if (source_ == nullptr) return body();
+  LOOM_RETURN_IF_ERROR(source_->BeginParameterPass(pass));
+  auto result = body();
+  ReturnLent();
+  const absl::Status ended = source_->EndPass();
+  if (!result.ok()) return result;
+  if (!ended.ok()) return ended;
+  return result;
+}
+
 absl::StatusOr<Tensor> GptModel::ForwardStage(const GptStageInput& input) {
+  return InPass(ParameterPass::kForward, [&]() { return RunForward(input); });
+}
+
+absl::StatusOr<Tensor> GptModel::RunForward(const GptStageInput& input) {
   ReleaseForwardState();
   const int64_t s = config_.seq_len, h = config_.hidden;
   int64_t batch = 0;
@@ -135,7 +151,9 @@ absl::StatusOr<Tensor> GptModel::ForwardStage(const GptStageInput& input) {
           kName, ": ", n, " tokens are not a positive multiple of seq_len ", s));
     }
     batch = n / s;
+    LOOM_RETURN_IF_ERROR(LendEmbedding());
     LOOM_ASSIGN_OR_RETURN(x, Embed(input.tokens, batch));
+    ReturnLent();
   } else {
     if (input.hidden == nullptr || input.hidden->rank() != 3 || input.hidden->dim(0) != s ||
         input.hidden->dim(1) < 1 || input.hidden->dim(2) != h) {
@@ -154,15 +172,20 @@ absl::StatusOr<Tensor> GptModel::ForwardStage(const GptStageInput& input) {
   }
   batch_ = batch;
   Observe();
-  for (GptBlock& block : blocks_) {
+  for (size_t k = 0; k < blocks_.size(); ++k) {
+    GptBlock& block = blocks_[k];
     if (options_.recompute == Recompute::kFull) checkpoints_.push_back(x.Clone());
+    LOOM_RETURN_IF_ERROR(LendBlock(k));
     LOOM_ASSIGN_OR_RETURN(Tensor y, block.Forward(x));
+    ReturnLent();
     Observe();
     if (options_.recompute == Recompute::kFull) block.ReleaseActivations();
     x = std::move(y);
   }
   if (options_.head) {
+    LOOM_RETURN_IF_ERROR(LendHead());
     LOOM_ASSIGN_OR_RETURN(const float loss, HeadForward(x, input.targets, batch));
+    ReturnLent();
     has_forward_ = true;
     return ToTensor({1}, {loss});
   }
@@ -177,12 +200,14 @@ size_t GptWeightGradWork::bytes() const {
 }
 
 absl::StatusOr<Tensor> GptModel::BackwardStage(const Tensor& output_grad) {
-  return RunBackward(output_grad, nullptr);
+  const ParameterPass pass =
+      grads_ == GradientHome::kSource ? ParameterPass::kBackward : ParameterPass::kRegather;
+  return InPass(pass, [&]() { return RunBackward(output_grad, nullptr); });
 }
 
 absl::StatusOr<Tensor> GptModel::BackwardStageInput(const Tensor& output_grad,
                                                     GptWeightGradWork& work) {
-  return RunBackward(output_grad, &work);
+  return InPass(ParameterPass::kRegather, [&]() { return RunBackward(output_grad, &work); });
 }
 
 absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
@@ -209,7 +234,9 @@ absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
   Tensor dx;
   if (options_.head) {
     LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, Values(output_grad));
+    LOOM_RETURN_IF_ERROR(LendHead());
     LOOM_ASSIGN_OR_RETURN(dx, HeadBackwardInput(g[0], work));
+    ReturnLent();
     if (deferred == nullptr) {
       LOOM_RETURN_IF_ERROR(HeadBackwardWeight(work));
       work.head = WeightGradWork();
@@ -221,12 +248,14 @@ absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
   }
   Observe(work.bytes());
   for (size_t k = blocks_.size(); k-- > 0;) {
+    LOOM_RETURN_IF_ERROR(LendBlock(k));
     if (options_.recompute == Recompute::kFull) {
       LOOM_RETURN_IF_ERROR(blocks_[k].Forward(checkpoints_[k]).status());
       Observe(work.bytes());
       checkpoints_[k] = Tensor();
     }
     LOOM_ASSIGN_OR_RETURN(dx, blocks_[k].BackwardInput(dx, work.blocks[k]));
+    ReturnLent();
     if (deferred == nullptr) {
       LOOM_RETURN_IF_ERROR(blocks_[k].BackwardWeight(work.blocks[k]));
       work.blocks[k] = GptBlockWeightGradWork();
@@ -249,6 +278,13 @@ absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
 }
 
 absl::Status GptModel::BackwardStageWeight(const GptWeightGradWork& work) {
+  if (source_ != nullptr && grads_ == GradientHome::kSource) {
+    return InPass(ParameterPass::kGradients, [&]() { return ApplyWeightWork(work); });
+  }
+  return ApplyWeightWork(work);
+}
+
+absl::Status GptModel::ApplyWeightWork(const GptWeightGradWork& work) {
   if (work.blocks.size() != blocks_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         kName, ": weight-gradient work of ", work.blocks.size(), " blocks for a piece of ",
@@ -269,9 +305,10 @@ absl::StatusOr<Tensor> GptModel::Embed(absl::Span<const int64_t> tokens, int64_t
   const std::vector<int64_t> ids = SequenceFirst(tokens, batch, s);
   LOOM_ASSIGN_OR_RETURN(Tensor x, token_embedding_->Forward(ids, {s, batch}));
   LOOM_ASSIGN_OR_RETURN(absl::Span<float> xv, x.As<float>());
+  const absl::Span<const float> position = PositionValues();
   for (int64_t i = 0; i < s; ++i) {
     for (int64_t j = 0; j < batch; ++j) {
-      for (int64_t k = 0; k < h; ++k) xv[(i * batch + j) * h + k] += position_[i * h + k];
+      for (int64_t k = 0; k < h; ++k) xv[(i * batch + j) * h + k] += position[i * h + k];
     }
   }
   return x;
@@ -280,7 +317,8 @@ absl::StatusOr<Tensor> GptModel::Embed(absl::Span<const int64_t> tokens, int64_t
 absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
   const int64_t s = config_.seq_len, h = config_.hidden;
   LOOM_RETURN_IF_ERROR(token_embedding_->BackwardWeight(work));
-  LOOM_RETURN_IF_ERROR(AddInto(token_grad_, token_embedding_->weight_grad()));
+  LOOM_RETURN_IF_ERROR(Give(token_grad_, 0, token_embedding_->weight_grad()));
+  token_embedding_->ReleaseWeightGradients();
   // The token embedding's output gradient, [s, b, h] (checked by BackwardWeight),
   // is also the position embedding's. Summed over the batch first, then added, so
   // the accumulator gets one addition per backward whatever the batch.
@@ -292,7 +330,7 @@ absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
       for (int64_t k = 0; k < h; ++k) position_grad[i * h + k] += g[(i * b + j) * h + k];
     }
   }
-  LOOM_RETURN_IF_ERROR(AddInto(position_grad_, position_grad));
+  LOOM_RETURN_IF_ERROR(Give(position_grad_, 1, position_grad));
   return absl::OkStatus();
 }
 
@@ -301,7 +339,7 @@ absl::StatusOr<float> GptModel::HeadForward(const Tensor& x, absl::Span<const in
   const int64_t s = config_.seq_len;
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
   final_x_.assign(xv.begin(), xv.end());
-  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln, LayerNormForward(final_x_, final_gamma_, final_beta_,
+  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln, LayerNormForward(final_x_, FinalGamma(), FinalBeta(),
                                                              config_.layer_norm_eps));
   final_mean_ = std::move(ln.mean);
   final_rstd_ = std::move(ln.rstd);
@@ -324,9 +362,11 @@ absl::Status GptModel::HeadBackwardWeight(const GptWeightGradWork& work) {
         work.final_dgamma.size(), " and ", work.final_dbeta.size(), " values, not hidden ", h));
   }
   LOOM_RETURN_IF_ERROR(lm_head_->BackwardWeight(work.head));
-  LOOM_RETURN_IF_ERROR(AddInto(head_grad_, lm_head_->weight_grad()));
-  LOOM_RETURN_IF_ERROR(AddInto(final_gamma_grad_, work.final_dgamma));
-  LOOM_RETURN_IF_ERROR(AddInto(final_beta_grad_, work.final_dbeta));
+  const int head = HeadBase();
+  LOOM_RETURN_IF_ERROR(Give(head_grad_, head + 2, lm_head_->weight_grad()));
+  lm_head_->ReleaseWeightGradients();
+  LOOM_RETURN_IF_ERROR(Give(final_gamma_grad_, head, work.final_dgamma));
+  LOOM_RETURN_IF_ERROR(Give(final_beta_grad_, head + 1, work.final_dbeta));
   return absl::OkStatus();
 }
 
@@ -339,7 +379,7 @@ absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGra
   LOOM_ASSIGN_OR_RETURN(Tensor dnormed, lm_head_->BackwardInput(dlogits, work.head));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dn, Values(dnormed));
   LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln,
-                        LayerNormBackward(final_x_, final_gamma_, final_mean_, final_rstd_, dn));
+                        LayerNormBackward(final_x_, FinalGamma(), final_mean_, final_rstd_, dn));
   work.final_dgamma = std::move(ln.dgamma);
   work.final_dbeta = std::move(ln.dbeta);
   cross_entropy_->ReleaseActivations();
@@ -350,6 +390,7 @@ absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGra
 }
 
 std::vector<GptParameter> GptModel::Parameters() {
+  if (source_ != nullptr) return borrowed_params_;
   const int64_t v = config_.vocab, h = config_.hidden;
   std::vector<GptParameter> params;
   if (options_.embedding) {
@@ -373,6 +414,10 @@ void GptModel::ZeroGrad() {
 }
 
 absl::Status GptModel::BindGradients(absl::Span<float> memory) {
+  if (source_ != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kName, ": BindGradients on a model that borrows its weights"));
+  }
   std::vector<train_internal::GradAccumulator*> accumulators = {
       &token_grad_, &position_grad_, &final_gamma_grad_, &final_beta_grad_, &head_grad_};
   for (GptBlock& block : blocks_) block.AppendGradAccumulators(accumulators);
@@ -410,6 +455,133 @@ size_t GptModel::held_activation_bytes() const {
 
 void GptModel::Observe(size_t extra) {
   peak_bytes_ = std::max(peak_bytes_, held_activation_bytes() + extra);
+}
+
+absl::Status GptModel::UseParameterSource(ParameterSource* source, GradientHome grads) {
+  if (source == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": UseParameterSource(nullptr)"));
+  }
+  if (source_ != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kName, ": UseParameterSource called twice"));
+  }
+  borrowed_params_ = Parameters();
+  for (GptParameter& p : borrowed_params_) {
+    p.values = {};
+    if (grads == GradientHome::kSource) p.grad = {};
+  }
+  source_ = source;
+  grads_ = grads;
+  if (token_embedding_.has_value()) token_embedding_->DropOwnedWeights();
+  Free(position_);
+  for (size_t k = 0; k < blocks_.size(); ++k) {
+    blocks_[k].DropOwnedWeights();
+    if (grads == GradientHome::kSource) {
+      const int base = BlockBase(k);
+      blocks_[k].SetGradSink([this, base](int i, absl::Span<const float> grad) {
+        return source_->AddGrad(base + i, grad);
+      });
+    }
+  }
+  if (lm_head_.has_value()) lm_head_->DropOwnedWeights();
+  Free(final_gamma_);
+  Free(final_beta_);
+  if (grads == GradientHome::kSource) {
+    for (train_internal::GradAccumulator* g :
+         {&token_grad_, &position_grad_, &final_gamma_grad_, &final_beta_grad_, &head_grad_}) {
+      *g = train_internal::GradAccumulator();
+    }
+  }
+  return absl::OkStatus();
+}
+
+int GptModel::BlockBase(size_t k) const {
+  return (options_.embedding ? 2 : 0) + GptBlock::kNumParameters * static_cast<int>(k);
+}
+
+int GptModel::HeadBase() const { return BlockBase(blocks_.size()); }
+
+absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int param,
+                            absl::Span<const float> grad) {
+  if (source_ != nullptr && grads_ == GradientHome::kSource) {
+    return source_->AddGrad(param, grad);
+  }
+  return AddInto(accumulator, grad);
+}
+
+absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int param,
+                            const Tensor& grad) {
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> values, Values(grad));
+  return Give(accumulator, param, values);
+}
+
+absl::Status GptModel::LendEmbedding() {
+  if (source_ == nullptr) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> table, source_->Acquire(0));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> position, source_->Acquire(1));
+  const size_t position_numel = static_cast<size_t>(config_.seq_len * config_.hidden);
+  if (position.size() != position_numel) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": the source lent ", position.size(),
+                                                   " values of embed.position, not ",
+                                                   position_numel));
+  }
+  LOOM_RETURN_IF_ERROR(token_embedding_->BorrowWeights(table));
+  lent_position_ = position;
+  embedding_lent_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::LendBlock(size_t k) {
+  if (source_ == nullptr) return absl::OkStatus();
+  const int base = BlockBase(k);
+  std::vector<absl::Span<const float>> views;
+  for (int i = 0; i < GptBlock::kNumParameters; ++i) {
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> view, source_->Acquire(base + i));
+    views.push_back(view);
+  }
+  LOOM_RETURN_IF_ERROR(blocks_[k].BorrowWeights(views));
+  lent_blocks_.push_back(k);
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::LendHead() {
+  if (source_ == nullptr) return absl::OkStatus();
+  const int head = HeadBase();
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> gamma, source_->Acquire(head));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> beta, source_->Acquire(head + 1));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> weight, source_->Acquire(head + 2));
+  const size_t h = static_cast<size_t>(config_.hidden);
+  if (gamma.size() != h || beta.size() != h) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": the source lent ", gamma.size(),
+                                                   " and ", beta.size(),
+                                                   " values of the final layer norm, not ", h));
+  }
+  LOOM_RETURN_IF_ERROR(lm_head_->BorrowWeights(weight, {}));
+  lent_final_gamma_ = gamma;
+  lent_final_beta_ = beta;
+  head_lent_ = true;
+  return absl::OkStatus();
+}
+
+void GptModel::ReturnLent() {
+  if (embedding_lent_) token_embedding_->ReturnWeights();
+  if (head_lent_) lm_head_->ReturnWeights();
+  for (const size_t k : lent_blocks_) blocks_[k].ReturnWeights();
+  lent_blocks_.clear();
+  lent_position_ = lent_final_gamma_ = lent_final_beta_ = {};
+  embedding_lent_ = head_lent_ = false;
+}
+
+absl::Span<const float> GptModel::PositionValues() const {
+  return source_ != nullptr ? lent_position_ : absl::Span<const float>(position_);
+}
+
+absl::Span<const float> GptModel::FinalGamma() const {
+  return source_ != nullptr ? lent_final_gamma_ : absl::Span<const float>(final_gamma_);
+}
+
+absl::Span<const float> GptModel::FinalBeta() const {
+  return source_ != nullptr ? lent_final_beta_ : absl::Span<const float>(final_beta_);
 }
 
 }  // namespace loom

@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
+#include "core/parameter_source.h"
 #include "models/gpt/gpt_block.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_parameter.h"
@@ -162,6 +163,27 @@ class GptModel {
   // element count.
   absl::Status BindGradients(absl::Span<float> memory);
 
+  // Borrowed weights (ZeRO-3 reshard-after-use, parameter offload): after
+  // UseParameterSource the model holds no weights of its own. It asks `source`
+  // (not owned; it must outlive the model) for each unit's parameters (the
+  // embeddings, each block, the head: the parameters of one unit are gathered and
+  // released together) just before it computes with them and gives them back
+  // right after, numbering them in Parameters() order:
+  //   - ForwardStage is one kForward pass of the source;
+  //   - BackwardStage is one kBackward pass (gradients to the source, `grads`
+  //     kSource) or one kRegather pass (gradients into the model's accumulators,
+  //     kModel: the caller hands them over once per step, e.g. a deferred
+  //     reduce-scatter that keeps the bits of plain data parallelism);
+  //   - BackwardStageInput is a kRegather pass; BackwardStageWeight a kGradients
+  //     pass (kSource) or no pass (kModel).
+  // Parameters() then gives the same names, shapes and splits with empty values
+  // (the source holds them), and with kSource empty gradients too (the model keeps
+  // none). Results are bitwise those of the owning model given the same values.
+  // FailedPrecondition when called twice; InvalidArgument for a null source.
+  enum class GradientHome { kSource, kModel };
+  absl::Status UseParameterSource(ParameterSource* source, GradientHome grads);
+  bool borrows_weights() const { return source_ != nullptr; }
+
   // ReleaseActivations drops any forward state and stops counting the works out
   // (e.g. after a failed step, whose works the caller drops).
   void ReleaseActivations();
@@ -179,6 +201,33 @@ class GptModel {
  private:
   GptModel() = default;
   void Observe(size_t extra = 0);
+  absl::StatusOr<Tensor> RunForward(const GptStageInput& input);
+  // ApplyWeightWork adds a split backward's weight gradients (BackwardStageWeight
+  // without the pass).
+  absl::Status ApplyWeightWork(const GptWeightGradWork& work);
+  // InPass runs `body` inside one pass of the source (directly without one): every
+  // lent weight goes back and the pass ends even when body fails; the first error
+  // wins.
+  template <typename Body>
+  auto InPass(ParameterPass pass, Body body) -> decltype(body());
+  // Lend* borrow a unit's parameters from the source (nothing without one);
+  // ReturnLent gives back everything lent.
+  absl::Status LendEmbedding();
+  absl::Status LendBlock(size_t k);
+  absl::Status LendHead();
+  void ReturnLent();
+  // Where unit parameters start in Parameters() order.
+  int BlockBase(size_t k) const;
+  int HeadBase() const;
+  // Give hands a gradient of parameter `param` to the source (kSource) or adds it
+  // into `accumulator`.
+  absl::Status Give(train_internal::GradAccumulator& accumulator, int param,
+                    absl::Span<const float> grad);
+  absl::Status Give(train_internal::GradAccumulator& accumulator, int param, const Tensor& grad);
+  // The position embedding and final LayerNorm values: lent or own.
+  absl::Span<const float> PositionValues() const;
+  absl::Span<const float> FinalGamma() const;
+  absl::Span<const float> FinalBeta() const;
   void ReleaseForwardState();
   absl::StatusOr<Tensor> RunBackward(const Tensor& output_grad, GptWeightGradWork* deferred);
   absl::Status HeadBackwardWeight(const GptWeightGradWork& work);
@@ -206,6 +255,13 @@ class GptModel {
   int64_t batch_ = 0;
   bool has_forward_ = false;
   size_t pending_work_bytes_ = 0;  // works handed out by BackwardStageInput
+  // Borrowed weights (UseParameterSource).
+  ParameterSource* source_ = nullptr;
+  GradientHome grads_ = GradientHome::kModel;
+  std::vector<GptParameter> borrowed_params_;  // Parameters() while borrowing
+  absl::Span<const float> lent_position_, lent_final_gamma_, lent_final_beta_;
+  bool embedding_lent_ = false, head_lent_ = false;
+  std::vector<size_t> lent_blocks_;
   size_t peak_bytes_ = 0;
 };
 
