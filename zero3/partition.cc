@@ -70,6 +70,8 @@ absl::StatusOr<Partition> Partition::Create(std::vector<ParamSpec> params,
   partition.slots_.reserve(params.size());
   partition.flat_offsets_.reserve(params.size());
   int64_t flat = 0;
+  std::vector<int> units;
+  for (const ParamSpec& p : params) units.push_back(p.unit < 0 ? -1 : p.unit);
   for (size_t i = 0; i < params.size(); ++i) {
     absl::StatusOr<int64_t> numel = Numel(params[i], i);
     if (!numel.ok()) return numel.status();
@@ -96,10 +98,14 @@ absl::StatusOr<Partition> Partition::Create(std::vector<ParamSpec> params,
       partition.persistent_numel_ += slot.numel;
       continue;
     }
-    if (partition.buckets_.empty() ||
-        (partition.buckets_.back().numel > 0 &&
-         partition.buckets_.back().numel > options.bucket_numel - slot.numel)) {
+    const int unit = units[i];
+    const bool new_bucket =
+        partition.buckets_.empty() || partition.buckets_.back().unit != unit ||
+        (unit < 0 && partition.buckets_.back().numel > 0 &&
+         partition.buckets_.back().numel > options.bucket_numel - slot.numel);
+    if (new_bucket) {
       partition.buckets_.emplace_back();
+      partition.buckets_.back().unit = unit;
     }
     Bucket& bucket = partition.buckets_.back();
     slot.bucket = partition.num_buckets() - 1;

@@ -43,6 +43,11 @@ namespace loom {
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;  // every extent >= 0; numel is their product (1 for [])
+  // unit >= 0: the sharded parameters of consecutive specs with the same unit
+  // share one bucket, whatever its size, and nothing else joins it: the parameters
+  // a module gathers and releases together (FSDP's flat parameter per module,
+  // e.g. one GPT block). -1: packed by bucket_numel.
+  int unit = -1;
 };
 
 struct PartitionOptions {
@@ -66,6 +71,7 @@ struct ParamSlot {
 // Bucket: parameters gathered and reduced together.
 struct Bucket {
   std::vector<int> params;   // indices into slots, in order of their offsets
+  int unit = -1;             // the unit of its parameters (ParamSpec::unit), or -1
   int64_t numel = 0;         // elements of parameters (before padding)
   int64_t padded_numel = 0;  // dp * shard_numel
   int64_t shard_numel = 0;   // elements each rank owns, padding included

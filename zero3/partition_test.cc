@@ -55,6 +55,24 @@ TEST(PartitionTest, TheHeaderExample) {
             "persistent: ln.g [8] | 8\n");
 }
 
+// Units: a unit's sharded parameters share one bucket whatever bucket_numel says
+// (a 64-element bucket over a 20-element target), its persistent ones stay
+// persistent, and unit-less parameters never join a unit's bucket.
+TEST(PartitionTest, AUnitIsOneBucketOfItsOwn) {
+  std::vector<ParamSpec> specs = {{"a.w", {4, 8}, 0}, {"a.b", {2}, 0}, {"a.v", {4, 8}, 0},
+                                  {"b.w", {4, 4}, 1}, {"free", {4, 2}, -1}, {"free2", {4, 2}, -1}};
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition p, Partition::Create(specs, Options(2, 20, 2)));
+  ASSERT_EQ(p.num_buckets(), 3);
+  EXPECT_EQ(p.bucket(0).params, std::vector<int>({0, 2}));
+  EXPECT_EQ(p.bucket(0).numel, 64);
+  EXPECT_EQ(p.bucket(0).unit, 0);
+  EXPECT_TRUE(p.slot(1).persistent);
+  EXPECT_EQ(p.bucket(1).params, std::vector<int>({3}));
+  EXPECT_EQ(p.bucket(1).unit, 1);
+  EXPECT_EQ(p.bucket(2).params, std::vector<int>({4, 5}));
+  EXPECT_EQ(p.bucket(2).unit, -1);
+}
+
 // Every element of every sharded parameter is owned by exactly one rank, the
 // buckets tile each rank's shard without gaps, and the padding is what alignment
 // needs and no more: over random models, dp sizes and options.

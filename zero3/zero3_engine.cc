@@ -57,8 +57,11 @@ class GradBuffers {
         return buffer;
       }
     }
+    allocated_.fetch_add(static_cast<int64_t>(bytes_));
     return dp_->AllocateBuffer(bytes_);
   }
+  // The bytes of every buffer ever allocated (the free ones stay allocated).
+  int64_t allocated_bytes() const { return allocated_.load(); }
   void Give(CommBuffer buffer) {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(std::move(buffer));
@@ -70,6 +73,7 @@ class GradBuffers {
   // std::mutex, which ThreadSanitizer sees (Debian's Abseil is not built for it).
   std::mutex mu_;
   std::vector<CommBuffer> free_;  // guarded by mu_
+  std::atomic<int64_t> allocated_{0};
 };
 
 // BucketState: one bucket's shard (or, `replicated`, the persistent block whole)
@@ -775,7 +779,7 @@ absl::StatusOr<double> Zero3Engine::ReducedGradSquaredNorm(
                                              : "this step's gradients are not reduced yet",
                      ")"));
   }
-  const double passes = static_cast<double>(passes_since_step_);
+  const double passes = options_.average_passes ? static_cast<double>(passes_since_step_) : 1.0;
   double total = 0.0;
   for (int p = 0; p < partition_.num_params(); ++p) {
     const ParamSlot& slot = partition_.slot(p);
@@ -807,7 +811,9 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   }
   LOOM_RETURN_IF_ERROR(ValidateAdamWHyper(hyper));
   AdamWHyper averaged = hyper;
-  averaged.grad_scale = hyper.grad_scale / static_cast<float>(passes_since_step_);
+  averaged.grad_scale = options_.average_passes
+                            ? hyper.grad_scale / static_cast<float>(passes_since_step_)
+                            : hyper.grad_scale;
   AdamWOptions adam_options;
   adam_options.threads = options_.offload_optimizer ? options_.adamw_threads : 1;
   const bool bf16 = options_.compute_dtype == DType::kBF16;
@@ -1027,7 +1033,24 @@ Zero3Stats Zero3Engine::Stats() const {
     stats.host_state_bytes += host(*persistent_);
   }
   stats.peak_grad_buffer_bytes = shared_->peak_grad_bytes.load();
+  stats.buffer_bytes = shared_->grads.allocated_bytes() +
+                       static_cast<int64_t>(shared_->pool.size()) *
+                           BufferBytes(partition_.MaxBucketNumel());
   return stats;
+}
+
+absl::Status Zero3Engine::BeginParameterPass(ParameterPass pass) {
+  switch (pass) {
+    case ParameterPass::kForward:
+      return BeginPass(Zero3Pass::kForward);
+    case ParameterPass::kBackward:
+      return BeginPass(Zero3Pass::kBackward);
+    case ParameterPass::kRegather:
+      return BeginPass(Zero3Pass::kRegather);
+    case ParameterPass::kGradients:
+      return BeginPass(Zero3Pass::kGradients);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(Who(), ": unknown ParameterPass"));
 }
 
 }  // namespace loom

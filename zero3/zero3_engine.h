@@ -87,6 +87,7 @@
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "core/dtype.h"
+#include "core/parameter_source.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
 #include "zero3/partition.h"
@@ -103,7 +104,11 @@ struct EngineShared;
 // parameters from the forward pass (a pipeline stage holding its weights for a
 // whole step): gradients arrive and are reduce-scattered as in kBackward, and a
 // step costs one all-gather and one reduce-scatter instead of two and one.
-enum class Zero3Pass { kNone, kForward, kBackward, kGradients };
+// kRegather: a backward pass that gathers (in reverse order) and reduces nothing,
+// for callers that keep this step's gradients themselves and hand them over in
+// one kGradients pass at its end (the deferred reduce-scatter, whose bits are
+// plain data parallelism's).
+enum class Zero3Pass { kNone, kForward, kBackward, kGradients, kRegather };
 
 struct Zero3Options {
   // What is sharded over dp (the ZeRO stages): 1 the optimizer state (f32 master,
@@ -135,6 +140,11 @@ struct Zero3Options {
   // DiskTier under distinct prefixes.
   DiskTier* optimizer_disk = nullptr;
   std::string disk_prefix = "zero3";
+  // Whether Step averages the gradient over the backward passes since the last
+  // Step (each pass the gradient of a whole mean loss). False: they are summed (a
+  // model whose microbatch losses are already scaled by 1 / microbatches, with one
+  // pass per microbatch and pipeline stage).
+  bool average_passes = true;
   // How long any wait for a collective may take.
   absl::Duration timeout = absl::Minutes(5);
 };
@@ -148,12 +158,18 @@ struct Zero3Stats {
   int64_t live_gathered_bytes = 0;     // now
   int64_t peak_gathered_bytes = 0;     // since Create
   int64_t peak_grad_buffer_bytes = 0;  // since Create
+  // Communication memory the engine holds now: the gather pool (allocated at
+  // Create) and every gradient buffer allocated so far (recycled, never freed).
+  int64_t buffer_bytes = 0;
   int64_t gathers = 0;                 // all-gather calls
   int64_t reduce_scatters = 0;         // reduce-scatter calls
   int64_t steps = 0;
 };
 
-class Zero3Engine {
+// A Zero3Engine is a ParameterSource (core/parameter_source.h): a model that
+// borrows its weights (GptModel::UseParameterSource) drives its passes, gathering
+// each unit just before use and releasing it after (FSDP's reshard after forward).
+class Zero3Engine : public ParameterSource {
  public:
   // Create takes this rank's shard of `initial` (the whole model, flat: parameters
   // in order, Partition::TotalNumel() elements, the same on every rank) for the
@@ -164,28 +180,30 @@ class Zero3Engine {
                                                              Communicator* dp,
                                                              absl::Span<const float> initial,
                                                              const Zero3Options& options = {});
-  ~Zero3Engine();
+  ~Zero3Engine() override;
   Zero3Engine(const Zero3Engine&) = delete;
   Zero3Engine& operator=(const Zero3Engine&) = delete;
 
   const Partition& partition() const { return partition_; }
   int rank() const { return rank_; }
 
-  // BeginPass starts a pass (FailedPrecondition inside one).
+  // BeginPass starts a pass (FailedPrecondition inside one);
+  // BeginParameterPass is the same for ParameterSource's pass kinds.
   absl::Status BeginPass(Zero3Pass pass);
+  absl::Status BeginParameterPass(ParameterPass pass) override;
   // Acquire returns parameter `param`, whole, valid until its bucket is released
   // (the pass moves past it, or ends). FailedPrecondition outside a pass or for a
   // bucket this pass already released (parameters are used in pass order);
   // (or in a kGradients pass); OutOfRange for a bad index; the collective's error
   // if its gather failed.
-  absl::StatusOr<absl::Span<const float>> Acquire(int param);
+  absl::StatusOr<absl::Span<const float>> Acquire(int param) override;
   // AddGrad adds `grad` (the parameter's numel elements) to `param`'s gradient in
   // a kBackward or kGradients pass. FailedPrecondition outside a backward pass or after the
   // parameter's bucket was reduced; InvalidArgument for a wrong size.
-  absl::Status AddGrad(int param, absl::Span<const float> grad);
+  absl::Status AddGrad(int param, absl::Span<const float> grad) override;
   // EndPass finishes the pass's collectives (see the top of this file) and returns
   // the first error of the pass, if any.
-  absl::Status EndPass();
+  absl::Status EndPass() override;
   // ReduceGradients finishes every reduction of the gradients accumulated since the
   // last Step; call it after the step's last backward pass. At stage 1 it
   // reduce-scatters (averages over dp) the whole gradient, bucket by bucket, into

@@ -650,6 +650,81 @@ TEST(Zero3EngineTest, AGradientsPassReducesWithoutGathering) {
   }
 }
 
+// The deferred reduce-scatter: regather passes (reverse order, nothing reduced)
+// for two microbatches whose gradients the caller sums, then one gradients pass
+// with the sums: the same bits as one backward pass with the sums, the traffic of
+// a gather per regather pass and one reduce-scatter per bucket. Without
+// average_passes, two backward passes are summed, not averaged.
+TEST(Zero3EngineTest, RegatherPassesDeferTheReduceScatter) {
+  const int dp = 3;
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
+  const std::vector<float> initial = InitialParams(partition);
+  std::vector<std::vector<float>> deferred(dp), summed(dp), reference(dp);
+  std::vector<CollectiveCounters> gathers(dp), reduces(dp);
+  RunRanks(dp, [&](int rank, Communicator& comm) {
+    const int num_params = partition.num_params();
+    // grads[p]: the sum of two microbatches' gradients, each the reference's
+    // Grad of the initial weights at pass 0, halved.
+    auto grads_of = [&](int p, absl::Span<const float> w) {
+      std::vector<float> g(w.size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        g[i] = 0.5f * Grad(w[i], rank, 0, p, static_cast<int64_t>(i));
+      }
+      return g;
+    };
+    {
+      std::unique_ptr<Zero3Engine> engine = *Zero3Engine::Create(partition, &comm, initial);
+      std::vector<std::vector<float>> sums(num_params);
+      for (int mb = 0; mb < 2; ++mb) {
+        LOOM_ASSERT_OK(engine->BeginParameterPass(ParameterPass::kRegather));
+        for (int p = num_params - 1; p >= 0; --p) {
+          LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
+          const std::vector<float> g = grads_of(p, w);
+          if (sums[p].empty()) sums[p].assign(g.size(), 0.0f);
+          for (size_t i = 0; i < g.size(); ++i) sums[p][i] += g[i];
+        }
+        EXPECT_THAT(engine->AddGrad(0, sums[0]),
+                    StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside")));
+        LOOM_ASSERT_OK(engine->EndPass());
+      }
+      LOOM_ASSERT_OK(engine->BeginParameterPass(ParameterPass::kGradients));
+      for (int p = num_params - 1; p >= 0; --p) LOOM_ASSERT_OK(engine->AddGrad(p, sums[p]));
+      LOOM_ASSERT_OK(engine->EndPass());
+      LOOM_ASSERT_OK(engine->Step(Hyper(1)));
+      gathers[rank] = comm.Counters(CollectiveKind::kAllGather);
+      reduces[rank] = comm.Counters(CollectiveKind::kReduceScatter);
+      deferred[rank] = *engine->GatherAll();
+    }
+    {
+      // Two backward passes of halves, summed (average_passes = false).
+      Zero3Options options;
+      options.average_passes = false;
+      std::unique_ptr<Zero3Engine> engine =
+          *Zero3Engine::Create(partition, &comm, initial, options);
+      for (int mb = 0; mb < 2; ++mb) {
+        LOOM_ASSERT_OK(engine->BeginParameterPass(ParameterPass::kBackward));
+        for (int p = num_params - 1; p >= 0; --p) {
+          LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
+          LOOM_ASSERT_OK(engine->AddGrad(p, grads_of(p, w)));
+        }
+        LOOM_ASSERT_OK(engine->EndPass());
+      }
+      LOOM_ASSERT_OK(engine->Step(Hyper(1)));
+      summed[rank] = *engine->GatherAll();
+    }
+  });
+  const std::vector<float> expected = Reference(partition, DType::kF32, 1, 1, UseAll);
+  const uint64_t buckets = static_cast<uint64_t>(partition.num_buckets());
+  for (int r = 0; r < dp; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(deferred[r], expected);  // 0.5 g + 0.5 g = g exactly
+    EXPECT_EQ(summed[r], expected);
+    // A gather per bucket and regather pass; one reduce-scatter per bucket.
+    EXPECT_EQ(gathers[r].calls, 2 * buckets);
+    EXPECT_EQ(reduces[r].calls, buckets);
+  }
+}
+
 // Rank 1 never uses mlp.w1 (a branch the other ranks take): nothing hangs, and
 // the result is the reference with rank 1 contributing zero gradient there.
 TEST(Zero3EngineTest, ARankThatSkipsAParameterContributesZero) {
