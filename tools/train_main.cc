@@ -77,6 +77,14 @@ ABSL_FLAG(int64_t, steps, 100, "Optimizer steps.");
 ABSL_FLAG(int, zero, 3,
           "ZeRO stage: 0 (plain data parallel), 1 (optimizer state sharded), 2 (and gradients) "
           "or 3 (and parameters).");
+ABSL_FLAG(std::string, reshard, "step",
+          "With --zero=3: step (gather every parameter once per step, kept for the step) or "
+          "block (the model borrows each block's parameters from the ZeRO engine just before "
+          "use, prefetching the next, and frees them after: again for the backward).");
+ABSL_FLAG(bool, defer_reduce_scatter, false,
+          "With --reshard=block: keep the gradients summed over the microbatches and "
+          "reduce-scatter them once per step (the bits of --zero=0, at the memory of whole "
+          "gradients); otherwise each backward reduce-scatters each block as it leaves it.");
 ABSL_FLAG(std::string, offload, "cpu",
           "Optimizer offload: none, cpu (CPU AdamW on threads) or nvme (its state on disk).");
 ABSL_FLAG(std::string, nvme_dir, "",
@@ -174,6 +182,15 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
   o.steps = absl::GetFlag(FLAGS_steps);
   o.zero = absl::GetFlag(FLAGS_zero);
+  const std::string reshard = absl::GetFlag(FLAGS_reshard);
+  if (reshard == "step") {
+    o.reshard = Reshard::kStep;
+  } else if (reshard == "block") {
+    o.reshard = Reshard::kBlock;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--reshard ", reshard, " is not step or block"));
+  }
+  o.defer_reduce_scatter = absl::GetFlag(FLAGS_defer_reduce_scatter);
   const std::string offload = absl::GetFlag(FLAGS_offload);
   if (offload == "none") {
     o.offload = OffloadKind::kNone;

@@ -22,6 +22,7 @@
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/wire.h"
+#include "tensor_parallel/tensor.h"
 #include "topology/memory_estimate.h"
 
 namespace loom {
@@ -155,7 +156,7 @@ absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptPa
 absl::StatusOr<int64_t> EstimateRankState(const TrainJobOptions& o,
                                           const std::vector<GptParameter>& params) {
   ModelStateOptions estimate;
-  for (const GptParameter& p : params) estimate.num_parameters += static_cast<int64_t>(p.values.size());
+  for (const GptParameter& p : params) estimate.num_parameters += NumElements(p.shape);
   estimate.precision =
       o.dtype == DType::kBF16 ? PrecisionPolicy::kBf16InF32Adam : PrecisionPolicy::kFp32Adam;
   estimate.zero_stage = o.zero;
@@ -194,9 +195,17 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     LOOM_RETURN_IF_ERROR(module->BindGradients(memory));
     return module->Parameters();
   };
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
-                        MakeRankOptimizer(options, params, w.dp.get(), disk,
-                                          absl::StrCat("train.s", w.place.s, ".t", w.place.t), bind_gradients));
+  const std::string disk_prefix = absl::StrCat("train.s", w.place.s, ".t", w.place.t);
+  const bool borrowed = options.reshard == Reshard::kBlock;
+  std::unique_ptr<RankOptimizer> optimizer;
+  if (borrowed) {
+    // The stage models borrow their weights from the ZeRO engines from now on.
+    LOOM_ASSIGN_OR_RETURN(optimizer, MakeBlockOptimizer(options, *module, w.dp.get(), disk,
+                                                        disk_prefix));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(optimizer, MakeRankOptimizer(options, params, w.dp.get(), disk,
+                                                       disk_prefix, bind_gradients));
+  }
   params = module->Parameters();
   LOOM_ASSIGN_OR_RETURN(const int64_t estimated_state_bytes, EstimateRankState(options, params));
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
@@ -334,8 +343,17 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     if (halts) return Halted(step + 1);
   }
   LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());  // zero 3: the final weights
+  std::vector<GptParameter> final_weights = module->Parameters();
+  std::vector<std::vector<float>> gathered_weights;
+  if (borrowed) {
+    // The models hold none: the engines gather them.
+    LOOM_ASSIGN_OR_RETURN(gathered_weights, optimizer->GatherWeights());
+    for (size_t k = 0; k < final_weights.size(); ++k) {
+      final_weights[k].values = absl::MakeSpan(gathered_weights[k]);
+    }
+  }
   LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> final_params,
-                        GatherBytes(*w.world, EncodeParameters(w.place.t, module->Parameters())));
+                        GatherBytes(*w.world, EncodeParameters(w.place.t, final_weights)));
   LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> executions,
                         GatherBytes(*w.world, EncodeExecution(last_execution)));
   if (summary == nullptr) return absl::OkStatus();

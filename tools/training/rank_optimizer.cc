@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/half.h"
 #include "core/status_macros.h"
+#include "models/gpt/gpt_model.h"
+#include "tensor_parallel/tensor.h"
 #include "tools/training/lr_schedule.h"
 #include "zero3/partition.h"
 #include "zero3/zero3_engine.h"
@@ -75,14 +77,25 @@ class EngineState {
 // kGradients pass plus Step after it.
 class ShardedOptimizer : public RankOptimizer {
  public:
+  // With `borrower` (--reshard block) the model borrows its weights from the
+  // engine from now on, each unit (UnitOf) one bucket.
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const TrainJobOptions& options,
                                                                   std::vector<GptParameter> params,
                                                                   Communicator* dp, DiskTier* disk,
-                                                                  const std::string& disk_prefix) {
+                                                                  const std::string& disk_prefix,
+                                                                  GptModel* borrower = nullptr) {
     std::vector<ParamSpec> specs;
     std::vector<float> initial;
+    std::string last_unit;
+    int unit = -1;
     for (const GptParameter& p : params) {
-      specs.push_back({p.name, p.shape});
+      ParamSpec spec{p.name, p.shape};
+      if (borrower != nullptr) {
+        if (UnitOf(p.name) != last_unit) ++unit;
+        last_unit = UnitOf(p.name);
+        spec.unit = unit;
+      }
+      specs.push_back(std::move(spec));
       initial.insert(initial.end(), p.values.begin(), p.values.end());
     }
     PartitionOptions partition_options;
@@ -98,13 +111,49 @@ class ShardedOptimizer : public RankOptimizer {
     zero.disk_prefix = disk_prefix;
     zero.adamw_threads = options.adamw_threads;
     zero.timeout = kCollectiveTimeout;
+    // Block reshard: one backward pass per microbatch (and stage), each the
+    // gradient of a loss already scaled by 1 / microbatches: summed, not averaged.
+    zero.average_passes = borrower == nullptr;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Zero3Engine> engine,
                           Zero3Engine::Create(partition, dp, initial, zero));
+    initial = std::vector<float>();
+    if (borrower != nullptr) {
+      LOOM_RETURN_IF_ERROR(borrower->UseParameterSource(
+          engine.get(), options.defer_reduce_scatter ? GptModel::GradientHome::kModel
+                                                     : GptModel::GradientHome::kSource));
+      params = borrower->Parameters();  // no values; gradients only when deferred
+    }
     return std::unique_ptr<ShardedOptimizer>(
-        new ShardedOptimizer(options, std::move(params), std::move(engine)));
+        new ShardedOptimizer(options, std::move(params), std::move(engine), borrower != nullptr));
+  }
+
+  // UnitOf: the unit a parameter is gathered with under block reshard: its block
+  // ("blocks.3"), or its first name component ("embed", "final_ln", "head").
+  static std::string UnitOf(const std::string& name) {
+    const size_t first = name.find('.');
+    if (name.rfind("blocks.", 0) == 0) return name.substr(0, name.find('.', first + 1));
+    return name.substr(0, first);
+  }
+
+  absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() override {
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> flat, engine_->GatherAll());
+    // GatherAll gives the f32 masters; the model computes with their compute copy
+    // (bf16: rounded to nearest even, as the engine writes it).
+    if (options_.dtype == DType::kBF16) {
+      for (float& v : flat) v = ToFloat(ToBFloat16(v));
+    }
+    std::vector<std::vector<float>> weights;
+    size_t at = 0;
+    for (const GptParameter& p : params_) {
+      const size_t n = static_cast<size_t>(NumElements(p.shape));
+      weights.emplace_back(flat.begin() + at, flat.begin() + at + n);
+      at += n;
+    }
+    return weights;
   }
 
   absl::Status BeforeStep() override {
+    if (borrows_) return absl::OkStatus();  // the model gathers per unit
     LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kForward));
     for (size_t p = 0; p < params_.size(); ++p) {
       LOOM_ASSIGN_OR_RETURN(absl::Span<const float> w, engine_->Acquire(static_cast<int>(p)));
@@ -114,6 +163,8 @@ class ShardedOptimizer : public RankOptimizer {
   }
 
   absl::Status ReduceGradients() override {
+    // Block reshard without deferral: the backward passes reduced them already.
+    if (borrows_ && !options_.defer_reduce_scatter) return engine_->ReduceGradients();
     LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kGradients));
     for (int p = static_cast<int>(params_.size()) - 1; p >= 0; --p) {
       LOOM_RETURN_IF_ERROR(engine_->AddGrad(p, params_[p].grad));
@@ -137,13 +188,15 @@ class ShardedOptimizer : public RankOptimizer {
     const Zero3Stats stats = engine_->Stats();
     return stats.model_state_bytes + stats.persistent_state_bytes;
   }
+  // The engine's communication buffers: the gathered units and gradient buckets.
+  int64_t BufferBytes() const override { return engine_->Stats().buffer_bytes; }
   int64_t DiskBytes() const override { return engine_->Stats().disk_state_bytes; }
   int64_t StateBytes() const override {
     int64_t resident = 0;
     for (const GptParameter& p : params_) {
       resident += static_cast<int64_t>((p.values.size() + p.grad.size()) * sizeof(float));
     }
-    return ShardedBytes() + resident;
+    return ShardedBytes() + BufferBytes() + resident;
   }
 
   absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
@@ -190,12 +243,94 @@ class ShardedOptimizer : public RankOptimizer {
 
  private:
   ShardedOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
-                   std::unique_ptr<Zero3Engine> engine)
-      : options_(options), params_(std::move(params)), engine_(std::move(engine)) {}
+                   std::unique_ptr<Zero3Engine> engine, bool borrows)
+      : options_(options), params_(std::move(params)), engine_(std::move(engine)),
+        borrows_(borrows) {}
 
   TrainJobOptions options_;
   std::vector<GptParameter> params_;
   std::unique_ptr<Zero3Engine> engine_;
+  const bool borrows_;  // --reshard block: the model borrows from engine_
+};
+
+// StagedOptimizer: one optimizer per pipeline stage a rank holds (block reshard:
+// an engine per stage model, so that a stage's pass gathers that stage's units
+// only), seen as one over the rank's parameters, stage after stage. The engines
+// share the dp communicator: each pass ends with its collectives done, so they
+// take turns.
+class StagedOptimizer : public RankOptimizer {
+ public:
+  StagedOptimizer(std::vector<std::unique_ptr<RankOptimizer>> parts, std::vector<int> offsets)
+      : parts_(std::move(parts)), offsets_(std::move(offsets)) {}
+
+  absl::Status BeforeStep() override {
+    for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->BeforeStep());
+    return absl::OkStatus();
+  }
+  absl::Status ReduceGradients() override {
+    for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->ReduceGradients());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
+    double sum = 0;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(const double part,
+                            parts_[i]->GradSquaredNorm(param_weight.subspan(
+                                static_cast<size_t>(offsets_[i]),
+                                static_cast<size_t>(offsets_[i + 1] - offsets_[i]))));
+      sum += part;
+    }
+    return sum;
+  }
+  absl::Status ApplyStep(int64_t step, float grad_scale) override {
+    for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->ApplyStep(step, grad_scale));
+    return absl::OkStatus();
+  }
+  int64_t StateBytes() const override { return Sum(&RankOptimizer::StateBytes); }
+  int64_t ShardedBytes() const override { return Sum(&RankOptimizer::ShardedBytes); }
+  int64_t DiskBytes() const override { return Sum(&RankOptimizer::DiskBytes); }
+  int64_t BufferBytes() const override { return Sum(&RankOptimizer::BufferBytes); }
+
+  absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
+    std::vector<StateSlice> all;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(std::vector<StateSlice> slices, parts_[i]->ReadState());
+      for (StateSlice& slice : slices) {
+        slice.param += offsets_[i];
+        all.push_back(std::move(slice));
+      }
+    }
+    return all;
+  }
+  absl::Status WriteState(const StateSource& source) override {
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const int offset = offsets_[i];
+      LOOM_RETURN_IF_ERROR(parts_[i]->WriteState(
+          [&source, offset](int param, int64_t begin, int64_t end, absl::Span<float> master,
+                            absl::Span<float> m, absl::Span<float> v) {
+            return source(param + offset, begin, end, master, m, v);
+          }));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() override {
+    std::vector<std::vector<float>> all;
+    for (auto& part : parts_) {
+      LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<float>> weights, part->GatherWeights());
+      for (std::vector<float>& w : weights) all.push_back(std::move(w));
+    }
+    return all;
+  }
+
+ private:
+  int64_t Sum(int64_t (RankOptimizer::*figure)() const) const {
+    int64_t total = 0;
+    for (const auto& part : parts_) total += ((*part).*figure)();
+    return total;
+  }
+
+  std::vector<std::unique_ptr<RankOptimizer>> parts_;
+  std::vector<int> offsets_;  // parts_.size() + 1: where each part's parameters start
 };
 
 // Plain data parallelism: every rank keeps the whole AdamW state, gradients are
@@ -377,6 +512,25 @@ class DataParallelOptimizer : public RankOptimizer {
 };
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeBlockOptimizer(const TrainJobOptions& options,
+                                                                  GptStageModule& module,
+                                                                  Communicator* dp, DiskTier* disk,
+                                                                  const std::string& disk_prefix) {
+  std::vector<std::unique_ptr<RankOptimizer>> parts;
+  std::vector<int> offsets = {0};
+  for (const int64_t stage : module.stages()) {
+    GptModel& model = module.model(stage);
+    std::vector<GptParameter> params = model.Parameters();
+    const int count = static_cast<int>(params.size());
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> part,
+                          ShardedOptimizer::Create(options, std::move(params), dp, disk,
+                                                   absl::StrCat(disk_prefix, ".m", stage), &model));
+    parts.push_back(std::move(part));
+    offsets.push_back(offsets.back() + count);
+  }
+  return std::unique_ptr<RankOptimizer>(new StagedOptimizer(std::move(parts), std::move(offsets)));
+}
 
 absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(
     const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,

@@ -31,6 +31,7 @@
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "models/gpt/gpt_parameter.h"
+#include "models/gpt/gpt_stage_module.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
 #include "tools/training/lr_schedule.h"
@@ -76,6 +77,15 @@ class RankOptimizer {
   virtual int64_t StateBytes() const = 0;
   virtual int64_t ShardedBytes() const = 0;
   virtual int64_t DiskBytes() const { return 0; }
+  // The part of StateBytes that is communication buffers (ZeRO's gathered units
+  // and gradient buckets).
+  virtual int64_t BufferBytes() const { return 0; }
+  // GatherWeights returns this rank's current weights, one vector per parameter
+  // (its tp shard, whole over dp), for a model that borrows them (block reshard),
+  // whose Parameters() hold none. Collective over dp; outside a step.
+  virtual absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() {
+    return absl::UnimplementedError("GatherWeights: the model holds its weights");
+  }
 
   // ReadState returns the state this rank holds, as slices that cover every
   // element of its parameters' shards it owns (zero 1-3: its dp range of each;
@@ -103,6 +113,17 @@ using GradientBinder =
 absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(
     const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
     DiskTier* disk, const std::string& disk_prefix, const GradientBinder& bind_gradients = nullptr);
+
+// MakeBlockOptimizer: --zero 3 --reshard block. An engine per stage of `module`,
+// each over its stage model's parameters, each block one bucket; the models
+// borrow their weights from the engines from now on (their own are freed), the
+// gradients going to the engines per backward, or (defer_reduce_scatter) staying
+// in the models until ReduceGradients. The parameters are the module's, stage
+// after stage, as Parameters() lists them.
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeBlockOptimizer(const TrainJobOptions& options,
+                                                                  GptStageModule& module,
+                                                                  Communicator* dp, DiskTier* disk,
+                                                                  const std::string& disk_prefix);
 
 // ScheduleOf: the job's learning-rate schedule (constant `lr` unless warm-up or
 // lr_min ask otherwise).

@@ -23,6 +23,8 @@ absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& 
   // optimizer state stays in memory.
   one.zero = 0;
   one.offload = OffloadKind::kNone;
+  one.reshard = Reshard::kStep;  // nothing is sharded on one rank
+  one.defer_reduce_scatter = false;
   one.nvme_dir.clear();
   one.schedule = PipelineScheduleKind::kGPipe;
   // From scratch, saving nothing: the reference of the whole run.

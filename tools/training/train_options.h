@@ -23,6 +23,13 @@ enum class OffloadKind { kNone, kCpu, kNvme };
 // reaches (ValidateTrainJob keeps --steps below it).
 inline constexpr int64_t kEvalStep = int64_t{1} << 40;
 
+// Reshard (zero 3): kStep gathers every parameter of the rank's stages once per
+// step into the layers and keeps them for the whole step; kBlock has the model
+// borrow its weights from the ZeRO engine, which gathers each unit (a block, the
+// embeddings, the head) just before use, prefetches the next and frees it after,
+// in every forward and again in every backward (FSDP's reshard after forward).
+enum class Reshard { kStep, kBlock };
+
 struct TrainJobOptions {
   GptConfig model;  // models/gpt/gpt_config.h; defaults: V=64, 4 layers
   int dp = 2;
@@ -34,6 +41,13 @@ struct TrainJobOptions {
   int64_t steps = 100;
   int zero = 3;  // 0 (plain data parallel), 1, 2 or 3
   OffloadKind offload = OffloadKind::kCpu;
+  Reshard reshard = Reshard::kStep;
+  // kBlock: the gradients stay in the model, summed over the microbatches, and
+  // are reduce-scattered once after the last (the bits of zero 0 and kStep, at
+  // the memory of whole gradients); otherwise each backward reduce-scatters its
+  // block as it leaves it (no whole gradients; the microbatch sums round
+  // differently, within the one-rank reference bound).
+  bool defer_reduce_scatter = false;
   // offload nvme: where the optimizer state goes (a directory per drive, ':'
   // separated); empty: a fresh directory under $TMPDIR (or /tmp), removed after.
   std::string nvme_dir;

@@ -169,6 +169,16 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
   if (o.zero < 0 || o.zero > 3) {
     return absl::InvalidArgumentError(absl::StrCat("--zero ", o.zero, " must be 0, 1, 2 or 3"));
   }
+  if (o.reshard == Reshard::kBlock && o.zero != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--reshard block needs --zero 3 (only ZeRO-3 shards the parameters it regathers); "
+        "got --zero ", o.zero));
+  }
+  if (o.defer_reduce_scatter && o.reshard != Reshard::kBlock) {
+    return absl::InvalidArgumentError(
+        "--defer_reduce_scatter needs --reshard block (--reshard step always reduces once "
+        "per step)");
+  }
   if (o.offload == OffloadKind::kNvme && o.zero == 0) {
     return absl::InvalidArgumentError(
         "--offload nvme needs --zero 1, 2 or 3 (the ZeRO engine keeps the optimizer state on "
