@@ -30,18 +30,7 @@ using train_testing::ExpectAllOk;
 using train_testing::RandomizeParameters;
 using train_testing::RunTp;
 using train_testing::SeededIds;
-
-GptConfig TinyConfig() {
-  GptConfig config;
-  config.vocab = 13;
-  config.seq_len = 5;
-  config.hidden = 8;
-  config.heads = 2;
-  config.layers = 2;
-  config.ffn = 12;
-  config.seed = 3;
-  return config;
-}
+using train_testing::TinyConfig;
 
 // TestStore: every parameter whole in memory, gradients summed in memory, and the
 // protocol checked on every call.

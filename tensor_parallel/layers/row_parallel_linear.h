@@ -102,14 +102,9 @@ class RowParallelLinear {
   int64_t in_features_local() const { return in_local_; }
   int64_t out_features() const { return out_; }
 
-  // Borrowed weights (ZeRO-3 and parameter offload; models/gpt borrows from a
-  // ParameterSource): BorrowWeights makes Forward and Backward compute with
-  // `weight` and `bias`, f32 views of this rank's shards (the shards' element
-  // counts; bias empty without one), which the caller keeps alive and unchanged
-  // until ReturnWeights. DropOwnedWeights frees the layer's own shards for good:
-  // from then on a Forward or Backward without borrowed weights is
-  // FailedPrecondition, and weight() / bias() are empty. BackwardWeight needs no
-  // weights. InvalidArgument naming the counts for views of another size.
+  // Borrowed weights, as ColumnParallelLinear's: BorrowWeights lends f32 views of
+  // this rank's weight shard [out, in_local] and of the whole bias [out] until
+  // ReturnWeights; DropOwnedWeights frees the layer's own for good.
   absl::Status BorrowWeights(absl::Span<const float> weight, absl::Span<const float> bias);
   void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}}; }
   void DropOwnedWeights() {

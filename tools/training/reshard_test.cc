@@ -18,6 +18,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/training/internal/summary_testing.h"
 #include "tools/training/reference.h"
 #include "tools/training/train_job.h"
 
@@ -25,21 +26,7 @@ namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Every parameter's final values keyed by (tp rank, name); replicas must agree.
-std::map<std::pair<int, std::string>, std::vector<float>> ByName(const TrainSummary& summary) {
-  std::map<std::pair<int, std::string>, std::vector<float>> out;
-  for (const RankParameters& rank : summary.final_params) {
-    for (size_t i = 0; i < rank.params.size(); ++i) {
-      const auto key = std::make_pair(rank.tp_rank, rank.params[i].name);
-      const auto [it, inserted] = out.emplace(key, rank.values[i]);
-      if (!inserted) {
-        EXPECT_EQ(it->second, rank.values[i]) << rank.params[i].name << ": replicas differ";
-      }
-    }
-  }
-  return out;
-}
+using training_testing::ByName;
 
 TrainJobOptions Small() {
   TrainJobOptions options;  // dp 2, tp 2, pp 2, 4 microbatches

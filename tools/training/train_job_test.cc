@@ -13,12 +13,14 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tools/training/internal/summary_testing.h"
 #include "tools/training/reference.h"
 
 namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
+using training_testing::ByName;
 
 TrainJobOptions Small(int64_t steps) {
   TrainJobOptions options;  // dp 2, tp 2, pp 2, zero 3, cpu offload
@@ -171,22 +173,6 @@ TEST(TrainJobTest, Bf16AndInterleavedTrain) {
                             CompareWithReference(options, summary));
   EXPECT_NEAR(reference.reference_final_loss, summary.final_loss, 0.05);
   EXPECT_LT(reference.max_abs_param_diff, 0.01 * reference.max_abs_param);  // measured 2.4e-4
-}
-
-// ByName returns every parameter's final values keyed by (tp rank, name); the
-// data-parallel replicas must agree.
-std::map<std::pair<int, std::string>, std::vector<float>> ByName(const TrainSummary& summary) {
-  std::map<std::pair<int, std::string>, std::vector<float>> out;
-  for (const RankParameters& rank : summary.final_params) {
-    for (size_t i = 0; i < rank.params.size(); ++i) {
-      const auto key = std::make_pair(rank.tp_rank, rank.params[i].name);
-      const auto [it, inserted] = out.emplace(key, rank.values[i]);
-      if (!inserted) {
-        EXPECT_EQ(it->second, rank.values[i]) << rank.params[i].name << ": replicas differ";
-      }
-    }
-  }
-  return out;
 }
 
 // The zero-bubble schedules split each backward into its input part (I) and its

@@ -29,6 +29,18 @@ absl::Status RandomizeParameters(absl::Span<GptParameter> params, uint64_t seed,
   return absl::OkStatus();
 }
 
+GptConfig TinyConfig() {
+  GptConfig config;
+  config.vocab = 13;
+  config.seq_len = 5;
+  config.hidden = 8;
+  config.heads = 2;
+  config.layers = 2;
+  config.ffn = 12;
+  config.seed = 3;
+  return config;
+}
+
 std::vector<int64_t> SeededIds(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int64_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
