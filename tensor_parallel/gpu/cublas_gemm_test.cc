@@ -238,7 +238,8 @@ TEST(GpuGemmTest, EmptyInnerDimensionScalesByBeta) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer poisoned,
                             ToDevice(std::vector<float>{nan, nan, 9, nan, nan, 9}));
-  ASSERT_THAT(GpuGemm(gpu.cublas, Dense(absl::Span<const float>(), 2, 0), Transpose::kYes,
+  // Transposed operands: A is [k,m] = [0,2] and B is [n,k] = [2,0].
+  ASSERT_THAT(GpuGemm(gpu.cublas, Dense(absl::Span<const float>(), 0, 2), Transpose::kYes,
                       Dense(absl::Span<const float>(), 2, 0), Transpose::kYes,
                       MatrixView{AsDeviceFloats(poisoned), 2, 2, 3}),
               IsOk());

@@ -68,6 +68,19 @@ Gate::~Gate() {
 }
 
 cudaError_t Gate::Init() {
+  // CUDA loads a kernel lazily, at its first launch (CUDA_MODULE_LOADING=LAZY, the
+  // default since CUDA 12.2), and loading may wait for the kernels already running. A
+  // kernel launched for the first time while a gate holds another stream then waits for
+  // the gate, and the gate for the host, which waits for that kernel: on an H100 the
+  // copy behind a held upload stream did, until the gate's timeout. Loading this
+  // file's kernels here, before any gate runs, keeps them from doing so.
+  for (const void* kernel : {reinterpret_cast<const void*>(&GateKernel),
+                             reinterpret_cast<const void*>(&AddKernel),
+                             reinterpret_cast<const void*>(&CopyKernel)}) {
+    cudaFuncAttributes attributes;
+    const cudaError_t loaded = cudaFuncGetAttributes(&attributes, kernel);
+    if (loaded != cudaSuccess) return loaded;
+  }
   const cudaError_t error = cudaHostAlloc(&flags_, 2 * sizeof(int), cudaHostAllocMapped);
   if (error != cudaSuccess) return error;
   flags_[0] = 0;

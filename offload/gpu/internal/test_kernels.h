@@ -34,7 +34,9 @@ class Gate {
   Gate& operator=(const Gate&) = delete;
   ~Gate();
 
-  // Init allocates the flags; returns the CUDA error.
+  // Init loads this file's kernels (see test_kernels.cu: a kernel first launched while
+  // a gate holds may wait for the gate) and allocates the flags; returns the CUDA
+  // error. Other kernels a test launches behind a gate must have run once before.
   cudaError_t Init();
   // Hold enqueues a gate on `stream`: later work on it waits until Open (or timeout).
   cudaError_t Hold(cudaStream_t stream, uint64_t timeout_ns = 20'000'000'000ull);

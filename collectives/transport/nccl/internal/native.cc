@@ -55,8 +55,9 @@ absl::Status NcclNative::Run(absl::string_view what,
   absl::Status status = comm_->OnStream(before);
   if (status.ok()) status = comm_->Group(group, deadline);
   if (status.ok()) status = comm_->OnStream(after);
-  absl::StatusOr<uint64_t> mark = status;
-  if (status.ok()) mark = comm_->Record();
+  // (A StatusOr made from an OK Status is a fatal error, not an empty one.)
+  absl::StatusOr<uint64_t> mark =
+      status.ok() ? comm_->Record() : absl::StatusOr<uint64_t>(status);
   status = mark.ok() ? comm_->Await(*mark, deadline) : mark.status();
   if (absl::IsDeadlineExceeded(status)) {
     comm_->Break(absl::InternalError(absl::StrCat(
