@@ -85,6 +85,9 @@ ABSL_FLAG(bool, defer_reduce_scatter, false,
           "With --reshard=block: keep the gradients summed over the microbatches and "
           "reduce-scatter them once per step (the bits of --zero=0, at the memory of whole "
           "gradients); otherwise each backward reduce-scatters each block as it leaves it.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the layers' matrix products run: cpu (OpenBLAS) or cuda (cuBLAS on CUDA "
+          "device 0, f32; needs a build with --config=cuda). Everything else stays on the CPU.");
 ABSL_FLAG(std::string, offload, "cpu",
           "Optimizer offload: none, cpu (CPU AdamW on threads) or nvme (its state on disk).");
 ABSL_FLAG(std::string, nvme_dir, "",
@@ -191,6 +194,14 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--reshard ", reshard, " is not step or block"));
   }
   o.defer_reduce_scatter = absl::GetFlag(FLAGS_defer_reduce_scatter);
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cpu") {
+    o.device = ComputeDevice::kCpu;
+  } else if (device == "cuda") {
+    o.device = ComputeDevice::kCuda;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--device ", device, " is not cpu or cuda"));
+  }
   const std::string offload = absl::GetFlag(FLAGS_offload);
   if (offload == "none") {
     o.offload = OffloadKind::kNone;
@@ -641,6 +652,11 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       "(memory and disk) %d bytes, %.2f times the estimate\n",
       o.zero, estimated_state, measured_state,
       estimated_state > 0 ? static_cast<double>(measured_state) / estimated_state : 0.0);
+  if (o.device == ComputeDevice::kCuda) {
+    std::cout << absl::StrFormat(
+        "device: cuda (cuBLAS f32 on device 0), %d matrix products on the GPU for rank 0\n",
+        summary->device_gemm_products);
+  }
   const StepBreakdown& b = summary->step_breakdown_s;
   std::cout << absl::StrFormat(
       "time per step (mean over ranks): compute %.2f ms, dp comm %.2f ms, pp comm %.2f ms, optimizer "
@@ -706,7 +722,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"max_abs_param_diff\": %s, "
         "\"peak_model_state_bytes_per_rank\": %d, \"model_state_disk_bytes_per_rank\": %d, "
         "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
-        "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", "
+        "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
+        "\"device_gemm_products\": %d, "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
         "\"optimizer\": %.6g, \"other\": %.6g}}\n",
         summary->final_loss,
@@ -720,8 +737,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             : "null",
         summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
         summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
-        summary->tokens_per_second, BuildMode(), b.compute, b.dp_comm, b.pp_comm, b.optimizer,
-        b.other);
+        summary->tokens_per_second, BuildMode(), absl::GetFlag(FLAGS_device),
+        summary->device_gemm_products, b.compute, b.dp_comm, b.pp_comm, b.optimizer, b.other);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }
@@ -734,7 +751,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a small GPT decoder over dp x tp x pp thread ranks with ZeRO.\n"
-      "  train [--dp=2 --tp=2 --pp=2] [--zero=0|1|2|3] [--offload=none|cpu|nvme [--nvme_dir=D]]\n"
+      "  train [--dp=2 --tp=2 --pp=2] [--zero=0|1|2|3] [--offload=none|cpu|nvme [--nvme_dir=D]] [--device=cpu|cuda]\n"
       "        [--dtype=f32|bf16] [--data=FILE[,FILE...] [--eval_fraction=0.05]]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"

@@ -30,6 +30,8 @@ absl::Status CheckView(const View& v, const char* name) {
 }
 
 // One OpenBLAS thread per caller: see the header.
+thread_local GemmEngine* current_engine = nullptr;
+
 void SingleThreadedBlasOnce() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
@@ -77,6 +79,7 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
           " k=", k, ")"));
     }
   }
+  if (current_engine != nullptr) return current_engine->Run(a, trans_a, b, trans_b, c, alpha, beta);
   SingleThreadedBlasOnce();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
@@ -84,5 +87,13 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
               static_cast<blasint>(b.ld), beta, c.data.data(), static_cast<blasint>(c.ld));
   return absl::OkStatus();
 }
+
+ScopedGemmEngine::ScopedGemmEngine(GemmEngine* engine) : previous_(current_engine) {
+  current_engine = engine;
+}
+
+ScopedGemmEngine::~ScopedGemmEngine() { current_engine = previous_; }
+
+GemmEngine* CurrentGemmEngine() { return current_engine; }
 
 }  // namespace loom

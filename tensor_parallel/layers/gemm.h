@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace loom {
@@ -57,8 +58,46 @@ inline MatrixView Dense(absl::Span<float> data, int64_t rows, int64_t cols) {
 // [k,n] and C not [m,n], when a view's ld is below its cols, or when a view's span
 // is too short for its rows and ld. Empty products (m, n or k zero) are fine: C is
 // then only scaled by beta.
+//
+// Gemm runs on OpenBLAS unless the calling thread has installed a GemmEngine
+// (ScopedGemmEngine): then, after the same checks, every non-empty product goes to it.
 absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
                   MatrixView c, float alpha = 1.0f, float beta = 0.0f);
+
+// GemmEngine: somewhere else to run Gemm's products, such as a GPU
+// (tensor_parallel/gpu/cublas_gemm_engine.h), for every layer a thread runs without
+// the layers knowing. Run gets checked, non-empty host views (m, n, k >= 1, each within
+// 32 bits) and must leave C as Gemm would, within the engine's stated bound; the
+// columns of C's rows past c.cols (ld > cols) must stay untouched.
+class GemmEngine {
+ public:
+  virtual ~GemmEngine() = default;
+  virtual absl::string_view name() const = 0;
+  virtual absl::Status Run(ConstMatrixView a, Transpose trans_a, ConstMatrixView b,
+                           Transpose trans_b, MatrixView c, float alpha, float beta) = 0;
+};
+
+// ScopedGemmEngine installs `engine` for Gemm calls on the constructing thread until it
+// is destroyed (then the one before it, if any, is back). The engine must outlive it.
+//
+//   CublasGemmEngine gpu = ...;
+//   {
+//     ScopedGemmEngine on_gpu(&gpu);
+//     model.ForwardStage(...);   // every Gemm of this thread runs on the GPU
+//   }
+class ScopedGemmEngine {
+ public:
+  explicit ScopedGemmEngine(GemmEngine* engine);
+  ~ScopedGemmEngine();
+  ScopedGemmEngine(const ScopedGemmEngine&) = delete;
+  ScopedGemmEngine& operator=(const ScopedGemmEngine&) = delete;
+
+ private:
+  GemmEngine* previous_;
+};
+
+// CurrentGemmEngine returns the engine installed on this thread, or nullptr (OpenBLAS).
+GemmEngine* CurrentGemmEngine();
 
 }  // namespace loom
 

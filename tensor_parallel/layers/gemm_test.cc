@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/status_matchers.h"
@@ -95,6 +96,80 @@ TEST(GemmTest, ShapeErrorsNameTheShapes) {
   EXPECT_THAT(Gemm(ConstMatrixView{a, 2, 3, 2}, Transpose::kNo, Dense(a, 3, 2), Transpose::kNo,
                    Dense(absl::MakeSpan(c), 2, 2)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("with ld 2; need ld >= cols")));
+}
+
+// An engine that computes in double, the textbook way, and counts its products: Gemm
+// must hand it every non-empty product of the installing thread, after its checks.
+class DoubleEngine : public GemmEngine {
+ public:
+  absl::string_view name() const override { return "double"; }
+  absl::Status Run(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
+                   MatrixView c, float alpha, float beta) override {
+    ++calls;
+    const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
+    const int64_t k = ta ? a.rows : a.cols;
+    for (int64_t i = 0; i < c.rows; ++i) {
+      for (int64_t j = 0; j < c.cols; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double x = ta ? double{a.data[p * a.ld + i]} : double{a.data[i * a.ld + p]};
+          const double y = tb ? double{b.data[j * b.ld + p]} : double{b.data[p * b.ld + j]};
+          sum += x * y;
+        }
+        float& out = c.data[i * c.ld + j];
+        out = static_cast<float>(double{alpha} * sum + (beta == 0.0f ? 0.0 : double{beta} * double{out}));
+      }
+    }
+    return absl::OkStatus();
+  }
+  int calls = 0;
+};
+
+TEST(GemmEngineTest, TheInstallingThreadsProductsGoToTheEngineAndOnlyThose) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(5 * 7), b(7 * 3);
+  for (float& x : a) x = dist(rng);
+  for (float& x : b) x = dist(rng);
+  std::vector<float> blas(5 * 3), engine_c(5 * 3);
+  ASSERT_THAT(Gemm(Dense(a, 5, 7), Transpose::kNo, Dense(b, 7, 3), Transpose::kNo,
+                   Dense(absl::MakeSpan(blas), 5, 3)),
+              IsOk());
+  EXPECT_EQ(CurrentGemmEngine(), nullptr);
+
+  DoubleEngine engine;
+  {
+    ScopedGemmEngine scoped(&engine);
+    EXPECT_EQ(CurrentGemmEngine(), &engine);
+    ASSERT_THAT(Gemm(Dense(a, 5, 7), Transpose::kNo, Dense(b, 7, 3), Transpose::kNo,
+                     Dense(absl::MakeSpan(engine_c), 5, 3)),
+                IsOk());
+    EXPECT_EQ(engine.calls, 1);
+    // Shape errors and empty products stay Gemm's: the engine never sees them.
+    EXPECT_THAT(Gemm(Dense(a, 5, 7), Transpose::kNo, Dense(a, 5, 7), Transpose::kNo,
+                     Dense(absl::MakeSpan(engine_c), 5, 3)),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inner dimensions differ")));
+    EXPECT_THAT(Gemm(Dense(absl::Span<const float>(), 0, 3), Transpose::kNo,
+                     Dense(absl::Span<const float>(), 3, 0), Transpose::kNo,
+                     Dense(absl::Span<float>(), 0, 0)),
+                IsOk());
+    EXPECT_EQ(engine.calls, 1);
+    // Another thread keeps OpenBLAS.
+    std::thread other([&] { EXPECT_EQ(CurrentGemmEngine(), nullptr); });
+    other.join();
+    // Nested scopes restore the outer engine.
+    DoubleEngine inner;
+    {
+      ScopedGemmEngine nested(&inner);
+      EXPECT_EQ(CurrentGemmEngine(), &inner);
+    }
+    EXPECT_EQ(CurrentGemmEngine(), &engine);
+  }
+  EXPECT_EQ(CurrentGemmEngine(), nullptr);
+  // Different summation, same product: within k * eps * sum |a||b| (here k = 7, |x| < 1).
+  for (size_t i = 0; i < blas.size(); ++i) {
+    EXPECT_NEAR(engine_c[i], blas[i], 7 * 7 * 1.2e-7) << i;
+  }
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 #include "core/status_macros.h"
 #include "models/gpt/gpt_stage_module.h"
 #include "pipeline/executor/send_buffers.h"
+#include "tensor_parallel/layers/gemm.h"
+#include "tools/training/device_gemm.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/wire.h"
@@ -175,6 +177,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                      DiskTier* disk, const std::function<void(const StepReport&)>& on_step,
                      TrainSummary* summary) {
   const absl::Time job_start = absl::Now();
+  // --device cuda: this thread's matrix products go to the GPU, for the whole rank.
+  std::unique_ptr<GemmEngine> device_gemm;
+  if (options.device == ComputeDevice::kCuda) {
+    LOOM_ASSIGN_OR_RETURN(device_gemm, MakeDeviceGemmEngine(/*device=*/0));
+  }
+  ScopedGemmEngine on_device(device_gemm.get());  // nullptr: OpenBLAS
   GptStageModuleOptions module_options;
   module_options.micro_batch = options.micro_batch;
   module_options.num_microbatches = options.microbatches;
@@ -390,6 +398,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   summary->tokens_per_second =
       static_cast<double>(setup.tokens_per_step * (options.steps - first_step)) /
       absl::ToDoubleSeconds(absl::Now() - job_start);
+  if (device_gemm != nullptr) summary->device_gemm_products = DeviceGemmProducts(*device_gemm);
   return absl::OkStatus();
 }
 

@@ -24,6 +24,7 @@ absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& 
   one.zero = 0;
   one.offload = OffloadKind::kNone;
   one.reshard = Reshard::kStep;  // nothing is sharded on one rank
+  one.device = ComputeDevice::kCpu;  // the CPU run a --device cuda job is held to
   one.defer_reduce_scatter = false;
   one.nvme_dir.clear();
   one.schedule = PipelineScheduleKind::kGPipe;

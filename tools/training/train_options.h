@@ -30,6 +30,11 @@ inline constexpr int64_t kEvalStep = int64_t{1} << 40;
 // in every forward and again in every backward (FSDP's reshard after forward).
 enum class Reshard { kStep, kBlock };
 
+// Where the layers' matrix products run: kCpu on OpenBLAS; kCuda on CUDA device 0
+// through cuBLAS (tools/training/device_gemm.h; needs a --config=cuda build), with
+// activations, weights and the optimizer still in host memory.
+enum class ComputeDevice { kCpu, kCuda };
+
 struct TrainJobOptions {
   GptConfig model;  // models/gpt/gpt_config.h; defaults: V=64, 4 layers
   int dp = 2;
@@ -42,6 +47,7 @@ struct TrainJobOptions {
   int zero = 3;  // 0 (plain data parallel), 1, 2 or 3
   OffloadKind offload = OffloadKind::kCpu;
   Reshard reshard = Reshard::kStep;
+  ComputeDevice device = ComputeDevice::kCpu;
   // kBlock: the gradients stay in the model, summed over the microbatches, and
   // are reduce-scattered once after the last (the bits of zero 0 and kStep, at
   // the memory of whole gradients); otherwise each backward reduce-scatters its
@@ -164,6 +170,8 @@ struct TrainSummary {
   // the model; --recompute=full lowers it).
   int64_t peak_activation_bytes_per_rank = 0;
   double tokens_per_second = 0;
+  // --device cuda: the matrix products rank 0 ran on the GPU (0 on the CPU).
+  int64_t device_gemm_products = 0;
   // Mean over ranks and steps (the first step, which warms up, left out when there
   // are more), in seconds.
   StepBreakdown step_breakdown_s;

@@ -9,6 +9,7 @@
 #include "core/checked_size.h"
 #include "core/status_macros.h"
 #include "pipeline/generators.h"
+#include "tools/training/device_gemm.h"
 #include "tools/training/rank_optimizer.h"
 
 namespace loom {
@@ -178,6 +179,10 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         "--defer_reduce_scatter needs --reshard block (--reshard step always reduces once "
         "per step)");
+  }
+  if (o.device == ComputeDevice::kCuda && !DeviceGemmAvailable()) {
+    return absl::InvalidArgumentError(
+        "--device cuda needs a train built with --config=cuda (this one has no CUDA)");
   }
   if (o.offload == OffloadKind::kNvme && o.zero == 0) {
     return absl::InvalidArgumentError(
