@@ -6,7 +6,7 @@
 #   bazel/device/gpu_suite.sh PACK_DIR OUT_DIR [tests|benchmarks|all] [filter]
 #
 # Every test binary runs in full; the summary counts the cases that skipped (on a GPU
-# machine there should be none). Logs and benchmark JSON go to OUT_DIR as one tarball;
+# machine only the "needs no device" cases and those needing more GPUs than it has). Logs and benchmark JSON go to OUT_DIR as one tarball;
 # a summary table is printed last.
 set -uo pipefail
 pack="$(cd "$1" && pwd)"; out="$2"; what="${3:-all}"; filter="${4:-}"
@@ -22,7 +22,8 @@ for d in $(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev
 done
 export LD_LIBRARY_PATH="$pack/lib${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
-  echo "== machine"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+  echo "== machine"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,pcie.link.gen.max,pcie.link.width.max --format=csv
+  nvcc --version 2>/dev/null | tail -1
   nvidia-smi topo -m 2>/dev/null | head -5
   nproc; grep -m1 'model name' /proc/cpuinfo; free -g | head -2
   echo "== missing libraries"
@@ -35,7 +36,7 @@ run_one() {  # name seconds command...
   local t0=$SECONDS rc
   (cd "$(mktemp -d)" && TEST_TMPDIR="$PWD" timeout -k 10 "$secs" "$@") > "$logs/$name.log" 2>&1
   rc=$?
-  local skipped; skipped="$(grep -c '^\[  SKIPPED \]' "$logs/$name.log" 2>/dev/null || true)"
+  local skipped; skipped="$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$logs/$name.log" 2>/dev/null || true)"
   local passed; passed="$(grep -m1 '^\[  PASSED  \]' "$logs/$name.log" | sed 's/.*\] //')"
   printf '%-34s rc=%-3s %4ss  %s%s\n' "$name" "$rc" "$((SECONDS - t0))" "${passed:-}" \
     "$( [[ "$skipped" != 0 ]] && echo " SKIPPED=$skipped")" | tee -a "$summary"

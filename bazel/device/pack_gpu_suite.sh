@@ -11,7 +11,8 @@ cd "$(dirname "$0")/../.."
 pack="$1"; shift
 ob="${LOOM_CUDA_OUTPUT_BASE:-$HOME/.cache/loom_cuda_ob}"
 query='kind("cc_test|cc_binary", attr(tags, "\bgpu\b", //...))'
-mapfile -t targets < <(./bazelw --output_base="$ob" query "$query" 2>/dev/null)
+mapfile -t targets < <(./bazelw --output_base="$ob" query "$query" 2>/dev/null | grep '^//')
+(( ${#targets[@]} > 0 )) || { echo "pack_gpu_suite: the query for gpu targets found none" >&2; exit 1; }
 targets+=("$@")
 ./bazelw --output_base="$ob" build --config=cuda -c opt --copt=-O3 --dynamic_mode=off "${targets[@]}"
 bin="$(./bazelw --output_base="$ob" info --config=cuda -c opt bazel-bin 2>/dev/null)"
