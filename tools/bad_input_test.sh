@@ -144,9 +144,10 @@ expect train 2 "--lr=fast is not a number" "${T[@]}" --lr=fast
 expect train 2 "--adam_eps 0 must be a finite number > 0" "${T[@]}" --adam_eps=0
 expect train 2 "--seed=-1 is not a non-negative integer" "${T[@]}" --seed=-1
 expect train 2 "--schedule: " "${T[@]}" --schedule=2f2b
-expect train 2 "--offload disk is not none, cpu or nvme" "${T[@]}" --offload=disk
+expect train 2 "--offload disk is not none, cpu, nvme or gpu" "${T[@]}" --offload=disk
 expect train 2 "--device tpu is not cpu or cuda" "${T[@]}" --device=tpu
 expect train 2 "--device cuda needs a train built with --config=cuda" "${T[@]}" --device=cuda
+expect train 2 "--offload gpu needs a train built with --config=cuda" "${T[@]}" --offload=gpu
 expect train 2 "--dtype f8 is not f32 or bf16" "${T[@]}" --dtype=f8
 expect train 2 "--recompute some is not none or full" "${T[@]}" --recompute=some
 expect train 2 "--transport pigeon is not threads, shm or mpi" "${T[@]}" --transport=pigeon

@@ -103,7 +103,7 @@ expect_error "--warmup_steps 9" --steps=4 --warmup_steps=9
 expect_error "--lr_min 0.5" --lr_min=0.5
 expect_error "--layers 4 is not divisible by the 3 pipeline stages" --pp=3
 expect_error "--microbatches 1 is fewer than --pp 2" --microbatches=1
-expect_error "--offload disk is not none, cpu or nvme" --offload=disk
+expect_error "--offload disk is not none, cpu, nvme or gpu" --offload=disk
 expect_error "--zero 4 must be 0, 1, 2 or 3" --zero=4
 expect_error "--offload nvme needs --zero 1, 2 or 3" --zero=0 --offload=nvme
 expect_error "--nvme_dir: " --offload=nvme --nvme_dir=/nonexistent/loom

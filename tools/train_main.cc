@@ -89,7 +89,8 @@ ABSL_FLAG(std::string, device, "cpu",
           "Where the layers' matrix products run: cpu (OpenBLAS) or cuda (cuBLAS on CUDA "
           "device 0, f32; needs a build with --config=cuda). Everything else stays on the CPU.");
 ABSL_FLAG(std::string, offload, "cpu",
-          "Optimizer offload: none, cpu (CPU AdamW on threads) or nvme (its state on disk).");
+          "Optimizer offload: none, cpu (CPU AdamW on threads), nvme (its state on disk) or gpu "
+          "(AdamW on CUDA device 0, its moments there; zero 0, f32, a --config=cuda build).");
 ABSL_FLAG(std::string, nvme_dir, "",
           "With --offload=nvme: directories for the optimizer state, ':' separated (one per "
           "drive); empty: a fresh directory under $TMPDIR, removed afterwards.");
@@ -209,9 +210,11 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
     o.offload = OffloadKind::kCpu;
   } else if (offload == "nvme") {
     o.offload = OffloadKind::kNvme;
+  } else if (offload == "gpu") {
+    o.offload = OffloadKind::kGpu;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--offload ", offload, " is not none, cpu or nvme"));
+        absl::StrCat("--offload ", offload, " is not none, cpu, nvme or gpu"));
   }
   o.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
@@ -751,7 +754,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a small GPT decoder over dp x tp x pp thread ranks with ZeRO.\n"
-      "  train [--dp=2 --tp=2 --pp=2] [--zero=0|1|2|3] [--offload=none|cpu|nvme [--nvme_dir=D]] [--device=cpu|cuda]\n"
+      "  train [--dp=2 --tp=2 --pp=2] [--zero=0|1|2|3] [--offload=none|cpu|nvme|gpu [--nvme_dir=D]] [--device=cpu|cuda]\n"
       "        [--dtype=f32|bf16] [--data=FILE[,FILE...] [--eval_fraction=0.05]]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"

@@ -30,10 +30,17 @@ run one_rank_cpu "${one[@]}" --steps=20 --device=cpu
 run one_rank_cuda "${one[@]}" --steps=20 --device=cuda
 run mesh_cpu --steps=20 --device=cpu
 run mesh_cuda --steps=20 --device=cuda
+# --offload=gpu: GpuAdamWStep is the CPU step bit for bit, so these match their
+# --offload=cpu twins exactly (the same difference from the reference).
+run one_rank_gpu_adamw "${one[@]/--offload=none/--offload=gpu}" --steps=20 --device=cpu
+run mesh0_cpu_adamw --zero=0 --offload=cpu --steps=20 --device=cpu
+run mesh0_gpu_adamw --zero=0 --offload=gpu --steps=20 --device=cpu
+run mesh0_all_gpu --zero=0 --offload=gpu --steps=20 --device=cuda
 big=("${one[@]}" --hidden=1024 --heads=16 --layers=4 --seq_len=256 --vocab=256
      --micro_batch=4 --microbatches=2 --steps=4 --nocompare_reference)
 run big_cpu "${big[@]}" --device=cpu
 run big_cuda "${big[@]}" --device=cuda
+run big_cuda_gpu_adamw "${big[@]/--offload=none/--offload=gpu}" --device=cuda
 mid=("${one[@]}" --hidden=256 --heads=8 --layers=4 --seq_len=128 --vocab=256
      --micro_batch=4 --microbatches=2 --steps=10 --nocompare_reference)
 run mid_cpu "${mid[@]}" --device=cpu

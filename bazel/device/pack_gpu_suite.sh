@@ -11,7 +11,10 @@ cd "$(dirname "$0")/../.."
 pack="$1"; shift
 ob="${LOOM_CUDA_OUTPUT_BASE:-$HOME/.cache/loom_cuda_ob}"
 query='kind("cc_test|cc_binary", attr(tags, "\bgpu\b", //...))'
-mapfile -t targets < <(./bazelw --output_base="$ob" query "$query" 2>/dev/null | grep '^//')
+# --keep_going: //... also walks the bazel-<dir> convenience link when the checkout's
+# directory is not named after the workspace, and fails on packages inside it.
+mapfile -t targets < <(./bazelw --output_base="$ob" query --keep_going "$query" 2>/dev/null |
+  grep '^//' | grep -v '^//bazel-')
 (( ${#targets[@]} > 0 )) || { echo "pack_gpu_suite: the query for gpu targets found none" >&2; exit 1; }
 targets+=("$@")
 ./bazelw --output_base="$ob" build --config=cuda -c opt --copt=-O3 --dynamic_mode=off "${targets[@]}"

@@ -308,7 +308,7 @@ CheckpointMeta MetaOf(const TrainJobOptions& o, int64_t step) {
   meta.saved_by = absl::StrFormat(
       "dp=%d tp=%d pp=%d schedule=%s zero=%d dtype=%s offload=%s", o.dp, o.tp, o.pp,
       PipelineScheduleName(o.schedule), o.zero, DTypeName(o.dtype),
-      o.offload == OffloadKind::kNone ? "none" : (o.offload == OffloadKind::kCpu ? "cpu" : "nvme"));
+      OffloadName(o.offload));
   meta.data_seed = o.data_seed;
   return meta;
 }

@@ -13,6 +13,7 @@
 #include "core/status_macros.h"
 #include "models/gpt/gpt_model.h"
 #include "tensor_parallel/tensor.h"
+#include "tools/training/device_adamw.h"
 #include "tools/training/lr_schedule.h"
 #include "zero3/partition.h"
 #include "zero3/zero3_engine.h"
@@ -421,6 +422,7 @@ class DataParallelOptimizer : public RankOptimizer {
 
   absl::Status ApplyStep(int64_t step, float grad_scale) override {
     const bool bf16 = options_.dtype == DType::kBF16;
+    if (options_.offload == OffloadKind::kGpu) return ApplyStepOnDevice(step, grad_scale);
     AdamWOptions adam;
     adam.threads = options_.offload == OffloadKind::kCpu ? options_.adamw_threads : 1;
     AdamWHyper hyper = AdamWHyperAt(options_, step);
@@ -441,6 +443,21 @@ class DataParallelOptimizer : public RankOptimizer {
       for (size_t i = 0; i < p.values.size(); ++i) p.values[i] = ToFloat(half_values_[i]);
     }
     return absl::OkStatus();
+  }
+
+  // --offload gpu: one GpuAdamWStep over the whole bucket, the moments on the device
+  // (made at the first step). Bitwise the CPU step (f32 only: validation refuses bf16).
+  absl::Status ApplyStepOnDevice(int64_t step, float grad_scale) {
+    if (device_adamw_ == nullptr) {
+      LOOM_ASSIGN_OR_RETURN(device_adamw_,
+                            MakeDeviceAdamW(/*device=*/0, static_cast<int64_t>(flat_grad_.size())));
+    }
+    AdamWHyper hyper = AdamWHyperAt(options_, step);
+    hyper.grad_scale = grad_scale;
+    std::vector<absl::Span<float>> values;
+    values.reserve(params_.size());
+    for (GptParameter& p : params_) values.push_back(p.values);
+    return device_adamw_->Step(hyper, values, flat_grad_);
   }
 
   int64_t ShardedBytes() const override { return 0; }
@@ -509,6 +526,7 @@ class DataParallelOptimizer : public RankOptimizer {
   CommBuffer flat_grad_memory_;              // from dp->AllocateBuffer
   absl::Span<float> flat_grad_;              // the all-reduced bucket, in it
   std::vector<BFloat16> half_values_;        // bf16: AdamW's compute-copy output
+  std::unique_ptr<DeviceAdamW> device_adamw_;  // --offload gpu
 };
 
 }  // namespace

@@ -23,4 +23,14 @@ std::string StepReport::ToString() const {
       extra, saved);
 }
 
+const char* OffloadName(OffloadKind kind) {
+  switch (kind) {
+    case OffloadKind::kNone: return "none";
+    case OffloadKind::kCpu: return "cpu";
+    case OffloadKind::kNvme: return "nvme";
+    case OffloadKind::kGpu: return "gpu";
+  }
+  return "unknown";
+}
+
 }  // namespace loom

@@ -17,7 +17,13 @@
 
 namespace loom {
 
-enum class OffloadKind { kNone, kCpu, kNvme };
+// Where AdamW runs: kNone inline on the rank's thread, kCpu on `adamw_threads` CPU
+// threads, kNvme with its state on disk between steps, kGpu on CUDA device 0 with the
+// moments there (zero 0, f32; tools/training/device_adamw.h).
+enum class OffloadKind { kNone, kCpu, kNvme, kGpu };
+
+// "none", "cpu", "nvme" or "gpu".
+const char* OffloadName(OffloadKind kind);
 
 // The Markov chain's held-out sequences are those of this step, which no run
 // reaches (ValidateTrainJob keeps --steps below it).

@@ -184,6 +184,22 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         "--device cuda needs a train built with --config=cuda (this one has no CUDA)");
   }
+  if (o.offload == OffloadKind::kGpu) {
+    if (!DeviceGemmAvailable()) {
+      return absl::InvalidArgumentError(
+          "--offload gpu needs a train built with --config=cuda (this one has no CUDA)");
+    }
+    if (o.zero != 0 || o.dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--offload gpu needs --zero 0 and --dtype f32 (the ZeRO engine's and the bf16 "
+          "master's AdamW run on the CPU); got --zero ", o.zero, " --dtype ", DTypeName(o.dtype)));
+    }
+    if (!o.checkpoint_dir.empty() || !o.resume_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "--offload gpu does not checkpoint (its moments stay on the device): drop "
+          "--checkpoint_dir and --resume");
+    }
+  }
   if (o.offload == OffloadKind::kNvme && o.zero == 0) {
     return absl::InvalidArgumentError(
         "--offload nvme needs --zero 1, 2 or 3 (the ZeRO engine keeps the optimizer state on "

@@ -1,4 +1,5 @@
-// DeviceGemm without CUDA (the default build): no device engine.
+// The job's device pieces without CUDA (the default build): none.
+#include "tools/training/device_adamw.h"
 #include "tools/training/device_gemm.h"
 
 #include "absl/status/status.h"
@@ -15,5 +16,11 @@ absl::StatusOr<std::unique_ptr<GemmEngine>> MakeDeviceGemmEngine(int device) {
 }
 
 int64_t DeviceGemmProducts(const GemmEngine&) { return 0; }
+
+absl::StatusOr<std::unique_ptr<DeviceAdamW>> MakeDeviceAdamW(int device, int64_t) {
+  return absl::UnimplementedError(
+      absl::StrCat("no AdamW on CUDA device ", device,
+                   ": this binary was built without CUDA (build with --config=cuda)"));
+}
 
 }  // namespace loom
