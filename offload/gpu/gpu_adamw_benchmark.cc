@@ -87,7 +87,9 @@ absl::StatusOr<double> EventSeconds(cudaStream_t stream, F enqueue) {
     return absl::OkStatus();
   }();
   float ms = 0;
-  if (status.ok()) status = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  if (status.ok()) {
+    status = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (!status.ok()) return status;
@@ -97,8 +99,9 @@ absl::StatusOr<double> EventSeconds(cudaStream_t stream, F enqueue) {
 void Report(benchmark::State& state, size_t n) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n) * kBytesPerParam);
-  state.counters["params_per_s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(n), benchmark::Counter::kIsRate);
+  state.counters["params_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(n),
+                         benchmark::Counter::kIsRate);
 }
 
 void BM_GpuAdamW(benchmark::State& state) {

@@ -60,11 +60,13 @@ std::vector<uint32_t> RandomBits(size_t count, uint32_t seed) {
 absl::StatusOr<DeviceBuffer> Upload(int64_t count, uint32_t seed, bool bf16) {
   const std::vector<uint32_t> bits = RandomBits(static_cast<size_t>(count), seed);
   std::vector<uint16_t> half;
-  absl::Span<const std::byte> bytes(reinterpret_cast<const std::byte*>(bits.data()), 4 * bits.size());
+  absl::Span<const std::byte> bytes(reinterpret_cast<const std::byte*>(bits.data()),
+                                    4 * bits.size());
   if (bf16) {
     half.reserve(bits.size());
     for (uint32_t v : bits) half.push_back(static_cast<uint16_t>(v >> 16));
-    bytes = absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(half.data()), 2 * half.size());
+    bytes = absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(half.data()),
+                                        2 * half.size());
   }
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer d, DeviceBuffer::Allocate(MemorySpace::kDevice, bytes.size()));
   LOOM_RETURN_IF_ERROR(d.CopyFromHost(bytes));
@@ -77,9 +79,10 @@ absl::StatusOr<Setup> MakeSetup(int64_t n, Kind kind) {
   Setup s;
   s.n = n;
   LOOM_ASSIGN_OR_RETURN(s.stream, CudaStream::Create(0));
-  LOOM_ASSIGN_OR_RETURN(s.cublas, CublasHandle::Create(s.stream, kind == Kind::kTf32 || kind == Kind::kBf16
-                                                                     ? CublasMath::kDefault
-                                                                     : CublasMath::kPedantic));
+  const bool tensor_cores = kind == Kind::kTf32 || kind == Kind::kBf16;
+  LOOM_ASSIGN_OR_RETURN(s.cublas,
+                        CublasHandle::Create(s.stream, tensor_cores ? CublasMath::kDefault
+                                                                    : CublasMath::kPedantic));
   const bool bf16 = kind == Kind::kBf16;
   LOOM_ASSIGN_OR_RETURN(s.a, Upload(n * n, 1, bf16));
   LOOM_ASSIGN_OR_RETURN(s.b, Upload(n * n, 2, bf16));
@@ -129,7 +132,9 @@ absl::StatusOr<double> TimedSeconds(Setup& s, Kind kind) {
     return absl::OkStatus();
   }();
   float ms = 0;
-  if (status.ok()) status = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  if (status.ok()) {
+    status = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (!status.ok()) return status;

@@ -24,12 +24,14 @@ using ::testing::HasSubstr;
 
 TEST(CublasGemmEngineTest, RefusesANonPositiveTimeout) {
   EXPECT_THAT(CublasGemmEngine::Create({.device = 0, .timeout = absl::ZeroDuration()}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("timeout is 0; it must be > 0")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("timeout is 0; it must be > 0")));
 }
 
 TEST(CublasGemmEngineTest, NeedsADevice) {
   if (HasDevice()) GTEST_SKIP() << "this machine has a CUDA device";
-  EXPECT_THAT(CublasGemmEngine::Create({}), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("CUDA")));
+  EXPECT_THAT(CublasGemmEngine::Create({}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("CUDA")));
 }
 
 TEST(CublasGemmEngineTest, RejectsADeviceOutOfRange) {
@@ -63,8 +65,9 @@ TEST(CublasGemmEngineTest, GemmOnTheEngineMatchesOpenBlasWithinTheBound) {
         const ConstMatrixView bv{b, b_rows, b_cols, b_cols + pad};
         std::vector<float> cpu = c0, gpu = c0;
         const float alpha = 1.25f;
-        ASSERT_THAT(Gemm(av, ta, bv, tb, MatrixView{absl::MakeSpan(cpu), m, n, n + pad}, alpha, beta),
-                    IsOk());
+        ASSERT_THAT(
+            Gemm(av, ta, bv, tb, MatrixView{absl::MakeSpan(cpu), m, n, n + pad}, alpha, beta),
+            IsOk());
         {
           ScopedGemmEngine on_gpu(engine.get());
           ASSERT_THAT(
@@ -81,8 +84,10 @@ TEST(CublasGemmEngineTest, GemmOnTheEngineMatchesOpenBlasWithinTheBound) {
             }
             double s = std::fabs(double{beta} * double{c0[i * (n + pad) + j]});
             for (int64_t p = 0; p < k; ++p) {
-              const float x = ta == Transpose::kNo ? av.data[i * av.ld + p] : av.data[p * av.ld + i];
-              const float y = tb == Transpose::kNo ? bv.data[p * bv.ld + j] : bv.data[j * bv.ld + p];
+              const float x =
+                  ta == Transpose::kNo ? av.data[i * av.ld + p] : av.data[p * av.ld + i];
+              const float y =
+                  tb == Transpose::kNo ? bv.data[p * bv.ld + j] : bv.data[j * bv.ld + p];
               s += std::fabs(double{alpha} * double{x} * double{y});
             }
             bound[i * (n + pad) + j] = 2 * Gamma(k + 2) * s;

@@ -29,9 +29,10 @@ absl::Status CheckView(const View& v, const char* name) {
   return absl::OkStatus();
 }
 
-// One OpenBLAS thread per caller: see the header.
+// The engine ScopedGemmEngine installed on this thread (nullptr: OpenBLAS).
 thread_local GemmEngine* current_engine = nullptr;
 
+// One OpenBLAS thread per caller: see the header.
 void SingleThreadedBlasOnce() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
@@ -79,7 +80,9 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
           " k=", k, ")"));
     }
   }
-  if (current_engine != nullptr) return current_engine->Run(a, trans_a, b, trans_b, c, alpha, beta);
+  if (current_engine != nullptr) {
+    return current_engine->Run(a, trans_a, b, trans_b, c, alpha, beta);
+  }
   SingleThreadedBlasOnce();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,

@@ -96,8 +96,9 @@ absl::StatusOr<std::unique_ptr<DeviceAdamW>> MakeDeviceAdamW(int device, int64_t
   if (count < 1) {
     return absl::InvalidArgumentError(absl::StrCat("DeviceAdamW: count ", count, " must be >= 1"));
   }
-  LOOM_ASSIGN_OR_RETURN(const int64_t checked,
-                        CheckedMul({{"DeviceAdamW parameters", count}, {"bytes per parameter", 16}}));
+  LOOM_ASSIGN_OR_RETURN(
+      const int64_t checked,
+      CheckedMul({{"DeviceAdamW parameters", count}, {"bytes per parameter", 16}}));
   const size_t bytes = static_cast<size_t>(checked);
   LOOM_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(device));
   LOOM_ASSIGN_OR_RETURN(DeviceBuffer state,
