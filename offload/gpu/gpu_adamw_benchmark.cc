@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
 #include "core/gpu/cuda_status.h"
@@ -73,27 +74,17 @@ absl::StatusOr<DeviceState> MakeDeviceState(size_t n) {
   return s;
 }
 
-// Times `enqueue` (work on `stream`) with CUDA events; returns seconds.
+// Times `enqueue` (work on `stream`) between two timing CudaEvents; returns the
+// device seconds. The host waits at most a minute.
 template <typename F>
-absl::StatusOr<double> EventSeconds(cudaStream_t stream, F enqueue) {
-  cudaEvent_t start, stop;
-  LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  absl::Status status = [&]() -> absl::Status {
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
-    LOOM_RETURN_IF_ERROR(enqueue());
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
-    return absl::OkStatus();
-  }();
-  float ms = 0;
-  if (status.ok()) {
-    status = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (!status.ok()) return status;
-  return static_cast<double>(ms) * 1e-3;
+absl::StatusOr<double> EventSeconds(const CudaStream& stream, F enqueue) {
+  LOOM_ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create(stream.device(), /*timing=*/true));
+  LOOM_ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create(stream.device(), /*timing=*/true));
+  LOOM_RETURN_IF_ERROR(start.Record(stream));
+  LOOM_RETURN_IF_ERROR(enqueue());
+  LOOM_RETURN_IF_ERROR(stop.Record(stream));
+  LOOM_RETURN_IF_ERROR(stop.Wait(absl::Now() + absl::Seconds(60)));
+  return CudaEvent::ElapsedSeconds(start, stop);
 }
 
 void Report(benchmark::State& state, size_t n) {
@@ -115,7 +106,7 @@ void BM_GpuAdamW(benchmark::State& state) {
   int64_t step = 0;
   for (auto _ : state) {
     hyper.step = ++step;
-    absl::StatusOr<double> t = EventSeconds(s->stream.get(), [&] {
+    absl::StatusOr<double> t = EventSeconds(s->stream, [&] {
       return GpuAdamWStep(hyper, s->tensors(), s->stream);
     });
     if (!t.ok()) {
@@ -137,7 +128,7 @@ void BM_D2DCopy(benchmark::State& state) {
   // 7n bytes there and back: 14 B/param read and 14 written, the step's 28 B/param.
   const size_t bytes = 7 * n;
   for (auto _ : state) {
-    absl::StatusOr<double> t = EventSeconds(s->stream.get(), [&]() -> absl::Status {
+    absl::StatusOr<double> t = EventSeconds(s->stream, [&]() -> absl::Status {
       std::byte* base = s->state.data();
       LOOM_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(base + 8 * n, base, bytes, cudaMemcpyDeviceToDevice, s->stream.get()));

@@ -23,6 +23,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
 #include "core/gpu/cuda_status.h"
@@ -120,25 +122,16 @@ absl::Status Enqueue(Setup& s, Kind kind) {
   return absl::InternalError("unknown kind");
 }
 
+// The device seconds of one product, between two timing CudaEvents (the host waits
+// at most a minute).
 absl::StatusOr<double> TimedSeconds(Setup& s, Kind kind) {
-  cudaEvent_t start, stop;
-  LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  absl::Status status = [&]() -> absl::Status {
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, s.stream.get()));
-    LOOM_RETURN_IF_ERROR(Enqueue(s, kind));
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, s.stream.get()));
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
-    return absl::OkStatus();
-  }();
-  float ms = 0;
-  if (status.ok()) {
-    status = CudaStatus(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (!status.ok()) return status;
-  return static_cast<double>(ms) * 1e-3;
+  LOOM_ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create(s.stream.device(), /*timing=*/true));
+  LOOM_ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create(s.stream.device(), /*timing=*/true));
+  LOOM_RETURN_IF_ERROR(start.Record(s.stream));
+  LOOM_RETURN_IF_ERROR(Enqueue(s, kind));
+  LOOM_RETURN_IF_ERROR(stop.Record(s.stream));
+  LOOM_RETURN_IF_ERROR(stop.Wait(absl::Now() + absl::Seconds(60)));
+  return CudaEvent::ElapsedSeconds(start, stop);
 }
 
 template <Kind kKind>
