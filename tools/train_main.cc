@@ -77,10 +77,11 @@ ABSL_FLAG(int64_t, steps, 100, "Optimizer steps.");
 ABSL_FLAG(int, zero, 3,
           "ZeRO stage: 0 (plain data parallel), 1 (optimizer state sharded), 2 (and gradients) "
           "or 3 (and parameters).");
-ABSL_FLAG(std::string, reshard, "step",
-          "With --zero=3: step (gather every parameter once per step, kept for the step) or "
-          "block (the model borrows each block's parameters from the ZeRO engine just before "
-          "use, prefetching the next, and frees them after: again for the backward).");
+ABSL_FLAG(std::string, reshard, "auto",
+          "With --zero=3: block (the model borrows each block's parameters from the ZeRO "
+          "engine just before use, prefetching the next, and frees them after: again for the "
+          "backward) or step (gather every parameter once per step, kept for the step); auto: "
+          "block at --zero=3, step otherwise.");
 ABSL_FLAG(bool, defer_reduce_scatter, false,
           "With --reshard=block: keep the gradients summed over the microbatches and "
           "reduce-scatter them once per step (the bits of --zero=0, at the memory of whole "
@@ -187,12 +188,14 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.steps = absl::GetFlag(FLAGS_steps);
   o.zero = absl::GetFlag(FLAGS_zero);
   const std::string reshard = absl::GetFlag(FLAGS_reshard);
-  if (reshard == "step") {
+  if (reshard == "auto") {
+    o.reshard = Reshard::kAuto;
+  } else if (reshard == "step") {
     o.reshard = Reshard::kStep;
   } else if (reshard == "block") {
     o.reshard = Reshard::kBlock;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--reshard ", reshard, " is not step or block"));
+    return absl::InvalidArgumentError(absl::StrCat("--reshard ", reshard, " is not auto, step or block"));
   }
   o.defer_reduce_scatter = absl::GetFlag(FLAGS_defer_reduce_scatter);
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -559,11 +562,14 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   if (prints) {
     std::cout << absl::StrFormat(
         "train: dp=%d tp=%d pp=%d (%d %s), schedule %s, %d microbatches x %d "
-        "sequences, zero %d, offload %s, %s, recompute %s\nmodel: %s\n",
+        "sequences, zero %d%s, offload %s, %s, recompute %s\nmodel: %s\n",
         o.dp, o.tp, o.pp, world,
         transport == "threads" ? "thread ranks"
                                : (transport == "shm" ? "processes over shm" : "processes over mpi"),
         PipelineScheduleName(o.schedule), o.microbatches, o.micro_batch, o.zero,
+        o.zero == 3 ? absl::StrCat(" (reshard ", ReshardName(EffectiveReshard(o)),
+                                   o.defer_reduce_scatter ? ", deferred reduce-scatter)" : ")")
+                    : std::string(),
         absl::GetFlag(FLAGS_offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
         o.model.ToString());
     // The groups are topology's: //tools:mesh prints the same for these flags.

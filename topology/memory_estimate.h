@@ -47,6 +47,20 @@ struct BytesPerParameter {
 };
 BytesPerParameter BytesPerParameterOf(PrecisionPolicy policy);
 
+// ZeroBuffers: what a ZeRO rank holds beyond its shards, which the paper's bytes
+// per parameter leave out (DeepSpeed bounds the same with
+// stage3_max_live_parameters / stage3_prefetch_bucket_size and reduce_bucket_size):
+// gathered units (the one in use and those prefetched) and whole-unit gradient
+// buffers while their reduce-scatters run.
+struct ZeroBuffers {
+  int64_t unit_numel = 0;      // elements of the largest unit (bucket), padded
+  int64_t gathered_units = 0;  // units gathered at once
+  // Bytes per gathered element: 4 in f32; 6 in bf16 (gathered in bf16, widened to
+  // f32 for the compute); 4 at stages 1 and 2 in bf16 (only the widening).
+  int64_t gathered_bytes_per_element = 4;
+  int64_t gradient_units = 0;  // whole-unit f32 gradient buffers alive at once
+};
+
 struct ModelStateOptions {
   int64_t num_parameters = 0;  // Whole model, Psi.
   PrecisionPolicy precision = PrecisionPolicy::kMixedPrecisionAdam;
@@ -56,6 +70,14 @@ struct ModelStateOptions {
   // replicated layer norms and uneven embedding stages are not modelled).
   int64_t tp = 1;
   int64_t pp = 1;
+  // ZeRO's communication buffers (zero_stage >= 1; all zero: not counted).
+  ZeroBuffers buffers;
+  // Bytes per local parameter the model keeps itself beside ZeRO's state for the
+  // whole step: 8 for whole f32 weights and gradients (a model that does not
+  // borrow its weights: Loom's --reshard=step), 4 for whole f32 gradients (one
+  // that borrows them but keeps the step's gradient sums: a deferred
+  // reduce-scatter). zero_stage >= 1.
+  int64_t resident_bytes_per_parameter = 0;
 };
 
 // Model-state bytes held by one rank; sharded states are rounded up per rank.
@@ -63,11 +85,14 @@ struct ModelStateBytes {
   int64_t parameters = 0;
   int64_t gradients = 0;
   int64_t optimizer_states = 0;
-  int64_t total() const { return parameters + gradients + optimizer_states; }
+  int64_t buffers = 0;   // ZeroBuffers
+  int64_t resident = 0;  // resident_bytes_per_parameter
+  int64_t total() const { return parameters + gradients + optimizer_states + buffers + resident; }
 };
 
 // EstimateModelStateBytes returns the per-rank model-state bytes. InvalidArgument
-// for a negative parameter count, a zero stage outside 0..3, or a degree below 1.
+// for a negative parameter count, a zero stage outside 0..3, a degree below 1, a
+// negative buffer field, or buffers or resident bytes at zero stage 0.
 absl::StatusOr<ModelStateBytes> EstimateModelStateBytes(const ModelStateOptions& options);
 
 struct ActivationOptions {

@@ -48,6 +48,35 @@ TEST(MemoryEstimateTest, BreakdownPerStateAndPolicy) {
   EXPECT_EQ(bf16.optimizer_states, 12 * 250);  // master, m, v: sharded.
 }
 
+// ZeRO's buffers and a model's own resident copies come on top of the shards.
+TEST(MemoryEstimateTest, BuffersAndResidentWeights) {
+  ModelStateOptions opts;
+  opts.num_parameters = 8000;
+  opts.precision = PrecisionPolicy::kFp32Adam;
+  opts.dp = 8;
+  opts.zero_stage = 3;
+  opts.buffers.unit_numel = 1000;
+  opts.buffers.gathered_units = 3;
+  opts.buffers.gathered_bytes_per_element = 6;
+  opts.buffers.gradient_units = 2;
+  LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes bytes, EstimateModelStateBytes(opts));
+  EXPECT_EQ(bytes.parameters + bytes.gradients + bytes.optimizer_states, 16 * 1000);
+  EXPECT_EQ(bytes.buffers, 1000 * (3 * 6 + 2 * 4));
+  EXPECT_EQ(bytes.resident, 0);
+  opts.resident_bytes_per_parameter = 8;
+  LOOM_ASSERT_OK_AND_ASSIGN(bytes, EstimateModelStateBytes(opts));
+  EXPECT_EQ(bytes.resident, 8 * 8000);
+  EXPECT_EQ(bytes.total(), 16 * 1000 + 1000 * 26 + 8 * 8000);
+  opts.zero_stage = 0;
+  EXPECT_THAT(EstimateModelStateBytes(opts),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero_stage=0 has none")));
+  opts.zero_stage = 3;
+  opts.buffers.gradient_units = -1;
+  EXPECT_THAT(EstimateModelStateBytes(opts),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("buffers.gradient_units=-1 is not in [0, 2^40]")));
+}
+
 TEST(MemoryEstimateTest, TensorAndPipelineParallelSplitParameters) {
   ModelStateOptions opts;
   opts.num_parameters = 1'000'000;

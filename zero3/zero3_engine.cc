@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -226,6 +227,10 @@ absl::StatusOr<std::unique_ptr<Zero3Engine>> Zero3Engine::Create(const Partition
     return absl::InvalidArgumentError(absl::StrCat("Zero3Options.max_live_gathered_bytes ",
                                                    options.max_live_gathered_bytes,
                                                    " is negative"));
+  }
+  if (options.max_grad_buffers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Zero3Options.max_grad_buffers ",
+                                                   options.max_grad_buffers, " is not >= 1"));
   }
   if (options.adamw_threads < 1 || options.adamw_threads > 256) {
     return absl::InvalidArgumentError(
@@ -514,7 +519,7 @@ absl::Status Zero3Engine::ReleaseBefore(int position) {
         return RecordError(absl::InternalError(
             absl::StrCat(Who(), ": bucket ", bucket.index, " was never gathered")));
       }
-      absl::Status gathered = worker_->Wait(bucket.gather_ticket, Deadline());
+      absl::Status gathered = WaitTimed(bucket.gather_ticket, &stats_.gather_wait_seconds);
       shared_->free_buffers.push_back(bucket.buffer);
       bucket.buffer = -1;
       CountGathered(-BufferBytes(bucket.padded_numel));
@@ -539,6 +544,7 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
       shared_->live_grad_bytes.fetch_sub(static_cast<int64_t>(bucket.grad_buffer.size()) * 4);
       bucket.grad_buffer = {};
       shared_->grads.Give(std::move(bucket.grad_memory));
+      --grad_buffers_held_;
     }
     return absl::OkStatus();
   }
@@ -547,7 +553,7 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
   Communicator* dp = dp_;
   BucketState* state = &bucket;
   EngineShared* shared = shared_.get();
-  worker_->Submit([dp, state, shared]() -> absl::Status {
+  reduce_tickets_.push_back(worker_->Submit([dp, state, shared]() -> absl::Status {
     const int64_t held = static_cast<int64_t>(state->grad_buffer.size()) * 4;
     // The f32 gradients are reduced as they are: in bf16 the communicator would
     // widen them to f32 on the wire anyway (it rounds once, at the end), so
@@ -562,7 +568,7 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
     shared->grads.Give(std::move(state->grad_memory));
     shared->live_grad_bytes.fetch_sub(held);
     return status;
-  });
+  }));
   return absl::OkStatus();
 }
 
@@ -575,7 +581,17 @@ absl::Status Zero3Engine::AllocatePersistentGrad() {
 }
 
 absl::Status Zero3Engine::TakeGradBuffer(BucketState& bucket) {
+  // At the bound, the oldest reduce-scatter still running gives its buffer back
+  // (the worker runs them in order; every bucket holding one but this one has had
+  // its reduce-scatter submitted, so the wait ends).
+  while (grad_buffers_held_ >= options_.max_grad_buffers && !reduce_tickets_.empty()) {
+    const CommWorker::Ticket oldest = reduce_tickets_.front();
+    reduce_tickets_.pop_front();
+    --grad_buffers_held_;
+    LOOM_RETURN_IF_ERROR(RecordError(WaitTimed(oldest, &stats_.grad_buffer_wait_seconds)));
+  }
   LOOM_ASSIGN_OR_RETURN(bucket.grad_memory, shared_->grads.Take());
+  ++grad_buffers_held_;
   bucket.grad_buffer =
       bucket.grad_memory.As<float>().first(static_cast<size_t>(bucket.padded_numel));
   std::fill(bucket.grad_buffer.begin(), bucket.grad_buffer.end(), 0.0f);
@@ -588,6 +604,13 @@ void Zero3Engine::CountGradBuffer(int64_t bytes) {
   int64_t peak = shared_->peak_grad_bytes.load();
   while (live > peak && !shared_->peak_grad_bytes.compare_exchange_weak(peak, live)) {
   }
+}
+
+absl::Status Zero3Engine::WaitTimed(CommWorker::Ticket ticket, double* waited) {
+  const absl::Time start = absl::Now();
+  absl::Status status = worker_->Wait(ticket, start + options_.timeout);
+  *waited += absl::ToDoubleSeconds(absl::Now() - start);
+  return status;
 }
 
 absl::Status Zero3Engine::CheckParam(absl::string_view call, int param) const {
@@ -630,7 +653,8 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
                                                          static_cast<size_t>(slot.numel));
   }
   if (!bucket.gather_waited) {
-    LOOM_RETURN_IF_ERROR(RecordError(worker_->Wait(bucket.gather_ticket, Deadline())));
+    LOOM_RETURN_IF_ERROR(
+        RecordError(WaitTimed(bucket.gather_ticket, &stats_.gather_wait_seconds)));
     bucket.gather_waited = true;
   }
   const GatherBuffer& buffer = shared_->pool[bucket.buffer];
@@ -650,6 +674,11 @@ absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
   if (static_cast<int64_t>(grad.size()) != slot.numel) {
     return absl::InvalidArgumentError(absl::StrCat(Who(), ": ", what, " has ", grad.size(),
                                                    " elements, the parameter has ", slot.numel));
+  }
+  if (!slot.persistent && !buckets_[slot.bucket]->reduced) {
+    // The buckets after this one in pass order are done: their reduce-scatters
+    // start now, so at most this bucket holds a gradient buffer not yet submitted.
+    LOOM_RETURN_IF_ERROR(ReleaseBefore(PositionOf(slot.bucket)));
   }
   BucketState& bucket = slot.persistent ? *persistent_ : *buckets_[slot.bucket];
   if (bucket.reduced) {
@@ -684,6 +713,9 @@ absl::Status Zero3Engine::EndPass() {
     });
   }
   const absl::Status drained = worker_->WaitAll(Deadline());
+  // Every buffer is back (or its reduce failed and the pass's error says so).
+  grad_buffers_held_ = 0;
+  reduce_tickets_.clear();
   if (Reducing()) ++passes_since_step_;
   pass_ = Zero3Pass::kNone;
   if (!pass_error_.ok()) return pass_error_;
@@ -1013,6 +1045,15 @@ absl::StatusOr<std::vector<float>> Zero3Engine::GatherAll() {
                 flat.begin() + partition_.FlatOffset(p));
   }
   return flat;
+}
+
+int Zero3Engine::gather_buffers() const { return static_cast<int>(shared_->pool.size()); }
+
+int Zero3Engine::grad_buffers() const {
+  // Stage 1 adds a bucket's buffer into its whole gradient as the pass leaves it
+  // and gives it back at once: one is ever live.
+  const int bound = options_.stage == 1 ? 1 : options_.max_grad_buffers;
+  return std::min(bound, partition_.num_buckets());
 }
 
 Zero3Stats Zero3Engine::Stats() const {

@@ -76,6 +76,7 @@
 #define LOOM_ZERO3_ZERO3_ENGINE_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -127,6 +128,12 @@ struct Zero3Options {
   // copy Acquire returns); 0: only prefetch_depth bounds it. Must hold at least
   // one bucket.
   int64_t max_live_gathered_bytes = 0;
+  // Bound on whole-bucket gradient buffers alive at once (each the largest
+  // bucket's padded size in f32), >= 1: a backward pass that needs one more while
+  // the earlier buckets' reduce-scatters still hold theirs waits for the oldest
+  // (DeepSpeed's reduce_bucket_size). 2 lets one bucket accumulate while the last
+  // one is reduced; 1 serializes them.
+  int max_grad_buffers = 2;
   // Optimizer state in host memory, the step on `adamw_threads` threads (offload's
   // ZeRO-Offload path). Otherwise the step runs on the calling thread.
   bool offload_optimizer = false;
@@ -161,6 +168,11 @@ struct Zero3Stats {
   // Communication memory the engine holds now: the gather pool (allocated at
   // Create) and every gradient buffer allocated so far (recycled, never freed).
   int64_t buffer_bytes = 0;
+  // Seconds the caller's thread waited for the communication thread: for a
+  // gathered bucket (Acquire, or a pass moving past an unused one), and for a
+  // gradient buffer to come back (max_grad_buffers), since Create.
+  double gather_wait_seconds = 0;
+  double grad_buffer_wait_seconds = 0;
   int64_t gathers = 0;                 // all-gather calls
   int64_t reduce_scatters = 0;         // reduce-scatter calls
   int64_t steps = 0;
@@ -185,7 +197,16 @@ class Zero3Engine : public ParameterSource {
   Zero3Engine& operator=(const Zero3Engine&) = delete;
 
   const Partition& partition() const { return partition_; }
+  const Zero3Options& options() const { return options_; }
   int rank() const { return rank_; }
+  // The bounds of the communication buffers (Stats().buffer_bytes), from the
+  // options and the partition: buckets gathered at once (the pool), bytes per
+  // gathered element (0 where Acquire needs no buffer: stages 1 and 2 in f32), and
+  // whole-bucket gradient buffers (max_grad_buffers, at most one per bucket; one
+  // at stage 1, which adds each into its whole gradient at once).
+  int gather_buffers() const;
+  int64_t gathered_bytes_per_element() const { return BufferBytes(1); }
+  int grad_buffers() const;
 
   // BeginPass starts a pass (FailedPrecondition inside one);
   // BeginParameterPass is the same for ParameterSource's pass kinds.
@@ -198,8 +219,10 @@ class Zero3Engine : public ParameterSource {
   // if its gather failed.
   absl::StatusOr<absl::Span<const float>> Acquire(int param) override;
   // AddGrad adds `grad` (the parameter's numel elements) to `param`'s gradient in
-  // a kBackward or kGradients pass. FailedPrecondition outside a backward pass or after the
-  // parameter's bucket was reduced; InvalidArgument for a wrong size.
+  // a kBackward or kGradients pass. Gradients arrive in reverse partition order:
+  // reaching a bucket moves the pass past the later ones (their reduce-scatters
+  // start), as Acquire does. FailedPrecondition outside a backward pass or after
+  // the parameter's bucket was reduced; InvalidArgument for a wrong size.
   absl::Status AddGrad(int param, absl::Span<const float> grad) override;
   // EndPass finishes the pass's collectives (see the top of this file) and returns
   // the first error of the pass, if any.
@@ -261,6 +284,9 @@ class Zero3Engine : public ParameterSource {
   // CheckParam: OutOfRange naming `call` for a parameter index outside the model.
   absl::Status CheckParam(absl::string_view call, int param) const;
   absl::Time Deadline() const;
+  // WaitTimed waits (with the deadline) for the worker's job `ticket` and adds the
+  // seconds waited to `*waited`.
+  absl::Status WaitTimed(int64_t ticket, double* waited);
   // Positions count buckets in pass order: forward 0..B-1, backward B-1..0.
   int BucketAt(int position) const;
   int PositionOf(int bucket) const;
@@ -309,6 +335,10 @@ class Zero3Engine : public ParameterSource {
   int position_ = 0;        // the pass's current bucket, as a position in pass order
   int next_gather_ = 0;     // the next position to gather
   int passes_since_step_ = 0;
+  // Gradient buffers taken on this thread whose return is not yet known, and the
+  // tickets of the reduce-scatters that give them back, oldest first.
+  int grad_buffers_held_ = 0;
+  std::deque<int64_t> reduce_tickets_;
   bool grads_reduced_ = false;  // ReduceGradients ran since the last Step
   bool whole_stale_ = false;  // stages 1, 2: WriteShard ran; BeginPass re-gathers
   absl::Status pass_error_;

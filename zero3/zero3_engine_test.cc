@@ -342,6 +342,50 @@ TEST(Zero3EngineTest, PrefetchDepthAndLiveBoundChangeNothingButPeaks) {
   }
 }
 
+// The gradient-buffer bound changes when a backward pass waits, never the result:
+// the buffers allocated (and the peak of those live) stay within max_grad_buffers
+// of the largest bucket, also in a kGradients pass, which gathers nothing; the
+// waits for gathered buckets and for buffers are counted.
+TEST(Zero3EngineTest, GradientBuffersStayWithinTheirBound) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(3)));
+  ASSERT_GE(partition.num_buckets(), 4);
+  const std::vector<float> reference = Reference(partition, DType::kF32, 2, 2, UseAll);
+  const int64_t bucket_bytes = partition.MaxBucketNumel() * 4;
+  const int64_t pool_bytes =
+      std::min<int64_t>(Zero3Options().prefetch_depth + 1, partition.num_buckets()) * bucket_bytes;
+  for (const int bound : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("max_grad_buffers ", bound));
+    Zero3Options options;
+    options.max_grad_buffers = bound;
+    const RunResult run = Train(partition, options, 2, 2, UseAll);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(run.params[r], reference) << "rank " << r;
+      EXPECT_LE(run.stats[r].peak_grad_buffer_bytes, bound * bucket_bytes);
+      EXPECT_GT(run.stats[r].peak_grad_buffer_bytes, 0);
+      EXPECT_LE(run.stats[r].buffer_bytes, pool_bytes + bound * bucket_bytes);
+      EXPECT_GT(run.stats[r].gather_wait_seconds, 0.0);
+      EXPECT_GE(run.stats[r].grad_buffer_wait_seconds, 0.0);
+    }
+  }
+  // A kGradients pass over every bucket at once (a caller that kept its weights)
+  // is bounded the same way.
+  const std::vector<float> initial = InitialParams(partition);
+  RunRanks(3, [&](int rank, Communicator& comm) {
+    Zero3Options options;
+    options.max_grad_buffers = 1;
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Zero3Engine> engine,
+                              Zero3Engine::Create(partition, &comm, initial, options));
+    LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kGradients));
+    for (int p = partition.num_params() - 1; p >= 0; --p) {
+      const std::vector<float> g(static_cast<size_t>(partition.slot(p).numel), 0.5f + rank);
+      LOOM_ASSERT_OK(engine->AddGrad(p, g));
+    }
+    LOOM_ASSERT_OK(engine->EndPass());
+    EXPECT_EQ(engine->Stats().peak_grad_buffer_bytes, bucket_bytes);
+    EXPECT_EQ(engine->Stats().reduce_scatters, partition.num_buckets());
+  });
+}
+
 // Model-state bytes per rank, with P the padded bucket elements and S = P / dp
 // this rank's shard (persistent elements cost 16 bytes at every stage):
 //   stage 3: 16 S (f32: param, grad, m, v; bf16: param 2, grad 2, master 4, m, v)
@@ -1052,6 +1096,11 @@ TEST(Zero3EngineTest, BadInputIsNamed) {
     options.compute_dtype = DType::kI32;
     EXPECT_THAT(Zero3Engine::Create(one, &comm, initial, options),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("compute_dtype i32")));
+    options = Zero3Options();
+    options.max_grad_buffers = 0;
+    EXPECT_THAT(Zero3Engine::Create(one, &comm, initial, options),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("Zero3Options.max_grad_buffers 0 is not >= 1")));
     options = Zero3Options();
     options.stage = 0;
     EXPECT_THAT(Zero3Engine::Create(one, &comm, initial, options),

@@ -25,7 +25,6 @@
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/wire.h"
 #include "tensor_parallel/tensor.h"
-#include "topology/memory_estimate.h"
 
 namespace loom {
 namespace {
@@ -151,22 +150,6 @@ absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptPa
   return step;
 }
 
-// topology/memory_estimate's model-state bytes for a rank that holds `params`
-// (its tp shards of its stages, counted as they are, replicated layer norms and
-// uneven stages included) under the job's ZeRO stage and precision. Memory and
-// disk together: --offload nvme moves a part of it, it does not remove it.
-absl::StatusOr<int64_t> EstimateRankState(const TrainJobOptions& o,
-                                          const std::vector<GptParameter>& params) {
-  ModelStateOptions estimate;
-  for (const GptParameter& p : params) estimate.num_parameters += NumElements(p.shape);
-  estimate.precision =
-      o.dtype == DType::kBF16 ? PrecisionPolicy::kBf16InF32Adam : PrecisionPolicy::kFp32Adam;
-  estimate.zero_stage = o.zero;
-  estimate.dp = o.dp;
-  LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
-  return bytes.total();
-}
-
 absl::Status Halted(int64_t step) {
   return absl::AbortedError(absl::StrCat("halted after step ", step, " (test hook)"));
 }
@@ -204,7 +187,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     return module->Parameters();
   };
   const std::string disk_prefix = absl::StrCat("train.s", w.place.s, ".t", w.place.t);
-  const bool borrowed = options.reshard == Reshard::kBlock;
+  const bool borrowed = EffectiveReshard(options) == Reshard::kBlock;
   std::unique_ptr<RankOptimizer> optimizer;
   if (borrowed) {
     // The stage models borrow their weights from the ZeRO engines from now on.
@@ -215,7 +198,10 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                                                        disk_prefix, bind_gradients));
   }
   params = module->Parameters();
-  LOOM_ASSIGN_OR_RETURN(const int64_t estimated_state_bytes, EstimateRankState(options, params));
+  // topology/memory_estimate's model-state bytes for this rank's optimizer (its
+  // stages' tp shards, replicated layer norms and uneven stages included), memory
+  // and disk together: --offload nvme moves a part, it does not remove it.
+  LOOM_ASSIGN_OR_RETURN(const int64_t estimated_state_bytes, optimizer->EstimatedStateBytes());
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
   // Clipping: tp-replicated parameters count on tp rank 0 only.

@@ -15,6 +15,7 @@
 #include "tensor_parallel/tensor.h"
 #include "tools/training/device_adamw.h"
 #include "tools/training/lr_schedule.h"
+#include "topology/memory_estimate.h"
 #include "zero3/partition.h"
 #include "zero3/zero3_engine.h"
 
@@ -185,6 +186,27 @@ class ShardedOptimizer : public RankOptimizer {
     return engine_->Step(hyper);
   }
 
+  absl::StatusOr<int64_t> EstimatedStateBytes() const override {
+    ModelStateOptions estimate;
+    estimate.num_parameters = engine_->partition().TotalNumel();
+    // The engine keeps bf16 weights and gradients and an f32 master (16 bytes).
+    estimate.precision = options_.dtype == DType::kBF16 ? PrecisionPolicy::kMixedPrecisionAdam
+                                                        : PrecisionPolicy::kFp32Adam;
+    estimate.zero_stage = options_.zero;
+    estimate.dp = options_.dp;
+    estimate.buffers.unit_numel = engine_->partition().MaxBucketNumel();
+    estimate.buffers.gathered_units = engine_->gather_buffers();
+    estimate.buffers.gathered_bytes_per_element = engine_->gathered_bytes_per_element();
+    estimate.buffers.gradient_units = engine_->grad_buffers();
+    // The layers' own f32 weights and gradients (step), or the model's gradient
+    // sums (block, deferred).
+    estimate.resident_bytes_per_parameter = !borrows_                     ? 8
+                                            : options_.defer_reduce_scatter ? 4
+                                                                            : 0;
+    LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
+    return bytes.total();
+  }
+
   int64_t ShardedBytes() const override {
     const Zero3Stats stats = engine_->Stats();
     return stats.model_state_bytes + stats.persistent_state_bytes;
@@ -288,6 +310,14 @@ class StagedOptimizer : public RankOptimizer {
     return absl::OkStatus();
   }
   int64_t StateBytes() const override { return Sum(&RankOptimizer::StateBytes); }
+  absl::StatusOr<int64_t> EstimatedStateBytes() const override {
+    int64_t total = 0;
+    for (const auto& part : parts_) {
+      LOOM_ASSIGN_OR_RETURN(const int64_t bytes, part->EstimatedStateBytes());
+      total += bytes;
+    }
+    return total;
+  }
   int64_t ShardedBytes() const override { return Sum(&RankOptimizer::ShardedBytes); }
   int64_t DiskBytes() const override { return Sum(&RankOptimizer::DiskBytes); }
   int64_t BufferBytes() const override { return Sum(&RankOptimizer::BufferBytes); }
@@ -461,6 +491,18 @@ class DataParallelOptimizer : public RankOptimizer {
   }
 
   int64_t ShardedBytes() const override { return 0; }
+  absl::StatusOr<int64_t> EstimatedStateBytes() const override {
+    ModelStateOptions estimate;
+    for (const GptParameter& p : params_) {
+      estimate.num_parameters += static_cast<int64_t>(p.values.size());
+    }
+    // Weights and gradients in f32 storage; bf16 adds the f32 master.
+    estimate.precision = options_.dtype == DType::kBF16 ? PrecisionPolicy::kBf16InF32Adam
+                                                        : PrecisionPolicy::kFp32Adam;
+    estimate.dp = options_.dp;
+    LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
+    return bytes.total();
+  }
   int64_t StateBytes() const override {
     // The layers' weights and gradients (f32 storage, 8 bytes per element; in the
     // job the gradients live in the all-reduce bucket, bound), the moments (8) and,

@@ -80,6 +80,11 @@ class RankOptimizer {
   // The part of StateBytes that is communication buffers (ZeRO's gathered units
   // and gradient buckets).
   virtual int64_t BufferBytes() const { return 0; }
+  // EstimatedStateBytes: topology/memory_estimate's prediction of StateBytes() +
+  // DiskBytes() at the worst moment of a step, from this optimizer's configuration
+  // (its parameter count, ZeRO stage, precision, buffer bounds and what the model
+  // keeps itself), not from what it holds.
+  virtual absl::StatusOr<int64_t> EstimatedStateBytes() const = 0;
   // GatherWeights returns this rank's current weights, one vector per parameter
   // (its tp shard, whole over dp), for a model that borrows them (block reshard),
   // whose Parameters() hold none. Collective over dp; outside a step.

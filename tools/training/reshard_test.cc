@@ -47,6 +47,7 @@ TEST(ReshardTest, DeferredBlockReshardIsBitwiseStepAndPlainDataParallel) {
       options.zero = 0;
       LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary plain, RunTrainJob(options, nullptr));
       options.zero = 3;
+      options.reshard = Reshard::kStep;
       LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary step, RunTrainJob(options, nullptr));
       options.reshard = Reshard::kBlock;
       options.defer_reduce_scatter = true;

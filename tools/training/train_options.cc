@@ -33,4 +33,18 @@ const char* OffloadName(OffloadKind kind) {
   return "unknown";
 }
 
+Reshard EffectiveReshard(const TrainJobOptions& options) {
+  if (options.reshard != Reshard::kAuto) return options.reshard;
+  return options.zero == 3 ? Reshard::kBlock : Reshard::kStep;
+}
+
+const char* ReshardName(Reshard reshard) {
+  switch (reshard) {
+    case Reshard::kAuto: return "auto";
+    case Reshard::kStep: return "step";
+    case Reshard::kBlock: return "block";
+  }
+  return "unknown";
+}
+
 }  // namespace loom

@@ -34,7 +34,9 @@ inline constexpr int64_t kEvalStep = int64_t{1} << 40;
 // borrow its weights from the ZeRO engine, which gathers each unit (a block, the
 // embeddings, the head) just before use, prefetches the next and frees it after,
 // in every forward and again in every backward (FSDP's reshard after forward).
-enum class Reshard { kStep, kBlock };
+// kAuto (the default): kBlock at zero 3, kStep otherwise (stages 0-2 keep the
+// whole weights anyway). EffectiveReshard resolves it.
+enum class Reshard { kAuto, kStep, kBlock };
 
 // Where the layers' matrix products run: kCpu on OpenBLAS; kCuda on CUDA device 0
 // through cuBLAS (tools/training/device_gemm.h; needs a --config=cuda build), with
@@ -52,7 +54,7 @@ struct TrainJobOptions {
   int64_t steps = 100;
   int zero = 3;  // 0 (plain data parallel), 1, 2 or 3
   OffloadKind offload = OffloadKind::kCpu;
-  Reshard reshard = Reshard::kStep;
+  Reshard reshard = Reshard::kAuto;
   ComputeDevice device = ComputeDevice::kCpu;
   // kBlock: the gradients stay in the model, summed over the microbatches, and
   // are reduce-scattered once after the last (the bits of zero 0 and kStep, at
@@ -108,6 +110,11 @@ struct TrainJobOptions {
 };
 
 // StepReport: one step as rank 0 sees it, with figures gathered from every rank.
+// EffectiveReshard: options.reshard with kAuto resolved (kBlock at zero 3, kStep
+// otherwise); ReshardName its flag spelling ("step", "block" or "auto").
+Reshard EffectiveReshard(const TrainJobOptions& options);
+const char* ReshardName(Reshard reshard);
+
 // StepBreakdown: where a step's seconds go on a rank, measured on the rank's own
 // thread (the mean over ranks in a StepReport):
 //   compute    the pipeline executor's time in the stage module (forward,

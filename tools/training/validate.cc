@@ -175,10 +175,10 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
         "--reshard block needs --zero 3 (only ZeRO-3 shards the parameters it regathers); "
         "got --zero ", o.zero));
   }
-  if (o.defer_reduce_scatter && o.reshard != Reshard::kBlock) {
+  if (o.defer_reduce_scatter && EffectiveReshard(o) != Reshard::kBlock) {
     return absl::InvalidArgumentError(
-        "--defer_reduce_scatter needs --reshard block (--reshard step always reduces once "
-        "per step)");
+        "--defer_reduce_scatter needs --reshard block, the default at --zero 3 (--reshard step "
+        "always reduces once per step)");
   }
   if (o.device == ComputeDevice::kCuda && !DeviceGemmAvailable()) {
     return absl::InvalidArgumentError(
