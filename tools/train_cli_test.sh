@@ -29,13 +29,15 @@ grep -qE '^model state per rank, estimated \(topology/memory_estimate, zero 3\):
 mode="$(grep -oE 'tokens/s \((optimized|unoptimized) build\)$' <<<"$out" | grep -oE '[a-z]+ build' | cut -d' ' -f1)"
 [[ -n "$mode" ]] || fail "closing line lacks the build mode: $out"
 grep -q "\"build\": \"$mode\"," "$dir/summary.json" || fail "summary's build is not $mode: $(cat "$dir/summary.json")"
-# Where the step time goes: five measured figures, in the summary and the closing
-# lines; compute is never zero.
-for key in compute dp_comm pp_comm optimizer other; do
+# Where the step time goes: six measured figures, in the summary and the closing
+# lines; compute is never zero, nor (zero 3 borrows its weights block by block)
+# the time the module waited for the engine's gathers.
+for key in compute dp_comm pp_comm optimizer other param_wait; do
   grep -qE "\"$key\": [0-9][0-9.e+-]*" "$dir/summary.json" || fail "step_breakdown_s lacks $key: $(cat "$dir/summary.json")"
 done
 grep -qE '"step_breakdown_s": \{"compute": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "compute is 0: $(cat "$dir/summary.json")"
-grep -qE '^time per step \(mean over ranks\): compute [0-9.]+ ms, dp comm [0-9.]+ ms, pp comm [0-9.]+ ms, optimizer [0-9.]+ ms, other [0-9.]+ ms$' <<<"$out" || fail "time per step line: $out"
+grep -qE '"param_wait": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "param_wait is 0: $(cat "$dir/summary.json")"
+grep -qE '^time per step \(mean over ranks\): compute [0-9.]+ ms, parameter wait [0-9.]+ ms, dp comm [0-9.]+ ms, pp comm [0-9.]+ ms, optimizer [0-9.]+ ms, other [0-9.]+ ms$' <<<"$out" || fail "time per step line: $out"
 
 # The mesh is topology's: the job prints the //tools:mesh flags of its layout, and
 # with --print_mesh the very table that tool prints for them.
@@ -141,7 +143,7 @@ expect_error "--job_id x is for --transport shm, not threads" --job_id=x
 # Ranks as the processes of an mpirun job (train starts mpirun itself): the same
 # job with ZeRO-3, pipeline and tensor parallelism over the MPI transport.
 out="$("$TRAIN" --transport=mpi --steps=3)"
-grep -qE '^time per step \(mean over ranks\): compute [0-9.]*[1-9][0-9.]* ms, dp comm ' <<<"$out" || fail "mpi time per step line: $out"
+grep -qE '^time per step \(mean over ranks\): compute [0-9.]*[1-9][0-9.]* ms, parameter wait [0-9.]+ ms, dp comm ' <<<"$out" || fail "mpi time per step line: $out"
 grep -q '^train: dp=2 tp=2 pp=2 (8 processes over mpi), schedule 1f1b' <<<"$out" || fail "mpi header: $out"
 [[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three mpi step lines: $out"
 relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"

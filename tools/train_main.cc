@@ -668,9 +668,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   }
   const StepBreakdown& b = summary->step_breakdown_s;
   std::cout << absl::StrFormat(
-      "time per step (mean over ranks): compute %.2f ms, dp comm %.2f ms, pp comm %.2f ms, optimizer "
-      "%.2f ms, other %.2f ms\n",
-      b.compute * 1e3, b.dp_comm * 1e3, b.pp_comm * 1e3, b.optimizer * 1e3, b.other * 1e3);
+      "time per step (mean over ranks): compute %.2f ms, parameter wait %.2f ms, dp comm %.2f ms, "
+      "pp comm %.2f ms, optimizer %.2f ms, other %.2f ms\n",
+      b.compute * 1e3, b.param_wait * 1e3, b.dp_comm * 1e3, b.pp_comm * 1e3, b.optimizer * 1e3,
+      b.other * 1e3);
   if (summary->final_eval_loss.has_value()) {
     std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
                                  *summary->final_eval_loss, o.steps);
@@ -734,7 +735,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
         "\"device_gemm_products\": %d, "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
-        "\"optimizer\": %.6g, \"other\": %.6g}}\n",
+        "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g}}\n",
         summary->final_loss,
         summary->final_eval_loss.has_value() ? absl::StrFormat("%.9g", *summary->final_eval_loss)
                                              : std::string("null"),
@@ -747,7 +748,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
         summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
         summary->tokens_per_second, BuildMode(), absl::GetFlag(FLAGS_device),
-        summary->device_gemm_products, b.compute, b.dp_comm, b.pp_comm, b.optimizer, b.other);
+        summary->device_gemm_products, b.compute, b.dp_comm, b.pp_comm, b.optimizer, b.other,
+        b.param_wait);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }

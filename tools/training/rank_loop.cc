@@ -52,7 +52,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 15;
+constexpr int kStepFigures = 16;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -68,7 +68,8 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           s.breakdown.pp_comm,
           s.breakdown.optimizer,
           s.breakdown.other,
-          static_cast<double>(s.estimated_state_bytes)};
+          static_cast<double>(s.estimated_state_bytes),
+          s.breakdown.param_wait};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -81,7 +82,7 @@ RankStep Unpack(const double* f) {
   s.peak_activation_bytes = static_cast<int64_t>(f[6]);
   s.holds_eval = f[7] != 0.0;
   s.eval_loss = f[8];
-  s.breakdown = {f[9], f[10], f[11], f[12], f[13]};
+  s.breakdown = {f[9], f[10], f[11], f[12], f[13], f[15]};
   s.estimated_state_bytes = static_cast<int64_t>(f[14]);
   return s;
 }
@@ -233,11 +234,16 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     module->BeginStep(step);
     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
     breakdown.dp_comm += lap();
+    const double waited_before = optimizer->WaitSeconds();
     LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module, &send_buffers));
     const double executed = lap();
-    breakdown.compute = absl::ToDoubleSeconds(last_execution.compute);
+    // The module's waits for the engine happen inside its compute.
+    breakdown.param_wait = optimizer->WaitSeconds() - waited_before;
+    breakdown.compute =
+        std::max(0.0, absl::ToDoubleSeconds(last_execution.compute) - breakdown.param_wait);
     breakdown.pp_comm = absl::ToDoubleSeconds(last_execution.waiting);
-    breakdown.other += std::max(0.0, executed - breakdown.compute - breakdown.pp_comm);
+    breakdown.other +=
+        std::max(0.0, executed - breakdown.compute - breakdown.param_wait - breakdown.pp_comm);
     LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
     float grad_scale = 1.0f;
     double grad_norm = 0;
@@ -323,6 +329,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       line.breakdown.pp_comm += s.breakdown.pp_comm / world;
       line.breakdown.optimizer += s.breakdown.optimizer / world;
       line.breakdown.other += s.breakdown.other / world;
+      line.breakdown.param_wait += s.breakdown.param_wait / world;
     }
     // The last stage's tp ranks all hold the same loss: average over them and dp.
     line.loss /= std::max(losses, 1);
@@ -380,6 +387,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     summary->step_breakdown_s.pp_comm += b.pp_comm / counted;
     summary->step_breakdown_s.optimizer += b.optimizer / counted;
     summary->step_breakdown_s.other += b.other / counted;
+    summary->step_breakdown_s.param_wait += b.param_wait / counted;
   }
   summary->tokens_per_second =
       static_cast<double>(setup.tokens_per_step * (options.steps - first_step)) /

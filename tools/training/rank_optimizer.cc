@@ -213,6 +213,10 @@ class ShardedOptimizer : public RankOptimizer {
   }
   // The engine's communication buffers: the gathered units and gradient buckets.
   int64_t BufferBytes() const override { return engine_->Stats().buffer_bytes; }
+  double WaitSeconds() const override {
+    const Zero3Stats stats = engine_->Stats();
+    return stats.gather_wait_seconds + stats.grad_buffer_wait_seconds;
+  }
   int64_t DiskBytes() const override { return engine_->Stats().disk_state_bytes; }
   int64_t StateBytes() const override {
     int64_t resident = 0;
@@ -321,6 +325,11 @@ class StagedOptimizer : public RankOptimizer {
   int64_t ShardedBytes() const override { return Sum(&RankOptimizer::ShardedBytes); }
   int64_t DiskBytes() const override { return Sum(&RankOptimizer::DiskBytes); }
   int64_t BufferBytes() const override { return Sum(&RankOptimizer::BufferBytes); }
+  double WaitSeconds() const override {
+    double total = 0;
+    for (const auto& part : parts_) total += part->WaitSeconds();
+    return total;
+  }
 
   absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
     std::vector<StateSlice> all;

@@ -80,6 +80,10 @@ class RankOptimizer {
   // The part of StateBytes that is communication buffers (ZeRO's gathered units
   // and gradient buckets).
   virtual int64_t BufferBytes() const { return 0; }
+  // WaitSeconds: the seconds this rank's thread has waited, since the optimizer
+  // was made, for the ZeRO engine's communication thread (a gathered unit, a
+  // gradient buffer); 0 without one.
+  virtual double WaitSeconds() const { return 0; }
   // EstimatedStateBytes: topology/memory_estimate's prediction of StateBytes() +
   // DiskBytes() at the worst moment of a step, from this optimizer's configuration
   // (its parameter count, ZeRO stage, precision, buffer bounds and what the model

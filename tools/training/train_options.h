@@ -109,17 +109,20 @@ struct TrainJobOptions {
   int64_t testing_halt_after_step = 0;
 };
 
-// StepReport: one step as rank 0 sees it, with figures gathered from every rank.
 // EffectiveReshard: options.reshard with kAuto resolved (kBlock at zero 3, kStep
 // otherwise); ReshardName its flag spelling ("step", "block" or "auto").
 Reshard EffectiveReshard(const TrainJobOptions& options);
 const char* ReshardName(Reshard reshard);
 
+// StepReport: one step as rank 0 sees it, with figures gathered from every rank.
 // StepBreakdown: where a step's seconds go on a rank, measured on the rank's own
 // thread (the mean over ranks in a StepReport):
 //   compute    the pipeline executor's time in the stage module (forward,
 //              backward, loss), which includes the tensor-parallel layers' own
-//              collectives over tp;
+//              collectives over tp, less param_wait;
+//   param_wait the part of the module's time spent waiting for the ZeRO engine
+//              (block reshard): for a gathered unit the prefetch had not finished,
+//              or for a gradient buffer still held by a running reduce-scatter;
 //   dp_comm    blocked on data-parallel communication: gathering the weights before
 //              the step (zero 3), averaging the gradients over dp (zero 0: the
 //              all-reduce; zero 1-3: the engine's reduce-scatter), and the clipping
@@ -130,7 +133,7 @@ const char* ReshardName(Reshard reshard);
 //              the updated shards, which the step does);
 //   other      the rest of the step (checkpoint saves, bookkeeping).
 struct StepBreakdown {
-  double compute = 0, dp_comm = 0, pp_comm = 0, optimizer = 0, other = 0;
+  double compute = 0, dp_comm = 0, pp_comm = 0, optimizer = 0, other = 0, param_wait = 0;
 };
 
 struct StepReport {
