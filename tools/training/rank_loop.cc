@@ -42,6 +42,7 @@ struct RankStep {
   bool holds_eval = false;  // the stage's held-out loss (last stage, on eval steps)
   double eval_loss = 0;
   StepBreakdown breakdown;
+  DpTraffic dp;
 };
 
 uint64_t SentBytes(const Communicator& comm) {
@@ -52,7 +53,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 16;
+constexpr int kStepFigures = 25;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -69,7 +70,16 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           s.breakdown.optimizer,
           s.breakdown.other,
           static_cast<double>(s.estimated_state_bytes),
-          s.breakdown.param_wait};
+          s.breakdown.param_wait,
+          static_cast<double>(s.dp.all_gather_bytes),
+          static_cast<double>(s.dp.reduce_scatter_bytes),
+          static_cast<double>(s.dp.all_reduce_bytes),
+          static_cast<double>(s.dp.all_gather_calls),
+          static_cast<double>(s.dp.reduce_scatter_calls),
+          static_cast<double>(s.dp.all_reduce_calls),
+          static_cast<double>(s.dp.zero_bucket_numel),
+          static_cast<double>(s.dp.zero_persistent_numel),
+          static_cast<double>(s.dp.recomputed_forwards)};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -84,6 +94,12 @@ RankStep Unpack(const double* f) {
   s.eval_loss = f[8];
   s.breakdown = {f[9], f[10], f[11], f[12], f[13], f[15]};
   s.estimated_state_bytes = static_cast<int64_t>(f[14]);
+  int64_t* const dp[] = {&s.dp.all_gather_bytes,      &s.dp.reduce_scatter_bytes,
+                         &s.dp.all_reduce_bytes,      &s.dp.all_gather_calls,
+                         &s.dp.reduce_scatter_calls,  &s.dp.all_reduce_calls,
+                         &s.dp.zero_bucket_numel,     &s.dp.zero_persistent_numel};
+  for (int i = 0; i < 8; ++i) *dp[i] = static_cast<int64_t>(f[16 + i]);
+  s.dp.recomputed_forwards = static_cast<int64_t>(f[24]);
   return s;
 }
 
@@ -220,6 +236,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   // (shm: the next stage's process maps it), reused from step to step.
   SendBuffers send_buffers;
   uint64_t sent_before = 0;
+  // The dp communicator's counters at the end of the previous step.
+  const CollectiveKind dp_kinds[] = {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+                                     CollectiveKind::kAllReduce};
+  std::array<CollectiveCounters, 3> dp_before;
+  for (int k = 0; k < 3; ++k) dp_before[k] = w.dp->Counters(dp_kinds[k]);
+  int64_t recomputed_before = module->recomputed_forwards();
   for (int64_t step = first_step; step < options.steps; ++step) {
     const absl::Time start = absl::Now();
     StepBreakdown breakdown;
@@ -291,6 +313,22 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     report.holds_eval = eval_loss.has_value();
     report.eval_loss = eval_loss.value_or(0.0);
     report.breakdown = breakdown;
+    std::array<CollectiveCounters, 3> dp_now;
+    for (int k = 0; k < 3; ++k) dp_now[k] = w.dp->Counters(dp_kinds[k]);
+    const auto delta = [&](int k, uint64_t CollectiveCounters::*field) {
+      return static_cast<int64_t>(dp_now[k].*field - dp_before[k].*field);
+    };
+    report.dp = {delta(0, &CollectiveCounters::bytes_sent),
+                 delta(1, &CollectiveCounters::bytes_sent),
+                 delta(2, &CollectiveCounters::bytes_sent),
+                 delta(0, &CollectiveCounters::calls),
+                 delta(1, &CollectiveCounters::calls),
+                 delta(2, &CollectiveCounters::calls),
+                 optimizer->BucketNumel(),
+                 optimizer->PersistentNumel(),
+                 module->recomputed_forwards() - recomputed_before};
+    recomputed_before = module->recomputed_forwards();
+    dp_before = dp_now;
     sent_before = sent;
     const std::array<double, kStepFigures> mine = Pack(report);
     LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
@@ -306,6 +344,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     double eval_sum = 0;
     for (int r = 0; r < world; ++r) {
       const RankStep s = Unpack(gathered.data() + r * kStepFigures);
+      if (r == 0) summary->dp_traffic = s.dp;  // the last step's, in the end
       if (s.holds_loss && s.loss == s.loss) {
         line.loss += s.loss;
         ++losses;

@@ -217,6 +217,10 @@ class ShardedOptimizer : public RankOptimizer {
     const Zero3Stats stats = engine_->Stats();
     return stats.gather_wait_seconds + stats.grad_buffer_wait_seconds;
   }
+  int64_t BucketNumel() const override {
+    return engine_->partition().ShardNumel() * options_.dp;
+  }
+  int64_t PersistentNumel() const override { return engine_->partition().PersistentNumel(); }
   int64_t DiskBytes() const override { return engine_->Stats().disk_state_bytes; }
   int64_t StateBytes() const override {
     int64_t resident = 0;
@@ -330,6 +334,8 @@ class StagedOptimizer : public RankOptimizer {
     for (const auto& part : parts_) total += part->WaitSeconds();
     return total;
   }
+  int64_t BucketNumel() const override { return Sum(&RankOptimizer::BucketNumel); }
+  int64_t PersistentNumel() const override { return Sum(&RankOptimizer::PersistentNumel); }
 
   absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
     std::vector<StateSlice> all;

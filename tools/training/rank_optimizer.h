@@ -84,6 +84,10 @@ class RankOptimizer {
   // was made, for the ZeRO engine's communication thread (a gathered unit, a
   // gradient buffer); 0 without one.
   virtual double WaitSeconds() const { return 0; }
+  // The elements the ZeRO engines gather and reduce (their padded buckets) and
+  // keep whole (persistent parameters); 0 at zero 0.
+  virtual int64_t BucketNumel() const { return 0; }
+  virtual int64_t PersistentNumel() const { return 0; }
   // EstimatedStateBytes: topology/memory_estimate's prediction of StateBytes() +
   // DiskBytes() at the worst moment of a step, from this optimizer's configuration
   // (its parameter count, ZeRO stage, precision, buffer bounds and what the model

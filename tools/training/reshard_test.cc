@@ -86,6 +86,82 @@ TEST(ReshardTest, PerMicrobatchBlockReshardMatchesOneRank) {
   }
 }
 
+// The data-parallel communicator's counters for one step equal each mode's
+// formula exactly (tools/README "Reshard"), per rank, with U the padded bucket
+// elements of the rank's engine, P its persistent elements, m microbatches, r the
+// forwards the stage module ran again (a backward whose microbatch was not the
+// last one forward: pipeline ranks before the last), b bytes per gathered element
+// (f32 4, bf16 2; gradients travel as f32) and q = (dp - 1) / dp:
+//   zero 0            all-reduce 1 call of the whole gradient (dp 2: 4 Psi bytes)
+//   step              all-gather b U q once, reduce-scatter 4 U q once, 1 all-reduce
+//   block             all-gather (2 m + r) b U q (each forward, recomputed ones
+//                     included, and each backward), reduce-scatter m 4 U q, m
+//                     all-reduces of P
+//   block, deferred   all-gather (2 m + r) b U q, reduce-scatter 4 U q, 1 all-reduce
+// With dp 2 every all-reduce algorithm sends each element once: 4 P bytes a call.
+// One stage model per rank (1f1b); with several (interleaved, zb-v) the same holds
+// per model.
+TEST(ReshardTest, TrafficEqualsEachModesFormula) {
+  struct Case {
+    int dp, pp;
+    PipelineScheduleKind schedule;
+    DType dtype;
+  };
+  for (const Case& c : {Case{2, 2, PipelineScheduleKind::k1F1B, DType::kF32},
+                        Case{2, 1, PipelineScheduleKind::k1F1B, DType::kBF16},
+                        Case{4, 1, PipelineScheduleKind::k1F1B, DType::kF32}}) {
+    TrainJobOptions options = Small();
+    options.steps = 2;
+    options.dp = c.dp;
+    options.pp = c.pp;
+    options.tp = 1;
+    options.schedule = c.schedule;
+    options.dtype = c.dtype;
+    const int64_t m = options.microbatches;
+    const int64_t b = c.dtype == DType::kBF16 ? 2 : 4;
+    const auto q = [&](int64_t bytes) { return bytes * (c.dp - 1) / c.dp; };
+    for (int mode = 0; mode < 4; ++mode) {
+      SCOPED_TRACE(absl::StrCat("dp ", c.dp, " pp ", c.pp, " ", PipelineScheduleName(c.schedule),
+                                " ", DTypeName(c.dtype), " mode ", mode));
+      options.zero = mode == 0 ? 0 : 3;
+      options.reshard = mode == 1 ? Reshard::kStep : Reshard::kAuto;
+      options.defer_reduce_scatter = mode == 3;
+      if (mode == 0 && c.dtype == DType::kBF16) continue;  // bf16 needs zero 1-3
+      LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary summary, RunTrainJob(options, nullptr));
+      const DpTraffic& t = summary.dp_traffic;
+      const int64_t u = t.zero_bucket_numel, p = t.zero_persistent_numel;
+      if (mode == 0) {
+        EXPECT_EQ(t.all_reduce_calls, 1);
+        EXPECT_EQ(t.all_gather_calls + t.reduce_scatter_calls, 0);
+        if (c.dp == 2) {
+          int64_t psi = 0;
+          for (const auto& v : summary.final_params[0].values) {
+            psi += static_cast<int64_t>(v.size());
+          }
+          EXPECT_EQ(t.all_reduce_bytes, 4 * psi);
+        }
+        continue;
+      }
+      ASSERT_GT(u, 0);
+      ASSERT_GT(p, 0);
+      if (c.pp > 1 && mode > 1) {
+        EXPECT_GT(t.recomputed_forwards, 0);
+      }
+      const int64_t gathers = mode == 1 ? 1 : 2 * m + t.recomputed_forwards;
+      const int64_t reductions = mode == 2 ? m : 1;
+      const int64_t all_reduces = reductions;
+      EXPECT_EQ(t.all_gather_bytes, gathers * q(b * u));
+      EXPECT_EQ(t.reduce_scatter_bytes, reductions * q(4 * u));
+      EXPECT_EQ(t.all_reduce_calls, all_reduces);
+      if (c.dp == 2) {
+        EXPECT_EQ(t.all_reduce_bytes, all_reduces * 4 * p);
+      }
+      // Every pass moves every bucket once.
+      EXPECT_EQ(t.all_gather_calls * reductions, t.reduce_scatter_calls * gathers);
+    }
+  }
+}
+
 TEST(ReshardTest, BlockReshardNeedsZeroThree) {
   TrainJobOptions options = Small();
   options.zero = 2;

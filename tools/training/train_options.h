@@ -136,6 +136,20 @@ struct StepBreakdown {
   double compute = 0, dp_comm = 0, pp_comm = 0, optimizer = 0, other = 0, param_wait = 0;
 };
 
+// DpTraffic: what one rank sent through its data-parallel communicator in one
+// step, by collective (bytes and calls), and the elements its ZeRO engines gather
+// and reduce: the padded buckets (units under block reshard) and the persistent
+// parameters, kept whole and all-reduced. tools/README "Reshard" gives each mode's
+// formula in these terms.
+struct DpTraffic {
+  int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
+  int64_t all_gather_calls = 0, reduce_scatter_calls = 0, all_reduce_calls = 0;
+  int64_t zero_bucket_numel = 0, zero_persistent_numel = 0;
+  // Forwards the stage module ran again this step because a backward's microbatch
+  // was not the one its model last ran forward (each gathers its units once more).
+  int64_t recomputed_forwards = 0;
+};
+
 struct StepReport {
   int64_t step = 0;
   double loss = 0;  // mean over the step's tokens
@@ -170,18 +184,21 @@ struct TrainSummary {
   double entropy_rate = 0;  // the lowest loss the data allows (Markov data; 0
                             // for text, where it is not known)
   // The largest over ranks: parameters, gradients and AdamW state this rank holds
-  // for its piece of the model — under zero 3 the engine's shards and persistent
-  // tensors (16 bytes per element), plus the stage's resident weights and
-  // gradients (8 bytes per local element: the tensor-parallel layers own their
-  // weights, so a gathered stage stays resident for the step).
+  // for its piece of the model — at zero 1-3 the engine's shards and persistent
+  // tensors (16 bytes per element) and its communication buffers (gathered units,
+  // gradient buckets), plus what the layers keep themselves: at --reshard step the
+  // stage's whole weights and gradients (8 bytes per local element), with a
+  // deferred reduce-scatter the gradient sums (4).
   int64_t peak_model_state_bytes_per_rank = 0;
-  // topology/memory_estimate's prediction for the same ranks (the largest over ranks):
-  // 16 bytes per parameter in f32 (20 in bf16: f32 storage and an f32 master), the
-  // sharded parts divided by dp as the ZeRO stage says; memory and disk together.
+  // topology/memory_estimate's prediction for the same ranks (the largest over
+  // ranks), from each rank's optimizer configuration (RankOptimizer::
+  // EstimatedStateBytes); memory and disk together.
   int64_t estimated_model_state_bytes_per_rank = 0;
   int64_t sharded_state_bytes_per_rank = 0;  // zero 1-3: the engine's part alone
   int64_t disk_state_bytes_per_rank = 0;     // offload nvme: the state on disk
   int64_t comm_bytes_per_rank_per_step = 0;  // mean over steps, largest rank
+  // World rank 0's data-parallel traffic in the last step.
+  DpTraffic dp_traffic;
   // The largest activation bytes any rank's stage models held at once (measured by
   // the model; --recompute=full lowers it).
   int64_t peak_activation_bytes_per_rank = 0;
