@@ -24,6 +24,7 @@
 #include "core/half.h"
 #include "core/half_convert.h"
 #include "core/status_macros.h"
+#include "zero3/internal/agreement.h"
 #include "zero3/internal/comm_worker.h"
 
 namespace loom {
@@ -379,8 +380,51 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
       }
     }
   }
+  used_.assign(static_cast<size_t>(zero3_internal::UsedWords(partition_.num_buckets())), 0);
+  for (int b = 0; b < partition_.num_buckets(); ++b) {
+    const Bucket& bucket = partition_.bucket(b);
+    std::string name = absl::StrCat("\"", partition_.slot(bucket.params.front()).name, "\"");
+    if (bucket.params.size() > 1) absl::StrAppend(&name, " and ", bucket.params.size() - 1, " more");
+    bucket_names_.push_back(std::move(name));
+  }
   worker_ = std::make_unique<CommWorker>();
   return absl::OkStatus();
+}
+
+int64_t Zero3Engine::agreement_bytes() const {
+  zero3_internal::SyncPoint point;
+  point.used = used_;
+  return static_cast<int64_t>(sizeof(int64_t) * point.Encode().size());
+}
+
+void Zero3Engine::MarkUsed(int bucket) {
+  used_[static_cast<size_t>(bucket / 64)] |= uint64_t{1} << (bucket % 64);
+}
+
+void Zero3Engine::SubmitAgreement(int64_t kind, Zero3Pass pass) {
+  if (!options_.check_agreement || dp_->size() < 2) return;
+  static_assert(static_cast<int>(Zero3Pass::kForward) == 1 &&
+                    static_cast<int>(Zero3Pass::kBackward) == 2 &&
+                    static_cast<int>(Zero3Pass::kGradients) == 3 &&
+                    static_cast<int>(Zero3Pass::kRegather) == 4,
+                "zero3_internal::SyncPoint names the passes by these values");
+  zero3_internal::SyncPoint point;
+  point.steps = stats_.steps;
+  point.kind = kind;
+  point.pass = static_cast<int64_t>(pass);
+  point.passes_since_step = passes_since_step_;
+  point.previous_pass = static_cast<int64_t>(previous_pass_);
+  point.compare_use = options_.require_same_use;
+  point.used = used_;
+  ++stats_.agreement_checks;
+  Communicator* dp = dp_;
+  const std::vector<std::string>* names = &bucket_names_;
+  const std::string who = Who();
+  worker_->Submit([dp, point, names, who]() -> absl::Status {
+    const absl::Status agreed = zero3_internal::CheckAgreement(*dp, point, *names);
+    if (agreed.ok()) return agreed;
+    return absl::Status(agreed.code(), absl::StrCat(who, ": ", agreed.message()));
+  });
 }
 
 // RefreshComputeCopies rounds the masters to bf16 (bf16 compute) and widens the
@@ -433,6 +477,10 @@ absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
                      ": a backward pass after ReduceGradients; Step first (the gradients of this "
                      "step are reduced)"));
   }
+  // Where this rank stands, checked against the others ahead of the pass's
+  // collectives; the pass's own use starts afresh.
+  SubmitAgreement(zero3_internal::SyncPoint::kPass, pass);
+  std::fill(used_.begin(), used_.end(), 0);
   if (whole_stale_) {
     // WriteShard changed every rank's shard: the whole copies (stages 1 and 2)
     // gather them before anyone uses them.
@@ -638,6 +686,7 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
                                                                : persistent_->weights.data();
     return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
   }
+  MarkUsed(slot.bucket);
   const int position = PositionOf(slot.bucket);
   if (position < position_) {
     return RecordError(absl::FailedPreconditionError(absl::StrCat(
@@ -675,6 +724,7 @@ absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
     return absl::InvalidArgumentError(absl::StrCat(Who(), ": ", what, " has ", grad.size(),
                                                    " elements, the parameter has ", slot.numel));
   }
+  if (!slot.persistent) MarkUsed(slot.bucket);
   if (!slot.persistent && !buckets_[slot.bucket]->reduced) {
     // The buckets after this one in pass order are done: their reduce-scatters
     // start now, so at most this bucket holds a gradient buffer not yet submitted.
@@ -717,6 +767,7 @@ absl::Status Zero3Engine::EndPass() {
   grad_buffers_held_ = 0;
   reduce_tickets_.clear();
   if (Reducing()) ++passes_since_step_;
+  previous_pass_ = pass_;
   pass_ = Zero3Pass::kNone;
   if (!pass_error_.ok()) return pass_error_;
   if (!status.ok()) return status;
@@ -778,6 +829,7 @@ absl::Status Zero3Engine::ReduceGradients() {
         absl::StrCat(Who(), ": ReduceGradients without a backward pass since the last Step"));
   }
   if (grads_reduced_) return absl::OkStatus();
+  SubmitAgreement(zero3_internal::SyncPoint::kReduce, Zero3Pass::kNone);
   if (options_.stage == 1) {
     for (const auto& bucket : buckets_) ReduceWhole(*bucket);
   }
@@ -1016,6 +1068,7 @@ absl::StatusOr<std::vector<float>> Zero3Engine::GatherAll() {
   if (pass_ != Zero3Pass::kNone) {
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": GatherAll inside a pass"));
   }
+  SubmitAgreement(zero3_internal::SyncPoint::kGatherAll, Zero3Pass::kNone);
   std::vector<float> flat(static_cast<size_t>(partition_.TotalNumel()));
   std::vector<float> whole(static_cast<size_t>(partition_.MaxBucketNumel()));
   for (int b = 0; b < partition_.num_buckets(); ++b) {

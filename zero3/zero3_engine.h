@@ -154,6 +154,18 @@ struct Zero3Options {
   bool average_passes = true;
   // How long any wait for a collective may take.
   absl::Duration timeout = absl::Minutes(5);
+  // Agreement check: at the start of each pass, at ReduceGradients (or Step) and
+  // at GatherAll, the dp ranks exchange where they stand (steps taken, the pass,
+  // backward passes since the step: one small all-to-all on the communication
+  // thread, ahead of the pass's gathers). Ranks that disagree (one ran a
+  // microbatch more) all fail with FailedPrecondition naming both positions, at
+  // the next wait, instead of pairing the wrong collectives.
+  bool check_agreement = true;
+  // With check_agreement: every dp rank must use the same buckets in each pass; a
+  // rank that skipped one (acquired none of its parameters and gave them no
+  // gradient) fails the next check, naming the bucket and the ranks. False: an
+  // unused bucket contributes a zero gradient (ranks may take different branches).
+  bool require_same_use = false;
 };
 
 // Zero3Stats: what the engine holds and has moved, in bytes.
@@ -173,6 +185,7 @@ struct Zero3Stats {
   // gradient buffer to come back (max_grad_buffers), since Create.
   double gather_wait_seconds = 0;
   double grad_buffer_wait_seconds = 0;
+  int64_t agreement_checks = 0;        // check_agreement exchanges
   int64_t gathers = 0;                 // all-gather calls
   int64_t reduce_scatters = 0;         // reduce-scatter calls
   int64_t steps = 0;
@@ -207,6 +220,9 @@ class Zero3Engine : public ParameterSource {
   int gather_buffers() const;
   int64_t gathered_bytes_per_element() const { return BufferBytes(1); }
   int grad_buffers() const;
+  // The bytes of one rank's point in an agreement check (each check sends it to
+  // every other rank).
+  int64_t agreement_bytes() const;
 
   // BeginPass starts a pass (FailedPrecondition inside one);
   // BeginParameterPass is the same for ParameterSource's pass kinds.
@@ -304,6 +320,10 @@ class Zero3Engine : public ParameterSource {
   // bucket's gradient (stage 1: its block of the whole gradient; otherwise 0).
   int64_t ReducedShardStart(const zero3_internal::BucketState& bucket) const;
   absl::Status RecordError(absl::Status status);
+  // SubmitAgreement queues an agreement check of this rank's position (a
+  // zero3_internal::SyncPoint of `kind`; `pass` for a pass start) on the worker.
+  void SubmitAgreement(int64_t kind, Zero3Pass pass);
+  void MarkUsed(int bucket);
   absl::Status RefreshComputeCopies();
   absl::Status CheckShardSpans(absl::string_view what, size_t sharded, size_t persistent) const;
   void CountGathered(int64_t delta);
@@ -338,6 +358,10 @@ class Zero3Engine : public ParameterSource {
   // Gradient buffers taken on this thread whose return is not yet known, and the
   // tickets of the reduce-scatters that give them back, oldest first.
   int grad_buffers_held_ = 0;
+  // The agreement check: buckets this pass used (a bitmap), the last pass ended.
+  std::vector<uint64_t> used_;
+  Zero3Pass previous_pass_ = Zero3Pass::kNone;
+  std::vector<std::string> bucket_names_;  // for its messages
   std::deque<int64_t> reduce_tickets_;
   bool grads_reduced_ = false;  // ReduceGradients ran since the last Step
   bool whole_stale_ = false;  // stages 1, 2: WriteShard ran; BeginPass re-gathers

@@ -23,6 +23,7 @@
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/half.h"
+#include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -33,6 +34,7 @@
 namespace loom {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // A model of odd sizes: an empty tensor, tiny persistent ones, parameters larger
@@ -785,6 +787,90 @@ TEST(Zero3EngineTest, ARankThatSkipsAParameterContributesZero) {
   }
   EXPECT_NE(Reference(partition, DType::kF32, 2, 1, uses),
             Reference(partition, DType::kF32, 2, 1, UseAll));
+}
+
+// RunPasses runs `microbatches` forward and backward passes on one rank, then
+// Step, and returns the first error (nothing after it runs).
+absl::Status RunPasses(Zero3Engine& engine, const Partition& partition, int microbatches,
+                       const Uses& uses, int rank) {
+  for (int mb = 0; mb < microbatches; ++mb) {
+    for (const Zero3Pass pass : {Zero3Pass::kForward, Zero3Pass::kBackward}) {
+      LOOM_RETURN_IF_ERROR(engine.BeginPass(pass));
+      absl::Status status;
+      for (int i = 0; i < partition.num_params() && status.ok(); ++i) {
+        const int p = pass == Zero3Pass::kForward ? i : partition.num_params() - 1 - i;
+        if (!uses(rank, p)) continue;
+        absl::StatusOr<absl::Span<const float>> w = engine.Acquire(p);
+        status = w.status();
+        if (status.ok() && pass == Zero3Pass::kBackward) {
+          status = engine.AddGrad(p, std::vector<float>(w->size(), 0.25f));
+        }
+      }
+      const absl::Status ended = engine.EndPass();
+      LOOM_RETURN_IF_ERROR(status);
+      LOOM_RETURN_IF_ERROR(ended);
+    }
+  }
+  return engine.Step(Hyper(1));
+}
+
+// A rank that runs one microbatch more than the others: every rank fails at the
+// next agreement check with the same error naming both positions, at once (long
+// before the collectives' deadline), instead of gathering its extra pass's
+// buckets from the others' next step.
+TEST(Zero3EngineTest, RanksThatDisagreeOnMicrobatchesFailAtOnceNamingBoth) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(2)));
+  const std::vector<float> initial = InitialParams(partition);
+  std::vector<absl::Status> results(2);
+  const absl::Time start = absl::Now();
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    Zero3Options options;
+    options.timeout = absl::Seconds(60);
+    std::unique_ptr<Zero3Engine> engine = *Zero3Engine::Create(partition, &comm, initial, options);
+    results[rank] = RunPasses(*engine, partition, rank == 0 ? 3 : 2, UseAll, rank);
+    EXPECT_EQ(engine->Stats().steps, 0) << "rank " << rank;
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(results[r],
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr(absl::StrCat("Zero3Engine rank ", r,
+                                                      ": the data-parallel ranks disagree")),
+                               HasSubstr("rank 0 is after 0 steps, starting a forward pass with 2 "
+                                         "backward passes since the last step"),
+                               HasSubstr("rank 1 is after 0 steps, reducing the gradients of 2 "
+                                         "backward passes"))))
+        << "rank " << r;
+  }
+}
+
+// With require_same_use, a rank that skips a bucket fails the next check on every
+// rank, naming the bucket and who skipped it; without it (the default) the skip
+// contributes zero (ARankThatSkipsAParameterContributesZero).
+TEST(Zero3EngineTest, ASkippedBucketIsNamedWhenUseMustAgree) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(2)));
+  ASSERT_GE(partition.num_buckets(), 3);
+  const int skipped_bucket = 1;
+  const Uses uses = [&](int rank, int param) {
+    return !(rank == 1 && partition.slot(param).bucket == skipped_bucket);
+  };
+  const std::vector<float> initial = InitialParams(partition);
+  std::vector<absl::Status> results(2);
+  RunRanks(2, [&](int rank, Communicator& comm) {
+    Zero3Options options;
+    options.require_same_use = true;
+    std::unique_ptr<Zero3Engine> engine = *Zero3Engine::Create(partition, &comm, initial, options);
+    results[rank] = RunPasses(*engine, partition, 1, uses, rank);
+  });
+  const std::string first = partition.slot(partition.bucket(skipped_bucket).params[0]).name;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(results[r],
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("used different parameters in the forward pass"),
+                               HasSubstr(absl::StrCat("bucket 1 (\"", first, "\"")),
+                               HasSubstr("used by rank 0 and skipped by rank 1"))))
+        << "rank " << r;
+  }
 }
 
 // BackwardPasses runs `passes` backward passes of the toy loss on one rank.

@@ -113,6 +113,9 @@ class ShardedOptimizer : public RankOptimizer {
     zero.disk_prefix = disk_prefix;
     zero.adamw_threads = options.adamw_threads;
     zero.timeout = kCollectiveTimeout;
+    // Every dp rank runs every block of its stage: a rank that skipped one is a
+    // bug, named at the next agreement check rather than trained around.
+    zero.require_same_use = true;
     // Block reshard: one backward pass per microbatch (and stage), each the
     // gradient of a loss already scaled by 1 / microbatches: summed, not averaged.
     zero.average_passes = borrower == nullptr;

@@ -66,8 +66,13 @@ void CommWorker::Loop() {
     if (queue_.empty()) return;  // stopping, and nothing left to run
     std::function<absl::Status()> job = std::move(queue_.front());
     queue_.pop_front();
+    // After a failure the later jobs are dropped, not run: they are collectives
+    // whose peers may be gone or, after a failed agreement check, at another
+    // point, where running them would pair the wrong calls or wait out a deadline.
+    const bool skip = !first_error_.ok();
     lock.unlock();
-    absl::Status status = job();
+    absl::Status status = skip ? absl::OkStatus() : job();
+    job = nullptr;  // its captures go before the waiters hear it finished
     lock.lock();
     ++finished_;
     if (!status.ok() && first_error_.ok()) {

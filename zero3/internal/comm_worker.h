@@ -34,7 +34,9 @@ class CommWorker {
   CommWorker(const CommWorker&) = delete;
   CommWorker& operator=(const CommWorker&) = delete;
 
-  // Submit queues `job`; it runs after every job submitted before it.
+  // Submit queues `job`; it runs after every job submitted before it, unless one
+  // of those failed: then it is dropped without running (its Wait reports the
+  // first error), since a collective after a failed one would pair wrong calls.
   Ticket Submit(std::function<absl::Status()> job);
   // Wait returns once job `ticket` (and so every earlier one) has run: the first
   // error of the jobs up to it, or OK. DeadlineExceeded naming the ticket if it

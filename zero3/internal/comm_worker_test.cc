@@ -33,15 +33,20 @@ TEST(CommWorkerTest, JobsRunInSubmissionOrder) {
 
 TEST(CommWorkerTest, TheFirstErrorStaysWithLaterTicketsOnly) {
   CommWorker worker;
+  std::atomic<bool> ran_after{false};
   const CommWorker::Ticket ok = worker.Submit([] { return absl::OkStatus(); });
   const CommWorker::Ticket bad = worker.Submit([] { return absl::UnavailableError("peer 3 gone"); });
-  const CommWorker::Ticket after = worker.Submit([] { return absl::OkStatus(); });
+  const CommWorker::Ticket after = worker.Submit([&ran_after] {
+    ran_after = true;
+    return absl::OkStatus();
+  });
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   LOOM_EXPECT_OK(worker.Wait(ok, deadline));
   EXPECT_THAT(worker.Wait(bad, deadline),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer 3 gone")));
   EXPECT_THAT(worker.Wait(after, deadline), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer 3 gone")));
   EXPECT_THAT(worker.WaitAll(deadline), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer 3 gone")));
+  EXPECT_FALSE(ran_after);  // dropped: a collective after a failed one is not run
 }
 
 TEST(CommWorkerTest, AWaitPastItsDeadlineSaysSo) {
