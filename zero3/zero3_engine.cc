@@ -391,12 +391,6 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
   return absl::OkStatus();
 }
 
-int64_t Zero3Engine::agreement_bytes() const {
-  zero3_internal::SyncPoint point;
-  point.used = used_;
-  return static_cast<int64_t>(sizeof(int64_t) * point.Encode().size());
-}
-
 void Zero3Engine::MarkUsed(int bucket) {
   used_[static_cast<size_t>(bucket / 64)] |= uint64_t{1} << (bucket % 64);
 }

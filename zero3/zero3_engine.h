@@ -220,9 +220,6 @@ class Zero3Engine : public ParameterSource {
   int gather_buffers() const;
   int64_t gathered_bytes_per_element() const { return BufferBytes(1); }
   int grad_buffers() const;
-  // The bytes of one rank's point in an agreement check (each check sends it to
-  // every other rank).
-  int64_t agreement_bytes() const;
 
   // BeginPass starts a pass (FailedPrecondition inside one);
   // BeginParameterPass is the same for ParameterSource's pass kinds.

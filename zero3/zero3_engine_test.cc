@@ -829,6 +829,8 @@ TEST(Zero3EngineTest, RanksThatDisagreeOnMicrobatchesFailAtOnceNamingBoth) {
     std::unique_ptr<Zero3Engine> engine = *Zero3Engine::Create(partition, &comm, initial, options);
     results[rank] = RunPasses(*engine, partition, rank == 0 ? 3 : 2, UseAll, rank);
     EXPECT_EQ(engine->Stats().steps, 0) << "rank " << rank;
+    // Rank 0 started five passes; rank 1 four and its step's reduction.
+    EXPECT_EQ(engine->Stats().agreement_checks, 5) << "rank " << rank;
   });
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   for (int r = 0; r < 2; ++r) {
