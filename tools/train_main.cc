@@ -195,7 +195,8 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   } else if (reshard == "block") {
     o.reshard = Reshard::kBlock;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--reshard ", reshard, " is not auto, step or block"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reshard ", reshard, " is not auto, step or block"));
   }
   o.defer_reduce_scatter = absl::GetFlag(FLAGS_defer_reduce_scatter);
   const std::string device = absl::GetFlag(FLAGS_device);
