@@ -148,6 +148,9 @@ expect train 2 "--offload disk is not none, cpu, nvme or gpu" "${T[@]}" --offloa
 expect train 2 "--device tpu is not cpu or cuda" "${T[@]}" --device=tpu
 expect train 2 "--device cuda needs a train built with --config=cuda" "${T[@]}" --device=cuda
 expect train 2 "--offload gpu needs a train built with --config=cuda" "${T[@]}" --offload=gpu
+expect train 2 "--reshard blocks is not auto, step or block" "${T[@]}" --reshard=blocks
+expect train 2 "--reshard block needs --zero 3" "${T[@]}" --reshard=block --zero=2
+expect train 2 "--defer_reduce_scatter needs --reshard block, the default at --zero 3" "${T[@]}" --zero=3 --reshard=step --defer_reduce_scatter
 expect train 2 "--dtype f8 is not f32 or bf16" "${T[@]}" --dtype=f8
 expect train 2 "--recompute some is not none or full" "${T[@]}" --recompute=some
 expect train 2 "--transport pigeon is not threads, shm or mpi" "${T[@]}" --transport=pigeon
