@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -173,6 +174,21 @@ ABSL_FLAG(std::string, job_id, "",
 namespace loom {
 namespace {
 
+// ParseChoice maps a flag's `value` to its choice: InvalidArgument "--flag value
+// is not a, b or c" naming every choice otherwise.
+template <typename T>
+absl::StatusOr<T> ParseChoice(absl::string_view flag, const std::string& value,
+                              std::initializer_list<std::pair<const char*, T>> choices) {
+  std::string names;
+  size_t i = 0;
+  for (const auto& [name, choice] : choices) {
+    if (value == name) return choice;
+    absl::StrAppend(&names, i == 0 ? "" : (i + 1 == choices.size() ? " or " : ", "), name);
+    ++i;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, " is not ", names));
+}
+
 absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   TrainJobOptions o;
   o.dp = absl::GetFlag(FLAGS_dp);
@@ -187,57 +203,28 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.micro_batch = absl::GetFlag(FLAGS_micro_batch);
   o.steps = absl::GetFlag(FLAGS_steps);
   o.zero = absl::GetFlag(FLAGS_zero);
-  const std::string reshard = absl::GetFlag(FLAGS_reshard);
-  if (reshard == "auto") {
-    o.reshard = Reshard::kAuto;
-  } else if (reshard == "step") {
-    o.reshard = Reshard::kStep;
-  } else if (reshard == "block") {
-    o.reshard = Reshard::kBlock;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--reshard ", reshard, " is not auto, step or block"));
-  }
+  LOOM_ASSIGN_OR_RETURN(o.reshard, ParseChoice<Reshard>("--reshard", absl::GetFlag(FLAGS_reshard),
+                                                       {{"auto", Reshard::kAuto},
+                                                        {"step", Reshard::kStep},
+                                                        {"block", Reshard::kBlock}}));
   o.defer_reduce_scatter = absl::GetFlag(FLAGS_defer_reduce_scatter);
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device == "cpu") {
-    o.device = ComputeDevice::kCpu;
-  } else if (device == "cuda") {
-    o.device = ComputeDevice::kCuda;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--device ", device, " is not cpu or cuda"));
-  }
-  const std::string offload = absl::GetFlag(FLAGS_offload);
-  if (offload == "none") {
-    o.offload = OffloadKind::kNone;
-  } else if (offload == "cpu") {
-    o.offload = OffloadKind::kCpu;
-  } else if (offload == "nvme") {
-    o.offload = OffloadKind::kNvme;
-  } else if (offload == "gpu") {
-    o.offload = OffloadKind::kGpu;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--offload ", offload, " is not none, cpu, nvme or gpu"));
-  }
+  LOOM_ASSIGN_OR_RETURN(o.device,
+                        ParseChoice<ComputeDevice>("--device", absl::GetFlag(FLAGS_device),
+                                                   {{"cpu", ComputeDevice::kCpu},
+                                                    {"cuda", ComputeDevice::kCuda}}));
+  LOOM_ASSIGN_OR_RETURN(o.offload,
+                        ParseChoice<OffloadKind>("--offload", absl::GetFlag(FLAGS_offload),
+                                                 {{"none", OffloadKind::kNone},
+                                                  {"cpu", OffloadKind::kCpu},
+                                                  {"nvme", OffloadKind::kNvme},
+                                                  {"gpu", OffloadKind::kGpu}}));
   o.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype == "f32") {
-    o.dtype = DType::kF32;
-  } else if (dtype == "bf16") {
-    o.dtype = DType::kBF16;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--dtype ", dtype, " is not f32 or bf16"));
-  }
-  const std::string recompute = absl::GetFlag(FLAGS_recompute);
-  if (recompute == "none") {
-    o.recompute = Recompute::kNone;
-  } else if (recompute == "full") {
-    o.recompute = Recompute::kFull;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--recompute ", recompute, " is not none or full"));
-  }
+  LOOM_ASSIGN_OR_RETURN(o.dtype, ParseChoice<DType>("--dtype", absl::GetFlag(FLAGS_dtype),
+                                                   {{"f32", DType::kF32}, {"bf16", DType::kBF16}}));
+  LOOM_ASSIGN_OR_RETURN(o.recompute,
+                        ParseChoice<Recompute>("--recompute", absl::GetFlag(FLAGS_recompute),
+                                               {{"none", Recompute::kNone},
+                                                {"full", Recompute::kFull}}));
   o.data = absl::GetFlag(FLAGS_data);
   o.eval_fraction = absl::GetFlag(FLAGS_eval_fraction);
   o.model.vocab = absl::GetFlag(FLAGS_vocab);
