@@ -93,9 +93,17 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(std::string, offload, "cpu",
           "Optimizer offload: none, cpu (CPU AdamW on threads), nvme (its state on disk) or gpu "
           "(AdamW on CUDA device 0, its moments there; zero 0, f32, a --config=cuda build).");
+ABSL_FLAG(std::string, offload_params, "none",
+          "Where --zero=3 keeps its parameter shards between uses: none or cpu (host memory, "
+          "where this job keeps every weight) or nvme (on disk under --nvme_dir, each read just "
+          "before its all-gather, written back by the step).");
+ABSL_FLAG(int64_t, param_budget, 0,
+          "With --zero=3: the most gathered parameter bytes alive at once on a rank (prefetched "
+          "units included); 0: the prefetch depth alone bounds them.");
 ABSL_FLAG(std::string, nvme_dir, "",
-          "With --offload=nvme: directories for the optimizer state, ':' separated (one per "
-          "drive); empty: a fresh directory under $TMPDIR, removed afterwards.");
+          "With --offload=nvme or --offload_params=nvme: directories for the state on disk, ':' "
+          "separated (one per drive); empty: a fresh directory under $TMPDIR, removed "
+          "afterwards.");
 ABSL_FLAG(std::string, dtype, "f32", "Compute dtype: f32 or bf16 (bf16 with --zero=1, 2 or 3).");
 ABSL_FLAG(std::string, recompute, "none", "Activation checkpointing: none or full.");
 ABSL_FLAG(int64_t, vocab, 0, "Vocabulary size; 0: 64 for the Markov chain, 256 with --data.");
@@ -218,6 +226,13 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
                                                   {"cpu", OffloadKind::kCpu},
                                                   {"nvme", OffloadKind::kNvme},
                                                   {"gpu", OffloadKind::kGpu}}));
+  LOOM_ASSIGN_OR_RETURN(
+      o.offload_params,
+      ParseChoice<OffloadKind>("--offload_params", absl::GetFlag(FLAGS_offload_params),
+                               {{"none", OffloadKind::kNone},
+                                {"cpu", OffloadKind::kCpu},
+                                {"nvme", OffloadKind::kNvme}}));
+  o.param_budget = absl::GetFlag(FLAGS_param_budget);
   o.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   LOOM_ASSIGN_OR_RETURN(o.dtype, ParseChoice<DType>("--dtype", absl::GetFlag(FLAGS_dtype),
                                                    {{"f32", DType::kF32}, {"bf16", DType::kBF16}}));
@@ -361,7 +376,7 @@ absl::Status CheckPaths(const TrainJobOptions& o) {
       }
     }
   }
-  if (o.offload != OffloadKind::kNvme) return absl::OkStatus();
+  if (!UsesDisk(o)) return absl::OkStatus();
   for (absl::string_view dir : absl::StrSplit(o.nvme_dir, ':', absl::SkipEmpty())) {
     const std::string path(dir);
     struct stat st;
@@ -601,7 +616,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   // Threads with --offload nvme: a job directory of this process's own, and a
   // janitor that removes it and the offload directories if this process is killed.
   std::optional<Janitor> janitor;
-  if (!connect && o.offload == OffloadKind::kNvme) {
+  if (!connect && UsesDisk(o)) {
     const std::string job_id = GenerateJobId();
     absl::StatusOr<std::string> job_dir = CreateJobDirectory(job_id);
     if (!job_dir.ok()) return job_dir.status();

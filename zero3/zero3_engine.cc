@@ -103,6 +103,8 @@ struct BucketState {
   std::vector<BFloat16> grad_bf16;
   std::optional<AdamWState> adam;   // empty when it lives in optimizer_disk
   bool master_on_disk = false;      // bf16 with optimizer_disk: `master` is empty
+  // param_disk: the compute-dtype shard is on disk (f32: `master` is empty too).
+  bool params_on_disk = false;
 
   // This pass.
   int buffer = -1;                      // GatherBuffer in use, or -1
@@ -133,6 +135,9 @@ struct EngineShared {
   std::vector<GatherBuffer> pool;
   std::vector<int> free_buffers;
   GradBuffers grads;
+  // param_disk: a shard read from disk just before its all-gather. One is enough:
+  // the communication thread runs one gather at a time.
+  std::vector<std::byte> staged;
   std::atomic<int64_t> live_grad_bytes{0};
   std::atomic<int64_t> peak_grad_bytes{0};
 };
@@ -169,12 +174,41 @@ Zero3Engine::~Zero3Engine() {
   // The worker finishes what it runs (each collective has its own deadline)
   // before the buffers it uses go away.
   worker_.reset();
-  if (options_.optimizer_disk != nullptr) {
-    // The state on disk is this engine's swap space, not a checkpoint.
-    for (const auto& bucket : buckets_) {
+  // The state on disk is this engine's swap space, not a checkpoint.
+  for (const auto& bucket : buckets_) {
+    if (options_.optimizer_disk != nullptr) {
       options_.optimizer_disk->Remove(DiskName(*bucket)).IgnoreError();
     }
+    if (bucket->params_on_disk) {
+      options_.param_disk->Remove(ParamDiskName(*bucket)).IgnoreError();
+    }
   }
+}
+
+std::string Zero3Engine::ParamDiskName(const BucketState& bucket) const {
+  return absl::StrCat(DiskName(bucket), ".w");
+}
+
+int64_t Zero3Engine::ParamShardBytes(const BucketState& bucket) const {
+  return bucket.numel * DTypeBytes(options_.compute_dtype);
+}
+
+absl::Status Zero3Engine::ReadParamShard(const BucketState& bucket,
+                                         absl::Span<std::byte> out) const {
+  return options_.param_disk->Read(ParamDiskName(bucket), out);
+}
+
+absl::Status Zero3Engine::WriteParamShard(const BucketState& bucket,
+                                          absl::Span<const std::byte> shard) {
+  return options_.param_disk->Write(ParamDiskName(bucket), shard);
+}
+
+absl::StatusOr<std::vector<float>> Zero3Engine::ReadParamWeights(const BucketState& bucket) const {
+  std::vector<float> weights(static_cast<size_t>(bucket.numel));
+  LOOM_RETURN_IF_ERROR(ReadParamShard(
+      bucket, absl::MakeSpan(reinterpret_cast<std::byte*>(weights.data()),
+                             weights.size() * sizeof(float))));
+  return weights;
 }
 
 std::string Zero3Engine::DiskName(const BucketState& bucket) const {
@@ -229,6 +263,11 @@ absl::StatusOr<std::unique_ptr<Zero3Engine>> Zero3Engine::Create(const Partition
                                                    options.max_live_gathered_bytes,
                                                    " is negative"));
   }
+  if (options.param_disk != nullptr && options.stage != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Zero3Options.param_disk needs stage 3 (stage ", options.stage,
+        " keeps the whole parameters on every rank)"));
+  }
   if (options.max_grad_buffers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Zero3Options.max_grad_buffers ",
                                                    options.max_grad_buffers, " is not >= 1"));
@@ -261,10 +300,22 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
   if (options_.max_live_gathered_bytes > 0 && slot_bytes > 0) {
     const int64_t fit = options_.max_live_gathered_bytes / slot_bytes;
     if (fit < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Zero3Options.max_live_gathered_bytes ", options_.max_live_gathered_bytes,
-          " does not hold one gathered bucket of ", slot_bytes, " bytes (the largest bucket, ",
-          partition_.MaxBucketNumel(), " elements)"));
+      // Named by its parameters: the unit a user would split or the budget raise.
+      int largest = 0;
+      for (int b = 1; b < partition_.num_buckets(); ++b) {
+        if (partition_.bucket(b).padded_numel > partition_.bucket(largest).padded_numel) {
+          largest = b;
+        }
+      }
+      const Bucket& bucket = partition_.bucket(largest);
+      std::string names = absl::StrCat("\"", partition_.slot(bucket.params.front()).name, "\"");
+      if (bucket.params.size() > 1) {
+        absl::StrAppend(&names, " and ", bucket.params.size() - 1, " more");
+      }
+      return absl::ResourceExhaustedError(absl::StrCat(
+          Who(), ": parameter ", names, " (bucket ", largest, ", ", bucket.padded_numel,
+          " elements) needs ", slot_bytes, " gathered bytes; the budget "
+          "(max_live_gathered_bytes) is ", options_.max_live_gathered_bytes));
     }
     slots_ = static_cast<int>(std::min<int64_t>(slots_, fit));
   }
@@ -379,6 +430,29 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
         bucket->master_on_disk = true;
       }
     }
+  }
+  if (options_.param_disk != nullptr) {
+    // Each bucket's compute-dtype shard goes to disk and leaves memory (f32: the
+    // master with it; bf16 keeps its f32 master, in memory or optimizer_disk).
+    for (const auto& bucket : buckets_) {
+      const absl::Span<const std::byte> shard =
+          bf16 ? absl::MakeConstSpan(reinterpret_cast<const std::byte*>(bucket->compute.data()),
+                                     bucket->compute.size() * sizeof(BFloat16))
+               : absl::MakeConstSpan(reinterpret_cast<const std::byte*>(bucket->weights.data()),
+                                     bucket->weights.size() * sizeof(float));
+      LOOM_RETURN_IF_ERROR(WriteParamShard(*bucket, shard));
+      bucket->params_on_disk = true;
+      if (bf16) {
+        bucket->compute_shard = std::vector<BFloat16>();
+        bucket->compute = absl::Span<BFloat16>();
+      } else {
+        bucket->master = AlignedBuffer<float>();
+        bucket->weights = absl::Span<float>();
+      }
+    }
+    int64_t staged = 0;
+    for (const auto& bucket : buckets_) staged = std::max(staged, ParamShardBytes(*bucket));
+    shared_->staged.resize(static_cast<size_t>(staged));
   }
   used_.assign(static_cast<size_t>(zero3_internal::UsedWords(partition_.num_buckets())), 0);
   for (int b = 0; b < partition_.num_buckets(); ++b) {
@@ -528,20 +602,39 @@ void Zero3Engine::EnqueueGathers() {
     if (gather) ++stats_.gathers;
     Communicator* dp = dp_;
     BucketState* state = &bucket;
+    if (bucket.params_on_disk) ++stats_.param_disk_reads;
     bucket.gather_ticket =
-        worker_->Submit([dp, state, &buffer, bf16, gather, padded]() -> absl::Status {
+        worker_->Submit([this, dp, state, &buffer, bf16, gather, padded]() -> absl::Status {
           if (!gather) {
             return ConvertBF16ToF32(absl::MakeConstSpan(state->whole_bf16),
                                     absl::MakeSpan(buffer.widened).first(padded));
           }
+          // param_disk: the shard comes from disk first, here on the communication
+          // thread, so a prefetched bucket is read ahead of use as well.
+          absl::Span<const std::byte> shard;
+          if (state->params_on_disk) {
+            const absl::Span<std::byte> into = absl::MakeSpan(shared_->staged)
+                                                   .first(static_cast<size_t>(ParamShardBytes(*state)));
+            LOOM_RETURN_IF_ERROR(ReadParamShard(*state, into));
+            shard = into;
+          }
           if (bf16) {
-            LOOM_RETURN_IF_ERROR(
-                dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->compute)),
+            const absl::Span<const BFloat16> in =
+                state->params_on_disk
+                    ? absl::MakeConstSpan(reinterpret_cast<const BFloat16*>(shard.data()),
+                                          shard.size() / sizeof(BFloat16))
+                    : absl::MakeConstSpan(state->compute);
+            LOOM_RETURN_IF_ERROR(dp->AllGather(ConstBufferView::Of(in),
                               BufferView::Of(absl::MakeSpan(buffer.bf16).first(padded))));
             return ConvertBF16ToF32(absl::MakeConstSpan(buffer.bf16).first(padded),
                                     absl::MakeSpan(buffer.widened).first(padded));
           }
-          return dp->AllGather(ConstBufferView::Of(absl::MakeConstSpan(state->weights)),
+          const absl::Span<const float> in =
+              state->params_on_disk
+                  ? absl::MakeConstSpan(reinterpret_cast<const float*>(shard.data()),
+                                        shard.size() / sizeof(float))
+                  : absl::MakeConstSpan(state->weights);
+          return dp->AllGather(ConstBufferView::Of(in),
                                BufferView::Of(absl::MakeSpan(buffer.f32).first(padded)));
         });
     ++next_gather_;
@@ -917,9 +1010,24 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
     } else {
       grads = absl::MakeConstSpan(bucket.grad_f32).subspan(start, n);
     }
+    // param_disk: the shard comes in for the step and goes back after it (f32:
+    // it is the master; bf16: the new compute copy is written into it).
+    std::vector<float> disk_weights;
+    std::vector<BFloat16> disk_compute;
+    absl::Span<float> weights = bucket.weights;
+    absl::Span<BFloat16> compute = bucket.compute;
+    if (bucket.params_on_disk) {
+      if (bf16) {
+        disk_compute.resize(n);
+        compute = absl::MakeSpan(disk_compute);
+      } else {
+        LOOM_ASSIGN_OR_RETURN(disk_weights, ReadParamWeights(bucket));
+        weights = absl::MakeSpan(disk_weights);
+      }
+    }
     if (bucket.adam.has_value()) {
-      LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bucket.weights, grads, *bucket.adam, adam_options,
-                                     bf16 ? HalfCopy(bucket.compute) : HalfCopy()));
+      LOOM_RETURN_IF_ERROR(AdamWStep(averaged, weights, grads, *bucket.adam, adam_options,
+                                     bf16 ? HalfCopy(compute) : HalfCopy()));
     } else {
       // NVMe: this bucket's state, read ahead while the previous bucket stepped.
       absl::StatusOr<std::vector<float>> stored = ahead.get();
@@ -928,11 +1036,18 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
       absl::Span<float> all = absl::MakeSpan(*stored);
       LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(bucket.numel));
       LOOM_RETURN_IF_ERROR(state.WriteMoments(all.subspan(0, n), all.subspan(n, n)));
-      LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bf16 ? all.subspan(2 * n, n) : bucket.weights,
+      LOOM_RETURN_IF_ERROR(AdamWStep(averaged, bf16 ? all.subspan(2 * n, n) : weights,
                                      grads, state, adam_options,
-                                     bf16 ? HalfCopy(bucket.compute) : HalfCopy()));
+                                     bf16 ? HalfCopy(compute) : HalfCopy()));
       LOOM_RETURN_IF_ERROR(state.ReadMoments(all.subspan(0, n), all.subspan(n, n)));
       LOOM_RETURN_IF_ERROR(WriteStored(bucket, all));
+    }
+    if (bucket.params_on_disk) {
+      LOOM_RETURN_IF_ERROR(WriteParamShard(
+          bucket, bf16 ? absl::MakeConstSpan(reinterpret_cast<const std::byte*>(compute.data()),
+                                             compute.size() * sizeof(BFloat16))
+                       : absl::MakeConstSpan(reinterpret_cast<const std::byte*>(weights.data()),
+                                             weights.size() * sizeof(float))));
     }
     std::fill(bucket.grad_f32.begin(), bucket.grad_f32.end(), 0.0f);
     std::fill(bucket.grad_bf16.begin(), bucket.grad_bf16.end(), BFloat16());
@@ -973,6 +1088,9 @@ absl::Status Zero3Engine::ReadShard(absl::Span<float> sharded, absl::Span<float>
     if (bucket.master_on_disk) {  // the master is on disk
       LOOM_ASSIGN_OR_RETURN(const std::vector<float> stored, ReadStored(bucket));
       std::copy_n(stored.begin() + 2 * bucket.numel, bucket.numel, out);
+    } else if (bucket.weights.empty() && bucket.params_on_disk) {  // f32 on param_disk
+      LOOM_ASSIGN_OR_RETURN(const std::vector<float> weights, ReadParamWeights(bucket));
+      std::copy(weights.begin(), weights.end(), out);
     } else {
       std::copy(bucket.weights.begin(), bucket.weights.end(), out);
     }
@@ -997,12 +1115,22 @@ absl::Status Zero3Engine::WriteShard(absl::Span<const float> sharded,
       LOOM_ASSIGN_OR_RETURN(std::vector<float> stored, ReadStored(bucket));
       std::copy(in.begin(), in.end(), stored.begin() + 2 * n);
       LOOM_RETURN_IF_ERROR(WriteStored(bucket, stored));
-      LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(in, bucket.compute));
-    } else {
+    } else if (!bucket.weights.empty()) {
       std::copy(in.begin(), in.end(), bucket.weights.begin());
-      if (!bucket.compute.empty()) {
-        LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(bucket.weights, bucket.compute));
+    }
+    if (bucket.params_on_disk) {  // the compute-dtype shard is on param_disk
+      std::vector<BFloat16> rounded;
+      absl::Span<const std::byte> shard = absl::MakeConstSpan(
+          reinterpret_cast<const std::byte*>(in.data()), in.size() * sizeof(float));
+      if (options_.compute_dtype == DType::kBF16) {
+        rounded.resize(n);
+        LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(in, absl::MakeSpan(rounded)));
+        shard = absl::MakeConstSpan(reinterpret_cast<const std::byte*>(rounded.data()),
+                                    rounded.size() * sizeof(BFloat16));
       }
+      LOOM_RETURN_IF_ERROR(WriteParamShard(bucket, shard));
+    } else if (!bucket.compute.empty()) {
+      LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(in, bucket.compute));
     }
   }
   std::copy(persistent.begin(), persistent.end(), persistent_->weights.begin());
@@ -1074,6 +1202,9 @@ absl::StatusOr<std::vector<float>> Zero3Engine::GatherAll() {
     if (bucket.master_on_disk) {
       LOOM_ASSIGN_OR_RETURN(stored, ReadStored(bucket));
       in = absl::MakeConstSpan(stored).subspan(static_cast<size_t>(2 * bucket.numel));
+    } else if (bucket.weights.empty() && bucket.params_on_disk) {  // f32 on param_disk
+      LOOM_ASSIGN_OR_RETURN(stored, ReadParamWeights(bucket));
+      in = stored;
     }
     const CommWorker::Ticket ticket = worker_->Submit([dp, in, out]() {
       return dp->AllGather(ConstBufferView::Of(in), BufferView::Of(out));
@@ -1109,8 +1240,9 @@ Zero3Stats Zero3Engine::Stats() const {
   stats.host_state_bytes = 0;
   for (const auto& bucket : buckets_) stats.model_state_bytes += bucket->StateBytes();
   stats.persistent_state_bytes = persistent_->StateBytes();
-  if (options_.optimizer_disk != nullptr) {
-    for (const auto& bucket : buckets_) stats.disk_state_bytes += StoredNumel(*bucket) * 4;
+  for (const auto& bucket : buckets_) {
+    if (options_.optimizer_disk != nullptr) stats.disk_state_bytes += StoredNumel(*bucket) * 4;
+    if (bucket->params_on_disk) stats.disk_state_bytes += ParamShardBytes(*bucket);
   }
   if (options_.offload_optimizer) {
     auto host = [](const BucketState& b) {
@@ -1124,6 +1256,7 @@ Zero3Stats Zero3Engine::Stats() const {
   stats.buffer_bytes = shared_->grads.allocated_bytes() +
                        static_cast<int64_t>(shared_->pool.size()) *
                            BufferBytes(partition_.MaxBucketNumel());
+  stats.buffer_bytes += static_cast<int64_t>(shared_->staged.size());
   return stats;
 }
 

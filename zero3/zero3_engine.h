@@ -147,6 +147,15 @@ struct Zero3Options {
   // DiskTier under distinct prefixes.
   DiskTier* optimizer_disk = nullptr;
   std::string disk_prefix = "zero3";
+  // Parameter offload to NVMe (ZeRO-Infinity's offload_param), stage 3 only: each
+  // bucket's parameter shard, in the compute dtype, lives in this DiskTier as
+  // "<disk_prefix>.r<rank>.b<bucket>.w" instead of memory. A gather reads it on
+  // the communication thread just before its all-gather (so prefetching reads
+  // ahead of use too); Step reads it (f32: it is the master), steps and writes it
+  // back, durable when Step returns. The persistent block stays in memory. May be
+  // the optimizer_disk; not owned, must outlive the engine, which removes its
+  // tensors when destroyed.
+  DiskTier* param_disk = nullptr;
   // Whether Step averages the gradient over the backward passes since the last
   // Step (each pass the gradient of a whole mean loss). False: they are summed (a
   // model whose microbatch losses are already scaled by 1 / microbatches, with one
@@ -173,7 +182,8 @@ struct Zero3Stats {
   int64_t model_state_bytes = 0;       // shards: params, grads, master, m, v
   int64_t persistent_state_bytes = 0;  // unsharded parameters' state, same four parts
   int64_t host_state_bytes = 0;        // the part of both in host (offload) memory
-  int64_t disk_state_bytes = 0;        // optimizer_disk: state stored there, not above
+  int64_t disk_state_bytes = 0;        // optimizer_disk, param_disk: stored there, not above
+  int64_t param_disk_reads = 0;        // param_disk: shards read for gathers
   int64_t live_gathered_bytes = 0;     // now
   int64_t peak_gathered_bytes = 0;     // since Create
   int64_t peak_grad_buffer_bytes = 0;  // since Create
@@ -336,6 +346,16 @@ class Zero3Engine : public ParameterSource {
   absl::StatusOr<std::vector<float>> ReadStored(const zero3_internal::BucketState& bucket) const;
   absl::Status WriteStored(const zero3_internal::BucketState& bucket,
                            absl::Span<const float> stored);
+  // The parameter shard a bucket keeps in param_disk, in the compute dtype.
+  std::string ParamDiskName(const zero3_internal::BucketState& bucket) const;
+  int64_t ParamShardBytes(const zero3_internal::BucketState& bucket) const;
+  absl::Status ReadParamShard(const zero3_internal::BucketState& bucket,
+                              absl::Span<std::byte> out) const;
+  absl::Status WriteParamShard(const zero3_internal::BucketState& bucket,
+                               absl::Span<const std::byte> shard);
+  // The f32 weights of a bucket whose master is on param_disk (f32 compute).
+  absl::StatusOr<std::vector<float>> ReadParamWeights(
+      const zero3_internal::BucketState& bucket) const;
 
   Partition partition_;
   Communicator* dp_;

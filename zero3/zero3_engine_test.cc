@@ -625,6 +625,106 @@ TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
   }
 }
 
+// Parameter offload (param_disk) keeps each bucket's compute-dtype shard on disk,
+// read by every gather (prefetched ahead of use) and written by Step: no bit of
+// the training changes, with the optimizer state in memory or on disk too; what
+// leaves memory is the shard (f32: the master; bf16: its bf16 copy), and the
+// engine removes its files when it goes.
+TEST(Zero3EngineTest, ParameterOffloadToDiskChangesNoBit) {
+  const int dp = 2;
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
+  const std::string dir = FreshDirectory("param_disk");
+  std::unique_ptr<DiskTier> disk = MakeDisk(dir);
+  ASSERT_NE(disk, nullptr);
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const bool optimizer_too : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), optimizer_too ? ", optimizer on disk" : ""));
+      Zero3Options options;
+      options.compute_dtype = dtype;
+      options.prefetch_depth = 1;
+      if (optimizer_too) options.optimizer_disk = disk.get();
+      const RunResult in_memory = Train(partition, options, 3, 2, UseAll);
+      options.param_disk = disk.get();
+      const RunResult on_disk = Train(partition, options, 3, 2, UseAll);
+      const std::vector<float> reference = Reference(partition, dtype, 3, 2, UseAll);
+      const int64_t shard = (dtype == DType::kBF16 ? 2 : 4) * partition.ShardNumel();
+      for (int r = 0; r < dp; ++r) {
+        EXPECT_EQ(on_disk.params[r], reference) << "rank " << r;
+        EXPECT_EQ(on_disk.stats[r].model_state_bytes,
+                  in_memory.stats[r].model_state_bytes - shard);
+        EXPECT_EQ(on_disk.stats[r].disk_state_bytes,
+                  in_memory.stats[r].disk_state_bytes + shard);
+        // Every gather of 3 steps x 2 passes x (forward + backward) read its shard.
+        EXPECT_EQ(on_disk.stats[r].param_disk_reads, 3 * 2 * 2 * partition.num_buckets());
+        EXPECT_EQ(on_disk.stats[r].gathers, in_memory.stats[r].gathers);
+      }
+      EXPECT_EQ(CountFiles(dir), 0);
+    }
+  }
+  EXPECT_GT(disk->stats().reads, 0u);
+}
+
+// The shard on param_disk moves through ReadShard / WriteShard (a checkpoint's
+// path) and GatherAll; stages 1 and 2 keep whole parameters and refuse it.
+TEST(Zero3EngineTest, ParameterOffloadMovesThroughReadAndWriteShard) {
+  const int dp = 2;
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
+  const std::string dir = FreshDirectory("param_shard");
+  std::unique_ptr<DiskTier> disk = MakeDisk(dir);
+  ASSERT_NE(disk, nullptr);
+  const std::vector<float> initial = InitialParams(partition);
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::vector<float> reference = Reference(partition, dtype, 3, 1, UseAll);
+    std::vector<std::vector<float>> resumed(dp);
+    RunRanks(dp, [&](int rank, Communicator& comm) {
+      auto step = [&](Zero3Engine& engine, int number) {
+        LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
+        for (int p = partition.num_params() - 1; p >= 0; --p) {
+          LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
+          std::vector<float> g(w.size());
+          for (size_t i = 0; i < w.size(); ++i) {
+            g[i] = Grad(w[i], rank, 0, p, static_cast<int64_t>(i));
+          }
+          LOOM_ASSERT_OK(engine.AddGrad(p, g));
+        }
+        LOOM_ASSERT_OK(engine.EndPass());
+        LOOM_ASSERT_OK(engine.Step(Hyper(number)));
+      };
+      Zero3Options options;
+      options.compute_dtype = dtype;
+      options.param_disk = disk.get();
+      std::unique_ptr<Zero3Engine> first = *Zero3Engine::Create(partition, &comm, initial, options);
+      step(*first, 1);
+      step(*first, 2);
+      const size_t s = static_cast<size_t>(partition.ShardNumel());
+      const size_t q = static_cast<size_t>(partition.PersistentNumel());
+      std::vector<float> w(s), wp(q), m(s), mp(q), v(s), vp(q);
+      LOOM_ASSERT_OK(first->ReadShard(absl::MakeSpan(w), absl::MakeSpan(wp)));
+      LOOM_ASSERT_OK(first->ReadMoments(absl::MakeSpan(m), absl::MakeSpan(mp), absl::MakeSpan(v),
+                                        absl::MakeSpan(vp)));
+      options.disk_prefix = "second";  // `first` is still alive
+      std::unique_ptr<Zero3Engine> second =
+          *Zero3Engine::Create(partition, &comm, initial, options);
+      LOOM_ASSERT_OK(second->WriteShard(w, wp));
+      LOOM_ASSERT_OK(second->WriteMoments(m, mp, v, vp));
+      step(*second, 3);
+      resumed[rank] = *second->GatherAll();
+    });
+    for (int r = 0; r < dp; ++r) EXPECT_EQ(resumed[r], reference) << "rank " << r;
+  }
+  RunRanks(1, [&](int, Communicator& comm) {
+    LOOM_ASSERT_OK_AND_ASSIGN(const Partition one, Partition::Create(Specs(), Options(1)));
+    Zero3Options options;
+    options.stage = 2;
+    options.param_disk = disk.get();
+    EXPECT_THAT(Zero3Engine::Create(one, &comm, InitialParams(one), options),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("param_disk needs stage 3 (stage 2 keeps")));
+  });
+  EXPECT_EQ(CountFiles(dir), 0);
+}
+
 // A corrupted state file on disk is a DataLoss error from Step naming the tensor,
 // never silent garbage.
 TEST(Zero3EngineTest, CorruptedStateOnDiskIsDataLoss) {
@@ -1178,8 +1278,10 @@ TEST(Zero3EngineTest, BadInputIsNamed) {
     Zero3Options options;
     options.max_live_gathered_bytes = 100;
     EXPECT_THAT(Zero3Engine::Create(one, &comm, initial, options),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("max_live_gathered_bytes 100 does not hold one gathered bucket")));
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         AllOf(HasSubstr("Zero3Engine rank 0: parameter \""),
+                               HasSubstr("gathered bytes; the budget (max_live_gathered_bytes) "
+                                         "is 100"))));
     options = Zero3Options();
     options.compute_dtype = DType::kI32;
     EXPECT_THAT(Zero3Engine::Create(one, &comm, initial, options),

@@ -109,7 +109,9 @@ class ShardedOptimizer : public RankOptimizer {
     zero.stage = options.zero;
     zero.compute_dtype = options.dtype;
     zero.offload_optimizer = options.offload != OffloadKind::kNone;
-    zero.optimizer_disk = disk;
+    zero.optimizer_disk = options.offload == OffloadKind::kNvme ? disk : nullptr;
+    zero.param_disk = options.offload_params == OffloadKind::kNvme ? disk : nullptr;
+    zero.max_live_gathered_bytes = options.param_budget;
     zero.disk_prefix = disk_prefix;
     zero.adamw_threads = options.adamw_threads;
     zero.timeout = kCollectiveTimeout;

@@ -62,7 +62,7 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
     LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, at.rank));
     LOOM_ASSIGN_OR_RETURN(w.pp, groups["pp"][at.pp_group]->Endpoint(at.s));
   }
-  // --offload nvme: one DiskTier for every rank (names carry the rank's stage, tp
+  // --offload nvme, --offload_params nvme: one DiskTier for every rank (names carry the rank's stage, tp
   // and dp coordinates).
   std::vector<std::string> made_dirs;
   std::unique_ptr<DiskTier> disk;
@@ -70,7 +70,7 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
     disk.reset();
     RemoveDirectories(made_dirs);
   });
-  if (options.offload == OffloadKind::kNvme) {
+  if (UsesDisk(options)) {
     // A directory of this job's own under --nvme_dir, so that its removal removes
     // nothing of the user's.
     LOOM_ASSIGN_OR_RETURN(disk,
@@ -161,7 +161,7 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   std::optional<TrainSummary> summary;
   if (at.rank == 0) summary.emplace();
   absl::Status status;
-  if (options.offload == OffloadKind::kNvme) {
+  if (UsesDisk(options)) {
     absl::StatusOr<std::unique_ptr<DiskTier>> opened =
         OpenOffloadDisk(options, absl::StrCat("rank", at.rank), &made_dirs);
     status = opened.status();

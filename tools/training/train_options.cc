@@ -33,6 +33,10 @@ const char* OffloadName(OffloadKind kind) {
   return "unknown";
 }
 
+bool UsesDisk(const TrainJobOptions& options) {
+  return options.offload == OffloadKind::kNvme || options.offload_params == OffloadKind::kNvme;
+}
+
 Reshard EffectiveReshard(const TrainJobOptions& options) {
   if (options.reshard != Reshard::kAuto) return options.reshard;
   return options.zero == 3 ? Reshard::kBlock : Reshard::kStep;

@@ -54,6 +54,15 @@ struct TrainJobOptions {
   int64_t steps = 100;
   int zero = 3;  // 0 (plain data parallel), 1, 2 or 3
   OffloadKind offload = OffloadKind::kCpu;
+  // Where zero 3's parameter shards live between uses (ZeRO-Infinity's
+  // offload_param): kNone or kCpu in host memory (this job keeps every weight in
+  // host memory, also with --device cuda, so the two are the same placement); kNvme
+  // on disk (the DiskTier of --nvme_dir), each read just before its all-gather.
+  OffloadKind offload_params = OffloadKind::kNone;
+  // Zero 3: the most gathered parameter bytes alive at once on a rank (the
+  // engine's max_live_gathered_bytes; 0: prefetch depth alone bounds them). A unit
+  // that alone needs more is ResourceExhausted naming its parameters.
+  int64_t param_budget = 0;
   Reshard reshard = Reshard::kAuto;
   ComputeDevice device = ComputeDevice::kCpu;
   // kBlock: the gradients stay in the model, summed over the microbatches, and
@@ -113,6 +122,9 @@ struct TrainJobOptions {
 // otherwise); ReshardName its flag spelling ("step", "block" or "auto").
 Reshard EffectiveReshard(const TrainJobOptions& options);
 const char* ReshardName(Reshard reshard);
+
+// UsesDisk: whether a rank needs a DiskTier (--offload nvme or --offload_params nvme).
+bool UsesDisk(const TrainJobOptions& options);
 
 // StepReport: one step as rank 0 sees it, with figures gathered from every rank.
 // StepBreakdown: where a step's seconds go on a rank, measured on the rank's own

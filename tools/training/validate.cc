@@ -200,6 +200,22 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
           "--checkpoint_dir and --resume");
     }
   }
+  if (o.offload_params == OffloadKind::kGpu) {
+    return absl::InvalidArgumentError("--offload_params gpu is not none, cpu or nvme");
+  }
+  if (o.offload_params != OffloadKind::kNone && o.zero != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--offload_params ", OffloadName(o.offload_params), " needs --zero 3 (zero ", o.zero,
+        " keeps whole parameters on every rank)"));
+  }
+  if (o.param_budget < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--param_budget ", o.param_budget, " is negative"));
+  }
+  if (o.param_budget > 0 && o.zero != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--param_budget bounds zero 3's gathered parameters; zero ", o.zero, " gathers none"));
+  }
   if (o.offload == OffloadKind::kNvme && o.zero == 0) {
     return absl::InvalidArgumentError(
         "--offload nvme needs --zero 1, 2 or 3 (the ZeRO engine keeps the optimizer state on "
