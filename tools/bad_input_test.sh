@@ -151,6 +151,10 @@ expect train 2 "--offload gpu needs a train built with --config=cuda" "${T[@]}" 
 expect train 2 "--reshard blocks is not auto, step or block" "${T[@]}" --reshard=blocks
 expect train 2 "--reshard block needs --zero 3" "${T[@]}" --reshard=block --zero=2
 expect train 2 "--defer_reduce_scatter needs --reshard block, the default at --zero 3" "${T[@]}" --zero=3 --reshard=step --defer_reduce_scatter
+expect train 2 "--offload_params disk is not none, cpu or nvme" "${T[@]}" --offload_params=disk
+expect train 2 "--offload_params nvme needs --zero 3 (zero 1 keeps whole parameters" "${T[@]}" --zero=1 --offload_params=nvme
+expect train 2 "--param_budget -5 is negative" "${T[@]}" --param_budget=-5
+expect train 2 "--param_budget bounds zero 3's gathered parameters; zero 2 gathers none" "${T[@]}" --zero=2 --param_budget=100
 expect train 2 "--dtype f8 is not f32 or bf16" "${T[@]}" --dtype=f8
 expect train 2 "--recompute some is not none or full" "${T[@]}" --recompute=some
 expect train 2 "--transport pigeon is not threads, shm or mpi" "${T[@]}" --transport=pigeon

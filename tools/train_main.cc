@@ -570,9 +570,15 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         transport == "threads" ? "thread ranks"
                                : (transport == "shm" ? "processes over shm" : "processes over mpi"),
         PipelineScheduleName(o.schedule), o.microbatches, o.micro_batch, o.zero,
-        o.zero == 3 ? absl::StrCat(" (reshard ", ReshardName(EffectiveReshard(o)),
-                                   o.defer_reduce_scatter ? ", deferred reduce-scatter)" : ")")
-                    : std::string(),
+        o.zero == 3
+            ? absl::StrCat(" (reshard ", ReshardName(EffectiveReshard(o)),
+                           o.defer_reduce_scatter ? ", deferred reduce-scatter" : "",
+                           o.offload_params == OffloadKind::kNvme ? ", parameters on nvme" : "",
+                           o.param_budget > 0 ? absl::StrCat(", parameter budget ",
+                                                             o.param_budget, " bytes")
+                                              : "",
+                           ")")
+            : std::string(),
         absl::GetFlag(FLAGS_offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
         o.model.ToString());
     // The groups are topology's: //tools:mesh prints the same for these flags.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -19,6 +20,7 @@
 namespace loom {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using training_testing::ByName;
 
@@ -90,6 +92,48 @@ TEST(TrainJobTest, EveryZeroStageAndPlainDataParallelAgreeBitwise) {
   }
   // ZeRO-3 keeps less than plain data parallelism's whole state.
   EXPECT_LT(previous, plain.peak_model_state_bytes_per_rank);
+  // Parameters on NVMe too (--offload_params nvme): the same bits again; the
+  // parameter shards (4 bytes per sharded element in f32) leave memory for the
+  // disk, and a budget of one unit bounds the gathered bytes.
+  options.offload_params = OffloadKind::kNvme;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary params_too, RunTrainJob(options, nullptr));
+  EXPECT_EQ(Values(params_too), Values(plain));
+  options.offload_params = OffloadKind::kNone;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary optimizer_only, RunTrainJob(options, nullptr));
+  const int64_t moved =
+      params_too.disk_state_bytes_per_rank - optimizer_only.disk_state_bytes_per_rank;
+  EXPECT_GT(moved, 0);
+  EXPECT_EQ(params_too.sharded_state_bytes_per_rank,
+            optimizer_only.sharded_state_bytes_per_rank - moved);
+  EXPECT_EQ(moved, optimizer_only.disk_state_bytes_per_rank / 2);  // m and v: 8 bytes
+}
+
+// --param_budget bounds the gathered parameter bytes (the peak model state drops
+// by the units it no longer prefetches, and the bits stay); a budget below one
+// unit is ResourceExhausted naming the unit's parameters.
+TEST(TrainJobTest, ParameterBudgetBoundsTheGatheredUnits) {
+  TrainJobOptions options = Small(2);
+  options.tp = 1;
+  options.pp = 1;
+  options.zero = 3;
+  options.offload = OffloadKind::kNone;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary free, RunTrainJob(options, nullptr));
+  options.param_budget = 1;
+  const absl::StatusOr<TrainSummary> refused = RunTrainJob(options, nullptr);
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("Zero3Engine rank "), HasSubstr("parameter \"blocks."),
+                             HasSubstr("the budget (max_live_gathered_bytes) is 1"))));
+  // A budget of exactly the one unit the message says it needs.
+  const std::string message(refused.status().message());
+  const size_t at = message.find(") needs ");
+  ASSERT_NE(at, std::string::npos) << message;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      message.substr(at + 8, message.find(' ', at + 8) - (at + 8)), &options.param_budget))
+      << message;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary bounded, RunTrainJob(options, nullptr));
+  EXPECT_EQ(Values(bounded), Values(free));
+  EXPECT_LT(bounded.peak_model_state_bytes_per_rank, free.peak_model_state_bytes_per_rank);
 }
 
 // topology/memory_estimate's model-state bytes beside the measured peak (memory
