@@ -154,6 +154,11 @@ expect train 2 "--defer_reduce_scatter needs --reshard block, the default at --z
 expect train 2 "--offload_params disk is not none, cpu or nvme" "${T[@]}" --offload_params=disk
 expect train 2 "--offload_params nvme needs --zero 3 (zero 1 keeps whole parameters" "${T[@]}" --zero=1 --offload_params=nvme
 expect train 2 "--param_budget -5 is negative" "${T[@]}" --param_budget=-5
+expect train 2 "--prefetch_depth 65 is not in [0, 64]" "${T[@]}" --prefetch_depth=65
+expect train 2 "--offload_config: offload: unknown key 'bogus'" "${T[@]}" --offload_config=bogus=1
+expect train 2 "--offload_config: offload: host_budget is 0, but parameters (nvme)" "${T[@]}" --offload_config=params=nvme
+expect train 2 "--offload_config replaces --offload: give one of them" "${T[@]}" --offload=nvme --offload_config=optimizer=cpu,host_budget=1G
+expect train 2 "--offload_config: compression=lz4: the ZeRO engine stores its shards uncompressed" "${T[@]}" --offload_config=optimizer=cpu,params=cpu,host_budget=1G,compression=lz4
 expect train 2 "--param_budget bounds zero 3's gathered parameters; zero 2 gathers none" "${T[@]}" --zero=2 --param_budget=100
 expect train 2 "--dtype f8 is not f32 or bf16" "${T[@]}" --dtype=f8
 expect train 2 "--recompute some is not none or full" "${T[@]}" --recompute=some

@@ -34,6 +34,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,6 +51,7 @@
 #include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
+#include "offload/offload_config.h"
 #include "tools/cli.h"
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
@@ -59,6 +62,7 @@
 #include "tools/training/job_mesh.h"
 #include "tools/training/loss_plot.h"
 #include "tools/training/metrics_log.h"
+#include "tools/training/offload_mapping.h"
 #include "tools/training/reference.h"
 #include "tools/training/train_job.h"
 #include "topology/mesh.h"
@@ -97,6 +101,13 @@ ABSL_FLAG(std::string, offload_params, "none",
           "Where --zero=3 keeps its parameter shards between uses: none or cpu (host memory, "
           "where this job keeps every weight) or nvme (on disk under --nvme_dir, each read just "
           "before its all-gather, written back by the step).");
+ABSL_FLAG(int64_t, prefetch_depth, 2,
+          "With --zero=3: units gathered ahead of the one in use, in [0, 64].");
+ABSL_FLAG(std::string, offload_config, "",
+          "The offload library's spec (offload/offload_config.h) instead of --offload, "
+          "--offload_params, --nvme_dir and --prefetch_depth (and its threads: AdamW's), e.g. "
+          "optimizer=nvme,params=nvme,host_budget=8G,nvme_dirs=/nvme0,prefetch=1 "
+          "(validated against this machine's memory and disks).");
 ABSL_FLAG(int64_t, param_budget, 0,
           "With --zero=3: the most gathered parameter bytes alive at once on a rank (prefetched "
           "units included); 0: the prefetch depth alone bounds them.");
@@ -234,6 +245,12 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
                                 {"nvme", OffloadKind::kNvme}}));
   o.param_budget = absl::GetFlag(FLAGS_param_budget);
   o.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
+  const int64_t prefetch = absl::GetFlag(FLAGS_prefetch_depth);
+  if (prefetch < 0 || prefetch > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefetch_depth ", prefetch, " is not in [0, 64]"));
+  }
+  o.prefetch_depth = static_cast<int>(prefetch);
   LOOM_ASSIGN_OR_RETURN(o.dtype, ParseChoice<DType>("--dtype", absl::GetFlag(FLAGS_dtype),
                                                    {{"f32", DType::kF32}, {"bf16", DType::kBF16}}));
   LOOM_ASSIGN_OR_RETURN(o.recompute,
@@ -291,6 +308,26 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   if (restarts > 0 && o.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_restarts ", restarts, " needs --checkpoint_dir (a restart resumes from it)"));
+  }
+  if (const std::string spec = absl::GetFlag(FLAGS_offload_config); !spec.empty()) {
+    // One source of truth: the spec replaces the flags it covers (one set away
+    // from its default is refused rather than silently overridden).
+    for (const char* flag : {"offload", "offload_params", "nvme_dir", "prefetch_depth"}) {
+      const absl::CommandLineFlag* given = absl::FindCommandLineFlag(flag);
+      if (given != nullptr && given->CurrentValue() != given->DefaultValue()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--offload_config replaces --", flag, ": give one of them"));
+      }
+    }
+    absl::StatusOr<OffloadConfig> config = ParseOffloadConfig(spec);
+    if (!config.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--offload_config: ", config.status().message()));
+    }
+    if (absl::Status s = ValidateOffloadConfig(*config); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--offload_config: ", s.message()));
+    }
+    LOOM_RETURN_IF_ERROR(ApplyOffloadConfig(*config, &o));
   }
   return o;
 }
@@ -579,8 +616,18 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
                                               : "",
                            ")")
             : std::string(),
-        absl::GetFlag(FLAGS_offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
+        OffloadName(o.offload), DTypeName(o.dtype), absl::GetFlag(FLAGS_recompute),
         o.model.ToString());
+    if (const std::string spec = absl::GetFlag(FLAGS_offload_config); !spec.empty()) {
+      // What the job does, in the library's terms; the budgets are the user's
+      // (checked against this machine; the job itself does not allocate by them).
+      OffloadConfig done = JobOffloadConfig(o);
+      if (absl::StatusOr<OffloadConfig> given = ParseOffloadConfig(spec); given.ok()) {
+        done.host_budget_bytes = given->host_budget_bytes;
+        done.nvme_budget_bytes = given->nvme_budget_bytes;
+      }
+      std::cout << "offload config: " << FormatOffloadConfig(done) << "\n";
+    }
     // The groups are topology's: //tools:mesh prints the same for these flags.
     std::cout << "mesh: tp fastest, then pp, then dp (//tools:mesh " << JobMeshCommand(o) << ")\n";
     if (absl::GetFlag(FLAGS_print_mesh)) {

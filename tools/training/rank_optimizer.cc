@@ -112,6 +112,7 @@ class ShardedOptimizer : public RankOptimizer {
     zero.optimizer_disk = options.offload == OffloadKind::kNvme ? disk : nullptr;
     zero.param_disk = options.offload_params == OffloadKind::kNvme ? disk : nullptr;
     zero.max_live_gathered_bytes = options.param_budget;
+    zero.prefetch_depth = options.prefetch_depth;
     zero.disk_prefix = disk_prefix;
     zero.adamw_threads = options.adamw_threads;
     zero.timeout = kCollectiveTimeout;

@@ -63,6 +63,8 @@ struct TrainJobOptions {
   // engine's max_live_gathered_bytes; 0: prefetch depth alone bounds them). A unit
   // that alone needs more is ResourceExhausted naming its parameters.
   int64_t param_budget = 0;
+  // Zero 3: units gathered ahead of the one in use (the engine's prefetch_depth).
+  int prefetch_depth = 2;
   Reshard reshard = Reshard::kAuto;
   ComputeDevice device = ComputeDevice::kCpu;
   // kBlock: the gradients stay in the model, summed over the microbatches, and

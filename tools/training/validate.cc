@@ -208,6 +208,10 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
         "--offload_params ", OffloadName(o.offload_params), " needs --zero 3 (zero ", o.zero,
         " keeps whole parameters on every rank)"));
   }
+  if (o.prefetch_depth < 0 || o.prefetch_depth > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefetch_depth ", o.prefetch_depth, " is not in [0, 64]"));
+  }
   if (o.param_budget < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--param_budget ", o.param_budget, " is negative"));

@@ -1,0 +1,66 @@
+#include "tools/training/offload_mapping.h"
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A spec maps onto the job's options and back to the same spec.
+TEST(OffloadMappingTest, SpecMapsOntoTheOptionsAndBack) {
+  LOOM_ASSERT_OK_AND_ASSIGN(
+      const OffloadConfig config,
+      ParseOffloadConfig("optimizer=nvme,params=nvme,grads=none,host_budget=1G,"
+                         "nvme_dirs=/a:/b,prefetch=1,threads=3"));
+  TrainJobOptions options;
+  LOOM_ASSERT_OK(ApplyOffloadConfig(config, &options));
+  EXPECT_EQ(options.offload, OffloadKind::kNvme);
+  EXPECT_EQ(options.offload_params, OffloadKind::kNvme);
+  EXPECT_EQ(options.nvme_dir, "/a:/b");
+  EXPECT_EQ(options.prefetch_depth, 1);
+  EXPECT_EQ(options.adamw_threads, 3);
+  OffloadConfig back = JobOffloadConfig(options);
+  back.host_budget_bytes = config.host_budget_bytes;  // the job keeps no budgets
+  EXPECT_EQ(FormatOffloadConfig(back), FormatOffloadConfig(config));
+
+  LOOM_ASSERT_OK_AND_ASSIGN(const OffloadConfig cpu,
+                            ParseOffloadConfig("optimizer=cpu,params=cpu,host_budget=1G"));
+  LOOM_ASSERT_OK(ApplyOffloadConfig(cpu, &options));
+  EXPECT_EQ(options.offload, OffloadKind::kCpu);
+  EXPECT_EQ(options.offload_params, OffloadKind::kCpu);
+  EXPECT_EQ(options.nvme_dir, "");
+  EXPECT_GE(options.adamw_threads, 1);  // threads=0: one per core
+}
+
+// The GPU AdamW offloads nothing from the device it runs on.
+TEST(OffloadMappingTest, GpuAdamWIsNoOffload) {
+  TrainJobOptions options;
+  options.offload = OffloadKind::kGpu;
+  EXPECT_EQ(JobOffloadConfig(options).optimizer_state, OffloadDevice::kNone);
+}
+
+// What the job's engine does not do is named, key and value.
+TEST(OffloadMappingTest, WhatTheJobCannotDoIsNamed) {
+  const struct {
+    const char* spec;
+    const char* error;
+  } cases[] = {
+      {"grads=nvme,host_budget=1G", "--offload_config: grads=nvme: the ZeRO engine keeps"},
+      {"optimizer=cpu,compression=lz4,host_budget=1G", "compression=lz4: the ZeRO engine stores"},
+      {"optimizer=cpu,state=bf16,host_budget=1G", "state=bf16: the ZeRO engine's AdamW keeps f32"},
+      {"optimizer=cpu,pinned=pinned,host_budget=1G", "pinned=pinned: this job computes on the CPU"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.spec);
+    LOOM_ASSERT_OK_AND_ASSIGN(const OffloadConfig config, ParseOffloadConfig(c.spec));
+    TrainJobOptions options;
+    EXPECT_THAT(ApplyOffloadConfig(config, &options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.error)));
+  }
+}
+
+}  // namespace
+}  // namespace loom
