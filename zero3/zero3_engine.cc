@@ -153,6 +153,14 @@ using zero3_internal::GatherBuffer;
 
 int64_t DTypeBytes(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
 
+// BucketName names a bucket by its parameters, for messages: "\"h.0.w\" and 3 more".
+std::string BucketName(const Partition& partition, int b) {
+  const Bucket& bucket = partition.bucket(b);
+  std::string name = absl::StrCat("\"", partition.slot(bucket.params.front()).name, "\"");
+  if (bucket.params.size() > 1) absl::StrAppend(&name, " and ", bucket.params.size() - 1, " more");
+  return name;
+}
+
 // AddInto adds src to a gradient shard held in the compute dtype (bf16: widened,
 // added in f32, rounded once).
 void AddInto(absl::Span<const float> src, BucketState& bucket) {
@@ -307,13 +315,9 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
           largest = b;
         }
       }
-      const Bucket& bucket = partition_.bucket(largest);
-      std::string names = absl::StrCat("\"", partition_.slot(bucket.params.front()).name, "\"");
-      if (bucket.params.size() > 1) {
-        absl::StrAppend(&names, " and ", bucket.params.size() - 1, " more");
-      }
       return absl::ResourceExhaustedError(absl::StrCat(
-          Who(), ": parameter ", names, " (bucket ", largest, ", ", bucket.padded_numel,
+          Who(), ": parameter ", BucketName(partition_, largest), " (bucket ", largest, ", ",
+          partition_.bucket(largest).padded_numel,
           " elements) needs ", slot_bytes, " gathered bytes; the budget "
           "(max_live_gathered_bytes) is ", options_.max_live_gathered_bytes));
     }
@@ -456,10 +460,7 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
   }
   used_.assign(static_cast<size_t>(zero3_internal::UsedWords(partition_.num_buckets())), 0);
   for (int b = 0; b < partition_.num_buckets(); ++b) {
-    const Bucket& bucket = partition_.bucket(b);
-    std::string name = absl::StrCat("\"", partition_.slot(bucket.params.front()).name, "\"");
-    if (bucket.params.size() > 1) absl::StrAppend(&name, " and ", bucket.params.size() - 1, " more");
-    bucket_names_.push_back(std::move(name));
+    bucket_names_.push_back(BucketName(partition_, b));
   }
   worker_ = std::make_unique<CommWorker>();
   return absl::OkStatus();
@@ -613,8 +614,8 @@ void Zero3Engine::EnqueueGathers() {
           // thread, so a prefetched bucket is read ahead of use as well.
           absl::Span<const std::byte> shard;
           if (state->params_on_disk) {
-            const absl::Span<std::byte> into = absl::MakeSpan(shared_->staged)
-                                                   .first(static_cast<size_t>(ParamShardBytes(*state)));
+            const size_t bytes = static_cast<size_t>(ParamShardBytes(*state));
+            const absl::Span<std::byte> into = absl::MakeSpan(shared_->staged).first(bytes);
             LOOM_RETURN_IF_ERROR(ReadParamShard(*state, into));
             shard = into;
           }
@@ -624,8 +625,9 @@ void Zero3Engine::EnqueueGathers() {
                     ? absl::MakeConstSpan(reinterpret_cast<const BFloat16*>(shard.data()),
                                           shard.size() / sizeof(BFloat16))
                     : absl::MakeConstSpan(state->compute);
-            LOOM_RETURN_IF_ERROR(dp->AllGather(ConstBufferView::Of(in),
-                              BufferView::Of(absl::MakeSpan(buffer.bf16).first(padded))));
+            const absl::Span<BFloat16> gathered = absl::MakeSpan(buffer.bf16).first(padded);
+            LOOM_RETURN_IF_ERROR(
+                dp->AllGather(ConstBufferView::Of(in), BufferView::Of(gathered)));
             return ConvertBF16ToF32(absl::MakeConstSpan(buffer.bf16).first(padded),
                                     absl::MakeSpan(buffer.widened).first(padded));
           }

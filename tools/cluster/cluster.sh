@@ -264,7 +264,8 @@ case "$COMMAND" in
     echo "--allow-run-as-root --hostfile $STATE/hostfile --mca plm_rsh_agent $STATE/rsh" \
       "--mca btl self,vader,tcp --mca btl_tcp_if_include $subnet.0/24" \
       "--mca oob_tcp_if_include $subnet.0/24 --bind-to none --mca mpi_yield_when_idle 1" \
-      "--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3" \
+      "--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1" \
+      "--mca oob_tcp_keepalive_probes 3" \
       "--mca orte_allowed_exit_without_sync 1"  # as RunUnderMpirun: mpirun.cc says why
     ;;
   pids)
