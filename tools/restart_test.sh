@@ -39,6 +39,10 @@ LOOM_RESTART_TEST="$tag" "$TRAIN" "${job[@]}" --checkpoint_dir="$dir/whole" >"$d
 # The run to break: a rank dies by SIGKILL once the job has passed a random step.
 victim=$((RANDOM % 3))
 at=$((K + 5 + RANDOM % (STEPS - 2 * K - 5)))
+# The output files exist before the job does: the background job opens them only
+# once it runs, and the poll below may read first (on a loaded machine it did, and
+# awk's "cannot open" ended the test through set -e).
+: >"$dir/broken.out"
 LOOM_RESTART_TEST="$tag" "$TRAIN" "${job[@]}" --checkpoint_dir="$dir/broken" --max_restarts=2 \
     >"$dir/broken.out" 2>"$dir/broken.err" &
 parent=$!
@@ -114,6 +118,7 @@ fi
 # summation order.
 victim=$((RANDOM % 3))
 at=$((K + 5 + RANDOM % (STEPS - 2 * K - 5)))
+: >"$dir/elastic.out"  # before the job, as above
 LOOM_RESTART_TEST="$tag" "$TRAIN" "${job[@]}" --checkpoint_dir="$dir/elastic" --max_restarts=1 \
     --elastic_dp >"$dir/elastic.out" 2>"$dir/elastic.err" &
 parent=$!
