@@ -570,6 +570,20 @@ TEST(Zero3EngineTest, NvmeOffloadKeepsTheStateOnDiskAndChangesNoBit) {
   EXPECT_GT(disk->stats().bytes_read, 0u);
 }
 
+// OneBackwardStep runs one backward pass over every parameter, with the seeded
+// gradients of pass 0, and Step(number), on rank `rank`'s engine.
+void OneBackwardStep(const Partition& partition, int rank, Zero3Engine& engine, int number) {
+  LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
+  for (int p = partition.num_params() - 1; p >= 0; --p) {
+    LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
+    std::vector<float> g(w.size());
+    for (size_t i = 0; i < w.size(); ++i) g[i] = Grad(w[i], rank, 0, p, static_cast<int64_t>(i));
+    LOOM_ASSERT_OK(engine.AddGrad(p, g));
+  }
+  LOOM_ASSERT_OK(engine.EndPass());
+  LOOM_ASSERT_OK(engine.Step(Hyper(number)));
+}
+
 // ReadShard / ReadMoments read the state on disk and WriteShard / WriteMoments
 // write it: an engine without disk resumes from them to the same bits.
 TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
@@ -583,15 +597,7 @@ TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
   std::vector<std::vector<float>> resumed(dp), moved(dp);
   RunRanks(dp, [&](int rank, Communicator& comm) {
     auto step = [&](Zero3Engine& engine, int number) {
-      LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
-      for (int p = partition.num_params() - 1; p >= 0; --p) {
-        LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
-        std::vector<float> g(w.size());
-        for (size_t i = 0; i < w.size(); ++i) g[i] = Grad(w[i], rank, 0, p, static_cast<int64_t>(i));
-        LOOM_ASSERT_OK(engine.AddGrad(p, g));
-      }
-      LOOM_ASSERT_OK(engine.EndPass());
-      LOOM_ASSERT_OK(engine.Step(Hyper(number)));
+      OneBackwardStep(partition, rank, engine, number);
     };
     Zero3Options options;
     options.compute_dtype = DType::kBF16;
@@ -679,17 +685,7 @@ TEST(Zero3EngineTest, ParameterOffloadMovesThroughReadAndWriteShard) {
     std::vector<std::vector<float>> resumed(dp);
     RunRanks(dp, [&](int rank, Communicator& comm) {
       auto step = [&](Zero3Engine& engine, int number) {
-        LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
-        for (int p = partition.num_params() - 1; p >= 0; --p) {
-          LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
-          std::vector<float> g(w.size());
-          for (size_t i = 0; i < w.size(); ++i) {
-            g[i] = Grad(w[i], rank, 0, p, static_cast<int64_t>(i));
-          }
-          LOOM_ASSERT_OK(engine.AddGrad(p, g));
-        }
-        LOOM_ASSERT_OK(engine.EndPass());
-        LOOM_ASSERT_OK(engine.Step(Hyper(number)));
+        OneBackwardStep(partition, rank, engine, number);
       };
       Zero3Options options;
       options.compute_dtype = dtype;
