@@ -584,6 +584,19 @@ void OneBackwardStep(const Partition& partition, int rank, Zero3Engine& engine, 
   LOOM_ASSERT_OK(engine.Step(Hyper(number)));
 }
 
+// CopyState moves `from`'s shard and moments into `to` through ReadShard /
+// ReadMoments and WriteShard / WriteMoments (a checkpoint's path).
+void CopyState(const Partition& partition, const Zero3Engine& from, Zero3Engine& to) {
+  const size_t s = static_cast<size_t>(partition.ShardNumel());
+  const size_t q = static_cast<size_t>(partition.PersistentNumel());
+  std::vector<float> w(s), wp(q), m(s), mp(q), v(s), vp(q);
+  LOOM_ASSERT_OK(from.ReadShard(absl::MakeSpan(w), absl::MakeSpan(wp)));
+  LOOM_ASSERT_OK(from.ReadMoments(absl::MakeSpan(m), absl::MakeSpan(mp), absl::MakeSpan(v),
+                                  absl::MakeSpan(vp)));
+  LOOM_ASSERT_OK(to.WriteShard(w, wp));
+  LOOM_ASSERT_OK(to.WriteMoments(m, mp, v, vp));
+}
+
 // ReadShard / ReadMoments read the state on disk and WriteShard / WriteMoments
 // write it: an engine without disk resumes from them to the same bits.
 TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
@@ -606,22 +619,14 @@ TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
     std::unique_ptr<Zero3Engine> first = *Zero3Engine::Create(partition, &comm, initial, with_disk);
     step(*first, 1);
     step(*first, 2);
-    const size_t s = static_cast<size_t>(partition.ShardNumel());
-    const size_t q = static_cast<size_t>(partition.PersistentNumel());
-    std::vector<float> w(s), wp(q), m(s), mp(q), v(s), vp(q);
-    LOOM_ASSERT_OK(first->ReadShard(absl::MakeSpan(w), absl::MakeSpan(wp)));
-    LOOM_ASSERT_OK(first->ReadMoments(absl::MakeSpan(m), absl::MakeSpan(mp), absl::MakeSpan(v),
-                                      absl::MakeSpan(vp)));
     std::unique_ptr<Zero3Engine> second = *Zero3Engine::Create(partition, &comm, initial, options);
-    LOOM_ASSERT_OK(second->WriteShard(w, wp));
-    LOOM_ASSERT_OK(second->WriteMoments(m, mp, v, vp));
+    CopyState(partition, *first, *second);
     step(*second, 3);
     resumed[rank] = *second->GatherAll();
     // And back onto disk: WriteShard and WriteMoments into a disk engine.
     with_disk.disk_prefix = "third";  // names must not clash with `first`'s, still alive
     std::unique_ptr<Zero3Engine> third = *Zero3Engine::Create(partition, &comm, initial, with_disk);
-    LOOM_ASSERT_OK(third->WriteShard(w, wp));
-    LOOM_ASSERT_OK(third->WriteMoments(m, mp, v, vp));
+    CopyState(partition, *first, *third);
     step(*third, 3);
     moved[rank] = *third->GatherAll();
   });
@@ -693,17 +698,10 @@ TEST(Zero3EngineTest, ParameterOffloadMovesThroughReadAndWriteShard) {
       std::unique_ptr<Zero3Engine> first = *Zero3Engine::Create(partition, &comm, initial, options);
       step(*first, 1);
       step(*first, 2);
-      const size_t s = static_cast<size_t>(partition.ShardNumel());
-      const size_t q = static_cast<size_t>(partition.PersistentNumel());
-      std::vector<float> w(s), wp(q), m(s), mp(q), v(s), vp(q);
-      LOOM_ASSERT_OK(first->ReadShard(absl::MakeSpan(w), absl::MakeSpan(wp)));
-      LOOM_ASSERT_OK(first->ReadMoments(absl::MakeSpan(m), absl::MakeSpan(mp), absl::MakeSpan(v),
-                                        absl::MakeSpan(vp)));
       options.disk_prefix = "second";  // `first` is still alive
       std::unique_ptr<Zero3Engine> second =
           *Zero3Engine::Create(partition, &comm, initial, options);
-      LOOM_ASSERT_OK(second->WriteShard(w, wp));
-      LOOM_ASSERT_OK(second->WriteMoments(m, mp, v, vp));
+      CopyState(partition, *first, *second);
       step(*second, 3);
       resumed[rank] = *second->GatherAll();
     });
