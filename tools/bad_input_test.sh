@@ -149,7 +149,7 @@ expect train 2 "--device tpu is not cpu or cuda" "${T[@]}" --device=tpu
 expect train 2 "--device cuda needs a train built with --config=cuda" "${T[@]}" --device=cuda
 expect train 2 "--offload gpu needs a train built with --config=cuda" "${T[@]}" --offload=gpu
 expect train 2 "--reshard blocks is not auto, step or block" "${T[@]}" --reshard=blocks
-expect train 2 "--reshard block needs --zero 3" "${T[@]}" --reshard=block --zero=2
+expect train 2 "--reshard block needs --zero 1, 2 or 3" "${T[@]}" --reshard=block --zero=0
 expect train 2 "--defer_reduce_scatter needs --reshard block, the default at --zero 3" "${T[@]}" --zero=3 --reshard=step --defer_reduce_scatter
 expect train 2 "--offload_params disk is not none, cpu or nvme" "${T[@]}" --offload_params=disk
 expect train 2 "--offload_params nvme needs --zero 3 (zero 1 keeps whole parameters" "${T[@]}" --zero=1 --offload_params=nvme

@@ -86,7 +86,8 @@ ABSL_FLAG(std::string, reshard, "auto",
           "With --zero=3: block (the model borrows each block's parameters from the ZeRO "
           "engine just before use, prefetching the next, and frees them after: again for the "
           "backward) or step (gather every parameter once per step, kept for the step); auto: "
-          "block at --zero=3, step otherwise.");
+          "block at --zero=3, step otherwise. At --zero=1 or 2, block has the layers borrow the "
+          "engine's whole weights (held once instead of twice; nothing is gathered).");
 ABSL_FLAG(bool, defer_reduce_scatter, false,
           "With --reshard=block: keep the gradients summed over the microbatches and "
           "reduce-scatter them once per step (the bits of --zero=0, at the memory of whole "
@@ -607,7 +608,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         transport == "threads" ? "thread ranks"
                                : (transport == "shm" ? "processes over shm" : "processes over mpi"),
         PipelineScheduleName(o.schedule), o.microbatches, o.micro_batch, o.zero,
-        o.zero == 3
+        o.zero > 0 && o.zero < 3 && EffectiveReshard(o) == Reshard::kBlock
+            ? absl::StrCat(" (weights borrowed from the engine",
+                           o.defer_reduce_scatter ? ", deferred reduce-scatter" : "", ")")
+        : o.zero == 3
             ? absl::StrCat(" (reshard ", ReshardName(EffectiveReshard(o)),
                            o.defer_reduce_scatter ? ", deferred reduce-scatter" : "",
                            o.offload_params == OffloadKind::kNvme ? ", parameters on nvme" : "",

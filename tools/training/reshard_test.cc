@@ -162,12 +162,13 @@ TEST(ReshardTest, TrafficEqualsEachModesFormula) {
   }
 }
 
-TEST(ReshardTest, BlockReshardNeedsZeroThree) {
+TEST(ReshardTest, BlockReshardNeedsAZeroEngine) {
   TrainJobOptions options = Small();
-  options.zero = 2;
+  options.zero = 0;
   options.reshard = Reshard::kBlock;
   EXPECT_THAT(RunTrainJob(options, nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--reshard block needs --zero 3")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--reshard block needs --zero 1, 2 or 3")));
   options.zero = 3;
   options.reshard = Reshard::kStep;
   options.defer_reduce_scatter = true;

@@ -108,6 +108,37 @@ TEST(TrainJobTest, EveryZeroStageAndPlainDataParallelAgreeBitwise) {
   EXPECT_EQ(moved, optimizer_only.disk_state_bytes_per_rank / 2);  // m and v: 8 bytes
 }
 
+// At zero 1 and 2, --reshard block has the layers borrow the engine's whole
+// weights instead of keeping a copy of their own: with the reduce-scatter deferred
+// the bits are plain data parallelism's, and a rank holds less than with the copy
+// (the weights once, not twice) and less than zero 0.
+TEST(TrainJobTest, StagesOneAndTwoBorrowTheEnginesWeights) {
+  TrainJobOptions options = Small(3);
+  options.tp = 1;
+  options.zero = 0;
+  options.offload = OffloadKind::kNone;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary plain, RunTrainJob(options, nullptr));
+  options.offload = OffloadKind::kCpu;
+  for (const int zero : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("zero ", zero));
+    options.zero = zero;
+    options.reshard = Reshard::kStep;
+    options.defer_reduce_scatter = false;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary copied, RunTrainJob(options, nullptr));
+    options.reshard = Reshard::kBlock;
+    options.defer_reduce_scatter = true;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary borrowed, RunTrainJob(options, nullptr));
+    EXPECT_EQ(Values(borrowed), Values(plain));
+    EXPECT_EQ(Values(copied), Values(plain));
+    EXPECT_LT(borrowed.peak_model_state_bytes_per_rank, copied.peak_model_state_bytes_per_rank);
+    options.defer_reduce_scatter = false;  // each microbatch's gradients to the engine
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary per_microbatch, RunTrainJob(options, nullptr));
+    EXPECT_LT(per_microbatch.peak_model_state_bytes_per_rank,
+              plain.peak_model_state_bytes_per_rank);
+    EXPECT_NEAR(per_microbatch.final_loss, plain.final_loss, 1e-4);
+  }
+}
+
 // --param_budget bounds the gathered parameter bytes (the peak model state drops
 // by the units it no longer prefetches, and the bits stay); a budget below one
 // unit is ResourceExhausted naming the unit's parameters.
@@ -152,6 +183,8 @@ TEST(TrainJobTest, ModelStateEstimateBesideTheMeasurement) {
       {0, Reshard::kAuto, false, OffloadKind::kNone},
       {1, Reshard::kAuto, false, OffloadKind::kCpu},
       {2, Reshard::kAuto, false, OffloadKind::kCpu},
+      {1, Reshard::kBlock, false, OffloadKind::kCpu},
+      {2, Reshard::kBlock, true, OffloadKind::kNvme},
       {3, Reshard::kStep, false, OffloadKind::kCpu},
       {3, Reshard::kBlock, false, OffloadKind::kNvme},
       {3, Reshard::kBlock, true, OffloadKind::kNone},

@@ -170,10 +170,10 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
   if (o.zero < 0 || o.zero > 3) {
     return absl::InvalidArgumentError(absl::StrCat("--zero ", o.zero, " must be 0, 1, 2 or 3"));
   }
-  if (o.reshard == Reshard::kBlock && o.zero != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--reshard block needs --zero 3 (only ZeRO-3 shards the parameters it regathers); "
-        "got --zero ", o.zero));
+  if (o.reshard == Reshard::kBlock && o.zero == 0) {
+    return absl::InvalidArgumentError(
+        "--reshard block needs --zero 1, 2 or 3 (the layers borrow their weights from the ZeRO "
+        "engine; zero 0 has none)");
   }
   if (o.defer_reduce_scatter && EffectiveReshard(o) != Reshard::kBlock) {
     return absl::InvalidArgumentError(
