@@ -325,10 +325,7 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError(
           absl::StrCat("--offload_config: ", config.status().message()));
     }
-    if (absl::Status s = ValidateOffloadConfig(*config); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("--offload_config: ", s.message()));
-    }
-    LOOM_RETURN_IF_ERROR(ApplyOffloadConfig(*config, &o));
+    LOOM_RETURN_IF_ERROR(ApplyOffloadConfig(*config, &o));  // validated there
   }
   return o;
 }

@@ -1,11 +1,11 @@
 #include "tools/training/offload_mapping.h"
 
 #include <string>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "offload/offload_plan.h"
 
 namespace loom {
 namespace {
@@ -53,12 +53,18 @@ absl::Status ApplyOffloadConfig(const OffloadConfig& config, TrainJobOptions* op
                        "this job computes on the CPU; nothing is copied to a device "
                        "(pinned=auto or pageable)");
   }
+  // The library's own mapping (offload_plan.h) validates the config against this
+  // machine and resolves what it leaves open (threads=0: the online cores).
+  absl::StatusOr<OffloadPlan> plan = PlanOffload(config);
+  if (!plan.ok()) {
+    return absl::Status(plan.status().code(),
+                        absl::StrCat("--offload_config: ", plan.status().message()));
+  }
   options->offload = KindOf(config.optimizer_state);
   options->offload_params = KindOf(config.parameters);
   options->nvme_dir = absl::StrJoin(config.nvme_directories, ":");
   options->prefetch_depth = config.prefetch_depth;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  options->adamw_threads = config.cpu_threads > 0 ? config.cpu_threads : (cores > 0 ? cores : 1);
+  options->adamw_threads = plan->adamw.threads;
   return absl::OkStatus();
 }
 

@@ -7,8 +7,7 @@
 // Example:
 //   LOOM_ASSIGN_OR_RETURN(OffloadConfig config, ParseOffloadConfig(
 //       "optimizer=nvme,params=nvme,host_budget=8G,nvme_dirs=/nvme0/swap,prefetch=1"));
-//   LOOM_RETURN_IF_ERROR(ValidateOffloadConfig(config));   // this machine's limits
-//   LOOM_RETURN_IF_ERROR(ApplyOffloadConfig(config, &options));
+//   LOOM_RETURN_IF_ERROR(ApplyOffloadConfig(config, &options));  // validates it too
 //   options.offload;          // OffloadKind::kNvme (AdamW's state on disk)
 //   options.offload_params;   // OffloadKind::kNvme (zero 3's parameter shards)
 //   options.prefetch_depth;   // 1
@@ -26,9 +25,12 @@ namespace loom {
 
 // ApplyOffloadConfig sets options->offload (from optimizer), offload_params (from
 // params), nvme_dir, prefetch_depth and adamw_threads (cpu_threads; 0: one per
-// core) from `config`. InvalidArgument naming the key for what the job does not
-// do: grads=nvme, compression other than none, an optimizer state format other
-// than f32, pinned memory (this job computes on the CPU).
+// online core) from `config`. InvalidArgument naming the key for what the job does
+// not do: grads=nvme, compression other than none, an optimizer state format other
+// than f32, pinned memory (this job computes on the CPU). Otherwise the config goes
+// through the library's PlanOffload (offload_plan.h), which validates it against
+// this machine (ValidateOffloadConfig) and each part's options; its errors come
+// back prefixed "--offload_config: ".
 absl::Status ApplyOffloadConfig(const OffloadConfig& config, TrainJobOptions* options);
 
 // JobOffloadConfig: the options as an OffloadConfig (--offload gpu, AdamW on the

@@ -1,5 +1,11 @@
 #include "tools/training/offload_mapping.h"
 
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,21 +15,34 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Two fresh directories under the test's temporary directory, ':'-separated.
+std::string TwoDirectories() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string base = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/offload_mapping.XXXXXX");
+  if (mkdtemp(base.data()) == nullptr) return "";
+  const std::string a = base + "/a", b = base + "/b";
+  if (mkdir(a.c_str(), 0700) != 0 || mkdir(b.c_str(), 0700) != 0) return "";
+  return absl::StrCat(a, ":", b);
+}
+
 // A spec maps onto the job's options and back to the same spec.
 TEST(OffloadMappingTest, SpecMapsOntoTheOptionsAndBack) {
+  const std::string dirs = TwoDirectories();
+  ASSERT_FALSE(dirs.empty());
   LOOM_ASSERT_OK_AND_ASSIGN(
       const OffloadConfig config,
-      ParseOffloadConfig("optimizer=nvme,params=nvme,grads=none,host_budget=1G,"
-                         "nvme_dirs=/a:/b,prefetch=1,threads=3"));
+      ParseOffloadConfig(absl::StrCat("optimizer=nvme,params=nvme,grads=none,host_budget=1G,"
+                                      "nvme_budget=1M,nvme_dirs=", dirs, ",prefetch=1,threads=3")));
   TrainJobOptions options;
   LOOM_ASSERT_OK(ApplyOffloadConfig(config, &options));
   EXPECT_EQ(options.offload, OffloadKind::kNvme);
   EXPECT_EQ(options.offload_params, OffloadKind::kNvme);
-  EXPECT_EQ(options.nvme_dir, "/a:/b");
+  EXPECT_EQ(options.nvme_dir, dirs);
   EXPECT_EQ(options.prefetch_depth, 1);
   EXPECT_EQ(options.adamw_threads, 3);
   OffloadConfig back = JobOffloadConfig(options);
   back.host_budget_bytes = config.host_budget_bytes;  // the job keeps no budgets
+  back.nvme_budget_bytes = config.nvme_budget_bytes;
   EXPECT_EQ(FormatOffloadConfig(back), FormatOffloadConfig(config));
 
   LOOM_ASSERT_OK_AND_ASSIGN(const OffloadConfig cpu,
@@ -32,7 +51,13 @@ TEST(OffloadMappingTest, SpecMapsOntoTheOptionsAndBack) {
   EXPECT_EQ(options.offload, OffloadKind::kCpu);
   EXPECT_EQ(options.offload_params, OffloadKind::kCpu);
   EXPECT_EQ(options.nvme_dir, "");
-  EXPECT_GE(options.adamw_threads, 1);  // threads=0: one per core
+  EXPECT_GE(options.adamw_threads, 1);  // threads=0: one per online core
+
+  // The library's validation (through PlanOffload) comes back named.
+  LOOM_ASSERT_OK_AND_ASSIGN(const OffloadConfig unbudgeted, ParseOffloadConfig("params=cpu"));
+  EXPECT_THAT(ApplyOffloadConfig(unbudgeted, &options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--offload_config: offload: host_budget is 0")));
 }
 
 // The GPU AdamW offloads nothing from the device it runs on.
