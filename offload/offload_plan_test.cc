@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
+#include "core/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -19,13 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A new empty directory under $TEST_TMPDIR (or /tmp).
-std::string NewDirectory(const std::string& label) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string path = absl::StrCat(root != nullptr ? root : "/tmp", "/", label, "_XXXXXX");
-  if (mkdtemp(path.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << path << ": " << std::strerror(errno);
-  return path;
-}
 
 TEST(OffloadPlanTest, EveryCompressionHasItsOwnCodec) {
   const std::vector<std::pair<OffloadCompression, CodecKind>> expected = {
@@ -45,7 +39,7 @@ TEST(OffloadPlanTest, EveryStateFormatMaps) {
 }
 
 TEST(OffloadPlanTest, MapsEveryKey) {
-  const std::string a = NewDirectory("plan_a"), b = NewDirectory("plan_b");
+  const std::string a = FreshTestDirectory("plan_a"), b = FreshTestDirectory("plan_b");
   LOOM_ASSERT_OK_AND_ASSIGN(
       OffloadConfig config,
       ParseOffloadConfig(absl::StrCat("optimizer=cpu,params=nvme,host_budget=64M,nvme_budget=1M,",
@@ -90,7 +84,7 @@ TEST(OffloadPlanTest, InvalidConfigIsRefusedWithItsValues) {
 // plan's pool and engine, decode within bf16's bound, and take an AdamW step on
 // state in the plan's format.
 TEST(OffloadPlanTest, PartsBuiltFromThePlanWorkTogether) {
-  const std::string a = NewDirectory("plan_a"), b = NewDirectory("plan_b");
+  const std::string a = FreshTestDirectory("plan_a"), b = FreshTestDirectory("plan_b");
   LOOM_ASSERT_OK_AND_ASSIGN(
       OffloadConfig config,
       ParseOffloadConfig(absl::StrCat("optimizer=cpu,params=nvme,host_budget=32M,nvme_budget=64M,",

@@ -25,6 +25,7 @@
 #include "core/half.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
+#include "core/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "offload/adamw/cpu_adamw.h"
@@ -505,16 +506,6 @@ TEST(Zero3EngineTest, WriteShardRefreshesTheWholeCopiesAtStages1And2) {
   }
 }
 
-// A fresh directory under the test's temporary directory.
-std::string FreshDirectory(const std::string& label) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/", label, ".XXXXXX");
-  if (mkdtemp(pattern.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << pattern << ": " << std::strerror(errno);
-    return "";
-  }
-  return pattern;
-}
 
 std::unique_ptr<DiskTier> MakeDisk(const std::string& dir) {
   DiskTierOptions options;
@@ -541,7 +532,7 @@ int CountFiles(const std::string& dir) {
 TEST(Zero3EngineTest, NvmeOffloadKeepsTheStateOnDiskAndChangesNoBit) {
   const int dp = 2;
   LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
-  const std::string dir = FreshDirectory("nvme");
+  const std::string dir = FreshTestDirectory("nvme");
   std::unique_ptr<DiskTier> disk = MakeDisk(dir);
   ASSERT_NE(disk, nullptr);
   for (const int stage : {1, 3}) {
@@ -602,7 +593,7 @@ void CopyState(const Partition& partition, const Zero3Engine& from, Zero3Engine&
 TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
   const int dp = 2;
   LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
-  const std::string dir = FreshDirectory("nvme_shard");
+  const std::string dir = FreshTestDirectory("nvme_shard");
   std::unique_ptr<DiskTier> disk = MakeDisk(dir);
   ASSERT_NE(disk, nullptr);
   const std::vector<float> initial = InitialParams(partition);
@@ -644,7 +635,7 @@ TEST(Zero3EngineTest, NvmeStateMovesThroughReadAndWriteShard) {
 TEST(Zero3EngineTest, ParameterOffloadToDiskChangesNoBit) {
   const int dp = 2;
   LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
-  const std::string dir = FreshDirectory("param_disk");
+  const std::string dir = FreshTestDirectory("param_disk");
   std::unique_ptr<DiskTier> disk = MakeDisk(dir);
   ASSERT_NE(disk, nullptr);
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
@@ -680,7 +671,7 @@ TEST(Zero3EngineTest, ParameterOffloadToDiskChangesNoBit) {
 TEST(Zero3EngineTest, ParameterOffloadMovesThroughReadAndWriteShard) {
   const int dp = 2;
   LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(dp)));
-  const std::string dir = FreshDirectory("param_shard");
+  const std::string dir = FreshTestDirectory("param_shard");
   std::unique_ptr<DiskTier> disk = MakeDisk(dir);
   ASSERT_NE(disk, nullptr);
   const std::vector<float> initial = InitialParams(partition);
@@ -723,7 +714,7 @@ TEST(Zero3EngineTest, ParameterOffloadMovesThroughReadAndWriteShard) {
 // never silent garbage.
 TEST(Zero3EngineTest, CorruptedStateOnDiskIsDataLoss) {
   LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(1)));
-  const std::string dir = FreshDirectory("nvme_corrupt");
+  const std::string dir = FreshTestDirectory("nvme_corrupt");
   std::unique_ptr<DiskTier> disk = MakeDisk(dir);
   ASSERT_NE(disk, nullptr);
   RunRanks(1, [&](int, Communicator& comm) {
@@ -1053,7 +1044,7 @@ TEST(Zero3EngineTest, GradSquaredNormSumsToTheNormOfTheAveragedGradient) {
 // norm in between reads only) leaves every bit and every collective as Step alone,
 // NVMe offload included; both equal the reference.
 TEST(Zero3EngineTest, ReduceGradientsBeforeStepChangesNoBit) {
-  const std::string dir = FreshDirectory("reduce_first");
+  const std::string dir = FreshTestDirectory("reduce_first");
   std::unique_ptr<DiskTier> disk = MakeDisk(dir);
   ASSERT_NE(disk, nullptr);
   const std::vector<float> ones(Specs().size(), 1.0f);

@@ -17,6 +17,7 @@
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_matchers.h"
+#include "core/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -25,12 +26,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string FreshDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ckpt.XXXXXX");
-  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-  return pattern;
-}
 
 // Runs `body(rank, world)` on `size` thread ranks of one inproc group.
 std::vector<absl::Status> OnRanks(int size,
@@ -141,7 +136,7 @@ void ExpectLoads(const std::string& dir, int64_t step) {
 }
 
 TEST(JobCheckpointTest, SavedAtTp2LoadsWholeAndAtTp3) {
-  const std::string dir = FreshDir();
+  const std::string dir = FreshTestDirectory("ckpt");
   LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 5, {}));
   ExpectLoads(dir, 5);
   LOOM_ASSERT_OK_AND_ASSIGN(const CheckpointReader reader, CheckpointReader::Open(dir));
@@ -165,7 +160,7 @@ TEST(JobCheckpointTest, SavedAtTp2LoadsWholeAndAtTp3) {
 TEST(JobCheckpointTest, AFailureDuringASaveKeepsThePreviousCheckpoint) {
   for (const char* victim : {"rank-00001.bin", "MANIFEST", "LATEST"}) {
     SCOPED_TRACE(victim);
-    const std::string dir = FreshDir();
+    const std::string dir = FreshTestDirectory("ckpt");
     LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 2, {}));
     JobCheckpointOptions failing;
     failing.testing_after_write = [victim](absl::string_view temp) {
@@ -188,7 +183,7 @@ TEST(JobCheckpointTest, AFailureDuringASaveKeepsThePreviousCheckpoint) {
 TEST(JobCheckpointTest, AProcessKilledDuringASaveLeavesThePreviousCheckpoint) {
   for (const char* victim : {"rank-00000.bin", "MANIFEST", "LATEST"}) {
     SCOPED_TRACE(victim);
-    const std::string dir = FreshDir();
+    const std::string dir = FreshTestDirectory("ckpt");
     LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 2, {}));
     const pid_t child = fork();
     ASSERT_GE(child, 0);
@@ -213,7 +208,7 @@ TEST(JobCheckpointTest, AProcessKilledDuringASaveLeavesThePreviousCheckpoint) {
 }
 
 TEST(JobCheckpointTest, CorruptionIsDataLossNamingTheFile) {
-  const std::string dir = FreshDir();
+  const std::string dir = FreshTestDirectory("ckpt");
   LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 3, {}));
   const std::string file = dir + "/step-00000003/rank-00000.bin";
   const int fd = open(file.c_str(), O_RDWR);
@@ -246,7 +241,7 @@ TEST(JobCheckpointTest, CorruptionIsDataLossNamingTheFile) {
 }
 
 TEST(JobCheckpointTest, ASavedStepIsNotSavedTwiceAndKeepMustBePositive) {
-  const std::string dir = FreshDir();
+  const std::string dir = FreshTestDirectory("ckpt");
   LOOM_ASSERT_OK(SaveOnTwoTpRanks(dir, 3, {}));
   EXPECT_THAT(SaveOnTwoTpRanks(dir, 3, {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already holds step 3")));
@@ -254,7 +249,7 @@ TEST(JobCheckpointTest, ASavedStepIsNotSavedTwiceAndKeepMustBePositive) {
   none.keep = 0;
   EXPECT_THAT(SaveOnTwoTpRanks(dir, 4, none),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be >= 1")));
-  EXPECT_THAT(LatestCheckpointStep(FreshDir()),
+  EXPECT_THAT(LatestCheckpointStep(FreshTestDirectory("ckpt")),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no checkpoint in")));
 }
 

@@ -2,11 +2,11 @@
 
 #include <sys/stat.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
+#include "core/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -17,9 +17,8 @@ using ::testing::HasSubstr;
 
 // Two fresh directories under the test's temporary directory, ':'-separated.
 std::string TwoDirectories() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string base = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/offload_mapping.XXXXXX");
-  if (mkdtemp(base.data()) == nullptr) return "";
+  const std::string base = FreshTestDirectory("offload_mapping");
+  if (base.empty()) return "";
   const std::string a = base + "/a", b = base + "/b";
   if (mkdir(a.c_str(), 0700) != 0 || mkdir(b.c_str(), 0700) != 0) return "";
   return absl::StrCat(a, ":", b);

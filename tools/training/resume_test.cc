@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
+#include "core/temp_dir_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_parameter.h"
@@ -27,12 +28,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string FreshDir(absl::string_view tag) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string pattern = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", tag, ".XXXXXX");
-  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-  return pattern;
-}
 
 std::vector<std::string> StepDirs(const std::string& dir) {
   std::vector<std::string> out;
@@ -82,7 +77,7 @@ TrainJobOptions Base() {
 // must be bitwise the uninterrupted run's.
 void ExpectBitwiseResume(TrainJobOptions o, int64_t every, int64_t halt) {
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary whole, RunTrainJob(o, nullptr));
-  o.checkpoint_dir = FreshDir("resume");
+  o.checkpoint_dir = FreshTestDirectory("resume");
   o.checkpoint_every = every;
   o.testing_halt_after_step = halt;
   EXPECT_THAT(RunTrainJob(o, nullptr),
@@ -136,7 +131,7 @@ TEST(ResumeTest, AnotherMeshContinuesWithinTheReferenceBound) {
   for (const auto& [name, values] : reference) {
     for (float v : values) largest = std::max(largest, std::fabs(double{v}));
   }
-  o.checkpoint_dir = FreshDir("mesh");
+  o.checkpoint_dir = FreshTestDirectory("mesh");
   o.checkpoint_every = 4;
   o.testing_halt_after_step = 4;
   EXPECT_THAT(RunTrainJob(o, nullptr),
@@ -153,7 +148,7 @@ TEST(ResumeTest, AnotherMeshContinuesWithinTheReferenceBound) {
     other.pp = mesh.pp;
     other.microbatches = mesh.microbatches;
     other.testing_halt_after_step = 0;
-    other.checkpoint_dir = FreshDir("mesh_out");  // its own saves go elsewhere
+    other.checkpoint_dir = FreshTestDirectory("mesh_out");  // its own saves go elsewhere
     other.resume_dir = o.checkpoint_dir;
     LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary resumed, RunTrainJob(other, nullptr));
     EXPECT_EQ(resumed.resumed_from_step, 4);
@@ -175,7 +170,7 @@ TEST(ResumeTest, AnotherMeshContinuesWithinTheReferenceBound) {
 
 TEST(ResumeTest, KeepsTheNewestCheckpointsAndRefusesAnotherModel) {
   TrainJobOptions o = Base();
-  o.checkpoint_dir = FreshDir("keep");
+  o.checkpoint_dir = FreshTestDirectory("keep");
   o.checkpoint_every = 2;
   o.keep_checkpoints = 2;
   LOOM_ASSERT_OK(RunTrainJob(o, nullptr).status());
@@ -195,7 +190,7 @@ TEST(ResumeTest, KeepsTheNewestCheckpointsAndRefusesAnotherModel) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("the checkpoint is of step 6; --steps 6 asks for no more")));
   TrainJobOptions missing = Base();
-  missing.resume_dir = FreshDir("empty");
+  missing.resume_dir = FreshTestDirectory("empty");
   EXPECT_THAT(RunTrainJob(missing, nullptr),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no checkpoint in")));
   missing.resume_required = false;  // a restarted job that never saved starts afresh
