@@ -13,28 +13,46 @@
 
 namespace loom {
 
-absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& options,
-                                                         const TrainSummary& summary) {
-  TrainJobOptions one = options;
+TrainJobOptions ReferenceOptions(const TrainJobOptions& options) {
+  // A fresh set of options with only what defines the mathematics copied in, so
+  // that a placement, memory or speed option added to the job later can never
+  // make the reference a different (or an invalid) run.
+  TrainJobOptions one;
+  one.model = options.model;
+  one.dtype = options.dtype;  // bf16: plain one-rank training, its f32 master beside
+  one.steps = options.steps;
+  one.micro_batch = options.micro_batch;
+  // The same global batch: dp ranks' microbatches, one after another.
+  one.microbatches = options.microbatches * options.dp;
+  one.lr = options.lr;
+  one.warmup_steps = options.warmup_steps;
+  one.lr_min = options.lr_min;
+  one.weight_decay = options.weight_decay;
+  one.adam_eps = options.adam_eps;
+  one.clip_grad_norm = options.clip_grad_norm;
+  one.data_seed = options.data_seed;
+  one.markov_branching = options.markov_branching;
+  one.data = options.data;
+  one.eval_fraction = options.eval_fraction;
+  one.eval_every = options.eval_every;
+  // One rank, plain data parallelism (nothing is sharded on one rank), the
+  // optimizer state in memory, on the CPU (what a --device cuda job is held to),
+  // from scratch and saving nothing: the reference of the whole run.
   one.dp = 1;
   one.pp = 1;
   one.tp = 1;
-  // Plain one-rank training (bf16 keeps its f32 master beside the weights); the
-  // optimizer state stays in memory.
   one.zero = 0;
   one.offload = OffloadKind::kNone;
-  one.reshard = Reshard::kStep;  // nothing is sharded on one rank
-  one.device = ComputeDevice::kCpu;  // the CPU run a --device cuda job is held to
-  one.defer_reduce_scatter = false;
-  one.nvme_dir.clear();
+  one.offload_params = OffloadKind::kNone;
+  one.reshard = Reshard::kStep;
   one.schedule = PipelineScheduleKind::kGPipe;
-  // From scratch, saving nothing: the reference of the whole run.
-  one.checkpoint_dir.clear();
-  one.checkpoint_every = 0;
-  one.resume_dir.clear();
-  one.testing_halt_after_step = 0;
-  // The same global batch: dp ranks' microbatches, one after another.
-  one.microbatches = options.microbatches * options.dp;
+  one.device = ComputeDevice::kCpu;
+  return one;
+}
+
+absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& options,
+                                                         const TrainSummary& summary) {
+  const TrainJobOptions one = ReferenceOptions(options);
   LOOM_ASSIGN_OR_RETURN(const TrainSummary reference, RunTrainJob(one, nullptr));
   std::map<std::string, const std::vector<float>*> full;
   const RankParameters& ref = reference.final_params[0];

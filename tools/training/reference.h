@@ -19,6 +19,10 @@ namespace loom {
 // global batch on one rank (dp = pp = tp = 1, zero 0) and returns the largest
 // absolute difference between `summary`'s final parameters (every rank's tp shard)
 // and the reference's, and the reference's final loss.
+// ReferenceOptions: the one-rank run CompareWithReference trains, built afresh
+// from `options`' model, data, batch and optimizer fields alone.
+TrainJobOptions ReferenceOptions(const TrainJobOptions& options);
+
 struct ReferenceComparison {
   double max_abs_param_diff = 0;
   double max_abs_param = 0;  // the reference's largest magnitude, for a relative bound

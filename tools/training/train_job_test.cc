@@ -98,6 +98,11 @@ TEST(TrainJobTest, EveryZeroStageAndPlainDataParallelAgreeBitwise) {
   options.offload_params = OffloadKind::kNvme;
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary params_too, RunTrainJob(options, nullptr));
   EXPECT_EQ(Values(params_too), Values(plain));
+  // The job's own check against one rank runs with parameters offloaded (its
+  // reference is plain one-rank training whatever the placement).
+  LOOM_ASSERT_OK_AND_ASSIGN(const ReferenceComparison reference,
+                            CompareWithReference(options, params_too));
+  EXPECT_LT(reference.max_abs_param_diff, 1e-5 * reference.max_abs_param);
   options.offload_params = OffloadKind::kNone;
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary optimizer_only, RunTrainJob(options, nullptr));
   const int64_t moved =
@@ -106,6 +111,48 @@ TEST(TrainJobTest, EveryZeroStageAndPlainDataParallelAgreeBitwise) {
   EXPECT_EQ(params_too.sharded_state_bytes_per_rank,
             optimizer_only.sharded_state_bytes_per_rank - moved);
   EXPECT_EQ(moved, optimizer_only.disk_state_bytes_per_rank / 2);  // m and v: 8 bytes
+}
+
+// The one-rank reference takes the mathematics of a run (model, data, batch,
+// optimizer) and none of its placement: a job with every placement, memory and
+// restart option away from its default has the reference of a job with none.
+TEST(TrainJobTest, TheReferenceIgnoresEveryPlacementOption) {
+  TrainJobOptions plain = Small(3);
+  plain.lr = 1e-3f;
+  plain.clip_grad_norm = 0.5f;
+  TrainJobOptions placed = plain;
+  placed.zero = 3;
+  placed.offload = OffloadKind::kNvme;
+  placed.offload_params = OffloadKind::kNvme;
+  placed.param_budget = 1 << 20;
+  placed.prefetch_depth = 5;
+  placed.reshard = Reshard::kBlock;
+  placed.defer_reduce_scatter = true;
+  placed.nvme_dir = "/nonexistent";
+  placed.recompute = Recompute::kFull;
+  placed.schedule = PipelineScheduleKind::kZeroBubbleV;
+  placed.adamw_threads = 7;
+  placed.checkpoint_dir = "/nonexistent";
+  placed.checkpoint_every = 1;
+  placed.resume_dir = "/nonexistent";
+  placed.testing_halt_after_step = 1;
+  const TrainJobOptions a = ReferenceOptions(plain), b = ReferenceOptions(placed);
+  for (const TrainJobOptions* one : {&a, &b}) {
+    EXPECT_EQ(one->dp * one->pp * one->tp, 1);
+    EXPECT_EQ(one->zero, 0);
+    EXPECT_EQ(one->offload_params, OffloadKind::kNone);
+    EXPECT_EQ(one->param_budget, 0);
+    EXPECT_TRUE(one->checkpoint_dir.empty() && one->resume_dir.empty());
+    EXPECT_EQ(one->testing_halt_after_step, 0);
+    EXPECT_EQ(one->microbatches, plain.microbatches * plain.dp);
+    EXPECT_EQ(one->lr, 1e-3f);
+    EXPECT_EQ(one->clip_grad_norm, 0.5f);
+  }
+  EXPECT_EQ(b.nvme_dir, a.nvme_dir);
+  EXPECT_EQ(b.prefetch_depth, a.prefetch_depth);
+  EXPECT_EQ(b.recompute, a.recompute);
+  EXPECT_EQ(b.adamw_threads, a.adamw_threads);
+  EXPECT_EQ(b.defer_reduce_scatter, a.defer_reduce_scatter);
 }
 
 // At zero 1 and 2, --reshard block has the layers borrow the engine's whole
