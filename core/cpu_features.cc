@@ -1,6 +1,10 @@
 #include "core/cpu_features.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <array>
+#include <thread>
 
 namespace loom {
 namespace {
@@ -19,6 +23,12 @@ bool Detect(CpuIsa isa) {
 }
 
 }  // namespace
+
+int UsableCpus() {
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return std::max(1, CPU_COUNT(&cpus));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 absl::Span<const CpuIsa> AllCpuIsas() {
   static constexpr std::array<CpuIsa, 3> kIsas = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512};

@@ -36,6 +36,12 @@ CpuIsa BestCpuIsa();
 // CpuIsaName returns "scalar", "avx2" or "avx512" ("unknown" outside the enum).
 absl::string_view CpuIsaName(CpuIsa isa);
 
+// UsableCpus returns the CPUs this process may run on (its affinity mask; the
+// hardware's count where that cannot be read), at least 1. Transports ask it
+// whether a waiter may spin: with more busy threads than CPUs, a spinning waiter
+// takes the CPU from the thread it waits for.
+int UsableCpus();
+
 }  // namespace loom
 
 #endif  // LOOM_CORE_CPU_FEATURES_H_

@@ -110,6 +110,8 @@ struct BucketState {
   int buffer = -1;                      // GatherBuffer in use, or -1
   CommWorker::Ticket gather_ticket = 0;
   bool gather_waited = false;
+  // Still gathered after its pass ended (in its last window), for the next pass.
+  bool kept = false;
   // Whole bucket, f32, while gradients arrive (empty: none yet), in grad_memory:
   // from GradBuffers (buckets) or kept across passes (the persistent block).
   absl::Span<float> grad_buffer;
@@ -561,9 +563,10 @@ absl::Status Zero3Engine::BeginPass(Zero3Pass pass) {
   position_ = 0;
   next_gather_ = 0;
   pass_error_ = absl::OkStatus();
+  TakeOverKept();
   for (const auto& bucket : buckets_) {
     bucket->reduced = false;
-    bucket->gather_waited = false;
+    if (bucket->buffer < 0) bucket->gather_waited = false;
   }
   // The persistent block's buffer stays (allocated once): zeroed for the pass.
   std::fill(persistent_->grad_buffer.begin(), persistent_->grad_buffer.end(), 0.0f);
@@ -591,9 +594,13 @@ void Zero3Engine::EnqueueGathers() {
   if (pass_ == Zero3Pass::kGradients || !UsesBuffers()) return;
   const bool bf16 = options_.compute_dtype == DType::kBF16;
   const bool gather = options_.stage == 3;
-  while (next_gather_ < partition_.num_buckets() && next_gather_ < position_ + slots_ &&
-         !shared_->free_buffers.empty()) {
+  while (next_gather_ < partition_.num_buckets() && next_gather_ < position_ + slots_) {
     BucketState& bucket = *buckets_[BucketAt(next_gather_)];
+    if (bucket.buffer >= 0) {  // taken over, gathered, from the pass before
+      ++next_gather_;
+      continue;
+    }
+    if (shared_->free_buffers.empty()) break;
     bucket.buffer = shared_->free_buffers.back();
     shared_->free_buffers.pop_back();
     bucket.gather_waited = false;
@@ -656,10 +663,19 @@ absl::Status Zero3Engine::ReleaseBefore(int position) {
         return RecordError(absl::InternalError(
             absl::StrCat(Who(), ": bucket ", bucket.index, " was never gathered")));
       }
-      absl::Status gathered = WaitTimed(bucket.gather_ticket, &stats_.gather_wait_seconds);
-      shared_->free_buffers.push_back(bucket.buffer);
-      bucket.buffer = -1;
-      CountGathered(-BufferBytes(bucket.padded_numel));
+      const absl::Status gathered =
+          bucket.gather_waited ? absl::OkStatus()
+                               : WaitTimed(bucket.gather_ticket, &stats_.gather_wait_seconds);
+      bucket.gather_waited = true;
+      // The pass's last window stays gathered for the next pass (TakeOverKept).
+      // Its buffers are never needed again in this pass: the positions after
+      // position_ need at most the pool less the kept ones.
+      const int buckets = partition_.num_buckets();
+      if (gathered.ok() && pass_error_.ok() && position_ >= buckets - std::min(slots_, buckets)) {
+        bucket.kept = true;
+      } else {
+        FreeBuffer(bucket);
+      }
       if (!gathered.ok()) return RecordError(gathered);
     }
     if (Reducing()) LOOM_RETURN_IF_ERROR(RecordError(EnqueueReduce(bucket)));
@@ -667,6 +683,39 @@ absl::Status Zero3Engine::ReleaseBefore(int position) {
   }
   EnqueueGathers();
   return absl::OkStatus();
+}
+
+void Zero3Engine::FreeBuffer(BucketState& bucket) {
+  shared_->free_buffers.push_back(bucket.buffer);
+  bucket.buffer = -1;
+  bucket.kept = false;
+  CountGathered(-BufferBytes(bucket.padded_numel));
+}
+
+// The buckets a pass ends with are the ones the next pass starts with when it
+// runs the other way (a forward's last units are its backward's first, and a
+// backward's last the next microbatch's forward's first): those stay gathered,
+// which saves their all-gathers and the wait at the start of the pass. Every rank
+// keeps and takes over the same buckets (the passes agree), so the collectives
+// still match; the buffers are the pool's, so the gathered bytes stay bounded.
+void Zero3Engine::TakeOverKept() {
+  const bool gathers = pass_ != Zero3Pass::kGradients && UsesBuffers();
+  for (const auto& bucket : buckets_) {
+    if (!bucket->kept) continue;
+    bucket->kept = false;
+    if (gathers && PositionOf(bucket->index) < slots_) {
+      ++stats_.gathers_kept;
+      stats_.gathered_numel_kept += bucket->padded_numel;
+    } else {
+      FreeBuffer(*bucket);
+    }
+  }
+}
+
+void Zero3Engine::DropKept() {
+  for (const auto& bucket : buckets_) {
+    if (bucket->kept) FreeBuffer(*bucket);
+  }
 }
 
 // EnqueueReduce submits the reduce-scatter (average over dp) of the bucket's
@@ -839,6 +888,7 @@ absl::Status Zero3Engine::EndPass() {
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": EndPass outside a pass"));
   }
   absl::Status status = ReleaseBefore(partition_.num_buckets());
+  if (!status.ok() || !pass_error_.ok()) DropKept();
   if (Reducing() && persistent_->numel > 0) {
     // The persistent gradients, whole on every rank: one all-reduce (average) of
     // the f32 sums, rounded once into the gradient (as EnqueueReduce does).
@@ -983,6 +1033,7 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
         absl::StrCat(Who(), ": Step without a backward pass since the last one"));
   }
   LOOM_RETURN_IF_ERROR(ValidateAdamWHyper(hyper));
+  DropKept();  // gathered from the weights this step changes
   AdamWHyper averaged = hyper;
   averaged.grad_scale = options_.average_passes
                             ? hyper.grad_scale / static_cast<float>(passes_since_step_)
@@ -1108,6 +1159,7 @@ absl::Status Zero3Engine::WriteShard(absl::Span<const float> sharded,
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": WriteShard inside a pass"));
   }
   LOOM_RETURN_IF_ERROR(worker_->WaitAll(Deadline()));
+  DropKept();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BucketState& bucket = *buckets_[b];
     const size_t n = static_cast<size_t>(bucket.numel);

@@ -395,8 +395,10 @@ TEST(Zero3EngineTest, GradientBuffersStayWithinTheirBound) {
 //   stage 2: whole params + 12 S (f32: 4 P + grad, m, v; bf16: 2 P + grad 2, master 4, m, v)
 //   stage 1: whole params and grads + the rest (f32: 8 P + m, v; bf16: 4 P + master, m, v)
 // Traffic per step: stage 3 two all-gathers and one reduce-scatter of the padded
-// buckets, (dp-1)/dp of each, 3 P (dp-1)/dp elements; stages 1 and 2 one of each,
-// 2 P (dp-1)/dp, plain data parallelism's all-reduce.
+// buckets, (dp-1)/dp of each, 3 P (dp-1)/dp elements, less the forward's last
+// window (K = prefetch depth + 1 buckets, PK their padded elements), which the
+// backward takes over still gathered: (3 P - PK) (dp-1)/dp; stages 1 and 2 one
+// of each, 2 P (dp-1)/dp, plain data parallelism's all-reduce.
 TEST(Zero3EngineTest, MemoryAndTrafficMatchTheFormulas) {
   for (const int stage : {1, 2, 3}) {
     for (const DType dtype : {DType::kF32, DType::kBF16}) {
@@ -419,19 +421,33 @@ TEST(Zero3EngineTest, MemoryAndTrafficMatchTheFormulas) {
                                        : stage == 2 ? bytes * padded + (16 - bytes) * shard
                                                     : 2 * bytes * padded + (16 - 2 * bytes) * shard;
         const int64_t gathers = stage == 3 ? 2 : 1;
+        const int buckets = partition.num_buckets();
+        // Units handed over still gathered (stage 3) or widened (stages 1 and 2
+        // in bf16); only stage 3's save all-gathers.
+        const bool buffers = stage == 3 || dtype == DType::kBF16;
+        const int handed = buffers ? std::min(options.prefetch_depth + 1, buckets) : 0;
+        ASSERT_LT(handed, buckets);  // so that the case shows both
+        int64_t handed_numel = 0;
+        for (int b = buckets - handed; b < buckets; ++b) {
+          handed_numel += partition.bucket(b).padded_numel;
+        }
+        const int kept = stage == 3 ? handed : 0;
+        const int64_t kept_numel = stage == 3 ? handed_numel : 0;
         for (int r = 0; r < dp; ++r) {
           EXPECT_EQ(run.stats[r].model_state_bytes, expected_state);
           EXPECT_EQ(run.stats[r].persistent_state_bytes, 16 * partition.PersistentNumel());
           EXPECT_EQ(run.gathers[r].bytes_sent,
-                    static_cast<uint64_t>(gathers * padded * bytes * (dp - 1) / dp));
+                    static_cast<uint64_t>((gathers * padded - kept_numel) * bytes * (dp - 1) / dp));
           // The communicator reduces bf16 in f32 and rounds once at the end, so the
           // partial sums travel as f32: the reduce-scatter moves 4 bytes per element
           // in both precisions.
           EXPECT_EQ(run.reduces[r].bytes_sent, static_cast<uint64_t>(padded * 4 * (dp - 1) / dp));
-          EXPECT_EQ(run.gathers[r].calls, static_cast<uint64_t>(gathers * partition.num_buckets()));
+          EXPECT_EQ(run.gathers[r].calls, static_cast<uint64_t>(gathers * buckets - kept));
           EXPECT_EQ(run.reduces[r].calls, static_cast<uint64_t>(partition.num_buckets()));
           EXPECT_EQ(run.all_reduces[r].calls, 1u);  // the persistent gradients
-          EXPECT_EQ(run.stats[r].gathers, gathers * partition.num_buckets());
+          EXPECT_EQ(run.stats[r].gathers, gathers * buckets - kept);
+          EXPECT_EQ(run.stats[r].gathers_kept, handed);
+          EXPECT_EQ(run.stats[r].gathered_numel_kept, handed_numel);
         }
       }
     }
@@ -656,8 +672,13 @@ TEST(Zero3EngineTest, ParameterOffloadToDiskChangesNoBit) {
                   in_memory.stats[r].model_state_bytes - shard);
         EXPECT_EQ(on_disk.stats[r].disk_state_bytes,
                   in_memory.stats[r].disk_state_bytes + shard);
-        // Every gather of 3 steps x 2 passes x (forward + backward) read its shard.
-        EXPECT_EQ(on_disk.stats[r].param_disk_reads, 3 * 2 * 2 * partition.num_buckets());
+        // Every gather read its shard. Of 3 steps x 2 passes x (forward +
+        // backward) x the buckets, each step's F B F B hands its last 2 units
+        // (prefetch depth 1) over to the next pass three times, ungathered.
+        EXPECT_EQ(on_disk.stats[r].param_disk_reads, on_disk.stats[r].gathers);
+        EXPECT_EQ(on_disk.stats[r].gathers_kept, 3 * 3 * 2);
+        EXPECT_EQ(on_disk.stats[r].gathers + on_disk.stats[r].gathers_kept,
+                  3 * 2 * 2 * partition.num_buckets());
         EXPECT_EQ(on_disk.stats[r].gathers, in_memory.stats[r].gathers);
       }
       EXPECT_EQ(CountFiles(dir), 0);
@@ -850,8 +871,12 @@ TEST(Zero3EngineTest, RegatherPassesDeferTheReduceScatter) {
     SCOPED_TRACE(r);
     EXPECT_EQ(deferred[r], expected);  // 0.5 g + 0.5 g = g exactly
     EXPECT_EQ(summed[r], expected);
-    // A gather per bucket and regather pass; one reduce-scatter per bucket.
-    EXPECT_EQ(gathers[r].calls, 2 * buckets);
+    // A gather per bucket and regather pass, less the buckets where the first
+    // pass's last window (3 buckets at prefetch depth 2) meets the second's first
+    // (both run backward: they share 2 * 3 - buckets, which the second takes over
+    // gathered); one reduce-scatter per bucket.
+    ASSERT_EQ(buckets, 5u);
+    EXPECT_EQ(gathers[r].calls, 2 * buckets - (2 * 3 - buckets));
     EXPECT_EQ(reduces[r].calls, buckets);
   }
 }

@@ -53,7 +53,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 25;
+constexpr int kStepFigures = 28;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -79,7 +79,10 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           static_cast<double>(s.dp.all_reduce_calls),
           static_cast<double>(s.dp.zero_bucket_numel),
           static_cast<double>(s.dp.zero_persistent_numel),
-          static_cast<double>(s.dp.recomputed_forwards)};
+          static_cast<double>(s.dp.recomputed_forwards),
+          static_cast<double>(s.dp.zero_units),
+          static_cast<double>(s.dp.zero_kept_units),
+          static_cast<double>(s.dp.zero_kept_numel)};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -100,6 +103,9 @@ RankStep Unpack(const double* f) {
                          &s.dp.zero_bucket_numel,     &s.dp.zero_persistent_numel};
   for (int i = 0; i < 8; ++i) *dp[i] = static_cast<int64_t>(f[16 + i]);
   s.dp.recomputed_forwards = static_cast<int64_t>(f[24]);
+  s.dp.zero_units = static_cast<int64_t>(f[25]);
+  s.dp.zero_kept_units = static_cast<int64_t>(f[26]);
+  s.dp.zero_kept_numel = static_cast<int64_t>(f[27]);
   return s;
 }
 
@@ -242,6 +248,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   std::array<CollectiveCounters, 3> dp_before;
   for (int k = 0; k < 3; ++k) dp_before[k] = w.dp->Counters(dp_kinds[k]);
   int64_t recomputed_before = module->recomputed_forwards();
+  int64_t kept_units_before = optimizer->KeptUnits();
+  int64_t kept_numel_before = optimizer->KeptNumel();
   for (int64_t step = first_step; step < options.steps; ++step) {
     const absl::Time start = absl::Now();
     StepBreakdown breakdown;
@@ -326,8 +334,13 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                  delta(2, &CollectiveCounters::calls),
                  optimizer->BucketNumel(),
                  optimizer->PersistentNumel(),
-                 module->recomputed_forwards() - recomputed_before};
+                 module->recomputed_forwards() - recomputed_before,
+                 optimizer->Units(),
+                 optimizer->KeptUnits() - kept_units_before,
+                 optimizer->KeptNumel() - kept_numel_before};
     recomputed_before = module->recomputed_forwards();
+    kept_units_before = optimizer->KeptUnits();
+    kept_numel_before = optimizer->KeptNumel();
     dp_before = dp_now;
     sent_before = sent;
     const std::array<double, kStepFigures> mine = Pack(report);

@@ -227,6 +227,9 @@ class ShardedOptimizer : public RankOptimizer {
     return engine_->partition().ShardNumel() * options_.dp;
   }
   int64_t PersistentNumel() const override { return engine_->partition().PersistentNumel(); }
+  int64_t Units() const override { return engine_->partition().num_buckets(); }
+  int64_t KeptUnits() const override { return engine_->Stats().gathers_kept; }
+  int64_t KeptNumel() const override { return engine_->Stats().gathered_numel_kept; }
   int64_t DiskBytes() const override { return engine_->Stats().disk_state_bytes; }
   int64_t StateBytes() const override {
     int64_t resident = 0;
@@ -342,6 +345,9 @@ class StagedOptimizer : public RankOptimizer {
   }
   int64_t BucketNumel() const override { return Sum(&RankOptimizer::BucketNumel); }
   int64_t PersistentNumel() const override { return Sum(&RankOptimizer::PersistentNumel); }
+  int64_t Units() const override { return Sum(&RankOptimizer::Units); }
+  int64_t KeptUnits() const override { return Sum(&RankOptimizer::KeptUnits); }
+  int64_t KeptNumel() const override { return Sum(&RankOptimizer::KeptNumel); }
 
   absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
     std::vector<StateSlice> all;

@@ -88,6 +88,12 @@ class RankOptimizer {
   // keep whole (persistent parameters); 0 at zero 0.
   virtual int64_t BucketNumel() const { return 0; }
   virtual int64_t PersistentNumel() const { return 0; }
+  // The engines' units (buckets), and since the optimizer was made the units its
+  // passes took over still gathered from the pass before, with their padded
+  // elements (Zero3Stats::gathers_kept, gathered_numel_kept).
+  virtual int64_t Units() const { return 0; }
+  virtual int64_t KeptUnits() const { return 0; }
+  virtual int64_t KeptNumel() const { return 0; }
   // EstimatedStateBytes: topology/memory_estimate's prediction of StateBytes() +
   // DiskBytes() at the worst moment of a step, from this optimizer's configuration
   // (its parameter count, ZeRO stage, precision, buffer bounds and what the model

@@ -95,10 +95,15 @@ TEST(ReshardTest, PerMicrobatchBlockReshardMatchesOneRank) {
 //   zero 0            all-reduce 1 call of the whole gradient (dp 2: 4 Psi bytes)
 //   step              all-gather b U q once, reduce-scatter 4 U q once, 1 all-reduce
 //   block             all-gather (2 m + r) b U q (each forward, recomputed ones
-//                     included, and each backward), reduce-scatter m 4 U q, m
-//                     all-reduces of P
-//   block, deferred   all-gather (2 m + r) b U q, reduce-scatter 4 U q, 1 all-reduce
-// With dp 2 every all-reduce algorithm sends each element once: 4 P bytes a call.
+//                     included, and each backward) less b K q, reduce-scatter
+//                     m 4 U q, m all-reduces of P
+//   block, deferred   all-gather ((2 m + r) U - K) b q, reduce-scatter 4 U q, 1
+//                     all-reduce
+// where K is the elements of the units a pass took over still gathered from the
+// pass before (the engine's last window: prefetch depth + 1 units). With pp 1
+// the passes alternate forward and backward, and each of the 2 m - 1 changes
+// hands 3 units over. With dp 2 every all-reduce algorithm sends each element
+// once: 4 P bytes a call.
 // One stage model per rank (1f1b); with several (interleaved, zb-v) the same holds
 // per model.
 TEST(ReshardTest, TrafficEqualsEachModesFormula) {
@@ -150,14 +155,26 @@ TEST(ReshardTest, TrafficEqualsEachModesFormula) {
       const int64_t gathers = mode == 1 ? 1 : 2 * m + t.recomputed_forwards;
       const int64_t reductions = mode == 2 ? m : 1;
       const int64_t all_reduces = reductions;
-      EXPECT_EQ(t.all_gather_bytes, gathers * q(b * u));
+      // Step mode's one forward is followed by a pass that gathers nothing.
+      if (mode == 1) {
+        EXPECT_EQ(t.zero_kept_units, 0);
+      }
+      if (mode > 1 && c.pp == 1) {
+        ASSERT_GT(t.zero_units, 3);
+        EXPECT_EQ(t.zero_kept_units, (2 * m - 1) * 3);
+      }
+      if (mode > 1) {
+        EXPECT_GT(t.zero_kept_numel, 0);
+      }
+      EXPECT_EQ(t.all_gather_calls, gathers * t.zero_units - t.zero_kept_units);
+      EXPECT_EQ(t.all_gather_bytes, q(b * (gathers * u - t.zero_kept_numel)));
       EXPECT_EQ(t.reduce_scatter_bytes, reductions * q(4 * u));
       EXPECT_EQ(t.all_reduce_calls, all_reduces);
       if (c.dp == 2) {
         EXPECT_EQ(t.all_reduce_bytes, all_reduces * 4 * p);
       }
-      // Every pass moves every bucket once.
-      EXPECT_EQ(t.all_gather_calls * reductions, t.reduce_scatter_calls * gathers);
+      // Every backward (or the deferred pass) reduces every unit once.
+      EXPECT_EQ(t.reduce_scatter_calls, reductions * t.zero_units);
     }
   }
 }

@@ -33,17 +33,21 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
   // One inproc group per group of each dimension (mesh.AllGroups order), plus the
   // world. Separate transports for each dimension, since the ZeRO engine drives dp
   // from its own thread while the layers drive tp and the executor drives pp.
+  // Every rank is a thread with a communication thread beside it (the ZeRO
+  // engine's): with more of them than CPUs, waiters block rather than spin.
+  InprocOptions inproc;
+  inproc.host_threads = 2 * world;
   std::map<std::string, std::vector<std::shared_ptr<InprocGroup>>> groups;
   for (const char* dimension : {"tp", "pp", "dp"}) {
     LOOM_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> members,
                           mesh.AllGroups(dimension));
     for (const std::vector<int64_t>& group : members) {
       LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> made,
-                            InprocGroup::Create(static_cast<int>(group.size())));
+                            InprocGroup::Create(static_cast<int>(group.size()), inproc));
       groups[dimension].push_back(std::move(made));
     }
   }
-  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> world_group, InprocGroup::Create(world));
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> world_group, InprocGroup::Create(world, inproc));
   std::vector<RankWiring> wiring(world);
   CommunicatorOptions comm_options;
   comm_options.timeout = kCollectiveTimeout;

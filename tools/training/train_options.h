@@ -162,6 +162,10 @@ struct DpTraffic {
   // Forwards the stage module ran again this step because a backward's microbatch
   // was not the one its model last ran forward (each gathers its units once more).
   int64_t recomputed_forwards = 0;
+  // The engines' units, and those of this step's passes that took a unit over
+  // still gathered from the pass before (Zero3Stats::gathers_kept: no all-gather)
+  // with their padded elements.
+  int64_t zero_units = 0, zero_kept_units = 0, zero_kept_numel = 0;
 };
 
 struct StepReport {

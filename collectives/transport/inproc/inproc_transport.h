@@ -36,15 +36,23 @@ struct InprocOptions {
   // Polls of a request's completion flag before a Wait blocks. Spinning helps when
   // ranks have cores of their own; blocking keeps oversubscribed groups moving.
   int spin_iterations = 4000;
+  // Busy threads of this process sharing its CPUs while the group runs (a training
+  // job's ranks and their communication threads, say); 0 means the group's size.
+  // When they outnumber the CPUs the process may use (UsableCpus), a Wait blocks
+  // at once: a waiter that spins takes the CPU from the thread it waits for.
+  int host_threads = 0;
 };
 
 class InprocGroup {
  public:
-  // Create makes a group of `size` ranks. InvalidArgument unless 1 <= size <= 4096
-  // and spin_iterations >= 0.
+  // Create makes a group of `size` ranks. InvalidArgument unless 1 <= size <= 4096,
+  // spin_iterations >= 0 and host_threads >= 0.
   static absl::StatusOr<std::shared_ptr<InprocGroup>> Create(int size, InprocOptions options = {});
 
   int size() const;
+  // The polls a Wait spins before it blocks: spin_iterations, or 0 where the host
+  // threads outnumber the CPUs.
+  int spin_iterations() const;
 
   // Endpoint returns rank `rank`'s transport. Each rank's endpoint may be taken
   // once (FailedPrecondition the second time); OutOfRange for a bad rank. Endpoints

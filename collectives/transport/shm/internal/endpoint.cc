@@ -21,6 +21,7 @@
 #include "collectives/transport/shm/shared_buffer.h"
 #include "collectives/transport/shm/internal/liveness.h"
 #include "core/clock.h"
+#include "core/cpu_features.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -51,12 +52,6 @@ inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
 #endif
-}
-
-int UsableCpus() {
-  cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return CPU_COUNT(&cpus);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 bool AllFinished(absl::Span<Operation* const> ops) {
