@@ -1,9 +1,11 @@
 // zero3_figures: trains one step of a GPT-shaped parameter list under ZeRO-3 on
 // dp thread ranks and prints, per dp and precision, the model-state bytes per rank
 // and the bytes each rank sent, measured (engine stats, communicator counters)
-// next to the formulas 16 Psi / dp and 3 Psi (dp - 1) / dp.
+// next to the formulas 16 Psi / dp and (3 Psi - K) (dp - 1) / dp, K the padded
+// elements of the forward's last window, which the backward takes over gathered.
 //
 //   ./bazelw run //zero3:zero3_figures
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -106,7 +108,7 @@ absl::Status Measure(int dp, DType dtype, Row& row, Partition& partition_out) {
 
 int Main() {
   std::printf("| dtype | dp | Psi sharded | state B/rank | 16 Psi/dp | ratio | sent B/rank (AG + RS) "
-              "| 3 Psi (dp-1)/dp x dtype B | ratio | persistent B (all-reduce sent) |\n");
+              "| (3 Psi - K) (dp-1)/dp x dtype B | ratio | persistent B (all-reduce sent) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     for (const int dp : {2, 4, 8}) {
@@ -120,7 +122,15 @@ int Main() {
       const double state_formula = 16.0 * psi / dp;
       const double bytes = dtype == DType::kBF16 ? 2.0 : 4.0;
       const double sent = static_cast<double>(row.gather.bytes_sent + row.reduce.bytes_sent);
-      const double sent_formula = 3.0 * psi * (dp - 1) / dp * bytes;
+      // K: the backward takes the forward's last window over still gathered
+      // (prefetch depth + 1 buckets, padded).
+      const int buckets = partition.num_buckets();
+      double kept = 0;
+      for (int b = buckets - std::min(Zero3Options().prefetch_depth + 1, buckets); b < buckets;
+           ++b) {
+        kept += static_cast<double>(partition.bucket(b).padded_numel);
+      }
+      const double sent_formula = (3.0 * psi - kept) * (dp - 1) / dp * bytes;
       std::printf("| %s | %d | %.0f | %lld | %.0f | %.4f | %llu | %.0f | %.4f | %lld (%llu) |\n",
                   std::string(DTypeName(dtype)).c_str(), dp, psi,
                   static_cast<long long>(row.stats.model_state_bytes), state_formula,
