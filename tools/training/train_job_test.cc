@@ -30,6 +30,16 @@ TrainJobOptions Small(int64_t steps) {
   return options;
 }
 
+// Plain data parallelism (zero 0, the optimizer in memory) on dp 2 x pp 2, tp 1:
+// the baseline the ZeRO stages are held to bitwise.
+TrainJobOptions SmallPlain(int64_t steps) {
+  TrainJobOptions options = Small(steps);
+  options.tp = 1;
+  options.zero = 0;
+  options.offload = OffloadKind::kNone;
+  return options;
+}
+
 // The default mesh learns, and ends where one rank training the same model on
 // the same global batch ends: within 1e-5 of the largest parameter.
 TEST(TrainJobTest, DefaultMeshLearnsAndMatchesOneRank) {
@@ -64,10 +74,7 @@ std::vector<std::vector<float>> Values(const TrainSummary& summary) {
 // sums the microbatches before averaging, as zero 0 does). The engine's state
 // shrinks with each stage; the state on disk leaves memory.
 TEST(TrainJobTest, EveryZeroStageAndPlainDataParallelAgreeBitwise) {
-  TrainJobOptions options = Small(3);
-  options.tp = 1;
-  options.zero = 0;
-  options.offload = OffloadKind::kNone;
+  TrainJobOptions options = SmallPlain(3);
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary plain, RunTrainJob(options, nullptr));
   int64_t previous = 0;
   for (const int zero : {1, 2, 3}) {
@@ -160,10 +167,7 @@ TEST(TrainJobTest, TheReferenceIgnoresEveryPlacementOption) {
 // the bits are plain data parallelism's, and a rank holds less than with the copy
 // (the weights once, not twice) and less than zero 0.
 TEST(TrainJobTest, StagesOneAndTwoBorrowTheEnginesWeights) {
-  TrainJobOptions options = Small(3);
-  options.tp = 1;
-  options.zero = 0;
-  options.offload = OffloadKind::kNone;
+  TrainJobOptions options = SmallPlain(3);
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary plain, RunTrainJob(options, nullptr));
   options.offload = OffloadKind::kCpu;
   for (const int zero : {1, 2}) {
@@ -267,10 +271,7 @@ TEST(TrainJobTest, ModelStateEstimateBesideTheMeasurement) {
 // is 20 bytes per element (weights and gradients 8, master 4, moments 8) against
 // f32's 16.
 TEST(TrainJobTest, Bf16PlainDataParallelEqualsZero3Bitwise) {
-  TrainJobOptions options = Small(3);
-  options.tp = 1;
-  options.zero = 0;
-  options.offload = OffloadKind::kNone;
+  TrainJobOptions options = SmallPlain(3);
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary f32, RunTrainJob(options, nullptr));
   options.dtype = DType::kBF16;
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary plain, RunTrainJob(options, nullptr));
