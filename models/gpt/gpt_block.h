@@ -111,19 +111,17 @@ class GptBlock {
 
   // GradSink receives parameter k's gradient (AppendParameters order) from
   // BackwardWeight. SetGradSink sends the gradients there instead of into the
-  // block's accumulators, which it frees (ZeroGrad and AppendGradAccumulators then
-  // have none, and AppendParameters gives empty gradient views).
+  // block's accumulators, which it frees (ZeroGrad then has none to zero, and
+  // AppendParameters gives empty gradient views).
   using GradSink = std::function<absl::Status(int k, absl::Span<const float> grad)>;
   void SetGradSink(GradSink sink);
 
   // ZeroGrad sets every gradient accumulator to 0.
   void ZeroGrad();
 
-  // AppendGradAccumulators appends the block's accumulators (any order), for
-  // GptModel::BindGradients.
-  void AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out);
-
  private:
+  // AppendGradAccumulators appends the block's accumulators (any order).
+  void AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out);
   GptBlock(ParallelSelfAttention attn, ColumnParallelLinear fc, RowParallelLinear proj)
       : attn_(std::move(attn)), fc_(std::move(fc)), proj_(std::move(proj)) {}
 

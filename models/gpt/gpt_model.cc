@@ -413,19 +413,6 @@ void GptModel::ZeroGrad() {
   for (GptParameter& p : Parameters()) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
 }
 
-absl::Status GptModel::BindGradients(absl::Span<float> memory) {
-  if (source_ != nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(kName, ": BindGradients on a model that borrows its weights"));
-  }
-  std::vector<train_internal::GradAccumulator*> accumulators = {
-      &token_grad_, &position_grad_, &final_gamma_grad_, &final_beta_grad_, &head_grad_};
-  for (GptBlock& block : blocks_) block.AppendGradAccumulators(accumulators);
-  const absl::Status bound = train_internal::BindGradients(Parameters(), accumulators, memory);
-  if (!bound.ok()) return absl::Status(bound.code(), absl::StrCat(kName, ": ", bound.message()));
-  return absl::OkStatus();
-}
-
 void GptModel::ReleaseActivations() {
   ReleaseForwardState();
   pending_work_bytes_ = 0;

@@ -152,17 +152,6 @@ class GptModel {
   // ZeroGrad sets every gradient to 0.
   void ZeroGrad();
 
-  // BindGradients moves every gradient accumulator into `memory`, the gradients
-  // back to back in Parameters() order, with their values: from now on Backward
-  // adds there (the data-parallel all-reduce bucket, so that nothing is copied
-  // between the backward and the all-reduce). `memory` must stay valid while the
-  // gradients are used (Backward, ZeroGrad, the views); destroying the model
-  // touches nothing. Views Parameters() returned before point to freed memory:
-  // take them again.
-  // InvalidArgument naming both counts when memory is not exactly the gradients'
-  // element count.
-  absl::Status BindGradients(absl::Span<float> memory);
-
   // Borrowed weights (ZeRO-3 reshard-after-use, parameter offload): after
   // UseParameterSource the model holds no weights of its own. It asks `source`
   // (not owned; it must outlive the model) for each unit's parameters (the

@@ -117,54 +117,6 @@ TEST(GptModelTest, InitialLossIsNearLogVocabAndGradientsAccumulate) {
   }));
 }
 
-// BindGradients moves the accumulators, values included, into caller memory in
-// Parameters() order; backward then adds there, bitwise as an unbound model does,
-// over tp = 2 (sharded and replicated parameters) as well as tp = 1.
-TEST(GptModelTest, BoundGradientsLiveInTheCallersMemoryAndMatchUnbound) {
-  const GptConfig config = TinyConfig();
-  for (int tp_size : {1, 2}) {
-    ExpectAllOk(RunTp(tp_size, [&](Communicator& tp) -> absl::Status {
-      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> bound, GptModel::Create(config, tp));
-      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> unbound, GptModel::Create(config, tp));
-      const std::vector<int64_t> tokens = SeededIds(2 * config.seq_len, config.vocab, 5);
-      const std::vector<int64_t> targets = SeededIds(2 * config.seq_len, config.vocab, 6);
-      // One backward before binding: its sums must move along.
-      for (GptModel* model : {bound.get(), unbound.get()}) {
-        LOOM_RETURN_IF_ERROR(model->Forward(tokens, targets).status());
-        LOOM_RETURN_IF_ERROR(model->Backward());
-      }
-      size_t total = 0;
-      for (const GptParameter& p : bound->Parameters()) total += p.grad.size();
-      std::vector<float> too_small(total - 1);
-      EXPECT_THAT(bound->BindGradients(absl::MakeSpan(too_small)),
-                  StatusIs(absl::StatusCode::kInvalidArgument,
-                           HasSubstr(absl::StrCat(total - 1, " floats for parameters with ", total))));
-      std::vector<float> memory(total, -1.0f);
-      LOOM_RETURN_IF_ERROR(bound->BindGradients(absl::MakeSpan(memory)));
-      size_t at = 0;
-      for (const GptParameter& p : bound->Parameters()) {
-        EXPECT_EQ(p.grad.data(), memory.data() + at) << p.name;
-        at += p.grad.size();
-      }
-      // A second backward adds into the bound memory.
-      for (GptModel* model : {bound.get(), unbound.get()}) {
-        LOOM_RETURN_IF_ERROR(model->Forward(tokens, targets).status());
-        LOOM_RETURN_IF_ERROR(model->Backward());
-      }
-      at = 0;
-      for (const GptParameter& p : unbound->Parameters()) {
-        EXPECT_TRUE(std::equal(p.grad.begin(), p.grad.end(), memory.begin() + at)) << p.name;
-        EXPECT_TRUE(std::any_of(p.grad.begin(), p.grad.end(), [](float g) { return g != 0; }))
-            << p.name;
-        at += p.grad.size();
-      }
-      bound->ZeroGrad();
-      EXPECT_TRUE(std::all_of(memory.begin(), memory.end(), [](float g) { return g == 0; }));
-      return absl::OkStatus();
-    }));
-  }
-}
-
 TEST(GptModelTest, ParametersAreNamedOrderedAndShaped) {
   GptConfig config = TinyConfig();
   ExpectAllOk(RunTp(1, [&](Communicator& tp) -> absl::Status {

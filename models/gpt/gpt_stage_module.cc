@@ -286,24 +286,6 @@ std::vector<GptParameter> GptStageModule::Parameters() {
   return params;
 }
 
-absl::Status GptStageModule::BindGradients(absl::Span<float> memory) {
-  size_t total = 0;
-  for (const GptParameter& p : Parameters()) total += p.grad.size();
-  if (memory.size() != total) {
-    return absl::InvalidArgumentError(absl::StrCat(kName, ": gradient memory of ", memory.size(),
-                                                   " floats for parameters with ", total));
-  }
-  size_t at = 0;
-  for (const int64_t stage : stages_) {
-    GptModel& piece = *models_.at(stage);
-    size_t count = 0;
-    for (const GptParameter& p : piece.Parameters()) count += p.grad.size();
-    LOOM_RETURN_IF_ERROR(piece.BindGradients(memory.subspan(at, count)));
-    at += count;
-  }
-  return absl::OkStatus();
-}
-
 float GptStageModule::loss() const {
   float sum = 0.0f;
   for (const float l : losses_) sum += l;

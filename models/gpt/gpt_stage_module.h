@@ -125,13 +125,6 @@ class GptStageModule : public StageModule {
   // Parameters returns the parameters of this rank's stages, stage by stage.
   std::vector<GptParameter> Parameters();
 
-  // BindGradients moves the gradients of all this rank's stages into `memory`,
-  // back to back in Parameters() order (GptModel::BindGradients): the zero-0
-  // optimizer's all-reduce bucket, so Backward accumulates where the all-reduce
-  // reads. Take Parameters() again afterwards. InvalidArgument naming both counts
-  // when memory is not exactly the gradients' element count.
-  absl::Status BindGradients(absl::Span<float> memory);
-
   // stages returns this rank's stages, ascending; model(stage) the piece of one.
   const std::vector<int64_t>& stages() const { return stages_; }
   GptModel& model(int64_t stage) { return *models_.at(stage); }

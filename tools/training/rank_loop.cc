@@ -200,27 +200,13 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
                         GptStageModule::Create(options.model, setup.schedule.layout, w.place.s, *w.tp,
                                                data_fn, module_options));
-  // The optimizer's parameter list, kept for the checkpoints' names and shapes.
-  std::vector<GptParameter> params = module->Parameters();
-  // zero 0: the module's gradients live in the optimizer's all-reduce bucket (the
-  // optimizer, made after the module, goes first; the module is not used then).
-  const GradientBinder bind_gradients =
-      [&module](absl::Span<float> memory) -> absl::StatusOr<std::vector<GptParameter>> {
-    LOOM_RETURN_IF_ERROR(module->BindGradients(memory));
-    return module->Parameters();
-  };
-  const std::string disk_prefix = absl::StrCat("train.s", w.place.s, ".t", w.place.t);
-  const bool borrowed = EffectiveReshard(options) == Reshard::kBlock;
-  std::unique_ptr<RankOptimizer> optimizer;
-  if (borrowed) {
-    // The stage models borrow their weights from the ZeRO engines from now on.
-    LOOM_ASSIGN_OR_RETURN(optimizer, MakeBlockOptimizer(options, *module, w.dp.get(), disk,
-                                                        disk_prefix));
-  } else {
-    LOOM_ASSIGN_OR_RETURN(optimizer, MakeRankOptimizer(options, params, w.dp.get(), disk,
-                                                       disk_prefix, bind_gradients));
-  }
-  params = module->Parameters();
+  // The stage models borrow their weights from the optimizer's sources from now on.
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
+                        MakeRankOptimizer(options, *module, w.dp.get(), disk,
+                                          absl::StrCat("train.s", w.place.s, ".t", w.place.t)));
+  // The parameter list (no values: the sources hold them), for the checkpoints'
+  // names and shapes.
+  const std::vector<GptParameter> params = module->Parameters();
   // topology/memory_estimate's model-state bytes for this rank's optimizer (its
   // stages' tp shards, replicated layer norms and uneven stages included), memory
   // and disk together: --offload nvme moves a part, it does not remove it.
@@ -262,8 +248,6 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       return seconds;
     };
     module->BeginStep(step);
-    LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
-    breakdown.dp_comm += lap();
     const double waited_before = optimizer->WaitSeconds();
     LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module, &send_buffers));
     const double executed = lap();
@@ -301,9 +285,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     const double train_loss = holds_loss ? static_cast<double>(module->loss()) : 0.0;
     std::optional<double> eval_loss;
     if (EvalDue(options, step + 1)) {
-      // The weights the step produced (zero 3 gathers them), through a forward-only
-      // schedule on the training mesh; the next BeginStep returns to training.
-      LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());
+      // The weights the step produced, through a forward-only schedule on the
+      // training mesh; the next BeginStep returns to training.
       module->BeginForwardOnly(step + 1, eval_fn);
       LOOM_RETURN_IF_ERROR(setup.eval_executor->Run(*w.pp, *module, &send_buffers).status());
       if (module->holds_loss()) eval_loss = static_cast<double>(module->loss());
@@ -395,15 +378,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     if (on_step) on_step(line);
     if (halts) return Halted(step + 1);
   }
-  LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());  // zero 3: the final weights
+  // The models hold no weights: the sources give them (ZeRO gathers them).
   std::vector<GptParameter> final_weights = module->Parameters();
-  std::vector<std::vector<float>> gathered_weights;
-  if (borrowed) {
-    // The models hold none: the engines gather them.
-    LOOM_ASSIGN_OR_RETURN(gathered_weights, optimizer->GatherWeights());
-    for (size_t k = 0; k < final_weights.size(); ++k) {
-      final_weights[k].values = absl::MakeSpan(gathered_weights[k]);
-    }
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<float>> gathered_weights,
+                        optimizer->GatherWeights());
+  for (size_t k = 0; k < final_weights.size(); ++k) {
+    final_weights[k].values = absl::MakeSpan(gathered_weights[k]);
   }
   LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> final_params,
                         GatherBytes(*w.world, EncodeParameters(w.place.t, final_weights)));

@@ -17,6 +17,7 @@
 #include "tools/training/lr_schedule.h"
 #include "topology/memory_estimate.h"
 #include "zero3/partition.h"
+#include "zero3/replicated_store.h"
 #include "zero3/zero3_engine.h"
 
 namespace loom {
@@ -73,30 +74,39 @@ class EngineState {
   std::array<std::vector<float>, kFields> sharded_, persistent_;
 };
 
-// ZeRO stages 1, 2 and 3 through zero3/Zero3Engine. The stage's layers own their
-// weights for the whole step, so the engine's part is one gather before the step
-// (nothing to gather at stages 1 and 2, which keep the whole parameters) and one
-// kGradients pass plus Step after it.
+// How a stage model's parameters are grouped into the units its source gathers
+// and releases together.
+enum class Grouping {
+  kPerBlock,    // --reshard block: each block one unit (UnitOf)
+  kWholeStage,  // --reshard step: the whole stage one unit, gathered once per step
+};
+
+// ZeRO stages 1, 2 and 3 through zero3/Zero3Engine, one engine per stage model,
+// which borrows its weights from it (GptModel::UseParameterSource). Block
+// reshard: each block is a bucket, gathered before use and released after (FSDP's
+// reshard after forward). Step reshard: the whole stage is one bucket; the engine
+// hands a pass's last bucket over to the next pass, so it is gathered at the
+// step's first forward and stays until Step (FSDP's reshard_after_forward=False),
+// and the gradients stay in the model until one kGradients pass at the end.
 class ShardedOptimizer : public RankOptimizer {
  public:
-  // With `borrower` (--reshard block) the model borrows its weights from the
-  // engine from now on, each unit (UnitOf) one bucket.
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const TrainJobOptions& options,
-                                                                  std::vector<GptParameter> params,
+                                                                  GptModel& model, Grouping grouping,
                                                                   Communicator* dp, DiskTier* disk,
-                                                                  const std::string& disk_prefix,
-                                                                  GptModel* borrower = nullptr) {
+                                                                  const std::string& disk_prefix) {
     std::vector<ParamSpec> specs;
     std::vector<float> initial;
     std::string last_unit;
     int unit = -1;
-    for (const GptParameter& p : params) {
+    for (const GptParameter& p : model.Parameters()) {
       ParamSpec spec{p.name, p.shape};
-      if (borrower != nullptr) {
-        if (UnitOf(p.name) != last_unit) ++unit;
+      if (grouping == Grouping::kWholeStage) {
+        unit = 0;
+      } else if (UnitOf(p.name) != last_unit) {
+        ++unit;
         last_unit = UnitOf(p.name);
-        spec.unit = unit;
       }
+      spec.unit = unit;
       specs.push_back(std::move(spec));
       initial.insert(initial.end(), p.values.begin(), p.values.end());
     }
@@ -119,20 +129,20 @@ class ShardedOptimizer : public RankOptimizer {
     // Every dp rank runs every block of its stage: a rank that skipped one is a
     // bug, named at the next agreement check rather than trained around.
     zero.require_same_use = true;
-    // Block reshard: one backward pass per microbatch (and stage), each the
-    // gradient of a loss already scaled by 1 / microbatches: summed, not averaged.
-    zero.average_passes = borrower == nullptr;
+    // One backward pass per microbatch (and stage), each the gradient of a loss
+    // already scaled by 1 / microbatches: summed, not averaged.
+    zero.average_passes = false;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Zero3Engine> engine,
                           Zero3Engine::Create(partition, dp, initial, zero));
     initial = std::vector<float>();
-    if (borrower != nullptr) {
-      LOOM_RETURN_IF_ERROR(borrower->UseParameterSource(
-          engine.get(), options.defer_reduce_scatter ? GptModel::GradientHome::kModel
-                                                     : GptModel::GradientHome::kSource));
-      params = borrower->Parameters();  // no values; gradients only when deferred
-    }
+    // Step reshard reduces once per step, as does the deferred block mode: the
+    // gradients stay in the model until ReduceGradients.
+    const bool grads_in_model = grouping == Grouping::kWholeStage || options.defer_reduce_scatter;
+    LOOM_RETURN_IF_ERROR(model.UseParameterSource(
+        engine.get(), grads_in_model ? GptModel::GradientHome::kModel
+                                     : GptModel::GradientHome::kSource));
     return std::unique_ptr<ShardedOptimizer>(
-        new ShardedOptimizer(options, std::move(params), std::move(engine), borrower != nullptr));
+        new ShardedOptimizer(options, model.Parameters(), std::move(engine), grads_in_model));
   }
 
   // UnitOf: the unit a parameter is gathered with under block reshard: its block
@@ -160,19 +170,9 @@ class ShardedOptimizer : public RankOptimizer {
     return weights;
   }
 
-  absl::Status BeforeStep() override {
-    if (borrows_) return absl::OkStatus();  // the model gathers per unit
-    LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kForward));
-    for (size_t p = 0; p < params_.size(); ++p) {
-      LOOM_ASSIGN_OR_RETURN(absl::Span<const float> w, engine_->Acquire(static_cast<int>(p)));
-      std::copy(w.begin(), w.end(), params_[p].values.begin());
-    }
-    return engine_->EndPass();
-  }
-
   absl::Status ReduceGradients() override {
-    // Block reshard without deferral: the backward passes reduced them already.
-    if (borrows_ && !options_.defer_reduce_scatter) return engine_->ReduceGradients();
+    // Gradients given to the engine per backward: the passes reduced them already.
+    if (!grads_in_model_) return engine_->ReduceGradients();
     LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kGradients));
     for (int p = static_cast<int>(params_.size()) - 1; p >= 0; --p) {
       LOOM_RETURN_IF_ERROR(engine_->AddGrad(p, params_[p].grad));
@@ -204,11 +204,8 @@ class ShardedOptimizer : public RankOptimizer {
     estimate.buffers.gathered_units = engine_->gather_buffers();
     estimate.buffers.gathered_bytes_per_element = engine_->gathered_bytes_per_element();
     estimate.buffers.gradient_units = engine_->grad_buffers();
-    // The layers' own f32 weights and gradients (step), or the model's gradient
-    // sums (block, deferred).
-    estimate.resident_bytes_per_parameter = !borrows_                     ? 8
-                                            : options_.defer_reduce_scatter ? 4
-                                                                            : 0;
+    // The model's f32 gradient sums when it keeps them until the step's end.
+    estimate.resident_bytes_per_parameter = grads_in_model_ ? 4 : 0;
     LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
     return bytes.total();
   }
@@ -283,14 +280,14 @@ class ShardedOptimizer : public RankOptimizer {
 
  private:
   ShardedOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
-                   std::unique_ptr<Zero3Engine> engine, bool borrows)
+                   std::unique_ptr<Zero3Engine> engine, bool grads_in_model)
       : options_(options), params_(std::move(params)), engine_(std::move(engine)),
-        borrows_(borrows) {}
+        grads_in_model_(grads_in_model) {}
 
   TrainJobOptions options_;
-  std::vector<GptParameter> params_;
+  std::vector<GptParameter> params_;  // the model's: no values; gradients if kept there
   std::unique_ptr<Zero3Engine> engine_;
-  const bool borrows_;  // --reshard block: the model borrows from engine_
+  const bool grads_in_model_;  // GradientHome::kModel: one kGradients pass per step
 };
 
 // StagedOptimizer: one optimizer per pipeline stage a rank holds (block reshard:
@@ -303,10 +300,6 @@ class StagedOptimizer : public RankOptimizer {
   StagedOptimizer(std::vector<std::unique_ptr<RankOptimizer>> parts, std::vector<int> offsets)
       : parts_(std::move(parts)), offsets_(std::move(offsets)) {}
 
-  absl::Status BeforeStep() override {
-    for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->BeforeStep());
-    return absl::OkStatus();
-  }
   absl::Status ReduceGradients() override {
     for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->ReduceGradients());
     return absl::OkStatus();
@@ -391,138 +384,55 @@ class StagedOptimizer : public RankOptimizer {
   std::vector<int> offsets_;  // parts_.size() + 1: where each part's parameters start
 };
 
-// Plain data parallelism: every rank keeps the whole AdamW state, gradients are
-// averaged by one all-reduce of the flattened gradients (a bucket, as DDP's), and
-// AdamW updates each parameter where it lives. In f32 the layers' weights are the
-// master; in bf16 the weights hold the bf16 compute copy (widened) and an f32
-// master is kept beside them, and the averaged f32 gradient is rounded once to
-// bf16, as the ZeRO engine does, so that zero 0 and zero 1-3 agree.
-class DataParallelOptimizer : public RankOptimizer {
+// Plain data parallelism (zero 0): the stage model borrows its weights from a
+// zero3/ReplicatedStore, which keeps the whole model on every rank, sums the
+// backward passes' gradients in its all-reduce bucket, averages them over dp and
+// runs AdamW where the weights live (offload cpu: on adamw_threads; offload gpu:
+// the device AdamW, f32 only).
+class ReplicatedOptimizer : public RankOptimizer {
  public:
-  static absl::StatusOr<std::unique_ptr<DataParallelOptimizer>> Create(
-      const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
-      const GradientBinder& bind_gradients) {
-    auto optimizer = std::unique_ptr<DataParallelOptimizer>(
-        new DataParallelOptimizer(options, std::move(params), dp));
-    const bool bf16 = options.dtype == DType::kBF16;
-    int64_t total = 0;
-    for (GptParameter& p : optimizer->params_) {
-      const int64_t n = static_cast<int64_t>(p.values.size());
-      total += n;
-      LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(n));
-      optimizer->states_.push_back(std::move(state));
-      if (bf16) {
-        optimizer->masters_.emplace_back(p.values.begin(), p.values.end());
-        for (float& v : p.values) v = ToFloat(ToBFloat16(v));
-      }
+  static absl::StatusOr<std::unique_ptr<ReplicatedOptimizer>> Create(
+      const TrainJobOptions& options, GptModel& model, Communicator* dp) {
+    std::vector<ParamSpec> specs;
+    std::vector<float> initial;
+    for (const GptParameter& p : model.Parameters()) {
+      specs.push_back(ParamSpec{p.name, p.shape});
+      initial.insert(initial.end(), p.values.begin(), p.values.end());
     }
-    // The bucket is communication memory: from the dp transport (shm: its peers map
-    // it, so the all-reduce reads it without a kernel copy).
-    LOOM_ASSIGN_OR_RETURN(optimizer->flat_grad_memory_,
-                          dp->AllocateBuffer(static_cast<size_t>(total) * sizeof(float)));
-    optimizer->flat_grad_ = optimizer->flat_grad_memory_.As<float>();
-    if (bind_gradients) {
-      // The model accumulates into the bucket: ReduceGradients then copies nothing.
-      LOOM_ASSIGN_OR_RETURN(std::vector<GptParameter> bound, bind_gradients(optimizer->flat_grad_));
-      if (bound.size() != optimizer->params_.size()) {
-        return absl::InternalError(absl::StrCat("binding the gradients returned ", bound.size(),
-                                                " parameters for ", optimizer->params_.size()));
-      }
-      optimizer->params_ = std::move(bound);
-    }
-    return optimizer;
+    ReplicatedStoreOptions store_options;
+    store_options.compute_dtype = options.dtype;
+    store_options.adamw_threads =
+        options.offload == OffloadKind::kCpu ? options.adamw_threads : 1;
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedStore> store,
+                          ReplicatedStore::Create(std::move(specs), dp, initial, store_options));
+    LOOM_RETURN_IF_ERROR(model.UseParameterSource(store.get(), GptModel::GradientHome::kSource));
+    return std::unique_ptr<ReplicatedOptimizer>(new ReplicatedOptimizer(options, std::move(store)));
   }
 
-  absl::Status BeforeStep() override { return absl::OkStatus(); }
-
-  absl::Status ReduceGradients() override {
-    const bool bf16 = options_.dtype == DType::kBF16;
-    size_t at = 0;
-    for (const GptParameter& p : params_) {
-      // Nothing to copy where the model accumulates in the bucket (bound).
-      if (p.grad.data() != flat_grad_.data() + at) {
-        std::copy(p.grad.begin(), p.grad.end(), flat_grad_.begin() + at);
-      }
-      at += p.grad.size();
-    }
-    if (dp_->size() > 1) {
-      LOOM_RETURN_IF_ERROR(dp_->AllReduce(absl::MakeSpan(flat_grad_), ReduceOp::kAvg));
-    }
-    // bf16: the average of the f32 sums is rounded once into the bf16 gradient.
-    if (bf16) {
-      for (float& g : flat_grad_) g = ToFloat(ToBFloat16(g));
-    }
-    return absl::OkStatus();
-  }
-
+  absl::Status ReduceGradients() override { return store_->ReduceGradients(); }
   absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
-    if (param_weight.size() != params_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("GradSquaredNorm: ", param_weight.size(),
-                                                     " weights for ", params_.size(),
-                                                     " parameters"));
-    }
-    // Every dp rank holds the same averaged gradient: rank 0 counts it.
-    if (dp_->rank() != 0) return 0.0;
-    double sum = 0;
-    size_t at = 0;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      double part = 0;
-      for (size_t i = 0; i < params_[k].grad.size(); ++i) {
-        const double g = flat_grad_[at + i];
-        part += g * g;
-      }
-      at += params_[k].grad.size();
-      sum += part * static_cast<double>(param_weight[k]);
-    }
-    return sum;
+    return store_->ReducedGradSquaredNorm(param_weight);
   }
-
   absl::Status ApplyStep(int64_t step, float grad_scale) override {
-    const bool bf16 = options_.dtype == DType::kBF16;
-    if (options_.offload == OffloadKind::kGpu) return ApplyStepOnDevice(step, grad_scale);
-    AdamWOptions adam;
-    adam.threads = options_.offload == OffloadKind::kCpu ? options_.adamw_threads : 1;
     AdamWHyper hyper = AdamWHyperAt(options_, step);
     hyper.grad_scale = grad_scale;
-    size_t at = 0;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      GptParameter& p = params_[k];
-      const absl::Span<const float> grad =
-          absl::MakeConstSpan(flat_grad_).subspan(at, p.grad.size());
-      at += p.grad.size();
-      if (!bf16) {
-        LOOM_RETURN_IF_ERROR(AdamWStep(hyper, p.values, grad, states_[k], adam));
-        continue;
-      }
-      half_values_.resize(p.values.size());
-      LOOM_RETURN_IF_ERROR(AdamWStep(hyper, absl::MakeSpan(masters_[k]), grad, states_[k], adam,
-                                     absl::MakeSpan(half_values_)));
-      for (size_t i = 0; i < p.values.size(); ++i) p.values[i] = ToFloat(half_values_[i]);
-    }
-    return absl::OkStatus();
-  }
-
-  // --offload gpu: one GpuAdamWStep over the whole bucket, the moments on the device
-  // (made at the first step). Bitwise the CPU step (f32 only: validation refuses bf16).
-  absl::Status ApplyStepOnDevice(int64_t step, float grad_scale) {
+    if (options_.offload != OffloadKind::kGpu) return store_->Step(hyper);
+    // --offload gpu: one GpuAdamWStep over the whole bucket, the moments on the
+    // device (made at the first step). Bitwise the CPU step.
     if (device_adamw_ == nullptr) {
-      LOOM_ASSIGN_OR_RETURN(device_adamw_,
-                            MakeDeviceAdamW(/*device=*/0, static_cast<int64_t>(flat_grad_.size())));
+      LOOM_ASSIGN_OR_RETURN(device_adamw_, MakeDeviceAdamW(/*device=*/0, store_->total_numel()));
     }
-    AdamWHyper hyper = AdamWHyperAt(options_, step);
-    hyper.grad_scale = grad_scale;
-    std::vector<absl::Span<float>> values;
-    values.reserve(params_.size());
-    for (GptParameter& p : params_) values.push_back(p.values);
-    return device_adamw_->Step(hyper, values, flat_grad_);
+    return store_->StepWith([&](absl::Span<const absl::Span<float>> weights,
+                                absl::Span<const float> gradient) {
+      return device_adamw_->Step(hyper, weights, gradient);
+    });
   }
 
   int64_t ShardedBytes() const override { return 0; }
+  int64_t StateBytes() const override { return store_->StateBytes(); }
   absl::StatusOr<int64_t> EstimatedStateBytes() const override {
     ModelStateOptions estimate;
-    for (const GptParameter& p : params_) {
-      estimate.num_parameters += static_cast<int64_t>(p.values.size());
-    }
+    estimate.num_parameters = store_->total_numel();
     // Weights and gradients in f32 storage; bf16 adds the f32 master.
     estimate.precision = options_.dtype == DType::kBF16 ? PrecisionPolicy::kBf16InF32Adam
                                                         : PrecisionPolicy::kFp32Adam;
@@ -530,108 +440,87 @@ class DataParallelOptimizer : public RankOptimizer {
     LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
     return bytes.total();
   }
-  int64_t StateBytes() const override {
-    // The layers' weights and gradients (f32 storage, 8 bytes per element; in the
-    // job the gradients live in the all-reduce bucket, bound), the moments (8) and,
-    // in bf16, the f32 master (4). An unbound caller's bucket is a communication
-    // buffer, as the engine's are, and is not counted.
-    int64_t bytes = 0;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      const int64_t n = static_cast<int64_t>(params_[k].values.size());
-      bytes += 8 * n + static_cast<int64_t>(states_[k].size_bytes());
-      if (!masters_.empty()) bytes += static_cast<int64_t>(masters_[k].size() * sizeof(float));
+
+  absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() override {
+    std::vector<std::vector<float>> weights;
+    LOOM_RETURN_IF_ERROR(store_->BeginParameterPass(ParameterPass::kForward));
+    for (int p = 0; p < store_->num_params(); ++p) {
+      absl::StatusOr<absl::Span<const float>> w = store_->Acquire(p);
+      if (!w.ok()) {
+        (void)store_->EndPass();
+        return w.status();
+      }
+      weights.emplace_back(w->begin(), w->end());
     }
-    return bytes;
+    LOOM_RETURN_IF_ERROR(store_->EndPass());
+    return weights;
   }
 
   absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
     std::vector<StateSlice> slices;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      const GptParameter& p = params_[k];
+    for (int p = 0; p < store_->num_params(); ++p) {
+      const size_t n = static_cast<size_t>(NumElements(store_->spec(p).shape));
       StateSlice slice;
-      slice.param = static_cast<int>(k);
-      slice.end = static_cast<int64_t>(p.values.size());
+      slice.param = p;
+      slice.end = static_cast<int64_t>(n);
       slice.dp_replicated = true;
-      slice.master =
-          masters_.empty() ? std::vector<float>(p.values.begin(), p.values.end()) : masters_[k];
-      slice.exp_avg.resize(p.values.size());
-      slice.exp_avg_sq.resize(p.values.size());
-      LOOM_RETURN_IF_ERROR(
-          states_[k].ReadMoments(absl::MakeSpan(slice.exp_avg), absl::MakeSpan(slice.exp_avg_sq)));
+      slice.master.resize(n);
+      slice.exp_avg.resize(n);
+      slice.exp_avg_sq.resize(n);
+      LOOM_RETURN_IF_ERROR(store_->ReadState(p, absl::MakeSpan(slice.master),
+                                             absl::MakeSpan(slice.exp_avg),
+                                             absl::MakeSpan(slice.exp_avg_sq)));
       slices.push_back(std::move(slice));
     }
     return slices;
   }
 
   absl::Status WriteState(const StateSource& source) override {
-    for (size_t k = 0; k < params_.size(); ++k) {
-      GptParameter& p = params_[k];
-      const int64_t n = static_cast<int64_t>(p.values.size());
-      std::vector<float> master(p.values.size()), m(p.values.size()), v(p.values.size());
-      LOOM_RETURN_IF_ERROR(source(static_cast<int>(k), 0, n, absl::MakeSpan(master),
-                                  absl::MakeSpan(m), absl::MakeSpan(v)));
-      LOOM_RETURN_IF_ERROR(states_[k].WriteMoments(m, v));
-      if (masters_.empty()) {
-        std::copy(master.begin(), master.end(), p.values.begin());
-        continue;
-      }
-      // bf16: the weights are the master's compute copy, as AdamW writes it.
-      for (size_t i = 0; i < master.size(); ++i) p.values[i] = ToFloat(ToBFloat16(master[i]));
-      masters_[k] = std::move(master);
+    for (int p = 0; p < store_->num_params(); ++p) {
+      const int64_t n = NumElements(store_->spec(p).shape);
+      std::vector<float> master(static_cast<size_t>(n)), m(master.size()), v(master.size());
+      LOOM_RETURN_IF_ERROR(
+          source(p, 0, n, absl::MakeSpan(master), absl::MakeSpan(m), absl::MakeSpan(v)));
+      LOOM_RETURN_IF_ERROR(store_->WriteState(p, master, m, v));
     }
     return absl::OkStatus();
   }
 
  private:
-  DataParallelOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
-                        Communicator* dp)
-      : options_(options), params_(std::move(params)), dp_(dp) {}
+  ReplicatedOptimizer(const TrainJobOptions& options, std::unique_ptr<ReplicatedStore> store)
+      : options_(options), store_(std::move(store)) {}
 
   TrainJobOptions options_;
-  std::vector<GptParameter> params_;
-  Communicator* dp_;
-  std::vector<AdamWState> states_;           // per parameter
-  std::vector<std::vector<float>> masters_;  // bf16: the f32 master per parameter
-  CommBuffer flat_grad_memory_;              // from dp->AllocateBuffer
-  absl::Span<float> flat_grad_;              // the all-reduced bucket, in it
-  std::vector<BFloat16> half_values_;        // bf16: AdamW's compute-copy output
+  std::unique_ptr<ReplicatedStore> store_;
   std::unique_ptr<DeviceAdamW> device_adamw_;  // --offload gpu
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeBlockOptimizer(const TrainJobOptions& options,
-                                                                  GptStageModule& module,
-                                                                  Communicator* dp, DiskTier* disk,
-                                                                  const std::string& disk_prefix) {
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
+                                                                 GptStageModule& module,
+                                                                 Communicator* dp, DiskTier* disk,
+                                                                 const std::string& disk_prefix) {
   std::vector<std::unique_ptr<RankOptimizer>> parts;
   std::vector<int> offsets = {0};
   for (const int64_t stage : module.stages()) {
     GptModel& model = module.model(stage);
-    std::vector<GptParameter> params = model.Parameters();
-    const int count = static_cast<int>(params.size());
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> part,
-                          ShardedOptimizer::Create(options, std::move(params), dp, disk,
-                                                   absl::StrCat(disk_prefix, ".m", stage), &model));
-    parts.push_back(std::move(part));
+    const int count = static_cast<int>(model.Parameters().size());
+    if (options.zero == 0) {
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedOptimizer> part,
+                            ReplicatedOptimizer::Create(options, model, dp));
+      parts.push_back(std::move(part));
+    } else {
+      const Grouping grouping =
+          EffectiveReshard(options) == Reshard::kBlock ? Grouping::kPerBlock : Grouping::kWholeStage;
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> part,
+                            ShardedOptimizer::Create(options, model, grouping, dp, disk,
+                                                     absl::StrCat(disk_prefix, ".m", stage)));
+      parts.push_back(std::move(part));
+    }
     offsets.push_back(offsets.back() + count);
   }
   return std::unique_ptr<RankOptimizer>(new StagedOptimizer(std::move(parts), std::move(offsets)));
-}
-
-absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(
-    const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
-    DiskTier* disk, const std::string& disk_prefix, const GradientBinder& bind_gradients) {
-  if (options.zero > 0) {
-    LOOM_ASSIGN_OR_RETURN(
-        std::unique_ptr<ShardedOptimizer> sharded,
-        ShardedOptimizer::Create(options, std::move(params), dp, disk, disk_prefix));
-    return std::unique_ptr<RankOptimizer>(std::move(sharded));
-  }
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DataParallelOptimizer> plain,
-                        DataParallelOptimizer::Create(options, std::move(params), dp,
-                                                      bind_gradients));
-  return std::unique_ptr<RankOptimizer>(std::move(plain));
 }
 
 }  // namespace loom

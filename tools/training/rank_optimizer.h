@@ -1,18 +1,20 @@
 // RankOptimizer: one rank's optimizer in the training job, over the parameters of
-// its pipeline stage(s) (tp shards, owned by the stage's layers):
-//   - zero 0: plain data parallelism. Gradients are averaged over dp by one
-//     all-reduce of the flattened gradients (a bucket, as DDP's) and every rank
-//     steps the whole AdamW state (with an f32 master beside bf16 weights);
-//   - zero 1, 2, 3: zero3/Zero3Engine shards the AdamW state (also the gradients,
-//     also the parameters) over dp; with offload cpu the optimizer runs as offload's
-//     CPU AdamW on threads, with offload nvme its state lives in a DiskTier.
+// its pipeline stage(s) (tp shards). Each stage model borrows its weights
+// (GptModel::UseParameterSource) from one library source, made here:
+//   - zero 0: zero3/ReplicatedStore, plain data parallelism (the whole model and
+//     AdamW state on every rank, gradients averaged by one all-reduce of a bucket);
+//   - zero 1, 2, 3: zero3/Zero3Engine, which shards the AdamW state (also the
+//     gradients, also the parameters) over dp. --reshard block gathers each block
+//     before use and releases it after; --reshard step gathers the whole stage once
+//     per step. With offload cpu the optimizer runs as offload's CPU AdamW on
+//     threads, with offload nvme its state (and with offload_params nvme the
+//     parameter shards) lives in a DiskTier.
 //
 // Example (one rank; the job's rank loop):
 //   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
-//       MakeRankOptimizer(options, module->Parameters(), dp_comm, disk, "train.s0.t1"));
+//       MakeRankOptimizer(options, *module, dp_comm, disk, "train.s0.t1"));
 //   for (int64_t step = 1; step <= steps; ++step) {
-//     LOOM_RETURN_IF_ERROR(optimizer->BeforeStep());     // zero 3: gathers the weights
-//     ...forward and backward into the parameters' gradients...
+//     ...forward and backward: the models acquire their weights from the sources...
 //     LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
 //     LOOM_RETURN_IF_ERROR(optimizer->ApplyStep(step, /*grad_scale=*/1.0f));
 //   }
@@ -60,8 +62,6 @@ using StateSource =
 class RankOptimizer {
  public:
   virtual ~RankOptimizer() = default;
-  // BeforeStep makes the model's weights current (zero 3: gathers them).
-  virtual absl::Status BeforeStep() = 0;
   // After the backward: ReduceGradients averages the gradients over dp;
   // GradSquaredNorm (optional, for clipping) is this rank's share of the averaged
   // gradient's squared L2 norm, each parameter's elements weighted by
@@ -100,49 +100,30 @@ class RankOptimizer {
   // keeps itself), not from what it holds.
   virtual absl::StatusOr<int64_t> EstimatedStateBytes() const = 0;
   // GatherWeights returns this rank's current weights, one vector per parameter
-  // (its tp shard, whole over dp), for a model that borrows them (block reshard),
-  // whose Parameters() hold none. Collective over dp; outside a step.
-  virtual absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() {
-    return absl::UnimplementedError("GatherWeights: the model holds its weights");
-  }
+  // (its tp shard, whole over dp; the compute copy the models use), which the
+  // models do not hold. Collective over dp; outside a step.
+  virtual absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() = 0;
 
   // ReadState returns the state this rank holds, as slices that cover every
   // element of its parameters' shards it owns (zero 1-3: its dp range of each;
   // zero 0: everything). Outside a step. With offload nvme it reads the disk.
   virtual absl::StatusOr<std::vector<StateSlice>> ReadState() const = 0;
   // WriteState replaces this rank's state with what `source` gives for the ranges
-  // it owns; the weights the layers compute with follow (zero 0 at once, ZeRO at
-  // the next BeforeStep). Collective over dp only at the next BeforeStep.
+  // it owns; the weights the models compute with follow. Every dp rank calls it
+  // (stages 1 and 2 gather the whole parameters again at the next pass).
   virtual absl::Status WriteState(const StateSource& source) = 0;
 };
 
-// GradientBinder moves the model's gradient accumulators into `memory` (the
-// parameters' gradients back to back, in list order; GptStageModule::BindGradients)
-// and returns the parameters with their new gradient views.
-using GradientBinder =
-    std::function<absl::StatusOr<std::vector<GptParameter>>(absl::Span<float> memory)>;
-
-// MakeRankOptimizer: the optimizer `options.zero` asks for over `params` (the
-// stage's parameters, whose spans stay valid while it lives). `dp` is this rank's
-// data-parallel communicator (not owned, driven by the optimizer alone); `disk` and
-// `disk_prefix` place the state with offload nvme. With `bind_gradients`, zero 0
-// has the model accumulate its gradients in the all-reduce bucket itself
-// (communication memory from dp), so averaging them copies nothing first; the
-// caller takes the parameters' views again afterwards.
-absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(
-    const TrainJobOptions& options, std::vector<GptParameter> params, Communicator* dp,
-    DiskTier* disk, const std::string& disk_prefix, const GradientBinder& bind_gradients = nullptr);
-
-// MakeBlockOptimizer: --zero 3 --reshard block. An engine per stage of `module`,
-// each over its stage model's parameters, each block one bucket; the models
-// borrow their weights from the engines from now on (their own are freed), the
-// gradients going to the engines per backward, or (defer_reduce_scatter) staying
-// in the models until ReduceGradients. The parameters are the module's, stage
-// after stage, as Parameters() lists them.
-absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeBlockOptimizer(const TrainJobOptions& options,
-                                                                  GptStageModule& module,
-                                                                  Communicator* dp, DiskTier* disk,
-                                                                  const std::string& disk_prefix);
+// MakeRankOptimizer: the optimizer `options.zero` and `options.reshard` ask for,
+// a source per stage model of `module` over that model's parameters; the models
+// borrow their weights from the sources from now on (their own are freed). The
+// parameters are the module's, stage after stage, as Parameters() lists them. `dp`
+// is this rank's data-parallel communicator (not owned, driven by the sources
+// alone); `disk` and `disk_prefix` place the state with offload nvme.
+absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
+                                                                 GptStageModule& module,
+                                                                 Communicator* dp, DiskTier* disk,
+                                                                 const std::string& disk_prefix);
 
 // ScheduleOf: the job's learning-rate schedule (constant `lr` unless warm-up or
 // lr_min ask otherwise).

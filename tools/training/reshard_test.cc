@@ -93,7 +93,9 @@ TEST(ReshardTest, PerMicrobatchBlockReshardMatchesOneRank) {
 // last one forward: pipeline ranks before the last), b bytes per gathered element
 // (f32 4, bf16 2; gradients travel as f32) and q = (dp - 1) / dp:
 //   zero 0            all-reduce 1 call of the whole gradient (dp 2: 4 Psi bytes)
-//   step              all-gather b U q once, reduce-scatter 4 U q once, 1 all-reduce
+//   step              all-gather b U q once (the stage is one unit, gathered at the
+//                     first forward and handed over to every later pass: K is
+//                     (2 m + r - 1) U), reduce-scatter 4 U q once, 1 all-reduce
 //   block             all-gather (2 m + r) b U q (each forward, recomputed ones
 //                     included, and each backward) less b K q, reduce-scatter
 //                     m 4 U q, m all-reduces of P
@@ -152,12 +154,14 @@ TEST(ReshardTest, TrafficEqualsEachModesFormula) {
       if (c.pp > 1 && mode > 1) {
         EXPECT_GT(t.recomputed_forwards, 0);
       }
-      const int64_t gathers = mode == 1 ? 1 : 2 * m + t.recomputed_forwards;
+      const int64_t gathers = 2 * m + t.recomputed_forwards;
       const int64_t reductions = mode == 2 ? m : 1;
       const int64_t all_reduces = reductions;
-      // Step mode's one forward is followed by a pass that gathers nothing.
+      // Step mode: one unit per stage model, gathered once per step; every pass
+      // after the first takes it over.
       if (mode == 1) {
-        EXPECT_EQ(t.zero_kept_units, 0);
+        EXPECT_EQ(t.all_gather_calls, t.zero_units);
+        EXPECT_EQ(t.zero_kept_units, (gathers - 1) * t.zero_units);
       }
       if (mode > 1 && c.pp == 1) {
         ASSERT_GT(t.zero_units, 3);

@@ -11,24 +11,8 @@ namespace train_internal {
 
 absl::Status GradAccumulator::Resize(size_t n) {
   if (n == view_.size()) return absl::OkStatus();
-  if (bound()) {
-    return absl::InternalError(absl::StrCat("a bound gradient accumulator of ", view_.size(),
-                                            " values cannot hold ", n));
-  }
   own_.assign(n, 0.0f);
   view_ = absl::MakeSpan(own_);
-  return absl::OkStatus();
-}
-
-absl::Status GradAccumulator::Bind(absl::Span<float> memory) {
-  if (memory.size() != view_.size()) {
-    return absl::InternalError(absl::StrCat("binding a gradient accumulator of ", view_.size(),
-                                            " values to ", memory.size()));
-  }
-  if (memory.data() == view_.data()) return absl::OkStatus();
-  std::copy(view_.begin(), view_.end(), memory.begin());
-  view_ = memory;
-  std::vector<float>().swap(own_);
   return absl::OkStatus();
 }
 
@@ -51,7 +35,6 @@ absl::Status AddInto(GradAccumulator& accum, absl::Span<const float> grad) {
 
 GptParameter ParameterOf(std::string name, Tensor& values, GradAccumulator& grad,
                          std::vector<int64_t> full_shape, TpSplit split, int64_t parts) {
-  // Sized at Create, before any binding, so this cannot fail afterwards.
   grad.Resize(static_cast<size_t>(values.numel())).IgnoreError();
   GptParameter p;
   p.name = std::move(name);
@@ -76,30 +59,6 @@ GptParameter ParameterOf(std::string name, std::vector<float>& values, GradAccum
   p.values = absl::MakeSpan(values);
   p.grad = grad.view();
   return p;
-}
-
-absl::Status BindGradients(absl::Span<const GptParameter> params,
-                           absl::Span<GradAccumulator* const> accumulators,
-                           absl::Span<float> memory) {
-  size_t total = 0;
-  for (const GptParameter& p : params) total += p.grad.size();
-  if (memory.size() != total) {
-    return absl::InvalidArgumentError(absl::StrCat("gradient memory of ", memory.size(),
-                                                   " floats for parameters with ", total));
-  }
-  size_t at = 0;
-  for (const GptParameter& p : params) {
-    const auto owner = std::find_if(
-        accumulators.begin(), accumulators.end(),
-        [&p](const GradAccumulator* a) { return a->view().data() == p.grad.data(); });
-    if (owner == accumulators.end() || (*owner)->size() != p.grad.size()) {
-      return absl::InternalError(absl::StrCat("parameter ", p.name,
-                                              "'s gradient is no accumulator of its model"));
-    }
-    LOOM_RETURN_IF_ERROR((*owner)->Bind(memory.subspan(at, p.grad.size())));
-    at += p.grad.size();
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values) {

@@ -17,10 +17,8 @@
 namespace loom {
 namespace train_internal {
 
-// GradAccumulator: one parameter's gradient accumulator. It holds zeroed memory of
-// its own until Bind moves it into memory the caller owns (the data-parallel
-// all-reduce bucket, so that Backward adds where the all-reduce reads and nothing
-// is copied in between). view() is the floats either way; a move keeps it valid.
+// GradAccumulator: one parameter's gradient accumulator, zeroed memory of its own.
+// view() is the floats; a move keeps it valid.
 class GradAccumulator {
  public:
   GradAccumulator() = default;
@@ -31,14 +29,9 @@ class GradAccumulator {
 
   absl::Span<float> view() const { return view_; }
   size_t size() const { return view_.size(); }
-  bool bound() const { return own_.empty() && !view_.empty(); }
 
-  // Resize gives an unbound accumulator n zeroed floats of its own; Internal for a
-  // bound one of another size (its memory is the caller's).
+  // Resize gives the accumulator n zeroed floats (nothing when it has n already).
   absl::Status Resize(size_t n);
-  // Bind copies the values into `memory` (exactly size() floats, Internal
-  // otherwise), views it from now on and frees its own memory.
-  absl::Status Bind(absl::Span<float> memory);
 
  private:
   std::vector<float> own_;
@@ -58,14 +51,6 @@ GptParameter ParameterOf(std::string name, Tensor& values, GradAccumulator& grad
 // of `shape` ({values.size()} when empty).
 GptParameter ParameterOf(std::string name, std::vector<float>& values, GradAccumulator& grad,
                          std::vector<int64_t> shape = {});
-
-// BindGradients moves each accumulator in `accumulators` (any order) behind the
-// gradient views of `params` into `memory`, params' gradients back to back in list
-// order. InvalidArgument naming both counts when memory is not exactly their sum;
-// Internal when a parameter's gradient is no accumulator of the list.
-absl::Status BindGradients(absl::Span<const GptParameter> params,
-                           absl::Span<GradAccumulator* const> accumulators,
-                           absl::Span<float> memory);
 
 // ToTensor returns an f32 tensor of `shape` holding `values`.
 absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values);

@@ -1,0 +1,278 @@
+#include "zero3/replicated_store.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace loom {
+
+namespace {
+
+const char* PassName(ParameterPass pass) {
+  switch (pass) {
+    case ParameterPass::kForward: return "kForward";
+    case ParameterPass::kBackward: return "kBackward";
+    case ParameterPass::kRegather: return "kRegather";
+    case ParameterPass::kGradients: return "kGradients";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+ReplicatedStore::ReplicatedStore(std::vector<ParamSpec> specs, Communicator* dp,
+                                 const ReplicatedStoreOptions& options)
+    : specs_(std::move(specs)), dp_(dp), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Create(
+    std::vector<ParamSpec> specs, Communicator* dp, absl::Span<const float> initial,
+    const ReplicatedStoreOptions& options) {
+  if (dp == nullptr) return absl::InvalidArgumentError("ReplicatedStore: null communicator");
+  if (specs.empty()) return absl::InvalidArgumentError("ReplicatedStore: no parameters");
+  if (options.compute_dtype != DType::kF32 && options.compute_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReplicatedStore: compute_dtype ", DTypeName(options.compute_dtype),
+                     " is neither f32 nor bf16"));
+  }
+  if (options.adamw_threads < 1 || options.adamw_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: adamw_threads ",
+                                                   options.adamw_threads, " not in [1, 256]"));
+  }
+  auto store = std::unique_ptr<ReplicatedStore>(new ReplicatedStore(std::move(specs), dp, options));
+  store->offsets_.push_back(0);
+  for (const ParamSpec& spec : store->specs_) {
+    int64_t numel = 1;
+    for (const int64_t extent : spec.shape) {
+      if (extent < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: parameter \"", spec.name,
+                                                       "\" has a negative extent ", extent));
+      }
+      numel *= extent;
+    }
+    store->offsets_.push_back(store->offsets_.back() + numel);
+    LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(numel));
+    store->states_.push_back(std::move(state));
+  }
+  const int64_t total = store->offsets_.back();
+  if (static_cast<int64_t>(initial.size()) != total) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: ", initial.size(),
+                                                   " initial values for ", total,
+                                                   " parameter elements"));
+  }
+  store->weights_.assign(initial.begin(), initial.end());
+  if (options.compute_dtype == DType::kBF16) {
+    store->masters_.assign(initial.begin(), initial.end());
+    for (float& w : store->weights_) w = ToFloat(ToBFloat16(w));
+  }
+  // The bucket is communication memory: shm peers map it, so the all-reduce reads
+  // it without a kernel copy.
+  LOOM_ASSIGN_OR_RETURN(store->gradient_memory_,
+                        dp->AllocateBuffer(static_cast<size_t>(total) * sizeof(float)));
+  store->gradient_ = store->gradient_memory_.As<float>();
+  return store;
+}
+
+absl::Status ReplicatedStore::CheckParam(const char* call, int param) const {
+  if (param < 0 || param >= num_params()) {
+    return absl::OutOfRangeError(absl::StrCat("ReplicatedStore: ", call, "(", param,
+                                              "): the store has ", num_params(), " parameters"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Span<float> ReplicatedStore::Slice(absl::Span<float> flat, int param) const {
+  const size_t p = static_cast<size_t>(param);
+  return flat.subspan(static_cast<size_t>(offsets_[p]),
+                      static_cast<size_t>(offsets_[p + 1] - offsets_[p]));
+}
+
+absl::Span<const float> ReplicatedStore::Slice(absl::Span<const float> flat, int param) const {
+  const size_t p = static_cast<size_t>(param);
+  return flat.subspan(static_cast<size_t>(offsets_[p]),
+                      static_cast<size_t>(offsets_[p + 1] - offsets_[p]));
+}
+
+absl::Status ReplicatedStore::BeginParameterPass(ParameterPass pass) {
+  if (in_pass_) {
+    return absl::FailedPreconditionError(absl::StrCat("ReplicatedStore: BeginParameterPass(",
+                                                      PassName(pass), ") inside a ",
+                                                      PassName(pass_), " pass"));
+  }
+  in_pass_ = true;
+  pass_ = pass;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<const float>> ReplicatedStore::Acquire(int param) {
+  LOOM_RETURN_IF_ERROR(CheckParam("Acquire", param));
+  if (!in_pass_ || pass_ == ParameterPass::kGradients) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ReplicatedStore: Acquire(", param, " \"", spec(param).name, "\") ",
+        in_pass_ ? "in a kGradients pass, which lends nothing" : "outside a pass"));
+  }
+  return Slice(absl::MakeConstSpan(weights_), param);
+}
+
+absl::Status ReplicatedStore::AddGrad(int param, absl::Span<const float> grad) {
+  LOOM_RETURN_IF_ERROR(CheckParam("AddGrad", param));
+  const bool takes = in_pass_ &&
+                     (pass_ == ParameterPass::kBackward || pass_ == ParameterPass::kGradients);
+  if (!takes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReplicatedStore: AddGrad(", param, " \"", spec(param).name, "\") ",
+                     in_pass_ ? absl::StrCat("in a ", PassName(pass_), " pass") : "outside a pass",
+                     "; gradients come in kBackward or kGradients passes"));
+  }
+  if (reduced_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReplicatedStore: AddGrad(", param, " \"", spec(param).name,
+                     "\") after ReduceGradients and before Step"));
+  }
+  const absl::Span<float> into = Slice(gradient_, param);
+  if (grad.size() != into.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: AddGrad(", param, " \"",
+                                                   spec(param).name, "\") got ", grad.size(),
+                                                   " elements for ", into.size()));
+  }
+  for (size_t i = 0; i < into.size(); ++i) into[i] += grad[i];
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedStore::EndPass() {
+  if (!in_pass_) return absl::FailedPreconditionError("ReplicatedStore: EndPass outside a pass");
+  in_pass_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedStore::ReduceGradients() {
+  if (in_pass_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReplicatedStore: ReduceGradients inside a ", PassName(pass_), " pass"));
+  }
+  if (reduced_) return absl::OkStatus();
+  if (dp_->size() > 1) LOOM_RETURN_IF_ERROR(dp_->AllReduce(gradient_, ReduceOp::kAvg));
+  // bf16: the average of the f32 sums is rounded once into the bf16 gradient.
+  if (options_.compute_dtype == DType::kBF16) {
+    for (float& g : gradient_) g = ToFloat(ToBFloat16(g));
+  }
+  reduced_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ReplicatedStore::ReducedGradSquaredNorm(
+    absl::Span<const float> param_weight) const {
+  if (param_weight.size() != specs_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: ReducedGradSquaredNorm got ",
+                                                   param_weight.size(), " weights for ",
+                                                   specs_.size(), " parameters"));
+  }
+  if (!reduced_) {
+    return absl::FailedPreconditionError(
+        "ReplicatedStore: ReducedGradSquaredNorm before ReduceGradients");
+  }
+  // Every dp rank holds the same averaged gradient: rank 0 counts it.
+  if (dp_->rank() != 0) return 0.0;
+  double sum = 0;
+  for (int p = 0; p < num_params(); ++p) {
+    double part = 0;
+    for (const float g : Slice(absl::MakeConstSpan(gradient_), p)) {
+      part += static_cast<double>(g) * static_cast<double>(g);
+    }
+    sum += part * static_cast<double>(param_weight[static_cast<size_t>(p)]);
+  }
+  return sum;
+}
+
+void ReplicatedStore::ZeroGradient() {
+  std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+  reduced_ = false;
+}
+
+absl::Status ReplicatedStore::Step(const AdamWHyper& hyper) {
+  LOOM_RETURN_IF_ERROR(ReduceGradients());
+  AdamWOptions adam;
+  adam.threads = options_.adamw_threads;
+  const bool bf16 = options_.compute_dtype == DType::kBF16;
+  for (int p = 0; p < num_params(); ++p) {
+    const absl::Span<const float> grad = Slice(absl::MakeConstSpan(gradient_), p);
+    const absl::Span<float> weights = Slice(absl::MakeSpan(weights_), p);
+    if (!bf16) {
+      LOOM_RETURN_IF_ERROR(AdamWStep(hyper, weights, grad, states_[static_cast<size_t>(p)], adam));
+      continue;
+    }
+    half_.resize(weights.size());
+    LOOM_RETURN_IF_ERROR(AdamWStep(hyper, Slice(absl::MakeSpan(masters_), p), grad,
+                                   states_[static_cast<size_t>(p)], adam,
+                                   absl::MakeSpan(half_)));
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = ToFloat(half_[i]);
+  }
+  ZeroGradient();
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedStore::StepWith(const ExternalStep& step) {
+  if (!step) return absl::InvalidArgumentError("ReplicatedStore: StepWith given a null step");
+  if (options_.compute_dtype != DType::kF32) {
+    return absl::FailedPreconditionError(
+        "ReplicatedStore: StepWith needs f32 compute (the weights are the master)");
+  }
+  LOOM_RETURN_IF_ERROR(ReduceGradients());
+  std::vector<absl::Span<float>> weights;
+  for (int p = 0; p < num_params(); ++p) weights.push_back(Slice(absl::MakeSpan(weights_), p));
+  LOOM_RETURN_IF_ERROR(step(weights, gradient_));
+  ZeroGradient();
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedStore::ReadState(int param, absl::Span<float> master, absl::Span<float> m,
+                                        absl::Span<float> v) const {
+  LOOM_RETURN_IF_ERROR(CheckParam("ReadState", param));
+  const absl::Span<const float> from =
+      Slice(absl::MakeConstSpan(masters_.empty() ? weights_ : masters_), param);
+  if (master.size() != from.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: ReadState(", param,
+                                                   ") given ", master.size(), " elements for ",
+                                                   from.size()));
+  }
+  std::copy(from.begin(), from.end(), master.begin());
+  return states_[static_cast<size_t>(param)].ReadMoments(m, v);
+}
+
+absl::Status ReplicatedStore::WriteState(int param, absl::Span<const float> master,
+                                         absl::Span<const float> m, absl::Span<const float> v) {
+  LOOM_RETURN_IF_ERROR(CheckParam("WriteState", param));
+  if (in_pass_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReplicatedStore: WriteState inside a ", PassName(pass_), " pass"));
+  }
+  const absl::Span<float> weights = Slice(absl::MakeSpan(weights_), param);
+  if (master.size() != weights.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: WriteState(", param,
+                                                   ") given ", master.size(), " elements for ",
+                                                   weights.size()));
+  }
+  LOOM_RETURN_IF_ERROR(states_[static_cast<size_t>(param)].WriteMoments(m, v));
+  if (masters_.empty()) {
+    std::copy(master.begin(), master.end(), weights.begin());
+    return absl::OkStatus();
+  }
+  // bf16: the weights are the master's compute copy, as AdamW writes it.
+  std::copy(master.begin(), master.end(), Slice(absl::MakeSpan(masters_), param).begin());
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = ToFloat(ToBFloat16(master[i]));
+  return absl::OkStatus();
+}
+
+int64_t ReplicatedStore::StateBytes() const {
+  int64_t bytes = static_cast<int64_t>((weights_.size() + masters_.size() + gradient_.size()) *
+                                       sizeof(float));
+  for (const AdamWState& state : states_) bytes += static_cast<int64_t>(state.size_bytes());
+  return bytes;
+}
+
+}  // namespace loom

@@ -1,0 +1,261 @@
+#include "zero3/replicated_store.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "collectives/collective_kind.h"
+#include "collectives/communicator.h"
+#include "collectives/transport/inproc/inproc_transport.h"
+#include "core/half.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "offload/adamw/cpu_adamw.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two parameters, 6 and 10 elements.
+std::vector<ParamSpec> Specs() {
+  return {ParamSpec{"fc.w", {2, 3}}, ParamSpec{"fc.b", {10}}};
+}
+constexpr int kTotal = 16;
+
+std::vector<float> Initial() {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> out(kTotal);
+  for (float& v : out) v = dist(rng);
+  return out;
+}
+
+// Gradient of rank r, pass k: multiples of 1/64 so that every sum and the average
+// over 4 ranks are exact in f32, whatever order the all-reduce folds them in.
+std::vector<float> Grad(int rank, int pass) {
+  std::vector<float> g(kTotal);
+  for (int i = 0; i < kTotal; ++i) g[i] = static_cast<float>((rank + 1) * (i - 7) + 3 * pass) / 64;
+  return g;
+}
+
+void RunRanks(int dp, const std::function<void(int, Communicator&)>& body) {
+  std::shared_ptr<InprocGroup> group = *InprocGroup::Create(dp);
+  std::vector<std::unique_ptr<Transport>> endpoints;
+  for (int r = 0; r < dp; ++r) endpoints.push_back(*group->Endpoint(r));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < dp; ++r) {
+    threads.emplace_back([&, r] {
+      CommunicatorOptions options;
+      options.timeout = absl::Seconds(60);
+      std::unique_ptr<Communicator> comm =
+          *Communicator::Create(std::shared_ptr<Transport>(std::move(endpoints[r])), options);
+      body(r, *comm);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+AdamWHyper Hyper(int64_t step) {
+  AdamWHyper hyper;
+  hyper.lr = 1e-2f;
+  hyper.weight_decay = 0.1f;
+  hyper.step = step;
+  hyper.grad_scale = 0.5f;
+  return hyper;
+}
+
+// One step on 4 ranks, two backward passes each: the bucket holds the dp average
+// of the pass sums, the step equals AdamW on one rank with that gradient (bitwise),
+// and it took one all-reduce.
+void CheckOneStep(DType dtype) {
+  constexpr int kDp = 4;
+  std::vector<float> average(kTotal, 0.0f);
+  for (int r = 0; r < kDp; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<float> g = Grad(r, k);
+      for (int i = 0; i < kTotal; ++i) average[i] += g[i];
+    }
+  }
+  for (float& g : average) g /= kDp;
+  if (dtype == DType::kBF16) {
+    for (float& g : average) g = ToFloat(ToBFloat16(g));
+  }
+  // The reference: AdamW on one copy of the master.
+  std::vector<float> master = Initial();
+  LOOM_ASSERT_OK_AND_ASSIGN(AdamWState state, AdamWState::Create(kTotal));
+  LOOM_ASSERT_OK(AdamWStep(Hyper(1), absl::MakeSpan(master), average, state));
+  std::vector<float> expected_weights = master;
+  if (dtype == DType::kBF16) {
+    for (float& w : expected_weights) w = ToFloat(ToBFloat16(w));
+  }
+  std::vector<float> expected_m(kTotal), expected_v(kTotal);
+  LOOM_ASSERT_OK(state.ReadMoments(absl::MakeSpan(expected_m), absl::MakeSpan(expected_v)));
+
+  RunRanks(kDp, [&](int rank, Communicator& comm) {
+    ReplicatedStoreOptions options;
+    options.compute_dtype = dtype;
+    options.adamw_threads = 2;
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
+                              ReplicatedStore::Create(Specs(), &comm, Initial(), options));
+    EXPECT_EQ(store->StateBytes(), (dtype == DType::kBF16 ? 20 : 16) * kTotal);
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<float> g = Grad(rank, k);
+      LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kBackward));
+      LOOM_ASSERT_OK(store->Acquire(1).status());
+      LOOM_ASSERT_OK(store->AddGrad(1, absl::MakeConstSpan(g).subspan(6)));
+      LOOM_ASSERT_OK(store->AddGrad(0, absl::MakeConstSpan(g).subspan(0, 6)));
+      LOOM_ASSERT_OK(store->EndPass());
+    }
+    LOOM_ASSERT_OK(store->ReduceGradients());
+    for (int i = 0; i < kTotal; ++i) EXPECT_EQ(store->gradient()[i], average[i]) << i;
+    LOOM_ASSERT_OK_AND_ASSIGN(const double sq, store->ReducedGradSquaredNorm({1.0f, 0.0f}));
+    double expected_sq = 0;
+    for (int i = 0; i < 6; ++i) expected_sq += static_cast<double>(average[i]) * static_cast<double>(average[i]);
+    EXPECT_EQ(sq, rank == 0 ? expected_sq : 0.0);
+    LOOM_ASSERT_OK(store->Step(Hyper(1)));
+    EXPECT_EQ(comm.Counters(CollectiveKind::kAllReduce).calls, 1u);  // Step reduced no more
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kForward));
+    for (int p = 0; p < 2; ++p) {
+      LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, store->Acquire(p));
+      const int at = p == 0 ? 0 : 6;
+      for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(w[i], expected_weights[at + i]) << p << i;
+    }
+    LOOM_ASSERT_OK(store->EndPass());
+    std::vector<float> got_master(10), m(10), v(10);
+    LOOM_ASSERT_OK(store->ReadState(1, absl::MakeSpan(got_master), absl::MakeSpan(m),
+                               absl::MakeSpan(v)));
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(got_master[i], master[6 + i]);
+      EXPECT_EQ(m[i], expected_m[6 + i]);
+      EXPECT_EQ(v[i], expected_v[6 + i]);
+    }
+    // The bucket is zero for the next step.
+    for (const float g : store->gradient()) EXPECT_EQ(g, 0.0f);
+  });
+}
+
+TEST(ReplicatedStoreTest, StepIsAdamWOnTheDpAverageF32) { CheckOneStep(DType::kF32); }
+TEST(ReplicatedStoreTest, StepIsAdamWOnTheDpAverageBF16) { CheckOneStep(DType::kBF16); }
+
+TEST(ReplicatedStoreTest, WriteStateReplacesMasterMomentsAndWeights) {
+  RunRanks(1, [](int, Communicator& comm) {
+    ReplicatedStoreOptions options;
+    options.compute_dtype = DType::kBF16;
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
+                              ReplicatedStore::Create(Specs(), &comm, Initial(), options));
+    std::vector<float> master(6), m(6), v(6);
+    for (int i = 0; i < 6; ++i) {
+      master[i] = 1.0f + 1.0f / 1024 * static_cast<float>(i + 1);  // not bf16-exact
+      m[i] = 0.25f * i;
+      v[i] = 0.5f * i;
+    }
+    LOOM_ASSERT_OK(store->WriteState(0, master, m, v));
+    std::vector<float> got_master(6), got_m(6), got_v(6);
+    LOOM_ASSERT_OK(store->ReadState(0, absl::MakeSpan(got_master), absl::MakeSpan(got_m),
+                               absl::MakeSpan(got_v)));
+    EXPECT_EQ(got_master, master);
+    EXPECT_EQ(got_m, m);
+    EXPECT_EQ(got_v, v);
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kRegather));
+    LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, store->Acquire(0));
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], ToFloat(ToBFloat16(master[i])));
+    LOOM_ASSERT_OK(store->EndPass());
+  });
+}
+
+TEST(ReplicatedStoreTest, RefusesCallsOutOfOrderByName) {
+  RunRanks(1, [](int, Communicator& comm) {
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
+                              ReplicatedStore::Create(Specs(), &comm, Initial()));
+    EXPECT_THAT(store->Acquire(0).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("\"fc.w\"")));
+    EXPECT_THAT(store->Acquire(2).status(), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kForward));
+    EXPECT_THAT(store->BeginParameterPass(ParameterPass::kBackward),
+                StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+    const std::vector<float> g(10, 1.0f);
+    EXPECT_THAT(store->AddGrad(1, g),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("kForward")));
+    LOOM_ASSERT_OK(store->EndPass());
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kGradients));
+    EXPECT_THAT(store->Acquire(1).status(), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+    EXPECT_THAT(store->AddGrad(1, absl::MakeConstSpan(g).subspan(1)),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("9 elements for 10")));
+    LOOM_ASSERT_OK(store->AddGrad(1, g));
+    EXPECT_THAT(store->ReduceGradients(), StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+    LOOM_ASSERT_OK(store->EndPass());
+    EXPECT_THAT(store->ReducedGradSquaredNorm({1.0f, 1.0f}).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::_));
+    LOOM_ASSERT_OK(store->ReduceGradients());
+    EXPECT_THAT(store->ReducedGradSquaredNorm({1.0f}).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 weights for 2")));
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kBackward));
+    EXPECT_THAT(store->AddGrad(1, g), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                               HasSubstr("after ReduceGradients")));
+    LOOM_ASSERT_OK(store->EndPass());
+    EXPECT_THAT(store->StepWith(nullptr),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("null")));
+  });
+}
+
+TEST(ReplicatedStoreTest, CreateNamesBadInput) {
+  RunRanks(1, [](int, Communicator& comm) {
+    EXPECT_THAT(ReplicatedStore::Create(Specs(), &comm, std::vector<float>(15)).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("15 initial values for 16")));
+    EXPECT_THAT(ReplicatedStore::Create({}, &comm, {}).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no parameters")));
+    ReplicatedStoreOptions options;
+    options.adamw_threads = 0;
+    EXPECT_THAT(ReplicatedStore::Create(Specs(), &comm, Initial(), options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("adamw_threads 0")));
+    options = ReplicatedStoreOptions();
+    options.compute_dtype = DType::kF16;
+    EXPECT_THAT(ReplicatedStore::Create(Specs(), &comm, Initial(), options).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("f16")));
+  });
+}
+
+// StepWith hands the averaged bucket and the weights to an outside optimizer, then
+// zeroes the bucket; in bf16 it is refused (the weights are not the master).
+TEST(ReplicatedStoreTest, StepWithRunsTheCallersStep) {
+  RunRanks(2, [](int rank, Communicator& comm) {
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
+                              ReplicatedStore::Create(Specs(), &comm, Initial()));
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kGradients));
+    const std::vector<float> g = Grad(rank, 0);
+    LOOM_ASSERT_OK(store->AddGrad(0, absl::MakeConstSpan(g).subspan(0, 6)));
+    LOOM_ASSERT_OK(store->AddGrad(1, absl::MakeConstSpan(g).subspan(6)));
+    LOOM_ASSERT_OK(store->EndPass());
+    const std::vector<float> g0 = Grad(0, 0), g1 = Grad(1, 0);
+    LOOM_ASSERT_OK(store->StepWith([&](absl::Span<const absl::Span<float>> weights,
+                                  absl::Span<const float> gradient) -> absl::Status {
+      EXPECT_EQ(weights.size(), 2u);
+      for (int i = 0; i < kTotal; ++i) EXPECT_EQ(gradient[i], (g0[i] + g1[i]) / 2) << i;
+      for (float& w : weights[0]) w = 5.0f;  // the caller's update
+      return absl::OkStatus();
+    }));
+    for (const float v : store->gradient()) EXPECT_EQ(v, 0.0f);
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kForward));
+    LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, store->Acquire(0));
+    for (const float v : w) EXPECT_EQ(v, 5.0f);
+    LOOM_ASSERT_OK(store->EndPass());
+  });
+  RunRanks(1, [](int, Communicator& comm) {
+    ReplicatedStoreOptions options;
+    options.compute_dtype = DType::kBF16;
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
+                              ReplicatedStore::Create(Specs(), &comm, Initial(), options));
+    EXPECT_THAT(store->StepWith([](absl::Span<const absl::Span<float>>,
+                                   absl::Span<const float>) { return absl::OkStatus(); }),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("f32")));
+  });
+}
+
+}  // namespace
+}  // namespace loom
