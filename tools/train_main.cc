@@ -85,9 +85,10 @@ ABSL_FLAG(int, zero, 3,
 ABSL_FLAG(std::string, reshard, "auto",
           "With --zero=3: block (the model borrows each block's parameters from the ZeRO "
           "engine just before use, prefetching the next, and frees them after: again for the "
-          "backward) or step (gather every parameter once per step, kept for the step); auto: "
-          "block at --zero=3, step otherwise. At --zero=1 or 2, block has the layers borrow the "
-          "engine's whole weights (held once instead of twice; nothing is gathered).");
+          "backward) or step (every block gathered at the step's first forward and kept until "
+          "the optimizer step; gradients reduce-scattered once per step); auto: block at "
+          "--zero=3, step otherwise. At --zero=1 or 2 nothing is gathered (the engine holds the "
+          "whole weights once): step is block with the reduce-scatter deferred.");
 ABSL_FLAG(bool, defer_reduce_scatter, false,
           "With --reshard=block: keep the gradients summed over the microbatches and "
           "reduce-scatter them once per step (the bits of --zero=0, at the memory of whole "

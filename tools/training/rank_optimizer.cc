@@ -74,24 +74,18 @@ class EngineState {
   std::array<std::vector<float>, kFields> sharded_, persistent_;
 };
 
-// How a stage model's parameters are grouped into the units its source gathers
-// and releases together.
-enum class Grouping {
-  kPerBlock,    // --reshard block: each block one unit (UnitOf)
-  kWholeStage,  // --reshard step: the whole stage one unit, gathered once per step
-};
-
 // ZeRO stages 1, 2 and 3 through zero3/Zero3Engine, one engine per stage model,
-// which borrows its weights from it (GptModel::UseParameterSource). Block
-// reshard: each block is a bucket, gathered before use and released after (FSDP's
-// reshard after forward). Step reshard: the whole stage is one bucket; the engine
-// hands a pass's last bucket over to the next pass, so it is gathered at the
-// step's first forward and stays until Step (FSDP's reshard_after_forward=False),
-// and the gradients stay in the model until one kGradients pass at the end.
+// which borrows its weights from it (GptModel::UseParameterSource), each unit (a
+// block, the embeddings, the head) one bucket. Block reshard: each unit is
+// gathered before use and released after (FSDP's reshard after forward). Step
+// reshard: the engine's window is the whole stage (prefetch depth = units - 1),
+// and a pass hands its window over to the next, so every unit is gathered at the
+// step's first forward and stays until Step (FSDP's reshard_after_forward=False);
+// the gradients stay in the model until one kGradients pass at the end.
 class ShardedOptimizer : public RankOptimizer {
  public:
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const TrainJobOptions& options,
-                                                                  GptModel& model, Grouping grouping,
+                                                                  GptModel& model,
                                                                   Communicator* dp, DiskTier* disk,
                                                                   const std::string& disk_prefix) {
     std::vector<ParamSpec> specs;
@@ -100,12 +94,8 @@ class ShardedOptimizer : public RankOptimizer {
     int unit = -1;
     for (const GptParameter& p : model.Parameters()) {
       ParamSpec spec{p.name, p.shape};
-      if (grouping == Grouping::kWholeStage) {
-        unit = 0;
-      } else if (UnitOf(p.name) != last_unit) {
-        ++unit;
-        last_unit = UnitOf(p.name);
-      }
+      if (UnitOf(p.name) != last_unit) ++unit;
+      last_unit = UnitOf(p.name);
       spec.unit = unit;
       specs.push_back(std::move(spec));
       initial.insert(initial.end(), p.values.begin(), p.values.end());
@@ -122,7 +112,11 @@ class ShardedOptimizer : public RankOptimizer {
     zero.optimizer_disk = options.offload == OffloadKind::kNvme ? disk : nullptr;
     zero.param_disk = options.offload_params == OffloadKind::kNvme ? disk : nullptr;
     zero.max_live_gathered_bytes = options.param_budget;
-    zero.prefetch_depth = options.prefetch_depth;
+    const bool step_reshard = EffectiveReshard(options) == Reshard::kStep;
+    // Step reshard: a window of every unit, kept from pass to pass until Step.
+    zero.prefetch_depth = step_reshard ? std::max(options.prefetch_depth,
+                                                  partition.num_buckets() - 1)
+                                       : options.prefetch_depth;
     zero.disk_prefix = disk_prefix;
     zero.adamw_threads = options.adamw_threads;
     zero.timeout = kCollectiveTimeout;
@@ -137,7 +131,7 @@ class ShardedOptimizer : public RankOptimizer {
     initial = std::vector<float>();
     // Step reshard reduces once per step, as does the deferred block mode: the
     // gradients stay in the model until ReduceGradients.
-    const bool grads_in_model = grouping == Grouping::kWholeStage || options.defer_reduce_scatter;
+    const bool grads_in_model = step_reshard || options.defer_reduce_scatter;
     LOOM_RETURN_IF_ERROR(model.UseParameterSource(
         engine.get(), grads_in_model ? GptModel::GradientHome::kModel
                                      : GptModel::GradientHome::kSource));
@@ -511,10 +505,8 @@ absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobO
                             ReplicatedOptimizer::Create(options, model, dp));
       parts.push_back(std::move(part));
     } else {
-      const Grouping grouping =
-          EffectiveReshard(options) == Reshard::kBlock ? Grouping::kPerBlock : Grouping::kWholeStage;
       LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> part,
-                            ShardedOptimizer::Create(options, model, grouping, dp, disk,
+                            ShardedOptimizer::Create(options, model, dp, disk,
                                                      absl::StrCat(disk_prefix, ".m", stage)));
       parts.push_back(std::move(part));
     }

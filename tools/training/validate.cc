@@ -172,8 +172,8 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
   }
   if (o.reshard == Reshard::kBlock && o.zero == 0) {
     return absl::InvalidArgumentError(
-        "--reshard block needs --zero 1, 2 or 3 (the layers borrow their weights from the ZeRO "
-        "engine; zero 0 has none)");
+        "--reshard block needs --zero 1, 2 or 3 (zero 0 keeps the whole model on every rank: "
+        "there is nothing to gather or release)");
   }
   if (o.defer_reduce_scatter && EffectiveReshard(o) != Reshard::kBlock) {
     return absl::InvalidArgumentError(

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,6 +75,13 @@ void MpiSession::AbortJob(absl::string_view program, const absl::Status& cause,
   std::cout.flush();
   std::cerr.flush();
   (void)!write(STDERR_FILENO, line.data(), line.size());
+  // A rank that failed because a peer aborted its endpoint first (the peer's error
+  // reached it through the transport) leaves the abort to that peer for a moment:
+  // whichever rank calls MPI_Abort first has mpirun stop the others, and the job's
+  // error should be the one that started it, not an echo of it. A peer that died
+  // without aborting does not come: then this rank aborts after the grace.
+  const std::optional<PeerFailure> peer = FirstPeerFailure();
+  if (peer.has_value() && peer->fault == PeerFault::kAborted) absl::SleepFor(kPeerAbortGrace);
   // With MPI_THREAD_MULTIPLE no lock: another thread may hold MpiLock in a call that
   // waits for the very peers this abort is about to stop.
   if (thread_level_ == MPI_THREAD_MULTIPLE) {

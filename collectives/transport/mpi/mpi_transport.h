@@ -88,6 +88,9 @@ namespace loom {
 // sit in ~MpiSession forever. After a fatal error a rank calls AbortJob instead:
 //   if (!status.ok()) session->AbortJob("train", status, 2);  // does not return
 //   session.reset();                                          // clean: MPI_Finalize
+// How long AbortJob leaves a peer that aborted first to abort the job itself.
+inline constexpr absl::Duration kPeerAbortGrace = absl::Seconds(3);
+
 class MpiSession {
  public:
   // Start calls MPI_Init_thread (asking for MPI_THREAD_MULTIPLE). Internal with
@@ -110,7 +113,10 @@ class MpiSession {
   // in one write, and calls MPI_Abort(MPI_COMM_WORLD, exit_code): mpirun then stops
   // every rank within seconds and exits non-zero (an `exit_code` of 0 is taken as 1).
   // It never returns; if MPI_Abort did, the process _exits with `exit_code`.
-  // Callable from any thread.
+  // When this process's first recorded peer failure (peer_failure.h) is a peer that
+  // aborted its endpoint, it waits kPeerAbortGrace before MPI_Abort, so that the
+  // rank whose error started the failure aborts the job first and mpirun reports
+  // that rank. Callable from any thread.
   [[noreturn]] void AbortJob(absl::string_view program, const absl::Status& cause,
                              int exit_code) const;
 
