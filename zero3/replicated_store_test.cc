@@ -1,16 +1,13 @@
 #include "zero3/replicated_store.h"
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <random>
-#include <thread>
 #include <vector>
 
-#include "absl/time/time.h"
 #include "collectives/collective_kind.h"
 #include "collectives/communicator.h"
-#include "collectives/transport/inproc/inproc_transport.h"
+#include "collectives/inproc_ranks_testing.h"
 #include "core/half.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -42,23 +39,6 @@ std::vector<float> Grad(int rank, int pass) {
   std::vector<float> g(kTotal);
   for (int i = 0; i < kTotal; ++i) g[i] = static_cast<float>((rank + 1) * (i - 7) + 3 * pass) / 64;
   return g;
-}
-
-void RunRanks(int dp, const std::function<void(int, Communicator&)>& body) {
-  std::shared_ptr<InprocGroup> group = *InprocGroup::Create(dp);
-  std::vector<std::unique_ptr<Transport>> endpoints;
-  for (int r = 0; r < dp; ++r) endpoints.push_back(*group->Endpoint(r));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < dp; ++r) {
-    threads.emplace_back([&, r] {
-      CommunicatorOptions options;
-      options.timeout = absl::Seconds(60);
-      std::unique_ptr<Communicator> comm =
-          *Communicator::Create(std::shared_ptr<Transport>(std::move(endpoints[r])), options);
-      body(r, *comm);
-    });
-  }
-  for (std::thread& t : threads) t.join();
 }
 
 AdamWHyper Hyper(int64_t step) {
@@ -97,7 +77,7 @@ void CheckOneStep(DType dtype) {
   std::vector<float> expected_m(kTotal), expected_v(kTotal);
   LOOM_ASSERT_OK(state.ReadMoments(absl::MakeSpan(expected_m), absl::MakeSpan(expected_v)));
 
-  RunRanks(kDp, [&](int rank, Communicator& comm) {
+  RunInprocRanks(kDp, [&](int rank, Communicator& comm) {
     ReplicatedStoreOptions options;
     options.compute_dtype = dtype;
     options.adamw_threads = 2;
@@ -144,7 +124,7 @@ TEST(ReplicatedStoreTest, StepIsAdamWOnTheDpAverageF32) { CheckOneStep(DType::kF
 TEST(ReplicatedStoreTest, StepIsAdamWOnTheDpAverageBF16) { CheckOneStep(DType::kBF16); }
 
 TEST(ReplicatedStoreTest, WriteStateReplacesMasterMomentsAndWeights) {
-  RunRanks(1, [](int, Communicator& comm) {
+  RunInprocRanks(1, [](int, Communicator& comm) {
     ReplicatedStoreOptions options;
     options.compute_dtype = DType::kBF16;
     LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
@@ -170,7 +150,7 @@ TEST(ReplicatedStoreTest, WriteStateReplacesMasterMomentsAndWeights) {
 }
 
 TEST(ReplicatedStoreTest, RefusesCallsOutOfOrderByName) {
-  RunRanks(1, [](int, Communicator& comm) {
+  RunInprocRanks(1, [](int, Communicator& comm) {
     LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
                               ReplicatedStore::Create(Specs(), &comm, Initial()));
     EXPECT_THAT(store->Acquire(0).status(),
@@ -205,7 +185,7 @@ TEST(ReplicatedStoreTest, RefusesCallsOutOfOrderByName) {
 }
 
 TEST(ReplicatedStoreTest, CreateNamesBadInput) {
-  RunRanks(1, [](int, Communicator& comm) {
+  RunInprocRanks(1, [](int, Communicator& comm) {
     EXPECT_THAT(ReplicatedStore::Create(Specs(), &comm, std::vector<float>(15)).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("15 initial values for 16")));
     EXPECT_THAT(ReplicatedStore::Create({}, &comm, {}).status(),
@@ -224,7 +204,7 @@ TEST(ReplicatedStoreTest, CreateNamesBadInput) {
 // StepWith hands the averaged bucket and the weights to an outside optimizer, then
 // zeroes the bucket; in bf16 it is refused (the weights are not the master).
 TEST(ReplicatedStoreTest, StepWithRunsTheCallersStep) {
-  RunRanks(2, [](int rank, Communicator& comm) {
+  RunInprocRanks(2, [](int rank, Communicator& comm) {
     LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
                               ReplicatedStore::Create(Specs(), &comm, Initial()));
     LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kGradients));
@@ -246,7 +226,7 @@ TEST(ReplicatedStoreTest, StepWithRunsTheCallersStep) {
     for (const float v : w) EXPECT_EQ(v, 5.0f);
     LOOM_ASSERT_OK(store->EndPass());
   });
-  RunRanks(1, [](int, Communicator& comm) {
+  RunInprocRanks(1, [](int, Communicator& comm) {
     ReplicatedStoreOptions options;
     options.compute_dtype = DType::kBF16;
     LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/collective_kind.h"
 #include "collectives/communicator.h"
+#include "collectives/inproc_ranks_testing.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/half.h"
 #include "core/status_macros.h"
@@ -93,17 +94,9 @@ std::unique_ptr<Communicator> MakeCommunicator(std::unique_ptr<Transport> endpoi
 // the reduce-scatter extra traffic, so the traffic test turns it off.
 void RunRanks(int dp, const std::function<void(int, Communicator&)>& body,
               bool deterministic = true) {
-  std::shared_ptr<InprocGroup> group = *InprocGroup::Create(dp);
-  std::vector<std::unique_ptr<Transport>> endpoints;
-  for (int r = 0; r < dp; ++r) endpoints.push_back(*group->Endpoint(r));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < dp; ++r) {
-    threads.emplace_back([&, r] {
-      std::unique_ptr<Communicator> comm = MakeCommunicator(std::move(endpoints[r]), deterministic);
-      body(r, *comm);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  CommunicatorOptions options = InprocTestOptions();
+  options.deterministic = deterministic;
+  RunInprocRanks(dp, body, options);
 }
 
 // RunRanksWithWorld is RunRanks with a second communicator over the same ranks,
