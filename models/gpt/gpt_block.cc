@@ -14,9 +14,9 @@ namespace loom {
 
 using train_internal::Add;
 using train_internal::AddInto;
+using train_internal::AppendParameter;
 using train_internal::Bytes;
 using train_internal::Free;
-using train_internal::ParameterOf;
 using train_internal::ToTensor;
 using train_internal::Values;
 
@@ -69,7 +69,7 @@ absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index
   block.ln2_beta_ = SeededValues(config.seed, prefix + "ln2.beta", h, 0.0f);
   // Size every accumulator now, so parameter views taken before the first
   // Backward stay valid.
-  std::vector<GptParameter> unused;
+  train_internal::ParameterList unused;
   block.AppendParameters(unused);
   return block;
 }
@@ -209,31 +209,29 @@ size_t GptBlock::saved_activation_bytes() const {
   return bytes;
 }
 
-void GptBlock::AppendParameters(std::vector<GptParameter>& out) {
+void GptBlock::AppendParameters(train_internal::ParameterList& out) {
   const int64_t h = config_.hidden, f = config_.ffn_size();
   const std::string p = absl::StrCat("blocks.", index_, ".");
-  out.push_back(ParameterOf(p + "ln1.gamma", ln1_gamma_, ln1_gamma_grad_));
-  out.push_back(ParameterOf(p + "ln1.beta", ln1_beta_, ln1_beta_grad_));
-  ColumnParallelLinear& qkv = attn_.mutable_qkv();
-  RowParallelLinear& attn_out = attn_.mutable_out();
-  out.push_back(ParameterOf(p + "attn.qkv.weight", qkv.mutable_weight(), qkv_w_grad_, {3 * h, h},
-                            TpSplit::kRows, 3));
-  out.push_back(ParameterOf(p + "attn.qkv.bias", qkv.mutable_bias(), qkv_b_grad_, {3 * h},
-                            TpSplit::kRows, 3));
-  out.push_back(ParameterOf(p + "attn.out.weight", attn_out.mutable_weight(), out_w_grad_, {h, h},
-                            TpSplit::kColumns));
-  out.push_back(ParameterOf(p + "attn.out.bias", attn_out.mutable_bias(), out_b_grad_, {h},
-                            TpSplit::kReplicated));
-  out.push_back(ParameterOf(p + "ln2.gamma", ln2_gamma_, ln2_gamma_grad_));
-  out.push_back(ParameterOf(p + "ln2.beta", ln2_beta_, ln2_beta_grad_));
-  out.push_back(ParameterOf(p + "mlp.fc.weight", fc_.mutable_weight(), fc_w_grad_, {f, h},
-                            TpSplit::kRows));
-  out.push_back(ParameterOf(p + "mlp.fc.bias", fc_.mutable_bias(), fc_b_grad_, {f},
-                            TpSplit::kRows));
-  out.push_back(ParameterOf(p + "mlp.proj.weight", proj_.mutable_weight(), proj_w_grad_, {h, f},
-                            TpSplit::kColumns));
-  out.push_back(ParameterOf(p + "mlp.proj.bias", proj_.mutable_bias(), proj_b_grad_, {h},
-                            TpSplit::kReplicated));
+  const ColumnParallelLinear& qkv = attn_.qkv();
+  const RowParallelLinear& attn_out = attn_.out();
+  AppendParameter(out, p + "ln1.gamma", ln1_gamma_, ln1_gamma_grad_);
+  AppendParameter(out, p + "ln1.beta", ln1_beta_, ln1_beta_grad_);
+  AppendParameter(out, p + "attn.qkv.weight", qkv.weight(), qkv_w_grad_, {3 * h, h},
+                  TpSplit::kRows, 3);
+  AppendParameter(out, p + "attn.qkv.bias", qkv.bias(), qkv_b_grad_, {3 * h}, TpSplit::kRows,
+                  3);
+  AppendParameter(out, p + "attn.out.weight", attn_out.weight(), out_w_grad_, {h, h},
+                  TpSplit::kColumns);
+  AppendParameter(out, p + "attn.out.bias", attn_out.bias(), out_b_grad_, {h},
+                  TpSplit::kReplicated);
+  AppendParameter(out, p + "ln2.gamma", ln2_gamma_, ln2_gamma_grad_);
+  AppendParameter(out, p + "ln2.beta", ln2_beta_, ln2_beta_grad_);
+  AppendParameter(out, p + "mlp.fc.weight", fc_.weight(), fc_w_grad_, {f, h}, TpSplit::kRows);
+  AppendParameter(out, p + "mlp.fc.bias", fc_.bias(), fc_b_grad_, {f}, TpSplit::kRows);
+  AppendParameter(out, p + "mlp.proj.weight", proj_.weight(), proj_w_grad_, {h, f},
+                  TpSplit::kColumns);
+  AppendParameter(out, p + "mlp.proj.bias", proj_.bias(), proj_b_grad_, {h},
+                  TpSplit::kReplicated);
 }
 
 void GptBlock::ZeroGrad() {

@@ -92,8 +92,10 @@ class GptBlock {
   size_t saved_activation_bytes() const;
 
   // AppendParameters appends the block's parameters, in a fixed order, named
-  // "blocks.<index>.<ln1|attn|ln2|mlp>.<...>".
-  void AppendParameters(std::vector<GptParameter>& out);
+  // "blocks.<index>.<ln1|attn|ln2|mlp>.<...>", with views of the values the block
+  // was created with (empty after DropOwnedWeights): the model copies them into
+  // its parameter store and the block borrows from then on.
+  void AppendParameters(train_internal::ParameterList& out);
 
   // kNumParameters: the block's parameters, in AppendParameters order (kLn1Gamma
   // first, kProjBias last).

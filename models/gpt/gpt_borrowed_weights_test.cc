@@ -5,6 +5,7 @@
 // of the zero-bubble schedules. The source here is a test store that checks the
 // protocol (acquire only inside an acquiring pass, gradients only in a pass that
 // takes them) and records the passes.
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/internal/own_parameter_store.h"
 #include "models/gpt/internal/train_testing.h"
 
 namespace loom {
@@ -236,6 +238,47 @@ TEST(GptBorrowedWeightsTest, ASourceErrorEndsThePassAndNamesTheCause) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nullptr")));
     return absl::OkStatus();
   }));
+}
+
+// The owning model is a borrowing model whose source is a store of its own: a
+// value written through Parameters() is what the next forward computes with, and
+// the store refuses calls outside the protocol with a message naming them.
+TEST(GptBorrowedWeightsTest, TheOwningModelBorrowsFromAStoreOfItsOwn) {
+  ExpectAllOk(RunTp(1, [&](Communicator& comm) -> absl::Status {
+    const GptConfig config = TinyConfig();
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, comm));
+    EXPECT_FALSE(model->borrows_weights());
+    const std::vector<int64_t> tokens = SeededIds(config.seq_len, config.vocab, 5);
+    LOOM_ASSIGN_OR_RETURN(const float before, model->Forward(tokens, tokens));
+    std::vector<GptParameter> params = model->Parameters();
+    GptParameter& head = params.back();
+    EXPECT_EQ(head.name, "head.weight");
+    for (float& w : head.values) w = 0.0f;  // uniform logits: the loss is log V
+    LOOM_ASSIGN_OR_RETURN(const float after, model->Forward(tokens, tokens));
+    EXPECT_NE(before, after);
+    EXPECT_NEAR(after, std::log(static_cast<float>(config.vocab)), 1e-5);
+    TestStore store(model->Parameters());
+    LOOM_RETURN_IF_ERROR(model->UseParameterSource(&store, GptModel::GradientHome::kModel));
+    EXPECT_TRUE(model->borrows_weights());
+    EXPECT_TRUE(model->Parameters().back().values.empty());
+    return absl::OkStatus();
+  }));
+  const std::vector<float> a = {1, 2}, b = {3};
+  const std::vector<absl::Span<const float>> initial = {a, b};
+  train_internal::OwnParameterStore store(initial);
+  EXPECT_THAT(store.Acquire(0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside a pass")));
+  LOOM_ASSERT_OK(store.BeginParameterPass(ParameterPass::kForward));
+  EXPECT_THAT(store.BeginParameterPass(ParameterPass::kForward),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("inside a pass")));
+  LOOM_ASSERT_OK_AND_ASSIGN(const absl::Span<const float> got, store.Acquire(1));
+  EXPECT_THAT(got, ElementsAre(3.0f));
+  EXPECT_THAT(store.Acquire(2), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("holds 2")));
+  EXPECT_THAT(store.AddGrad(0, a), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                            HasSubstr("keeps its gradients")));
+  LOOM_ASSERT_OK(store.EndPass());
+  EXPECT_THAT(store.EndPass(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside a pass")));
 }
 
 }  // namespace

@@ -8,15 +8,16 @@
 #include "core/status_macros.h"
 #include "models/gpt/gpt_init.h"
 #include "models/gpt/internal/model_util.h"
+#include "models/gpt/internal/own_parameter_store.h"
 #include "models/gpt/ops.h"
 #include "tensor_parallel/placement.h"
 
 namespace loom {
 
 using train_internal::AddInto;
+using train_internal::AppendParameter;
 using train_internal::Bytes;
 using train_internal::Free;
-using train_internal::ParameterOf;
 using train_internal::ToTensor;
 using train_internal::Values;
 
@@ -69,13 +70,14 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   model->options_ = resolved;
   model->tp_ = &tp;
   const int64_t v = config.vocab, h = config.hidden;
+  // The position embedding and the final layer norm have no layer of their own.
+  std::vector<float> position, final_gamma, final_beta;
   if (resolved.embedding) {
     const Tensor table = SeededTensor(config.seed, "embed.token", {v, h}, kStd);
     LOOM_ASSIGN_OR_RETURN(VocabParallelEmbedding embedding,
                           VocabParallelEmbedding::Create(table, tp, {}));
     model->token_embedding_.emplace(std::move(embedding));
-    model->position_ =
-        SeededValues(config.seed, "embed.position", config.seq_len * h, kPositionStd);
+    position = SeededValues(config.seed, "embed.position", config.seq_len * h, kPositionStd);
   }
   model->blocks_.reserve(static_cast<size_t>(resolved.end_block - resolved.first_block));
   for (int64_t i = resolved.first_block; i < resolved.end_block; ++i) {
@@ -83,8 +85,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
     model->blocks_.push_back(std::move(block));
   }
   if (resolved.head) {
-    model->final_gamma_ = SeededValues(config.seed, "final_ln.gamma", h, 0.0f, 1.0f);
-    model->final_beta_ = SeededValues(config.seed, "final_ln.beta", h, 0.0f);
+    final_gamma = SeededValues(config.seed, "final_ln.gamma", h, 0.0f, 1.0f);
+    final_beta = SeededValues(config.seed, "final_ln.beta", h, 0.0f);
     const Tensor head = SeededTensor(config.seed, "head.weight", {v, h}, kStd);
     LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear lm_head,
                           ColumnParallelLinear::Create(head, nullptr, tp, {}));
@@ -93,8 +95,14 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
                           VocabParallelCrossEntropy::Create(v, tp, ShardRule::kBalanced));
     model->cross_entropy_.emplace(std::move(ce));
   }
-  // Sizes every gradient, so views taken now stay valid.
-  model->Parameters();
+  // The model owns its weights through a store of its own, which the layers
+  // borrow from like any other source; the layers' copies go.
+  train_internal::ParameterList list = model->ListParameters(position, final_gamma, final_beta);
+  model->own_store_ = std::make_unique<train_internal::OwnParameterStore>(list.initial);
+  model->Borrow(model->own_store_.get(), GradientHome::kModel, std::move(list.params));
+  for (size_t i = 0; i < model->params_.size(); ++i) {
+    model->params_[i].values = model->own_store_->values(static_cast<int>(i));
+  }
   return model;
 }
 
@@ -125,7 +133,6 @@ absl::Status GptModel::Backward(float loss_grad) {
 
 template <typename Body>
 auto GptModel::InPass(ParameterPass pass, Body body) -> decltype(body()) {
-  if (source_ == nullptr) return body();
   LOOM_RETURN_IF_ERROR(source_->BeginParameterPass(pass));
   auto result = body();
   ReturnLent();
@@ -278,7 +285,7 @@ absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
 }
 
 absl::Status GptModel::BackwardStageWeight(const GptWeightGradWork& work) {
-  if (source_ != nullptr && grads_ == GradientHome::kSource) {
+  if (grads_ == GradientHome::kSource) {
     return InPass(ParameterPass::kGradients, [&]() { return ApplyWeightWork(work); });
   }
   return ApplyWeightWork(work);
@@ -305,7 +312,7 @@ absl::StatusOr<Tensor> GptModel::Embed(absl::Span<const int64_t> tokens, int64_t
   const std::vector<int64_t> ids = SequenceFirst(tokens, batch, s);
   LOOM_ASSIGN_OR_RETURN(Tensor x, token_embedding_->Forward(ids, {s, batch}));
   LOOM_ASSIGN_OR_RETURN(absl::Span<float> xv, x.As<float>());
-  const absl::Span<const float> position = PositionValues();
+  const absl::Span<const float> position = lent_position_;
   for (int64_t i = 0; i < s; ++i) {
     for (int64_t j = 0; j < batch; ++j) {
       for (int64_t k = 0; k < h; ++k) xv[(i * batch + j) * h + k] += position[i * h + k];
@@ -339,8 +346,9 @@ absl::StatusOr<float> GptModel::HeadForward(const Tensor& x, absl::Span<const in
   const int64_t s = config_.seq_len;
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
   final_x_.assign(xv.begin(), xv.end());
-  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln, LayerNormForward(final_x_, FinalGamma(), FinalBeta(),
-                                                             config_.layer_norm_eps));
+  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln,
+                        LayerNormForward(final_x_, lent_final_gamma_, lent_final_beta_,
+                                         config_.layer_norm_eps));
   final_mean_ = std::move(ln.mean);
   final_rstd_ = std::move(ln.rstd);
   LOOM_ASSIGN_OR_RETURN(Tensor normed, ToTensor(x.shape(), ln.y));
@@ -379,7 +387,7 @@ absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGra
   LOOM_ASSIGN_OR_RETURN(Tensor dnormed, lm_head_->BackwardInput(dlogits, work.head));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dn, Values(dnormed));
   LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln,
-                        LayerNormBackward(final_x_, FinalGamma(), final_mean_, final_rstd_, dn));
+                        LayerNormBackward(final_x_, lent_final_gamma_, final_mean_, final_rstd_, dn));
   work.final_dgamma = std::move(ln.dgamma);
   work.final_dbeta = std::move(ln.dbeta);
   cross_entropy_->ReleaseActivations();
@@ -389,25 +397,26 @@ absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGra
   return ToTensor({s, b, config_.hidden}, ln.dx);
 }
 
-std::vector<GptParameter> GptModel::Parameters() {
-  if (source_ != nullptr) return borrowed_params_;
+train_internal::ParameterList GptModel::ListParameters(absl::Span<const float> position,
+                                                      absl::Span<const float> final_gamma,
+                                                      absl::Span<const float> final_beta) {
   const int64_t v = config_.vocab, h = config_.hidden;
-  std::vector<GptParameter> params;
+  train_internal::ParameterList list;
   if (options_.embedding) {
-    params.push_back(ParameterOf("embed.token", token_embedding_->mutable_weight(), token_grad_,
-                                 {v, h}, TpSplit::kRows));
-    params.push_back(
-        ParameterOf("embed.position", position_, position_grad_, {config_.seq_len, h}));
+    AppendParameter(list, "embed.token", token_embedding_->weight(), token_grad_, {v, h},
+                    TpSplit::kRows);
+    AppendParameter(list, "embed.position", position, position_grad_, {config_.seq_len, h});
   }
-  for (GptBlock& block : blocks_) block.AppendParameters(params);
+  for (GptBlock& block : blocks_) block.AppendParameters(list);
   if (options_.head) {
-    params.push_back(ParameterOf("final_ln.gamma", final_gamma_, final_gamma_grad_));
-    params.push_back(ParameterOf("final_ln.beta", final_beta_, final_beta_grad_));
-    params.push_back(ParameterOf("head.weight", lm_head_->mutable_weight(), head_grad_, {v, h},
-                                 TpSplit::kRows));
+    AppendParameter(list, "final_ln.gamma", final_gamma, final_gamma_grad_);
+    AppendParameter(list, "final_ln.beta", final_beta, final_beta_grad_);
+    AppendParameter(list, "head.weight", lm_head_->weight(), head_grad_, {v, h}, TpSplit::kRows);
   }
-  return params;
+  return list;
 }
+
+std::vector<GptParameter> GptModel::Parameters() { return params_; }
 
 void GptModel::ZeroGrad() {
   for (GptParameter& p : Parameters()) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
@@ -448,19 +457,23 @@ absl::Status GptModel::UseParameterSource(ParameterSource* source, GradientHome 
   if (source == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": UseParameterSource(nullptr)"));
   }
-  if (source_ != nullptr) {
+  if (own_store_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(kName, ": UseParameterSource called twice"));
   }
-  borrowed_params_ = Parameters();
-  for (GptParameter& p : borrowed_params_) {
-    p.values = {};
-    if (grads == GradientHome::kSource) p.grad = {};
-  }
+  std::vector<GptParameter> params = std::move(params_);
+  for (GptParameter& p : params) p.values = {};
+  Borrow(source, grads, std::move(params));
+  own_store_.reset();
+  return absl::OkStatus();
+}
+
+void GptModel::Borrow(ParameterSource* source, GradientHome grads,
+                      std::vector<GptParameter> params) {
   source_ = source;
   grads_ = grads;
+  params_ = std::move(params);
   if (token_embedding_.has_value()) token_embedding_->DropOwnedWeights();
-  Free(position_);
   for (size_t k = 0; k < blocks_.size(); ++k) {
     blocks_[k].DropOwnedWeights();
     if (grads == GradientHome::kSource) {
@@ -471,15 +484,13 @@ absl::Status GptModel::UseParameterSource(ParameterSource* source, GradientHome 
     }
   }
   if (lm_head_.has_value()) lm_head_->DropOwnedWeights();
-  Free(final_gamma_);
-  Free(final_beta_);
   if (grads == GradientHome::kSource) {
+    for (GptParameter& p : params_) p.grad = {};
     for (train_internal::GradAccumulator* g :
          {&token_grad_, &position_grad_, &final_gamma_grad_, &final_beta_grad_, &head_grad_}) {
       *g = train_internal::GradAccumulator();
     }
   }
-  return absl::OkStatus();
 }
 
 int GptModel::BlockBase(size_t k) const {
@@ -490,7 +501,7 @@ int GptModel::HeadBase() const { return BlockBase(blocks_.size()); }
 
 absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int param,
                             absl::Span<const float> grad) {
-  if (source_ != nullptr && grads_ == GradientHome::kSource) {
+  if (grads_ == GradientHome::kSource) {
     return source_->AddGrad(param, grad);
   }
   return AddInto(accumulator, grad);
@@ -503,7 +514,6 @@ absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int pa
 }
 
 absl::Status GptModel::LendEmbedding() {
-  if (source_ == nullptr) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> table, source_->Acquire(0));
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> position, source_->Acquire(1));
   const size_t position_numel = static_cast<size_t>(config_.seq_len * config_.hidden);
@@ -519,7 +529,6 @@ absl::Status GptModel::LendEmbedding() {
 }
 
 absl::Status GptModel::LendBlock(size_t k) {
-  if (source_ == nullptr) return absl::OkStatus();
   const int base = BlockBase(k);
   std::vector<absl::Span<const float>> views;
   for (int i = 0; i < GptBlock::kNumParameters; ++i) {
@@ -532,7 +541,6 @@ absl::Status GptModel::LendBlock(size_t k) {
 }
 
 absl::Status GptModel::LendHead() {
-  if (source_ == nullptr) return absl::OkStatus();
   const int head = HeadBase();
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> gamma, source_->Acquire(head));
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> beta, source_->Acquire(head + 1));
@@ -557,18 +565,6 @@ void GptModel::ReturnLent() {
   lent_blocks_.clear();
   lent_position_ = lent_final_gamma_ = lent_final_beta_ = {};
   embedding_lent_ = head_lent_ = false;
-}
-
-absl::Span<const float> GptModel::PositionValues() const {
-  return source_ != nullptr ? lent_position_ : absl::Span<const float>(position_);
-}
-
-absl::Span<const float> GptModel::FinalGamma() const {
-  return source_ != nullptr ? lent_final_gamma_ : absl::Span<const float>(final_gamma_);
-}
-
-absl::Span<const float> GptModel::FinalBeta() const {
-  return source_ != nullptr ? lent_final_beta_ : absl::Span<const float>(final_beta_);
 }
 
 }  // namespace loom

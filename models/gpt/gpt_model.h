@@ -52,6 +52,8 @@
 #include "models/gpt/gpt_block.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_parameter.h"
+#include "models/gpt/internal/model_util.h"
+#include "models/gpt/internal/own_parameter_store.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/vocab_parallel_cross_entropy.h"
 #include "tensor_parallel/layers/vocab_parallel_embedding.h"
@@ -146,14 +148,18 @@ class GptModel {
 
   // Parameters returns this rank's parameters in a fixed order: "embed.token",
   // "embed.position" (with the embeddings), each block's (gpt_block.h), then
-  // "final_ln.gamma", "final_ln.beta", "head.weight" (with the head).
+  // "final_ln.gamma", "final_ln.beta", "head.weight" (with the head). The views
+  // stay valid for the model's lifetime (values until UseParameterSource).
   std::vector<GptParameter> Parameters();
 
   // ZeroGrad sets every gradient to 0.
   void ZeroGrad();
 
-  // Borrowed weights (ZeRO-3 reshard-after-use, parameter offload): after
-  // UseParameterSource the model holds no weights of its own. It asks `source`
+  // Where the weights live. The layers never own them: Create puts them in a
+  // store of the model's own (Parameters() writes them in place, gradients stay
+  // in the model), which UseParameterSource replaces for good (ZeRO-3
+  // reshard-after-use, parameter offload, plain data parallelism). The model then
+  // holds no weights at all: it asks `source`
   // (not owned; it must outlive the model) for each unit's parameters (the
   // embeddings, each block, the head: the parameters of one unit are gathered and
   // released together) just before it computes with them and gives them back
@@ -168,10 +174,11 @@ class GptModel {
   // Parameters() then gives the same names, shapes and splits with empty values
   // (the source holds them), and with kSource empty gradients too (the model keeps
   // none). Results are bitwise those of the owning model given the same values.
+  // The owning model runs the same passes over its own store.
   // FailedPrecondition when called twice; InvalidArgument for a null source.
   enum class GradientHome { kSource, kModel };
   absl::Status UseParameterSource(ParameterSource* source, GradientHome grads);
-  bool borrows_weights() const { return source_ != nullptr; }
+  bool borrows_weights() const { return own_store_ == nullptr; }
 
   // ReleaseActivations drops any forward state and stops counting the works out
   // (e.g. after a failed step, whose works the caller drops).
@@ -190,6 +197,13 @@ class GptModel {
  private:
   GptModel() = default;
   void Observe(size_t extra = 0);
+  // ListParameters lists the parameters with the values the layers were created
+  // with (and the three that have no layer); Borrow makes `source` the home of
+  // the weights, dropping the layers' own.
+  train_internal::ParameterList ListParameters(absl::Span<const float> position,
+                                               absl::Span<const float> final_gamma,
+                                               absl::Span<const float> final_beta);
+  void Borrow(ParameterSource* source, GradientHome grads, std::vector<GptParameter> params);
   absl::StatusOr<Tensor> RunForward(const GptStageInput& input);
   // ApplyWeightWork adds a split backward's weight gradients (BackwardStageWeight
   // without the pass).
@@ -199,7 +213,7 @@ class GptModel {
   // wins.
   template <typename Body>
   auto InPass(ParameterPass pass, Body body) -> decltype(body());
-  // Lend* borrow a unit's parameters from the source (nothing without one);
+  // Lend* borrow a unit's parameters from the source;
   // ReturnLent gives back everything lent.
   absl::Status LendEmbedding();
   absl::Status LendBlock(size_t k);
@@ -213,10 +227,6 @@ class GptModel {
   absl::Status Give(train_internal::GradAccumulator& accumulator, int param,
                     absl::Span<const float> grad);
   absl::Status Give(train_internal::GradAccumulator& accumulator, int param, const Tensor& grad);
-  // The position embedding and final LayerNorm values: lent or own.
-  absl::Span<const float> PositionValues() const;
-  absl::Span<const float> FinalGamma() const;
-  absl::Span<const float> FinalBeta() const;
   void ReleaseForwardState();
   absl::StatusOr<Tensor> RunBackward(const Tensor& output_grad, GptWeightGradWork* deferred);
   absl::Status HeadBackwardWeight(const GptWeightGradWork& work);
@@ -230,10 +240,8 @@ class GptModel {
   GptModelOptions options_;
   Communicator* tp_ = nullptr;
   std::optional<VocabParallelEmbedding> token_embedding_;
-  std::vector<float> position_;
   train_internal::GradAccumulator token_grad_, position_grad_;
   std::vector<GptBlock> blocks_;
-  std::vector<float> final_gamma_, final_beta_;
   train_internal::GradAccumulator final_gamma_grad_, final_beta_grad_;
   std::optional<ColumnParallelLinear> lm_head_;
   train_internal::GradAccumulator head_grad_;
@@ -244,10 +252,11 @@ class GptModel {
   int64_t batch_ = 0;
   bool has_forward_ = false;
   size_t pending_work_bytes_ = 0;  // works handed out by BackwardStageInput
-  // Borrowed weights (UseParameterSource).
+  // Where the weights live: own_store_ until UseParameterSource, then the source.
+  std::unique_ptr<train_internal::OwnParameterStore> own_store_;
   ParameterSource* source_ = nullptr;
   GradientHome grads_ = GradientHome::kModel;
-  std::vector<GptParameter> borrowed_params_;  // Parameters() while borrowing
+  std::vector<GptParameter> params_;  // Parameters()
   absl::Span<const float> lent_position_, lent_final_gamma_, lent_final_beta_;
   bool embedding_lent_ = false, head_lent_ = false;
   std::vector<size_t> lent_blocks_;

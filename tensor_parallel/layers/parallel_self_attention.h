@@ -98,7 +98,8 @@ class ParallelSelfAttention {
   // The projections, for their weights and gradients.
   const ColumnParallelLinear& qkv() const { return qkv_; }
   const RowParallelLinear& out() const { return out_; }
-  // mutable_qkv / mutable_out give in-place access to the projections' weights.
+  // mutable_qkv / mutable_out give access to the projections (to lend them
+  // weights, or to release their gradients).
   ColumnParallelLinear& mutable_qkv() { return qkv_; }
   RowParallelLinear& mutable_out() { return out_; }
 

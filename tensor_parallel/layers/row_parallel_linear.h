@@ -119,12 +119,6 @@ class RowParallelLinear {
     bias_grad_ = Tensor();
   }
 
-  // mutable_weight / mutable_bias give in-place write access to the local shards
-  // (an optimizer step, or ZeRO-3 gathering values into them); the caller keeps
-  // their shape and dtype.
-  Tensor& mutable_weight() { return weight_; }
-  Tensor& mutable_bias() { return bias_; }
-
   // saved_activation_bytes returns the bytes Forward keeps for Backward.
   // ReleaseActivations frees them (activation checkpointing drops a layer's state
   // and recomputes it); Backward then returns FailedPrecondition until the next

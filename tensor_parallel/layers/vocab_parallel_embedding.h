@@ -100,10 +100,6 @@ class VocabParallelEmbedding {
   // ReleaseWeightGradients frees weight_grad().
   void ReleaseWeightGradients() { weight_grad_ = Tensor(); }
 
-  // mutable_weight gives in-place write access to the local table shard; the
-  // caller keeps its shape and dtype.
-  Tensor& mutable_weight() { return weight_; }
-
   // saved_activation_bytes returns the bytes Forward keeps for Backward (the ids).
   // ReleaseActivations frees them; Backward then returns FailedPrecondition until
   // the next Forward.

@@ -33,8 +33,9 @@ absl::Status AddInto(GradAccumulator& accum, absl::Span<const float> grad) {
   return absl::OkStatus();
 }
 
-GptParameter ParameterOf(std::string name, Tensor& values, GradAccumulator& grad,
-                         std::vector<int64_t> full_shape, TpSplit split, int64_t parts) {
+void AppendParameter(ParameterList& out, std::string name, const Tensor& values,
+                     GradAccumulator& grad, std::vector<int64_t> full_shape, TpSplit split,
+                     int64_t parts) {
   grad.Resize(static_cast<size_t>(values.numel())).IgnoreError();
   GptParameter p;
   p.name = std::move(name);
@@ -42,23 +43,25 @@ GptParameter ParameterOf(std::string name, Tensor& values, GradAccumulator& grad
   p.full_shape = std::move(full_shape);
   p.split = split;
   p.parts = parts;
-  // The model stores every parameter in f32, so As<float> cannot fail.
-  p.values = *values.As<float>();
   p.grad = grad.view();
-  return p;
+  out.params.push_back(std::move(p));
+  // The layers are created in f32 (the model's only storage dtype), so As<float>
+  // cannot fail; an owned weight already dropped gives an empty view.
+  absl::StatusOr<absl::Span<const float>> initial = values.As<float>();
+  out.initial.push_back(initial.ok() ? *initial : absl::Span<const float>());
 }
 
-GptParameter ParameterOf(std::string name, std::vector<float>& values, GradAccumulator& grad,
-                         std::vector<int64_t> shape) {
+void AppendParameter(ParameterList& out, std::string name, absl::Span<const float> values,
+                     GradAccumulator& grad, std::vector<int64_t> shape) {
   grad.Resize(values.size()).IgnoreError();
   GptParameter p;
   p.name = std::move(name);
   p.shape = shape.empty() ? std::vector<int64_t>{static_cast<int64_t>(values.size())}
                           : std::move(shape);
   p.full_shape = p.shape;
-  p.values = absl::MakeSpan(values);
   p.grad = grad.view();
-  return p;
+  out.params.push_back(std::move(p));
+  out.initial.push_back(values);
 }
 
 absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values) {

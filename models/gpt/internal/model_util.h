@@ -43,14 +43,24 @@ class GradAccumulator {
 absl::Status AddInto(GradAccumulator& accum, const Tensor& grad);
 absl::Status AddInto(GradAccumulator& accum, absl::Span<const float> grad);
 
-// ParameterOf returns the entry for a layer's f32 tensor and its accumulator
+// ParameterList: a model's parameter entries, in the model's order, beside const
+// views of the values its layers were created with. The entries' `values` are
+// empty: the model's parameter source holds them (own_parameter_store.h copies
+// `initial` when the model owns its weights).
+struct ParameterList {
+  std::vector<GptParameter> params;
+  std::vector<absl::Span<const float>> initial;
+};
+
+// AppendParameter appends the entry for a layer's f32 tensor and its accumulator
 // (sized to the tensor, zero-filled, if still empty).
-GptParameter ParameterOf(std::string name, Tensor& values, GradAccumulator& grad,
-                         std::vector<int64_t> full_shape, TpSplit split, int64_t parts = 1);
-// ParameterOf for a parameter the model holds as a vector, replicated on all ranks,
-// of `shape` ({values.size()} when empty).
-GptParameter ParameterOf(std::string name, std::vector<float>& values, GradAccumulator& grad,
-                         std::vector<int64_t> shape = {});
+void AppendParameter(ParameterList& out, std::string name, const Tensor& values,
+                     GradAccumulator& grad, std::vector<int64_t> full_shape, TpSplit split,
+                     int64_t parts = 1);
+// AppendParameter for a parameter replicated on all ranks, of `shape`
+// ({values.size()} when empty).
+void AppendParameter(ParameterList& out, std::string name, absl::Span<const float> values,
+                     GradAccumulator& grad, std::vector<int64_t> shape = {});
 
 // ToTensor returns an f32 tensor of `shape` holding `values`.
 absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values);
