@@ -37,6 +37,9 @@ for key in compute dp_comm pp_comm optimizer other param_wait; do
 done
 grep -qE '"step_breakdown_s": \{"compute": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "compute is 0: $(cat "$dir/summary.json")"
 grep -qE '"param_wait": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "param_wait is 0: $(cat "$dir/summary.json")"
+# How busy the host's CPUs were: a fraction in the summary, a percentage printed.
+grep -qE '"host_cpu_busy": (0|1|0\.[0-9]+|[0-9.]+e-[0-9]+),' "$dir/summary.json" || fail "host_cpu_busy: $(cat "$dir/summary.json")"
+grep -qE '^host CPUs busy [0-9.]+% of the step \(rank 0.s host, [1-9][0-9]* CPUs, all processes\)$' <<<"$out" || fail "host CPUs line: $out"
 grep -qE '^time per step \(mean over ranks\): compute [0-9.]+ ms, parameter wait [0-9.]+ ms, dp comm [0-9.]+ ms, pp comm [0-9.]+ ms, optimizer [0-9.]+ ms, other [0-9.]+ ms$' <<<"$out" || fail "time per step line: $out"
 
 # The mesh is topology's: the job prints the //tools:mesh flags of its layout, and

@@ -29,6 +29,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -730,6 +731,13 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       "pp comm %.2f ms, optimizer %.2f ms, other %.2f ms\n",
       b.compute * 1e3, b.param_wait * 1e3, b.dp_comm * 1e3, b.pp_comm * 1e3, b.optimizer * 1e3,
       b.other * 1e3);
+  if (summary->host_cpu_busy >= 0) {
+    // Waits cost time only where CPUs sit idle: with more busy threads than CPUs,
+    // a rank's wait is the other ranks' compute.
+    std::cout << absl::StrFormat(
+        "host CPUs busy %.1f%% of the step (rank 0's host, %d CPUs, all processes)\n",
+        summary->host_cpu_busy * 100, std::thread::hardware_concurrency());
+  }
   if (summary->final_eval_loss.has_value()) {
     std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
                                  *summary->final_eval_loss, o.steps);
@@ -791,7 +799,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"peak_model_state_bytes_per_rank\": %d, \"model_state_disk_bytes_per_rank\": %d, "
         "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
-        "\"device_gemm_products\": %d, "
+        "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
         "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g}}\n",
         summary->final_loss,
@@ -806,7 +814,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
         summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
         summary->tokens_per_second, BuildMode(), absl::GetFlag(FLAGS_device),
-        summary->device_gemm_products, b.compute, b.dp_comm, b.pp_comm, b.optimizer, b.other,
+        summary->device_gemm_products,
+        summary->host_cpu_busy >= 0 ? absl::StrFormat("%.4g", summary->host_cpu_busy)
+                                    : std::string("null"),
+        b.compute, b.dp_comm, b.pp_comm, b.optimizer, b.other,
         b.param_wait);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";

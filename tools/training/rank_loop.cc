@@ -21,6 +21,7 @@
 #include "pipeline/executor/send_buffers.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tools/training/device_gemm.h"
+#include "tools/training/host_cpu.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/wire.h"
@@ -237,6 +238,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   int64_t kept_units_before = optimizer->KeptUnits();
   int64_t kept_numel_before = optimizer->KeptNumel();
   for (int64_t step = first_step; step < options.steps; ++step) {
+    // Rank 0 reads the host's CPU counters around the step (not the evaluation).
+    const absl::StatusOr<HostCpuTimes> cpu_before =
+        summary != nullptr ? ReadHostCpuTimes() : absl::StatusOr<HostCpuTimes>(HostCpuTimes());
     const absl::Time start = absl::Now();
     StepBreakdown breakdown;
     absl::Time mark = start;
@@ -279,6 +283,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       checkpoint_seconds = absl::ToDoubleSeconds(absl::Now() - saving);
     }
     const double step_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    const absl::StatusOr<HostCpuTimes> cpu_after =
+        summary != nullptr ? ReadHostCpuTimes() : absl::StatusOr<HostCpuTimes>(HostCpuTimes());
     breakdown.other += lap();
     // The step's training loss, before an evaluation replaces the module's.
     const bool holds_loss = module->holds_loss();
@@ -373,6 +379,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     line.seconds = step_seconds;  // training and checkpoint; not the evaluation
     line.tokens_per_second = static_cast<double>(setup.tokens_per_step) / line.seconds;
     line.checkpoint_seconds = checkpoint_seconds;
+    line.host_cpu_busy =
+        cpu_before.ok() && cpu_after.ok() ? BusyFraction(*cpu_before, *cpu_after) : -1.0;
     line.lr = ScheduleOf(options).LrAt(step + 1);
     summary->steps.push_back(line);
     if (on_step) on_step(line);
@@ -421,6 +429,14 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     summary->step_breakdown_s.other += b.other / counted;
     summary->step_breakdown_s.param_wait += b.param_wait / counted;
   }
+  double busy_sum = 0;
+  int busy_steps = 0;
+  for (size_t i = skip; i < summary->steps.size(); ++i) {
+    if (summary->steps[i].host_cpu_busy < 0) continue;
+    busy_sum += summary->steps[i].host_cpu_busy;
+    ++busy_steps;
+  }
+  summary->host_cpu_busy = busy_steps > 0 ? busy_sum / busy_steps : -1.0;
   summary->tokens_per_second =
       static_cast<double>(setup.tokens_per_step * (options.steps - first_step)) /
       absl::ToDoubleSeconds(absl::Now() - job_start);

@@ -182,6 +182,9 @@ struct StepReport {
   std::optional<double> eval_loss;  // --eval_every: the held-out loss after the step
   double grad_norm = 0;             // --clip_grad_norm: the norm before clipping
   StepBreakdown breakdown;          // seconds, the mean over ranks
+  // The share of rank 0's host's CPU time that was busy during the step (all
+  // processes, /proc/stat: host_cpu.h); -1 where it cannot be read.
+  double host_cpu_busy = -1;
   std::string ToString() const;
 };
 
@@ -226,6 +229,8 @@ struct TrainSummary {
   // Mean over ranks and steps (the first step, which warms up, left out when there
   // are more), in seconds.
   StepBreakdown step_breakdown_s;
+  // StepReport::host_cpu_busy, the mean over the same steps; -1 where unknown.
+  double host_cpu_busy = -1;
   // Final parameters of every rank.
   std::vector<RankParameters> final_params;
   // Per rank: the pipeline executions of the last step (for --trace).
