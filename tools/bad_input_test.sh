@@ -153,6 +153,8 @@ expect train 2 "--reshard block needs --zero 1, 2 or 3" "${T[@]}" --reshard=bloc
 expect train 2 "--defer_reduce_scatter needs --reshard block, the default at --zero 3" "${T[@]}" --zero=3 --reshard=step --defer_reduce_scatter
 expect train 2 "--offload_params disk is not none, cpu or nvme" "${T[@]}" --offload_params=disk
 expect train 2 "--offload_params nvme needs --zero 3 (zero 1 keeps whole parameters" "${T[@]}" --zero=1 --offload_params=nvme
+expect train 2 "--offload_grads disk is not none, cpu or nvme" "${T[@]}" --offload_grads=disk
+expect train 2 "--offload_grads nvme needs --zero 2 or 3 (zero 1 keeps the whole gradient" "${T[@]}" --zero=1 --offload_grads=nvme
 expect train 2 "--param_budget -5 is negative" "${T[@]}" --param_budget=-5
 expect train 2 "--prefetch_depth 65 is not in [0, 64]" "${T[@]}" --prefetch_depth=65
 expect train 2 "--offload_config: offload: unknown key 'bogus'" "${T[@]}" --offload_config=bogus=1

@@ -104,18 +104,23 @@ ABSL_FLAG(std::string, offload_params, "none",
           "Where --zero=3 keeps its parameter shards between uses: none or cpu (host memory, "
           "where this job keeps every weight) or nvme (on disk under --nvme_dir, each read just "
           "before its all-gather, written back by the step).");
+ABSL_FLAG(std::string, offload_grads, "none",
+          "Where --zero=2 and 3 keep their gradient shards: none or cpu (host memory) or nvme "
+          "(on disk under --nvme_dir, added into by each reduce-scatter, read by the step).");
 ABSL_FLAG(int64_t, prefetch_depth, 2,
           "With --zero=3: units gathered ahead of the one in use, in [0, 64].");
 ABSL_FLAG(std::string, offload_config, "",
           "The offload library's spec (offload/offload_config.h) instead of --offload, "
-          "--offload_params, --nvme_dir and --prefetch_depth (and its threads: AdamW's), e.g. "
+          "--offload_params, --offload_grads, --nvme_dir and --prefetch_depth (and its threads: "
+          "AdamW's), e.g. "
           "optimizer=nvme,params=nvme,host_budget=8G,nvme_dirs=/nvme0,prefetch=1 "
           "(validated against this machine's memory and disks).");
 ABSL_FLAG(int64_t, param_budget, 0,
           "With --zero=3: the most gathered parameter bytes alive at once on a rank (prefetched "
           "units included); 0: the prefetch depth alone bounds them.");
 ABSL_FLAG(std::string, nvme_dir, "",
-          "With --offload=nvme or --offload_params=nvme: directories for the state on disk, ':' "
+          "With --offload, --offload_params or --offload_grads nvme: directories for the state on "
+          "disk, ':' "
           "separated (one per drive); empty: a fresh directory under $TMPDIR, removed "
           "afterwards.");
 ABSL_FLAG(std::string, dtype, "f32", "Compute dtype: f32 or bf16 (bf16 with --zero=1, 2 or 3).");
@@ -246,6 +251,12 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
                                {{"none", OffloadKind::kNone},
                                 {"cpu", OffloadKind::kCpu},
                                 {"nvme", OffloadKind::kNvme}}));
+  LOOM_ASSIGN_OR_RETURN(
+      o.offload_grads,
+      ParseChoice<OffloadKind>("--offload_grads", absl::GetFlag(FLAGS_offload_grads),
+                               {{"none", OffloadKind::kNone},
+                                {"cpu", OffloadKind::kCpu},
+                                {"nvme", OffloadKind::kNvme}}));
   o.param_budget = absl::GetFlag(FLAGS_param_budget);
   o.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   const int64_t prefetch = absl::GetFlag(FLAGS_prefetch_depth);
@@ -315,7 +326,8 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   if (const std::string spec = absl::GetFlag(FLAGS_offload_config); !spec.empty()) {
     // One source of truth: the spec replaces the flags it covers (one set away
     // from its default is refused rather than silently overridden).
-    for (const char* flag : {"offload", "offload_params", "nvme_dir", "prefetch_depth"}) {
+    for (const char* flag :
+         {"offload", "offload_params", "offload_grads", "nvme_dir", "prefetch_depth"}) {
       const absl::CommandLineFlag* given = absl::FindCommandLineFlag(flag);
       if (given != nullptr && given->CurrentValue() != given->DefaultValue()) {
         return absl::InvalidArgumentError(
@@ -614,6 +626,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             ? absl::StrCat(" (reshard ", ReshardName(EffectiveReshard(o)),
                            o.defer_reduce_scatter ? ", deferred reduce-scatter" : "",
                            o.offload_params == OffloadKind::kNvme ? ", parameters on nvme" : "",
+                           o.offload_grads == OffloadKind::kNvme ? ", gradients on nvme" : "",
                            o.param_budget > 0 ? absl::StrCat(", parameter budget ",
                                                              o.param_budget, " bytes")
                                               : "",

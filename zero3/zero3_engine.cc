@@ -105,6 +105,11 @@ struct BucketState {
   bool master_on_disk = false;      // bf16 with optimizer_disk: `master` is empty
   // param_disk: the compute-dtype shard is on disk (f32: `master` is empty too).
   bool params_on_disk = false;
+  // grad_disk: the gradient shard is on disk (grad_f32 and grad_bf16 are empty),
+  // and whether this step has stored one (else it is zero). The communication
+  // thread sets grad_stored; the caller's thread reads and clears it after a wait.
+  bool grads_on_disk = false;
+  bool grad_stored = false;
 
   // This pass.
   int buffer = -1;                      // GatherBuffer in use, or -1
@@ -140,6 +145,10 @@ struct EngineShared {
   // param_disk: a shard read from disk just before its all-gather. One is enough:
   // the communication thread runs one gather at a time.
   std::vector<std::byte> staged;
+  // grad_disk: the gradient shard being added into, on the communication thread.
+  std::vector<float> grad_staged_f32;
+  std::vector<BFloat16> grad_staged_bf16;
+  int64_t grad_staged_bytes = 0;  // reserved at Init (the worker never grows them)
   std::atomic<int64_t> live_grad_bytes{0};
   std::atomic<int64_t> peak_grad_bytes{0};
 };
@@ -163,16 +172,18 @@ std::string BucketName(const Partition& partition, int b) {
   return name;
 }
 
-// AddInto adds src to a gradient shard held in the compute dtype (bf16: widened,
-// added in f32, rounded once).
-void AddInto(absl::Span<const float> src, BucketState& bucket) {
-  if (!bucket.grad_f32.empty()) {
-    for (size_t i = 0; i < src.size(); ++i) bucket.grad_f32[i] += src[i];
+// AddInto adds src to a gradient shard held in the compute dtype, `f32` or (when
+// that is empty) `bf16`: widened, added in f32, rounded once.
+void AddInto(absl::Span<const float> src, std::vector<float>& f32, std::vector<BFloat16>& bf16) {
+  if (!f32.empty()) {
+    for (size_t i = 0; i < src.size(); ++i) f32[i] += src[i];
     return;
   }
-  for (size_t i = 0; i < src.size(); ++i) {
-    bucket.grad_bf16[i] = ToBFloat16(ToFloat(bucket.grad_bf16[i]) + src[i]);
-  }
+  for (size_t i = 0; i < src.size(); ++i) bf16[i] = ToBFloat16(ToFloat(bf16[i]) + src[i]);
+}
+
+void AddInto(absl::Span<const float> src, BucketState& bucket) {
+  AddInto(src, bucket.grad_f32, bucket.grad_bf16);
 }
 
 }  // namespace
@@ -192,7 +203,40 @@ Zero3Engine::~Zero3Engine() {
     if (bucket->params_on_disk) {
       options_.param_disk->Remove(ParamDiskName(*bucket)).IgnoreError();
     }
+    if (bucket->grads_on_disk) options_.grad_disk->Remove(GradDiskName(*bucket)).IgnoreError();
   }
+}
+
+std::string Zero3Engine::GradDiskName(const BucketState& bucket) const {
+  return absl::StrCat(DiskName(bucket), ".g");
+}
+
+absl::Status Zero3Engine::ReadGradShard(const BucketState& bucket, std::vector<float>& f32,
+                                        std::vector<BFloat16>& bf16) const {
+  const size_t n = static_cast<size_t>(bucket.numel);
+  const bool in_bf16 = options_.compute_dtype == DType::kBF16;
+  f32.assign(in_bf16 ? 0 : n, 0.0f);
+  bf16.assign(in_bf16 ? n : 0, BFloat16());
+  if (!bucket.grad_stored) return absl::OkStatus();
+  const absl::Span<std::byte> into =
+      in_bf16 ? absl::MakeSpan(reinterpret_cast<std::byte*>(bf16.data()), n * sizeof(BFloat16))
+              : absl::MakeSpan(reinterpret_cast<std::byte*>(f32.data()), n * sizeof(float));
+  return options_.grad_disk->Read(GradDiskName(bucket), into);
+}
+
+absl::Status Zero3Engine::AddIntoStoredGrad(absl::Span<const float> average, BucketState& bucket) {
+  std::vector<float>& f32 = shared_->grad_staged_f32;
+  std::vector<BFloat16>& bf16 = shared_->grad_staged_bf16;
+  LOOM_RETURN_IF_ERROR(ReadGradShard(bucket, f32, bf16));
+  AddInto(average, f32, bf16);
+  const absl::Span<const std::byte> shard =
+      f32.empty() ? absl::MakeConstSpan(reinterpret_cast<const std::byte*>(bf16.data()),
+                                        bf16.size() * sizeof(BFloat16))
+                  : absl::MakeConstSpan(reinterpret_cast<const std::byte*>(f32.data()),
+                                        f32.size() * sizeof(float));
+  LOOM_RETURN_IF_ERROR(options_.grad_disk->Write(GradDiskName(bucket), shard));
+  bucket.grad_stored = true;
+  return absl::OkStatus();
 }
 
 std::string Zero3Engine::ParamDiskName(const BucketState& bucket) const {
@@ -277,6 +321,11 @@ absl::StatusOr<std::unique_ptr<Zero3Engine>> Zero3Engine::Create(const Partition
     return absl::InvalidArgumentError(absl::StrCat(
         "Zero3Options.param_disk needs stage 3 (stage ", options.stage,
         " keeps the whole parameters on every rank)"));
+  }
+  if (options.grad_disk != nullptr && options.stage == 1) {
+    return absl::InvalidArgumentError(
+        "Zero3Options.grad_disk needs stage 2 or 3 (stage 1 keeps the whole gradient on every "
+        "rank until the step reduces it)");
   }
   if (options.max_grad_buffers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("Zero3Options.max_grad_buffers ",
@@ -459,6 +508,23 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
     int64_t staged = 0;
     for (const auto& bucket : buckets_) staged = std::max(staged, ParamShardBytes(*bucket));
     shared_->staged.resize(static_cast<size_t>(staged));
+  }
+  if (options_.grad_disk != nullptr) {
+    // Each bucket's gradient shard leaves memory; it is zero until the first
+    // reduce-scatter stores one. The staging shard is the largest bucket's.
+    int64_t largest = 0;
+    for (const auto& bucket : buckets_) {
+      bucket->grads_on_disk = true;
+      bucket->grad_f32 = std::vector<float>();
+      bucket->grad_bf16 = std::vector<BFloat16>();
+      largest = std::max(largest, bucket->numel);
+    }
+    if (bf16) {
+      shared_->grad_staged_bf16.reserve(static_cast<size_t>(largest));
+    } else {
+      shared_->grad_staged_f32.reserve(static_cast<size_t>(largest));
+    }
+    shared_->grad_staged_bytes = largest * DTypeBytes(options_.compute_dtype);
   }
   used_.assign(static_cast<size_t>(zero3_internal::UsedWords(partition_.num_buckets())), 0);
   for (int b = 0; b < partition_.num_buckets(); ++b) {
@@ -739,7 +805,7 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
   Communicator* dp = dp_;
   BucketState* state = &bucket;
   EngineShared* shared = shared_.get();
-  reduce_tickets_.push_back(worker_->Submit([dp, state, shared]() -> absl::Status {
+  reduce_tickets_.push_back(worker_->Submit([this, dp, state, shared]() -> absl::Status {
     const int64_t held = static_cast<int64_t>(state->grad_buffer.size()) * 4;
     // The f32 gradients are reduced as they are: in bf16 the communicator would
     // widen them to f32 on the wire anyway (it rounds once, at the end), so
@@ -749,7 +815,13 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
     absl::Status status =
         dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(state->grad_buffer)),
                           BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
-    if (status.ok()) AddInto(mine, *state);
+    if (status.ok()) {
+      if (state->grads_on_disk) {
+        status = AddIntoStoredGrad(mine, *state);
+      } else {
+        AddInto(mine, *state);
+      }
+    }
     state->grad_buffer = {};
     shared->grads.Give(std::move(state->grad_memory));
     shared->live_grad_bytes.fetch_sub(held);
@@ -1004,6 +1076,10 @@ absl::StatusOr<double> Zero3Engine::ReducedGradSquaredNorm(
   }
   const double passes = options_.average_passes ? static_cast<double>(passes_since_step_) : 1.0;
   double total = 0.0;
+  // grad_disk: the shard of the bucket being summed, read once per bucket.
+  int loaded = -1;
+  std::vector<float> loaded_f32;
+  std::vector<BFloat16> loaded_bf16;
   for (int p = 0; p < partition_.num_params(); ++p) {
     const ParamSlot& slot = partition_.slot(p);
     if (param_weight[p] == 0.0f || (slot.persistent && rank_ != 0)) continue;
@@ -1013,9 +1089,19 @@ absl::StatusOr<double> Zero3Engine::ReducedGradSquaredNorm(
     const int64_t shard_begin = slot.persistent ? 0 : rank_ * bucket.numel;
     const int64_t first = ReducedShardStart(bucket) + slot.offset + range.begin - shard_begin;
     const int64_t count = range.end - range.begin;
+    const std::vector<float>* f32 = &bucket.grad_f32;
+    const std::vector<BFloat16>* bf16 = &bucket.grad_bf16;
+    if (bucket.grads_on_disk) {
+      if (loaded != slot.bucket) {
+        LOOM_RETURN_IF_ERROR(ReadGradShard(bucket, loaded_f32, loaded_bf16));
+        loaded = slot.bucket;
+      }
+      f32 = &loaded_f32;
+      bf16 = &loaded_bf16;
+    }
     double sum = 0.0;
     for (int64_t i = first; i < first + count; ++i) {
-      const float x = bucket.grad_f32.empty() ? ToFloat(bucket.grad_bf16[i]) : bucket.grad_f32[i];
+      const float x = f32->empty() ? ToFloat((*bf16)[i]) : (*f32)[i];
       const double g = static_cast<double>(x) / passes;
       sum += g * g;
     }
@@ -1054,14 +1140,20 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
   auto step_one = [&](BucketState& bucket) -> absl::Status {
     const size_t start = static_cast<size_t>(ReducedShardStart(bucket));
     const size_t n = static_cast<size_t>(bucket.numel);
+    // grad_disk: the shard comes in for the step and is zero after it.
+    std::vector<float> stored_f32;
+    std::vector<BFloat16> stored_bf16;
+    if (bucket.grads_on_disk) LOOM_RETURN_IF_ERROR(ReadGradShard(bucket, stored_f32, stored_bf16));
+    const std::vector<float>& grad_f32 = bucket.grads_on_disk ? stored_f32 : bucket.grad_f32;
+    const std::vector<BFloat16>& grad_bf16 = bucket.grads_on_disk ? stored_bf16 : bucket.grad_bf16;
     absl::Span<const float> grads;
     if (bf16) {
       widened.resize(n);
-      LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(absl::MakeConstSpan(bucket.grad_bf16).subspan(start, n),
+      LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(absl::MakeConstSpan(grad_bf16).subspan(start, n),
                                             absl::MakeSpan(widened)));
       grads = widened;
     } else {
-      grads = absl::MakeConstSpan(bucket.grad_f32).subspan(start, n);
+      grads = absl::MakeConstSpan(grad_f32).subspan(start, n);
     }
     // param_disk: the shard comes in for the step and goes back after it (f32:
     // it is the master; bf16: the new compute copy is written into it).
@@ -1104,6 +1196,7 @@ absl::Status Zero3Engine::Step(const AdamWHyper& hyper) {
     }
     std::fill(bucket.grad_f32.begin(), bucket.grad_f32.end(), 0.0f);
     std::fill(bucket.grad_bf16.begin(), bucket.grad_bf16.end(), BFloat16());
+    bucket.grad_stored = false;
     // Stages 1 and 2: every rank's new block into the whole copy, while the next
     // bucket steps.
     if (options_.stage < 3 && !bucket.replicated) GatherWhole(bucket);
@@ -1297,6 +1390,7 @@ Zero3Stats Zero3Engine::Stats() const {
   for (const auto& bucket : buckets_) {
     if (options_.optimizer_disk != nullptr) stats.disk_state_bytes += StoredNumel(*bucket) * 4;
     if (bucket->params_on_disk) stats.disk_state_bytes += ParamShardBytes(*bucket);
+    if (bucket->grads_on_disk) stats.disk_state_bytes += ParamShardBytes(*bucket);
   }
   if (options_.offload_optimizer) {
     auto host = [](const BucketState& b) {
@@ -1311,6 +1405,7 @@ Zero3Stats Zero3Engine::Stats() const {
                        static_cast<int64_t>(shared_->pool.size()) *
                            BufferBytes(partition_.MaxBucketNumel());
   stats.buffer_bytes += static_cast<int64_t>(shared_->staged.size());
+  stats.buffer_bytes += shared_->grad_staged_bytes;
   return stats;
 }
 

@@ -88,6 +88,7 @@
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "core/dtype.h"
+#include "core/half.h"
 #include "core/parameter_source.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "offload/disk/disk_tier.h"
@@ -156,6 +157,16 @@ struct Zero3Options {
   // the optimizer_disk; not owned, must outlive the engine, which removes its
   // tensors when destroyed.
   DiskTier* param_disk = nullptr;
+  // Gradient offload to NVMe, stages 2 and 3: each bucket's gradient shard, in the
+  // compute dtype, lives in this DiskTier as "<disk_prefix>.r<rank>.b<bucket>.g"
+  // instead of memory. Each reduce-scatter's average is added into it on the
+  // communication thread (read, add, write; nothing to read for the step's first),
+  // ReducedGradSquaredNorm and Step read it, and after Step it is zero again
+  // (nothing is read until the next reduce-scatter). The persistent block keeps
+  // its gradient in memory. May be the optimizer_disk or param_disk; not owned,
+  // must outlive the engine, which removes its tensors when destroyed. The bits
+  // are those of the gradients in memory.
+  DiskTier* grad_disk = nullptr;
   // Whether Step averages the gradient over the backward passes since the last
   // Step (each pass the gradient of a whole mean loss). False: they are summed (a
   // model whose microbatch losses are already scaled by 1 / microbatches, with one
@@ -182,7 +193,7 @@ struct Zero3Stats {
   int64_t model_state_bytes = 0;       // shards: params, grads, master, m, v
   int64_t persistent_state_bytes = 0;  // unsharded parameters' state, same four parts
   int64_t host_state_bytes = 0;        // the part of both in host (offload) memory
-  int64_t disk_state_bytes = 0;        // optimizer_disk, param_disk: stored there, not above
+  int64_t disk_state_bytes = 0;        // optimizer_disk, param_disk, grad_disk: there, not above
   int64_t param_disk_reads = 0;        // param_disk: shards read for gathers
   int64_t live_gathered_bytes = 0;     // now
   int64_t peak_gathered_bytes = 0;     // since Create
@@ -369,6 +380,15 @@ class Zero3Engine : public ParameterSource {
   // The f32 weights of a bucket whose master is on param_disk (f32 compute).
   absl::StatusOr<std::vector<float>> ReadParamWeights(
       const zero3_internal::BucketState& bucket) const;
+  // The gradient shard a bucket keeps in grad_disk, in the compute dtype:
+  // ReadGradShard fills `f32` (f32 compute) or `bf16` with its `numel` elements,
+  // zeros when none is stored since the last Step; AddIntoStoredGrad adds a
+  // reduce-scatter's average into it (on the communication thread).
+  std::string GradDiskName(const zero3_internal::BucketState& bucket) const;
+  absl::Status ReadGradShard(const zero3_internal::BucketState& bucket, std::vector<float>& f32,
+                             std::vector<BFloat16>& bf16) const;
+  absl::Status AddIntoStoredGrad(absl::Span<const float> average,
+                                 zero3_internal::BucketState& bucket);
 
   Partition partition_;
   Communicator* dp_;

@@ -36,10 +36,6 @@ absl::Status Unsupported(absl::string_view key_value, absl::string_view why) {
 }  // namespace
 
 absl::Status ApplyOffloadConfig(const OffloadConfig& config, TrainJobOptions* options) {
-  if (config.gradients == OffloadDevice::kNvme) {
-    return Unsupported("grads=nvme",
-                       "the ZeRO engine keeps its gradient shards in memory (grads=none or cpu)");
-  }
   if (config.compression != OffloadCompression::kNone) {
     return Unsupported(absl::StrCat("compression=", OffloadCompressionName(config.compression)),
                        "the ZeRO engine stores its shards uncompressed (compression=none)");
@@ -62,6 +58,7 @@ absl::Status ApplyOffloadConfig(const OffloadConfig& config, TrainJobOptions* op
   }
   options->offload = KindOf(config.optimizer_state);
   options->offload_params = KindOf(config.parameters);
+  options->offload_grads = KindOf(config.gradients);
   options->nvme_dir = absl::StrJoin(config.nvme_directories, ":");
   options->prefetch_depth = config.prefetch_depth;
   options->adamw_threads = plan->adamw.threads;
@@ -72,8 +69,7 @@ OffloadConfig JobOffloadConfig(const TrainJobOptions& options) {
   OffloadConfig config;
   config.optimizer_state = DeviceOf(options.offload);
   config.parameters = DeviceOf(options.offload_params);
-  // The ZeRO engine's gradient shards are in host memory, as everything is here.
-  config.gradients = OffloadDevice::kNone;
+  config.gradients = DeviceOf(options.offload_grads);
   if (!options.nvme_dir.empty()) {
     config.nvme_directories = absl::StrSplit(options.nvme_dir, ':', absl::SkipEmpty());
   }

@@ -30,12 +30,13 @@ TEST(OffloadMappingTest, SpecMapsOntoTheOptionsAndBack) {
   ASSERT_FALSE(dirs.empty());
   LOOM_ASSERT_OK_AND_ASSIGN(
       const OffloadConfig config,
-      ParseOffloadConfig(absl::StrCat("optimizer=nvme,params=nvme,grads=none,host_budget=1G,"
+      ParseOffloadConfig(absl::StrCat("optimizer=nvme,params=nvme,grads=nvme,host_budget=1G,"
                                       "nvme_budget=1M,nvme_dirs=", dirs, ",prefetch=1,threads=3")));
   TrainJobOptions options;
   LOOM_ASSERT_OK(ApplyOffloadConfig(config, &options));
   EXPECT_EQ(options.offload, OffloadKind::kNvme);
   EXPECT_EQ(options.offload_params, OffloadKind::kNvme);
+  EXPECT_EQ(options.offload_grads, OffloadKind::kNvme);
   EXPECT_EQ(options.nvme_dir, dirs);
   EXPECT_EQ(options.prefetch_depth, 1);
   EXPECT_EQ(options.adamw_threads, 3);
@@ -72,7 +73,6 @@ TEST(OffloadMappingTest, WhatTheJobCannotDoIsNamed) {
     const char* spec;
     const char* error;
   } cases[] = {
-      {"grads=nvme,host_budget=1G", "--offload_config: grads=nvme: the ZeRO engine keeps"},
       {"optimizer=cpu,compression=lz4,host_budget=1G", "compression=lz4: the ZeRO engine stores"},
       {"optimizer=cpu,state=bf16,host_budget=1G", "state=bf16: the ZeRO engine's AdamW keeps f32"},
       {"optimizer=cpu,pinned=pinned,host_budget=1G", "pinned=pinned: this job computes on the CPU"},

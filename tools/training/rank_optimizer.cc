@@ -111,6 +111,7 @@ class ShardedOptimizer : public RankOptimizer {
     zero.offload_optimizer = options.offload != OffloadKind::kNone;
     zero.optimizer_disk = options.offload == OffloadKind::kNvme ? disk : nullptr;
     zero.param_disk = options.offload_params == OffloadKind::kNvme ? disk : nullptr;
+    zero.grad_disk = options.offload_grads == OffloadKind::kNvme ? disk : nullptr;
     zero.max_live_gathered_bytes = options.param_budget;
     const bool step_reshard = EffectiveReshard(options) == Reshard::kStep;
     // Step reshard: a window of every unit, kept from pass to pass until Step.

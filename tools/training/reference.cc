@@ -44,6 +44,7 @@ TrainJobOptions ReferenceOptions(const TrainJobOptions& options) {
   one.zero = 0;
   one.offload = OffloadKind::kNone;
   one.offload_params = OffloadKind::kNone;
+  one.offload_grads = OffloadKind::kNone;
   one.reshard = Reshard::kStep;
   one.schedule = PipelineScheduleKind::kGPipe;
   one.device = ComputeDevice::kCpu;

@@ -66,7 +66,7 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
     LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, at.rank));
     LOOM_ASSIGN_OR_RETURN(w.pp, groups["pp"][at.pp_group]->Endpoint(at.s));
   }
-  // --offload nvme, --offload_params nvme: one DiskTier for every rank (names carry
+  // --offload, --offload_params or --offload_grads nvme: one DiskTier for every rank (names carry
   // the rank's stage, tp and dp coordinates).
   std::vector<std::string> made_dirs;
   std::unique_ptr<DiskTier> disk;

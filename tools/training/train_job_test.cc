@@ -118,6 +118,19 @@ TEST(TrainJobTest, EveryZeroStageAndPlainDataParallelAgreeBitwise) {
   EXPECT_EQ(params_too.sharded_state_bytes_per_rank,
             optimizer_only.sharded_state_bytes_per_rank - moved);
   EXPECT_EQ(moved, optimizer_only.disk_state_bytes_per_rank / 2);  // m and v: 8 bytes
+  // Gradients on NVMe too (--offload_grads nvme): the same bits; the gradient
+  // shards (4 bytes per sharded element in f32, as many as the parameters')
+  // leave memory for the disk, less one staging shard.
+  options.offload_params = OffloadKind::kNvme;
+  options.offload_grads = OffloadKind::kNvme;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary grads_too, RunTrainJob(options, nullptr));
+  EXPECT_EQ(Values(grads_too), Values(plain));
+  EXPECT_EQ(grads_too.disk_state_bytes_per_rank,
+            params_too.disk_state_bytes_per_rank + moved);
+  EXPECT_LT(grads_too.peak_model_state_bytes_per_rank,
+            params_too.peak_model_state_bytes_per_rank);
+  options.offload_grads = OffloadKind::kNone;
+  options.offload_params = OffloadKind::kNone;
 }
 
 // The one-rank reference takes the mathematics of a run (model, data, batch,
@@ -131,6 +144,7 @@ TEST(TrainJobTest, TheReferenceIgnoresEveryPlacementOption) {
   placed.zero = 3;
   placed.offload = OffloadKind::kNvme;
   placed.offload_params = OffloadKind::kNvme;
+  placed.offload_grads = OffloadKind::kNvme;
   placed.param_budget = 1 << 20;
   placed.prefetch_depth = 5;
   placed.reshard = Reshard::kBlock;
@@ -148,6 +162,7 @@ TEST(TrainJobTest, TheReferenceIgnoresEveryPlacementOption) {
     EXPECT_EQ(one->dp * one->pp * one->tp, 1);
     EXPECT_EQ(one->zero, 0);
     EXPECT_EQ(one->offload_params, OffloadKind::kNone);
+    EXPECT_EQ(one->offload_grads, OffloadKind::kNone);
     EXPECT_EQ(one->param_budget, 0);
     EXPECT_TRUE(one->checkpoint_dir.empty() && one->resume_dir.empty());
     EXPECT_EQ(one->testing_halt_after_step, 0);

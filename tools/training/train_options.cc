@@ -34,7 +34,8 @@ const char* OffloadName(OffloadKind kind) {
 }
 
 bool UsesDisk(const TrainJobOptions& options) {
-  return options.offload == OffloadKind::kNvme || options.offload_params == OffloadKind::kNvme;
+  return options.offload == OffloadKind::kNvme || options.offload_params == OffloadKind::kNvme ||
+         options.offload_grads == OffloadKind::kNvme;
 }
 
 Reshard EffectiveReshard(const TrainJobOptions& options) {

@@ -59,6 +59,11 @@ struct TrainJobOptions {
   // host memory, also with --device cuda, so the two are the same placement); kNvme
   // on disk (the DiskTier of --nvme_dir), each read just before its all-gather.
   OffloadKind offload_params = OffloadKind::kNone;
+  // Where zero 2 and 3 keep their gradient shards (ZeRO-Infinity's gradients on
+  // NVMe): kNone or kCpu in host memory (the same placement here); kNvme on disk
+  // (the DiskTier of --nvme_dir), added into by each reduce-scatter and read by
+  // the step.
+  OffloadKind offload_grads = OffloadKind::kNone;
   // Zero 3: the most gathered parameter bytes alive at once on a rank (the
   // engine's max_live_gathered_bytes; 0: prefetch depth alone bounds them). A unit
   // that alone needs more is ResourceExhausted naming its parameters.
@@ -125,7 +130,8 @@ struct TrainJobOptions {
 Reshard EffectiveReshard(const TrainJobOptions& options);
 const char* ReshardName(Reshard reshard);
 
-// UsesDisk: whether a rank needs a DiskTier (--offload nvme or --offload_params nvme).
+// UsesDisk: whether a rank needs a DiskTier (--offload, --offload_params or
+// --offload_grads nvme).
 bool UsesDisk(const TrainJobOptions& options);
 
 // StepReport: one step as rank 0 sees it, with figures gathered from every rank.

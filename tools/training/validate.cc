@@ -208,6 +208,14 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
         "--offload_params ", OffloadName(o.offload_params), " needs --zero 3 (zero ", o.zero,
         " keeps whole parameters on every rank)"));
   }
+  if (o.offload_grads == OffloadKind::kGpu) {
+    return absl::InvalidArgumentError("--offload_grads gpu is not none, cpu or nvme");
+  }
+  if (o.offload_grads != OffloadKind::kNone && o.zero < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--offload_grads ", OffloadName(o.offload_grads), " needs --zero 2 or 3 (zero ", o.zero,
+        " keeps the whole gradient on every rank)"));
+  }
   if (o.prefetch_depth < 0 || o.prefetch_depth > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--prefetch_depth ", o.prefetch_depth, " is not in [0, 64]"));
