@@ -386,8 +386,9 @@ absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGra
   LOOM_ASSIGN_OR_RETURN(Tensor dlogits, cross_entropy_->Backward(grad_losses));
   LOOM_ASSIGN_OR_RETURN(Tensor dnormed, lm_head_->BackwardInput(dlogits, work.head));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dn, Values(dnormed));
-  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln,
-                        LayerNormBackward(final_x_, lent_final_gamma_, final_mean_, final_rstd_, dn));
+  LOOM_ASSIGN_OR_RETURN(
+      LayerNormGrads ln,
+      LayerNormBackward(final_x_, lent_final_gamma_, final_mean_, final_rstd_, dn));
   work.final_dgamma = std::move(ln.dgamma);
   work.final_dbeta = std::move(ln.dbeta);
   cross_entropy_->ReleaseActivations();
