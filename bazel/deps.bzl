@@ -43,6 +43,7 @@ _SYSTEM_LIBRARIES = [
     ("lz4", "/usr", "lz4.BUILD"),
     ("liburing", "/usr", "liburing.BUILD"),
     ("gloo", "/usr", "gloo.BUILD"),
+    ("highway", "/usr", "highway.BUILD"),
     # The CUDA Toolkit and NCCL come with the machine image, not with apt. Only
     # targets built under --config=cuda reference them, so a machine without
     # /usr/local/cuda never reads this repository.

@@ -5,13 +5,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/vector_math.h"
 
 namespace loom {
 
 namespace {
-
-constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluA = 0.044715f;
 
 absl::Status CheckRows(const char* name, size_t x_size, size_t width) {
   if (width == 0 || x_size % width != 0) {
@@ -104,10 +103,8 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
 
 std::vector<float> GeluForward(absl::Span<const float> x) {
   std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + std::tanh(kGeluC * (v + kGeluA * v * v * v)));
-  }
+  // The sizes match by construction.
+  GeluTanh(x, absl::MakeSpan(y)).IgnoreError();
   return y;
 }
 
@@ -118,12 +115,7 @@ absl::StatusOr<std::vector<float>> GeluBackward(absl::Span<const float> x,
         absl::StrCat("GeluBackward: x has ", x.size(), " values, dy ", dy.size()));
   }
   std::vector<float> dx(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float v = x[i];
-    const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
-    const float dinner = kGeluC * (1.0f + 3.0f * kGeluA * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
-  }
+  LOOM_RETURN_IF_ERROR(GeluTanhBackward(x, dy, absl::MakeSpan(dx)));
   return dx;
 }
 

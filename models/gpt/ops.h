@@ -11,7 +11,8 @@
 // Row sums are accumulated in double, so the result does not depend on the width's
 // rounding more than one f32 rounding per output.
 //
-// GELU (tanh): y = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2 / pi).
+// GELU (tanh): y = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2 / pi), vectorized
+// through core/vector_math (its accuracy bounds are stated there).
 //
 // Example:
 //   std::vector<float> x = {1, 2, 3, 4, 5, 6};               // 2 rows of width 3

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/vector_math.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/internal/layer_math.h"
 
@@ -121,17 +122,10 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
                                 HeadView(qkv_values_, s, b, 3 * L, bi, L + j * d, d),
                                 Transpose::kYes, Dense(p, s, s), scale));
       for (int64_t i = 0; i < s; ++i) {
-        const int64_t visible = options_.causal ? i + 1 : s;
-        float* row = p.data() + i * s;
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t k = 0; k < visible; ++k) max = std::max(max, row[k]);
-        float sum = 0.0f;
-        for (int64_t k = 0; k < visible; ++k) {
-          row[k] = std::exp(row[k] - max);
-          sum += row[k];
-        }
-        for (int64_t k = 0; k < visible; ++k) row[k] /= sum;
-        for (int64_t k = visible; k < s; ++k) row[k] = 0.0f;
+        const size_t visible = static_cast<size_t>(options_.causal ? i + 1 : s);
+        const absl::Span<float> row = p.subspan(static_cast<size_t>(i * s), static_cast<size_t>(s));
+        SoftmaxInPlace(row.first(visible));
+        std::fill(row.begin() + visible, row.end(), 0.0f);
       }
       // Context = P V, into this head's columns of [s, b, L].
       LOOM_RETURN_IF_ERROR(Gemm(Dense(absl::Span<const float>(p), s, s), Transpose::kNo,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/vector_math.h"
 #include "tensor_parallel/layers/internal/layer_math.h"
 #include "tensor_parallel/layers/internal/sharded_comm.h"
 
@@ -57,7 +58,7 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
   // 1. The row maxima, for a stable exp. An empty shard contributes -inf.
   std::vector<float> row_max(static_cast<size_t>(tokens), -std::numeric_limits<float>::infinity());
   for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t j = 0; j < width; ++j) row_max[t] = std::max(row_max[t], z[t * width + j]);
+    row_max[t] = MaxValue(z.subspan(static_cast<size_t>(t * width), static_cast<size_t>(width)));
   }
   LOOM_RETURN_IF_ERROR(tp_layers_internal::AllReduceMax(*tp_, absl::MakeSpan(row_max), tally_));
   // 2. One sum for two values per token: [target logit - max | sum of exp], so the
@@ -69,20 +70,19 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
     if (local_target >= 0 && local_target < width) {
       sums[t] = z[t * width + local_target] - row_max[t];
     }
-    float sum_exp = 0.0f;
-    for (int64_t j = 0; j < width; ++j) {
-      float& e = softmax_[t * width + j];
-      e = std::exp(e - row_max[t]);
-      sum_exp += e;
-    }
-    sums[tokens + t] = sum_exp;
+    sums[tokens + t] = ExpShiftInPlace(
+        absl::MakeSpan(softmax_).subspan(static_cast<size_t>(t * width),
+                                         static_cast<size_t>(width)),
+        row_max[t]);
   }
   LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(sums), tally_));
   std::vector<float> loss(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) {
     const float sum_exp = sums[tokens + t];
     loss[t] = std::log(sum_exp) - sums[t];
-    for (int64_t j = 0; j < width; ++j) softmax_[t * width + j] /= sum_exp;
+    ScaleInPlace(absl::MakeSpan(softmax_).subspan(static_cast<size_t>(t * width),
+                                                  static_cast<size_t>(width)),
+                 1.0f / sum_exp);
   }
   targets_.assign(targets.begin(), targets.end());
   logits_shape_ = logits.shape();

@@ -1,0 +1,172 @@
+// Highway compiles this file once per target it supports (foreach_target.h includes it
+// again for each); the code outside HWY_ONCE is the per-target kernels, the code
+// inside it the dispatching entry points.
+#include "core/vector_math.h"
+
+#include <cstddef>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/vector_math.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep (must precede highway.h)
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace loom {
+namespace vector_math_internal {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+
+// Every kernel walks whole vectors, then one partial vector through a lane mask, so no
+// scalar tail computes differently from the body.
+template <typename Body>
+HWY_INLINE void ForEachVector(size_t n, const Body& body) {
+  const D d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) body(i, hn::FirstN(d, lanes));
+  if (i < n) body(i, hn::FirstN(d, n - i));
+}
+
+HWY_INLINE V LoadPart(const float* p, hn::Mask<D> m) { return hn::MaskedLoad(m, D(), p); }
+HWY_INLINE void StorePart(V v, float* p, hn::Mask<D> m) { hn::BlendedStore(v, m, D(), p); }
+
+// c (x + a x^3) = c x (1 + a x^2), the argument of tanh in both GELU passes.
+HWY_INLINE V GeluInner(V x) {
+  const D d;
+  const V x2 = hn::Mul(x, x);
+  const V poly = hn::MulAdd(hn::Set(d, 0.044715f), x2, hn::Set(d, 1.0f));
+  return hn::Mul(hn::Mul(hn::Set(d, 0.7978845608028654f), x), poly);
+}
+
+void GeluKernel(const float* x, float* y, size_t n) {
+  const D d;
+  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
+    const V v = LoadPart(x + i, m);
+    const V t = hn::Tanh(d, GeluInner(v));
+    const V half_x = hn::Mul(hn::Set(d, 0.5f), v);
+    StorePart(hn::MulAdd(half_x, t, half_x), y + i, m);  // 0.5 x (1 + t)
+  });
+}
+
+void GeluBackwardKernel(const float* x, const float* dy, float* dx, size_t n) {
+  const D d;
+  const V half = hn::Set(d, 0.5f);
+  const V one = hn::Set(d, 1.0f);
+  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
+    const V v = LoadPart(x + i, m);
+    const V t = hn::Tanh(d, GeluInner(v));
+    // d(inner)/dx = c (1 + 3 a x^2).
+    const V dinner = hn::Mul(hn::Set(d, 0.7978845608028654f),
+                             hn::MulAdd(hn::Set(d, 3.0f * 0.044715f), hn::Mul(v, v), one));
+    // 0.5 (1 + t) + 0.5 x (1 - t^2) dinner.
+    const V sech2 = hn::NegMulAdd(t, t, one);
+    const V grad = hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), dinner, hn::MulAdd(half, t, half));
+    StorePart(hn::Mul(LoadPart(dy + i, m), grad), dx + i, m);
+  });
+}
+
+float MaxKernel(const float* x, size_t n) {
+  const D d;
+  const V lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
+  V best = lowest;
+  // x86's max ignores a NaN operand, so NaNs are tracked beside it and win at the end.
+  V nan_seen = hn::Zero(d);
+  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
+    const V v = hn::IfThenElse(m, LoadPart(x + i, m), lowest);
+    best = hn::Max(best, v);
+    nan_seen = hn::Or(nan_seen, hn::VecFromMask(d, hn::IsNaN(v)));
+  });
+  if (!hn::AllFalse(d, hn::MaskFromVec(nan_seen))) return std::numeric_limits<float>::quiet_NaN();
+  return hn::GetLane(hn::MaxOfLanes(d, best));
+}
+
+float ExpShiftKernel(float* x, size_t n, float shift) {
+  const D d;
+  const V s = hn::Set(d, shift);
+  V sum = hn::Zero(d);
+  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
+    const V e = hn::Exp(d, hn::Sub(LoadPart(x + i, m), s));
+    StorePart(e, x + i, m);
+    sum = hn::Add(sum, hn::IfThenElseZero(m, e));
+  });
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+void ScaleKernel(float* x, size_t n, float factor) {
+  const V f = hn::Set(D(), factor);
+  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
+    StorePart(hn::Mul(LoadPart(x + i, m), f), x + i, m);
+  });
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace vector_math_internal
+}  // namespace loom
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace loom {
+namespace vector_math_internal {
+
+HWY_EXPORT(GeluKernel);
+HWY_EXPORT(GeluBackwardKernel);
+HWY_EXPORT(MaxKernel);
+HWY_EXPORT(ExpShiftKernel);
+HWY_EXPORT(ScaleKernel);
+HWY_EXPORT(TargetName);
+
+}  // namespace vector_math_internal
+
+namespace vmi = vector_math_internal;
+
+absl::Status GeluTanh(absl::Span<const float> x, absl::Span<float> y) {
+  if (x.size() != y.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GeluTanh: x has ", x.size(), " values, y ", y.size()));
+  }
+  HWY_DYNAMIC_DISPATCH(vmi::GeluKernel)(x.data(), y.data(), x.size());
+  return absl::OkStatus();
+}
+
+absl::Status GeluTanhBackward(absl::Span<const float> x, absl::Span<const float> dy,
+                              absl::Span<float> dx) {
+  if (x.size() != dy.size() || x.size() != dx.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("GeluTanhBackward: x has ", x.size(),
+                                                   " values, dy ", dy.size(), ", dx ",
+                                                   dx.size()));
+  }
+  HWY_DYNAMIC_DISPATCH(vmi::GeluBackwardKernel)(x.data(), dy.data(), dx.data(), x.size());
+  return absl::OkStatus();
+}
+
+float MaxValue(absl::Span<const float> x) {
+  return HWY_DYNAMIC_DISPATCH(vmi::MaxKernel)(x.data(), x.size());
+}
+
+float ExpShiftInPlace(absl::Span<float> x, float shift) {
+  return HWY_DYNAMIC_DISPATCH(vmi::ExpShiftKernel)(x.data(), x.size(), shift);
+}
+
+void ScaleInPlace(absl::Span<float> x, float factor) {
+  HWY_DYNAMIC_DISPATCH(vmi::ScaleKernel)(x.data(), x.size(), factor);
+}
+
+void SoftmaxInPlace(absl::Span<float> row) {
+  if (row.empty()) return;
+  const float sum = ExpShiftInPlace(row, MaxValue(row));
+  ScaleInPlace(row, 1.0f / sum);
+}
+
+absl::string_view VectorMathTarget() { return HWY_DYNAMIC_DISPATCH(vmi::TargetName)(); }
+
+}  // namespace loom
+#endif  // HWY_ONCE
