@@ -50,7 +50,9 @@
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/build_info.h"
+#include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/fma_peak.h"
 #include "core/status_macros.h"
 #include "offload/offload_config.h"
 #include "tools/cli.h"
@@ -58,7 +60,9 @@
 #include "tools/job_files.h"
 #include "tools/launcher.h"
 #include "tools/mesh_report.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tools/training/atomic_file.h"
+#include "tools/training/compute_report.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/job_mesh.h"
 #include "tools/training/loss_plot.h"
@@ -115,6 +119,9 @@ ABSL_FLAG(std::string, offload_config, "",
           "AdamW's), e.g. "
           "optimizer=nvme,params=nvme,host_budget=8G,nvme_dirs=/nvme0,prefetch=1 "
           "(validated against this machine's memory and disks).");
+ABSL_FLAG(int64_t, threads_per_rank, 0,
+          "Threads for each rank's matrix products (OpenBLAS); 0: this host's CPUs divided by "
+          "its ranks, at least 1. More than 1 must fit: ranks on the host x threads <= CPUs.");
 ABSL_FLAG(int64_t, param_budget, 0,
           "With --zero=3: the most gathered parameter bytes alive at once on a rank (prefetched "
           "units included); 0: the prefetch depth alone bounds them.");
@@ -216,6 +223,17 @@ absl::StatusOr<T> ParseChoice(absl::string_view flag, const std::string& value,
   return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, " is not ", names));
 }
 
+// JsonSafe returns `text` fit for a JSON string: quotes and backslashes escaped,
+// control characters dropped (a CPU model name comes from /proc/cpuinfo).
+std::string JsonSafe(absl::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (static_cast<unsigned char>(c) >= 0x20) out.push_back(c);
+  }
+  return out;
+}
+
 absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   TrainJobOptions o;
   o.dp = absl::GetFlag(FLAGS_dp);
@@ -265,6 +283,12 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
         absl::StrCat("--prefetch_depth ", prefetch, " is not in [0, 64]"));
   }
   o.prefetch_depth = static_cast<int>(prefetch);
+  const int64_t threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
+  if (threads_per_rank < 0 || threads_per_rank > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads_per_rank ", threads_per_rank, " is not in [0, 1024] (0: automatic)"));
+  }
+  o.threads_per_rank = static_cast<int>(threads_per_rank);
   LOOM_ASSIGN_OR_RETURN(o.dtype, ParseChoice<DType>("--dtype", absl::GetFlag(FLAGS_dtype),
                                                    {{"f32", DType::kF32}, {"bf16", DType::kBF16}}));
   LOOM_ASSIGN_OR_RETURN(o.recompute,
@@ -564,6 +588,17 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
                      transport));
   }
   const int world = o.dp * o.tp * o.pp;
+  // The ranks sharing this host's CPUs: all of them, except under an mpirun the
+  // user started across hosts, which says how many it placed here.
+  int ranks_on_host = world;
+  if (transport == "mpi" && LaunchedByMpirun()) {
+    if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); local != nullptr) {
+      int parsed = 0;
+      if (absl::SimpleAtoi(local, &parsed) && parsed >= 1) ranks_on_host = parsed;
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(const int threads_per_rank,
+                        ResolveThreadsPerRank(o.threads_per_rank, ranks_on_host, UsableCpus()));
   const bool launches = (transport == "shm" && std::getenv("LOOM_JOB_ID") == nullptr) ||
                         (transport == "mpi" && !LaunchedByMpirun());
   if (transport == "threads" || launches) LOOM_RETURN_IF_ERROR(CheckPaths(o));
@@ -609,6 +644,14 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     };
   }
   const bool prints = rank == 0;
+  LOOM_RETURN_IF_ERROR(SetGemmThreads(threads_per_rank));
+  // The MFU's denominator, measured before the ranks start (on an idle CPU).
+  std::optional<FmaPeak> fma_peak;
+  if (prints) {
+    absl::StatusOr<FmaPeak> measured = MeasureFmaPeak(absl::Milliseconds(50));
+    if (!measured.ok()) return measured.status();
+    fma_peak = *measured;
+  }
   // Under an mpirun the user started, rank 0 is the first to see the flags.
   if (prints && connect) LOOM_RETURN_IF_ERROR(CheckPaths(o));
   if (prints) {
@@ -751,6 +794,12 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "host CPUs busy %.1f%% of the step (rank 0's host, %d CPUs, all processes)\n",
         summary->host_cpu_busy * 100, std::thread::hardware_concurrency());
   }
+  const MfuReport mfu =
+      ComputeMfu(o.model, summary->tokens_per_second, fma_peak.value_or(FmaPeak{}),
+                 CoresUsed(ranks_on_host, threads_per_rank, UsableCpus(),
+                           std::max(1, size / ranks_on_host)),
+                 threads_per_rank);
+  std::cout << MfuLine(mfu) << "\n";
   if (summary->final_eval_loss.has_value()) {
     std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
                                  *summary->final_eval_loss, o.steps);
@@ -813,6 +862,9 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
         "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
+        "\"model_flops_per_token\": %.9g, \"achieved_gflops\": %.6g, \"peak_gflops\": %.6g, "
+        "\"peak_gflops_per_core\": %.6g, \"cores_used\": %d, \"mfu\": %.4g, "
+        "\"threads_per_rank\": %d, \"cpu_model\": \"%s\", \"vector_target\": \"%s\", "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
         "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g}}\n",
         summary->final_loss,
@@ -830,7 +882,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         summary->device_gemm_products,
         summary->host_cpu_busy >= 0 ? absl::StrFormat("%.4g", summary->host_cpu_busy)
                                     : std::string("null"),
-        b.compute, b.dp_comm, b.pp_comm, b.optimizer, b.other,
+        mfu.flops_per_token, mfu.achieved_flops / 1e9, mfu.peak_flops / 1e9,
+        mfu.peak_flops_per_core / 1e9, mfu.cores, mfu.mfu, mfu.threads_per_rank,
+        JsonSafe(mfu.cpu_model), JsonSafe(mfu.vector_target), b.compute, b.dp_comm, b.pp_comm,
+        b.optimizer, b.other,
         b.param_wait);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";

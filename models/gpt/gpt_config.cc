@@ -39,6 +39,23 @@ absl::Status GptConfig::Validate(int tp_size) const {
   return absl::OkStatus();
 }
 
+int64_t GptConfig::ParameterCount() const {
+  const int64_t h = hidden, f = ffn_size();
+  const int64_t block = 2 * h                 // ln1 gamma, beta
+                        + 3 * h * h + 3 * h  // qkv
+                        + h * h + h          // attention output projection
+                        + 2 * h              // ln2
+                        + h * f + f          // fc1
+                        + f * h + h;         // fc2
+  return vocab * h + seq_len * h + layers * block + 2 * h + vocab * h;
+}
+
+double GptConfig::TrainingFlopsPerToken() const {
+  return 6.0 * static_cast<double>(ParameterCount()) +
+         12.0 * static_cast<double>(layers) * static_cast<double>(seq_len) *
+             static_cast<double>(hidden);
+}
+
 std::string GptConfig::ToString() const {
   return absl::StrCat("V=", vocab, " seq=", seq_len, " hidden=", hidden, " heads=", heads,
                       " layers=", layers, " ffn=", ffn_size(), " seed=", seed);

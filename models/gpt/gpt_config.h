@@ -45,6 +45,20 @@ struct GptConfig {
   // or the MLP width is smaller than tp_size (every rank holds a piece).
   absl::Status Validate(int tp_size = 1) const;
 
+  // ParameterCount returns N, every parameter of the whole model (all tp shards
+  // together): token and position embeddings, per block two layer norms, the QKV and
+  // output projections and the MLP (weights and biases), the final layer norm and
+  // the head (no bias). 3,323,392 for V=256 seq=128 hidden=256 layers=4.
+  int64_t ParameterCount() const;
+
+  // TrainingFlopsPerToken returns the model FLOPs of one trained token, the figure
+  // MFU is computed from (as in PaLM's appendix B and Megatron): 6 N for the matrix
+  // products of forward (2 N) and backward (4 N), plus 12 L T h for attention's
+  // scores and weighted sums (QK^T and PV, forward and backward, T = seq_len).
+  // Recomputation is not counted: it is work the hardware does, not the model.
+  // 21,513,216 for the model above.
+  double TrainingFlopsPerToken() const;
+
   // ToString returns e.g. "V=64 seq=32 hidden=64 heads=4 layers=4 ffn=256 seed=1".
   std::string ToString() const;
 };

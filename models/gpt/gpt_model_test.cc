@@ -301,5 +301,40 @@ TEST(GptModelTest, RejectsBadInputsWithTheValues) {
   }));
 }
 
+// GptConfig::ParameterCount (the N of the MFU formula) against the model itself: the
+// elements of every parameter's whole tensor, at tp 1 and tp 2, with and without an
+// explicit MLP width.
+TEST(GptModelTest, ParameterCountIsTheModelsParameters) {
+  GptConfig wide = TinyConfig();
+  wide.ffn = 3 * wide.hidden;
+  for (const GptConfig& config : {TinyConfig(), wide}) {
+    for (int tp_size : {1, 2}) {
+      ExpectAllOk(RunTp(tp_size, [&](Communicator& tp) -> absl::Status {
+        LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, tp));
+        int64_t whole = 0, local = 0;
+        for (const GptParameter& p : model->Parameters()) {
+          int64_t n = 1;
+          for (int64_t d : p.full_shape) n *= d;
+          whole += n;
+          local += static_cast<int64_t>(p.values.size());
+        }
+        EXPECT_EQ(config.ParameterCount(), whole) << config.ToString();
+        if (tp_size == 1) {
+          EXPECT_EQ(config.ParameterCount(), local) << config.ToString();
+        }
+        return absl::OkStatus();
+      }));
+    }
+  }
+  GptConfig issue;
+  issue.vocab = 256;
+  issue.seq_len = 128;
+  issue.hidden = 256;
+  issue.heads = 8;
+  issue.layers = 4;
+  EXPECT_EQ(issue.ParameterCount(), 3323392);
+  EXPECT_EQ(issue.TrainingFlopsPerToken(), 6.0 * 3323392 + 12.0 * 4 * 128 * 256);
+}
+
 }  // namespace
 }  // namespace loom

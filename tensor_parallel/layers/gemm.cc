@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -32,10 +33,18 @@ absl::Status CheckView(const View& v, const char* name) {
 // The engine ScopedGemmEngine installed on this thread (nullptr: OpenBLAS).
 thread_local GemmEngine* current_engine = nullptr;
 
-// One OpenBLAS thread per caller: see the header.
-void SingleThreadedBlasOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+// OpenBLAS's thread count: the default is applied on the first product unless
+// SetGemmThreads came first (see the header).
+std::mutex blas_threads_mutex;
+int blas_threads = 1;            // guarded by blas_threads_mutex
+std::atomic<bool> blas_threads_applied{false};
+
+void ApplyBlasThreadsOnce() {
+  if (blas_threads_applied.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  if (blas_threads_applied.load(std::memory_order_relaxed)) return;
+  openblas_set_num_threads(blas_threads);
+  blas_threads_applied.store(true, std::memory_order_release);
 }
 
 }  // namespace
@@ -83,12 +92,29 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
   if (current_engine != nullptr) {
     return current_engine->Run(a, trans_a, b, trans_b, c, alpha, beta);
   }
-  SingleThreadedBlasOnce();
+  ApplyBlasThreadsOnce();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
               a.data.data(), static_cast<blasint>(a.ld), b.data.data(),
               static_cast<blasint>(b.ld), beta, c.data.data(), static_cast<blasint>(c.ld));
   return absl::OkStatus();
+}
+
+absl::Status SetGemmThreads(int threads) {
+  if (threads < 1 || threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SetGemmThreads: ", threads, " threads; need 1 to 1024"));
+  }
+  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  blas_threads = threads;
+  openblas_set_num_threads(threads);
+  blas_threads_applied.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+int GemmThreads() {
+  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  return blas_threads;
 }
 
 ScopedGemmEngine::ScopedGemmEngine(GemmEngine* engine) : previous_(current_engine) {

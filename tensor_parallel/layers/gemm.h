@@ -2,11 +2,13 @@
 // OpenBLAS's cblas_sgemm, with the shapes checked first (a wrong shape is an
 // InvalidArgument naming both operands, never a BLAS abort or an overrun).
 //
-// Threads: the first call sets OpenBLAS to one thread (openblas_set_num_threads(1)).
-// Tensor-parallel ranks run as threads of one process in tests and benchmarks, each
-// calling Gemm at once; OpenBLAS's own pool on top would oversubscribe the cores and
-// make the summation order depend on the thread count. Parallelism comes from the
-// ranks, not from BLAS.
+// Threads: OpenBLAS runs each product on GemmThreads() threads of its own pool, one
+// unless SetGemmThreads says otherwise. Tensor-parallel ranks run as threads of one
+// process in tests and benchmarks, each calling Gemm at once; a pool per caller on top
+// would oversubscribe the cores, so the training job gives BLAS threads only where
+// ranks x threads fit the host (--threads_per_rank). OpenBLAS splits a product's rows
+// and columns between its threads, never the inner dimension, so the result is
+// bitwise the same at every thread count (gemm_test checks it).
 //
 // Example:
 //   std::vector<float> a = {1, 2, 3, 4, 5, 6};        // [2,3]
@@ -95,6 +97,14 @@ class ScopedGemmEngine {
  private:
   GemmEngine* previous_;
 };
+
+// SetGemmThreads sets the threads OpenBLAS uses for each product, process-wide. Call
+// it before the threads that run Gemm start (OpenBLAS's setting is global, not per
+// caller). InvalidArgument naming the value outside [1, 1024].
+absl::Status SetGemmThreads(int threads);
+
+// GemmThreads returns the threads set (1 by default).
+int GemmThreads();
 
 // CurrentGemmEngine returns the engine installed on this thread, or nullptr (OpenBLAS).
 GemmEngine* CurrentGemmEngine();

@@ -67,6 +67,48 @@ TEST(GemmTest, AllTransposesStridedWithBeta) {
   }
 }
 
+// The training job's --threads_per_rank rests on this: the product's bits do not
+// depend on how many threads OpenBLAS splits it over. The shapes are the GPT
+// blocks' (rows = 2 sequences of 128 tokens, hidden 256, MLP 1024): forward NT,
+// input gradient NN, weight gradient TN, and a square one large enough that every
+// thread gets work.
+TEST(GemmTest, ThreadCountDoesNotChangeTheBits) {
+  struct Case {
+    int64_t m, n, k;
+    Transpose ta, tb;
+  };
+  const Case cases[] = {{256, 768, 256, Transpose::kNo, Transpose::kYes},
+                        {256, 256, 1024, Transpose::kNo, Transpose::kNo},
+                        {1024, 256, 256, Transpose::kYes, Transpose::kNo},
+                        {512, 512, 512, Transpose::kNo, Transpose::kNo}};
+  const int before = GemmThreads();
+  for (const Case& t : cases) {
+    const int64_t ar = t.ta == Transpose::kNo ? t.m : t.k, ac = t.ta == Transpose::kNo ? t.k : t.m;
+    const int64_t br = t.tb == Transpose::kNo ? t.k : t.n, bc = t.tb == Transpose::kNo ? t.n : t.k;
+    const std::vector<float> a = Random(ar * ac, 5), b = Random(br * bc, 6);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3}) {
+      ASSERT_THAT(SetGemmThreads(threads), IsOk());
+      EXPECT_EQ(GemmThreads(), threads);
+      std::vector<float> c(static_cast<size_t>(t.m * t.n));
+      ASSERT_THAT(Gemm(Dense(a, ar, ac), t.ta, Dense(b, br, bc), t.tb,
+                       Dense(absl::MakeSpan(c), t.m, t.n)),
+                  IsOk());
+      results.push_back(std::move(c));
+    }
+    EXPECT_EQ(results[0], results[1]) << t.m << "x" << t.n << "x" << t.k << " at 2 threads";
+    EXPECT_EQ(results[0], results[2]) << t.m << "x" << t.n << "x" << t.k << " at 3 threads";
+  }
+  ASSERT_THAT(SetGemmThreads(before), IsOk());
+}
+
+TEST(GemmTest, SetGemmThreadsRefusesOutOfRange) {
+  EXPECT_THAT(SetGemmThreads(0), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("SetGemmThreads: 0 threads; need 1 to 1024")));
+  EXPECT_THAT(SetGemmThreads(1025),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1025 threads")));
+}
+
 TEST(GemmTest, EmptyInnerDimensionScalesByBeta) {
   std::vector<float> c = {1, 2, 3, 4};
   ASSERT_THAT(Gemm(Dense(absl::Span<const float>(), 2, 0), Transpose::kNo,

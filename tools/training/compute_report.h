@@ -1,0 +1,61 @@
+// How much of the CPU the job uses: --threads_per_rank resolved against the host's
+// cores, and the MFU (model FLOP utilization) line of the closing report: the
+// model's training FLOPs per token (GptConfig::TrainingFlopsPerToken, 6 N + 12 L T h)
+// times the tokens per second, over the measured f32 FMA peak of one core
+// (core/fma_peak.h) times the cores the ranks use.
+//
+// Example (one rank on a 2-core host):
+//   LOOM_ASSIGN_OR_RETURN(int threads, ResolveThreadsPerRank(/*requested=*/0,
+//                                                            /*ranks_on_host=*/1, 2));  // 2
+//   const int cores = CoresUsed(/*ranks_on_host=*/1, threads, /*usable_cpus=*/2, 1);  // 2
+//   MfuReport mfu = ComputeMfu(model, /*tokens_per_second=*/4000, peak, cores, threads);
+//   MfuLine(mfu);
+//   // "compute: 21.51 MFLOP per token (6N + 12LTh, N = 3323392), 86.1 GFLOP/s; MFU 0.367 of
+//   //  234.5 GFLOP/s measured (2 cores x 117.2, AVX3, AMD EPYC); 2 GEMM threads per rank"
+//   ResolveThreadsPerRank(2, /*ranks_on_host=*/2, /*usable_cpus=*/2);
+//   // InvalidArgument: "--threads_per_rank 2 with 2 ranks on this host needs 4 CPUs; it
+//   //  has 2 (the default, 0, fits them)"
+#ifndef LOOM_TOOLS_TRAINING_COMPUTE_REPORT_H_
+#define LOOM_TOOLS_TRAINING_COMPUTE_REPORT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/fma_peak.h"
+#include "models/gpt/gpt_config.h"
+
+namespace loom {
+
+// ResolveThreadsPerRank returns the threads each rank's matrix products get:
+// `requested`, or with 0 this host's usable CPUs divided by its ranks (at least 1).
+// One thread per rank is always allowed (more ranks than CPUs time-share, as before);
+// more than one must fit: ranks_on_host x requested <= usable_cpus. InvalidArgument
+// naming the values otherwise, or for requested outside [0, 1024] or a count below 1.
+absl::StatusOr<int> ResolveThreadsPerRank(int requested, int ranks_on_host, int usable_cpus);
+
+// CoresUsed returns the cores the job's ranks compute on: per host the smaller of
+// its usable CPUs and its ranks times their threads, times the hosts.
+int CoresUsed(int ranks_on_host, int threads_per_rank, int usable_cpus, int hosts);
+
+struct MfuReport {
+  int64_t parameters = 0;           // N
+  double flops_per_token = 0;       // 6 N + 12 L T h
+  double achieved_flops = 0;        // flops_per_token x tokens per second
+  double peak_flops_per_core = 0;   // measured
+  int cores = 0;
+  double peak_flops = 0;            // peak_flops_per_core x cores
+  double mfu = 0;                   // achieved_flops / peak_flops (0 without a peak)
+  int threads_per_rank = 1;
+  std::string cpu_model, vector_target;
+};
+
+// ComputeMfu fills an MfuReport from the run's figures.
+MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const FmaPeak& peak,
+                     int cores, int threads_per_rank);
+
+// MfuLine formats the report as the job prints it (see the example).
+std::string MfuLine(const MfuReport& report);
+
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_TRAINING_COMPUTE_REPORT_H_

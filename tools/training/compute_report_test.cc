@@ -1,0 +1,69 @@
+#include "tools/training/compute_report.h"
+
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ResolveThreadsPerRankTest, DefaultSharesTheCpusBetweenTheRanks) {
+  EXPECT_THAT(ResolveThreadsPerRank(0, 1, 2), IsOkAndHolds(2));
+  EXPECT_THAT(ResolveThreadsPerRank(0, 2, 2), IsOkAndHolds(1));
+  EXPECT_THAT(ResolveThreadsPerRank(0, 8, 2), IsOkAndHolds(1));  // never below 1
+  EXPECT_THAT(ResolveThreadsPerRank(0, 3, 16), IsOkAndHolds(5));
+}
+
+TEST(ResolveThreadsPerRankTest, AnExplicitCountMustFitUnlessItIsOne) {
+  EXPECT_THAT(ResolveThreadsPerRank(2, 1, 2), IsOkAndHolds(2));
+  EXPECT_THAT(ResolveThreadsPerRank(1, 8, 2), IsOkAndHolds(1));  // time-sharing, as before
+  EXPECT_THAT(ResolveThreadsPerRank(2, 2, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--threads_per_rank 2 with 2 ranks on this host needs 4 CPUs; "
+                                 "it has 2")));
+  EXPECT_THAT(ResolveThreadsPerRank(3, 1, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("with 1 rank on this host needs 3 CPUs")));
+  EXPECT_THAT(ResolveThreadsPerRank(-1, 1, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--threads_per_rank -1 is not in [0, 1024]")));
+  EXPECT_THAT(ResolveThreadsPerRank(0, 0, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0 ranks on 2 CPUs")));
+}
+
+TEST(CoresUsedTest, CountsBusyCoresPerHostTimesHosts) {
+  EXPECT_EQ(CoresUsed(1, 2, 2, 1), 2);
+  EXPECT_EQ(CoresUsed(1, 1, 2, 1), 1);
+  EXPECT_EQ(CoresUsed(8, 1, 2, 1), 2);  // oversubscribed: the host's CPUs
+  EXPECT_EQ(CoresUsed(2, 4, 16, 3), 24);
+}
+
+TEST(ComputeMfuTest, IsAchievedOverMeasuredPeakTimesCores) {
+  GptConfig model;
+  model.vocab = 256;
+  model.seq_len = 128;
+  model.hidden = 256;
+  model.heads = 8;
+  model.layers = 4;
+  FmaPeak peak;
+  peak.cpu_model = "Test CPU";
+  peak.vector_target = "AVX3";
+  peak.flops_per_core = 100e9;
+  const MfuReport r = ComputeMfu(model, /*tokens_per_second=*/2000, peak, /*cores=*/2, 2);
+  EXPECT_EQ(r.parameters, 3323392);
+  EXPECT_DOUBLE_EQ(r.flops_per_token, 21513216.0);
+  EXPECT_DOUBLE_EQ(r.achieved_flops, 21513216.0 * 2000);
+  EXPECT_DOUBLE_EQ(r.peak_flops, 200e9);
+  EXPECT_DOUBLE_EQ(r.mfu, 21513216.0 * 2000 / 200e9);
+  EXPECT_EQ(MfuLine(r),
+            "compute: 21.51 MFLOP per token (6N + 12LTh, N = 3323392), 43.0 GFLOP/s; MFU 0.215 "
+            "of 200.0 GFLOP/s measured (2 cores x 100.0, AVX3, Test CPU); 2 GEMM threads per "
+            "rank");
+  // Without a measured peak the MFU is 0, never a division by zero.
+  EXPECT_EQ(ComputeMfu(model, 2000, FmaPeak{}, 2, 1).mfu, 0.0);
+}
+
+}  // namespace
+}  // namespace loom
