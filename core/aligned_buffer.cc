@@ -7,7 +7,8 @@ namespace loom {
 namespace aligned_buffer_internal {
 
 absl::StatusOr<std::unique_ptr<void, FreeDeleter>> AllocateAlignedBytes(size_t bytes,
-                                                                       size_t alignment) {
+                                                                       size_t alignment,
+                                                                       bool zero) {
   // aligned_alloc needs a size that is a multiple of the alignment; a zero-size buffer
   // still gets one aligned block so data() is a valid, distinct pointer.
   const size_t rounded = bytes == 0 ? alignment : (bytes + alignment - 1) / alignment * alignment;
@@ -20,7 +21,7 @@ absl::StatusOr<std::unique_ptr<void, FreeDeleter>> AllocateAlignedBytes(size_t b
     return absl::ResourceExhaustedError(absl::StrCat("aligned_alloc(", alignment, ", ", rounded,
                                                      ") failed: out of host memory"));
   }
-  std::memset(memory, 0, rounded);
+  if (zero) std::memset(memory, 0, rounded);
   return std::unique_ptr<void, FreeDeleter>(memory);
 }
 

@@ -32,10 +32,12 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// AllocateAlignedBytes returns zeroed memory of at least `bytes` bytes (rounded up to
-// the alignment, as std::aligned_alloc requires) aligned to `alignment`.
+// AllocateAlignedBytes returns memory of at least `bytes` bytes (rounded up to the
+// alignment, as std::aligned_alloc requires) aligned to `alignment`, zeroed when
+// `zero` is set.
 absl::StatusOr<std::unique_ptr<void, FreeDeleter>> AllocateAlignedBytes(size_t bytes,
-                                                                       size_t alignment);
+                                                                       size_t alignment,
+                                                                       bool zero = true);
 }  // namespace aligned_buffer_internal
 
 template <typename T>
@@ -50,18 +52,15 @@ class AlignedBuffer {
   // alignof(T), or if size * sizeof(T) overflows; ResourceExhausted if the allocation
   // fails.
   static absl::StatusOr<AlignedBuffer> Create(size_t size, size_t alignment = kDefaultAlignment) {
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment < alignof(T)) {
-      return absl::InvalidArgumentError(absl::StrCat("alignment ", alignment,
-                                                     " is not a power of two >= alignof(T) = ",
-                                                     alignof(T)));
-    }
-    if (size > std::numeric_limits<size_t>::max() / sizeof(T)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("buffer of ", size, " elements of ", sizeof(T), " bytes overflows size_t"));
-    }
-    auto memory = aligned_buffer_internal::AllocateAlignedBytes(size * sizeof(T), alignment);
-    if (!memory.ok()) return memory.status();
-    return AlignedBuffer(std::move(memory).value(), size);
+    return Allocate(size, alignment, /*zero=*/true);
+  }
+
+  // CreateUninitialized is Create without the zero fill, for a caller that writes
+  // every element before it reads one (a copy's destination): filling first would
+  // be a second pass over memory the copy makes anyway. Errors as Create's.
+  static absl::StatusOr<AlignedBuffer> CreateUninitialized(size_t size,
+                                                           size_t alignment = kDefaultAlignment) {
+    return Allocate(size, alignment, /*zero=*/false);
   }
 
   T* data() { return static_cast<T*>(memory_.get()); }
@@ -75,6 +74,22 @@ class AlignedBuffer {
   const T& operator[](size_t i) const { return data()[i]; }
 
  private:
+  static absl::StatusOr<AlignedBuffer> Allocate(size_t size, size_t alignment, bool zero) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment < alignof(T)) {
+      return absl::InvalidArgumentError(absl::StrCat("alignment ", alignment,
+                                                     " is not a power of two >= alignof(T) = ",
+                                                     alignof(T)));
+    }
+    if (size > std::numeric_limits<size_t>::max() / sizeof(T)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer of ", size, " elements of ", sizeof(T), " bytes overflows size_t"));
+    }
+    auto memory =
+        aligned_buffer_internal::AllocateAlignedBytes(size * sizeof(T), alignment, zero);
+    if (!memory.ok()) return memory.status();
+    return AlignedBuffer(std::move(memory).value(), size);
+  }
+
   AlignedBuffer(std::unique_ptr<void, aligned_buffer_internal::FreeDeleter> memory, size_t size)
       : memory_(std::move(memory)), size_(size) {}
 

@@ -34,6 +34,25 @@ TEST(AlignedBufferTest, IsWritableAndMovable) {
   EXPECT_EQ(moved[99], 693);
 }
 
+// Its contents are unspecified until written, so only what is promised is checked:
+// the size, the alignment, the same validation as Create, and that it is writable.
+TEST(AlignedBufferTest, CreateUninitializedIsAlignedWritableAndValidated) {
+  for (size_t size : {size_t{0}, size_t{1}, size_t{1000}}) {
+    LOOM_ASSERT_OK_AND_ASSIGN(AlignedBuffer<float> buffer,
+                              AlignedBuffer<float>::CreateUninitialized(size, 128));
+    EXPECT_EQ(buffer.size(), size);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % 128, 0u);
+    for (size_t i = 0; i < size; ++i) buffer[i] = static_cast<float>(i);
+    if (size > 0) {
+      EXPECT_EQ(buffer[size - 1], static_cast<float>(size - 1));
+    }
+  }
+  EXPECT_THAT(AlignedBuffer<float>::CreateUninitialized(10, 48),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("alignment 48")));
+  EXPECT_THAT(AlignedBuffer<uint8_t>::CreateUninitialized(size_t{1} << 60),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("aligned_alloc")));
+}
+
 TEST(AlignedBufferTest, RejectsBadAlignment) {
   EXPECT_THAT(AlignedBuffer<float>::Create(10, 48),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("alignment 48")));

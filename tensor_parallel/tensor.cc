@@ -50,6 +50,10 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
 }
 
 absl::StatusOr<Tensor> Tensor::Create(std::vector<int64_t> shape, DType dtype) {
+  return Allocate(std::move(shape), dtype, /*zero=*/true);
+}
+
+absl::StatusOr<Tensor> Tensor::Allocate(std::vector<int64_t> shape, DType dtype, bool zero) {
   if (!SupportsDType(dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("Tensor: dtype ", DTypeName(dtype), " is not supported (f32 or bf16)"));
@@ -64,9 +68,10 @@ absl::StatusOr<Tensor> Tensor::Create(std::vector<int64_t> shape, DType dtype) {
           absl::StrCat("Tensor: shape ", ShapeString(shape), " has a negative dimension"));
     }
   }
-  LOOM_ASSIGN_OR_RETURN(
-      AlignedBuffer<std::byte> bytes,
-      AlignedBuffer<std::byte>::Create(static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype)));
+  const size_t size = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  LOOM_ASSIGN_OR_RETURN(AlignedBuffer<std::byte> bytes,
+                        zero ? AlignedBuffer<std::byte>::Create(size)
+                             : AlignedBuffer<std::byte>::CreateUninitialized(size));
   return Tensor(std::move(shape), dtype, std::move(bytes));
 }
 
@@ -78,13 +83,14 @@ absl::StatusOr<Tensor> Tensor::FromValues(std::vector<int64_t> shape,
                                                    " has ", n, " elements, got ", values.size(),
                                                    " values"));
   }
-  LOOM_ASSIGN_OR_RETURN(Tensor t, Create(std::move(shape), DType::kF32));
+  // Every byte is copied in, so no zero fill first.
+  LOOM_ASSIGN_OR_RETURN(Tensor t, Allocate(std::move(shape), DType::kF32, /*zero=*/false));
   if (!values.empty()) std::memcpy(t.bytes_.data(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
 Tensor Tensor::Clone() const {
-  Tensor copy = *Create(shape_, dtype_);
+  Tensor copy = *Allocate(shape_, dtype_, /*zero=*/false);
   if (size_bytes() > 0) std::memcpy(copy.bytes_.data(), bytes_.data(), size_bytes());
   return copy;
 }

@@ -105,6 +105,10 @@ class Tensor {
   std::vector<float> ToF32() const;
 
  private:
+  // Allocate is Create, with the zero fill only when `zero` is set (callers that
+  // write every byte skip it).
+  static absl::StatusOr<Tensor> Allocate(std::vector<int64_t> shape, DType dtype, bool zero);
+
   Tensor(std::vector<int64_t> shape, DType dtype, AlignedBuffer<std::byte> bytes)
       : shape_(std::move(shape)), dtype_(dtype), bytes_(std::move(bytes)) {}
 
