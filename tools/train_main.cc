@@ -55,12 +55,12 @@
 #include "core/fma_peak.h"
 #include "core/status_macros.h"
 #include "offload/offload_config.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tools/cli.h"
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
 #include "tools/mesh_report.h"
-#include "tensor_parallel/layers/gemm.h"
 #include "tools/training/atomic_file.h"
 #include "tools/training/compute_report.h"
 #include "tools/training/job_checkpoint.h"
@@ -799,7 +799,9 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
                  CoresUsed(ranks_on_host, threads_per_rank, UsableCpus(),
                            std::max(1, size / ranks_on_host)),
                  threads_per_rank);
-  std::cout << MfuLine(mfu) << "\n";
+  // On a GPU the products run there, so the CPU's peak is not the denominator.
+  const bool on_cpu = o.device == ComputeDevice::kCpu;
+  if (on_cpu) std::cout << MfuLine(mfu) << "\n";
   if (summary->final_eval_loss.has_value()) {
     std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
                                  *summary->final_eval_loss, o.steps);
@@ -863,7 +865,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
         "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
         "\"model_flops_per_token\": %.9g, \"achieved_gflops\": %.6g, \"peak_gflops\": %.6g, "
-        "\"peak_gflops_per_core\": %.6g, \"cores_used\": %d, \"mfu\": %.4g, "
+        "\"peak_gflops_per_core\": %.6g, \"cores_used\": %d, \"mfu\": %s, "
         "\"threads_per_rank\": %d, \"cpu_model\": \"%s\", \"vector_target\": \"%s\", "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
         "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g}}\n",
@@ -883,7 +885,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         summary->host_cpu_busy >= 0 ? absl::StrFormat("%.4g", summary->host_cpu_busy)
                                     : std::string("null"),
         mfu.flops_per_token, mfu.achieved_flops / 1e9, mfu.peak_flops / 1e9,
-        mfu.peak_flops_per_core / 1e9, mfu.cores, mfu.mfu, mfu.threads_per_rank,
+        mfu.peak_flops_per_core / 1e9, mfu.cores,
+        on_cpu ? absl::StrFormat("%.4g", mfu.mfu) : std::string("null"), mfu.threads_per_rank,
         JsonSafe(mfu.cpu_model), JsonSafe(mfu.vector_target), b.compute, b.dp_comm, b.pp_comm,
         b.optimizer, b.other,
         b.param_wait);

@@ -108,9 +108,10 @@ struct TrainJobOptions {
   // (each element once) is scaled to this L2 norm when longer; 0: off.
   float clip_grad_norm = 0;
   int adamw_threads = 2;  // with offload = cpu
-  // Threads for each rank's matrix products (tensor_parallel/layers/gemm.h's
-  // SetGemmThreads, process-wide); 0: this host's CPUs divided by its ranks
-  // (tools/training/compute_report.h resolves it before the ranks start).
+  // Threads for each rank's matrix products; 0: this host's CPUs divided by its
+  // ranks. //tools:train resolves it (tools/training/compute_report.h) and calls
+  // SetGemmThreads (tensor_parallel/layers/gemm.h, process-wide) before the ranks
+  // start; RunTrainJob itself leaves that process-wide setting alone.
   int threads_per_rank = 0;
 
   // Checkpoints (tools/training/job_checkpoint.h): with a directory, every
