@@ -23,19 +23,44 @@ namespace hn = hwy::HWY_NAMESPACE;
 using D = hn::ScalableTag<float>;
 using V = hn::Vec<D>;
 
-// Every kernel walks whole vectors, then one partial vector through a lane mask, so no
-// scalar tail computes differently from the body.
+// The widest vector of this target, for the partial vector at the end of a span.
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// Every kernel runs whole vectors with unaligned loads and stores, then the last,
+// partial vector through a stack copy padded with `pad`, so no access falls outside
+// the caller's span on any target (Highway's masked loads below AVX2 read the whole
+// vector) and the tail computes exactly as the body does.
 template <typename Body>
 HWY_INLINE void ForEachVector(size_t n, const Body& body) {
-  const D d;
-  const size_t lanes = hn::Lanes(d);
+  const size_t lanes = hn::Lanes(D());
   size_t i = 0;
-  for (; i + lanes <= n; i += lanes) body(i, hn::FirstN(d, lanes));
-  if (i < n) body(i, hn::FirstN(d, n - i));
+  for (; i + lanes <= n; i += lanes) body(i, lanes);
+  if (i < n) body(i, n - i);
 }
 
-HWY_INLINE V LoadPart(const float* p, hn::Mask<D> m) { return hn::MaskedLoad(m, D(), p); }
-HWY_INLINE void StorePart(V v, float* p, hn::Mask<D> m) { hn::BlendedStore(v, m, D(), p); }
+// Part: `count` values at p (count <= Lanes), as one vector padded with `pad`.
+struct Part {
+  HWY_ALIGN float buffer[kMaxLanes];
+  Part(const float* p, size_t count, float pad) {
+    for (size_t j = 0; j < kMaxLanes; ++j) buffer[j] = j < count ? p[j] : pad;
+  }
+};
+
+HWY_INLINE V LoadPart(const float* p, size_t count, float pad = 0.0f) {
+  if (count == hn::Lanes(D())) return hn::LoadU(D(), p);
+  const Part part(p, count, pad);
+  return hn::Load(D(), part.buffer);
+}
+
+HWY_INLINE void StorePart(V v, float* p, size_t count) {
+  if (count == hn::Lanes(D())) {
+    hn::StoreU(v, D(), p);
+    return;
+  }
+  HWY_ALIGN float buffer[kMaxLanes];
+  hn::Store(v, D(), buffer);
+  for (size_t j = 0; j < count; ++j) p[j] = buffer[j];
+}
 
 // c (x + a x^3) = c x (1 + a x^2), the argument of tanh in both GELU passes.
 HWY_INLINE V GeluInner(V x) {
@@ -47,11 +72,11 @@ HWY_INLINE V GeluInner(V x) {
 
 void GeluKernel(const float* x, float* y, size_t n) {
   const D d;
-  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
-    const V v = LoadPart(x + i, m);
+  ForEachVector(n, [&](size_t i, size_t count) {
+    const V v = LoadPart(x + i, count);
     const V t = hn::Tanh(d, GeluInner(v));
     const V half_x = hn::Mul(hn::Set(d, 0.5f), v);
-    StorePart(hn::MulAdd(half_x, t, half_x), y + i, m);  // 0.5 x (1 + t)
+    StorePart(hn::MulAdd(half_x, t, half_x), y + i, count);  // 0.5 x (1 + t)
   });
 }
 
@@ -59,8 +84,8 @@ void GeluBackwardKernel(const float* x, const float* dy, float* dx, size_t n) {
   const D d;
   const V half = hn::Set(d, 0.5f);
   const V one = hn::Set(d, 1.0f);
-  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
-    const V v = LoadPart(x + i, m);
+  ForEachVector(n, [&](size_t i, size_t count) {
+    const V v = LoadPart(x + i, count);
     const V t = hn::Tanh(d, GeluInner(v));
     // d(inner)/dx = c (1 + 3 a x^2).
     const V dinner = hn::Mul(hn::Set(d, 0.7978845608028654f),
@@ -68,18 +93,18 @@ void GeluBackwardKernel(const float* x, const float* dy, float* dx, size_t n) {
     // 0.5 (1 + t) + 0.5 x (1 - t^2) dinner.
     const V sech2 = hn::NegMulAdd(t, t, one);
     const V grad = hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), dinner, hn::MulAdd(half, t, half));
-    StorePart(hn::Mul(LoadPart(dy + i, m), grad), dx + i, m);
+    StorePart(hn::Mul(LoadPart(dy + i, count), grad), dx + i, count);
   });
 }
 
 float MaxKernel(const float* x, size_t n) {
   const D d;
-  const V lowest = hn::Set(d, -std::numeric_limits<float>::infinity());
-  V best = lowest;
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  V best = hn::Set(d, kLowest);
   // x86's max ignores a NaN operand, so NaNs are tracked beside it and win at the end.
   V nan_seen = hn::Zero(d);
-  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
-    const V v = hn::IfThenElse(m, LoadPart(x + i, m), lowest);
+  ForEachVector(n, [&](size_t i, size_t count) {
+    const V v = LoadPart(x + i, count, kLowest);
     best = hn::Max(best, v);
     nan_seen = hn::Or(nan_seen, hn::VecFromMask(d, hn::IsNaN(v)));
   });
@@ -91,18 +116,18 @@ float ExpShiftKernel(float* x, size_t n, float shift) {
   const D d;
   const V s = hn::Set(d, shift);
   V sum = hn::Zero(d);
-  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
-    const V e = hn::Exp(d, hn::Sub(LoadPart(x + i, m), s));
-    StorePart(e, x + i, m);
-    sum = hn::Add(sum, hn::IfThenElseZero(m, e));
+  ForEachVector(n, [&](size_t i, size_t count) {
+    const V e = hn::Exp(d, hn::Sub(LoadPart(x + i, count), s));
+    StorePart(e, x + i, count);
+    sum = hn::Add(sum, hn::IfThenElseZero(hn::FirstN(d, count), e));
   });
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
 void ScaleKernel(float* x, size_t n, float factor) {
   const V f = hn::Set(D(), factor);
-  ForEachVector(n, [&](size_t i, hn::Mask<D> m) {
-    StorePart(hn::Mul(LoadPart(x + i, m), f), x + i, m);
+  ForEachVector(n, [&](size_t i, size_t count) {
+    StorePart(hn::Mul(LoadPart(x + i, count), f), x + i, count);
   });
 }
 

@@ -165,6 +165,29 @@ TEST_P(VectorMathTest, ScaleMultipliesEveryValue) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], original[i] * 0.25f) << i;
 }
 
+// Spans at any float offset and of any length (rows of a matrix whose width is not a
+// multiple of the vector, shards of a vocabulary): the same bits as on a fresh,
+// aligned copy, and (under AddressSanitizer, where the spans end exactly at their
+// allocation) no access past either end.
+TEST_P(VectorMathTest, UnalignedSpansAndTailsGiveTheSameBits) {
+  for (size_t n : {size_t{1}, size_t{7}, size_t{17}, size_t{37}}) {
+    const std::vector<float> base = Inputs(n + 1, 6.0f, static_cast<uint32_t>(200 + n));
+    const absl::Span<const float> shifted = absl::MakeConstSpan(base).subspan(1);
+    const std::vector<float> aligned(shifted.begin(), shifted.end());
+    std::vector<float> y1(n), y2(n);
+    LOOM_ASSERT_OK(GeluTanh(shifted, absl::MakeSpan(y1)));
+    LOOM_ASSERT_OK(GeluTanh(aligned, absl::MakeSpan(y2)));
+    EXPECT_EQ(y1, y2) << n;
+    EXPECT_EQ(MaxValue(shifted), MaxValue(aligned)) << n;
+    std::vector<float> e1 = base, e2 = aligned;
+    const float s1 = ExpShiftInPlace(absl::MakeSpan(e1).subspan(1), 6.0f);
+    const float s2 = ExpShiftInPlace(absl::MakeSpan(e2), 6.0f);
+    EXPECT_EQ(s1, s2) << n;
+    EXPECT_EQ(e1[0], base[0]) << "the value before the span changed";
+    EXPECT_EQ(std::vector<float>(e1.begin() + 1, e1.end()), e2) << n;
+  }
+}
+
 std::string TargetName(const ::testing::TestParamInfo<int64_t>& info) {
   std::string name = hwy::TargetName(info.param);
   for (char& c : name) {
