@@ -8,7 +8,8 @@
 // would oversubscribe the cores, so the training job gives BLAS threads only where
 // ranks x threads fit the host (--threads_per_rank). OpenBLAS splits a product's rows
 // and columns between its threads, never the inner dimension, so the result is
-// bitwise the same at every thread count (gemm_test checks it).
+// bitwise the same at every thread count (gemm_test checks it). A ThreadSanitizer
+// build keeps OpenBLAS on the calling thread (TSan cannot see its pool synchronize).
 //
 // Example:
 //   std::vector<float> a = {1, 2, 3, 4, 5, 6};        // [2,3]
