@@ -18,6 +18,7 @@
 #ifndef LOOM_TOOLS_TRAINING_COMPUTE_REPORT_H_
 #define LOOM_TOOLS_TRAINING_COMPUTE_REPORT_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
