@@ -57,7 +57,8 @@ HWY_INLINE void StorePart(V v, float* p, size_t count) {
     hn::StoreU(v, D(), p);
     return;
   }
-  HWY_ALIGN float buffer[kMaxLanes];
+  // Zeroed only to quiet GCC's -O2 maybe-uninitialized, which cannot see the store.
+  HWY_ALIGN float buffer[kMaxLanes] = {};
   hn::Store(v, D(), buffer);
   for (size_t j = 0; j < count; ++j) p[j] = buffer[j];
 }
