@@ -2,8 +2,8 @@
 # //tools:train --transport=mpi across two emulated hosts (tools/cluster), 2 ranks
 # per host, started with mpirun as a user with two machines would: tensor parallel
 # inside a host and data parallel across (dp=2 tp=2), then pipeline stages across
-# (pp=2 tp=2). Each ends equal to its one-rank reference (the same bound as one host),
-# and nothing is left on either host. Needs root (CI runs as root).
+# (pp=2 tp=2). Each ends equal to its one-rank reference (within 2e-5 of the largest
+# parameter), and nothing is left on either host. Needs root (CI runs as root).
 #   cross_host_train_test.sh CLUSTER_SH TRAIN
 set -euo pipefail
 source "$(dirname "$1")/cluster_testing.sh"
@@ -20,7 +20,12 @@ for mesh in "--dp=2 --tp=2 --pp=1" "--dp=1 --tp=2 --pp=2"; do
   [[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three step lines ($mesh): $out"
   relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
   [[ -n "$relative" ]] || fail "no reference comparison ($mesh): $out"
-  awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' ||
+  # tp sums partial products in another order than one rank, and Adam's normalized
+  # step turns those last-place differences into up to ~1e-5 of the largest parameter
+  # in a few steps, depending on every kernel's rounding (tools/README.md, "How far
+  # the one-rank comparison holds"): tp=2 pp=2 measured 5.8e-6 before the fused
+  # attention and 1.08e-5 after; tp=4 measured 1.05e-5 before and 6.4e-6 after.
+  awk -v r="$relative" 'BEGIN { exit !(r < 2e-5) }' ||
     fail "train $mesh across hosts differs from one rank by $relative"
   echo "train $mesh across 2 hosts: $relative of the largest parameter from one rank ($((SECONDS - start)) s)"
   expect_no_leftovers

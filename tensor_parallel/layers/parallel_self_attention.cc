@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/vector_math.h"
+#include "tensor_parallel/layers/flash_attention.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/internal/layer_math.h"
 
@@ -29,6 +30,21 @@ MatrixView HeadView(absl::Span<float> data, int64_t s, int64_t b, int64_t width,
                     int64_t col, int64_t head_dim) {
   return MatrixView{data.subspan(static_cast<size_t>(batch * width + col)), s, head_dim,
                     b * width};
+}
+
+// HeadBlock is one (batch, head)'s queries, keys and values inside the local
+// [s, b, 3 * width] QKV activation, whose Q, K and V column blocks are width apart.
+AttentionBlock HeadBlock(absl::Span<const float> qkv, int64_t s, int64_t b, int64_t width,
+                         int64_t batch, int64_t col, int64_t head_dim) {
+  return AttentionBlock{HeadView(qkv, s, b, 3 * width, batch, col, head_dim),
+                        HeadView(qkv, s, b, 3 * width, batch, width + col, head_dim),
+                        HeadView(qkv, s, b, 3 * width, batch, 2 * width + col, head_dim)};
+}
+
+FlashAttentionOptions FlashOptions(const ParallelSelfAttentionOptions& options) {
+  FlashAttentionOptions flash;
+  flash.causal = options.causal;
+  return flash;
 }
 
 }  // namespace
@@ -109,34 +125,22 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
   const int64_t L = local * d;
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> qkv_span, qkv.As<float>());
   qkv_values_.assign(qkv_span.begin(), qkv_span.end());
-  probs_.assign(static_cast<size_t>(b * local * s * s), 0.0f);
-  std::vector<float> ctx(static_cast<size_t>(s * b * L), 0.0f);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  ctx_.assign(static_cast<size_t>(s * b * L), 0.0f);
+  lse_.assign(static_cast<size_t>(b * local * s), 0.0f);
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t j = 0; j < local; ++j) {
-      absl::Span<float> p =
-          absl::MakeSpan(probs_).subspan(static_cast<size_t>((bi * local + j) * s * s),
-                                         static_cast<size_t>(s * s));
-      // Scores = scale * Q K^T, then a row-wise (causal) softmax in place.
-      LOOM_RETURN_IF_ERROR(Gemm(HeadView(qkv_values_, s, b, 3 * L, bi, j * d, d), Transpose::kNo,
-                                HeadView(qkv_values_, s, b, 3 * L, bi, L + j * d, d),
-                                Transpose::kYes, Dense(p, s, s), scale));
-      for (int64_t i = 0; i < s; ++i) {
-        const size_t visible = static_cast<size_t>(options_.causal ? i + 1 : s);
-        const absl::Span<float> row = p.subspan(static_cast<size_t>(i * s), static_cast<size_t>(s));
-        SoftmaxInPlace(row.first(visible));
-        std::fill(row.begin() + visible, row.end(), 0.0f);
-      }
-      // Context = P V, into this head's columns of [s, b, L].
-      LOOM_RETURN_IF_ERROR(Gemm(Dense(absl::Span<const float>(p), s, s), Transpose::kNo,
-                                HeadView(qkv_values_, s, b, 3 * L, bi, 2 * L + j * d, d),
-                                Transpose::kNo, HeadView(absl::MakeSpan(ctx), s, b, L, bi, j * d, d)));
+      LOOM_RETURN_IF_ERROR(FlashAttentionForward(
+          HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
+          HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d),
+          absl::MakeSpan(lse_).subspan(static_cast<size_t>((bi * local + j) * s),
+                                       static_cast<size_t>(s)),
+          FlashOptions(options_)));
     }
   }
   seq_ = s;
   batch_ = b;
   has_forward_ = true;
-  LOOM_ASSIGN_OR_RETURN(Tensor ctx_tensor, tp_layers_internal::ToTensor({s, b, L}, ctx));
+  LOOM_ASSIGN_OR_RETURN(Tensor ctx_tensor, tp_layers_internal::ToTensor({s, b, L}, ctx_));
   return out_.Forward(ctx_tensor);
 }
 
@@ -170,37 +174,19 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dctx, grad_ctx.As<float>());
   const int64_t s = seq_, b = batch_, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<float> dqkv(qkv_values_.size(), 0.0f);
-  std::vector<float> dp(static_cast<size_t>(s * s));
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t j = 0; j < local; ++j) {
-      const absl::Span<const float> p =
-          absl::MakeConstSpan(probs_).subspan(static_cast<size_t>((bi * local + j) * s * s),
-                                              static_cast<size_t>(s * s));
-      const ConstMatrixView q = HeadView(qkv_values_, s, b, 3 * L, bi, j * d, d);
-      const ConstMatrixView k = HeadView(qkv_values_, s, b, 3 * L, bi, L + j * d, d);
-      const ConstMatrixView v = HeadView(qkv_values_, s, b, 3 * L, bi, 2 * L + j * d, d);
-      const ConstMatrixView dc = HeadView(dctx, s, b, L, bi, j * d, d);
-      // dV = P^T dC; dP = dC V^T.
-      LOOM_RETURN_IF_ERROR(Gemm(Dense(p, s, s), Transpose::kYes, dc, Transpose::kNo,
-                                HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, 2 * L + j * d, d)));
-      LOOM_RETURN_IF_ERROR(Gemm(dc, Transpose::kNo, v, Transpose::kYes,
-                                Dense(absl::MakeSpan(dp), s, s)));
-      // Softmax backward: dS = P * (dP - rowsum(dP * P)); masked entries have P = 0.
-      for (int64_t i = 0; i < s; ++i) {
-        float dot = 0.0f;
-        for (int64_t c = 0; c < s; ++c) dot += dp[i * s + c] * p[i * s + c];
-        for (int64_t c = 0; c < s; ++c) dp[i * s + c] = p[i * s + c] * (dp[i * s + c] - dot);
-      }
-      // dQ = scale * dS K; dK = scale * dS^T Q.
-      LOOM_RETURN_IF_ERROR(Gemm(Dense(absl::Span<const float>(dp), s, s), Transpose::kNo, k,
-                                Transpose::kNo,
-                                HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, j * d, d), scale));
-      LOOM_RETURN_IF_ERROR(Gemm(Dense(absl::Span<const float>(dp), s, s), Transpose::kYes, q,
-                                Transpose::kNo,
-                                HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, L + j * d, d),
-                                scale));
+      const size_t head = static_cast<size_t>(bi * local + j);
+      LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
+          HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
+          HeadView(absl::MakeConstSpan(ctx_), s, b, L, bi, j * d, d),
+          HeadView(dctx, s, b, L, bi, j * d, d),
+          absl::MakeConstSpan(lse_).subspan(head * static_cast<size_t>(s), static_cast<size_t>(s)),
+          HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, j * d, d),
+          HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, L + j * d, d),
+          HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, 2 * L + j * d, d),
+          FlashOptions(options_)));
     }
   }
   return tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv);

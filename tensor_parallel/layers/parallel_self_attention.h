@@ -1,9 +1,9 @@
 // ParallelSelfAttention: a Megatron-LM self-attention block split by heads across
 // the tensor-parallel group: a column-parallel QKV projection that gives each rank
 // the queries, keys and values of its own heads, causal scaled dot-product
-// attention per local head (no communication), and a row-parallel output
-// projection whose all-reduce (or, with sequence parallelism, reduce-scatter) sums
-// the heads' contributions. Heads are split by ShardExtentOf(num_heads, tp, rank,
+// attention per local head (fused, flash_attention.h; no communication), and a
+// row-parallel output projection whose all-reduce (or, with sequence parallelism,
+// reduce-scatter) sums the heads' contributions. Heads are split by ShardExtentOf(num_heads, tp, rank,
 // rule), so 5 heads on 3 ranks give 2, 2, 1 (kBalanced); a rank may hold none.
 //
 // Layout: activations are [s, b, hidden] (Megatron's sequence-first layout). The
@@ -104,16 +104,18 @@ class ParallelSelfAttention {
   RowParallelLinear& mutable_out() { return out_; }
 
   // saved_activation_bytes returns the bytes Forward keeps for Backward: the local
-  // Q, K, V and attention probabilities and the projections' inputs.
+  // Q, K, V, the heads' context and log-sum-exp (no s x s probabilities: the fused
+  // attention recomputes them) and the projections' inputs.
   // ReleaseActivations frees them; Backward then returns FailedPrecondition until
   // the next Forward.
   size_t saved_activation_bytes() const {
-    return (qkv_values_.capacity() + probs_.capacity()) * sizeof(float) +
+    return (qkv_values_.capacity() + ctx_.capacity() + lse_.capacity()) * sizeof(float) +
            qkv_.saved_activation_bytes() + out_.saved_activation_bytes();
   }
   void ReleaseActivations() {
     std::vector<float>().swap(qkv_values_);
-    std::vector<float>().swap(probs_);
+    std::vector<float>().swap(ctx_);
+    std::vector<float>().swap(lse_);
     qkv_.ReleaseActivations();
     out_.ReleaseActivations();
     has_forward_ = false;
@@ -137,9 +139,10 @@ class ParallelSelfAttention {
   int64_t hidden_ = 0;
   int64_t head_dim_ = 0;
   ShardExtent heads_;
-  // Saved by Forward: the local Q, K, V [s, b, 3 * local_heads * head_dim] and the
-  // attention probabilities [b][local head][s, s].
-  std::vector<float> qkv_values_, probs_;
+  // Saved by Forward: the local Q, K, V [s, b, 3 * local_heads * head_dim], the
+  // heads' context [s, b, local_heads * head_dim] and its log-sum-exp
+  // [b][local head][s] (flash_attention.h).
+  std::vector<float> qkv_values_, ctx_, lse_;
   int64_t seq_ = 0, batch_ = 0;
   bool has_forward_ = false;
 };
