@@ -30,14 +30,13 @@ absl::Status CheckView(const View& view, int64_t rows, int64_t cols, const char*
                                                    Shape(view.rows, view.cols), " but must be ",
                                                    Shape(rows, cols)));
   }
-  const bool fits = view.ld >= view.cols &&
-                    (view.rows == 0 || (view.rows - 1) * view.ld + view.cols <=
-                                           static_cast<int64_t>(view.data.size()));
+  const bool fits =
+      view.ld >= view.cols && (view.rows == 0 || (view.rows - 1) * view.ld + view.cols <=
+                                                     static_cast<int64_t>(view.data.size()));
   if (!fits) {
-    return absl::InvalidArgumentError(absl::StrCat(kName, ": ", name, " ",
-                                                   Shape(view.rows, view.cols), " with ld ",
-                                                   view.ld, " does not fit its ",
-                                                   view.data.size(), " values"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": ", name, " ", Shape(view.rows, view.cols), " with ld ", view.ld,
+                     " does not fit its ", view.data.size(), " values"));
   }
   return absl::OkStatus();
 }
@@ -46,19 +45,19 @@ absl::Status CheckBlock(const AttentionBlock& block, const FlashAttentionOptions
   const int64_t d = block.q.cols;
   if (d < 1 || block.k.cols != d || block.v.cols != d) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": q ", Shape(block.q.rows, block.q.cols), ", k ",
-        Shape(block.k.rows, block.k.cols), " and v ", Shape(block.v.rows, block.v.cols),
+        kName, ": q ", Shape(block.q.rows, block.q.cols), ", k ", Shape(block.k.rows, block.k.cols),
+        " and v ", Shape(block.v.rows, block.v.cols),
         " must have the same head dimension, at least 1"));
   }
   if (block.k.rows != block.v.rows) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": k is ", Shape(block.k.rows, block.k.cols), " and v ",
-        Shape(block.v.rows, block.v.cols), ": they must have the same rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": k is ", Shape(block.k.rows, block.k.cols), " and v ",
+                     Shape(block.v.rows, block.v.cols), ": they must have the same rows"));
   }
   if (block.q.rows < 0 || block.k.rows < 0 || block.q_position < 0 || block.k_position < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": q has ", block.q.rows, " rows at position ", block.q_position, ", k ",
-        block.k.rows, " at ", block.k_position, ": none may be negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": q has ", block.q.rows, " rows at position ", block.q_position,
+                     ", k ", block.k.rows, " at ", block.k_position, ": none may be negative"));
   }
   LOOM_RETURN_IF_ERROR(CheckView(block.q, block.q.rows, d, "q"));
   LOOM_RETURN_IF_ERROR(CheckView(block.k, block.k.rows, d, "k"));
@@ -70,8 +69,8 @@ absl::Status CheckBlock(const AttentionBlock& block, const FlashAttentionOptions
                                                    " must be in [1, ", kMaxTile, "]"));
   }
   if (!std::isfinite(options.scale) || options.scale < 0.0f) {
-    return absl::InvalidArgumentError(absl::StrCat(kName, ": scale ", options.scale,
-                                                   " must be finite and >= 0 (0: 1/sqrt(d))"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": scale ", options.scale, " must be finite and >= 0 (0: 1/sqrt(d))"));
   }
   return absl::OkStatus();
 }
@@ -83,10 +82,9 @@ float ScaleOf(const FlashAttentionOptions& options, int64_t d) {
 // Rows [first, first + count) of a view.
 ConstMatrixView Rows(ConstMatrixView m, int64_t first, int64_t count) {
   if (count == 0) return ConstMatrixView{{}, 0, m.cols, m.ld};
-  return ConstMatrixView{
-      m.data.subspan(static_cast<size_t>(first * m.ld),
-                     static_cast<size_t>((count - 1) * m.ld + m.cols)),
-      count, m.cols, m.ld};
+  return ConstMatrixView{m.data.subspan(static_cast<size_t>(first * m.ld),
+                                        static_cast<size_t>((count - 1) * m.ld + m.cols)),
+                         count, m.cols, m.ld};
 }
 MatrixView Rows(MatrixView m, int64_t first, int64_t count) {
   if (count == 0) return MatrixView{{}, 0, m.cols, m.ld};
@@ -119,8 +117,8 @@ bool AboveDiagonal(const AttentionBlock& block, const TilePair& t, bool causal) 
 // Scores writes scale * Q_tile K_tile^T into s [nq, nk].
 absl::Status Scores(const AttentionBlock& block, const TilePair& t, float scale,
                     std::vector<float>& s) {
-  return Gemm(Rows(block.q, t.q0, t.nq), Transpose::kNo, Rows(block.k, t.k0, t.nk),
-              Transpose::kYes, Dense(absl::MakeSpan(s.data(), t.nq * t.nk), t.nq, t.nk), scale);
+  return Gemm(Rows(block.q, t.q0, t.nq), Transpose::kNo, Rows(block.k, t.k0, t.nk), Transpose::kYes,
+              Dense(absl::MakeSpan(s.data(), t.nq * t.nk), t.nq, t.nk), scale);
 }
 
 }  // namespace
@@ -228,8 +226,7 @@ absl::Status FlashAttentionBackward(const AttentionBlock& block, ConstMatrixView
       // dV += P^T dO; dP = dO V^T.
       LOOM_RETURN_IF_ERROR(Gemm(p_view, Transpose::kYes, dout_tile, Transpose::kNo,
                                 Rows(grad_v, k0, nk), 1.0f, 1.0f));
-      LOOM_RETURN_IF_ERROR(Gemm(dout_tile, Transpose::kNo, Rows(block.v, k0, nk),
-                                Transpose::kYes,
+      LOOM_RETURN_IF_ERROR(Gemm(dout_tile, Transpose::kNo, Rows(block.v, k0, nk), Transpose::kYes,
                                 Dense(absl::MakeSpan(dp.data(), t.nq * nk), t.nq, nk)));
       // dS = P * (dP - delta), in place of dP (masked entries have P = 0).
       for (int64_t r = 0; r < t.nq; ++r) {
@@ -256,8 +253,8 @@ absl::Status MergeAttentionBlocks(MatrixView out, absl::Span<float> lse, ConstMa
   LOOM_RETURN_IF_ERROR(CheckView(out_b, sq, d, "out_b"));
   if (static_cast<int64_t>(lse.size()) != sq || static_cast<int64_t>(lse_b.size()) != sq) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": lse has ", lse.size(),
-                                                   " values and lse_b ", lse_b.size(), " for ",
-                                                   sq, " queries"));
+                                                   " values and lse_b ", lse_b.size(), " for ", sq,
+                                                   " queries"));
   }
   for (int64_t i = 0; i < sq; ++i) {
     const float a = lse[i], b = lse_b[i];

@@ -4,10 +4,12 @@
 // probabilities kept for the backward), at the GPT job's head sizes.
 //
 // Counters: GFLOP/s counts the causal half of the six s x s x d products of a forward
-// and backward (2 s^2 d FLOPs each, 6 s^2 d for the half), not the flash backward's recomputed scores; x_unfused is the
-// fused kernel's speed over the unfused one at the same shape (time ratio); saved_KiB is
-// what each keeps for the backward beside Q, K, V and the output (s^2 probabilities,
-// or s log-sum-exps). BM_FmaPeakPerCore is the core's measured f32 FMA peak.
+// and backward (2 s^2 d FLOPs each, 6 s^2 d for the half), not the flash backward's
+// recomputed scores; x_unfused is the fused kernel's speed over the unfused one at the
+// same shape (time ratio); saved_KiB is what each keeps for the backward beside Q, K, V
+// and the output (s^2 probabilities, or s log-sum-exps). Tiles of 32, 64 and 128 rows
+// show the choice of the default (64). BM_FmaPeakPerCore is the core's measured f32 FMA
+// peak.
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -65,8 +67,7 @@ absl::Status UnfusedStep(Head& h, std::vector<float>& probs, std::vector<float>&
     for (int64_t c = 0; c < s; ++c) dp[i * s + c] = probs[i * s + c] * (dp[i * s + c] - dot);
   }
   const ConstMatrixView ds = Dense(absl::MakeConstSpan(dp), s, s);
-  LOOM_RETURN_IF_ERROR(
-      Gemm(ds, Transpose::kNo, h.In(h.k), Transpose::kNo, h.Out(h.dq), scale));
+  LOOM_RETURN_IF_ERROR(Gemm(ds, Transpose::kNo, h.In(h.k), Transpose::kNo, h.Out(h.dq), scale));
   return Gemm(ds, Transpose::kYes, h.In(h.q), Transpose::kNo, h.Out(h.dk), scale);
 }
 
@@ -105,11 +106,11 @@ void BM_Attention(benchmark::State& state) {
     state.SkipWithError(status.ToString().c_str());
     return;
   }
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start) /
-                         static_cast<double>(state.iterations());
+  const double seconds =
+      absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(state.iterations());
   state.counters["GFLOP/s"] = 6.0 * static_cast<double>(s * s * d) / seconds / 1e9;
-  state.counters["saved_KiB"] = (fused ? static_cast<double>(s) : static_cast<double>(s * s)) *
-                                sizeof(float) / 1024.0;
+  state.counters["saved_KiB"] =
+      (fused ? static_cast<double>(s) : static_cast<double>(s * s)) * sizeof(float) / 1024.0;
   if (!fused) {
     UnfusedSeconds()[{s, d}] = seconds;
   } else if (auto it = UnfusedSeconds().find({s, d}); it != UnfusedSeconds().end()) {

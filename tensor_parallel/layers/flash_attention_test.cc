@@ -36,7 +36,10 @@ struct Strided {
   int64_t rows = 0, cols = 0, ld = 0;
   std::vector<float> data;
   Strided(int64_t r, int64_t c, int64_t pad, uint32_t seed, float spread)
-      : rows(r), cols(c), ld(c + pad), data(static_cast<size_t>(std::max<int64_t>(r * (c + pad), 1))) {
+      : rows(r),
+        cols(c),
+        ld(c + pad),
+        data(static_cast<size_t>(std::max<int64_t>(r * (c + pad), 1))) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-spread, spread);
     for (float& x : data) x = u(rng);
@@ -165,8 +168,8 @@ TEST_P(FlashAttentionTest, MatchesTheReferenceForwardAndBackward) {
 
   Strided out(c.sq, c.d, c.pad, 5, 9.0f);  // seeded garbage: Forward must overwrite it
   std::vector<float> lse(static_cast<size_t>(c.sq), 7.0f);
-  LOOM_ASSERT_OK(FlashAttentionForward(BlockOf(c, q, k, v), out.mutable_view(),
-                                       absl::MakeSpan(lse), OptionsOf(c)));
+  LOOM_ASSERT_OK(FlashAttentionForward(BlockOf(c, q, k, v), out.mutable_view(), absl::MakeSpan(lse),
+                                       OptionsOf(c)));
   ExpectNear(out, ref.out, kOutputBound, "out");
   ExpectLseNear(lse, ref.lse, "lse");
 
@@ -187,8 +190,8 @@ TEST_P(FlashAttentionTest, BackwardAddsToTheGradients) {
   const Reference ref = Attention(c, q, k, v, dout);
   Strided out(c.sq, c.d, c.pad, 0, 0.0f);
   std::vector<float> lse(static_cast<size_t>(c.sq));
-  LOOM_ASSERT_OK(FlashAttentionForward(BlockOf(c, q, k, v), out.mutable_view(),
-                                       absl::MakeSpan(lse), OptionsOf(c)));
+  LOOM_ASSERT_OK(FlashAttentionForward(BlockOf(c, q, k, v), out.mutable_view(), absl::MakeSpan(lse),
+                                       OptionsOf(c)));
   // Start from seeded gradients: the result must be them plus the reference.
   Strided dq(c.sq, c.d, c.pad, 15, 1.0f), dk(c.sk, c.d, c.pad, 16, 1.0f);
   Strided dv(c.sk, c.d, c.pad, 17, 1.0f);
@@ -212,19 +215,18 @@ TEST_P(FlashAttentionTest, BackwardAddsToTheGradients) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, FlashAttentionTest,
-    ::testing::Values(
-        Case{"one_position", 1, 1, 1, 64, 64, true, 0, 0, 0},
-        Case{"exact_tiles", 128, 128, 32, 64, 64, true, 0, 0, 0},
-        Case{"ragged_tiles", 100, 100, 32, 64, 64, true, 0, 0, 0},
-        Case{"ragged_unequal_tiles", 37, 37, 8, 16, 7, true, 0, 0, 3},
-        Case{"tiles_of_one_row", 6, 6, 4, 1, 1, true, 0, 0, 0},
-        Case{"tile_larger_than_sequence", 9, 9, 64, 64, 64, true, 0, 0, 0},
-        Case{"full_mask_rectangular", 33, 47, 16, 16, 16, false, 0, 0, 2},
-        Case{"queries_after_keys", 20, 30, 8, 8, 8, true, 64, 0, 0},
-        Case{"queries_before_keys", 20, 30, 8, 8, 8, true, 0, 64, 0},
-        Case{"across_the_diagonal", 40, 40, 16, 16, 16, true, 32, 16, 1},
-        Case{"no_keys", 5, 0, 4, 64, 64, true, 0, 0, 0},
-        Case{"no_queries", 0, 5, 4, 64, 64, true, 0, 0, 0}),
+    ::testing::Values(Case{"one_position", 1, 1, 1, 64, 64, true, 0, 0, 0},
+                      Case{"exact_tiles", 128, 128, 32, 64, 64, true, 0, 0, 0},
+                      Case{"ragged_tiles", 100, 100, 32, 64, 64, true, 0, 0, 0},
+                      Case{"ragged_unequal_tiles", 37, 37, 8, 16, 7, true, 0, 0, 3},
+                      Case{"tiles_of_one_row", 6, 6, 4, 1, 1, true, 0, 0, 0},
+                      Case{"tile_larger_than_sequence", 9, 9, 64, 64, 64, true, 0, 0, 0},
+                      Case{"full_mask_rectangular", 33, 47, 16, 16, 16, false, 0, 0, 2},
+                      Case{"queries_after_keys", 20, 30, 8, 8, 8, true, 64, 0, 0},
+                      Case{"queries_before_keys", 20, 30, 8, 8, 8, true, 0, 64, 0},
+                      Case{"across_the_diagonal", 40, 40, 16, 16, 16, true, 32, 16, 1},
+                      Case{"no_keys", 5, 0, 4, 64, 64, true, 0, 0, 0},
+                      Case{"no_queries", 0, 5, 4, 64, 64, true, 0, 0, 0}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
 
 // A sequence of 96 split into key blocks [0, 40) and [40, 96): forward per block, merged,
@@ -236,8 +238,7 @@ TEST(FlashAttentionBlocksTest, SplitKeyBlocksMergeToTheWholeSequence) {
   const Strided dout(s, d, 0, 24, 1.0f);
   const Reference ref = Attention(whole, q, k, v, dout);
   auto key_rows = [&](const Strided& m, int64_t first, int64_t count) {
-    return ConstMatrixView{absl::MakeConstSpan(m.data).subspan(first * d, count * d), count, d,
-                           d};
+    return ConstMatrixView{absl::MakeConstSpan(m.data).subspan(first * d, count * d), count, d, d};
   };
   const AttentionBlock first{q.view(), key_rows(k, 0, split), key_rows(v, 0, split), 0, 0};
   const AttentionBlock second{q.view(), key_rows(k, split, s - split),
@@ -254,8 +255,8 @@ TEST(FlashAttentionBlocksTest, SplitKeyBlocksMergeToTheWholeSequence) {
   EXPECT_EQ(lse_b[0], kNegInf);
   EXPECT_EQ(lse_b[split - 1], kNegInf);
   EXPECT_TRUE(std::isfinite(lse_b[split]));
-  LOOM_ASSERT_OK(MergeAttentionBlocks(out.mutable_view(), absl::MakeSpan(lse), out_b.view(),
-                                      lse_b));
+  LOOM_ASSERT_OK(
+      MergeAttentionBlocks(out.mutable_view(), absl::MakeSpan(lse), out_b.view(), lse_b));
   ExpectNear(out, ref.out, kOutputBound, "merged out");
   ExpectLseNear(lse, ref.lse, "merged lse");
 
@@ -299,9 +300,9 @@ TEST(FlashAttentionBadInputTest, NamesTheShapesAndValues) {
   EXPECT_THAT(FlashAttentionForward({q, Dense(absl::MakeConstSpan(b), 100, 28), q}, out,
                                     absl::MakeSpan(lse), options),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("k [100,28]")));
-  EXPECT_THAT(FlashAttentionForward({q, q, q}, out, absl::MakeSpan(lse).first(99), options),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("lse has 99 values for 100 queries")));
+  EXPECT_THAT(
+      FlashAttentionForward({q, q, q}, out, absl::MakeSpan(lse).first(99), options),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lse has 99 values for 100 queries")));
   EXPECT_THAT(FlashAttentionForward({q, q, q}, Dense(absl::MakeSpan(o), 50, 32),
                                     absl::MakeSpan(lse), options),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -1,14 +1,12 @@
 #include "tensor_parallel/layers/parallel_self_attention.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
-#include "core/vector_math.h"
 #include "tensor_parallel/layers/flash_attention.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/internal/layer_math.h"
@@ -127,16 +125,20 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
   qkv_values_.assign(qkv_span.begin(), qkv_span.end());
   ctx_.assign(static_cast<size_t>(s * b * L), 0.0f);
   lse_.assign(static_cast<size_t>(b * local * s), 0.0f);
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t j = 0; j < local; ++j) {
+  // The (batch, head) pairs are independent and write disjoint columns of ctx_ and
+  // rows of lse_: they run on the rank's threads, with the same bits at any count.
+  const absl::Status done = ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
+    for (int64_t pair = first; pair < end; ++pair) {
+      const int64_t bi = pair / local, j = pair % local;
       LOOM_RETURN_IF_ERROR(FlashAttentionForward(
           HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
           HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d),
-          absl::MakeSpan(lse_).subspan(static_cast<size_t>((bi * local + j) * s),
-                                       static_cast<size_t>(s)),
+          absl::MakeSpan(lse_).subspan(static_cast<size_t>(pair * s), static_cast<size_t>(s)),
           FlashOptions(options_)));
     }
-  }
+    return absl::OkStatus();
+  });
+  LOOM_RETURN_IF_ERROR(done);
   seq_ = s;
   batch_ = b;
   has_forward_ = true;
@@ -175,20 +177,24 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
   const int64_t s = seq_, b = batch_, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
   std::vector<float> dqkv(qkv_values_.size(), 0.0f);
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t j = 0; j < local; ++j) {
-      const size_t head = static_cast<size_t>(bi * local + j);
+  // As in Forward: each (batch, head) pair writes only its own columns of dqkv.
+  const absl::Status done = ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
+    for (int64_t pair = first; pair < end; ++pair) {
+      const int64_t bi = pair / local, j = pair % local;
       LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
           HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
           HeadView(absl::MakeConstSpan(ctx_), s, b, L, bi, j * d, d),
           HeadView(dctx, s, b, L, bi, j * d, d),
-          absl::MakeConstSpan(lse_).subspan(head * static_cast<size_t>(s), static_cast<size_t>(s)),
+          absl::MakeConstSpan(lse_).subspan(static_cast<size_t>(pair * s),
+                                            static_cast<size_t>(s)),
           HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, j * d, d),
           HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, L + j * d, d),
           HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, 2 * L + j * d, d),
           FlashOptions(options_)));
     }
-  }
+    return absl::OkStatus();
+  });
+  LOOM_RETURN_IF_ERROR(done);
   return tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv);
 }
 

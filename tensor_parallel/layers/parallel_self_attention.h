@@ -3,8 +3,10 @@
 // the queries, keys and values of its own heads, causal scaled dot-product
 // attention per local head (fused, flash_attention.h; no communication), and a
 // row-parallel output projection whose all-reduce (or, with sequence parallelism,
-// reduce-scatter) sums the heads' contributions. Heads are split by ShardExtentOf(num_heads, tp, rank,
-// rule), so 5 heads on 3 ranks give 2, 2, 1 (kBalanced); a rank may hold none.
+// reduce-scatter) sums the heads' contributions. Heads are split by
+// ShardExtentOf(num_heads, tp, rank, rule), so 5 heads on 3 ranks give 2, 2, 1
+// (kBalanced); a rank may hold none. The (batch, head) pairs run on GemmThreads()
+// threads (gemm.h), each pair on one, so the bits do not depend on the count.
 //
 // Layout: activations are [s, b, hidden] (Megatron's sequence-first layout). The
 // QKV weight is [3 * hidden, hidden] with rows [Q; K; V], head h's rows of each

@@ -15,6 +15,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/internal/tp_testing.h"
 
 namespace loom {
@@ -182,6 +183,38 @@ TEST_P(ParallelSelfAttentionTest, MatchesUnshardedReference) {
     ExpectClose(attn.out().bias_grad(), ref.dbo, where + " dbo");
     return absl::OkStatus();
   }));
+}
+
+// The (batch, head) pairs run on GemmThreads() threads; each pair is one thread's, so
+// two threads give the bits of one. A sequence of 70 spans two key tiles.
+TEST(ParallelSelfAttentionThreadsTest, HeadsOnTwoThreadsGiveTheSameBits) {
+  const int64_t heads = 8, h = 32, s = 70, b = 3;
+  const Tensor wqkv = RandomTensor({3 * h, h}, 51), bqkv = RandomTensor({3 * h}, 52);
+  const Tensor wo = RandomTensor({h, h}, 53), bo = RandomTensor({h}, 54);
+  const Tensor x = RandomTensor({s, b, h}, 55), dy = RandomTensor({s, b, h}, 56);
+  auto run = [&](int threads) {
+    LOOM_EXPECT_OK(SetGemmThreads(threads));
+    std::vector<std::vector<float>> results;
+    ExpectAllOk(RunTp(1, [&](Communicator& comm) -> absl::Status {
+      ParallelSelfAttentionOptions options;
+      options.num_heads = heads;
+      LOOM_ASSIGN_OR_RETURN(ParallelSelfAttention attn,
+                            ParallelSelfAttention::Create(wqkv, &bqkv, wo, &bo, comm, options));
+      LOOM_ASSIGN_OR_RETURN(Tensor y, attn.Forward(x));
+      LOOM_ASSIGN_OR_RETURN(Tensor dx, attn.Backward(dy));
+      for (const Tensor* t : std::vector<const Tensor*>{&y, &dx, &attn.qkv().weight_grad()}) {
+        LOOM_ASSIGN_OR_RETURN(absl::Span<const float> v, t->As<float>());
+        results.emplace_back(v.begin(), v.end());
+      }
+      return absl::OkStatus();
+    }));
+    LOOM_EXPECT_OK(SetGemmThreads(1));
+    return results;
+  };
+  const std::vector<std::vector<float>> one = run(1), two = run(2);
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(two.size(), 3u);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "result " << i;
 }
 
 std::vector<Param> Params() {
