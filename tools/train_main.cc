@@ -787,6 +787,11 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       "pp comm %.2f ms, optimizer %.2f ms, other %.2f ms\n",
       b.compute * 1e3, b.param_wait * 1e3, b.dp_comm * 1e3, b.pp_comm * 1e3, b.optimizer * 1e3,
       b.other * 1e3);
+  // The rest of compute: element-wise passes and, with tp > 1, the layers' collectives.
+  std::cout << absl::StrFormat(
+      "compute per step: GEMM %.2f ms, attention %.2f ms, element-wise and tp collectives "
+      "%.2f ms\n",
+      b.gemm * 1e3, b.attention * 1e3, std::max(0.0, b.compute - b.gemm - b.attention) * 1e3);
   if (summary->host_cpu_busy >= 0) {
     // Waits cost time only where CPUs sit idle: with more busy threads than CPUs,
     // a rank's wait is the other ranks' compute.
@@ -868,7 +873,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"peak_gflops_per_core\": %.6g, \"cores_used\": %d, \"mfu\": %s, "
         "\"threads_per_rank\": %d, \"cpu_model\": \"%s\", \"vector_target\": \"%s\", "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
-        "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g}}\n",
+        "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g, \"gemm\": %.6g, "
+        "\"attention\": %.6g}}\n",
         summary->final_loss,
         summary->final_eval_loss.has_value() ? absl::StrFormat("%.9g", *summary->final_eval_loss)
                                              : std::string("null"),
@@ -888,8 +894,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         mfu.peak_flops_per_core / 1e9, mfu.cores,
         on_cpu ? absl::StrFormat("%.4g", mfu.mfu) : std::string("null"), mfu.threads_per_rank,
         JsonSafe(mfu.cpu_model), JsonSafe(mfu.vector_target), b.compute, b.dp_comm, b.pp_comm,
-        b.optimizer, b.other,
-        b.param_wait);
+        b.optimizer, b.other, b.param_wait, b.gemm, b.attention);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/compute_timer.h"
 
 namespace loom {
 namespace {
@@ -65,6 +66,7 @@ void ApplyBlasThreadsOnce() {
 
 absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
                   MatrixView c, float alpha, float beta) {
+  const ScopedComputeTimer timer(ComputeKind::kGemm);  // the job's step breakdown
   if (absl::Status s = CheckView(a, "A"); !s.ok()) return s;
   if (absl::Status s = CheckView(b, "B"); !s.ok()) return s;
   if (absl::Status s = CheckView(c, "C"); !s.ok()) return s;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/compute_timer.h"
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "tensor_parallel/layers/flash_attention.h"
@@ -125,6 +126,7 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
   qkv_values_.assign(qkv_span.begin(), qkv_span.end());
   ctx_.assign(static_cast<size_t>(s * b * L), 0.0f);
   lse_.assign(static_cast<size_t>(b * local * s), 0.0f);
+  const ScopedComputeTimer timer(ComputeKind::kAttention);  // the job's step breakdown
   // The (batch, head) pairs are independent and write disjoint columns of ctx_ and
   // rows of lse_: they run on the rank's threads, with the same bits at any count.
   const absl::Status done = ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
@@ -176,6 +178,7 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dctx, grad_ctx.As<float>());
   const int64_t s = seq_, b = batch_, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
+  const ScopedComputeTimer timer(ComputeKind::kAttention);
   std::vector<float> dqkv(qkv_values_.size(), 0.0f);
   // As in Forward: each (batch, head) pair writes only its own columns of dqkv.
   const absl::Status done = ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "collectives/collective_kind.h"
 #include "core/buffer_view.h"
+#include "core/compute_timer.h"
 #include "core/dtype.h"
 #include "core/reduce_op.h"
 #include "core/status_macros.h"
@@ -54,7 +55,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 28;
+constexpr int kStepFigures = 30;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -83,7 +84,9 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           static_cast<double>(s.dp.recomputed_forwards),
           static_cast<double>(s.dp.zero_units),
           static_cast<double>(s.dp.zero_kept_units),
-          static_cast<double>(s.dp.zero_kept_numel)};
+          static_cast<double>(s.dp.zero_kept_numel),
+          s.breakdown.gemm,
+          s.breakdown.attention};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -107,6 +110,8 @@ RankStep Unpack(const double* f) {
   s.dp.zero_units = static_cast<int64_t>(f[25]);
   s.dp.zero_kept_units = static_cast<int64_t>(f[26]);
   s.dp.zero_kept_numel = static_cast<int64_t>(f[27]);
+  s.breakdown.gemm = f[28];
+  s.breakdown.attention = f[29];
   return s;
 }
 
@@ -253,8 +258,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     };
     module->BeginStep(step);
     const double waited_before = optimizer->WaitSeconds();
+    const double gemm_before = ThreadComputeSeconds(ComputeKind::kGemm);
+    const double attention_before = ThreadComputeSeconds(ComputeKind::kAttention);
     LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module, &send_buffers));
     const double executed = lap();
+    breakdown.gemm = ThreadComputeSeconds(ComputeKind::kGemm) - gemm_before;
+    breakdown.attention = ThreadComputeSeconds(ComputeKind::kAttention) - attention_before;
     // The module's waits for the engine happen inside its compute.
     breakdown.param_wait = optimizer->WaitSeconds() - waited_before;
     breakdown.compute =
@@ -371,6 +380,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       line.breakdown.optimizer += s.breakdown.optimizer / world;
       line.breakdown.other += s.breakdown.other / world;
       line.breakdown.param_wait += s.breakdown.param_wait / world;
+      line.breakdown.gemm += s.breakdown.gemm / world;
+      line.breakdown.attention += s.breakdown.attention / world;
     }
     // The last stage's tp ranks all hold the same loss: average over them and dp.
     line.loss /= std::max(losses, 1);
@@ -428,6 +439,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     summary->step_breakdown_s.optimizer += b.optimizer / counted;
     summary->step_breakdown_s.other += b.other / counted;
     summary->step_breakdown_s.param_wait += b.param_wait / counted;
+    summary->step_breakdown_s.gemm += b.gemm / counted;
+    summary->step_breakdown_s.attention += b.attention / counted;
   }
   double busy_sum = 0;
   int busy_steps = 0;

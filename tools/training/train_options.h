@@ -144,7 +144,11 @@ bool UsesDisk(const TrainJobOptions& options);
 // thread (the mean over ranks in a StepReport):
 //   compute    the pipeline executor's time in the stage module (forward,
 //              backward, loss), which includes the tensor-parallel layers' own
-//              collectives over tp, less param_wait;
+//              collectives over tp, less param_wait; of which
+//     gemm       the matrix products (Gemm, core/compute_timer.h) outside attention,
+//     attention  the heads' fused attention, forward and backward (its own products
+//                included), and the rest of compute is element-wise work (layer
+//                norm, GELU, bias, loss, copies) and the tp collectives;
 //   param_wait the part of the module's time spent waiting for the ZeRO engine
 //              (block reshard): for a gathered unit the prefetch had not finished,
 //              or for a gradient buffer still held by a running reduce-scatter;
@@ -159,6 +163,7 @@ bool UsesDisk(const TrainJobOptions& options);
 //   other      the rest of the step (checkpoint saves, bookkeeping).
 struct StepBreakdown {
   double compute = 0, dp_comm = 0, pp_comm = 0, optimizer = 0, other = 0, param_wait = 0;
+  double gemm = 0, attention = 0;  // parts of compute
 };
 
 // DpTraffic: what one rank sent through its data-parallel communicator in one
