@@ -8,8 +8,8 @@
 // recomputed scores; x_unfused is the fused kernel's speed over the unfused one at the
 // same shape (time ratio); saved_KiB is what each keeps for the backward beside Q, K, V
 // and the output (s^2 probabilities, or s log-sum-exps). Tiles of 32, 64 and 128 rows
-// show the choice of the default (64). BM_FmaPeakPerCore is the core's measured f32 FMA
-// peak.
+// show the choice of the default (64). BM_FmaPeakPerCore (core:fma_peak_row) is the
+// core's measured f32 FMA peak.
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -18,10 +18,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "benchmark/benchmark.h"
-#include "core/fma_peak.h"
 #include "core/status_macros.h"
 #include "core/vector_math.h"
 #include "tensor_parallel/layers/flash_attention.h"
@@ -117,18 +115,6 @@ void BM_Attention(benchmark::State& state) {
     state.counters["x_unfused"] = it->second / seconds;
   }
 }
-
-void BM_FmaPeakPerCore(benchmark::State& state) {
-  absl::StatusOr<FmaPeak> peak;
-  for (auto _ : state) peak = MeasureFmaPeak(absl::Milliseconds(100));
-  if (!peak.ok()) {
-    state.SkipWithError(peak.status().ToString().c_str());
-    return;
-  }
-  state.counters["GFLOP/s"] = peak->flops_per_core / 1e9;
-  state.SetLabel(absl::StrCat(peak->cpu_model, ", ", peak->vector_target));
-}
-BENCHMARK(BM_FmaPeakPerCore)->Iterations(1)->UseRealTime();
 
 // Shape by shape, the unfused first, so each fused row has its baseline.
 void Shapes(benchmark::internal::Benchmark* b) {
