@@ -57,7 +57,9 @@ HWY_INLINE void StorePart(V v, float* p, size_t count) {
     hn::StoreU(v, D(), p);
     return;
   }
-  HWY_ALIGN float buffer[kMaxLanes];
+  // Zeroed: on the scalar target GCC at -O2 cannot see that Store fills what the loop
+  // reads (-Wmaybe-uninitialized broke `-c opt` builds); one tail per call.
+  HWY_ALIGN float buffer[kMaxLanes] = {};
   hn::Store(v, D(), buffer);
   for (size_t j = 0; j < count; ++j) p[j] = buffer[j];
 }
