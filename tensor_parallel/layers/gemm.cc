@@ -59,6 +59,9 @@ int BlasThreadsFor(int requested) {
 std::mutex blas_threads_mutex;
 int blas_threads = 1;            // guarded by blas_threads_mutex
 std::atomic<bool> blas_threads_applied{false};
+// blas_threads again, for the parts of a kBf16 product on oneDNN (read per product
+// without the lock).
+std::atomic<int> bf16_threads{1};
 
 void ApplyBlasThreadsOnce() {
   if (blas_threads_applied.load(std::memory_order_acquire)) return;
@@ -127,10 +130,10 @@ void OpenBlasGemm(const ConstMatrixView& a, Transpose trans_a, const ConstMatrix
               c.data.data(), static_cast<blasint>(c.ld));
 }
 
-// The bf16 path's scratch, one per thread, grown to the largest operands the thread
-// has multiplied and kept: the rounded A and B packed dense (ld = cols) as bf16, and
-// widened back to f32 for OpenBLAS and GemmEngines. Nothing is allocated in the
-// steady state.
+// The scratch of the bf16 path off oneDNN, one per thread, grown to the largest
+// operands the thread has multiplied and kept: the rounded A and B packed dense
+// (ld = cols) as bf16, and widened back to f32 for OpenBLAS and GemmEngines. Nothing
+// is allocated in the steady state.
 struct Bf16Scratch {
   AlignedBuffer<BFloat16> a16, b16;
   AlignedBuffer<float> a32, b32;
@@ -178,15 +181,15 @@ absl::Status Bf16Gemm(gemm_internal::Bf16Backend backend, GemmEngine* engine,
                       Transpose trans_b, const MatrixView& c, const Dims& d, float alpha,
                       float beta) {
   using gemm_internal::Bf16Backend;
+  if (engine == nullptr && backend != Bf16Backend::kOpenBlas) {
+    const absl::Status onednn =
+        gemm_internal::OneDnnBf16Gemm(a, trans_a, b, trans_b, c, alpha, beta,
+                                      bf16_threads.load(std::memory_order_relaxed));
+    if (!absl::IsUnavailable(onednn) || backend == Bf16Backend::kOneDnn) return onednn;
+  }
   thread_local Bf16Scratch scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> a16, RoundToBf16(a, scratch.a16));
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> b16, RoundToBf16(b, scratch.b16));
-  if (engine == nullptr && backend != Bf16Backend::kOpenBlas) {
-    const absl::Status onednn = gemm_internal::OneDnnBf16Gemm(
-        {a16, a.rows, a.cols}, trans_a, {b16, b.rows, b.cols}, trans_b, c, alpha, beta,
-        BlasThreadsFor(GemmThreads()));
-    if (!absl::IsUnavailable(onednn) || backend == Bf16Backend::kOneDnn) return onednn;
-  }
   LOOM_ASSIGN_OR_RETURN(const ConstMatrixView a32, Widened(a16, a, scratch.a32));
   LOOM_ASSIGN_OR_RETURN(const ConstMatrixView b32, Widened(b16, b, scratch.b32));
   if (engine != nullptr) return engine->Run(a32, trans_a, b32, trans_b, c, alpha, beta);
@@ -254,7 +257,7 @@ std::string GemmBackendName(GemmPrecision precision) {
   // The implementation oneDNN picks for a GPT block's forward product (rows 256,
   // hidden 256, MLP 1024) at this process's thread count.
   const absl::StatusOr<std::string> impl = gemm_internal::OneDnnBf16Implementation(
-      256, 1024, 256, Transpose::kNo, Transpose::kYes, BlasThreadsFor(GemmThreads()));
+      256, 1024, 256, Transpose::kNo, Transpose::kYes, GemmThreads());
   if (!impl.ok()) {
     return absl::StrCat("OpenBLAS on bf16-rounded inputs (", impl.status().message(), ")");
   }
@@ -268,6 +271,7 @@ absl::Status SetGemmThreads(int threads) {
   }
   std::lock_guard<std::mutex> lock(blas_threads_mutex);
   blas_threads = threads;
+  bf16_threads.store(threads, std::memory_order_relaxed);
   openblas_set_num_threads(BlasThreadsFor(threads));
   blas_threads_applied.store(true, std::memory_order_release);
   return absl::OkStatus();

@@ -6,8 +6,8 @@
 //          where the CPU has AVX512_BF16, otherwise OpenBLAS on the rounded inputs.
 //
 // Threads: each product runs on GemmThreads() threads, one unless SetGemmThreads says
-// otherwise (OpenBLAS's pool for kF32; for kBf16 oneDNN's OpenMP team, set on the
-// calling thread for each product). Tensor-parallel ranks run as threads of one
+// otherwise (OpenBLAS's pool; for kBf16 on oneDNN, parts of the product on the
+// calling thread and helpers of its own). Tensor-parallel ranks run as threads of one
 // process in tests and benchmarks, each calling Gemm at once; a pool per caller on top
 // would oversubscribe the cores, so the training job gives GEMM threads only where
 // ranks x threads fit the host (--threads_per_rank). OpenBLAS splits a product's rows
@@ -137,10 +137,10 @@ class ScopedGemmEngine {
   GemmEngine* previous_;
 };
 
-// SetGemmThreads sets the threads each product uses, process-wide (OpenBLAS's pool;
-// oneDNN's OpenMP team, applied per product). Call it before the threads that run
-// Gemm start (OpenBLAS's setting is global, not per caller). InvalidArgument naming
-// the value outside [1, 1024].
+// SetGemmThreads sets the threads each product uses, process-wide: OpenBLAS's pool,
+// and the parts of a kBf16 product on oneDNN (internal/onednn_gemm.h). Call it before
+// the threads that run Gemm start (OpenBLAS's setting is global, not per caller).
+// InvalidArgument naming the value outside [1, 1024].
 absl::Status SetGemmThreads(int threads);
 
 // GemmThreads returns the threads set (1 by default).

@@ -2,23 +2,27 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "core/aligned_buffer.h"
 #include "core/cpu_features.h"
+#include "core/half.h"
+#include "core/half_convert.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.h"
 #include "oneapi/dnnl/dnnl_debug.h"
+#include "tensor_parallel/layers/internal/helper_team.h"
 
 namespace loom {
 namespace gemm_internal {
@@ -69,16 +73,17 @@ const Runtime& GetRuntime() {
   return *runtime;
 }
 
-// What a primitive is created for. alpha and beta by their bits (a NaN is a value).
+// What a primitive is created for: one part of a product, run on one thread. alpha
+// and beta by their bits (a NaN is a value).
 struct Key {
-  int64_t m = 0, n = 0, k = 0, ldc = 0;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;  // as stored: A [m,k] or [k,m], B [k,n] or [n,k]
   bool ta = false, tb = false;
   uint32_t alpha_bits = 0, beta_bits = 0;
-  int threads = 1;
 
   bool operator<(const Key& o) const {
-    return std::tie(m, n, k, ldc, ta, tb, alpha_bits, beta_bits, threads) <
-           std::tie(o.m, o.n, o.k, o.ldc, o.ta, o.tb, o.alpha_bits, o.beta_bits, o.threads);
+    return std::tie(m, n, k, lda, ldb, ldc, ta, tb, alpha_bits, beta_bits) <
+           std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ta, o.tb, o.alpha_bits, o.beta_bits);
   }
 };
 
@@ -106,7 +111,7 @@ struct Primitive {
 
 std::string Describe(const Key& key) {
   return absl::StrCat(key.ta ? "T" : "N", key.tb ? "T" : "N", " ", key.m, "x", key.n, "x", key.k,
-                      " ldc ", key.ldc, " threads ", key.threads);
+                      " ld ", key.lda, ",", key.ldb, ",", key.ldc);
 }
 
 template <typename T, dnnl_status_t (*Destroy)(T)>
@@ -117,15 +122,15 @@ template <typename T, dnnl_status_t (*Destroy)(T)>
 using DnnlPtr = std::unique_ptr<std::remove_pointer_t<T>, DnnlDeleter<T, Destroy>>;
 
 // CreatePrimitive makes the matmul for `key` on the calling thread, whose OpenMP thread count is
-// key.threads: src [m,k], weights [k,n] (dense as stored, transposes as strides), dst [m,n] with
-// C's ld, alpha as output scale, beta as a sum post-op (dst = alpha * src * weights + beta * dst),
-// user scratchpad. Any failure is Unavailable: the product then runs elsewhere.
+// 1: src [m,k], weights [k,n] (transposes as strides), dst [m,n] with C's ld, alpha as output
+// scale, beta as a sum post-op (dst = alpha * src * weights + beta * dst), user scratchpad. Any
+// failure is Unavailable: the product then runs elsewhere.
 absl::StatusOr<Primitive> CreatePrimitive(dnnl_engine_t engine, const Key& key) {
   Primitive p;
   const int64_t src_dims[2] = {key.m, key.k};
-  const int64_t src_strides[2] = {key.ta ? 1 : key.k, key.ta ? key.m : 1};
+  const int64_t src_strides[2] = {key.ta ? 1 : key.lda, key.ta ? key.lda : 1};
   const int64_t wei_dims[2] = {key.k, key.n};
-  const int64_t wei_strides[2] = {key.tb ? 1 : key.n, key.tb ? key.k : 1};
+  const int64_t wei_strides[2] = {key.tb ? 1 : key.ldb, key.tb ? key.ldb : 1};
   const int64_t dst_dims[2] = {key.m, key.n};
   const int64_t dst_strides[2] = {key.ldc, 1};
   const std::string what = absl::StrCat("bf16 matmul ", Describe(key), ": ");
@@ -197,13 +202,9 @@ absl::StatusOr<Primitive> CreatePrimitive(dnnl_engine_t engine, const Key& key) 
 class PrimitiveCache {
  public:
   // Get returns the primitive for `key`, creating it on first use (on the calling thread, whose
-  // OpenMP thread count is key.threads), or nullptr when the cache is full.
-  const Primitive* Get(dnnl_engine_t engine, const Key& key) ABSL_LOCKS_EXCLUDED(mu_) {
-    {
-      absl::ReaderMutexLock lock(&mu_);
-      if (auto it = map_.find(key); it != map_.end()) return &it->second;
-    }
-    absl::MutexLock lock(&mu_);
+  // OpenMP thread count is 1), or nullptr when the cache is full.
+  const Primitive* Get(dnnl_engine_t engine, const Key& key) {
+    std::lock_guard<std::mutex> lock(mu_);
     if (auto it = map_.find(key); it != map_.end()) return &it->second;
     if (map_.size() >= static_cast<size_t>(kMaxCachedPrimitives)) return nullptr;
     absl::StatusOr<Primitive> created = CreatePrimitive(engine, key);
@@ -213,8 +214,9 @@ class PrimitiveCache {
   }
 
  private:
-  absl::Mutex mu_;
-  std::map<Key, Primitive> map_ ABSL_GUARDED_BY(mu_);
+  // std::mutex, not absl::Mutex: Debian's Abseil has no ThreadSanitizer annotations.
+  std::mutex mu_;
+  std::map<Key, Primitive> map_;  // guarded by mu_
 };
 
 PrimitiveCache& Cache() {
@@ -309,9 +311,7 @@ class ScopedOmpThreads {
 };
 
 absl::StatusOr<const Primitive*> Find(const Key& key) {
-  const Runtime& runtime = GetRuntime();
-  if (!runtime.status.ok()) return runtime.status;
-  const Primitive* p = Cache().Get(runtime.engine, key);
+  const Primitive* p = Cache().Get(GetRuntime().engine, key);
   if (p == nullptr) {
     return absl::UnavailableError(absl::StrCat("the oneDNN primitive cache is full (",
                                                kMaxCachedPrimitives, " shapes); ", Describe(key),
@@ -321,45 +321,147 @@ absl::StatusOr<const Primitive*> Find(const Key& key) {
   return p;
 }
 
+ThreadState& StateOfThisThread() {
+  thread_local ThreadState state;
+  return state;
+}
+
+// A part of a product: rows [m0, m0 + m) of C (and of op(A)), all of C's columns, and
+// where its packed op(A) rows start in the part-major A buffer.
+struct Part {
+  int64_t m0 = 0, m = 0;
+  size_t a_offset = 0;
+};
+
+// SplitRows cuts C's m rows into at most `threads` parts of multiples of 16 rows,
+// none below kMinMacsPerPart multiply-adds unless the product is. Rows, not columns:
+// a part of C's rows is dense when C is, which oneDNN's brgemm kernels need (a
+// column block of C, with ld > n, gets its slower gemm:jit path).
+const std::vector<Part>& SplitRows(int64_t m, int64_t n, int64_t k, int threads) {
+  thread_local std::vector<Part> parts;  // reused: no allocation in the steady state
+  parts.clear();
+  const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double by_size = std::max(1.0, macs / static_cast<double>(kMinMacsPerPart));
+  const int64_t wanted =
+      std::max<int64_t>(1, std::min<int64_t>({threads, static_cast<int64_t>(by_size), m / 16}));
+  const int64_t per_part = (m + wanted - 1) / wanted;
+  const int64_t step = (per_part + 15) / 16 * 16;
+  for (int64_t m0 = 0; m0 < m; m0 += step) {
+    parts.push_back(Part{m0, std::min(step, m - m0), static_cast<size_t>(m0 * k)});
+  }
+  return parts;
+}
+
+// RoundRows rounds rows [r0, r1) of the stored f32 matrix `v` to bf16, columns [c0, c1)
+// of each, into `out` densely (row r at (r - r0) * (c1 - c0)).
+absl::Status RoundRows(const ConstMatrixView& v, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                       absl::Span<BFloat16> out) {
+  const size_t width = static_cast<size_t>(c1 - c0);
+  if (v.ld == v.cols && c0 == 0 && c1 == v.cols) {  // one contiguous run
+    const size_t n = static_cast<size_t>(r1 - r0) * width;
+    return ConvertF32ToBF16(v.data.subspan(static_cast<size_t>(r0 * v.ld), n), out.first(n));
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(v.data.subspan(static_cast<size_t>(r * v.ld + c0), width),
+                                          out.subspan(static_cast<size_t>(r - r0) * width, width)));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<absl::Span<T>> Reserve(AlignedBuffer<T>& buffer, size_t size) {
+  if (buffer.size() < size) {
+    LOOM_ASSIGN_OR_RETURN(buffer, AlignedBuffer<T>::CreateUninitialized(size));
+  }
+  return buffer.span().first(size);
+}
+
 }  // namespace
 
 absl::Status OneDnnBf16Usable() { return GetRuntime().status; }
 
-absl::Status OneDnnBf16Gemm(PackedBf16 a, Transpose trans_a, PackedBf16 b, Transpose trans_b,
-                            MatrixView c, float alpha, float beta, int threads) {
+absl::Status OneDnnBf16Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b,
+                            Transpose trans_b, MatrixView c, float alpha, float beta, int threads) {
   // Before anything touches OpenMP (ThreadSanitizer builds stop here).
   LOOM_RETURN_IF_ERROR(OneDnnBf16Usable());
-  Key key;
-  key.ta = trans_a == Transpose::kYes;
-  key.tb = trans_b == Transpose::kYes;
-  key.m = key.ta ? a.cols : a.rows;
-  key.k = key.ta ? a.rows : a.cols;
-  key.n = key.tb ? b.rows : b.cols;
-  key.ldc = c.ld;
-  key.alpha_bits = Bits(alpha);
-  key.beta_bits = Bits(beta);
-  key.threads = threads;
-  const ScopedOmpThreads omp_threads(threads);
-  LOOM_ASSIGN_OR_RETURN(const Primitive* p, Find(key));
-  thread_local ThreadState state;
-  return state.Run(GetRuntime().engine, *p, a.data.data(), b.data.data(), c.data.data());
+  const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
+  const int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols, n = tb ? b.rows : b.cols;
+  // Local references to this thread's scratch: the lambdas below run on helper threads
+  // too, where the name of a thread_local would mean their own.
+  const std::vector<Part>& parts = SplitRows(m, n, k, threads);
+  thread_local std::vector<const Primitive*> primitive_scratch;
+  std::vector<const Primitive*>& primitives = primitive_scratch;
+  primitives.clear();
+  {
+    // Every part's primitive first, on this thread: an Unavailable leaves C untouched.
+    const ScopedOmpThreads one(1);
+    for (const Part& part : parts) {
+      Key key;
+      key.m = part.m;
+      key.n = n;
+      key.k = k;
+      key.lda = ta ? part.m : k;  // each part's op(A) rows packed densely on their own
+      key.ldb = b.cols;
+      key.ldc = c.ld;
+      key.ta = ta;
+      key.tb = tb;
+      key.alpha_bits = Bits(alpha);
+      key.beta_bits = Bits(beta);
+      LOOM_ASSIGN_OR_RETURN(const Primitive* p, Find(key));
+      primitives.push_back(p);
+    }
+  }
+  // The rounded inputs: A part-major (part i's op(A) rows as a dense [m_i,k] or [k,m_i]),
+  // B dense as stored. Sizes fit: the views hold at least rows x cols elements each.
+  thread_local AlignedBuffer<BFloat16> a_scratch, b_scratch;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<BFloat16> a16,
+                        Reserve(a_scratch, static_cast<size_t>(m * k)));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<BFloat16> b16,
+                        Reserve(b_scratch, static_cast<size_t>(k * n)));
+  HelperTeam& team = HelperTeam::ForThisThread();
+  const int count = static_cast<int>(parts.size());
+  // Phase 1: each part rounds its own rows of A and a share of B's stored rows (all of B
+  // must be ready before any part multiplies).
+  const int64_t b_rows_per_part = (b.rows + count - 1) / count;
+  const absl::Status rounded = team.Run(threads, count, [&](int i) -> absl::Status {
+    const Part& part = parts[static_cast<size_t>(i)];
+    const absl::Span<BFloat16> a_part = a16.subspan(part.a_offset, static_cast<size_t>(part.m * k));
+    const absl::Status a_rounded = ta ? RoundRows(a, 0, k, part.m0, part.m0 + part.m, a_part)
+                                      : RoundRows(a, part.m0, part.m0 + part.m, 0, k, a_part);
+    if (!a_rounded.ok()) return a_rounded;
+    const int64_t r0 = std::min(b.rows, i * b_rows_per_part);
+    const int64_t r1 = std::min(b.rows, r0 + b_rows_per_part);
+    return RoundRows(b, r0, r1, 0, b.cols, b16.subspan(static_cast<size_t>(r0 * b.cols)));
+  });
+  if (!rounded.ok()) return rounded;
+  // Phase 2: each part's product.
+  const dnnl_engine_t engine = GetRuntime().engine;
+  return team.Run(threads, count, [&](int i) -> absl::Status {
+    const Part& part = parts[static_cast<size_t>(i)];
+    const ScopedOmpThreads one(1);
+    return StateOfThisThread().Run(engine, *primitives[static_cast<size_t>(i)],
+                                   a16.data() + part.a_offset, b16.data(),
+                                   c.data.data() + part.m0 * c.ld);
+  });
 }
 
 absl::StatusOr<std::string> OneDnnBf16Implementation(int64_t m, int64_t n, int64_t k,
                                                      Transpose trans_a, Transpose trans_b,
                                                      int threads) {
   LOOM_RETURN_IF_ERROR(OneDnnBf16Usable());
+  const Part part = SplitRows(m, n, k, threads).front();
   Key key;
   key.ta = trans_a == Transpose::kYes;
   key.tb = trans_b == Transpose::kYes;
-  key.m = m;
+  key.m = part.m;
   key.n = n;
   key.k = k;
+  key.lda = key.ta ? part.m : k;
+  key.ldb = key.tb ? k : n;
   key.ldc = n;
   key.alpha_bits = Bits(1.0f);
   key.beta_bits = Bits(0.0f);
-  key.threads = threads;
-  const ScopedOmpThreads omp_threads(threads);
+  const ScopedOmpThreads one(1);
   LOOM_ASSIGN_OR_RETURN(const Primitive* p, Find(key));
   return p->implementation;
 }
