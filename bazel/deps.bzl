@@ -44,6 +44,7 @@ _SYSTEM_LIBRARIES = [
     ("liburing", "/usr", "liburing.BUILD"),
     ("gloo", "/usr", "gloo.BUILD"),
     ("highway", "/usr", "highway.BUILD"),
+    ("onednn", "/usr", "onednn.BUILD"),
     # The CUDA Toolkit and NCCL come with the machine image, not with apt. Only
     # targets built under --config=cuda reference them, so a machine without
     # /usr/local/cuda never reads this repository.

@@ -49,6 +49,11 @@ bool CpuSupports(CpuIsa isa) {
   return false;
 }
 
+bool CpuSupportsAvx512Bf16() {
+  static const bool bf16 = CpuSupports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+  return bf16;
+}
+
 CpuIsa BestCpuIsa() {
   static const CpuIsa best = CpuSupports(CpuIsa::kAvx512) ? CpuIsa::kAvx512
                              : CpuSupports(CpuIsa::kAvx2) ? CpuIsa::kAvx2

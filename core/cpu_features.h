@@ -33,6 +33,11 @@ bool CpuSupports(CpuIsa isa);
 // BestCpuIsa returns the fastest supported level.
 CpuIsa BestCpuIsa();
 
+// CpuSupportsAvx512Bf16 returns whether this CPU and OS run AVX-512 BF16
+// (vdpbf16ps: bf16 dot products accumulated in f32) on top of kAvx512: where the
+// bf16 matrix products of tensor_parallel/layers/gemm.h run on hardware. Detected once.
+bool CpuSupportsAvx512Bf16();
+
 // CpuIsaName returns "scalar", "avx2" or "avx512" ("unknown" outside the enum).
 absl::string_view CpuIsaName(CpuIsa isa);
 

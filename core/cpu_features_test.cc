@@ -27,6 +27,9 @@ TEST(CpuFeaturesTest, MatchesCpuid) {
   EXPECT_EQ(CpuSupports(CpuIsa::kAvx2), avx2 && f16c);
   EXPECT_EQ(CpuSupports(CpuIsa::kAvx512), avx2 && f16c && avx512 && OsSavesZmm());
   EXPECT_TRUE(CpuSupports(CpuIsa::kScalar));
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  const bool bf16 = (eax & (1u << 5)) != 0;  // AVX512_BF16
+  EXPECT_EQ(CpuSupportsAvx512Bf16(), bf16 && CpuSupports(CpuIsa::kAvx512));
 }
 
 TEST(CpuFeaturesTest, LevelsAreOrderedAndNamed) {

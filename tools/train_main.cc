@@ -806,7 +806,14 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
                  threads_per_rank);
   // On a GPU the products run there, so the CPU's peak is not the denominator.
   const bool on_cpu = o.device == ComputeDevice::kCpu;
-  if (on_cpu) std::cout << MfuLine(mfu) << "\n";
+  if (on_cpu) {
+    std::cout << MfuLine(mfu) << "\n";
+    // Where the blocks' and the head's products ran (the attention scores stay f32).
+    const GemmPrecision precision =
+        o.dtype == DType::kBF16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
+    std::cout << "GEMM: " << GemmPrecisionName(precision) << " products on "
+              << GemmBackendName(precision) << "\n";
+  }
   if (summary->final_eval_loss.has_value()) {
     std::cout << absl::StrFormat("eval loss %.4f (held out, after step %d)\n",
                                  *summary->final_eval_loss, o.steps);

@@ -33,7 +33,7 @@ enum : int {
 }  // namespace
 
 absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index,
-                                          Communicator& tp) {
+                                          Communicator& tp, GemmPrecision precision) {
   LOOM_RETURN_IF_ERROR(config.Validate(tp.size()));
   const int64_t h = config.hidden, f = config.ffn_size();
   const std::string prefix = absl::StrCat("blocks.", index, ".");
@@ -52,14 +52,21 @@ absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index
   LOOM_ASSIGN_OR_RETURN(ParallelSelfAttention attn,
                         ParallelSelfAttention::Create(qkv_w, &qkv_b, out_w, &out_b, tp,
                                                       attn_options));
+  // The attention options have no precision of their own: its projections take it.
+  LOOM_RETURN_IF_ERROR(attn.mutable_qkv().SetGemmPrecision(precision));
+  LOOM_RETURN_IF_ERROR(attn.mutable_out().SetGemmPrecision(precision));
   const Tensor fc_w = seeded("mlp.fc.weight", {f, h}, kStd);
   const Tensor fc_b = seeded("mlp.fc.bias", {f}, 0.0f);
+  ColumnParallelOptions fc_options;
+  fc_options.precision = precision;
   LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear fc,
-                        ColumnParallelLinear::Create(fc_w, &fc_b, tp, ColumnParallelOptions()));
+                        ColumnParallelLinear::Create(fc_w, &fc_b, tp, fc_options));
   const Tensor proj_w = seeded("mlp.proj.weight", {h, f}, residual_std);
   const Tensor proj_b = seeded("mlp.proj.bias", {h}, 0.0f);
+  RowParallelOptions proj_options;
+  proj_options.precision = precision;
   LOOM_ASSIGN_OR_RETURN(RowParallelLinear proj,
-                        RowParallelLinear::Create(proj_w, &proj_b, tp, RowParallelOptions()));
+                        RowParallelLinear::Create(proj_w, &proj_b, tp, proj_options));
   GptBlock block(std::move(attn), std::move(fc), std::move(proj));
   block.config_ = config;
   block.index_ = index;

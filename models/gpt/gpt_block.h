@@ -37,6 +37,7 @@
 #include "models/gpt/gpt_parameter.h"
 #include "models/gpt/internal/model_util.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/parallel_self_attention.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
@@ -59,9 +60,12 @@ struct GptBlockWeightGradWork {
 class GptBlock {
  public:
   // Create builds block `index` with its seeded parameters (gpt_init.h), this
-  // rank's shards of them. InvalidArgument from config.Validate(tp.size()).
-  static absl::StatusOr<GptBlock> Create(const GptConfig& config, int64_t index,
-                                         Communicator& tp);
+  // rank's shards of them, whose four projections multiply in `precision` (gemm.h;
+  // kBf16 for a bf16 model: the parameters stay f32 here, bf16 values in the
+  // parameter source). InvalidArgument from config.Validate(tp.size()) or naming a
+  // precision outside the enum.
+  static absl::StatusOr<GptBlock> Create(const GptConfig& config, int64_t index, Communicator& tp,
+                                         GemmPrecision precision = GemmPrecision::kF32);
 
   GptBlock(GptBlock&&) = default;
   GptBlock& operator=(GptBlock&&) = default;

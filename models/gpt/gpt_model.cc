@@ -81,15 +81,17 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }
   model->blocks_.reserve(static_cast<size_t>(resolved.end_block - resolved.first_block));
   for (int64_t i = resolved.first_block; i < resolved.end_block; ++i) {
-    LOOM_ASSIGN_OR_RETURN(GptBlock block, GptBlock::Create(config, i, tp));
+    LOOM_ASSIGN_OR_RETURN(GptBlock block, GptBlock::Create(config, i, tp, resolved.precision));
     model->blocks_.push_back(std::move(block));
   }
   if (resolved.head) {
     final_gamma = SeededValues(config.seed, "final_ln.gamma", h, 0.0f, 1.0f);
     final_beta = SeededValues(config.seed, "final_ln.beta", h, 0.0f);
     const Tensor head = SeededTensor(config.seed, "head.weight", {v, h}, kStd);
+    ColumnParallelOptions head_options;
+    head_options.precision = resolved.precision;
     LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear lm_head,
-                          ColumnParallelLinear::Create(head, nullptr, tp, {}));
+                          ColumnParallelLinear::Create(head, nullptr, tp, head_options));
     model->lm_head_.emplace(std::move(lm_head));
     LOOM_ASSIGN_OR_RETURN(VocabParallelCrossEntropy ce,
                           VocabParallelCrossEntropy::Create(v, tp, ShardRule::kBalanced));

@@ -55,6 +55,7 @@
 #include "models/gpt/internal/model_util.h"
 #include "models/gpt/internal/own_parameter_store.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/vocab_parallel_cross_entropy.h"
 #include "tensor_parallel/layers/vocab_parallel_embedding.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
@@ -72,6 +73,11 @@ struct GptModelOptions {
   // Final LayerNorm, LM head and loss at the back (the output is the loss).
   bool head = true;
   Recompute recompute = Recompute::kNone;
+  // What the blocks' projections and the LM head multiply (gemm.h): kBf16 rounds
+  // their inputs to bf16 (a bf16 model: its parameter source holds bf16 values, the
+  // model's own store and gradients stay f32). Attention scores, embeddings and the
+  // loss stay f32.
+  GemmPrecision precision = GemmPrecision::kF32;
 
   // Stage returns the options of the pipeline piece [first_block, end_block): the
   // embeddings when it starts at block 0, the head when it ends at the last.

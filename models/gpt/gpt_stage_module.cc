@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
     GptModelOptions model_options = GptModelOptions::Stage(config, first, end, options.recompute);
     model_options.embedding = stage == 0;
     model_options.head = stage == blocks.num_stages() - 1;
+    model_options.precision = options.precision;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
                           GptModel::Create(config, tp, model_options));
     module->models_[stage] = std::move(model);

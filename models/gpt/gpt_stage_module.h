@@ -65,6 +65,7 @@
 #include "pipeline/executor/f32_tensor.h"
 #include "pipeline/executor/stage_module.h"
 #include "pipeline/stage_layout.h"
+#include "tensor_parallel/layers/gemm.h"
 
 namespace loom {
 
@@ -72,6 +73,8 @@ struct GptStageModuleOptions {
   int64_t micro_batch = 1;  // sequences per microbatch
   int64_t num_microbatches = 1;
   Recompute recompute = Recompute::kNone;
+  // The stage models' GEMM precision (GptModelOptions::precision).
+  GemmPrecision precision = GemmPrecision::kF32;
 };
 
 // GptMicrobatchFn returns this data-parallel rank's microbatch `microbatch` of step

@@ -29,6 +29,7 @@ constexpr char kName[] = "ColumnParallelLinear";
 
 absl::Status CheckOptions(const ColumnParallelOptions& options) {
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckPrecision(options.precision, kName));
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckSequenceParallel(
       options.sequence_parallel, options.sequence_length, kName));
   if (options.sequence_parallel && options.gather_output) {
@@ -126,7 +127,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   std::vector<float> y(static_cast<size_t>(rows * out_local));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(saved_input_, rows, in_), Transpose::kNo,
                             Dense(w, out_local, in_), Transpose::kYes,
-                            Dense(absl::MakeSpan(y), rows, out_local)));
+                            Dense(absl::MakeSpan(y), rows, out_local), 1.0f, 0.0f,
+                            gemm_precision()));
   if (has_bias_) {
     std::vector<float> bias_scratch;
     LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
@@ -170,7 +172,8 @@ absl::Status ColumnParallelLinear::WeightGradient(absl::Span<const float> g,
   // dW_local = g^T x: [out_local, rows] x [rows, in].
   std::vector<float> dw(static_cast<size_t>(out_local * in_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kYes, Dense(x, rows, in_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_local, in_)));
+                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_local, in_), 1.0f,
+                            0.0f, gemm_precision()));
   LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_local, in_}, dw));
   if (has_bias_) {
     LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_local}, SumRows(g, out_local)));
@@ -187,7 +190,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const floa
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   std::vector<float> dx(static_cast<size_t>(rows * in_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kNo, Dense(w, out_local, in_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows, in_)));
+                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows, in_), 1.0f, 0.0f,
+                            gemm_precision()));
   if (options_.sequence_parallel) {
     const int64_t per_position = rows / options_.sequence_length;
     LOOM_ASSIGN_OR_RETURN(dx, ReduceScatterV(*tp_, dx,
@@ -227,6 +231,12 @@ absl::Status ColumnParallelLinear::BorrowWeights(absl::Span<const float> weight,
                                       absl::Span<const float> bias) {
   return tp_layers_internal::Borrow(borrowed_, weight, bias, out_features_local() * in_,
                                     has_bias_ ? out_features_local() : 0, kName);
+}
+
+absl::Status ColumnParallelLinear::SetGemmPrecision(GemmPrecision precision) {
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckPrecision(precision, kName));
+  options_.precision = precision;
+  return absl::OkStatus();
 }
 
 }  // namespace loom

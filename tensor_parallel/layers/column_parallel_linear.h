@@ -10,7 +10,8 @@
 // rule); uneven pieces are padded to the largest for the equal-block collectives.
 //
 // Activations and gradients are f32; the weight (and bias) may be stored as bf16
-// (options.weight_dtype) and is widened to f32 for each product. Gradients are f32.
+// (options.weight_dtype). The products run in options.precision (gemm.h): f32, or
+// with their inputs rounded to bf16 (always so with bf16 storage). Gradients are f32.
 //
 // Example (tp = 2, in = 4, out = 6; every rank holds the same full weight):
 //   LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear fc,
@@ -34,6 +35,7 @@
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/internal/layer_math.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
@@ -51,8 +53,15 @@ struct ColumnParallelOptions {
   int64_t sequence_length = 0;
   // How output features (and the sequence, under sequence parallelism) are split.
   ShardRule rule = ShardRule::kBalanced;
-  // Storage of the weight shard and bias: f32 or bf16.
+  // Storage of the weight shard and bias: f32 or bf16 (bf16 storage computes as
+  // `precision` kBf16).
   DType weight_dtype = DType::kF32;
+  // What the layer's products multiply (gemm.h): kBf16 rounds the input, the weight
+  // and the output gradient to bf16 for the forward, input-gradient and
+  // weight-gradient products, accumulating in f32 (bf16 hardware GEMMs where the CPU
+  // has them). For f32 storage whose values are bf16 anyway, such as borrowed weights
+  // of a bf16 model (the training job's --dtype bf16).
+  GemmPrecision precision = GemmPrecision::kF32;
 };
 
 class ColumnParallelLinear {
@@ -147,6 +156,15 @@ class ColumnParallelLinear {
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }
+
+  // gemm_precision returns the precision of the layer's products: kBf16 with bf16
+  // storage, otherwise options.precision. SetGemmPrecision changes options.precision
+  // (for a layer built by another, such as an attention block's projections);
+  // InvalidArgument naming a value outside the enum.
+  GemmPrecision gemm_precision() const {
+    return tp_layers_internal::LayerPrecision(options_.weight_dtype, options_.precision);
+  }
+  absl::Status SetGemmPrecision(GemmPrecision precision);
 
  private:
   ColumnParallelLinear() = default;

@@ -204,5 +204,55 @@ TEST(ColumnParallelLinearErrors, WrongSequencePieceNamesShape) {
   }));
 }
 
+// f32 storage with bf16 products (a bf16 model's borrowed f32 views of bf16 values)
+// computes bitwise what bf16 storage computes: Gemm rounds the weight as storage
+// would have, and the input and output gradient as a bf16 layer does. Set at Create
+// or later (SetGemmPrecision); a precision outside the enum is refused by value.
+TEST(ColumnParallelLinearPrecision, F32StorageWithBf16ProductsEqualsBf16Storage) {
+  ExpectAllOk(RunTp(2, [&](Communicator& comm) -> absl::Status {
+    // bf16-exact weight and bias, so that f32 storage holds what bf16 storage does.
+    LOOM_ASSIGN_OR_RETURN(const Tensor w16, RandomTensor({kOut, kIn}, 1).ConvertTo(DType::kBF16));
+    LOOM_ASSIGN_OR_RETURN(const Tensor b16, RandomTensor({kOut}, 2).ConvertTo(DType::kBF16));
+    LOOM_ASSIGN_OR_RETURN(const Tensor w, w16.ConvertTo(DType::kF32));
+    LOOM_ASSIGN_OR_RETURN(const Tensor b, b16.ConvertTo(DType::kF32));
+    const Tensor x = RandomTensor({kSeq, kBatch, kIn}, 3);
+    ColumnParallelOptions storage;
+    storage.weight_dtype = DType::kBF16;
+    ColumnParallelOptions products;
+    products.precision = GemmPrecision::kBf16;
+    LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear by_storage,
+                          ColumnParallelLinear::Create(w, &b, comm, storage));
+    LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear by_option,
+                          ColumnParallelLinear::Create(w, &b, comm, products));
+    LOOM_ASSIGN_OR_RETURN(ColumnParallelLinear by_setter,
+                          ColumnParallelLinear::Create(w, &b, comm, {}));
+    EXPECT_EQ(by_setter.gemm_precision(), GemmPrecision::kF32);
+    LOOM_RETURN_IF_ERROR(by_setter.SetGemmPrecision(GemmPrecision::kBf16));
+    for (ColumnParallelLinear* layer : {&by_storage, &by_option, &by_setter}) {
+      EXPECT_EQ(layer->gemm_precision(), GemmPrecision::kBf16);
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor y, by_storage.Forward(x));
+    for (ColumnParallelLinear* layer : {&by_option, &by_setter}) {
+      LOOM_ASSIGN_OR_RETURN(Tensor y2, layer->Forward(x));
+      EXPECT_EQ(y2.ToF32(), y.ToF32());
+    }
+    LOOM_ASSIGN_OR_RETURN(Tensor dx, by_storage.Backward(y));
+    for (ColumnParallelLinear* layer : {&by_option, &by_setter}) {
+      LOOM_ASSIGN_OR_RETURN(Tensor dx2, layer->Backward(y));
+      EXPECT_EQ(dx2.ToF32(), dx.ToF32());
+      EXPECT_EQ(layer->weight_grad().ToF32(), by_storage.weight_grad().ToF32());
+    }
+    const GemmPrecision bad = static_cast<GemmPrecision>(9);
+    EXPECT_THAT(
+        by_setter.SetGemmPrecision(bad),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr("ColumnParallelLinear: GEMM precision 9 is neither kF32 nor kBf16")));
+    products.precision = bad;
+    EXPECT_THAT(ColumnParallelLinear::Create(w, &b, comm, products),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GEMM precision 9")));
+    return absl::OkStatus();
+  }));
+}
+
 }  // namespace
 }  // namespace loom

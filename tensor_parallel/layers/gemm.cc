@@ -6,8 +6,15 @@
 #include <mutex>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/aligned_buffer.h"
 #include "core/compute_timer.h"
+#include "core/half.h"
+#include "core/half_convert.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/internal/gemm_backends.h"
+#include "tensor_parallel/layers/internal/onednn_gemm.h"
 
 namespace loom {
 namespace {
@@ -53,6 +60,9 @@ int BlasThreadsFor(int requested) {
 std::mutex blas_threads_mutex;
 int blas_threads = 1;            // guarded by blas_threads_mutex
 std::atomic<bool> blas_threads_applied{false};
+// blas_threads again, for the parts of a kBf16 product on oneDNN (read per product
+// without the lock).
+std::atomic<int> bf16_threads{1};
 
 void ApplyBlasThreadsOnce() {
   if (blas_threads_applied.load(std::memory_order_acquire)) return;
@@ -62,14 +72,16 @@ void ApplyBlasThreadsOnce() {
   blas_threads_applied.store(true, std::memory_order_release);
 }
 
-}  // namespace
+// The checked dimensions of a product: op(A) [m,k], op(B) [k,n].
+struct Dims {
+  int64_t m, n, k;
+};
 
-absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
-                  MatrixView c, float alpha, float beta) {
-  const ScopedComputeTimer timer(ComputeKind::kGemm);  // the job's step breakdown
-  if (absl::Status s = CheckView(a, "A"); !s.ok()) return s;
-  if (absl::Status s = CheckView(b, "B"); !s.ok()) return s;
-  if (absl::Status s = CheckView(c, "C"); !s.ok()) return s;
+absl::StatusOr<Dims> CheckGemm(const ConstMatrixView& a, Transpose trans_a,
+                               const ConstMatrixView& b, Transpose trans_b, const MatrixView& c) {
+  LOOM_RETURN_IF_ERROR(CheckView(a, "A"));
+  LOOM_RETURN_IF_ERROR(CheckView(b, "B"));
+  LOOM_RETURN_IF_ERROR(CheckView(c, "C"));
   const bool ta = trans_a == Transpose::kYes;
   const bool tb = trans_b == Transpose::kYes;
   const int64_t m = ta ? a.cols : a.rows;
@@ -85,18 +97,7 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
                                                    Shape(kb, n), " is ", Shape(m, n),
                                                    " but C is ", Shape(c.rows, c.cols)));
   }
-  if (m == 0 || n == 0) return absl::OkStatus();
-  if (k == 0) {
-    // BLAS would accept this, but lda/ldb of empty operands are easy to get wrong;
-    // the product is zero, so only the beta scaling remains.
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        float& x = c.data[static_cast<size_t>(i * c.ld + j)];
-        x = beta == 0.0f ? 0.0f : beta * x;
-      }
-    }
-    return absl::OkStatus();
-  }
+  if (m == 0 || n == 0 || k == 0) return Dims{m, n, k};
   constexpr int64_t kMaxBlasInt = (int64_t{1} << 31) - 1;
   for (int64_t v : {m, n, k, a.ld, b.ld, c.ld}) {
     if (v > kMaxBlasInt) {
@@ -105,15 +106,164 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
           " k=", k, ")"));
     }
   }
+  return Dims{m, n, k};
+}
+
+// ScaleByBeta leaves C = beta * C, the whole product when k is 0. BLAS would accept
+// k = 0, but lda/ldb of empty operands are easy to get wrong.
+void ScaleByBeta(const MatrixView& c, float beta) {
+  for (int64_t i = 0; i < c.rows; ++i) {
+    for (int64_t j = 0; j < c.cols; ++j) {
+      float& x = c.data[static_cast<size_t>(i * c.ld + j)];
+      x = beta == 0.0f ? 0.0f : beta * x;
+    }
+  }
+}
+
+// OpenBlasGemm runs a checked, non-empty product through cblas_sgemm.
+void OpenBlasGemm(const ConstMatrixView& a, Transpose trans_a, const ConstMatrixView& b,
+                  Transpose trans_b, const MatrixView& c, const Dims& d, float alpha, float beta) {
+  ApplyBlasThreadsOnce();
+  cblas_sgemm(CblasRowMajor, trans_a == Transpose::kYes ? CblasTrans : CblasNoTrans,
+              trans_b == Transpose::kYes ? CblasTrans : CblasNoTrans, static_cast<blasint>(d.m),
+              static_cast<blasint>(d.n), static_cast<blasint>(d.k), alpha, a.data.data(),
+              static_cast<blasint>(a.ld), b.data.data(), static_cast<blasint>(b.ld), beta,
+              c.data.data(), static_cast<blasint>(c.ld));
+}
+
+// The scratch of the bf16 path off oneDNN, one per thread, grown to the largest
+// operands the thread has multiplied and kept: the rounded A and B packed dense
+// (ld = cols) as bf16, and widened back to f32 for OpenBLAS and GemmEngines. Nothing
+// is allocated in the steady state.
+struct Bf16Scratch {
+  AlignedBuffer<BFloat16> a16, b16;
+  AlignedBuffer<float> a32, b32;
+};
+
+template <typename T>
+absl::StatusOr<absl::Span<T>> Reserve(AlignedBuffer<T>& buffer, size_t size) {
+  if (buffer.size() < size) {
+    LOOM_ASSIGN_OR_RETURN(buffer, AlignedBuffer<T>::CreateUninitialized(size));
+  }
+  return buffer.span().first(size);
+}
+
+// RoundToBf16 packs the stored rows x cols of `v` densely into `buffer`, rounded to
+// bf16. The size fits: v's span holds at least rows x cols elements (CheckView).
+absl::StatusOr<absl::Span<const BFloat16>> RoundToBf16(const ConstMatrixView& v,
+                                                       AlignedBuffer<BFloat16>& buffer) {
+  const size_t cols = static_cast<size_t>(v.cols);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<BFloat16> out,
+                        Reserve(buffer, static_cast<size_t>(v.rows) * cols));
+  if (v.ld == v.cols) {
+    LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(v.data.first(out.size()), out));
+  } else {
+    for (size_t i = 0; i < static_cast<size_t>(v.rows); ++i) {
+      LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(v.data.subspan(i * static_cast<size_t>(v.ld), cols),
+                                            out.subspan(i * cols, cols)));
+    }
+  }
+  return absl::Span<const BFloat16>(out);
+}
+
+// Widened returns the dense f32 view of the rounded `packed` (rows x cols of `like`).
+absl::StatusOr<ConstMatrixView> Widened(absl::Span<const BFloat16> packed,
+                                        const ConstMatrixView& like,
+                                        AlignedBuffer<float>& buffer) {
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> out, Reserve(buffer, packed.size()));
+  LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(packed, out));
+  return Dense(absl::Span<const float>(out), like.rows, like.cols);
+}
+
+// Bf16Gemm runs a checked, non-empty kBf16 product on `backend`, or on `engine` when
+// one is given (then with the rounded inputs widened back to f32).
+absl::Status Bf16Gemm(gemm_internal::Bf16Backend backend, GemmEngine* engine,
+                      const ConstMatrixView& a, Transpose trans_a, const ConstMatrixView& b,
+                      Transpose trans_b, const MatrixView& c, const Dims& d, float alpha,
+                      float beta) {
+  using gemm_internal::Bf16Backend;
+  if (engine == nullptr && backend != Bf16Backend::kOpenBlas) {
+    const absl::Status onednn =
+        gemm_internal::OneDnnBf16Gemm(a, trans_a, b, trans_b, c, alpha, beta,
+                                      bf16_threads.load(std::memory_order_relaxed));
+    if (!absl::IsUnavailable(onednn) || backend == Bf16Backend::kOneDnn) return onednn;
+  }
+  thread_local Bf16Scratch scratch;
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> a16, RoundToBf16(a, scratch.a16));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> b16, RoundToBf16(b, scratch.b16));
+  LOOM_ASSIGN_OR_RETURN(const ConstMatrixView a32, Widened(a16, a, scratch.a32));
+  LOOM_ASSIGN_OR_RETURN(const ConstMatrixView b32, Widened(b16, b, scratch.b32));
+  if (engine != nullptr) return engine->Run(a32, trans_a, b32, trans_b, c, alpha, beta);
+  OpenBlasGemm(a32, trans_a, b32, trans_b, c, d, alpha, beta);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
+                  MatrixView c, float alpha, float beta, GemmPrecision precision) {
+  const ScopedComputeTimer timer(ComputeKind::kGemm);  // the job's step breakdown
+  if (precision != GemmPrecision::kF32 && precision != GemmPrecision::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat("Gemm: precision ", static_cast<int>(precision),
+                                                   " is neither kF32 nor kBf16"));
+  }
+  LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
+  if (d.m == 0 || d.n == 0) return absl::OkStatus();
+  if (d.k == 0) {
+    ScaleByBeta(c, beta);
+    return absl::OkStatus();
+  }
+  if (precision == GemmPrecision::kBf16) {
+    return Bf16Gemm(gemm_internal::Bf16Backend::kAuto, current_engine, a, trans_a, b, trans_b, c,
+                    d, alpha, beta);
+  }
   if (current_engine != nullptr) {
     return current_engine->Run(a, trans_a, b, trans_b, c, alpha, beta);
   }
-  ApplyBlasThreadsOnce();
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha,
-              a.data.data(), static_cast<blasint>(a.ld), b.data.data(),
-              static_cast<blasint>(b.ld), beta, c.data.data(), static_cast<blasint>(c.ld));
+  OpenBlasGemm(a, trans_a, b, trans_b, c, d, alpha, beta);
   return absl::OkStatus();
+}
+
+namespace gemm_internal {
+
+absl::Status GemmBf16On(Bf16Backend backend, ConstMatrixView a, Transpose trans_a,
+                        ConstMatrixView b, Transpose trans_b, MatrixView c, float alpha,
+                        float beta) {
+  LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
+  if (d.m == 0 || d.n == 0) return absl::OkStatus();
+  if (d.k == 0) {
+    ScaleByBeta(c, beta);
+    return absl::OkStatus();
+  }
+  return Bf16Gemm(backend, nullptr, a, trans_a, b, trans_b, c, d, alpha, beta);
+}
+
+}  // namespace gemm_internal
+
+absl::string_view GemmPrecisionName(GemmPrecision precision) {
+  switch (precision) {
+    case GemmPrecision::kF32:
+      return "f32";
+    case GemmPrecision::kBf16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+std::string GemmBackendName(GemmPrecision precision) {
+  if (current_engine != nullptr) return std::string(current_engine->name());
+  if (precision != GemmPrecision::kBf16) return "OpenBLAS";
+  if (const absl::Status usable = gemm_internal::OneDnnBf16Usable(); !usable.ok()) {
+    return absl::StrCat("OpenBLAS on bf16-rounded inputs (", usable.message(), ")");
+  }
+  // The implementation oneDNN picks for a GPT block's forward product (rows 256,
+  // hidden 256, MLP 1024) at this process's thread count.
+  const absl::StatusOr<std::string> impl = gemm_internal::OneDnnBf16Implementation(
+      256, 1024, 256, Transpose::kNo, Transpose::kYes, GemmThreads());
+  if (!impl.ok()) {
+    return absl::StrCat("OpenBLAS on bf16-rounded inputs (", impl.status().message(), ")");
+  }
+  return absl::StrCat("oneDNN (", *impl, ")");
 }
 
 absl::Status SetGemmThreads(int threads) {
@@ -123,6 +273,7 @@ absl::Status SetGemmThreads(int threads) {
   }
   std::lock_guard<std::mutex> lock(blas_threads_mutex);
   blas_threads = threads;
+  bf16_threads.store(threads, std::memory_order_relaxed);
   openblas_set_num_threads(BlasThreadsFor(threads));
   blas_threads_applied.store(true, std::memory_order_release);
   return absl::OkStatus();

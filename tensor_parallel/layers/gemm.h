@@ -1,15 +1,21 @@
-// Gemm: the one matrix multiply of the parallel layers, row-major f32 through
-// OpenBLAS's cblas_sgemm, with the shapes checked first (a wrong shape is an
-// InvalidArgument naming both operands, never a BLAS abort or an overrun).
+// Gemm: the one matrix multiply of the parallel layers, row-major, with the shapes
+// checked first (a wrong shape is an InvalidArgument naming both operands, never a
+// BLAS abort or an overrun), in one of two precisions (GemmPrecision):
+//   kF32   f32 through OpenBLAS's cblas_sgemm;
+//   kBf16  A and B rounded to bf16, products accumulated in f32: oneDNN's bf16 matmul
+//          where the CPU has AVX512_BF16, otherwise OpenBLAS on the rounded inputs.
 //
-// Threads: OpenBLAS runs each product on GemmThreads() threads of its own pool, one
-// unless SetGemmThreads says otherwise. Tensor-parallel ranks run as threads of one
+// Threads: each product runs on GemmThreads() threads, one unless SetGemmThreads says
+// otherwise (OpenBLAS's pool; for kBf16 on oneDNN, parts of the product on the
+// calling thread and helpers of its own). Tensor-parallel ranks run as threads of one
 // process in tests and benchmarks, each calling Gemm at once; a pool per caller on top
-// would oversubscribe the cores, so the training job gives BLAS threads only where
+// would oversubscribe the cores, so the training job gives GEMM threads only where
 // ranks x threads fit the host (--threads_per_rank). OpenBLAS splits a product's rows
-// and columns between its threads, never the inner dimension, so the result is
-// bitwise the same at every thread count (gemm_test checks it). A ThreadSanitizer
-// build keeps OpenBLAS on the calling thread (TSan cannot see its pool synchronize).
+// and columns between its threads, never the inner dimension, so a kF32 result is
+// bitwise the same at every thread count (gemm_test checks it); kBf16 on oneDNN is
+// bitwise the same from call to call at one thread count, not across counts. A
+// ThreadSanitizer build keeps OpenBLAS on the calling thread and kBf16 off oneDNN
+// (TSan cannot see either library's pool synchronize).
 //
 // Example:
 //   std::vector<float> a = {1, 2, 3, 4, 5, 6};        // [2,3]
@@ -18,12 +24,18 @@
 //   LOOM_RETURN_IF_ERROR(Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(b, 3, 2),
 //                             Transpose::kNo, Dense(absl::MakeSpan(c), 2, 2)));
 //   // c == {4, 5, 10, 11}
+//   a[0] = 1.00390625f;                               // 1 + 2^-8: a bf16 tie
+//   LOOM_RETURN_IF_ERROR(Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(b, 3, 2),
+//                             Transpose::kNo, Dense(absl::MakeSpan(c), 2, 2), 1.0f, 0.0f,
+//                             GemmPrecision::kBf16));
+//   // c == {4, 5, 10, 11}: a[0] was rounded to 1 (ties to even)
 //   Gemm(Dense(a, 2, 3), Transpose::kNo, Dense(a, 2, 3), Transpose::kNo, ...);
 //   // InvalidArgument: "Gemm: op(A) is [2,3] but op(B) is [2,3]: inner dimensions differ"
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_GEMM_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_GEMM_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -56,16 +68,42 @@ inline MatrixView Dense(absl::Span<float> data, int64_t rows, int64_t cols) {
   return MatrixView{data, rows, cols, cols};
 }
 
-// Gemm computes C = alpha * op(A) * op(B) + beta * C, where op transposes when asked.
-// Returns InvalidArgument (naming the shapes) when op(A) is not [m,k], op(B) not
-// [k,n] and C not [m,n], when a view's ld is below its cols, or when a view's span
-// is too short for its rows and ld. Empty products (m, n or k zero) are fine: C is
-// then only scaled by beta.
+// GemmPrecision: what Gemm's products multiply.
+//   kF32   the f32 inputs as they are.
+//   kBf16  A and B rounded to bf16 first (to nearest, ties to even, as core/half.h's
+//          ToBFloat16), each product of two bf16 values exact in f32, accumulated in
+//          f32 (C, alpha and beta stay f32): what a layer with bf16 weights and
+//          activations computes. Against the exact product of the rounded inputs, an
+//          element of C is off by at most (k + 2) * 2^-24 * (|alpha| * sum_p |a_ip b_pj|
+//          + |beta c_ij|): f32 sums in any order, then alpha and beta (gemm_test asserts
+//          it on both backends). On oneDNN, AVX512_BF16 also flushes subnormal inputs
+//          and sums (below 2^-126) to zero.
+enum class GemmPrecision { kF32, kBf16 };
+
+// Gemm computes C = alpha * op(A) * op(B) + beta * C, where op transposes when asked,
+// in `precision`. Returns InvalidArgument (naming the shapes) when op(A) is not
+// [m,k], op(B) not [k,n] and C not [m,n], when a view's ld is below its cols, when a
+// view's span is too short for its rows and ld, or (naming it) for a precision outside
+// the enum. Empty products (m, n or k zero) are fine: C is then only scaled by beta.
+// kBf16 keeps per-thread scratch (the rounded inputs, up to the largest product the
+// thread has run): ResourceExhausted if it cannot grow; Internal for a oneDNN
+// failure at run time.
 //
-// Gemm runs on OpenBLAS unless the calling thread has installed a GemmEngine
-// (ScopedGemmEngine): then, after the same checks, every non-empty product goes to it.
+// Gemm runs on OpenBLAS (kBf16: oneDNN where it can) unless the calling thread has
+// installed a GemmEngine (ScopedGemmEngine): then, after the same checks, every
+// non-empty product goes to it, kBf16 ones with the bf16-rounded inputs.
 absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
-                  MatrixView c, float alpha = 1.0f, float beta = 0.0f);
+                  MatrixView c, float alpha = 1.0f, float beta = 0.0f,
+                  GemmPrecision precision = GemmPrecision::kF32);
+
+// GemmPrecisionName returns "f32" or "bf16" ("unknown" outside the enum).
+absl::string_view GemmPrecisionName(GemmPrecision precision);
+
+// GemmBackendName says where Gemm's products of `precision` run on this thread and
+// machine, for reports: "OpenBLAS", "oneDNN (brg:avx512_core_bf16)" (the
+// implementation oneDNN picks for a GPT-sized product), "OpenBLAS on bf16-rounded
+// inputs (no AVX512_BF16)", or the installed GemmEngine's name.
+std::string GemmBackendName(GemmPrecision precision);
 
 // GemmEngine: somewhere else to run Gemm's products, such as a GPU
 // (tensor_parallel/gpu/cublas_gemm_engine.h), for every layer a thread runs without
@@ -99,9 +137,10 @@ class ScopedGemmEngine {
   GemmEngine* previous_;
 };
 
-// SetGemmThreads sets the threads OpenBLAS uses for each product, process-wide. Call
-// it before the threads that run Gemm start (OpenBLAS's setting is global, not per
-// caller). InvalidArgument naming the value outside [1, 1024].
+// SetGemmThreads sets the threads each product uses, process-wide: OpenBLAS's pool,
+// and the parts of a kBf16 product on oneDNN (internal/onednn_gemm.h). Call it before
+// the threads that run Gemm start (OpenBLAS's setting is global, not per caller).
+// InvalidArgument naming the value outside [1, 1024].
 absl::Status SetGemmThreads(int threads);
 
 // GemmThreads returns the threads set (1 by default).

@@ -5,7 +5,9 @@
 //   dnnl/f32      oneDNN 2.x dnnl_sgemm;
 //   blis/f32      BLIS cblas_sgemm;
 //   dnnl/bf16     oneDNN's matmul primitive, bf16 x bf16 -> f32 (Debian's OpenBLAS
-//                 0.3.21 has no cblas_sbgemm).
+//                 0.3.21 has no cblas_sbgemm);
+//   loom/bf16     Loom's Gemm(..., GemmPrecision::kBf16) on f32 inputs: their rounding
+//                 to bf16 on every call, then oneDNN's matmul (what the bf16 layers run).
 // oneDNN and BLIS are loaded at run time (dlopen, RTLD_DEEPBIND: BLIS's cblas_sgemm
 // must not meet OpenBLAS's at link time, and Loom's CI installs neither); a missing
 // library skips its rows with the apt-get line that installs it.
@@ -257,6 +259,7 @@ constexpr Variant kVariants[] = {
     {Backend::kDnnl, DType::kF32, "dnnl/f32"},
     {Backend::kBlis, DType::kF32, "blis/f32"},
     {Backend::kDnnl, DType::kBf16, "dnnl/bf16"},
+    {Backend::kOpenBlas, DType::kBf16, "loom/bf16"},
 };
 
 absl::StatusOr<AlignedBuffer<float>> Seeded(size_t size, uint32_t seed) {
@@ -305,21 +308,27 @@ class GemmRunner {
   virtual std::string Label() const { return ""; }
 };
 
+// Loom's own Gemm: OpenBLAS in f32; in kBf16 the rounding and oneDNN's matmul.
 class OpenBlasRunner : public GemmRunner {
  public:
-  OpenBlasRunner(const GemmShape& s, const Operands& op, absl::Span<float> c)
-      : s_(s), op_(op), c_(c) {}
+  OpenBlasRunner(const GemmShape& s, const Operands& op, absl::Span<float> c,
+                 GemmPrecision precision = GemmPrecision::kF32)
+      : s_(s), op_(op), c_(c), precision_(precision) {}
   absl::Status Run() override {
     const int64_t a_rows = s_.ta == kT ? s_.k : s_.m;
     const int64_t b_rows = s_.tb == kT ? s_.n : s_.k;
     return Gemm(Dense(op_.a.span(), a_rows, s_.lda()), s_.ta, Dense(op_.b.span(), b_rows, s_.ldb()),
-                s_.tb, Dense(c_, s_.m, s_.n));
+                s_.tb, Dense(c_, s_.m, s_.n), 1.0f, 0.0f, precision_);
+  }
+  std::string Label() const override {
+    return precision_ == GemmPrecision::kBf16 ? GemmBackendName(precision_) : "";
   }
 
  private:
   const GemmShape& s_;
   const Operands& op_;
   absl::Span<float> c_;
+  const GemmPrecision precision_;
 };
 
 class DnnlSgemmRunner : public GemmRunner {
@@ -476,6 +485,10 @@ absl::Status LibraryAvailable(Backend backend) {
 
 absl::StatusOr<std::unique_ptr<GemmRunner>> MakeRunner(const Variant& v, const GemmShape& s,
                                                        Operands& op, absl::Span<float> c) {
+  if (v.dtype == DType::kBf16 && v.backend == Backend::kOpenBlas) {
+    return std::unique_ptr<GemmRunner>(
+        std::make_unique<OpenBlasRunner>(s, op, c, GemmPrecision::kBf16));
+  }
   if (v.dtype == DType::kBf16) {
     if (v.backend != Backend::kDnnl) return absl::UnimplementedError("bf16 only on oneDNN");
     LOOM_ASSIGN_OR_RETURN(auto r, DnnlMatmulRunner::Create(*DnnlLib(), s, op, c));

@@ -27,6 +27,7 @@ constexpr char kName[] = "RowParallelLinear";
 
 absl::Status CheckOptions(const RowParallelOptions& options) {
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckPrecision(options.precision, kName));
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckSequenceParallel(
       options.sequence_parallel, options.sequence_length, kName));
   return absl::OkStatus();
@@ -95,7 +96,8 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   std::vector<float> y(static_cast<size_t>(rows * out_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(x, rows, in_local_), Transpose::kNo,
                             Dense(w, out_, in_local_), Transpose::kYes,
-                            Dense(absl::MakeSpan(y), rows, out_)));
+                            Dense(absl::MakeSpan(y), rows, out_), 1.0f, 0.0f,
+                            gemm_precision()));
   input_shape_ = input.shape();
   output_shape_ = input.shape();
   output_shape_.back() = out_;
@@ -140,7 +142,8 @@ absl::Status RowParallelLinear::WeightGradient(absl::Span<const float> g,
   }
   std::vector<float> dw(static_cast<size_t>(out_ * in_local_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kYes, Dense(x, rows, in_local_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_, in_local_)));
+                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_, in_local_), 1.0f,
+                            0.0f, gemm_precision()));
   LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_, in_local_}, dw));
   return absl::OkStatus();
 }
@@ -151,7 +154,8 @@ absl::StatusOr<Tensor> RowParallelLinear::InputGradient(absl::Span<const float> 
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   std::vector<float> dx(static_cast<size_t>(rows_ * in_local_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows_, out_), Transpose::kNo, Dense(w, out_, in_local_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows_, in_local_)));
+                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows_, in_local_), 1.0f,
+                            0.0f, gemm_precision()));
   return ToTensor(input_shape_, dx);
 }
 
@@ -183,6 +187,12 @@ absl::Status RowParallelLinear::BorrowWeights(absl::Span<const float> weight,
                                       absl::Span<const float> bias) {
   return tp_layers_internal::Borrow(borrowed_, weight, bias, out_ * in_local_,
                                     has_bias_ ? out_ : 0, kName);
+}
+
+absl::Status RowParallelLinear::SetGemmPrecision(GemmPrecision precision) {
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckPrecision(precision, kName));
+  options_.precision = precision;
+  return absl::OkStatus();
 }
 
 }  // namespace loom

@@ -11,7 +11,9 @@
 // backward pass all-gathers the output gradient first. Uneven pieces are padded to
 // the largest for the equal-block collectives.
 //
-// Activations and gradients are f32; the weight and bias may be stored as bf16.
+// Activations and gradients are f32; the weight and bias may be stored as bf16. The
+// products run in options.precision (gemm.h): f32, or with their inputs rounded to
+// bf16 (always so with bf16 storage).
 //
 // Example (tp = 2, in = 6, out = 4):
 //   LOOM_ASSIGN_OR_RETURN(RowParallelLinear proj,
@@ -34,6 +36,7 @@
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/comm_tally.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/internal/layer_math.h"
 #include "tensor_parallel/placement.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
@@ -47,8 +50,15 @@ struct RowParallelOptions {
   int64_t sequence_length = 0;
   // How input features (and the sequence, under sequence parallelism) are split.
   ShardRule rule = ShardRule::kBalanced;
-  // Storage of the weight shard and bias: f32 or bf16.
+  // Storage of the weight shard and bias: f32 or bf16 (bf16 storage computes as
+  // `precision` kBf16).
   DType weight_dtype = DType::kF32;
+  // What the layer's products multiply (gemm.h): kBf16 rounds the input, the weight
+  // and the output gradient to bf16 for the forward, input-gradient and
+  // weight-gradient products, accumulating in f32 (bf16 hardware GEMMs where the CPU
+  // has them). For f32 storage whose values are bf16 anyway, such as borrowed weights
+  // of a bf16 model (the training job's --dtype bf16).
+  GemmPrecision precision = GemmPrecision::kF32;
 };
 
 class RowParallelLinear {
@@ -131,6 +141,15 @@ class RowParallelLinear {
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }
+
+  // gemm_precision returns the precision of the layer's products: kBf16 with bf16
+  // storage, otherwise options.precision. SetGemmPrecision changes options.precision
+  // (for a layer built by another, such as an attention block's projections);
+  // InvalidArgument naming a value outside the enum.
+  GemmPrecision gemm_precision() const {
+    return tp_layers_internal::LayerPrecision(options_.weight_dtype, options_.precision);
+  }
+  absl::Status SetGemmPrecision(GemmPrecision precision);
 
  private:
   RowParallelLinear() = default;

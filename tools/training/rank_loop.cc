@@ -199,6 +199,10 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   module_options.micro_batch = options.micro_batch;
   module_options.num_microbatches = options.microbatches;
   module_options.recompute = options.recompute;
+  // --dtype bf16: the weights are bf16 values, and the products round their other
+  // input to bf16 too, to run on bf16 hardware GEMMs (gemm.h).
+  module_options.precision =
+      options.dtype == DType::kBF16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
   const int d = w.place.d;
   GptMicrobatchFn data_fn = [&setup, d](int64_t step, int64_t mb) {
     return setup.Microbatch(step, mb, d);

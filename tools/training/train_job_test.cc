@@ -324,7 +324,11 @@ TEST(TrainJobTest, Bf16AndInterleavedTrain) {
   LOOM_ASSERT_OK_AND_ASSIGN(const ReferenceComparison reference,
                             CompareWithReference(options, summary));
   EXPECT_NEAR(reference.reference_final_loss, summary.final_loss, 0.05);
-  EXPECT_LT(reference.max_abs_param_diff, 0.01 * reference.max_abs_param);  // measured 2.4e-4
+  // Measured 7.6e-3: 2^-7, one bf16 step of a parameter near 1 (the largest is 1.02)
+  // rounded the other way, now that the products round their inputs to bf16 too and
+  // the meshes' different f32 sums can tip a rounding (2.4e-4 when they multiplied in
+  // f32). The same with oneDNN and with the OpenBLAS fallback.
+  EXPECT_LT(reference.max_abs_param_diff, 0.01 * reference.max_abs_param);
 }
 
 // The zero-bubble schedules split each backward into its input part (I) and its

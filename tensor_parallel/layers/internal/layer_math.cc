@@ -97,6 +97,15 @@ absl::Status CheckStorage(DType dtype, const std::string& who) {
       absl::StrCat(who, ": weight storage must be f32 or bf16, got ", DTypeName(dtype)));
 }
 
+absl::Status CheckPrecision(GemmPrecision precision, const std::string& who) {
+  if (precision == GemmPrecision::kF32 || precision == GemmPrecision::kBf16) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(who, ": GEMM precision ",
+                                                 static_cast<int>(precision),
+                                                 " is neither kF32 nor kBf16"));
+}
+
 absl::Status CheckSequenceParallel(bool sequence_parallel, int64_t sequence_length,
                                    const std::string& who) {
   if (!sequence_parallel || sequence_length > 0) return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
+#include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
 
@@ -67,6 +68,16 @@ absl::StatusOr<int64_t> CheckActivation(const Tensor& x, int64_t features, int64
 
 // CheckStorage returns InvalidArgument unless dtype is f32 or bf16 (`who` names the layer).
 absl::Status CheckStorage(DType dtype, const std::string& who);
+
+// CheckPrecision returns InvalidArgument naming `who` and the value unless `precision`
+// is kF32 or kBf16.
+absl::Status CheckPrecision(GemmPrecision precision, const std::string& who);
+
+// LayerPrecision returns the precision of a linear layer's products: kBf16 for bf16
+// weight storage, otherwise the one the layer was asked for.
+inline GemmPrecision LayerPrecision(DType weight_dtype, GemmPrecision requested) {
+  return weight_dtype == DType::kBF16 ? GemmPrecision::kBf16 : requested;
+}
 
 // CheckSequenceParallel returns InvalidArgument unless sequence parallelism, when
 // on, comes with the full sequence length (> 0) that its pieces divide.

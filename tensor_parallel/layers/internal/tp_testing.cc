@@ -143,14 +143,17 @@ LinearReference DenseLinearReference(const Tensor& w, const Tensor& b, const Ten
   const int64_t rows = x.numel() / in;
   const std::vector<double> wd = RoundedToStorage(w, weight_dtype);
   const std::vector<double> bd = RoundedToStorage(b, weight_dtype);
-  const std::vector<double> xd = Values(x), dyd = Values(dy);
+  // A bf16 layer's products round their inputs to bf16 (gemm.h's kBf16): x and dy
+  // are rounded for them as the weight is; the bias gradient sums dy as it is.
+  const std::vector<double> xd = RoundedToStorage(x, weight_dtype);
+  const std::vector<double> dy_product = RoundedToStorage(dy, weight_dtype), dyd = Values(dy);
   LinearReference ref;
   ref.y = MatMulNT(xd, wd, rows, out, in);
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < out; ++j) ref.y[i * out + j] += bd[j];
   }
-  ref.dx = MatMulNN(dyd, wd, rows, in, out);
-  ref.dw = MatMulTN(dyd, xd, out, in, rows);
+  ref.dx = MatMulNN(dy_product, wd, rows, in, out);
+  ref.dw = MatMulTN(dy_product, xd, out, in, rows);
   ref.db.assign(static_cast<size_t>(out), 0.0);
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < out; ++j) ref.db[j] += dyd[i * out + j];

@@ -71,7 +71,9 @@ std::vector<double> MatMulTN(absl::Span<const double> a, absl::Span<const double
 // LinearReference: an unsharded linear layer y = x W^T + b in double, and its
 // gradients for output gradient dy: dx = dy W, dW = dy^T x, db = column sums of dy.
 // W [out, in] and b [out] are rounded to `weight_dtype` first, as the layers store
-// them; x is [..., in] and dy [..., out], flattened to rows.
+// them; with bf16, x and dy are too where they enter a product (a bf16 layer's
+// products round their inputs, gemm.h's kBf16), so the layers stay within the f32
+// bound above. x is [..., in] and dy [..., out], flattened to rows.
 struct LinearReference {
   std::vector<double> y, dx, dw, db;
 };
