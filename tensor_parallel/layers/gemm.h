@@ -13,7 +13,8 @@
 // ranks x threads fit the host (--threads_per_rank). OpenBLAS splits a product's rows
 // and columns between its threads, never the inner dimension, so a kF32 result is
 // bitwise the same at every thread count (gemm_test checks it); kBf16 on oneDNN is
-// bitwise the same from call to call at one thread count, not across counts. A
+// bitwise the same from call to call at one thread count (across counts oneDNN
+// promises nothing; measured, the GPT shapes gave the same bits at 1 and 2). A
 // ThreadSanitizer build keeps OpenBLAS on the calling thread and kBf16 off oneDNN
 // (TSan cannot see either library's pool synchronize).
 //
@@ -102,7 +103,7 @@ absl::string_view GemmPrecisionName(GemmPrecision precision);
 // GemmBackendName says where Gemm's products of `precision` run on this thread and
 // machine, for reports: "OpenBLAS", "oneDNN (brg:avx512_core_bf16)" (the
 // implementation oneDNN picks for a GPT-sized product), "OpenBLAS on bf16-rounded
-// inputs (no AVX512_BF16)", or the installed GemmEngine's name.
+// inputs (<why oneDNN is not used>)", or the installed GemmEngine's name.
 std::string GemmBackendName(GemmPrecision precision);
 
 // GemmEngine: somewhere else to run Gemm's products, such as a GPU
