@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "core/cpu_features.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,6 +26,15 @@ TEST(FmaPeakTest, MeasuresAPlausibleRateOnTheBestTarget) {
   EXPECT_EQ(peak.vector_target, hwy::TargetName(hwy::SupportedAndGeneratedTargets().front()));
   EXPECT_FALSE(peak.cpu_model.empty());
   EXPECT_EQ(peak.cpu_model, CpuModelName());
+  // The bf16 peak: measured exactly where the CPU has AVX512_BF16, and then at least
+  // the f32 one (two products per f32 lane) and at most eight 512-bit dot products
+  // per cycle at 8 GHz.
+  if (CpuSupportsAvx512Bf16()) {
+    EXPECT_GT(peak.bf16_flops_per_core, peak.flops_per_core * 0.9);
+    EXPECT_LT(peak.bf16_flops_per_core, 4096e9);
+  } else {
+    EXPECT_EQ(peak.bf16_flops_per_core, 0.0);
+  }
 }
 
 TEST(FmaPeakTest, RefusesDurationsOutsideItsRange) {
