@@ -75,6 +75,10 @@ absl::StatusOr<Tensor> Tensor::Allocate(std::vector<int64_t> shape, DType dtype,
   return Tensor(std::move(shape), dtype, std::move(bytes));
 }
 
+absl::StatusOr<Tensor> Tensor::CreateUninitialized(std::vector<int64_t> shape, DType dtype) {
+  return Allocate(std::move(shape), dtype, /*zero=*/false);
+}
+
 absl::StatusOr<Tensor> Tensor::FromValues(std::vector<int64_t> shape,
                                           absl::Span<const float> values) {
   const int64_t n = NumElements(shape);

@@ -48,6 +48,12 @@ class Tensor {
   // memory cannot be allocated.
   static absl::StatusOr<Tensor> Create(std::vector<int64_t> shape, DType dtype = DType::kF32);
 
+  // CreateUninitialized is Create without the zero fill, for a caller that writes
+  // every element before it reads one (a layer's output written by a product): the
+  // fill would only cost a pass over memory. Same errors as Create.
+  static absl::StatusOr<Tensor> CreateUninitialized(std::vector<int64_t> shape,
+                                                    DType dtype = DType::kF32);
+
   // FromValues returns an f32 tensor holding `values` (row-major). InvalidArgument
   // when their count differs from the shape's (both named).
   static absl::StatusOr<Tensor> FromValues(std::vector<int64_t> shape,

@@ -21,6 +21,7 @@ using tp_layers_internal::GatherLastDim;
 using tp_layers_internal::ReduceScatterV;
 using tp_layers_internal::ShardCounts;
 using tp_layers_internal::SumRows;
+using tp_layers_internal::NewOutput;
 using tp_layers_internal::ToTensor;
 
 namespace {
@@ -124,28 +125,30 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
-  std::vector<float> y(static_cast<size_t>(rows * out_local));
+  input_shape_ = input.shape();
+  output_shape_ = full_shape;
+  output_shape_.back() = out_local;
+  // The product goes straight into the output tensor (no copy) unless it is gathered.
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output local, NewOutput(output_shape_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(saved_input_, rows, in_), Transpose::kNo,
                             Dense(w, out_local, in_), Transpose::kYes,
-                            Dense(absl::MakeSpan(y), rows, out_local), 1.0f, 0.0f,
-                            gemm_precision()));
+                            Dense(local.values, rows, out_local), 1.0f, 0.0f, gemm_precision()));
   if (has_bias_) {
     std::vector<float> bias_scratch;
     LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
                           ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
-    AddBias(absl::MakeSpan(y), b);
+    AddBias(local.values, b);
   }
-  input_shape_ = input.shape();
-  output_shape_ = full_shape;
   if (options_.gather_output) {
-    LOOM_ASSIGN_OR_RETURN(y, GatherLastDim(*tp_, y, rows, out_widths_, tally_));
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> y,
+                          GatherLastDim(*tp_, local.values, rows, out_widths_, tally_));
     output_shape_.back() = 0;
     for (int64_t width : out_widths_) output_shape_.back() += width;
-  } else {
-    output_shape_.back() = out_local;
+    has_forward_ = true;
+    return ToTensor(output_shape_, y);
   }
   has_forward_ = true;
-  return ToTensor(output_shape_, y);
+  return std::move(local.tensor);
 }
 
 absl::StatusOr<absl::Span<const float>> ColumnParallelLinear::LocalGradient(
@@ -170,11 +173,11 @@ absl::Status ColumnParallelLinear::WeightGradient(absl::Span<const float> g,
                                                   absl::Span<const float> x, int64_t rows) {
   const int64_t out_local = out_features_local();
   // dW_local = g^T x: [out_local, rows] x [rows, in].
-  std::vector<float> dw(static_cast<size_t>(out_local * in_));
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw, NewOutput({out_local, in_}));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kYes, Dense(x, rows, in_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_local, in_), 1.0f,
-                            0.0f, gemm_precision()));
-  LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_local, in_}, dw));
+                            Transpose::kNo, Dense(dw.values, out_local, in_), 1.0f, 0.0f,
+                            gemm_precision()));
+  weight_grad_ = std::move(dw.tensor);
   if (has_bias_) {
     LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_local}, SumRows(g, out_local)));
   }
@@ -188,19 +191,23 @@ absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const floa
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
-  std::vector<float> dx(static_cast<size_t>(rows * in_));
+  const std::vector<int64_t> whole_shape =
+      options_.sequence_parallel ? std::vector<int64_t>{rows, in_} : input_shape_;
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dx, NewOutput(whole_shape));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kNo, Dense(w, out_local, in_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows, in_), 1.0f, 0.0f,
+                            Transpose::kNo, Dense(dx.values, rows, in_), 1.0f, 0.0f,
                             gemm_precision()));
   if (options_.sequence_parallel) {
     const int64_t per_position = rows / options_.sequence_length;
-    LOOM_ASSIGN_OR_RETURN(dx, ReduceScatterV(*tp_, dx,
-                                             ShardCounts(options_.sequence_length, tp_->size(),
-                                                         options_.rule, per_position * in_), tally_));
-  } else {
-    LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(dx), tally_));
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> mine,
+                          ReduceScatterV(*tp_, dx.values,
+                                         ShardCounts(options_.sequence_length, tp_->size(),
+                                                     options_.rule, per_position * in_),
+                                         tally_));
+    return ToTensor(input_shape_, mine);
   }
-  return ToTensor(input_shape_, dx);
+  LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, dx.values, tally_));
+  return std::move(dx.tensor);
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output) {

@@ -30,15 +30,7 @@ absl::Status CheckView(const View& view, int64_t rows, int64_t cols, const char*
                                                    Shape(view.rows, view.cols), " but must be ",
                                                    Shape(rows, cols)));
   }
-  const bool fits =
-      view.ld >= view.cols && (view.rows == 0 || (view.rows - 1) * view.ld + view.cols <=
-                                                     static_cast<int64_t>(view.data.size()));
-  if (!fits) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": ", name, " ", Shape(view.rows, view.cols), " with ld ", view.ld,
-                     " does not fit its ", view.data.size(), " values"));
-  }
-  return absl::OkStatus();
+  return CheckMatrixLayout(view, absl::StrCat(kName, ": ", name));
 }
 
 absl::Status CheckBlock(const AttentionBlock& block, const FlashAttentionOptions& options) {

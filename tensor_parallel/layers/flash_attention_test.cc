@@ -311,7 +311,7 @@ TEST(FlashAttentionBadInputTest, NamesTheShapesAndValues) {
   EXPECT_THAT(FlashAttentionForward({ConstMatrixView{a, 100, 32, 40}, q, q}, out,
                                     absl::MakeSpan(lse), options),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("q [100,32] with ld 40 does not fit its 3200 values")));
+                       HasSubstr("q is [100,32] with ld 40, needing 3992 elements, but its span has 3200")));
   FlashAttentionOptions bad_tile;
   bad_tile.tile_k = 0;
   EXPECT_THAT(FlashAttentionForward({q, q, q}, out, absl::MakeSpan(lse), bad_tile),

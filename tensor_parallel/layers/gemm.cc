@@ -12,6 +12,7 @@
 #include "core/compute_timer.h"
 #include "core/half.h"
 #include "core/half_convert.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "tensor_parallel/layers/internal/gemm_backends.h"
 #include "tensor_parallel/layers/internal/onednn_gemm.h"
@@ -23,52 +24,24 @@ std::string Shape(int64_t rows, int64_t cols) { return absl::StrCat("[", rows, "
 
 template <typename View>
 absl::Status CheckView(const View& v, const char* name) {
-  // An empty view never reaches BLAS (see Gemm), so only a non-empty one needs ld >= 1.
-  if (v.rows < 0 || v.cols < 0 || v.ld < v.cols || (v.rows > 0 && v.cols > 0 && v.ld < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: ", name, " is ", Shape(v.rows, v.cols),
-                                                   " with ld ", v.ld, "; need ld >= cols"));
-  }
-  const int64_t needed = v.rows == 0 || v.cols == 0 ? 0 : (v.rows - 1) * v.ld + v.cols;
-  if (static_cast<int64_t>(v.data.size()) < needed) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: ", name, " is ", Shape(v.rows, v.cols),
-                                                   " with ld ", v.ld, ", needing ", needed,
-                                                   " elements, but its span has ",
-                                                   v.data.size()));
-  }
-  return absl::OkStatus();
+  return CheckMatrixLayout(v, absl::StrCat("Gemm: ", name));
 }
 
 // The engine ScopedGemmEngine installed on this thread (nullptr: OpenBLAS).
 thread_local GemmEngine* current_engine = nullptr;
 
-// The threads OpenBLAS is given for `requested`. Under ThreadSanitizer, one: its pool
-// hands work to its threads through spin-waits in uninstrumented code, which TSan
-// cannot see, so it would report OpenBLAS's own writes as races. The products' bits do
-// not depend on the count (see the header), so the program TSan checks computes the
-// same; GemmThreads() still says what was asked.
-int BlasThreadsFor(int requested) {
-#if defined(__SANITIZE_THREAD__)
-  (void)requested;
-  return 1;
-#else
-  return requested;
-#endif
-}
-
-// OpenBLAS's thread count: the default is applied on the first product unless
-// SetGemmThreads came first (see the header).
+// OpenBLAS runs every call on its caller (one thread: the rank's threads split the
+// products, OpenBlasGemm below), set before the first product. Its own pool would
+// also hand work over through spin-waits in uninstrumented code, which
+// ThreadSanitizer cannot see.
 std::mutex blas_threads_mutex;
-int blas_threads = 1;            // guarded by blas_threads_mutex
 std::atomic<bool> blas_threads_applied{false};
-// blas_threads again, for the parts of a kBf16 product on oneDNN (read per product
-// without the lock).
-std::atomic<int> bf16_threads{1};
 
 void ApplyBlasThreadsOnce() {
   if (blas_threads_applied.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(blas_threads_mutex);
   if (blas_threads_applied.load(std::memory_order_relaxed)) return;
-  openblas_set_num_threads(BlasThreadsFor(blas_threads));
+  openblas_set_num_threads(1);
   blas_threads_applied.store(true, std::memory_order_release);
 }
 
@@ -120,15 +93,63 @@ void ScaleByBeta(const MatrixView& c, float beta) {
   }
 }
 
-// OpenBlasGemm runs a checked, non-empty product through cblas_sgemm.
+// Sgemm is one cblas_sgemm call on OpenBLAS's calling thread.
+void Sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a == Transpose::kYes ? CblasTrans : CblasNoTrans,
+              trans_b == Transpose::kYes ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+// OpenBlasGemm runs a checked, non-empty product through cblas_sgemm on the rank's
+// threads: C's rows (or columns, when it is wider than tall) are cut into one part
+// per thread, in multiples of kPartAlign, each part an independent single-threaded
+// call. As in OpenBLAS's own threading, the inner dimension is never split and every
+// element of C is the same k-ordered sum whichever part holds it, so the bits do not
+// depend on the thread count (gemm_test checks the GPT shapes at 1 to 3 threads); a
+// part keeps at least kMinPartMacs multiply-adds, far above the 64^3 below which
+// OpenBLAS switches to its small-matrix kernels. One part per thread (not fixed
+// blocks) packs the shared operand once per thread, so one thread costs nothing.
+// (OpenBLAS's own pool stays at one thread: its workers spin-wait for about a
+// millisecond after each product and took the cores from the rank's element-wise work
+// and attention; one team per rank now serves all three.)
+constexpr int64_t kPartAlign = 16;
+constexpr int64_t kMinPartMacs = int64_t{1} << 20;
+
 void OpenBlasGemm(const ConstMatrixView& a, Transpose trans_a, const ConstMatrixView& b,
                   Transpose trans_b, const MatrixView& c, const Dims& d, float alpha, float beta) {
   ApplyBlasThreadsOnce();
-  cblas_sgemm(CblasRowMajor, trans_a == Transpose::kYes ? CblasTrans : CblasNoTrans,
-              trans_b == Transpose::kYes ? CblasTrans : CblasNoTrans, static_cast<blasint>(d.m),
-              static_cast<blasint>(d.n), static_cast<blasint>(d.k), alpha, a.data.data(),
-              static_cast<blasint>(a.ld), b.data.data(), static_cast<blasint>(b.ld), beta,
-              c.data.data(), static_cast<blasint>(c.ld));
+  const bool by_rows = d.m >= d.n;
+  const int64_t span = by_rows ? d.m : d.n;
+  const int64_t parts = std::clamp<int64_t>(
+      std::min({int64_t{ComputeThreads()}, span / kPartAlign, d.m * d.n * d.k / kMinPartMacs}),
+      1, span);
+  // Part p covers [first(p), first(p + 1)): near-equal runs of kPartAlign-wide units.
+  const int64_t units = (span + kPartAlign - 1) / kPartAlign;
+  const auto first = [&](int64_t p) { return std::min(span, p * units / parts * kPartAlign); };
+  const auto part = [&](int64_t p) {
+    const int64_t begin = first(p), count = first(p + 1) - begin;
+    if (by_rows) {
+      // Rows [begin, begin + count) of op(A) and of C.
+      const float* a_rows = a.data.data() + (trans_a == Transpose::kYes ? begin : begin * a.ld);
+      Sgemm(trans_a, trans_b, count, d.n, d.k, alpha, a_rows, a.ld, b.data.data(), b.ld, beta,
+            c.data.data() + begin * c.ld, c.ld);
+    } else {
+      // Columns [begin, begin + count) of op(B) and of C.
+      const float* b_cols = b.data.data() + (trans_b == Transpose::kYes ? begin * b.ld : begin);
+      Sgemm(trans_a, trans_b, d.m, count, d.k, alpha, a.data.data(), a.ld, b_cols, b.ld, beta,
+            c.data.data() + begin, c.ld);
+    }
+  };
+  if (parts == 1) return part(0);
+  // Each part writes its own piece of C, so no part can fail the others.
+  ParallelFor(parts, static_cast<int>(parts), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) part(p);
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 // The scratch of the bf16 path off oneDNN, one per thread, grown to the largest
@@ -185,7 +206,7 @@ absl::Status Bf16Gemm(gemm_internal::Bf16Backend backend, GemmEngine* engine,
   if (engine == nullptr && backend != Bf16Backend::kOpenBlas) {
     const absl::Status onednn =
         gemm_internal::OneDnnBf16Gemm(a, trans_a, b, trans_b, c, alpha, beta,
-                                      bf16_threads.load(std::memory_order_relaxed));
+                                      ComputeThreads());
     if (!absl::IsUnavailable(onednn) || backend == Bf16Backend::kOneDnn) return onednn;
   }
   thread_local Bf16Scratch scratch;
@@ -266,23 +287,35 @@ std::string GemmBackendName(GemmPrecision precision) {
   return absl::StrCat("oneDNN (", *impl, ")");
 }
 
+absl::Status CheckMatrixLayout(int64_t rows, int64_t cols, int64_t ld, size_t span_size,
+                               absl::string_view who) {
+  // An empty view never reaches BLAS (see Gemm), so only a non-empty one needs ld >= 1.
+  if (rows < 0 || cols < 0 || ld < cols || (rows > 0 && cols > 0 && ld < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " is ", Shape(rows, cols), " with ld ",
+                                                   ld, "; need ld >= cols"));
+  }
+  const int64_t needed = rows == 0 || cols == 0 ? 0 : (rows - 1) * ld + cols;
+  if (static_cast<int64_t>(span_size) < needed) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " is ", Shape(rows, cols), " with ld ",
+                                                   ld, ", needing ", needed,
+                                                   " elements, but its span has ", span_size));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SetGemmThreads(int threads) {
   if (threads < 1 || threads > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("SetGemmThreads: ", threads, " threads; need 1 to 1024"));
   }
   std::lock_guard<std::mutex> lock(blas_threads_mutex);
-  blas_threads = threads;
-  bf16_threads.store(threads, std::memory_order_relaxed);
-  openblas_set_num_threads(BlasThreadsFor(threads));
+  LOOM_RETURN_IF_ERROR(SetComputeThreads(threads));
+  openblas_set_num_threads(1);
   blas_threads_applied.store(true, std::memory_order_release);
   return absl::OkStatus();
 }
 
-int GemmThreads() {
-  std::lock_guard<std::mutex> lock(blas_threads_mutex);
-  return blas_threads;
-}
+int GemmThreads() { return ComputeThreads(); }
 
 ScopedGemmEngine::ScopedGemmEngine(GemmEngine* engine) : previous_(current_engine) {
   current_engine = engine;

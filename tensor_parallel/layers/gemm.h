@@ -6,17 +6,18 @@
 //          where the CPU has AVX512_BF16, otherwise OpenBLAS on the rounded inputs.
 //
 // Threads: each product runs on GemmThreads() threads, one unless SetGemmThreads says
-// otherwise (OpenBLAS's pool; for kBf16 on oneDNN, parts of the product on the
-// calling thread and helpers of its own). Tensor-parallel ranks run as threads of one
-// process in tests and benchmarks, each calling Gemm at once; a pool per caller on top
-// would oversubscribe the cores, so the training job gives GEMM threads only where
-// ranks x threads fit the host (--threads_per_rank). OpenBLAS splits a product's rows
-// and columns between its threads, never the inner dimension, so a kF32 result is
-// bitwise the same at every thread count (gemm_test checks it); kBf16 on oneDNN is
-// bitwise the same from call to call at one thread count (across counts oneDNN
-// promises nothing; measured, the GPT shapes gave the same bits at 1 and 2). A
-// ThreadSanitizer build keeps OpenBLAS on the calling thread and kBf16 off oneDNN
-// (TSan cannot see either library's pool synchronize).
+// otherwise: parts of the product on the calling thread and its own parked helpers
+// (core/parallel_for.h), the same threads that run the rank's element-wise passes.
+// Tensor-parallel ranks run as threads of one process in tests and benchmarks, each
+// calling Gemm at once with helpers of its own, so the training job gives GEMM threads
+// only where ranks x threads fit the host (--threads_per_rank). A kF32 product is cut
+// into one part of C's rows (or columns) per thread, each one single-threaded OpenBLAS
+// call, never splitting the inner dimension, so every element is the same k-ordered
+// sum at every thread count (gemm_test checks the bits at the GPT shapes); kBf16 on oneDNN is bitwise the
+// same from call to call at one thread count (across counts oneDNN promises nothing;
+// measured, the GPT shapes gave the same bits at 1 and 2). OpenBLAS's own pool is
+// kept at one thread, and a ThreadSanitizer build keeps kBf16 off oneDNN (TSan cannot
+// see either library's pool synchronize).
 //
 // Example:
 //   std::vector<float> a = {1, 2, 3, 4, 5, 6};        // [2,3]
@@ -35,6 +36,7 @@
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_GEMM_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_GEMM_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -69,6 +71,17 @@ inline MatrixView Dense(absl::Span<float> data, int64_t rows, int64_t cols) {
   return MatrixView{data, rows, cols, cols};
 }
 
+// CheckMatrixLayout returns InvalidArgument, prefixed by `who` ("Gemm: A"), unless the
+// view's sizes are non-negative, ld >= cols (and >= 1 when it is non-empty) and its
+// span holds every row: the one check of a view's layout for Gemm and the kernels
+// that slice views (flash and ring attention).
+absl::Status CheckMatrixLayout(int64_t rows, int64_t cols, int64_t ld, size_t span_size,
+                               absl::string_view who);
+template <typename View>
+absl::Status CheckMatrixLayout(const View& v, absl::string_view who) {
+  return CheckMatrixLayout(v.rows, v.cols, v.ld, v.data.size(), who);
+}
+
 // GemmPrecision: what Gemm's products multiply.
 //   kF32   the f32 inputs as they are.
 //   kBf16  A and B rounded to bf16 first (to nearest, ties to even, as core/half.h's
@@ -86,6 +99,7 @@ enum class GemmPrecision { kF32, kBf16 };
 // [m,k], op(B) not [k,n] and C not [m,n], when a view's ld is below its cols, when a
 // view's span is too short for its rows and ld, or (naming it) for a precision outside
 // the enum. Empty products (m, n or k zero) are fine: C is then only scaled by beta.
+// With beta = 0, C is only written, never read: it may start uninitialized (even NaN).
 // kBf16 keeps per-thread scratch (the rounded inputs, up to the largest product the
 // thread has run): ResourceExhausted if it cannot grow; Internal for a oneDNN
 // failure at run time.
@@ -138,13 +152,14 @@ class ScopedGemmEngine {
   GemmEngine* previous_;
 };
 
-// SetGemmThreads sets the threads each product uses, process-wide: OpenBLAS's pool,
-// and the parts of a kBf16 product on oneDNN (internal/onednn_gemm.h). Call it before
-// the threads that run Gemm start (OpenBLAS's setting is global, not per caller).
-// InvalidArgument naming the value outside [1, 1024].
+// SetGemmThreads sets the threads each product uses, process-wide: it sets core's
+// ComputeThreads() (core/parallel_for.h), which the parts of a product (and a rank's
+// element-wise passes) run on, and keeps OpenBLAS's own pool at one thread. Call it
+// before the threads that run Gemm start. InvalidArgument naming the value outside
+// [1, 1024].
 absl::Status SetGemmThreads(int threads);
 
-// GemmThreads returns the threads set (1 by default).
+// GemmThreads returns the threads set (1 by default): ComputeThreads().
 int GemmThreads();
 
 // CurrentGemmEngine returns the engine installed on this thread, or nullptr (OpenBLAS).

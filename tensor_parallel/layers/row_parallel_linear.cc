@@ -19,6 +19,7 @@ using tp_layers_internal::ComputeValues;
 using tp_layers_internal::ReduceScatterV;
 using tp_layers_internal::ShardCounts;
 using tp_layers_internal::SumRows;
+using tp_layers_internal::NewOutput;
 using tp_layers_internal::ToTensor;
 
 namespace {
@@ -93,31 +94,37 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
-  std::vector<float> y(static_cast<size_t>(rows * out_));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(x, rows, in_local_), Transpose::kNo,
-                            Dense(w, out_, in_local_), Transpose::kYes,
-                            Dense(absl::MakeSpan(y), rows, out_), 1.0f, 0.0f,
-                            gemm_precision()));
   input_shape_ = input.shape();
   output_shape_ = input.shape();
   output_shape_.back() = out_;
+  // The partial product goes straight into the output tensor, which the all-reduce
+  // sums in place (under sequence parallelism the scatter returns a new piece).
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output whole, NewOutput(output_shape_));
+  LOOM_RETURN_IF_ERROR(Gemm(Dense(x, rows, in_local_), Transpose::kNo,
+                            Dense(w, out_, in_local_), Transpose::kYes,
+                            Dense(whole.values, rows, out_), 1.0f, 0.0f, gemm_precision()));
+  Tensor out;
   if (sp) {
-    LOOM_ASSIGN_OR_RETURN(y, ReduceScatterV(*tp_, y,
-                                            ShardCounts(options_.sequence_length, tp_->size(),
-                                                        options_.rule, per_position_ * out_), tally_));
     output_shape_[0] =
         ShardExtentOf(options_.sequence_length, tp_->size(), rank_, options_.rule).length;
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> mine,
+                          ReduceScatterV(*tp_, whole.values,
+                                         ShardCounts(options_.sequence_length, tp_->size(),
+                                                     options_.rule, per_position_ * out_),
+                                         tally_));
+    LOOM_ASSIGN_OR_RETURN(out, ToTensor(output_shape_, mine));
   } else {
-    LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(y), tally_));
+    LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, whole.values, tally_));
+    out = std::move(whole.tensor);
   }
   if (has_bias_) {
     std::vector<float> bias_scratch;
     LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
                           ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
-    AddBias(absl::MakeSpan(y), b);
+    AddBias(*out.As<float>(), b);
   }
   has_forward_ = true;
-  return ToTensor(output_shape_, y);
+  return out;
 }
 
 absl::StatusOr<absl::Span<const float>> RowParallelLinear::WholeGradient(
@@ -140,11 +147,11 @@ absl::Status RowParallelLinear::WeightGradient(absl::Span<const float> g,
   if (has_bias_) {
     LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_}, SumRows(g, out_)));
   }
-  std::vector<float> dw(static_cast<size_t>(out_ * in_local_));
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw, NewOutput({out_, in_local_}));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kYes, Dense(x, rows, in_local_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dw), out_, in_local_), 1.0f,
-                            0.0f, gemm_precision()));
-  LOOM_ASSIGN_OR_RETURN(weight_grad_, ToTensor({out_, in_local_}, dw));
+                            Transpose::kNo, Dense(dw.values, out_, in_local_), 1.0f, 0.0f,
+                            gemm_precision()));
+  weight_grad_ = std::move(dw.tensor);
   return absl::OkStatus();
 }
 
@@ -152,11 +159,11 @@ absl::StatusOr<Tensor> RowParallelLinear::InputGradient(absl::Span<const float> 
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
-  std::vector<float> dx(static_cast<size_t>(rows_ * in_local_));
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dx, NewOutput(input_shape_));
   LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows_, out_), Transpose::kNo, Dense(w, out_, in_local_),
-                            Transpose::kNo, Dense(absl::MakeSpan(dx), rows_, in_local_), 1.0f,
-                            0.0f, gemm_precision()));
-  return ToTensor(input_shape_, dx);
+                            Transpose::kNo, Dense(dx.values, rows_, in_local_), 1.0f, 0.0f,
+                            gemm_precision()));
+  return std::move(dx.tensor);
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {

@@ -1,8 +1,10 @@
 #include "tensor_parallel/layers/internal/layer_math.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -45,17 +47,33 @@ absl::StatusOr<absl::Span<const float>> ComputeValues(const BorrowedWeights& bor
 void AddBias(absl::Span<float> y, absl::Span<const float> bias) {
   const size_t cols = bias.size();
   if (cols == 0) return;
-  for (size_t i = 0; i < y.size(); i += cols) {
-    for (size_t j = 0; j < cols; ++j) y[i + j] += bias[j];
-  }
+  const int64_t rows = static_cast<int64_t>(y.size() / cols);
+  ParallelForEach(rows, std::max<int64_t>(1, kElementwiseGrain / static_cast<int64_t>(cols)),
+                  [&](int64_t first, int64_t last) {
+    for (size_t i = static_cast<size_t>(first) * cols; i < static_cast<size_t>(last) * cols;
+         i += cols) {
+      float* const row = y.data() + i;
+      for (size_t j = 0; j < cols; ++j) row[j] += bias[j];
+    }
+  });
 }
 
 std::vector<float> SumRows(absl::Span<const float> g, int64_t cols) {
   std::vector<float> sums(static_cast<size_t>(cols), 0.0f);
   if (cols == 0) return sums;
-  for (size_t i = 0; i < g.size(); i += static_cast<size_t>(cols)) {
-    for (size_t j = 0; j < sums.size(); ++j) sums[j] += g[i + j];
-  }
+  const size_t width = static_cast<size_t>(cols);
+  const int64_t rows = static_cast<int64_t>(g.size() / width);
+  // Split by columns: each column is summed in row order by one thread, so the bits
+  // do not depend on the thread count.
+  ParallelForEach(cols, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(rows, 1)),
+                  [&](int64_t first, int64_t last) {
+    float* const out = sums.data() + first;
+    const size_t n = static_cast<size_t>(last - first);
+    for (size_t i = static_cast<size_t>(first); i < g.size(); i += width) {
+      const float* const row = g.data() + i;
+      for (size_t j = 0; j < n; ++j) out[j] += row[j];
+    }
+  });
   return sums;
 }
 
@@ -68,6 +86,14 @@ absl::StatusOr<Tensor> StoreSlice(const Tensor& full, int dim, int64_t offset, i
 
 absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values) {
   return Tensor::FromValues(std::move(shape), values);
+}
+
+absl::StatusOr<Output> NewOutput(std::vector<int64_t> shape) {
+  Output out;
+  LOOM_ASSIGN_OR_RETURN(out.tensor, Tensor::CreateUninitialized(std::move(shape)));
+  // An f32 tensor, so As<float> cannot fail.
+  out.values = *out.tensor.As<float>();
+  return out;
 }
 
 absl::StatusOr<int64_t> CheckActivation(const Tensor& x, int64_t features, int64_t expected_dim0,

@@ -59,6 +59,14 @@ absl::StatusOr<Tensor> StoreSlice(const Tensor& full, int dim, int64_t offset, i
 // ToTensor returns an f32 tensor of `shape` holding `values`.
 absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const float> values);
 
+// NewOutput returns an uninitialized f32 tensor of `shape` and its values, for a
+// layer to write its output into (a product with beta = 0 writes every element).
+struct Output {
+  Tensor tensor;
+  absl::Span<float> values;
+};
+absl::StatusOr<Output> NewOutput(std::vector<int64_t> shape);
+
 // CheckActivation returns the rows (all dimensions but the last) of activation
 // `x` of layer `who`, or InvalidArgument naming the shape unless x is f32 of rank
 // >= 2 with last dimension `features` and, when expected_dim0 >= 0, dimension 0 of

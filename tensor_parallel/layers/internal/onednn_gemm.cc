@@ -19,10 +19,10 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/half_convert.h"
+#include "core/internal/helper_team.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.h"
 #include "oneapi/dnnl/dnnl_debug.h"
-#include "tensor_parallel/layers/internal/helper_team.h"
 
 namespace loom {
 namespace gemm_internal {
@@ -418,7 +418,7 @@ absl::Status OneDnnBf16Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixVie
                         Reserve(a_scratch, static_cast<size_t>(m * k)));
   LOOM_ASSIGN_OR_RETURN(const absl::Span<BFloat16> b16,
                         Reserve(b_scratch, static_cast<size_t>(k * n)));
-  HelperTeam& team = HelperTeam::ForThisThread();
+  core_internal::HelperTeam& team = core_internal::HelperTeam::ForThisThread();
   const int count = static_cast<int>(parts.size());
   // Phase 1: each part rounds its own rows of A and a share of B's stored rows (all of B
   // must be ready before any part multiplies).

@@ -14,7 +14,7 @@
 // runs every product on one OpenMP thread (set per call, then restored), and Loom splits a
 // product of `threads` threads into up to that many parts of C's rows (multiples of 16, none
 // below kMinMacsPerPart multiply-adds), each part one oneDNN product, run by the calling thread
-// and the helpers of its own HelperTeam (helper_team.h), which yield and then sleep while idle.
+// and the helpers of its own HelperTeam (core/internal/helper_team.h), which yield and then sleep while idle.
 // The rounding of A and B is split between them too. A part's bits depend only on its shape, so
 // a product's bits are the same from call to call at one thread count (not across counts). Under
 // ThreadSanitizer this path is off: TSan cannot see libgomp's synchronization inside oneDNN.

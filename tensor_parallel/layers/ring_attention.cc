@@ -1,0 +1,367 @@
+#include "tensor_parallel/layers/ring_attention.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "collectives/communicator.h"
+#include "core/buffer_view.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/flash_attention.h"
+#include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/placement.h"
+
+namespace loom {
+namespace {
+
+constexpr char kName[] = "RingAttention";
+
+// A run of a rank's rows at consecutive global positions.
+struct RowBlock {
+  int64_t row = 0;
+  int64_t position = 0;
+  int64_t length = 0;
+};
+
+// What every rank holds, known to every rank without a message: a rank's row blocks,
+// which hop carries which rank's keys and how many rows they have.
+struct Ring {
+  int cp = 1;
+  int rank = 0;
+  std::vector<std::vector<RowBlock>> blocks;  // by rank
+  std::vector<int64_t> rows;                  // by rank
+  int64_t max_rows = 0;
+
+  // Source returns the rank whose keys and values this rank holds after `hop` hops.
+  int Source(int hop) const { return ((rank - hop) % cp + cp) % cp; }
+  int Next() const { return (rank + 1) % cp; }
+  int Prev() const { return (rank + cp - 1) % cp; }
+};
+
+// BlocksOf turns chunks into row blocks, joining chunks at adjacent positions (zigzag's
+// rank cp - 1 holds chunks cp - 1 and cp): one flash call instead of two, so cp = 1
+// computes exactly what plain flash attention does, bit for bit. Empty chunks drop.
+std::vector<RowBlock> BlocksOf(const std::vector<PositionRange>& chunks) {
+  std::vector<RowBlock> blocks;
+  int64_t row = 0;
+  for (const PositionRange& c : chunks) {
+    if (c.length == 0) continue;
+    if (!blocks.empty() && blocks.back().position + blocks.back().length == c.offset) {
+      blocks.back().length += c.length;
+    } else {
+      blocks.push_back(RowBlock{row, c.offset, c.length});
+    }
+    row += c.length;
+  }
+  return blocks;
+}
+
+absl::StatusOr<Ring> MakeRing(int64_t seq_len, int cp, int rank, CpLayout layout) {
+  LOOM_RETURN_IF_ERROR(CpChunks(seq_len, cp, rank, layout).status());
+  Ring ring;
+  ring.cp = cp;
+  ring.rank = rank;
+  for (int r = 0; r < cp; ++r) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<PositionRange> chunks, CpChunks(seq_len, cp, r, layout));
+    int64_t rows = 0;
+    for (const PositionRange& c : chunks) rows += c.length;
+    ring.blocks.push_back(BlocksOf(chunks));
+    ring.rows.push_back(rows);
+    ring.max_rows = std::max(ring.max_rows, rows);
+  }
+  return ring;
+}
+
+std::string Shape(int64_t rows, int64_t cols) { return absl::StrCat("[", rows, ",", cols, "]"); }
+
+// CheckView returns InvalidArgument unless `name` is rows x cols and its span holds
+// every row: checked here because the blocks below slice the views before flash
+// attention sees them.
+template <typename View>
+absl::Status CheckView(const View& view, int64_t rows, int64_t cols, const char* name,
+                       const Ring& ring) {
+  if (view.rows != rows || view.cols != cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": ", name, " is ", Shape(view.rows, view.cols), " but rank ",
+                     ring.rank, " of ", ring.cp, " holds ", Shape(rows, cols)));
+  }
+  return CheckMatrixLayout(view, absl::StrCat(kName, ": ", name));
+}
+
+absl::Status CheckLse(size_t size, int64_t rows, const Ring& ring) {
+  if (static_cast<int64_t>(size) != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": lse has ", size, " values but rank ",
+                                                   ring.rank, " of ", ring.cp, " holds ", rows,
+                                                   " rows"));
+  }
+  return absl::OkStatus();
+}
+
+// CheckForwardViews checks what Forward and Backward share: q, k, v and out are this
+// rank's rows x d (d = q's columns) and lse has one value per row.
+template <typename OutView>
+absl::Status CheckForwardViews(const ConstMatrixView& q, const ConstMatrixView& k,
+                               const ConstMatrixView& v, const OutView& out, size_t lse_size,
+                               const Ring& ring) {
+  const int64_t rows = ring.rows[static_cast<size_t>(ring.rank)], d = q.cols;
+  LOOM_RETURN_IF_ERROR(CheckView(q, rows, d, "q", ring));
+  LOOM_RETURN_IF_ERROR(CheckView(k, rows, d, "k", ring));
+  LOOM_RETURN_IF_ERROR(CheckView(v, rows, d, "v", ring));
+  LOOM_RETURN_IF_ERROR(CheckView(out, rows, d, "out", ring));
+  return CheckLse(lse_size, rows, ring);
+}
+
+// Rows [first, first + count) of a view (count > 0).
+template <typename View>
+View Rows(View m, int64_t first, int64_t count) {
+  return View{m.data.subspan(static_cast<size_t>(first * m.ld),
+                             static_cast<size_t>((count - 1) * m.ld + m.cols)),
+              count, m.cols, m.ld};
+}
+
+// Pack copies a view's rows into dense storage.
+void Pack(ConstMatrixView m, float* dst) {
+  for (int64_t i = 0; i < m.rows; ++i) {
+    std::copy_n(m.data.data() + i * m.ld, m.cols, dst + i * m.cols);
+  }
+}
+
+// AddInto adds dense rows into a view.
+void AddInto(const float* src, MatrixView m) {
+  for (int64_t i = 0; i < m.rows; ++i) {
+    float* row = m.data.data() + i * m.ld;
+    for (int64_t e = 0; e < m.cols; ++e) row[e] += src[i * m.cols + e];
+  }
+}
+
+// Visible: under a causal mask, a key block wholly after the query block's last
+// position contributes nothing; skipping it also keeps -inf rows out of the merges.
+bool Visible(const RowBlock& q, const RowBlock& k, bool causal) {
+  return !causal || k.position <= q.position + q.length - 1;
+}
+
+FlashAttentionOptions FlashOptions(const RingAttentionOptions& options) {
+  FlashAttentionOptions flash;
+  flash.causal = options.causal;
+  flash.scale = options.scale;
+  flash.tile_q = options.tile_q;
+  flash.tile_k = options.tile_k;
+  return flash;
+}
+
+// Hop sends `send` to the next rank and receives `recv` from the previous one, even
+// ranks sending first and odd ranks receiving first (the header's deadlock argument).
+absl::Status Hop(Communicator& comm, const Ring& ring, absl::Span<const float> send,
+                 absl::Span<float> recv) {
+  if (ring.rank % 2 == 0) {
+    LOOM_RETURN_IF_ERROR(comm.Send(ConstBufferView::Of(send), ring.Next()));
+    return comm.Recv(BufferView::Of(recv), ring.Prev());
+  }
+  LOOM_RETURN_IF_ERROR(comm.Recv(BufferView::Of(recv), ring.Prev()));
+  return comm.Send(ConstBufferView::Of(send), ring.Next());
+}
+
+// Fit grows a buffer to n values; a buffer already large enough is left alone, so
+// steady-state calls allocate nothing.
+std::vector<float>& Fit(std::vector<float>& buffer, size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer;
+}
+
+size_t Elements(int64_t rows, int64_t d, int parts) {
+  return static_cast<size_t>(rows * d * parts);
+}
+
+}  // namespace
+
+struct RingAttentionBuffersAccess {
+  static std::vector<float>& held(RingAttentionBuffers& b) { return b.held_; }
+  static std::vector<float>& landing(RingAttentionBuffers& b) { return b.landing_; }
+  static std::vector<float>& block_out(RingAttentionBuffers& b) { return b.block_out_; }
+  static std::vector<float>& block_lse(RingAttentionBuffers& b) { return b.block_lse_; }
+};
+
+absl::string_view CpLayoutName(CpLayout layout) {
+  return layout == CpLayout::kZigzag ? "zigzag" : "contiguous";
+}
+
+absl::StatusOr<std::vector<PositionRange>> CpChunks(int64_t seq_len, int cp, int rank,
+                                                    CpLayout layout) {
+  if (cp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("CpChunks: cp is ", cp, " (seq_len ", seq_len,
+                                                   ", rank ", rank, "): it must be at least 1"));
+  }
+  if (seq_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CpChunks: seq_len is ", seq_len, " (cp ", cp,
+                                                   ", rank ", rank, "): it must be at least 0"));
+  }
+  if (rank < 0 || rank >= cp) {
+    return absl::InvalidArgumentError(absl::StrCat("CpChunks: rank is ", rank, " but cp is ", cp,
+                                                   ": it must be in [0, ", cp, ")"));
+  }
+  const auto range = [&](int shards, int index) {
+    const ShardExtent e = ShardExtentOf(seq_len, shards, index, ShardRule::kBalanced);
+    return PositionRange{e.offset, e.length};
+  };
+  if (layout == CpLayout::kContiguous) return std::vector<PositionRange>{range(cp, rank)};
+  return std::vector<PositionRange>{range(2 * cp, rank), range(2 * cp, 2 * cp - 1 - rank)};
+}
+
+absl::Status RingAttentionForward(Communicator& cp, ConstMatrixView q, ConstMatrixView k,
+                                  ConstMatrixView v, int64_t seq_len,
+                                  const RingAttentionOptions& options, MatrixView out,
+                                  absl::Span<float> lse, RingAttentionBuffers* buffers) {
+  LOOM_ASSIGN_OR_RETURN(const Ring ring, MakeRing(seq_len, cp.size(), cp.rank(), options.layout));
+  const int64_t rows = ring.rows[ring.rank], d = q.cols;
+  LOOM_RETURN_IF_ERROR(CheckForwardViews(q, k, v, out, lse.size(), ring));
+  const FlashAttentionOptions flash = FlashOptions(options);
+  const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
+
+  // The visiting keys and values, packed [K | V], and the next hop's landing place:
+  // an odd rank receives before it sends, so the two cannot share storage.
+  RingAttentionBuffers own;
+  RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
+  using Access = RingAttentionBuffersAccess;
+  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 2));
+  std::vector<float>& landing = Fit(Access::landing(b), held.size());
+  Pack(k, held.data());
+  Pack(v, held.data() + rows * d);
+  std::vector<float>& block_out = Fit(Access::block_out(b), Elements(rows, d, 1));
+  std::vector<float>& block_lse = Fit(Access::block_lse(b), static_cast<size_t>(rows));
+  // A query block's first visible key block writes (out, lse); later ones merge into
+  // them, so out's initial contents are never read.
+  std::vector<bool> written(mine.size(), false);
+
+  for (int hop = 0; hop < ring.cp; ++hop) {
+    const int source = ring.Source(hop);
+    const int64_t n = ring.rows[source];
+    const absl::Span<const float> kv(held.data(), Elements(n, d, 2));
+    const ConstMatrixView kb = Dense(kv.subspan(0, Elements(n, d, 1)), n, d);
+    const ConstMatrixView vb = Dense(kv.subspan(Elements(n, d, 1)), n, d);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const RowBlock& qb = mine[i];
+      const MatrixView o = Rows(out, qb.row, qb.length);
+      const absl::Span<float> l =
+          lse.subspan(static_cast<size_t>(qb.row), static_cast<size_t>(qb.length));
+      for (const RowBlock& kblk : ring.blocks[source]) {
+        if (!Visible(qb, kblk, options.causal)) continue;
+        const AttentionBlock block{Rows(q, qb.row, qb.length), Rows(kb, kblk.row, kblk.length),
+                                   Rows(vb, kblk.row, kblk.length), qb.position, kblk.position};
+        if (!written[i]) {
+          LOOM_RETURN_IF_ERROR(FlashAttentionForward(block, o, l, flash));
+          written[i] = true;
+          continue;
+        }
+        const MatrixView bo = Dense(absl::MakeSpan(block_out), qb.length, d);
+        const absl::Span<float> bl =
+            absl::MakeSpan(block_lse).subspan(0, static_cast<size_t>(qb.length));
+        LOOM_RETURN_IF_ERROR(FlashAttentionForward(block, bo, bl, flash));
+        LOOM_RETURN_IF_ERROR(
+            MergeAttentionBlocks(o, l, ConstMatrixView{bo.data, bo.rows, d, d}, bl));
+      }
+    }
+    if (hop + 1 == ring.cp) break;
+    const int64_t incoming = ring.rows[ring.Source(hop + 1)];
+    LOOM_RETURN_IF_ERROR(
+        Hop(cp, ring, kv, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 2))));
+    std::swap(held, landing);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingAttentionBackward(Communicator& cp, ConstMatrixView q, ConstMatrixView k,
+                                   ConstMatrixView v, int64_t seq_len,
+                                   const RingAttentionOptions& options, ConstMatrixView out,
+                                   ConstMatrixView grad_out, absl::Span<const float> lse,
+                                   MatrixView grad_q, MatrixView grad_k, MatrixView grad_v,
+                                   RingAttentionBuffers* buffers) {
+  LOOM_ASSIGN_OR_RETURN(const Ring ring, MakeRing(seq_len, cp.size(), cp.rank(), options.layout));
+  const int64_t rows = ring.rows[ring.rank], d = q.cols;
+  LOOM_RETURN_IF_ERROR(CheckForwardViews(q, k, v, out, lse.size(), ring));
+  LOOM_RETURN_IF_ERROR(CheckView(grad_out, rows, d, "grad_out", ring));
+  LOOM_RETURN_IF_ERROR(CheckView(grad_q, rows, d, "grad_q", ring));
+  LOOM_RETURN_IF_ERROR(CheckView(grad_k, rows, d, "grad_k", ring));
+  LOOM_RETURN_IF_ERROR(CheckView(grad_v, rows, d, "grad_v", ring));
+  const FlashAttentionOptions flash = FlashOptions(options);
+  const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
+
+  // The visiting block packed [K | V | dK | dV]: its gradients travel with it, each
+  // rank adding its queries' share, so no rank ever holds more than one block's.
+  RingAttentionBuffers own;
+  RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
+  using Access = RingAttentionBuffersAccess;
+  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 4));
+  std::vector<float>& landing = Fit(Access::landing(b), held.size());
+  Pack(k, held.data());
+  Pack(v, held.data() + rows * d);
+  std::fill_n(held.data() + 2 * rows * d, 2 * rows * d, 0.0f);
+
+  for (int hop = 0; hop < ring.cp; ++hop) {
+    const int source = ring.Source(hop);
+    const int64_t n = ring.rows[source];
+    const absl::Span<float> block(held.data(), Elements(n, d, 4));
+    const auto part = [&](int i) { return block.subspan(Elements(n, d, i), Elements(n, d, 1)); };
+    const ConstMatrixView kb = Dense(absl::Span<const float>(part(0)), n, d);
+    const ConstMatrixView vb = Dense(absl::Span<const float>(part(1)), n, d);
+    const MatrixView dkb = Dense(part(2), n, d), dvb = Dense(part(3), n, d);
+    for (const RowBlock& qb : mine) {
+      const absl::Span<const float> l =
+          lse.subspan(static_cast<size_t>(qb.row), static_cast<size_t>(qb.length));
+      for (const RowBlock& kblk : ring.blocks[source]) {
+        if (!Visible(qb, kblk, options.causal)) continue;
+        const AttentionBlock attention{Rows(q, qb.row, qb.length), Rows(kb, kblk.row, kblk.length),
+                                       Rows(vb, kblk.row, kblk.length), qb.position, kblk.position};
+        LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
+            attention, Rows(out, qb.row, qb.length), Rows(grad_out, qb.row, qb.length), l,
+            Rows(grad_q, qb.row, qb.length), Rows(dkb, kblk.row, kblk.length),
+            Rows(dvb, kblk.row, kblk.length), flash));
+      }
+    }
+    if (hop + 1 == ring.cp) break;
+    const int64_t incoming = ring.rows[ring.Source(hop + 1)];
+    LOOM_RETURN_IF_ERROR(
+        Hop(cp, ring, block, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 4))));
+    std::swap(held, landing);
+  }
+
+  // After cp - 1 hops this rank holds the next rank's block with every rank's share
+  // added; one more hop of dK and dV alone takes it home.
+  const float* home = held.data() + 2 * rows * d;
+  if (ring.cp > 1) {
+    const int64_t n = ring.rows[ring.Next()];
+    const absl::Span<const float> grads(held.data() + 2 * n * d, Elements(n, d, 2));
+    LOOM_RETURN_IF_ERROR(
+        Hop(cp, ring, grads, absl::MakeSpan(landing).subspan(0, Elements(rows, d, 2))));
+    home = landing.data();
+  }
+  AddInto(home, grad_k);
+  AddInto(home + rows * d, grad_v);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RingAttentionTraffic> RingAttentionSentElements(int64_t seq_len, int cp, int rank,
+                                                               CpLayout layout, int64_t d) {
+  if (d < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RingAttentionSentElements: d is ", d, ": it must be at least 0"));
+  }
+  LOOM_ASSIGN_OR_RETURN(const Ring ring, MakeRing(seq_len, cp, rank, layout));
+  RingAttentionTraffic traffic;
+  for (int hop = 0; hop + 1 < cp; ++hop) {
+    const int64_t n = ring.rows[ring.Source(hop)];
+    traffic.forward += 2 * n * d;
+    traffic.backward += 4 * n * d;
+  }
+  if (cp > 1) traffic.backward += 2 * ring.rows[ring.Next()] * d;
+  return traffic;
+}
+
+}  // namespace loom

@@ -1,0 +1,426 @@
+// RingAttentionForward / Backward on cp = 1..4 thread ranks against a double-precision
+// attention of the whole sequence written out with plain loops, for both layouts,
+// causal and full masks, sequence lengths that do and do not divide into the chunks
+// (and shorter than the chunk count, so some ranks hold nothing), d = 8 and 16. Each
+// rank's rows are gathered back to their global positions and compared within 2e-5
+// (out, lse) and 5e-5 (gradients) of the reference's largest magnitude, as
+// flash_attention_test does. Also: the elements each rank sends, the layouts' cover and
+// causal balance, cp = 1 against plain flash attention bit for bit, and bad input.
+#include "tensor_parallel/layers/ring_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/collective_kind.h"
+#include "collectives/communicator.h"
+#include "core/status_macros.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tensor_parallel/layers/flash_attention.h"
+#include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/internal/tp_testing.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+using tp_layers_testing::ExpectAllOk;
+using tp_layers_testing::RandomValues;
+using tp_layers_testing::RunTp;
+
+constexpr double kOutputBound = 2e-5;
+constexpr double kGradBound = 5e-5;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+// Attention of the whole sequence [s, d] in double: every score, the whole softmax,
+// the usual backward.
+Reference Attention(const std::vector<float>& q, const std::vector<float>& k,
+                    const std::vector<float>& v, const std::vector<float>& dout, int64_t s,
+                    int64_t d, bool causal) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const auto at = [d](const std::vector<float>& m, int64_t i, int64_t e) {
+    return static_cast<double>(m[static_cast<size_t>(i * d + e)]);
+  };
+  Reference ref;
+  ref.out.assign(s * d, 0.0);
+  ref.lse.assign(s, kNegInf);
+  ref.dq.assign(s * d, 0.0);
+  ref.dk.assign(s * d, 0.0);
+  ref.dv.assign(s * d, 0.0);
+  for (int64_t i = 0; i < s; ++i) {
+    const int64_t visible = causal ? i + 1 : s;
+    std::vector<double> p(visible), dp(visible, 0.0);
+    double max = kNegInf;
+    for (int64_t j = 0; j < visible; ++j) {
+      double dot = 0;
+      for (int64_t e = 0; e < d; ++e) dot += at(q, i, e) * at(k, j, e);
+      p[j] = dot * scale;
+      max = std::max(max, p[j]);
+    }
+    double sum = 0;
+    for (double& x : p) sum += x = std::exp(x - max);
+    ref.lse[i] = max + std::log(sum);
+    double correction = 0;
+    for (int64_t j = 0; j < visible; ++j) {
+      p[j] /= sum;
+      for (int64_t e = 0; e < d; ++e) {
+        ref.out[i * d + e] += p[j] * at(v, j, e);
+        dp[j] += at(dout, i, e) * at(v, j, e);
+      }
+      correction += p[j] * dp[j];
+    }
+    for (int64_t j = 0; j < visible; ++j) {
+      const double ds = p[j] * (dp[j] - correction);
+      for (int64_t e = 0; e < d; ++e) {
+        ref.dv[j * d + e] += p[j] * at(dout, i, e);
+        ref.dq[i * d + e] += scale * ds * at(k, j, e);
+        ref.dk[j * d + e] += scale * ds * at(q, i, e);
+      }
+    }
+  }
+  return ref;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double bound,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1.0;
+  for (double e : want) scale = std::max(scale, std::abs(e));
+  double worst = 0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (!(diff <= worst)) {  // a NaN is the worst of all
+      worst = diff;
+      worst_at = i;
+    }
+  }
+  EXPECT_LE(worst, bound * scale) << what << " at element " << worst_at;
+}
+
+// Rows of a [s, d] matrix at a rank's positions, in the rank's row order.
+std::vector<float> Gather(const std::vector<float>& m, const std::vector<PositionRange>& chunks,
+                          int64_t d) {
+  std::vector<float> rows;
+  for (const PositionRange& c : chunks) {
+    rows.insert(rows.end(), m.begin() + c.offset * d, m.begin() + (c.offset + c.length) * d);
+  }
+  return rows;
+}
+
+// Scatter writes a rank's rows back to their positions in a [s, width] matrix.
+void Scatter(const std::vector<float>& rows, const std::vector<PositionRange>& chunks,
+             int64_t width, std::vector<float>& m) {
+  int64_t row = 0;
+  for (const PositionRange& c : chunks) {
+    std::copy_n(rows.begin() + row * width, c.length * width, m.begin() + c.offset * width);
+    row += c.length;
+  }
+}
+
+int64_t RowsOf(const std::vector<PositionRange>& chunks) {
+  int64_t rows = 0;
+  for (const PositionRange& c : chunks) rows += c.length;
+  return rows;
+}
+
+struct Case {
+  int cp;
+  CpLayout layout;
+  bool causal;
+  int64_t seq_len;
+  int64_t d;
+};
+
+std::string NameOf(const Case& c) {
+  return absl::StrCat("cp", c.cp, "_", CpLayoutName(c.layout), c.causal ? "_causal" : "_full", "_s",
+                      c.seq_len, "_d", c.d);
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << NameOf(c); }
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (int cp : {1, 2, 3, 4}) {
+    for (CpLayout layout : {CpLayout::kZigzag, CpLayout::kContiguous}) {
+      for (bool causal : {true, false}) {
+        for (int64_t seq_len : {3, 37, 64, 100}) {
+          cases.push_back(Case{cp, layout, causal, seq_len, seq_len == 64 ? 16 : 8});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+// What each rank computed, gathered at global positions, and what it sent.
+struct RingResult {
+  std::vector<float> out, lse, dq, dk, dv;
+  std::vector<int64_t> forward_sent, backward_sent;  // elements, by rank
+};
+
+RingResult RunRing(const Case& c, const RingAttentionOptions& options, const std::vector<float>& q,
+                   const std::vector<float>& k, const std::vector<float>& v,
+                   const std::vector<float>& dout,
+                   std::vector<RingAttentionBuffers>* buffers = nullptr) {
+  const int64_t s = c.seq_len, d = c.d;
+  RingResult result;
+  result.out.assign(s * d, 0.0f);
+  result.lse.assign(s, 0.0f);
+  result.dq.assign(s * d, 0.0f);
+  result.dk.assign(s * d, 0.0f);
+  result.dv.assign(s * d, 0.0f);
+  result.forward_sent.assign(c.cp, 0);
+  result.backward_sent.assign(c.cp, 0);
+  ExpectAllOk(RunTp(c.cp, [&](Communicator& comm) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
+                          CpChunks(s, comm.size(), comm.rank(), c.layout));
+    const int64_t rows = RowsOf(chunks);
+    const std::vector<float> lq = Gather(q, chunks, d), lk = Gather(k, chunks, d);
+    const std::vector<float> lv = Gather(v, chunks, d), ldout = Gather(dout, chunks, d);
+    // Seeded garbage in out: Forward must overwrite every row.
+    std::vector<float> out = RandomValues(rows * d, 99), lse(static_cast<size_t>(rows), 7.0f);
+    const auto sent = [&comm] {
+      return static_cast<int64_t>(comm.Counters(CollectiveKind::kSendRecv).bytes_sent /
+                                  sizeof(float));
+    };
+    RingAttentionBuffers* b = buffers != nullptr ? &(*buffers)[comm.rank()] : nullptr;
+    const int64_t before = sent();
+    LOOM_RETURN_IF_ERROR(
+        RingAttentionForward(comm, Dense(lq, rows, d), Dense(lk, rows, d), Dense(lv, rows, d), s,
+                             options, Dense(absl::MakeSpan(out), rows, d), absl::MakeSpan(lse), b));
+    const int64_t after_forward = sent();
+    std::vector<float> dq(out.size(), 0.0f), dk(out.size(), 0.0f), dv(out.size(), 0.0f);
+    LOOM_RETURN_IF_ERROR(RingAttentionBackward(
+        comm, Dense(lq, rows, d), Dense(lk, rows, d), Dense(lv, rows, d), s, options,
+        Dense(out, rows, d), Dense(ldout, rows, d), lse, Dense(absl::MakeSpan(dq), rows, d),
+        Dense(absl::MakeSpan(dk), rows, d), Dense(absl::MakeSpan(dv), rows, d), b));
+    result.forward_sent[comm.rank()] = after_forward - before;
+    result.backward_sent[comm.rank()] = sent() - after_forward;
+    // Ranks write disjoint positions of the shared results.
+    Scatter(out, chunks, d, result.out);
+    Scatter(lse, chunks, 1, result.lse);
+    Scatter(dq, chunks, d, result.dq);
+    Scatter(dk, chunks, d, result.dk);
+    Scatter(dv, chunks, d, result.dv);
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+class RingAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RingAttentionTest, MatchesTheWholeSequenceReference) {
+  const Case& c = GetParam();
+  const int64_t s = c.seq_len, d = c.d;
+  // Queries and keys spread wider than values, so the softmax is far from uniform.
+  std::vector<float> q = RandomValues(s * d, 1), k = RandomValues(s * d, 2);
+  for (float& x : q) x *= 1.5f;
+  for (float& x : k) x *= 1.5f;
+  const std::vector<float> v = RandomValues(s * d, 3), dout = RandomValues(s * d, 4);
+  RingAttentionOptions options;
+  options.layout = c.layout;
+  options.causal = c.causal;
+  options.tile_q = 16;  // blocks of up to 50 rows span several tiles
+  options.tile_k = 16;
+  const Reference ref = Attention(q, k, v, dout, s, d, c.causal);
+  const RingResult got = RunRing(c, options, q, k, v, dout);
+
+  ExpectNear(got.out, ref.out, kOutputBound, "out");
+  ExpectNear(got.lse, ref.lse, kOutputBound, "lse");
+  ExpectNear(got.dq, ref.dq, kGradBound, "dq");
+  ExpectNear(got.dk, ref.dk, kGradBound, "dk");
+  ExpectNear(got.dv, ref.dv, kGradBound, "dv");
+
+  for (int rank = 0; rank < c.cp; ++rank) {
+    LOOM_ASSERT_OK_AND_ASSIGN(const RingAttentionTraffic traffic,
+                              RingAttentionSentElements(s, c.cp, rank, c.layout, d));
+    EXPECT_EQ(got.forward_sent[rank], traffic.forward) << "rank " << rank;
+    EXPECT_EQ(got.backward_sent[rank], traffic.backward) << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RingAttentionTest, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<Case>& case_info) {
+                           return NameOf(case_info.param);
+                         });
+
+TEST(RingAttentionTrafficTest, DivisibleSequencesSendTheFormula) {
+  // seq 64 divides into 2 cp chunks for cp = 1, 2, 4: every block has 64 / cp rows.
+  for (int cp : {1, 2, 4}) {
+    for (CpLayout layout : {CpLayout::kZigzag, CpLayout::kContiguous}) {
+      const int64_t rows = 64 / cp, d = 16;
+      for (int rank = 0; rank < cp; ++rank) {
+        LOOM_ASSERT_OK_AND_ASSIGN(const RingAttentionTraffic traffic,
+                                  RingAttentionSentElements(64, cp, rank, layout, d));
+        EXPECT_EQ(traffic.forward, 2 * (cp - 1) * rows * d);
+        EXPECT_EQ(traffic.backward, cp == 1 ? 0 : (4 * (cp - 1) + 2) * rows * d);
+      }
+    }
+  }
+  EXPECT_THAT(RingAttentionSentElements(64, 4, 0, CpLayout::kZigzag, -1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("d is -1")));
+}
+
+TEST(CpChunksTest, EveryPositionOnceAndChunkSizesWithinOne) {
+  for (int cp = 1; cp <= 5; ++cp) {
+    for (CpLayout layout : {CpLayout::kZigzag, CpLayout::kContiguous}) {
+      for (int64_t s : {0, 1, 3, 37, 64, 100}) {
+        const std::string what = absl::StrCat(CpLayoutName(layout), " cp ", cp, " s ", s);
+        std::vector<int> seen(static_cast<size_t>(s), 0);
+        int64_t shortest = s, longest = 0;
+        for (int rank = 0; rank < cp; ++rank) {
+          LOOM_ASSERT_OK_AND_ASSIGN(const std::vector<PositionRange> chunks,
+                                    CpChunks(s, cp, rank, layout));
+          ASSERT_EQ(chunks.size(), layout == CpLayout::kZigzag ? 2u : 1u) << what;
+          for (const PositionRange& c : chunks) {
+            shortest = std::min(shortest, c.length);
+            longest = std::max(longest, c.length);
+            for (int64_t p = c.offset; p < c.offset + c.length; ++p) ++seen[p];
+          }
+        }
+        EXPECT_THAT(seen, ::testing::Each(1)) << what;
+        EXPECT_LE(longest - shortest, 1) << what;
+      }
+    }
+  }
+  LOOM_ASSERT_OK_AND_ASSIGN(const std::vector<PositionRange> chunks,
+                            CpChunks(100, 4, 1, CpLayout::kZigzag));
+  EXPECT_EQ(chunks[0].offset, 13);
+  EXPECT_EQ(chunks[0].length, 13);
+  EXPECT_EQ(chunks[1].offset, 76);
+  EXPECT_EQ(chunks[1].length, 12);
+}
+
+// CausalPairs counts the (query, key) pairs a rank's queries see under a causal mask.
+int64_t CausalPairs(const std::vector<PositionRange>& chunks) {
+  int64_t pairs = 0;
+  for (const PositionRange& c : chunks) {
+    for (int64_t p = c.offset; p < c.offset + c.length; ++p) pairs += p + 1;
+  }
+  return pairs;
+}
+
+TEST(CpChunksTest, ZigzagBalancesCausalWorkAndContiguousDoesNot) {
+  std::vector<double> zigzag, contiguous;
+  for (int rank = 0; rank < 4; ++rank) {
+    LOOM_ASSERT_OK_AND_ASSIGN(const auto z, CpChunks(64, 4, rank, CpLayout::kZigzag));
+    LOOM_ASSERT_OK_AND_ASSIGN(const auto c, CpChunks(64, 4, rank, CpLayout::kContiguous));
+    zigzag.push_back(static_cast<double>(CausalPairs(z)));
+    contiguous.push_back(static_cast<double>(CausalPairs(c)));
+  }
+  const auto ratio = [](const std::vector<double>& w) {
+    return *std::max_element(w.begin(), w.end()) / *std::min_element(w.begin(), w.end());
+  };
+  EXPECT_EQ(zigzag, std::vector<double>(4, 520.0));
+  EXPECT_LE(ratio(zigzag), 1.1);
+  EXPECT_EQ(contiguous, (std::vector<double>{136.0, 392.0, 648.0, 904.0}));
+  EXPECT_GE(ratio(contiguous), 3.0);
+  // An uneven length stays within a chunk's rounding.
+  zigzag.clear();
+  for (int rank = 0; rank < 4; ++rank) {
+    LOOM_ASSERT_OK_AND_ASSIGN(const auto z, CpChunks(100, 4, rank, CpLayout::kZigzag));
+    zigzag.push_back(static_cast<double>(CausalPairs(z)));
+  }
+  EXPECT_LE(ratio(zigzag), 1.1);
+}
+
+TEST(CpChunksTest, BadArgumentsNameTheValues) {
+  EXPECT_THAT(
+      CpChunks(100, 0, 0, CpLayout::kZigzag).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("CpChunks: cp is 0 (seq_len 100, rank 0): it must be at least 1")));
+  EXPECT_THAT(CpChunks(-3, 2, 0, CpLayout::kContiguous).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("seq_len is -3 (cp 2")));
+  EXPECT_THAT(CpChunks(10, 4, 4, CpLayout::kZigzag).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank is 4 but cp is 4: it must be in [0, 4)")));
+  EXPECT_THAT(CpChunks(10, 4, -1, CpLayout::kZigzag).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank is -1")));
+}
+
+TEST(RingAttentionCallTest, WrongShapesNameThem) {
+  const std::vector<float> x(40, 0.5f);
+  std::vector<float> out(40), lse(10);
+  ExpectAllOk(RunTp(1, [&](Communicator& comm) -> absl::Status {
+    // Rank 0 of 1 holds all 10 positions; 9 rows of q is wrong.
+    EXPECT_THAT(RingAttentionForward(comm, Dense(x, 9, 4), Dense(x, 10, 4), Dense(x, 10, 4), 10, {},
+                                     Dense(absl::MakeSpan(out), 10, 4), absl::MakeSpan(lse)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("q is [9,4] but rank 0 of 1 holds [10,4]")));
+    EXPECT_THAT(
+        RingAttentionForward(comm, Dense(x, 10, 4), Dense(x, 10, 4), Dense(x, 10, 4), 10, {},
+                             Dense(absl::MakeSpan(out), 10, 4), absl::MakeSpan(lse).subspan(1)),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lse has 9 values")));
+    EXPECT_THAT(RingAttentionForward(comm, Dense(x, 10, 4), Dense(x, 10, 4), Dense(x, 10, 4), -1,
+                                     {}, Dense(absl::MakeSpan(out), 10, 4), absl::MakeSpan(lse)),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("seq_len is -1")));
+    return absl::OkStatus();
+  }));
+}
+
+// Buffers kept across calls of different shapes give what fresh ones give, bit for
+// bit: nothing left over from an earlier call (a larger block, its gradients) leaks in.
+TEST(RingAttentionCallTest, BuffersKeptAcrossCallsGiveTheSameBits) {
+  std::vector<RingAttentionBuffers> buffers(3);
+  for (const Case& c :
+       {Case{3, CpLayout::kZigzag, true, 100, 16}, Case{3, CpLayout::kContiguous, false, 37, 8},
+        Case{3, CpLayout::kZigzag, true, 64, 8}}) {
+    const int64_t n = c.seq_len * c.d;
+    const std::vector<float> q = RandomValues(n, 31), k = RandomValues(n, 32);
+    const std::vector<float> v = RandomValues(n, 33), dout = RandomValues(n, 34);
+    RingAttentionOptions options;
+    options.layout = c.layout;
+    options.causal = c.causal;
+    const RingResult fresh = RunRing(c, options, q, k, v, dout);
+    const RingResult kept = RunRing(c, options, q, k, v, dout, &buffers);
+    EXPECT_EQ(kept.out, fresh.out) << NameOf(c);
+    EXPECT_EQ(kept.lse, fresh.lse) << NameOf(c);
+    EXPECT_EQ(kept.dq, fresh.dq) << NameOf(c);
+    EXPECT_EQ(kept.dk, fresh.dk) << NameOf(c);
+    EXPECT_EQ(kept.dv, fresh.dv) << NameOf(c);
+  }
+}
+
+// cp = 1 is one flash attention call over the whole sequence: the same bits.
+TEST(RingAttentionCallTest, OneRankIsPlainFlashAttentionBitForBit) {
+  const int64_t s = 37, d = 8;
+  const std::vector<float> q = RandomValues(s * d, 21), k = RandomValues(s * d, 22);
+  const std::vector<float> v = RandomValues(s * d, 23), dout = RandomValues(s * d, 24);
+  for (CpLayout layout : {CpLayout::kZigzag, CpLayout::kContiguous}) {
+    for (bool causal : {true, false}) {
+      RingAttentionOptions options;
+      options.layout = layout;
+      options.causal = causal;
+      FlashAttentionOptions flash;
+      flash.causal = causal;
+      std::vector<float> out(s * d), lse(s), dq(s * d, 0.0f), dk(s * d, 0.0f), dv(s * d, 0.0f);
+      const AttentionBlock block{Dense(q, s, d), Dense(k, s, d), Dense(v, s, d)};
+      LOOM_ASSERT_OK(FlashAttentionForward(block, Dense(absl::MakeSpan(out), s, d),
+                                           absl::MakeSpan(lse), flash));
+      LOOM_ASSERT_OK(FlashAttentionBackward(
+          block, Dense(out, s, d), Dense(dout, s, d), lse, Dense(absl::MakeSpan(dq), s, d),
+          Dense(absl::MakeSpan(dk), s, d), Dense(absl::MakeSpan(dv), s, d), flash));
+      const RingResult ring = RunRing(Case{1, layout, causal, s, d}, options, q, k, v, dout);
+      const std::string what = absl::StrCat(CpLayoutName(layout), causal ? " causal" : " full");
+      EXPECT_EQ(ring.out, out) << what;
+      EXPECT_EQ(ring.lse, lse) << what;
+      EXPECT_EQ(ring.dq, dq) << what;
+      EXPECT_EQ(ring.dk, dk) << what;
+      EXPECT_EQ(ring.dv, dv) << what;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
