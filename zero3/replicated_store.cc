@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -140,7 +141,12 @@ absl::Status ReplicatedStore::AddGrad(int param, absl::Span<const float> grad) {
                                                    spec(param).name, "\") got ", grad.size(),
                                                    " elements for ", into.size()));
   }
-  for (size_t i = 0; i < into.size(); ++i) into[i] += grad[i];
+  // On the rank's threads (core/parallel_for.h): each element is one addition, so the
+  // bits do not depend on the split.
+  ParallelForEach(static_cast<int64_t>(into.size()), kElementwiseGrain,
+                  [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) into[i] += grad[i];
+  });
   return absl::OkStatus();
 }
 

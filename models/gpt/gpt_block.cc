@@ -17,7 +17,7 @@ using train_internal::AddInto;
 using train_internal::AppendParameter;
 using train_internal::Bytes;
 using train_internal::Free;
-using train_internal::ToTensor;
+using train_internal::NewActivation;
 using train_internal::Values;
 
 namespace {
@@ -93,27 +93,34 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
   shape_ = x.shape();
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
   x0_.assign(xv.begin(), xv.end());
-  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln1,
-                        LayerNormForward(x0_, Norm(kLn1Gamma), Norm(kLn1Beta), config_.layer_norm_eps));
-  mean1_ = std::move(ln1.mean);
-  rstd1_ = std::move(ln1.rstd);
-  LOOM_ASSIGN_OR_RETURN(Tensor ln1_out, ToTensor(shape_, ln1.y));
-  LOOM_ASSIGN_OR_RETURN(Tensor attn_out, attn_.Forward(ln1_out));
+  const size_t rows = x0_.size() / static_cast<size_t>(h);
+  // Each pass writes into the next layer's input tensor (no copy).
+  mean1_.resize(rows);
+  rstd1_.resize(rows);
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln1_out, NewActivation(shape_));
+  LOOM_RETURN_IF_ERROR(LayerNormForward(x0_, Norm(kLn1Gamma), Norm(kLn1Beta),
+                                        config_.layer_norm_eps, ln1_out.values,
+                                        absl::MakeSpan(mean1_), absl::MakeSpan(rstd1_)));
+  LOOM_ASSIGN_OR_RETURN(Tensor attn_out, attn_.Forward(ln1_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> av, Values(attn_out));
   x1_ = Add(x0_, av);
-  LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln2,
-                        LayerNormForward(x1_, Norm(kLn2Gamma), Norm(kLn2Beta), config_.layer_norm_eps));
-  mean2_ = std::move(ln2.mean);
-  rstd2_ = std::move(ln2.rstd);
-  LOOM_ASSIGN_OR_RETURN(Tensor ln2_out, ToTensor(shape_, ln2.y));
-  LOOM_ASSIGN_OR_RETURN(Tensor fc_out, fc_.Forward(ln2_out));
+  mean2_.resize(rows);
+  rstd2_.resize(rows);
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln2_out, NewActivation(shape_));
+  LOOM_RETURN_IF_ERROR(LayerNormForward(x1_, Norm(kLn2Gamma), Norm(kLn2Beta),
+                                        config_.layer_norm_eps, ln2_out.values,
+                                        absl::MakeSpan(mean2_), absl::MakeSpan(rstd2_)));
+  LOOM_ASSIGN_OR_RETURN(Tensor fc_out, fc_.Forward(ln2_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> fv, Values(fc_out));
   pre_gelu_.assign(fv.begin(), fv.end());
-  LOOM_ASSIGN_OR_RETURN(Tensor gelu_out, ToTensor(fc_out.shape(), GeluForward(pre_gelu_)));
-  LOOM_ASSIGN_OR_RETURN(Tensor mlp_out, proj_.Forward(gelu_out));
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation gelu_out, NewActivation(fc_out.shape()));
+  LOOM_RETURN_IF_ERROR(GeluForward(pre_gelu_, gelu_out.values));
+  LOOM_ASSIGN_OR_RETURN(Tensor mlp_out, proj_.Forward(gelu_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> mv, Values(mlp_out));
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation y, NewActivation(shape_));
+  Add(x1_, mv, y.values);
   has_forward_ = true;
-  return ToTensor(shape_, Add(x1_, mv));
+  return std::move(y.tensor);
 }
 
 size_t GptBlockWeightGradWork::bytes() const {
@@ -143,24 +150,26 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   // MLP branch: y = x1 + proj(gelu(fc(ln2(x1)))).
   LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.BackwardInput(dy, work.proj));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dgv, Values(d_gelu_out));
-  LOOM_ASSIGN_OR_RETURN(std::vector<float> d_pre_gelu, GeluBackward(pre_gelu_, dgv));
-  LOOM_ASSIGN_OR_RETURN(Tensor d_fc_out, ToTensor(d_gelu_out.shape(), d_pre_gelu));
-  LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out, work.fc));
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation d_fc_out, NewActivation(d_gelu_out.shape()));
+  LOOM_RETURN_IF_ERROR(GeluBackward(pre_gelu_, dgv, d_fc_out.values));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out.tensor, work.fc));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
   LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln2, LayerNormBackward(x1_, Norm(kLn2Gamma), mean2_, rstd2_, dl2));
   work.ln2_dgamma = std::move(ln2.dgamma);
   work.ln2_dbeta = std::move(ln2.dbeta);
-  const std::vector<float> dx1 = Add(dyv, ln2.dx);
+  // dx1 = dy + ln2's dx, in the tensor the attention's backward takes.
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation dx1, NewActivation(shape_));
+  Add(dyv, ln2.dx, dx1.values);
   // Attention branch: x1 = x0 + attn(ln1(x0)).
-  LOOM_ASSIGN_OR_RETURN(Tensor d_attn_out, ToTensor(shape_, dx1));
-  LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(d_attn_out, work.attn));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(dx1.tensor, work.attn));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl1, Values(d_ln1_out));
   LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(x0_, Norm(kLn1Gamma), mean1_, rstd1_, dl1));
   work.ln1_dgamma = std::move(ln1.dgamma);
   work.ln1_dbeta = std::move(ln1.dbeta);
-  const std::vector<int64_t> shape = shape_;
   ReleaseActivations();
-  return ToTensor(shape, Add(dx1, ln1.dx));
+  // dx = dx1 + ln1's dx, in place.
+  Add(dx1.values, ln1.dx, dx1.values);
+  return std::move(dx1.tensor);
 }
 
 absl::Status GptBlock::BackwardWeight(const GptBlockWeightGradWork& work) {

@@ -1,16 +1,38 @@
 #include "models/gpt/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "core/vector_math.h"
 
 namespace loom {
 
 namespace {
+
+// Rows per thread for rows of `width` elements.
+int64_t RowGrain(size_t width) {
+  return std::max<int64_t>(1,
+                           kElementwiseGrain / static_cast<int64_t>(std::max<size_t>(width, 1)));
+}
+
+// Element passes are split at multiples of kBlock, so every range but the last starts
+// and ends on a vector boundary (the kernels' bits then do not depend on the split).
+constexpr int64_t kBlock = 64;
+
+void ForEachBlockRange(size_t n, absl::FunctionRef<void(size_t begin, size_t end)> body) {
+  const int64_t blocks = (static_cast<int64_t>(n) + kBlock - 1) / kBlock;
+  ParallelForEach(blocks, kElementwiseGrain / kBlock, [&](int64_t first, int64_t last) {
+    body(static_cast<size_t>(first * kBlock),
+         std::min(n, static_cast<size_t>(last * kBlock)));
+  });
+}
 
 absl::Status CheckRows(const char* name, size_t x_size, size_t width) {
   if (width == 0 || x_size % width != 0) {
@@ -23,9 +45,9 @@ absl::Status CheckRows(const char* name, size_t x_size, size_t width) {
 
 }  // namespace
 
-absl::StatusOr<LayerNormOutput> LayerNormForward(absl::Span<const float> x,
-                                                 absl::Span<const float> gamma,
-                                                 absl::Span<const float> beta, float eps) {
+absl::Status LayerNormForward(absl::Span<const float> x, absl::Span<const float> gamma,
+                              absl::Span<const float> beta, float eps, absl::Span<float> y,
+                              absl::Span<float> mean, absl::Span<float> rstd) {
   constexpr char kName[] = "LayerNormForward";
   if (beta.size() != gamma.size()) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": beta has ", beta.size(),
@@ -37,27 +59,44 @@ absl::StatusOr<LayerNormOutput> LayerNormForward(absl::Span<const float> x,
   const size_t n = gamma.size();
   if (absl::Status s = CheckRows(kName, x.size(), n); !s.ok()) return s;
   const size_t rows = x.size() / n;
+  if (y.size() != x.size() || mean.size() != rows || rstd.size() != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": x has ", x.size(), " values (",
+                                                   rows, " rows), y ", y.size(), ", mean ",
+                                                   mean.size(), ", rstd ", rstd.size()));
+  }
+  // Rows are independent: each thread normalizes a range of them.
+  ParallelForEach(static_cast<int64_t>(rows), RowGrain(n), [&](int64_t first, int64_t last) {
+    for (size_t r = static_cast<size_t>(first); r < static_cast<size_t>(last); ++r) {
+      const float* xr = x.data() + r * n;
+      double sum = 0.0;
+      for (size_t j = 0; j < n; ++j) sum += static_cast<double>(xr[j]);
+      const float row_mean = static_cast<float>(sum / static_cast<double>(n));
+      double sq = 0.0;
+      for (size_t j = 0; j < n; ++j) {
+        const double d = static_cast<double>(xr[j] - row_mean);
+        sq += d * d;
+      }
+      const float var = static_cast<float>(sq / static_cast<double>(n));
+      const float row_rstd = 1.0f / std::sqrt(var + eps);
+      mean[r] = row_mean;
+      rstd[r] = row_rstd;
+      float* yr = y.data() + r * n;
+      for (size_t j = 0; j < n; ++j) yr[j] = (xr[j] - row_mean) * row_rstd * gamma[j] + beta[j];
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayerNormOutput> LayerNormForward(absl::Span<const float> x,
+                                                 absl::Span<const float> gamma,
+                                                 absl::Span<const float> beta, float eps) {
   LayerNormOutput out;
+  const size_t rows = gamma.empty() ? 0 : x.size() / gamma.size();
   out.y.resize(x.size());
   out.mean.resize(rows);
   out.rstd.resize(rows);
-  for (size_t r = 0; r < rows; ++r) {
-    const float* xr = x.data() + r * n;
-    double sum = 0.0;
-    for (size_t j = 0; j < n; ++j) sum += static_cast<double>(xr[j]);
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
-    double sq = 0.0;
-    for (size_t j = 0; j < n; ++j) {
-      const double d = static_cast<double>(xr[j] - mean);
-      sq += d * d;
-    }
-    const float var = static_cast<float>(sq / static_cast<double>(n));
-    const float rstd = 1.0f / std::sqrt(var + eps);
-    out.mean[r] = mean;
-    out.rstd[r] = rstd;
-    float* yr = out.y.data() + r * n;
-    for (size_t j = 0; j < n; ++j) yr[j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
-  }
+  LOOM_RETURN_IF_ERROR(LayerNormForward(x, gamma, beta, eps, absl::MakeSpan(out.y),
+                                        absl::MakeSpan(out.mean), absl::MakeSpan(out.rstd)));
   return out;
 }
 
@@ -77,35 +116,84 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
   }
   LayerNormGrads grads;
   grads.dx.resize(x.size());
-  std::vector<double> dgamma(n, 0.0), dbeta(n, 0.0);
-  std::vector<float> xhat(n), g(n);
-  for (size_t r = 0; r < rows; ++r) {
-    const float* xr = x.data() + r * n;
-    const float* dyr = dy.data() + r * n;
-    double sum_g = 0.0, sum_gx = 0.0;
-    for (size_t j = 0; j < n; ++j) {
-      xhat[j] = (xr[j] - mean[r]) * rstd[r];
-      g[j] = dyr[j] * gamma[j];
-      sum_g += static_cast<double>(g[j]);
-      sum_gx += static_cast<double>(g[j]) * static_cast<double>(xhat[j]);
-      dgamma[j] += static_cast<double>(dyr[j]) * static_cast<double>(xhat[j]);
-      dbeta[j] += static_cast<double>(dyr[j]);
+  // dx: rows are independent, each thread takes a range of them.
+  ParallelForEach(static_cast<int64_t>(rows), RowGrain(n), [&](int64_t first, int64_t last) {
+    for (size_t r = static_cast<size_t>(first); r < static_cast<size_t>(last); ++r) {
+      const float* xr = x.data() + r * n;
+      const float* dyr = dy.data() + r * n;
+      double sum_g = 0.0, sum_gx = 0.0;
+      for (size_t j = 0; j < n; ++j) {
+        const float xhat = (xr[j] - mean[r]) * rstd[r];
+        const float g = dyr[j] * gamma[j];
+        sum_g += static_cast<double>(g);
+        sum_gx += static_cast<double>(g) * static_cast<double>(xhat);
+      }
+      const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
+      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
+      float* dxr = grads.dx.data() + r * n;
+      for (size_t j = 0; j < n; ++j) {
+        const float xhat = (xr[j] - mean[r]) * rstd[r];
+        dxr[j] = rstd[r] * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+      }
     }
-    const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
-    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
-    float* dxr = grads.dx.data() + r * n;
-    for (size_t j = 0; j < n; ++j) dxr[j] = rstd[r] * (g[j] - mean_g - xhat[j] * mean_gx);
-  }
-  grads.dgamma.assign(dgamma.begin(), dgamma.end());
-  grads.dbeta.assign(dbeta.begin(), dbeta.end());
+  });
+  // dgamma and dbeta: sums over rows, split by columns, so each column is summed in
+  // row order by one thread (the same bits at every thread count).
+  grads.dgamma.resize(n);
+  grads.dbeta.resize(n);
+  ParallelForEach(static_cast<int64_t>(n), std::max<int64_t>(1, RowGrain(rows)),
+                  [&](int64_t first, int64_t last) {
+    const size_t j0 = static_cast<size_t>(first), j1 = static_cast<size_t>(last);
+    std::vector<double> dgamma(j1 - j0, 0.0), dbeta(j1 - j0, 0.0);
+    for (size_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * n;
+      const float* dyr = dy.data() + r * n;
+      for (size_t j = j0; j < j1; ++j) {
+        const float xhat = (xr[j] - mean[r]) * rstd[r];
+        dgamma[j - j0] += static_cast<double>(dyr[j]) * static_cast<double>(xhat);
+        dbeta[j - j0] += static_cast<double>(dyr[j]);
+      }
+    }
+    for (size_t j = j0; j < j1; ++j) {
+      grads.dgamma[j] = static_cast<float>(dgamma[j - j0]);
+      grads.dbeta[j] = static_cast<float>(dbeta[j - j0]);
+    }
+  });
   return grads;
+}
+
+absl::Status GeluForward(absl::Span<const float> x, absl::Span<float> y) {
+  if (x.size() != y.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GeluForward: x has ", x.size(), " values, y ", y.size()));
+  }
+  ForEachBlockRange(x.size(), [&](size_t begin, size_t end) {
+    // The sizes match, checked above.
+    GeluTanh(x.subspan(begin, end - begin), y.subspan(begin, end - begin)).IgnoreError();
+  });
+  return absl::OkStatus();
 }
 
 std::vector<float> GeluForward(absl::Span<const float> x) {
   std::vector<float> y(x.size());
   // The sizes match by construction.
-  GeluTanh(x, absl::MakeSpan(y)).IgnoreError();
+  GeluForward(x, absl::MakeSpan(y)).IgnoreError();
   return y;
+}
+
+absl::Status GeluBackward(absl::Span<const float> x, absl::Span<const float> dy,
+                          absl::Span<float> dx) {
+  if (x.size() != dy.size() || dx.size() != x.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("GeluBackward: x has ", x.size(),
+                                                   " values, dy ", dy.size(), ", dx ", dx.size()));
+  }
+  ForEachBlockRange(x.size(), [&](size_t begin, size_t end) {
+    const size_t len = end - begin;
+    // The sizes match, checked above.
+    GeluTanhBackward(x.subspan(begin, len), dy.subspan(begin, len), dx.subspan(begin, len))
+        .IgnoreError();
+  });
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> GeluBackward(absl::Span<const float> x,
@@ -115,7 +203,7 @@ absl::StatusOr<std::vector<float>> GeluBackward(absl::Span<const float> x,
         absl::StrCat("GeluBackward: x has ", x.size(), " values, dy ", dy.size()));
   }
   std::vector<float> dx(x.size());
-  LOOM_RETURN_IF_ERROR(GeluTanhBackward(x, dy, absl::MakeSpan(dx)));
+  LOOM_RETURN_IF_ERROR(GeluBackward(x, dy, absl::MakeSpan(dx)));
   return dx;
 }
 

@@ -52,6 +52,13 @@ absl::StatusOr<LayerNormOutput> LayerNormForward(absl::Span<const float> x,
                                                  absl::Span<const float> gamma,
                                                  absl::Span<const float> beta, float eps);
 
+// LayerNormForward, writing y, mean and rstd into the caller's memory (a layer's
+// output tensor: no copy). The same errors, and InvalidArgument naming the sizes
+// when y is not x's size or mean and rstd not one per row.
+absl::Status LayerNormForward(absl::Span<const float> x, absl::Span<const float> gamma,
+                              absl::Span<const float> beta, float eps, absl::Span<float> y,
+                              absl::Span<float> mean, absl::Span<float> rstd);
+
 // LayerNormBackward returns the gradients for output gradient dy, from the input x
 // and the mean and rstd LayerNormForward returned. InvalidArgument naming the
 // sizes when they do not fit together.
@@ -64,10 +71,18 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
 // GeluForward returns GELU (tanh approximation) of every element.
 std::vector<float> GeluForward(absl::Span<const float> x);
 
+// GeluForward writing into y; InvalidArgument naming both sizes when they differ.
+absl::Status GeluForward(absl::Span<const float> x, absl::Span<float> y);
+
 // GeluBackward returns dy * GELU'(x). InvalidArgument naming both sizes when they
 // differ.
 absl::StatusOr<std::vector<float>> GeluBackward(absl::Span<const float> x,
                                                 absl::Span<const float> dy);
+
+// GeluBackward writing into dx (which may be dy). InvalidArgument naming the sizes
+// when they differ.
+absl::Status GeluBackward(absl::Span<const float> x, absl::Span<const float> dy,
+                          absl::Span<float> dx);
 
 }  // namespace loom
 

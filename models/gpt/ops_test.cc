@@ -116,6 +116,42 @@ TEST(LayerNormTest, RejectsMismatchedSizes) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("eps 0 must be > 0")));
   EXPECT_THAT(LayerNormBackward(x, two, three, three, four),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dy 4")));
+  // Into the caller's memory: y, mean and rstd must fit x.
+  std::vector<float> y(5), rows3(3), rows2(2), y6(6);
+  EXPECT_THAT(LayerNormForward(x, two, two, 1e-5f, absl::MakeSpan(y), absl::MakeSpan(rows3),
+                               absl::MakeSpan(rows3)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x has 6 values (3 rows), y 5, mean 3, rstd 3")));
+  EXPECT_THAT(LayerNormForward(x, two, two, 1e-5f, absl::MakeSpan(y6), absl::MakeSpan(rows3),
+                               absl::MakeSpan(rows2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rstd 2")));
+  EXPECT_THAT(GeluForward(x, absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x has 6 values, y 5")));
+  EXPECT_THAT(GeluBackward(x, x, absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dy 6, dx 5")));
+}
+
+// The forms writing into the caller's memory give the bits of the returning ones.
+TEST(LayerNormTest, IntoCallersMemoryGivesTheSameBits) {
+  std::vector<float> x(4 * kWidth), gamma(kWidth), beta(kWidth);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i)) * 3.0f;
+  for (size_t j = 0; j < gamma.size(); ++j) {
+    gamma[j] = 1.0f + 0.1f * static_cast<float>(j);
+    beta[j] = -0.05f * static_cast<float>(j);
+  }
+  LOOM_ASSERT_OK_AND_ASSIGN(LayerNormOutput ln, LayerNormForward(x, gamma, beta, 1e-5f));
+  std::vector<float> y(x.size()), mean(4), rstd(4);
+  LOOM_ASSERT_OK(LayerNormForward(x, gamma, beta, 1e-5f, absl::MakeSpan(y), absl::MakeSpan(mean),
+                                  absl::MakeSpan(rstd)));
+  EXPECT_EQ(y, ln.y);
+  EXPECT_EQ(mean, ln.mean);
+  EXPECT_EQ(rstd, ln.rstd);
+  std::vector<float> g(x.size()), dx(x.size());
+  LOOM_ASSERT_OK(GeluForward(x, absl::MakeSpan(g)));
+  EXPECT_EQ(g, GeluForward(x));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::vector<float> want_dx, GeluBackward(x, y));
+  LOOM_ASSERT_OK(GeluBackward(x, y, absl::MakeSpan(dx)));
+  EXPECT_EQ(dx, want_dx);
 }
 
 TEST(GeluTest, ForwardAndBackwardMatchDoubleFiniteDifferences) {

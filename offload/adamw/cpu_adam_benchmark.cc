@@ -55,12 +55,11 @@
 #include "core/aligned_buffer.h"
 #include "core/half.h"
 #include "offload/adamw/cpu_adamw.h"
-#include "offload/adamw/internal/worker_pool.h"
+#include "core/internal/helper_team.h"
 
 namespace loom {
 namespace {
 
-using adamw_internal::WorkerPool;
 
 constexpr int64_t kSmall = int64_t{1} << 16;
 constexpr int64_t kLarge = int64_t{1} << 24;
@@ -122,12 +121,18 @@ AdamWHyper BenchHyper() {
   return h;
 }
 
-// ParallelFor runs body(begin, end) over [0, n) in chunks on `threads` threads.
+// ParallelFor runs body(begin, end) over [0, n) in chunks on `threads` threads: the
+// calling thread and its parked helpers (core's thread team, which AdamWStep uses too).
 template <typename Body>
 void ParallelFor(int threads, int64_t n, const Body& body) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  WorkerPool::Shared().Run(threads, chunks,
-                           [&](int64_t c) { body(c * kChunk, std::min(n, (c + 1) * kChunk)); });
+  core_internal::HelperTeam::ForThisThread()
+      .Run(threads, static_cast<int>(chunks),
+           [&](int c) {
+             body(c * kChunk, std::min(n, (c + 1) * kChunk));
+             return absl::OkStatus();
+           })
+      .IgnoreError();
 }
 
 // -------------------------------------------------------------------------------------

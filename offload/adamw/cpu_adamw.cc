@@ -1,5 +1,6 @@
 #include "offload/adamw/cpu_adamw.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -14,10 +15,10 @@
 #include "core/aligned_buffer.h"
 #include "core/cpu_features.h"
 #include "core/half.h"
+#include "core/internal/helper_team.h"
 #include "offload/adamw/blockwise8.h"
 #include "offload/adamw/internal/isa_for_testing.h"
 #include "offload/adamw/internal/kernels.h"
-#include "offload/adamw/internal/worker_pool.h"
 
 namespace loom {
 
@@ -448,7 +449,9 @@ absl::Status AdamWStep(const AdamWHyper& hyper, absl::Span<float> params,
   float* const v_absmax = AdamWStateAccess::v_absmax(state);
   const ai::HalfKind half_kind = HalfKindOf(half_copy.kind());
 
-  ai::WorkerPool::Shared().Run(options.threads, num_tiles, [&](int64_t t) {
+  // The tiles run on the calling thread and its own parked helpers (core's thread team,
+  // handing tiles out one at a time), the team that runs the rank's other passes.
+  const auto run_tile = [&](int64_t t) {
     const int64_t begin = t * tile;
     const size_t offset = static_cast<size_t>(begin) * element_bytes;
     ai::TileArgs args;
@@ -463,8 +466,19 @@ absl::Status AdamWStep(const AdamWHyper& hyper, absl::Span<float> params,
     args.block_size = block_size;
     args.half_kind = half_kind;
     kernel(constants, args);
-  });
-  return absl::OkStatus();
+  };
+  if (num_tiles == 0) return absl::OkStatus();
+  // Parts of whole tiles, at most 2^20 of them (a part index is an int).
+  constexpr int64_t kMaxParts = int64_t{1} << 20;
+  const int64_t tiles_per_part = (num_tiles + kMaxParts - 1) / kMaxParts;
+  const int64_t parts = (num_tiles + tiles_per_part - 1) / tiles_per_part;
+  return core_internal::HelperTeam::ForThisThread().Run(
+      options.threads, static_cast<int>(parts), [&](int p) {
+        const int64_t first = p * tiles_per_part;
+        const int64_t last = std::min(num_tiles, first + tiles_per_part);
+        for (int64_t t = first; t < last; ++t) run_tile(t);
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace loom

@@ -135,8 +135,9 @@ class AdamWState {
 // AdamWOptions: how a step runs. None of them changes the result's bits.
 struct AdamWOptions {
   Isa isa = Isa::kAuto;
-  // Threads working on the tiles, the caller included (1 runs inline; more use a
-  // process-wide pool of parked threads). In [1, 256].
+  // Threads working on the tiles, the caller included (1 runs inline; more use the
+  // calling thread's own parked helpers, core's thread team, which also runs a training
+  // rank's other passes: core/parallel_for.h). In [1, 256].
   int threads = 1;
   // Elements per tile, the unit of work a thread takes; >= 1. Rounded up to a multiple of
   // 64 and, for kBlockwise8, of the block size.

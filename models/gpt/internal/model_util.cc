@@ -4,11 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 
 namespace loom {
 namespace train_internal {
-
 absl::Status GradAccumulator::Resize(size_t n) {
   if (n == view_.size()) return absl::OkStatus();
   own_.assign(n, 0.0f);
@@ -29,7 +29,10 @@ absl::Status AddInto(GradAccumulator& accum, absl::Span<const float> grad) {
                                             " values for an accumulator of ", accum.size()));
   }
   const absl::Span<float> sum = accum.view();
-  for (size_t i = 0; i < grad.size(); ++i) sum[i] += grad[i];
+  ParallelForEach(static_cast<int64_t>(grad.size()), kElementwiseGrain,
+                  [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) sum[i] += grad[i];
+  });
   return absl::OkStatus();
 }
 
@@ -76,8 +79,23 @@ absl::StatusOr<absl::Span<const float>> Values(const Tensor& t) {
 
 std::vector<float> Add(absl::Span<const float> a, absl::Span<const float> b) {
   std::vector<float> out(a.size());
-  for (size_t i = 0; i < a.size(); ++i) out[i] = a[i] + b[i];
+  Add(a, b, absl::MakeSpan(out));
   return out;
+}
+
+void Add(absl::Span<const float> a, absl::Span<const float> b, absl::Span<float> out) {
+  ParallelForEach(static_cast<int64_t>(out.size()), kElementwiseGrain,
+                  [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+absl::StatusOr<Activation> NewActivation(std::vector<int64_t> shape) {
+  Activation a;
+  LOOM_ASSIGN_OR_RETURN(a.tensor, Tensor::CreateUninitialized(std::move(shape)));
+  // An f32 tensor, so As<float> cannot fail.
+  a.values = *a.tensor.As<float>();
+  return a;
 }
 
 }  // namespace train_internal

@@ -71,6 +71,17 @@ absl::StatusOr<absl::Span<const float>> Values(const Tensor& t);
 // Add returns a + b elementwise (equal sizes).
 std::vector<float> Add(absl::Span<const float> a, absl::Span<const float> b);
 
+// Add writes a + b elementwise into out (equal sizes; out may be a or b).
+void Add(absl::Span<const float> a, absl::Span<const float> b, absl::Span<float> out);
+
+// Activation: an uninitialized f32 tensor and its values, for a pass that writes
+// every element (the block's outputs, written in place instead of copied in).
+struct Activation {
+  Tensor tensor;
+  absl::Span<float> values;
+};
+absl::StatusOr<Activation> NewActivation(std::vector<int64_t> shape);
+
 // Bytes returns the bytes a vector holds.
 template <typename T>
 size_t Bytes(const std::vector<T>& v) {
