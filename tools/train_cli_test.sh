@@ -47,7 +47,7 @@ grep -qE '^host CPUs busy [0-9.]+% of the step \(rank 0.s host, [1-9][0-9]* CPUs
 # and in the summary (a fraction in (0, 1]: the job cannot beat the FMA peak).
 grep -qE '^compute: [0-9.]+ MFLOP per token \(6N \+ 12LTh, N = [1-9][0-9]*\), [0-9.]+ GFLOP/s; MFU [0-9.]+ of [1-9][0-9.]* GFLOP/s measured \([1-9][0-9]* cores? x [0-9.]+, [A-Z0-9_]+, .*\); [1-9][0-9]* GEMM threads? per rank$' <<<"$out" || fail "compute line: $out"
 grep -qE '"mfu": (0\.[0-9]*[1-9][0-9]*|[0-9.]+e-[0-9]+|1),' "$dir/summary.json" || fail "mfu: $(cat "$dir/summary.json")"
-for key in model_flops_per_token achieved_gflops peak_gflops peak_gflops_per_core cores_used threads_per_rank cpu_model vector_target; do
+for key in model_flops_per_token achieved_gflops peak_gflops peak_gflops_per_core peak_kind mfu_f32_peak cores_used threads_per_rank cpu_model vector_target; do
   grep -q "\"$key\": " "$dir/summary.json" || fail "summary lacks $key: $(cat "$dir/summary.json")"
 done
 grep -qE '^time per step \(mean over ranks\): compute [0-9.]+ ms, parameter wait [0-9.]+ ms, dp comm [0-9.]+ ms, pp comm [0-9.]+ ms, optimizer [0-9.]+ ms, other [0-9.]+ ms$' <<<"$out" || fail "time per step line: $out"

@@ -803,7 +803,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       ComputeMfu(o.model, summary->tokens_per_second, fma_peak.value_or(FmaPeak{}),
                  CoresUsed(ranks_on_host, threads_per_rank, UsableCpus(),
                            std::max(1, size / ranks_on_host)),
-                 threads_per_rank);
+                 threads_per_rank, /*bf16_products=*/o.dtype == DType::kBF16);
   // On a GPU the products run there, so the CPU's peak is not the denominator.
   const bool on_cpu = o.device == ComputeDevice::kCpu;
   if (on_cpu) {
@@ -878,6 +878,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
         "\"model_flops_per_token\": %.9g, \"achieved_gflops\": %.6g, \"peak_gflops\": %.6g, "
         "\"peak_gflops_per_core\": %.6g, \"cores_used\": %d, \"mfu\": %s, "
+        "\"peak_kind\": \"%s\", \"mfu_f32_peak\": %s, "
         "\"threads_per_rank\": %d, \"cpu_model\": \"%s\", \"vector_target\": \"%s\", "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
         "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g, \"gemm\": %.6g, "
@@ -899,7 +900,9 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
                                     : std::string("null"),
         mfu.flops_per_token, mfu.achieved_flops / 1e9, mfu.peak_flops / 1e9,
         mfu.peak_flops_per_core / 1e9, mfu.cores,
-        on_cpu ? absl::StrFormat("%.4g", mfu.mfu) : std::string("null"), mfu.threads_per_rank,
+        on_cpu ? absl::StrFormat("%.4g", mfu.mfu) : std::string("null"), mfu.peak_kind,
+        on_cpu ? absl::StrFormat("%.4g", mfu.mfu_f32_peak) : std::string("null"),
+        mfu.threads_per_rank,
         JsonSafe(mfu.cpu_model), JsonSafe(mfu.vector_target), b.compute, b.dp_comm, b.pp_comm,
         b.optimizer, b.other, b.param_wait, b.gemm, b.attention);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;

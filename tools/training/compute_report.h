@@ -1,8 +1,10 @@
 // How much of the CPU the job uses: --threads_per_rank resolved against the host's
 // cores, and the MFU (model FLOP utilization) line of the closing report: the
 // model's training FLOPs per token (GptConfig::TrainingFlopsPerToken, 6 N + 12 L T h)
-// times the tokens per second, over the measured f32 FMA peak of one core
-// (core/fma_peak.h) times the cores the ranks use.
+// times the tokens per second, over the measured peak of one core (core/fma_peak.h)
+// times the cores the ranks use: the f32 FMA peak, or for a job whose products are
+// bf16 on hardware bf16 dot products (--dtype=bf16 where the CPU has AVX512_BF16) the
+// bf16 peak, with the MFU against the f32 peak beside it.
 //
 // Example (one rank on a 2-core host):
 //   LOOM_ASSIGN_OR_RETURN(int threads, ResolveThreadsPerRank(/*requested=*/0,
@@ -12,6 +14,10 @@
 //   MfuLine(mfu);
 //   // "compute: 21.51 MFLOP per token (6N + 12LTh, N = 3323392), 86.1 GFLOP/s; MFU 0.367 of
 //   //  234.5 GFLOP/s measured (2 cores x 117.2, AVX3, AMD EPYC); 2 GEMM threads per rank"
+//   MfuLine(ComputeMfu(model, 6000, peak, cores, threads, /*bf16_products=*/true));
+//   // "compute: 21.51 MFLOP per token (...), 129.1 GFLOP/s; MFU 0.275 of 469.0 GFLOP/s bf16
+//   //  peak measured (2 cores x 234.5, AVX3, AMD EPYC; 0.550 of the f32 FMA peak); 2 GEMM
+//   //  threads per rank"
 //   ResolveThreadsPerRank(2, /*ranks_on_host=*/2, /*usable_cpus=*/2);
 //   // InvalidArgument: "--threads_per_rank 2 with 2 ranks on this host needs 4 CPUs; it
 //   //  has 2 (the default, 0, fits them)"
@@ -46,13 +52,17 @@ struct MfuReport {
   int cores = 0;
   double peak_flops = 0;            // peak_flops_per_core x cores
   double mfu = 0;                   // achieved_flops / peak_flops (0 without a peak)
+  std::string peak_kind = "f32";    // "f32" (FMA) or "bf16" (dot products)
+  double mfu_f32_peak = 0;          // achieved over the f32 peak (= mfu for "f32")
   int threads_per_rank = 1;
   std::string cpu_model, vector_target;
 };
 
-// ComputeMfu fills an MfuReport from the run's figures.
+// ComputeMfu fills an MfuReport from the run's figures. With bf16_products (the
+// job's products are bf16) and a measured bf16 peak, that peak is the denominator;
+// otherwise the f32 one.
 MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const FmaPeak& peak,
-                     int cores, int threads_per_rank);
+                     int cores, int threads_per_rank, bool bf16_products = false);
 
 // MfuLine formats the report as the job prints it (see the example).
 std::string MfuLine(const MfuReport& report);

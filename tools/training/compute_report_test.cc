@@ -61,6 +61,23 @@ TEST(ComputeMfuTest, IsAchievedOverMeasuredPeakTimesCores) {
             "compute: 21.51 MFLOP per token (6N + 12LTh, N = 3323392), 43.0 GFLOP/s; MFU 0.215 "
             "of 200.0 GFLOP/s measured (2 cores x 100.0, AVX3, Test CPU); 2 GEMM threads per "
             "rank");
+  EXPECT_EQ(r.peak_kind, "f32");
+  EXPECT_DOUBLE_EQ(r.mfu_f32_peak, r.mfu);
+  // bf16 products: the bf16 peak is the denominator, the f32 MFU beside it.
+  peak.bf16_flops_per_core = 250e9;
+  const MfuReport b = ComputeMfu(model, 2000, peak, 2, 2, /*bf16_products=*/true);
+  EXPECT_EQ(b.peak_kind, "bf16");
+  EXPECT_DOUBLE_EQ(b.peak_flops, 500e9);
+  EXPECT_DOUBLE_EQ(b.mfu, 21513216.0 * 2000 / 500e9);
+  EXPECT_DOUBLE_EQ(b.mfu_f32_peak, r.mfu);
+  EXPECT_EQ(MfuLine(b),
+            "compute: 21.51 MFLOP per token (6N + 12LTh, N = 3323392), 43.0 GFLOP/s; MFU 0.086 "
+            "of 500.0 GFLOP/s bf16 peak measured (2 cores x 250.0, AVX3, Test CPU; 0.215 of the "
+            "f32 FMA peak); 2 GEMM threads per rank");
+  // f32 products, or no bf16 peak (no AVX512_BF16): the f32 peak.
+  EXPECT_EQ(ComputeMfu(model, 2000, peak, 2, 2, false).peak_kind, "f32");
+  peak.bf16_flops_per_core = 0;
+  EXPECT_DOUBLE_EQ(ComputeMfu(model, 2000, peak, 2, 2, true).mfu, r.mfu);
   // Without a measured peak the MFU is 0, never a division by zero.
   EXPECT_EQ(ComputeMfu(model, 2000, FmaPeak{}, 2, 1).mfu, 0.0);
 }
