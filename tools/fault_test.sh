@@ -82,6 +82,14 @@ leftovers() {  # JOB [NVME_DIR]
   echo "$left"
 }
 
+# job_errors ERR_FILE: what a job printed that tells why it ended early: sanitizer
+# reports, aborts and failures first, then its last lines.
+job_errors() {
+  grep -m5 -E "Sanitizer|ERROR|abort|stopped responding|failed|terminate" "$1"
+  echo "... last lines:"
+  tail -n 5 "$1"
+}
+
 # selected: counts case $NAME and tells whether this shard (and FAULT_CASES) runs it.
 selected() {
   CASE=$((CASE + 1))
@@ -120,7 +128,8 @@ run_case() {
   local victim="$parent" rank=""
   if [[ "$target" == rank ]]; then
     rank=$((RANDOM % RANKS))
-    victim="$(rank_pid "$parent" "$rank")" || { fail "rank $rank not found"; kill -9 "$parent"; wait "$parent"; return; }
+    victim="$(rank_pid "$parent" "$rank")" ||
+      { fail "rank $rank not found; the job's errors: $(job_errors "$err")"; kill -9 "$parent"; wait "$parent"; return; }
   fi
   local job; job="$(tr '\0' '\n' < "/proc/$(rank_pid "$parent" 0)/environ" | sed -n 's/^LOOM_JOB_ID=//p')"
   local start; start="$(now)"
@@ -241,7 +250,8 @@ mpi_case() {
   local victim="$parent" rank=""
   if [[ "$target" == rank ]]; then
     rank=$((RANDOM % RANKS))
-    victim="$(mpi_rank_pid "$tag" "$rank")" || { fail "rank $rank not found"; kill -9 $pids; wait "$parent"; return; }
+    victim="$(mpi_rank_pid "$tag" "$rank")" ||
+      { fail "rank $rank not found; the job's errors: $(job_errors "$err")"; kill -9 $pids; wait "$parent"; return; }
   fi
   local start; start="$(now)"
   kill -s "$sig" "$victim"
