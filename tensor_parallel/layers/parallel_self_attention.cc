@@ -46,6 +46,20 @@ FlashAttentionOptions FlashOptions(const ParallelSelfAttentionOptions& options) 
   return flash;
 }
 
+RingAttentionOptions RingOptions(const ParallelSelfAttentionOptions& options) {
+  RingAttentionOptions ring;
+  ring.layout = options.cp_layout;
+  ring.causal = options.causal;
+  return ring;
+}
+
+// The ring's block buffers, one set per rank thread, shared by the rank's layers: they
+// grow to the largest layer once and are reused every step (ring_attention.h).
+RingAttentionBuffers& ThreadRingBuffers() {
+  thread_local RingAttentionBuffers buffers;
+  return buffers;
+}
+
 }  // namespace
 
 absl::StatusOr<ParallelSelfAttention> ParallelSelfAttention::Create(
@@ -65,6 +79,13 @@ absl::StatusOr<ParallelSelfAttention> ParallelSelfAttention::Create(
   if (options.num_heads < 1 || h % options.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": num_heads ", options.num_heads,
                                                    " must be >= 1 and divide hidden ", h));
+  }
+  if (options.context_parallel != nullptr && options.context_parallel->size() > 1 &&
+      options.cp_sequence_length < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": cp_sequence_length ", options.cp_sequence_length,
+                     " must be >= 1 under context parallelism (cp ",
+                     options.context_parallel->size(), ")"));
   }
   const int64_t d = h / options.num_heads;
   const ShardExtent heads = ShardExtentOf(options.num_heads, tp.size(), tp.rank(), options.rule);
@@ -124,28 +145,47 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
   const int64_t L = local * d;
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> qkv_span, qkv.As<float>());
   qkv_values_.assign(qkv_span.begin(), qkv_span.end());
-  ctx_.assign(static_cast<size_t>(s * b * L), 0.0f);
-  lse_.assign(static_cast<size_t>(b * local * s), 0.0f);
-  const ScopedComputeTimer timer(ComputeKind::kAttention);  // the job's step breakdown
-  // The (batch, head) pairs are independent and write disjoint columns of ctx_ and
-  // rows of lse_: they run on the rank's threads, with the same bits at any count.
-  const absl::Status done = ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
-    for (int64_t pair = first; pair < end; ++pair) {
-      const int64_t bi = pair / local, j = pair % local;
-      LOOM_RETURN_IF_ERROR(FlashAttentionForward(
-          HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
-          HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d),
-          absl::MakeSpan(lse_).subspan(static_cast<size_t>(pair * s), static_cast<size_t>(s)),
-          FlashOptions(options_)));
-    }
-    return absl::OkStatus();
-  });
-  LOOM_RETURN_IF_ERROR(done);
+  LOOM_RETURN_IF_ERROR(CoreForward(s, b));
   seq_ = s;
   batch_ = b;
   has_forward_ = true;
   LOOM_ASSIGN_OR_RETURN(Tensor ctx_tensor, tp_layers_internal::ToTensor({s, b, L}, ctx_));
   return out_.Forward(ctx_tensor);
+}
+
+absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
+  const int64_t d = head_dim_, local = heads_.length, L = local * d;
+  ctx_.assign(static_cast<size_t>(s * b * L), 0.0f);
+  lse_.assign(static_cast<size_t>(b * local * s), 0.0f);
+  const ScopedComputeTimer timer(ComputeKind::kAttention);  // the job's step breakdown
+  const auto lse_of = [&](int64_t pair) {
+    return absl::MakeSpan(lse_).subspan(static_cast<size_t>(pair * s), static_cast<size_t>(s));
+  };
+  if (ContextParallel()) {
+    std::vector<RingAttentionHead> heads;
+    heads.reserve(static_cast<size_t>(b * local));
+    for (int64_t pair = 0; pair < b * local; ++pair) {
+      const int64_t bi = pair / local, j = pair % local;
+      const AttentionBlock block = HeadBlock(qkv_values_, s, b, L, bi, j * d, d);
+      heads.push_back(RingAttentionHead{block.q, block.k, block.v,
+                                        HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d),
+                                        lse_of(pair)});
+    }
+    return RingAttentionForward(*options_.context_parallel, heads, options_.cp_sequence_length,
+                                RingOptions(options_), &ThreadRingBuffers());
+  }
+  // The (batch, head) pairs are independent and write disjoint columns of ctx_ and
+  // rows of lse_: they run on the rank's threads, with the same bits at any count.
+  return ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
+    for (int64_t pair = first; pair < end; ++pair) {
+      const int64_t bi = pair / local, j = pair % local;
+      LOOM_RETURN_IF_ERROR(FlashAttentionForward(
+          HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
+          HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d), lse_of(pair),
+          FlashOptions(options_)));
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<Tensor> ParallelSelfAttention::Backward(const Tensor& grad_output) {
@@ -174,12 +214,35 @@ absl::Status ParallelSelfAttention::BackwardWeight(const AttentionWeightGradWork
   return qkv_.BackwardWeight(work.qkv);
 }
 
-absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ctx) const {
+absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ctx) {
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dctx, grad_ctx.As<float>());
   const int64_t s = seq_, b = batch_, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
   const ScopedComputeTimer timer(ComputeKind::kAttention);
   std::vector<float> dqkv(qkv_values_.size(), 0.0f);
+  const auto lse_of = [&](int64_t pair) {
+    return absl::MakeConstSpan(lse_).subspan(static_cast<size_t>(pair * s),
+                                             static_cast<size_t>(s));
+  };
+  const auto grad_of = [&](int64_t bi, int64_t col) {
+    return HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, col, d);
+  };
+  if (ContextParallel()) {
+    std::vector<RingAttentionHeadGrad> heads;
+    heads.reserve(static_cast<size_t>(b * local));
+    for (int64_t pair = 0; pair < b * local; ++pair) {
+      const int64_t bi = pair / local, j = pair % local;
+      const AttentionBlock block = HeadBlock(qkv_values_, s, b, L, bi, j * d, d);
+      heads.push_back(RingAttentionHeadGrad{
+          block.q, block.k, block.v, HeadView(absl::MakeConstSpan(ctx_), s, b, L, bi, j * d, d),
+          HeadView(dctx, s, b, L, bi, j * d, d), lse_of(pair), grad_of(bi, j * d),
+          grad_of(bi, L + j * d), grad_of(bi, 2 * L + j * d)});
+    }
+    LOOM_RETURN_IF_ERROR(RingAttentionBackward(*options_.context_parallel, heads,
+                                               options_.cp_sequence_length, RingOptions(options_),
+                                               &ThreadRingBuffers()));
+    return tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv);
+  }
   // As in Forward: each (batch, head) pair writes only its own columns of dqkv.
   const absl::Status done = ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
     for (int64_t pair = first; pair < end; ++pair) {
@@ -187,13 +250,8 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
       LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
           HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
           HeadView(absl::MakeConstSpan(ctx_), s, b, L, bi, j * d, d),
-          HeadView(dctx, s, b, L, bi, j * d, d),
-          absl::MakeConstSpan(lse_).subspan(static_cast<size_t>(pair * s),
-                                            static_cast<size_t>(s)),
-          HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, j * d, d),
-          HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, L + j * d, d),
-          HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, 2 * L + j * d, d),
-          FlashOptions(options_)));
+          HeadView(dctx, s, b, L, bi, j * d, d), lse_of(pair), grad_of(bi, j * d),
+          grad_of(bi, L + j * d), grad_of(bi, 2 * L + j * d), FlashOptions(options_)));
     }
     return absl::OkStatus();
   });

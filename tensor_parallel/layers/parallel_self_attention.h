@@ -13,6 +13,15 @@
 // being [h * head_dim, (h + 1) * head_dim); the output weight is [hidden, hidden].
 // With sequence parallelism the input and output are each rank's piece of s.
 //
+// Context parallelism: with options.context_parallel, a group of cp ranks, each rank's
+// input is its rows of a longer sequence (ring_attention.h's CpChunks of
+// cp_sequence_length under cp_layout: zigzag by default), and the heads attend over
+// the whole sequence by ring attention, all of a rank's (batch, head) pairs in one
+// message per hop. The projections see only the rank's rows: their weight gradients
+// are this rank's share, which the caller sums over the cp group (as over dp). Tensor
+// and context parallelism combine (a rank's heads of its rows); with sequence
+// parallelism too, sequence_length is the rank's cp rows, which the tp group splits.
+//
 // Example (tp = 2, hidden = 8, 4 heads of 2 dims; each rank holds 2 heads):
 //   ParallelSelfAttentionOptions options;
 //   options.num_heads = 4;
@@ -36,6 +45,7 @@
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
+#include "tensor_parallel/layers/ring_attention.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
@@ -61,6 +71,12 @@ struct ParallelSelfAttentionOptions {
   ShardRule rule = ShardRule::kBalanced;
   // Storage of the projection weights: f32 or bf16.
   DType weight_dtype = DType::kF32;
+  // The context-parallel group (see the top of this file); null or one rank: none.
+  // Not owned; it must outlive the layer.
+  Communicator* context_parallel = nullptr;
+  CpLayout cp_layout = CpLayout::kZigzag;
+  // The whole sequence's length under context parallelism.
+  int64_t cp_sequence_length = 0;
 };
 
 class ParallelSelfAttention {
@@ -81,7 +97,8 @@ class ParallelSelfAttention {
   // Forward returns the block's output, the input's shape ([s, b, h], or this
   // rank's sequence piece under sequence parallelism). InvalidArgument naming the
   // shape for an input that is not f32 [s, b, h] (dim 0 = this rank's piece under
-  // sequence parallelism); otherwise a collective's error.
+  // sequence parallelism; this rank's cp rows under context parallelism); otherwise a
+  // collective's error.
   absl::StatusOr<Tensor> Forward(const Tensor& input);
 
   // Backward takes dL/dy (Forward's shape), fills the projections' gradients and
@@ -133,7 +150,13 @@ class ParallelSelfAttention {
 
   // CoreBackward returns dL/d(local Q, K, V) [s, b, 3 * local width] for the
   // gradient of the heads' context, grad_ctx [s, b, local width].
-  absl::StatusOr<Tensor> CoreBackward(const Tensor& grad_ctx) const;
+  absl::StatusOr<Tensor> CoreBackward(const Tensor& grad_ctx);
+  // The heads' forward over the whole sequence (flash attention, or ring attention
+  // under context parallelism): fills ctx_ and lse_ from qkv_values_.
+  absl::Status CoreForward(int64_t s, int64_t b);
+  bool ContextParallel() const {
+    return options_.context_parallel != nullptr && options_.context_parallel->size() > 1;
+  }
 
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;

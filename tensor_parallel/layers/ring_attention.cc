@@ -14,6 +14,7 @@
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "core/buffer_view.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "tensor_parallel/layers/flash_attention.h"
 #include "tensor_parallel/layers/gemm.h"
@@ -82,41 +83,47 @@ absl::StatusOr<Ring> MakeRing(int64_t seq_len, int cp, int rank, CpLayout layout
 
 std::string Shape(int64_t rows, int64_t cols) { return absl::StrCat("[", rows, ",", cols, "]"); }
 
+// HeadName: "" for a one-head call's only head, " of head 3" otherwise.
+std::string HeadNote(size_t head) {
+  return head == 0 ? std::string() : absl::StrCat(" (head ", head, ")");
+}
+
 // CheckView returns InvalidArgument unless `name` is rows x cols and its span holds
 // every row: checked here because the blocks below slice the views before flash
 // attention sees them.
 template <typename View>
 absl::Status CheckView(const View& view, int64_t rows, int64_t cols, const char* name,
-                       const Ring& ring) {
+                       const Ring& ring, size_t head) {
   if (view.rows != rows || view.cols != cols) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": ", name, " is ", Shape(view.rows, view.cols), " but rank ",
-                     ring.rank, " of ", ring.cp, " holds ", Shape(rows, cols)));
+        absl::StrCat(kName, ": ", name, HeadNote(head), " is ", Shape(view.rows, view.cols),
+                     " but rank ", ring.rank, " of ", ring.cp, " holds ", Shape(rows, cols)));
   }
-  return CheckMatrixLayout(view, absl::StrCat(kName, ": ", name));
+  return CheckMatrixLayout(view, absl::StrCat(kName, ": ", name, HeadNote(head)));
 }
 
-absl::Status CheckLse(size_t size, int64_t rows, const Ring& ring) {
+absl::Status CheckLse(size_t size, int64_t rows, const Ring& ring, size_t head) {
   if (static_cast<int64_t>(size) != rows) {
-    return absl::InvalidArgumentError(absl::StrCat(kName, ": lse has ", size, " values but rank ",
-                                                   ring.rank, " of ", ring.cp, " holds ", rows,
-                                                   " rows"));
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": lse", HeadNote(head), " has ", size,
+                                                   " values but rank ", ring.rank, " of ", ring.cp,
+                                                   " holds ", rows, " rows"));
   }
   return absl::OkStatus();
 }
 
-// CheckForwardViews checks what Forward and Backward share: q, k, v and out are this
-// rank's rows x d (d = q's columns) and lse has one value per row.
+// CheckForwardViews checks what Forward and Backward share: a head's q, k, v and out
+// are this rank's rows x d (d = the first head's q columns) and lse has one value per
+// row.
 template <typename OutView>
 absl::Status CheckForwardViews(const ConstMatrixView& q, const ConstMatrixView& k,
                                const ConstMatrixView& v, const OutView& out, size_t lse_size,
-                               const Ring& ring) {
-  const int64_t rows = ring.rows[static_cast<size_t>(ring.rank)], d = q.cols;
-  LOOM_RETURN_IF_ERROR(CheckView(q, rows, d, "q", ring));
-  LOOM_RETURN_IF_ERROR(CheckView(k, rows, d, "k", ring));
-  LOOM_RETURN_IF_ERROR(CheckView(v, rows, d, "v", ring));
-  LOOM_RETURN_IF_ERROR(CheckView(out, rows, d, "out", ring));
-  return CheckLse(lse_size, rows, ring);
+                               const Ring& ring, int64_t d, size_t head) {
+  const int64_t rows = ring.rows[static_cast<size_t>(ring.rank)];
+  LOOM_RETURN_IF_ERROR(CheckView(q, rows, d, "q", ring, head));
+  LOOM_RETURN_IF_ERROR(CheckView(k, rows, d, "k", ring, head));
+  LOOM_RETURN_IF_ERROR(CheckView(v, rows, d, "v", ring, head));
+  LOOM_RETURN_IF_ERROR(CheckView(out, rows, d, "out", ring, head));
+  return CheckLse(lse_size, rows, ring, head);
 }
 
 // Rows [first, first + count) of a view (count > 0).
@@ -215,66 +222,197 @@ absl::StatusOr<std::vector<PositionRange>> CpChunks(int64_t seq_len, int cp, int
   return std::vector<PositionRange>{range(2 * cp, rank), range(2 * cp, 2 * cp - 1 - rank)};
 }
 
-absl::Status RingAttentionForward(Communicator& cp, ConstMatrixView q, ConstMatrixView k,
-                                  ConstMatrixView v, int64_t seq_len,
-                                  const RingAttentionOptions& options, MatrixView out,
-                                  absl::Span<float> lse, RingAttentionBuffers* buffers) {
+absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttentionHead> heads,
+                                  int64_t seq_len, const RingAttentionOptions& options,
+                                  RingAttentionBuffers* buffers) {
   LOOM_ASSIGN_OR_RETURN(const Ring ring, MakeRing(seq_len, cp.size(), cp.rank(), options.layout));
-  const int64_t rows = ring.rows[ring.rank], d = q.cols;
-  LOOM_RETURN_IF_ERROR(CheckForwardViews(q, k, v, out, lse.size(), ring));
+  if (heads.empty()) return absl::OkStatus();
+  const int64_t rows = ring.rows[ring.rank], d = heads[0].q.cols;
+  const int64_t h_count = static_cast<int64_t>(heads.size());
+  for (size_t h = 0; h < heads.size(); ++h) {
+    const RingAttentionHead& head = heads[h];
+    LOOM_RETURN_IF_ERROR(
+        CheckForwardViews(head.q, head.k, head.v, head.out, head.lse.size(), ring, d, h));
+  }
   const FlashAttentionOptions flash = FlashOptions(options);
   const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
 
-  // The visiting keys and values, packed [K | V], and the next hop's landing place:
-  // an odd rank receives before it sends, so the two cannot share storage.
+  // The visiting keys and values of every head, packed part-major [K of each head |
+  // V of each head], and the next hop's landing place: an odd rank receives before it
+  // sends, so the two cannot share storage.
   RingAttentionBuffers own;
   RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
   using Access = RingAttentionBuffersAccess;
-  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 2));
+  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 2 * h_count));
   std::vector<float>& landing = Fit(Access::landing(b), held.size());
-  Pack(k, held.data());
-  Pack(v, held.data() + rows * d);
-  std::vector<float>& block_out = Fit(Access::block_out(b), Elements(rows, d, 1));
-  std::vector<float>& block_lse = Fit(Access::block_lse(b), static_cast<size_t>(rows));
+  for (int64_t h = 0; h < h_count; ++h) {
+    Pack(heads[h].k, held.data() + Elements(rows, d, h));
+    Pack(heads[h].v, held.data() + Elements(rows, d, h_count + h));
+  }
+  // Each head's partial output and log-sum-exp of one key block.
+  std::vector<float>& block_out = Fit(Access::block_out(b), Elements(rows, d, h_count));
+  std::vector<float>& block_lse = Fit(Access::block_lse(b), Elements(rows, 1, h_count));
   // A query block's first visible key block writes (out, lse); later ones merge into
-  // them, so out's initial contents are never read.
+  // them, so out's initial contents are never read. Every head sees the same blocks.
   std::vector<bool> written(mine.size(), false);
 
   for (int hop = 0; hop < ring.cp; ++hop) {
     const int source = ring.Source(hop);
     const int64_t n = ring.rows[source];
-    const absl::Span<const float> kv(held.data(), Elements(n, d, 2));
-    const ConstMatrixView kb = Dense(kv.subspan(0, Elements(n, d, 1)), n, d);
-    const ConstMatrixView vb = Dense(kv.subspan(Elements(n, d, 1)), n, d);
+    const absl::Span<const float> kv(held.data(), Elements(n, d, 2 * h_count));
+    const std::vector<bool> written_before = written;
     for (size_t i = 0; i < mine.size(); ++i) {
-      const RowBlock& qb = mine[i];
-      const MatrixView o = Rows(out, qb.row, qb.length);
-      const absl::Span<float> l =
-          lse.subspan(static_cast<size_t>(qb.row), static_cast<size_t>(qb.length));
       for (const RowBlock& kblk : ring.blocks[source]) {
-        if (!Visible(qb, kblk, options.causal)) continue;
-        const AttentionBlock block{Rows(q, qb.row, qb.length), Rows(kb, kblk.row, kblk.length),
-                                   Rows(vb, kblk.row, kblk.length), qb.position, kblk.position};
-        if (!written[i]) {
-          LOOM_RETURN_IF_ERROR(FlashAttentionForward(block, o, l, flash));
-          written[i] = true;
-          continue;
-        }
-        const MatrixView bo = Dense(absl::MakeSpan(block_out), qb.length, d);
-        const absl::Span<float> bl =
-            absl::MakeSpan(block_lse).subspan(0, static_cast<size_t>(qb.length));
-        LOOM_RETURN_IF_ERROR(FlashAttentionForward(block, bo, bl, flash));
-        LOOM_RETURN_IF_ERROR(
-            MergeAttentionBlocks(o, l, ConstMatrixView{bo.data, bo.rows, d, d}, bl));
+        if (Visible(mine[i], kblk, options.causal)) written[i] = true;
       }
     }
+    const absl::Status computed =
+        ParallelFor(h_count, GemmThreads(), [&](int64_t first, int64_t end) {
+          for (int64_t h = first; h < end; ++h) {
+            const RingAttentionHead& head = heads[h];
+            const ConstMatrixView kb =
+                Dense(kv.subspan(Elements(n, d, h), Elements(n, d, 1)), n, d);
+            const ConstMatrixView vb =
+                Dense(kv.subspan(Elements(n, d, h_count + h), Elements(n, d, 1)), n, d);
+            const absl::Span<float> scratch =
+                absl::MakeSpan(block_out).subspan(Elements(rows, d, h), Elements(rows, d, 1));
+            const absl::Span<float> scratch_lse =
+                absl::MakeSpan(block_lse).subspan(Elements(rows, 1, h), Elements(rows, 1, 1));
+            for (size_t i = 0; i < mine.size(); ++i) {
+              const RowBlock& qb = mine[i];
+              const MatrixView o = Rows(head.out, qb.row, qb.length);
+              const absl::Span<float> l =
+                  head.lse.subspan(static_cast<size_t>(qb.row), static_cast<size_t>(qb.length));
+              bool first_write = !written_before[i];
+              for (const RowBlock& kblk : ring.blocks[source]) {
+                if (!Visible(qb, kblk, options.causal)) continue;
+                const AttentionBlock block{
+                    Rows(head.q, qb.row, qb.length), Rows(kb, kblk.row, kblk.length),
+                    Rows(vb, kblk.row, kblk.length), qb.position, kblk.position};
+                if (first_write) {
+                  LOOM_RETURN_IF_ERROR(FlashAttentionForward(block, o, l, flash));
+                  first_write = false;
+                  continue;
+                }
+                const MatrixView bo = Dense(scratch, qb.length, d);
+                const absl::Span<float> bl = scratch_lse.subspan(0, static_cast<size_t>(qb.length));
+                LOOM_RETURN_IF_ERROR(FlashAttentionForward(block, bo, bl, flash));
+                LOOM_RETURN_IF_ERROR(
+                    MergeAttentionBlocks(o, l, ConstMatrixView{bo.data, bo.rows, d, d}, bl));
+              }
+            }
+          }
+          return absl::OkStatus();
+        });
+    LOOM_RETURN_IF_ERROR(computed);
     if (hop + 1 == ring.cp) break;
     const int64_t incoming = ring.rows[ring.Source(hop + 1)];
     LOOM_RETURN_IF_ERROR(
-        Hop(cp, ring, kv, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 2))));
+        Hop(cp, ring, kv, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 2 * h_count))));
     std::swap(held, landing);
   }
   return absl::OkStatus();
+}
+
+absl::Status RingAttentionBackward(Communicator& cp, absl::Span<const RingAttentionHeadGrad> heads,
+                                   int64_t seq_len, const RingAttentionOptions& options,
+                                   RingAttentionBuffers* buffers) {
+  LOOM_ASSIGN_OR_RETURN(const Ring ring, MakeRing(seq_len, cp.size(), cp.rank(), options.layout));
+  if (heads.empty()) return absl::OkStatus();
+  const int64_t rows = ring.rows[ring.rank], d = heads[0].q.cols;
+  const int64_t h_count = static_cast<int64_t>(heads.size());
+  for (size_t h = 0; h < heads.size(); ++h) {
+    const RingAttentionHeadGrad& head = heads[h];
+    LOOM_RETURN_IF_ERROR(
+        CheckForwardViews(head.q, head.k, head.v, head.out, head.lse.size(), ring, d, h));
+    LOOM_RETURN_IF_ERROR(CheckView(head.grad_out, rows, d, "grad_out", ring, h));
+    LOOM_RETURN_IF_ERROR(CheckView(head.grad_q, rows, d, "grad_q", ring, h));
+    LOOM_RETURN_IF_ERROR(CheckView(head.grad_k, rows, d, "grad_k", ring, h));
+    LOOM_RETURN_IF_ERROR(CheckView(head.grad_v, rows, d, "grad_v", ring, h));
+  }
+  const FlashAttentionOptions flash = FlashOptions(options);
+  const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
+
+  // The visiting block of every head, packed part-major [K | V | dK | dV], each part
+  // holding every head: its gradients travel with it, each rank adding its queries'
+  // share, so no rank ever holds more than one block's; and dK, dV of all heads are
+  // one contiguous run for the last hop home.
+  RingAttentionBuffers own;
+  RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
+  using Access = RingAttentionBuffersAccess;
+  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 4 * h_count));
+  std::vector<float>& landing = Fit(Access::landing(b), held.size());
+  for (int64_t h = 0; h < h_count; ++h) {
+    Pack(heads[h].k, held.data() + Elements(rows, d, h));
+    Pack(heads[h].v, held.data() + Elements(rows, d, h_count + h));
+  }
+  std::fill_n(held.data() + Elements(rows, d, 2 * h_count), Elements(rows, d, 2 * h_count), 0.0f);
+
+  for (int hop = 0; hop < ring.cp; ++hop) {
+    const int source = ring.Source(hop);
+    const int64_t n = ring.rows[source];
+    const absl::Span<float> block(held.data(), Elements(n, d, 4 * h_count));
+    const absl::Status computed =
+        ParallelFor(h_count, GemmThreads(), [&](int64_t first, int64_t end) {
+          for (int64_t h = first; h < end; ++h) {
+            const RingAttentionHeadGrad& head = heads[h];
+            const auto part = [&](int64_t p) {
+              return block.subspan(Elements(n, d, p * h_count + h), Elements(n, d, 1));
+            };
+            const ConstMatrixView kb = Dense(absl::Span<const float>(part(0)), n, d);
+            const ConstMatrixView vb = Dense(absl::Span<const float>(part(1)), n, d);
+            const MatrixView dkb = Dense(part(2), n, d), dvb = Dense(part(3), n, d);
+            for (const RowBlock& qb : mine) {
+              const absl::Span<const float> l =
+                  head.lse.subspan(static_cast<size_t>(qb.row), static_cast<size_t>(qb.length));
+              for (const RowBlock& kblk : ring.blocks[source]) {
+                if (!Visible(qb, kblk, options.causal)) continue;
+                const AttentionBlock attention{
+                    Rows(head.q, qb.row, qb.length), Rows(kb, kblk.row, kblk.length),
+                    Rows(vb, kblk.row, kblk.length), qb.position, kblk.position};
+                LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
+                    attention, Rows(head.out, qb.row, qb.length),
+                    Rows(head.grad_out, qb.row, qb.length), l, Rows(head.grad_q, qb.row, qb.length),
+                    Rows(dkb, kblk.row, kblk.length), Rows(dvb, kblk.row, kblk.length), flash));
+              }
+            }
+          }
+          return absl::OkStatus();
+        });
+    LOOM_RETURN_IF_ERROR(computed);
+    if (hop + 1 == ring.cp) break;
+    const int64_t incoming = ring.rows[ring.Source(hop + 1)];
+    LOOM_RETURN_IF_ERROR(Hop(
+        cp, ring, block, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 4 * h_count))));
+    std::swap(held, landing);
+  }
+
+  // After cp - 1 hops this rank holds the next rank's block with every rank's share
+  // added; one more hop of dK and dV alone takes it home.
+  const float* home = held.data() + Elements(rows, d, 2 * h_count);
+  if (ring.cp > 1) {
+    const int64_t n = ring.rows[ring.Next()];
+    const absl::Span<const float> grads(held.data() + Elements(n, d, 2 * h_count),
+                                        Elements(n, d, 2 * h_count));
+    LOOM_RETURN_IF_ERROR(
+        Hop(cp, ring, grads, absl::MakeSpan(landing).subspan(0, Elements(rows, d, 2 * h_count))));
+    home = landing.data();
+  }
+  ParallelForEach(h_count, 1, [&](int64_t first, int64_t end) {
+    for (int64_t h = first; h < end; ++h) {
+      AddInto(home + Elements(rows, d, h), heads[h].grad_k);
+      AddInto(home + Elements(rows, d, h_count + h), heads[h].grad_v);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status RingAttentionForward(Communicator& cp, ConstMatrixView q, ConstMatrixView k,
+                                  ConstMatrixView v, int64_t seq_len,
+                                  const RingAttentionOptions& options, MatrixView out,
+                                  absl::Span<float> lse, RingAttentionBuffers* buffers) {
+  const RingAttentionHead head{q, k, v, out, lse};
+  return RingAttentionForward(cp, absl::MakeConstSpan(&head, 1), seq_len, options, buffers);
 }
 
 absl::Status RingAttentionBackward(Communicator& cp, ConstMatrixView q, ConstMatrixView k,
@@ -283,68 +421,8 @@ absl::Status RingAttentionBackward(Communicator& cp, ConstMatrixView q, ConstMat
                                    ConstMatrixView grad_out, absl::Span<const float> lse,
                                    MatrixView grad_q, MatrixView grad_k, MatrixView grad_v,
                                    RingAttentionBuffers* buffers) {
-  LOOM_ASSIGN_OR_RETURN(const Ring ring, MakeRing(seq_len, cp.size(), cp.rank(), options.layout));
-  const int64_t rows = ring.rows[ring.rank], d = q.cols;
-  LOOM_RETURN_IF_ERROR(CheckForwardViews(q, k, v, out, lse.size(), ring));
-  LOOM_RETURN_IF_ERROR(CheckView(grad_out, rows, d, "grad_out", ring));
-  LOOM_RETURN_IF_ERROR(CheckView(grad_q, rows, d, "grad_q", ring));
-  LOOM_RETURN_IF_ERROR(CheckView(grad_k, rows, d, "grad_k", ring));
-  LOOM_RETURN_IF_ERROR(CheckView(grad_v, rows, d, "grad_v", ring));
-  const FlashAttentionOptions flash = FlashOptions(options);
-  const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
-
-  // The visiting block packed [K | V | dK | dV]: its gradients travel with it, each
-  // rank adding its queries' share, so no rank ever holds more than one block's.
-  RingAttentionBuffers own;
-  RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
-  using Access = RingAttentionBuffersAccess;
-  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 4));
-  std::vector<float>& landing = Fit(Access::landing(b), held.size());
-  Pack(k, held.data());
-  Pack(v, held.data() + rows * d);
-  std::fill_n(held.data() + 2 * rows * d, 2 * rows * d, 0.0f);
-
-  for (int hop = 0; hop < ring.cp; ++hop) {
-    const int source = ring.Source(hop);
-    const int64_t n = ring.rows[source];
-    const absl::Span<float> block(held.data(), Elements(n, d, 4));
-    const auto part = [&](int i) { return block.subspan(Elements(n, d, i), Elements(n, d, 1)); };
-    const ConstMatrixView kb = Dense(absl::Span<const float>(part(0)), n, d);
-    const ConstMatrixView vb = Dense(absl::Span<const float>(part(1)), n, d);
-    const MatrixView dkb = Dense(part(2), n, d), dvb = Dense(part(3), n, d);
-    for (const RowBlock& qb : mine) {
-      const absl::Span<const float> l =
-          lse.subspan(static_cast<size_t>(qb.row), static_cast<size_t>(qb.length));
-      for (const RowBlock& kblk : ring.blocks[source]) {
-        if (!Visible(qb, kblk, options.causal)) continue;
-        const AttentionBlock attention{Rows(q, qb.row, qb.length), Rows(kb, kblk.row, kblk.length),
-                                       Rows(vb, kblk.row, kblk.length), qb.position, kblk.position};
-        LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
-            attention, Rows(out, qb.row, qb.length), Rows(grad_out, qb.row, qb.length), l,
-            Rows(grad_q, qb.row, qb.length), Rows(dkb, kblk.row, kblk.length),
-            Rows(dvb, kblk.row, kblk.length), flash));
-      }
-    }
-    if (hop + 1 == ring.cp) break;
-    const int64_t incoming = ring.rows[ring.Source(hop + 1)];
-    LOOM_RETURN_IF_ERROR(
-        Hop(cp, ring, block, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 4))));
-    std::swap(held, landing);
-  }
-
-  // After cp - 1 hops this rank holds the next rank's block with every rank's share
-  // added; one more hop of dK and dV alone takes it home.
-  const float* home = held.data() + 2 * rows * d;
-  if (ring.cp > 1) {
-    const int64_t n = ring.rows[ring.Next()];
-    const absl::Span<const float> grads(held.data() + 2 * n * d, Elements(n, d, 2));
-    LOOM_RETURN_IF_ERROR(
-        Hop(cp, ring, grads, absl::MakeSpan(landing).subspan(0, Elements(rows, d, 2))));
-    home = landing.data();
-  }
-  AddInto(home, grad_k);
-  AddInto(home + rows * d, grad_v);
-  return absl::OkStatus();
+  const RingAttentionHeadGrad head{q, k, v, out, grad_out, lse, grad_q, grad_k, grad_v};
+  return RingAttentionBackward(cp, absl::MakeConstSpan(&head, 1), seq_len, options, buffers);
 }
 
 absl::StatusOr<RingAttentionTraffic> RingAttentionSentElements(int64_t seq_len, int cp, int rank,

@@ -101,24 +101,51 @@ class RingAttentionBuffers {
   std::vector<float> held_, landing_, block_out_, block_lse_;
 };
 
-// RingAttentionForward writes this rank's rows of softmax(scale Q K^T + mask) V over
-// the whole sequence of seq_len positions into out [rows, d], and their log-sum-exp
-// into lse [rows], where q, k, v are this rank's rows (rows = the total length of
-// CpChunks(seq_len, cp.size(), cp.rank(), options.layout)). Every rank of `cp` calls it
-// with the same seq_len, d and options. InvalidArgument naming the shapes when a view
-// or lse does not have this rank's rows or d columns, or Flash attention's errors;
-// the Communicator's errors when a hop fails (a rank that fails before its first hop
-// leaves its peers waiting until their deadline). With buffers null, the call
-// allocates its own.
+// One head of a multi-head call: this rank's rows of its queries, keys and values
+// [rows, d], and where its output [rows, d] and log-sum-exp [rows] go.
+struct RingAttentionHead {
+  ConstMatrixView q, k, v;
+  MatrixView out;
+  absl::Span<float> lse;
+};
+
+// One head of a multi-head backward: Forward's operands and results, dL/d(out), and
+// the gradients dL/dQ, dL/dK, dL/dV [rows, d] to add into.
+struct RingAttentionHeadGrad {
+  ConstMatrixView q, k, v, out, grad_out;
+  absl::Span<const float> lse;
+  MatrixView grad_q, grad_k, grad_v;
+};
+
+// RingAttentionForward writes, for every head, this rank's rows of
+// softmax(scale Q K^T + mask) V over the whole sequence of seq_len positions into out,
+// and their log-sum-exp into lse, where q, k, v are this rank's rows (rows = the total
+// length of CpChunks(seq_len, cp.size(), cp.rank(), options.layout)). All heads travel
+// together: one message per hop carries every head's keys and values, and a hop's
+// heads run on the rank's threads (core/parallel_for.h), each head on one, so the bits
+// do not depend on the thread count. Every rank of `cp` calls it with the same
+// seq_len, number of heads, d and options. InvalidArgument naming the head and the
+// shapes when a view or lse does not have this rank's rows or the first head's d
+// columns, or Flash attention's errors; the Communicator's errors when a hop fails (a
+// rank that fails before its first hop leaves its peers waiting until their deadline).
+// With buffers null, the call allocates its own.
+absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttentionHead> heads,
+                                  int64_t seq_len, const RingAttentionOptions& options,
+                                  RingAttentionBuffers* buffers = nullptr);
+
+// RingAttentionBackward adds, for every head, dL/dQ, dL/dK and dL/dV of this rank's
+// rows to grad_q, grad_k and grad_v, given Forward's out and lse and dL/d(out). The
+// gradients are added, not assigned: zero them first. Errors as Forward's.
+absl::Status RingAttentionBackward(Communicator& cp,
+                                   absl::Span<const RingAttentionHeadGrad> heads,
+                                   int64_t seq_len, const RingAttentionOptions& options,
+                                   RingAttentionBuffers* buffers = nullptr);
+
+// One head: the calls above with a single head.
 absl::Status RingAttentionForward(Communicator& cp, ConstMatrixView q, ConstMatrixView k,
                                   ConstMatrixView v, int64_t seq_len,
                                   const RingAttentionOptions& options, MatrixView out,
                                   absl::Span<float> lse, RingAttentionBuffers* buffers = nullptr);
-
-// RingAttentionBackward adds dL/dQ, dL/dK and dL/dV of this rank's rows to grad_q,
-// grad_k and grad_v [rows, d], given Forward's out and lse and dL/d(out), grad_out
-// [rows, d]. The gradients are added, not assigned: zero them first. Errors as
-// Forward's.
 absl::Status RingAttentionBackward(Communicator& cp, ConstMatrixView q, ConstMatrixView k,
                                    ConstMatrixView v, int64_t seq_len,
                                    const RingAttentionOptions& options, ConstMatrixView out,
@@ -126,7 +153,8 @@ absl::Status RingAttentionBackward(Communicator& cp, ConstMatrixView q, ConstMat
                                    MatrixView grad_q, MatrixView grad_k, MatrixView grad_v,
                                    RingAttentionBuffers* buffers = nullptr);
 
-// The elements (f32) one rank sends in one forward and one backward call.
+// The elements (f32) one rank sends in one forward and one backward call of one head
+// (a multi-head call sends heads times as many, in the same number of messages).
 struct RingAttentionTraffic {
   int64_t forward = 0;
   int64_t backward = 0;

@@ -392,6 +392,115 @@ TEST(RingAttentionCallTest, BuffersKeptAcrossCallsGiveTheSameBits) {
   }
 }
 
+// What one rank computed for several heads stored side by side, [rows, heads * d]
+// (the attention layer's layout), and the send and receive calls it made.
+struct MultiHeadResult {
+  std::vector<float> out, lse, dq, dk, dv;  // rank-major, then the rank's own layout
+  uint64_t calls = 0;
+};
+
+// RunHeads runs `heads` heads of a sequence on cp thread ranks, either in one
+// multi-head call each way (together) or one call per head.
+std::vector<MultiHeadResult> RunHeads(const Case& c, int64_t heads, bool together,
+                                      const RingAttentionOptions& options) {
+  const int64_t s = c.seq_len, d = c.d, width = heads * d;
+  const std::vector<float> q = RandomValues(s * width, 41), k = RandomValues(s * width, 42);
+  const std::vector<float> v = RandomValues(s * width, 43), dout = RandomValues(s * width, 44);
+  std::vector<MultiHeadResult> results(c.cp);
+  ExpectAllOk(RunTp(c.cp, [&](Communicator& comm) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
+                          CpChunks(s, comm.size(), comm.rank(), c.layout));
+    const int64_t rows = RowsOf(chunks);
+    const std::vector<float> lq = Gather(q, chunks, width), lk = Gather(k, chunks, width);
+    const std::vector<float> lv = Gather(v, chunks, width), ldout = Gather(dout, chunks, width);
+    MultiHeadResult& r = results[comm.rank()];
+    r.out.assign(rows * width, 0.0f);
+    r.lse.assign(rows * heads, 0.0f);
+    r.dq.assign(rows * width, 0.0f);
+    r.dk.assign(rows * width, 0.0f);
+    r.dv.assign(rows * width, 0.0f);
+    const auto view = [&](std::vector<float>& m, int64_t h) {
+      return MatrixView{absl::MakeSpan(m).subspan(h * d), rows, d, width};
+    };
+    const auto cview = [&](const std::vector<float>& m, int64_t h) {
+      return ConstMatrixView{absl::MakeConstSpan(m).subspan(h * d), rows, d, width};
+    };
+    std::vector<RingAttentionHead> forward;
+    std::vector<RingAttentionHeadGrad> backward;
+    for (int64_t h = 0; h < heads; ++h) {
+      const absl::Span<float> lse = absl::MakeSpan(r.lse).subspan(h * rows, rows);
+      forward.push_back({cview(lq, h), cview(lk, h), cview(lv, h), view(r.out, h), lse});
+      backward.push_back({cview(lq, h), cview(lk, h), cview(lv, h), cview(r.out, h),
+                          cview(ldout, h), lse, view(r.dq, h), view(r.dk, h), view(r.dv, h)});
+    }
+    const uint64_t before = comm.Counters(CollectiveKind::kSendRecv).calls;
+    if (together) {
+      LOOM_RETURN_IF_ERROR(RingAttentionForward(comm, forward, s, options));
+      LOOM_RETURN_IF_ERROR(RingAttentionBackward(comm, backward, s, options));
+    } else {
+      for (int64_t h = 0; h < heads; ++h) {
+        LOOM_RETURN_IF_ERROR(
+            RingAttentionForward(comm, absl::MakeConstSpan(&forward[h], 1), s, options));
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        LOOM_RETURN_IF_ERROR(
+            RingAttentionBackward(comm, absl::MakeConstSpan(&backward[h], 1), s, options));
+      }
+    }
+    r.calls = comm.Counters(CollectiveKind::kSendRecv).calls - before;
+    return absl::OkStatus();
+  }));
+  return results;
+}
+
+// Heads in one call compute what each head alone computes, bit for bit, at any thread
+// count, in the messages of one head (every head's block in each).
+TEST(RingAttentionCallTest, HeadsTogetherEqualEachHeadAloneInOneHeadsMessages) {
+  const int64_t heads = 3;
+  for (const Case& c :
+       {Case{3, CpLayout::kZigzag, true, 37, 8}, Case{4, CpLayout::kContiguous, false, 64, 8},
+        Case{2, CpLayout::kZigzag, true, 3, 8}}) {
+    RingAttentionOptions options;
+    options.layout = c.layout;
+    options.causal = c.causal;
+    options.tile_q = 16;
+    options.tile_k = 16;
+    const std::vector<MultiHeadResult> alone = RunHeads(c, heads, false, options);
+    for (int threads : {1, 3}) {
+      LOOM_ASSERT_OK(SetGemmThreads(threads));
+      const std::vector<MultiHeadResult> together = RunHeads(c, heads, true, options);
+      for (int rank = 0; rank < c.cp; ++rank) {
+        const std::string what = absl::StrCat(NameOf(c), " threads ", threads, " rank ", rank);
+        EXPECT_EQ(together[rank].out, alone[rank].out) << what;
+        EXPECT_EQ(together[rank].lse, alone[rank].lse) << what;
+        EXPECT_EQ(together[rank].dq, alone[rank].dq) << what;
+        EXPECT_EQ(together[rank].dk, alone[rank].dk) << what;
+        EXPECT_EQ(together[rank].dv, alone[rank].dv) << what;
+        EXPECT_EQ(together[rank].calls * heads, alone[rank].calls) << what;
+      }
+    }
+    LOOM_ASSERT_OK(SetGemmThreads(1));
+  }
+}
+
+// A multi-head call names the head whose view is wrong.
+TEST(RingAttentionCallTest, WrongHeadIsNamed) {
+  ExpectAllOk(RunTp(2, [](Communicator& comm) -> absl::Status {
+    const int64_t rows = 5, d = 4;  // seq 10 on 2 ranks
+    std::vector<float> x(rows * d, 0.0f), lse(rows), small(rows * 2, 0.0f);
+    const ConstMatrixView m = Dense(x, rows, d);
+    const MatrixView o = Dense(absl::MakeSpan(x), rows, d);
+    const std::vector<RingAttentionHead> heads = {
+        {m, m, m, o, absl::MakeSpan(lse)},
+        {m, Dense(small, rows, 2), m, o, absl::MakeSpan(lse)}};
+    const absl::Status status = RingAttentionForward(comm, heads, 10, {});
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 HasSubstr("k (head 1) is [5,2] but rank")))
+        << status;
+    return absl::OkStatus();
+  }));
+}
+
 // cp = 1 is one flash attention call over the whole sequence: the same bits.
 TEST(RingAttentionCallTest, OneRankIsPlainFlashAttentionBitForBit) {
   const int64_t s = 37, d = 8;
