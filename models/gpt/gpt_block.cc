@@ -33,7 +33,8 @@ enum : int {
 }  // namespace
 
 absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index,
-                                          Communicator& tp, GemmPrecision precision) {
+                                          Communicator& tp, GemmPrecision precision,
+                                          const GptContextParallel& cp) {
   LOOM_RETURN_IF_ERROR(config.Validate(tp.size()));
   const int64_t h = config.hidden, f = config.ffn_size();
   const std::string prefix = absl::StrCat("blocks.", index, ".");
@@ -49,6 +50,11 @@ absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index
   ParallelSelfAttentionOptions attn_options;
   attn_options.num_heads = config.heads;
   attn_options.causal = true;
+  if (cp.active()) {
+    attn_options.context_parallel = cp.group;
+    attn_options.cp_layout = cp.layout;
+    attn_options.cp_sequence_length = config.seq_len;
+  }
   LOOM_ASSIGN_OR_RETURN(ParallelSelfAttention attn,
                         ParallelSelfAttention::Create(qkv_w, &qkv_b, out_w, &out_b, tp,
                                                       attn_options));

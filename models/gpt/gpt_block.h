@@ -39,6 +39,7 @@
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/parallel_self_attention.h"
+#include "tensor_parallel/layers/ring_attention.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
@@ -57,15 +58,27 @@ struct GptBlockWeightGradWork {
   size_t bytes() const;
 };
 
+// GptContextParallel: the context-parallel group a model's attention runs over
+// (ring attention, parallel_self_attention.h) and how the sequence is laid out on it;
+// a null group (or one rank) is none. Not owned.
+struct GptContextParallel {
+  Communicator* group = nullptr;
+  CpLayout layout = CpLayout::kZigzag;
+  bool active() const { return group != nullptr && group->size() > 1; }
+};
+
 class GptBlock {
  public:
   // Create builds block `index` with its seeded parameters (gpt_init.h), this
   // rank's shards of them, whose four projections multiply in `precision` (gemm.h;
   // kBf16 for a bf16 model: the parameters stay f32 here, bf16 values in the
-  // parameter source). InvalidArgument from config.Validate(tp.size()) or naming a
-  // precision outside the enum.
+  // parameter source). Under context parallelism (`cp`), x holds this rank's rows of
+  // the sequence (CpChunks of config.seq_len) and attention spans the whole sequence.
+  // InvalidArgument from config.Validate(tp.size()) or naming a precision outside the
+  // enum.
   static absl::StatusOr<GptBlock> Create(const GptConfig& config, int64_t index, Communicator& tp,
-                                         GemmPrecision precision = GemmPrecision::kF32);
+                                         GemmPrecision precision = GemmPrecision::kF32,
+                                         const GptContextParallel& cp = {});
 
   GptBlock(GptBlock&&) = default;
   GptBlock& operator=(GptBlock&&) = default;

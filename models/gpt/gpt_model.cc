@@ -68,6 +68,16 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   std::unique_ptr<GptModel> model(new GptModel());
   model->config_ = config;
   model->options_ = resolved;
+  const GptContextParallel& cp = resolved.context_parallel;
+  if (cp.active()) {
+    LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
+                          CpChunks(config.seq_len, cp.group->size(), cp.group->rank(), cp.layout));
+    for (const PositionRange& c : chunks) {
+      for (int64_t i = 0; i < c.length; ++i) model->positions_.push_back(c.offset + i);
+    }
+  } else {
+    for (int64_t i = 0; i < config.seq_len; ++i) model->positions_.push_back(i);
+  }
   model->tp_ = &tp;
   const int64_t v = config.vocab, h = config.hidden;
   // The position embedding and the final layer norm have no layer of their own.
@@ -81,7 +91,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }
   model->blocks_.reserve(static_cast<size_t>(resolved.end_block - resolved.first_block));
   for (int64_t i = resolved.first_block; i < resolved.end_block; ++i) {
-    LOOM_ASSIGN_OR_RETURN(GptBlock block, GptBlock::Create(config, i, tp, resolved.precision));
+    LOOM_ASSIGN_OR_RETURN(GptBlock block, GptBlock::Create(config, i, tp, resolved.precision, cp));
     model->blocks_.push_back(std::move(block));
   }
   if (resolved.head) {
@@ -150,14 +160,14 @@ absl::StatusOr<Tensor> GptModel::ForwardStage(const GptStageInput& input) {
 
 absl::StatusOr<Tensor> GptModel::RunForward(const GptStageInput& input) {
   ReleaseForwardState();
-  const int64_t s = config_.seq_len, h = config_.hidden;
+  const int64_t s = local_seq_len(), h = config_.hidden;
   int64_t batch = 0;
   Tensor x;
   if (options_.embedding) {
     const int64_t n = static_cast<int64_t>(input.tokens.size());
     if (n == 0 || n % s != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          kName, ": ", n, " tokens are not a positive multiple of seq_len ", s));
+          kName, ": ", n, " tokens are not a positive multiple of ", SeqName(), " ", s));
     }
     batch = n / s;
     LOOM_RETURN_IF_ERROR(LendEmbedding());
@@ -177,7 +187,7 @@ absl::StatusOr<Tensor> GptModel::RunForward(const GptStageInput& input) {
   if (options_.head && static_cast<int64_t>(input.targets.size()) != batch * s) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": ", input.targets.size(),
                                                    " targets for ", batch * s, " tokens (batch ",
-                                                   batch, " x seq_len ", s, ")"));
+                                                   batch, " x ", SeqName(), " ", s, ")"));
   }
   batch_ = batch;
   Observe();
@@ -227,7 +237,7 @@ absl::StatusOr<Tensor> GptModel::RunBackward(const Tensor& output_grad,
   }
   const std::vector<int64_t> expected =
       options_.head ? std::vector<int64_t>{1}
-                    : std::vector<int64_t>{config_.seq_len, batch_, config_.hidden};
+                    : std::vector<int64_t>{local_seq_len(), batch_, config_.hidden};
   if (output_grad.shape() != expected || output_grad.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": output gradient shape ",
                                                    ShapeString(output_grad.shape()),
@@ -310,21 +320,22 @@ absl::Status GptModel::ApplyWeightWork(const GptWeightGradWork& work) {
 }
 
 absl::StatusOr<Tensor> GptModel::Embed(absl::Span<const int64_t> tokens, int64_t batch) {
-  const int64_t s = config_.seq_len, h = config_.hidden;
+  const int64_t s = local_seq_len(), h = config_.hidden;
   const std::vector<int64_t> ids = SequenceFirst(tokens, batch, s);
   LOOM_ASSIGN_OR_RETURN(Tensor x, token_embedding_->Forward(ids, {s, batch}));
   LOOM_ASSIGN_OR_RETURN(absl::Span<float> xv, x.As<float>());
   const absl::Span<const float> position = lent_position_;
   for (int64_t i = 0; i < s; ++i) {
     for (int64_t j = 0; j < batch; ++j) {
-      for (int64_t k = 0; k < h; ++k) xv[(i * batch + j) * h + k] += position[i * h + k];
+      const float* row = position.data() + positions_[i] * h;
+      for (int64_t k = 0; k < h; ++k) xv[(i * batch + j) * h + k] += row[k];
     }
   }
   return x;
 }
 
 absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
-  const int64_t s = config_.seq_len, h = config_.hidden;
+  const int64_t s = local_seq_len(), h = config_.hidden;
   LOOM_RETURN_IF_ERROR(token_embedding_->BackwardWeight(work));
   LOOM_RETURN_IF_ERROR(Give(token_grad_, 0, token_embedding_->weight_grad()));
   token_embedding_->ReleaseWeightGradients();
@@ -333,10 +344,12 @@ absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
   // the accumulator gets one addition per backward whatever the batch.
   const absl::Span<const float> g = work.grad_output;
   const int64_t b = static_cast<int64_t>(g.size()) / (s * h);
-  std::vector<float> position_grad(static_cast<size_t>(s * h), 0.0f);
+  // Under context parallelism the rows this rank does not hold get no gradient here.
+  std::vector<float> position_grad(static_cast<size_t>(config_.seq_len * h), 0.0f);
   for (int64_t i = 0; i < s; ++i) {
+    float* row = position_grad.data() + positions_[i] * h;
     for (int64_t j = 0; j < b; ++j) {
-      for (int64_t k = 0; k < h; ++k) position_grad[i * h + k] += g[(i * b + j) * h + k];
+      for (int64_t k = 0; k < h; ++k) row[k] += g[(i * b + j) * h + k];
     }
   }
   LOOM_RETURN_IF_ERROR(Give(position_grad_, 1, position_grad));
@@ -345,7 +358,7 @@ absl::Status GptModel::EmbedBackwardWeight(const WeightGradWork& work) {
 
 absl::StatusOr<float> GptModel::HeadForward(const Tensor& x, absl::Span<const int64_t> targets,
                                             int64_t batch) {
-  const int64_t s = config_.seq_len;
+  const int64_t s = local_seq_len();
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
   final_x_.assign(xv.begin(), xv.end());
   LOOM_ASSIGN_OR_RETURN(LayerNormOutput ln,
@@ -361,7 +374,8 @@ absl::StatusOr<float> GptModel::HeadForward(const Tensor& x, absl::Span<const in
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> lv, Values(losses));
   double sum = 0.0;
   for (const float l : lv) sum += static_cast<double>(l);
-  return static_cast<float>(sum / static_cast<double>(lv.size()));
+  // Over the whole batch's tokens: under context parallelism, this rank's share.
+  return static_cast<float>(sum / static_cast<double>(batch * config_.seq_len));
 }
 
 absl::Status GptModel::HeadBackwardWeight(const GptWeightGradWork& work) {
@@ -381,8 +395,9 @@ absl::Status GptModel::HeadBackwardWeight(const GptWeightGradWork& work) {
 }
 
 absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGradWork& work) {
-  const int64_t s = config_.seq_len, b = batch_;
-  const float per_token = loss_grad / static_cast<float>(s * b);
+  const int64_t s = local_seq_len(), b = batch_;
+  // Every token's share of the mean over the whole batch (HeadForward).
+  const float per_token = loss_grad / static_cast<float>(config_.seq_len * b);
   LOOM_ASSIGN_OR_RETURN(Tensor grad_losses,
                         ToTensor({s, b}, std::vector<float>(static_cast<size_t>(s * b), per_token)));
   LOOM_ASSIGN_OR_RETURN(Tensor dlogits, cross_entropy_->Backward(grad_losses));

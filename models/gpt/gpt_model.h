@@ -78,6 +78,11 @@ struct GptModelOptions {
   // model's own store and gradients stay f32). Attention scores, embeddings and the
   // loss stay f32.
   GemmPrecision precision = GemmPrecision::kF32;
+  // Context parallelism (gpt_block.h): each rank of the group holds its rows of every
+  // sequence (CpChunks(seq_len, cp, cp rank, layout): tokens, targets and hidden
+  // activations have local_seq_len() positions, in the rank's row order), position
+  // embeddings go by global position, and attention spans the whole sequence.
+  GptContextParallel context_parallel;
 
   // Stage returns the options of the pipeline piece [first_block, end_block): the
   // embeddings when it starts at block 0, the head when it ends at the last.
@@ -117,7 +122,10 @@ class GptModel {
                                                           const GptModelOptions& options = {});
 
   // Forward runs a whole model (embeddings and head) on tokens and targets
-  // ([batch, seq_len] row-major) and returns the mean loss over all tokens.
+  // ([batch, seq_len] row-major) and returns the mean loss over all tokens. Under
+  // context parallelism tokens and targets are [batch, local_seq_len()] and the loss
+  // is this rank's share: its tokens' sum over the whole batch's token count, so the
+  // cp group's shares add up to the mean, and so do its gradients (sum them over cp).
   // FailedPrecondition for a piece without both ends; otherwise as ForwardStage.
   absl::StatusOr<float> Forward(absl::Span<const int64_t> tokens,
                                 absl::Span<const int64_t> targets);
@@ -198,11 +206,19 @@ class GptModel {
   void ResetPeakActivationBytes() { peak_bytes_ = held_activation_bytes(); }
 
   const GptConfig& config() const { return config_; }
+  // local_seq_len: the positions of a sequence this rank holds (seq_len without
+  // context parallelism); local_positions: their global indices, in row order.
+  int64_t local_seq_len() const { return static_cast<int64_t>(positions_.size()); }
+  const std::vector<int64_t>& local_positions() const { return positions_; }
   const GptModelOptions& options() const { return options_; }
 
  private:
   GptModel() = default;
   void Observe(size_t extra = 0);
+  // SeqName names what a sequence's length is here, for errors.
+  const char* SeqName() const {
+    return options_.context_parallel.active() ? "this cp rank's positions" : "seq_len";
+  }
   // ListParameters lists the parameters with the values the layers were created
   // with (and the three that have no layer); Borrow makes `source` the home of
   // the weights, dropping the layers' own.
@@ -244,6 +260,7 @@ class GptModel {
 
   GptConfig config_;
   GptModelOptions options_;
+  std::vector<int64_t> positions_;  // local_positions()
   Communicator* tp_ = nullptr;
   std::optional<VocabParallelEmbedding> token_embedding_;
   train_internal::GradAccumulator token_grad_, position_grad_;
