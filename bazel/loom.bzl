@@ -17,8 +17,8 @@ def loom_cc_test(name, copts = [], deps = [], tags = [], single_threaded = False
     """A GoogleTest test linked with gtest_main.
 
     single_threaded: the test starts no threads or processes, so ThreadSanitizer has
-    nothing to check in it; it is tagged `single_threaded` and CI's TSan pass skips it
-    (AddressSanitizer still runs it).
+    nothing to check in it; it is tagged `single_threaded` and CI's sanitizer passes
+    skip it (the suite's -Werror build and its bounds-checked tests cover it).
     """
     native.cc_test(
         name = name,

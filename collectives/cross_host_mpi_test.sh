@@ -15,15 +15,17 @@ COMMUNICATOR="$(realpath "$4")"
 STORE_BASE="$(mktemp -d "${TEST_TMPDIR:-$PWD}/gloo-stores.XXXXXX")"
 trap 'cluster down; rm -rf "$STORE_BASE"' EXIT
 
-# job HOSTS TEST: runs TEST as an mpirun job of 2 ranks per host (mpirun on h1), within
-# a deadline; prints its summary; fails naming the test.
+# job HOSTS TEST [MAX_COUNT]: runs TEST as an mpirun job of 2 ranks per host (mpirun on
+# h1), within a deadline, with LOOM_TEST_MAX_COUNT=MAX_COUNT (default 1M); prints its
+# summary; fails naming the test.
 job() {
-  local hosts="$1" test="$2"
+  local hosts="$1" test="$2" max_count="${3:-1048576}"
   local start=$SECONDS
   local log
   log="$(mktemp)"
   if ! on h1 timeout --kill-after=10 300 mpirun $(cluster mpirun-args) -np $((2 * hosts)) \
       -x LOOM_TEST_GLOO_INTERFACE=eth0 -x LOOM_TEST_STORE_BASE="$STORE_BASE" \
+      -x LOOM_TEST_MAX_COUNT="$max_count" \
       "$test" >"$log" 2>&1; then
     grep -E "Failure|FAILED|Expected|Which is|rank [0-9]|timeout|ERROR|rror" "$log" | head -40 >&2
     tail -20 "$log" >&2
@@ -37,7 +39,8 @@ for hosts in 2 3; do
   cluster up "$hosts" --ranks_per_host=2
   job "$hosts" "$MPI_CONFORMANCE"
   job "$hosts" "$GLOO_CONFORMANCE"
-  job "$hosts" "$COMMUNICATOR"
+  # 1M elements on 2 hosts; 3 hosts (an odd host count) up to 65537.
+  job "$hosts" "$COMMUNICATOR" $((hosts == 2 ? 1048576 : 65537))
   expect_no_leftovers
   cluster down
 done
