@@ -32,6 +32,21 @@ enum : int {
 
 }  // namespace
 
+absl::StatusOr<std::vector<int64_t>> LocalPositions(int64_t seq_len,
+                                                    const GptContextParallel& cp) {
+  std::vector<int64_t> positions;
+  if (!cp.active()) {
+    for (int64_t i = 0; i < seq_len; ++i) positions.push_back(i);
+    return positions;
+  }
+  LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
+                        CpChunks(seq_len, cp.group->size(), cp.group->rank(), cp.layout));
+  for (const PositionRange& c : chunks) {
+    for (int64_t i = 0; i < c.length; ++i) positions.push_back(c.offset + i);
+  }
+  return positions;
+}
+
 absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index,
                                           Communicator& tp, GemmPrecision precision,
                                           const GptContextParallel& cp) {

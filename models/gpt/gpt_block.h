@@ -67,6 +67,11 @@ struct GptContextParallel {
   bool active() const { return group != nullptr && group->size() > 1; }
 };
 
+// LocalPositions returns the global positions of a seq_len sequence that this rank
+// of `cp` holds, in its row order (CpChunks); 0..seq_len-1 when cp is not active.
+// CpChunks' errors.
+absl::StatusOr<std::vector<int64_t>> LocalPositions(int64_t seq_len, const GptContextParallel& cp);
+
 class GptBlock {
  public:
   // Create builds block `index` with its seeded parameters (gpt_init.h), this

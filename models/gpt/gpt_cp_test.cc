@@ -24,6 +24,8 @@ namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
+using tp_layers_testing::RunTpCp;
+using tp_layers_testing::TpCpRank;
 using train_testing::ExpectAllOk;
 using train_testing::ExpectClose;
 using train_testing::RunTp;
@@ -72,17 +74,13 @@ Result RunModel(const Case& c) {
   result.loss.assign(c.tp, 0.0);
   result.grads.assign(c.tp, {});
   std::mutex mu;
-  ExpectAllOk(RunTp(c.tp * c.cp, [&](Communicator& world) -> absl::Status {
-    const int t = world.rank() % c.tp, k = world.rank() / c.tp;
-    std::vector<int> tp_ranks, cp_ranks;
-    for (int i = 0; i < c.tp; ++i) tp_ranks.push_back(k * c.tp + i);
-    for (int i = 0; i < c.cp; ++i) cp_ranks.push_back(i * c.tp + t);
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> tp, world.Split(tp_ranks));
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> cp, world.Split(cp_ranks));
+  ExpectAllOk(RunTpCp(c.tp, c.cp, [&](const TpCpRank& at) -> absl::Status {
+    const int t = at.tp_rank;
     GptModelOptions options;
-    options.context_parallel.group = cp.get();
+    options.context_parallel.group = at.cp;
     options.context_parallel.layout = c.layout;
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, *tp, options));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
+                          GptModel::Create(config, *at.tp, options));
     const std::vector<int64_t>& positions = model->local_positions();
     LOOM_ASSIGN_OR_RETURN(const float loss, model->Forward(LocalIds(tokens, c.seq, positions),
                                                            LocalIds(targets, c.seq, positions)));

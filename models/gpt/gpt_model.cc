@@ -69,15 +69,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   model->config_ = config;
   model->options_ = resolved;
   const GptContextParallel& cp = resolved.context_parallel;
-  if (cp.active()) {
-    LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
-                          CpChunks(config.seq_len, cp.group->size(), cp.group->rank(), cp.layout));
-    for (const PositionRange& c : chunks) {
-      for (int64_t i = 0; i < c.length; ++i) model->positions_.push_back(c.offset + i);
-    }
-  } else {
-    for (int64_t i = 0; i < config.seq_len; ++i) model->positions_.push_back(i);
-  }
+  LOOM_ASSIGN_OR_RETURN(model->positions_, LocalPositions(config.seq_len, cp));
   model->tp_ = &tp;
   const int64_t v = config.vocab, h = config.hidden;
   // The position embedding and the final layer norm have no layer of their own.

@@ -50,6 +50,8 @@ absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
   }
   std::unique_ptr<GptStageModule> module(
       new GptStageModule(config, blocks, rank, std::move(data), options));
+  LOOM_ASSIGN_OR_RETURN(module->positions_,
+                        LocalPositions(config.seq_len, options.context_parallel));
   for (const int64_t stage : blocks.StagesOf(rank)) {
     const int64_t first = blocks.FirstLayer(stage);
     const int64_t end = first + blocks.layers_per_stage()[static_cast<size_t>(stage)];
@@ -57,6 +59,7 @@ absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
     model_options.embedding = stage == 0;
     model_options.head = stage == blocks.num_stages() - 1;
     model_options.precision = options.precision;
+    model_options.context_parallel = options.context_parallel;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
                           GptModel::Create(config, tp, model_options));
     module->models_[stage] = std::move(model);
@@ -68,13 +71,13 @@ absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
 }
 
 std::vector<int64_t> GptStageModule::InputShape(int64_t stage, int64_t) const {
-  if (stage == 0) return {options_.micro_batch, config_.seq_len};
-  return {config_.seq_len, options_.micro_batch, config_.hidden};
+  if (stage == 0) return {options_.micro_batch, SeqRows()};
+  return {SeqRows(), options_.micro_batch, config_.hidden};
 }
 
 std::vector<int64_t> GptStageModule::OutputShape(int64_t stage, int64_t) const {
   if (stage == layout_.num_stages() - 1) return {1};
-  return {config_.seq_len, options_.micro_batch, config_.hidden};
+  return {SeqRows(), options_.micro_batch, config_.hidden};
 }
 
 absl::Status GptStageModule::Check(int64_t stage, int64_t microbatch) const {
@@ -102,6 +105,19 @@ absl::StatusOr<const GptBatch*> GptStageModule::BatchOf(int64_t microbatch) {
           kName, ": the data function gave ", batch.tokens.size(), " tokens and ",
           batch.targets.size(), " targets for microbatch ", microbatch, "; expected ", expected,
           " (micro_batch ", options_.micro_batch, " x seq_len ", config_.seq_len, ")"));
+    }
+    if (options_.context_parallel.active()) {
+      // Context parallelism: this rank's positions of every sequence.
+      GptBatch local;
+      local.batch = batch.batch;
+      local.seq_len = SeqRows();
+      for (int64_t j = 0; j < options_.micro_batch; ++j) {
+        for (const int64_t p : positions_) {
+          local.tokens.push_back(batch.tokens[j * config_.seq_len + p]);
+          local.targets.push_back(batch.targets[j * config_.seq_len + p]);
+        }
+      }
+      batch = std::move(local);
     }
     it = batches_.emplace(microbatch, std::move(batch)).first;
   }

@@ -75,6 +75,11 @@ struct GptStageModuleOptions {
   Recompute recompute = Recompute::kNone;
   // The stage models' GEMM precision (GptModelOptions::precision).
   GemmPrecision precision = GemmPrecision::kF32;
+  // Context parallelism (GptModelOptions::context_parallel): the data function still
+  // gives whole sequences; the module keeps this rank's positions of each, and the
+  // stages' activations are [local positions, micro_batch, hidden]. The loss is this
+  // rank's share (gpt_model.h): the cp group sums it.
+  GptContextParallel context_parallel;
 };
 
 // GptMicrobatchFn returns this data-parallel rank's microbatch `microbatch` of step
@@ -180,8 +185,12 @@ class GptStageModule : public StageModule {
   // FinishBackward drops the forward's input and returns dx as the executor takes it.
   F32Tensor FinishBackward(int64_t stage, int64_t microbatch, const Tensor& dx);
 
+  // SeqRows: the positions of a sequence this rank holds (seq_len without cp).
+  int64_t SeqRows() const { return static_cast<int64_t>(positions_.size()); }
+
   const GptConfig config_;
   const StageLayout layout_;
+  std::vector<int64_t> positions_;  // this rank's global positions, in row order
   const int64_t rank_;
   const GptMicrobatchFn data_;
   const GptStageModuleOptions options_;

@@ -7,8 +7,10 @@
 // original exactly.
 #include "models/gpt/gpt_stage_module.h"
 
+#include <cmath>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -29,6 +31,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using train_testing::ExpectAllOk;
+using tp_layers_testing::RunTpCp;
+using tp_layers_testing::TpCpRank;
 using train_testing::RunTp;
 
 GptConfig SmallConfig() {
@@ -311,6 +315,78 @@ TEST_P(GptForwardOnlyTest, ForwardOnlyRunLeavesTrainingAlone) {
 INSTANTIATE_TEST_SUITE_P(Layouts, GptForwardOnlyTest,
                          ::testing::Values(Kind::k1F1B, Kind::kInterleaved, Kind::kZeroBubbleV),
                          KindTestName);
+
+// Under context parallelism the module gives each cp rank its positions of the data
+// function's whole sequences, its stage works on them, and the cp ranks' losses and
+// gradients add up to the cp = 1 module's (a one-stage layout; the microbatches run
+// one after another as any schedule would on one stage).
+struct CpStepResult {
+  float loss = 0;
+  std::vector<std::vector<double>> grads;  // summed over cp
+};
+
+CpStepResult RunCpStep(const GptConfig& config, const MarkovData& data, int cp) {
+  CpStepResult result;
+  std::mutex mu;
+  ExpectAllOk(RunTpCp(1, cp, [&](const TpCpRank& at) -> absl::Status {
+    auto data_fn = [&](int64_t step, int64_t mb) { return data.Microbatch(Layout(), step, mb, 0); };
+    GptStageModuleOptions options;
+    options.micro_batch = kMicroBatch;
+    options.num_microbatches = kMicrobatches;
+    options.context_parallel.group = at.cp;
+    LOOM_ASSIGN_OR_RETURN(StageLayout layout, StageLayout::Loop(1));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> module,
+                          GptStageModule::Create(config, layout, 0, *at.tp, data_fn, options));
+    LOOM_ASSIGN_OR_RETURN(const std::vector<int64_t> positions,
+                          LocalPositions(config.seq_len, options.context_parallel));
+    module->BeginStep(0);
+    for (int64_t mb = 0; mb < kMicrobatches; ++mb) {
+      LOOM_ASSIGN_OR_RETURN(const F32Tensor input, module->Input(mb));
+      EXPECT_EQ(input.shape, (std::vector<int64_t>{kMicroBatch, module->InputShape(0, mb)[1]}));
+      // The tokens are the whole sequences' at this rank's positions.
+      LOOM_ASSIGN_OR_RETURN(const GptBatch whole, data_fn(0, mb));
+      std::vector<float> expected;
+      for (int64_t j = 0; j < kMicroBatch; ++j) {
+        for (const int64_t p : positions) {
+          expected.push_back(static_cast<float>(whole.tokens[j * config.seq_len + p]));
+        }
+      }
+      EXPECT_EQ(input.values, expected) << "microbatch " << mb;
+      LOOM_ASSIGN_OR_RETURN(const F32Tensor out, module->Forward(0, mb, input));
+      LOOM_ASSIGN_OR_RETURN(const F32Tensor grad, module->Loss(mb, out));
+      LOOM_RETURN_IF_ERROR(module->Backward(0, mb, grad).status());
+    }
+    const std::lock_guard<std::mutex> lock(mu);
+    result.loss += module->loss();
+    const std::vector<GptParameter> params = module->Parameters();
+    result.grads.resize(params.size());
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (result.grads[p].empty()) result.grads[p].assign(params[p].grad.size(), 0.0);
+      for (size_t i = 0; i < params[p].grad.size(); ++i) {
+        result.grads[p][i] += static_cast<double>(params[p].grad[i]);
+      }
+    }
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+TEST(GptStageModuleTest, ContextParallelRanksAddUpToOneRank) {
+  const GptConfig config = SmallConfig();
+  const MarkovData data = Data(config);
+  const CpStepResult one = RunCpStep(config, data, 1);
+  for (int cp : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("cp ", cp));
+    const CpStepResult split = RunCpStep(config, data, cp);
+    EXPECT_NEAR(split.loss, one.loss, 1e-5 * std::fabs(static_cast<double>(one.loss)));
+    ASSERT_EQ(split.grads.size(), one.grads.size());
+    for (size_t p = 0; p < one.grads.size(); ++p) {
+      const std::vector<float> got(split.grads[p].begin(), split.grads[p].end());
+      const std::vector<float> want(one.grads[p].begin(), one.grads[p].end());
+      train_testing::ExpectClose(got, want, absl::StrCat("parameter ", p), 1e-5);
+    }
+  }
+}
 
 TEST(GptStageModuleTest, ShapesAndErrors) {
   const GptConfig config = SmallConfig();

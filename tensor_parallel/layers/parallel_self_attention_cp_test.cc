@@ -30,6 +30,8 @@ using tp_layers_testing::ExpectAllOk;
 using tp_layers_testing::ExpectClose;
 using tp_layers_testing::RandomTensor;
 using tp_layers_testing::RunTp;
+using tp_layers_testing::RunTpCp;
+using tp_layers_testing::TpCpRank;
 using tp_layers_testing::Values;
 
 constexpr int64_t kBatch = 2, kHidden = 16, kHeads = 4;
@@ -102,21 +104,16 @@ Results RunLayer(const Case& c, const Weights& w, const Tensor& x, const Tensor&
   results.grads.assign(c.tp, std::vector<double>());
   std::vector<std::vector<std::vector<double>>> grads(c.cp * c.tp);
   std::mutex mu;
-  ExpectAllOk(RunTp(c.tp * c.cp, [&](Communicator& world) -> absl::Status {
-    const int t = world.rank() % c.tp, k = world.rank() / c.tp;
-    std::vector<int> tp_ranks, cp_ranks;
-    for (int i = 0; i < c.tp; ++i) tp_ranks.push_back(k * c.tp + i);
-    for (int i = 0; i < c.cp; ++i) cp_ranks.push_back(i * c.tp + t);
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> tp, world.Split(tp_ranks));
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> cp, world.Split(cp_ranks));
+  ExpectAllOk(RunTpCp(c.tp, c.cp, [&](const TpCpRank& at) -> absl::Status {
+    const int t = at.tp_rank, k = at.cp_rank;
     ParallelSelfAttentionOptions options;
     options.num_heads = kHeads;
-    options.context_parallel = cp.get();
+    options.context_parallel = at.cp;
     options.cp_layout = c.layout;
     options.cp_sequence_length = c.seq;
     LOOM_ASSIGN_OR_RETURN(
         ParallelSelfAttention attn,
-        ParallelSelfAttention::Create(w.wqkv, &w.bqkv, w.wo, &w.bo, *tp, options));
+        ParallelSelfAttention::Create(w.wqkv, &w.bqkv, w.wo, &w.bo, *at.tp, options));
     LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
                           CpChunks(c.seq, c.cp, k, c.layout));
     LOOM_ASSIGN_OR_RETURN(const Tensor local_x, RowsAt(x, chunks));
@@ -134,7 +131,7 @@ Results RunLayer(const Case& c, const Weights& w, const Tensor& x, const Tensor&
       ScatterRows(y, chunks, results.y);
       ScatterRows(dx, chunks, results.dx);
     }
-    grads[world.rank()] = std::move(mine);
+    grads[at.world_rank] = std::move(mine);
     return absl::OkStatus();
   }));
   // Sum each tp rank's gradients over the cp group, flattened in a fixed order.

@@ -37,6 +37,26 @@ std::vector<absl::Status> RunTp(int tp, const std::function<absl::Status(Communi
   return results;
 }
 
+std::vector<absl::Status> RunTpCp(int tp, int cp,
+                                  const std::function<absl::Status(const TpCpRank&)>& body) {
+  return RunTp(tp * cp, [&](Communicator& world) -> absl::Status {
+    TpCpRank rank;
+    rank.world_rank = world.rank();
+    rank.tp_rank = world.rank() % tp;
+    rank.cp_rank = world.rank() / tp;
+    std::vector<int> tp_ranks, cp_ranks;
+    for (int i = 0; i < tp; ++i) tp_ranks.push_back(rank.cp_rank * tp + i);
+    for (int i = 0; i < cp; ++i) cp_ranks.push_back(i * tp + rank.tp_rank);
+    absl::StatusOr<std::unique_ptr<Communicator>> tp_comm = world.Split(tp_ranks);
+    if (!tp_comm.ok()) return tp_comm.status();
+    absl::StatusOr<std::unique_ptr<Communicator>> cp_comm = world.Split(cp_ranks);
+    if (!cp_comm.ok()) return cp_comm.status();
+    rank.tp = tp_comm->get();
+    rank.cp = cp_comm->get();
+    return body(rank);
+  });
+}
+
 void ExpectAllOk(const std::vector<absl::Status>& results) {
   for (size_t r = 0; r < results.size(); ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
 }

@@ -30,6 +30,20 @@ inline constexpr double kRelBound = 1e-5;
 // and returns every rank's status.
 std::vector<absl::Status> RunTp(int tp, const std::function<absl::Status(Communicator&)>& body);
 
+// A rank of a tp x cp grid (tp fastest: world rank = cp_rank * tp + tp_rank) with its
+// two groups' communicators.
+struct TpCpRank {
+  int world_rank = 0, tp_rank = 0, cp_rank = 0;
+  Communicator* tp = nullptr;
+  Communicator* cp = nullptr;
+};
+
+// RunTpCp runs body on tp * cp threads, each with its tp group (the ranks of its cp
+// coordinate) and its cp group (the ranks of its tp coordinate), split from one
+// inproc world; returns every world rank's status.
+std::vector<absl::Status> RunTpCp(int tp, int cp,
+                                  const std::function<absl::Status(const TpCpRank&)>& body);
+
 // ExpectAllOk expects every status OK, naming the rank.
 void ExpectAllOk(const std::vector<absl::Status>& results);
 
