@@ -187,6 +187,17 @@ size_t Elements(int64_t rows, int64_t d, int parts) {
   return static_cast<size_t>(rows * d * parts);
 }
 
+// PackKeysValues packs every head's keys, then every head's values, part-major:
+// head h's K at h rows d, its V at (heads + h) rows d, as both passes send them.
+template <typename Head>
+void PackKeysValues(absl::Span<const Head> heads, int64_t rows, int64_t d, float* dst) {
+  const int64_t h_count = static_cast<int64_t>(heads.size());
+  for (int64_t h = 0; h < h_count; ++h) {
+    Pack(heads[h].k, dst + Elements(rows, d, h));
+    Pack(heads[h].v, dst + Elements(rows, d, h_count + h));
+  }
+}
+
 }  // namespace
 
 struct RingAttentionBuffersAccess {
@@ -245,10 +256,7 @@ absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttenti
   using Access = RingAttentionBuffersAccess;
   std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 2 * h_count));
   std::vector<float>& landing = Fit(Access::landing(b), held.size());
-  for (int64_t h = 0; h < h_count; ++h) {
-    Pack(heads[h].k, held.data() + Elements(rows, d, h));
-    Pack(heads[h].v, held.data() + Elements(rows, d, h_count + h));
-  }
+  PackKeysValues(heads, rows, d, held.data());
   // Each head's partial output and log-sum-exp of one key block.
   std::vector<float>& block_out = Fit(Access::block_out(b), Elements(rows, d, h_count));
   std::vector<float>& block_lse = Fit(Access::block_lse(b), Elements(rows, 1, h_count));
@@ -342,10 +350,7 @@ absl::Status RingAttentionBackward(Communicator& cp, absl::Span<const RingAttent
   using Access = RingAttentionBuffersAccess;
   std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 4 * h_count));
   std::vector<float>& landing = Fit(Access::landing(b), held.size());
-  for (int64_t h = 0; h < h_count; ++h) {
-    Pack(heads[h].k, held.data() + Elements(rows, d, h));
-    Pack(heads[h].v, held.data() + Elements(rows, d, h_count + h));
-  }
+  PackKeysValues(heads, rows, d, held.data());
   std::fill_n(held.data() + Elements(rows, d, 2 * h_count), Elements(rows, d, 2 * h_count), 0.0f);
 
   for (int hop = 0; hop < ring.cp; ++hop) {
