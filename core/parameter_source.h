@@ -34,7 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/half.h"
 
 namespace loom {
 
@@ -50,6 +52,15 @@ class ParameterSource {
   // row-major), valid until the pass releases its unit (moves past it, or ends).
   // FailedPrecondition outside an acquiring pass or for a unit already released.
   virtual absl::StatusOr<absl::Span<const float>> Acquire(int param) = 0;
+  // AcquireBf16 returns the same parameter's bf16 compute copy where the source keeps
+  // one (mixed precision: Acquire's values are this copy widened), valid as long as
+  // Acquire's view, so that a bf16 product need not round the weights again; call it
+  // after Acquire(param). Unimplemented where the source keeps none (the default):
+  // the caller rounds Acquire's values itself.
+  virtual absl::StatusOr<absl::Span<const BFloat16>> AcquireBf16(int param) {
+    return absl::UnimplementedError(
+        absl::StrCat("this parameter source keeps no bf16 copy (parameter ", param, ")"));
+  }
   // AddGrad adds `grad` (the parameter's element count) to `param`'s gradient, in
   // a kBackward or kGradients pass.
   virtual absl::Status AddGrad(int param, absl::Span<const float> grad) = 0;

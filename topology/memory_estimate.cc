@@ -28,7 +28,7 @@ BytesPerParameter BytesPerParameterOf(PrecisionPolicy policy) {
   switch (policy) {
     case PrecisionPolicy::kMixedPrecisionAdam: return {2, 2, 12};
     case PrecisionPolicy::kFp32Adam: return {4, 4, 8};
-    case PrecisionPolicy::kBf16InF32Adam: return {4, 4, 12};
+    case PrecisionPolicy::kBf16InF32Adam: return {6, 4, 12};
   }
   return {0, 0, 0};
 }

@@ -33,9 +33,10 @@ namespace loom {
 enum class PrecisionPolicy {
   kMixedPrecisionAdam,  // bf16/fp16 params 2 + grads 2 + fp32 master/m/v 12 bytes.
   kFp32Adam,            // fp32 params 4 + grads 4 + m/v 8 bytes.
-  // bf16 arithmetic on f32 storage (Loom's CPU job: the layers keep bf16-rounded
-  // weights and gradients in f32 arrays) with an fp32 master, m and v:
-  // params 4 + grads 4 + master/m/v 12 bytes.
+  // bf16 arithmetic on f32 storage (Loom's CPU job at zero 0: bf16-rounded weights
+  // and gradients in f32 arrays, beside the weights' bf16 compute copy that the
+  // products read) with an fp32 master, m and v: params 4 + 2 + grads 4 +
+  // master/m/v 12 bytes.
   kBf16InF32Adam,
 };
 

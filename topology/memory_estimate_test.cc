@@ -43,7 +43,7 @@ TEST(MemoryEstimateTest, BreakdownPerStateAndPolicy) {
   opts.precision = PrecisionPolicy::kBf16InF32Adam;
   opts.zero_stage = 1;
   LOOM_ASSERT_OK_AND_ASSIGN(ModelStateBytes bf16, EstimateModelStateBytes(opts));
-  EXPECT_EQ(bf16.parameters, 4000);        // f32 storage, replicated under ZeRO-1.
+  EXPECT_EQ(bf16.parameters, 6000);        // f32 and bf16 copies, replicated under ZeRO-1.
   EXPECT_EQ(bf16.gradients, 4000);
   EXPECT_EQ(bf16.optimizer_states, 12 * 250);  // master, m, v: sharded.
 }

@@ -69,7 +69,11 @@ absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Create(
   store->weights_.assign(initial.begin(), initial.end());
   if (options.compute_dtype == DType::kBF16) {
     store->masters_.assign(initial.begin(), initial.end());
-    for (float& w : store->weights_) w = ToFloat(ToBFloat16(w));
+    store->weights16_.resize(initial.size());
+    for (size_t i = 0; i < initial.size(); ++i) {
+      store->weights16_[i] = ToBFloat16(initial[i]);
+      store->weights_[i] = ToFloat(store->weights16_[i]);
+    }
   }
   // The bucket is communication memory: shm peers map it, so the all-reduce reads
   // it without a kernel copy.
@@ -118,6 +122,17 @@ absl::StatusOr<absl::Span<const float>> ReplicatedStore::Acquire(int param) {
         in_pass_ ? "in a kGradients pass, which lends nothing" : "outside a pass"));
   }
   return Slice(absl::MakeConstSpan(weights_), param);
+}
+
+absl::StatusOr<absl::Span<const BFloat16>> ReplicatedStore::AcquireBf16(int param) {
+  LOOM_RETURN_IF_ERROR(Acquire(param).status());
+  if (weights16_.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "ReplicatedStore: AcquireBf16(", param, "): the store computes in f32, no bf16 copy"));
+  }
+  const size_t p = static_cast<size_t>(param);
+  return absl::MakeConstSpan(weights16_).subspan(
+      static_cast<size_t>(offsets_[p]), static_cast<size_t>(offsets_[p + 1] - offsets_[p]));
 }
 
 absl::Status ReplicatedStore::AddGrad(int param, absl::Span<const float> grad) {
@@ -212,11 +227,11 @@ absl::Status ReplicatedStore::Step(const AdamWHyper& hyper) {
       LOOM_RETURN_IF_ERROR(AdamWStep(hyper, weights, grad, states_[static_cast<size_t>(p)], adam));
       continue;
     }
-    half_.resize(weights.size());
+    const absl::Span<BFloat16> half = absl::MakeSpan(weights16_).subspan(
+        static_cast<size_t>(offsets_[static_cast<size_t>(p)]), weights.size());
     LOOM_RETURN_IF_ERROR(AdamWStep(hyper, Slice(absl::MakeSpan(masters_), p), grad,
-                                   states_[static_cast<size_t>(p)], adam,
-                                   absl::MakeSpan(half_)));
-    for (size_t i = 0; i < weights.size(); ++i) weights[i] = ToFloat(half_[i]);
+                                   states_[static_cast<size_t>(p)], adam, half));
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = ToFloat(half[i]);
   }
   ZeroGradient();
   return absl::OkStatus();
@@ -270,13 +285,19 @@ absl::Status ReplicatedStore::WriteState(int param, absl::Span<const float> mast
   }
   // bf16: the weights are the master's compute copy, as AdamW writes it.
   std::copy(master.begin(), master.end(), Slice(absl::MakeSpan(masters_), param).begin());
-  for (size_t i = 0; i < weights.size(); ++i) weights[i] = ToFloat(ToBFloat16(master[i]));
+  const absl::Span<BFloat16> half = absl::MakeSpan(weights16_).subspan(
+      static_cast<size_t>(offsets_[static_cast<size_t>(param)]), weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) {
+    half[i] = ToBFloat16(master[i]);
+    weights[i] = ToFloat(half[i]);
+  }
   return absl::OkStatus();
 }
 
 int64_t ReplicatedStore::StateBytes() const {
   int64_t bytes = static_cast<int64_t>((weights_.size() + masters_.size() + gradient_.size()) *
-                                       sizeof(float));
+                                           sizeof(float) +
+                                       weights16_.size() * sizeof(BFloat16));
   for (const AdamWState& state : states_) bytes += static_cast<int64_t>(state.size_bytes());
   return bytes;
 }

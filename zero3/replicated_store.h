@@ -8,13 +8,14 @@
 // that a training job has one way to hold parameters whatever the ZeRO stage.
 //
 // Precision: in f32 the weights are the master. In bf16 (compute_dtype kBF16) the
-// weights are the bf16 compute copy (widened to f32) and an f32 master sits beside
+// weights are the bf16 compute copy, kept as bf16 (AcquireBf16, what the layers'
+// bf16 products read) and widened to f32 (Acquire), and an f32 master sits beside
 // them; the averaged f32 gradient is rounded once to bf16 before the step, as
 // Zero3Engine rounds its reduced gradients, so stage 0 and stages 1-3 agree to the
 // bit given the same gradient sums.
 //
 // Memory per rank (StateBytes): 16 bytes per parameter in f32 (weights 4,
-// gradient 4, m 4, v 4), 20 in bf16 (the f32 master 4 more). Traffic per step:
+// gradient 4, m 4, v 4), 22 in bf16 (the f32 master 4 and the bf16 copy 2 more). Traffic per step:
 // one all-reduce of the bucket, 2 * Psi * (dp - 1) / dp elements per rank on a ring.
 //
 // Gradients of the backward passes since the last Step are summed (a model whose
@@ -79,6 +80,9 @@ class ReplicatedStore : public ParameterSource {
   // ReduceGradients until Step. EndPass communicates nothing.
   absl::Status BeginParameterPass(ParameterPass pass) override;
   absl::StatusOr<absl::Span<const float>> Acquire(int param) override;
+  // AcquireBf16: in bf16, the weights as bf16 (Acquire's values before widening),
+  // under Acquire's conditions; Unimplemented in f32.
+  absl::StatusOr<absl::Span<const BFloat16>> AcquireBf16(int param) override;
   absl::Status AddGrad(int param, absl::Span<const float> grad) override;
   absl::Status EndPass() override;
 
@@ -116,7 +120,8 @@ class ReplicatedStore : public ParameterSource {
   const ParamSpec& spec(int param) const { return specs_[static_cast<size_t>(param)]; }
   // The gradient bucket (after ReduceGradients: the averaged gradient).
   absl::Span<const float> gradient() const { return gradient_; }
-  // Bytes held: weights, gradient bucket, moments and (bf16) the master.
+  // Bytes held: weights, gradient bucket, moments and (bf16) the master and the
+  // bf16 copy.
   int64_t StateBytes() const;
 
  private:
@@ -136,7 +141,7 @@ class ReplicatedStore : public ParameterSource {
   std::vector<AdamWState> states_;  // per parameter
   CommBuffer gradient_memory_;     // from dp->AllocateBuffer
   absl::Span<float> gradient_;     // the bucket, in it
-  std::vector<BFloat16> half_;     // bf16: AdamW's compute-copy output
+  std::vector<BFloat16> weights16_;  // bf16: the compute copy itself; empty in f32
   bool in_pass_ = false;
   ParameterPass pass_ = ParameterPass::kForward;
   bool reduced_ = false;

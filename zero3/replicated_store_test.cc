@@ -83,7 +83,7 @@ void CheckOneStep(DType dtype) {
     options.adamw_threads = 2;
     LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
                               ReplicatedStore::Create(Specs(), &comm, Initial(), options));
-    EXPECT_EQ(store->StateBytes(), (dtype == DType::kBF16 ? 20 : 16) * kTotal);
+    EXPECT_EQ(store->StateBytes(), (dtype == DType::kBF16 ? 22 : 16) * kTotal);
     for (int k = 0; k < 2; ++k) {
       const std::vector<float> g = Grad(rank, k);
       LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kBackward));
@@ -105,8 +105,19 @@ void CheckOneStep(DType dtype) {
       LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, store->Acquire(p));
       const int at = p == 0 ? 0 : 6;
       for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(w[i], expected_weights[at + i]) << p << i;
+      // The bf16 copy the products read: the same values before widening (f32: none).
+      const absl::StatusOr<absl::Span<const BFloat16>> w16 = store->AcquireBf16(p);
+      if (dtype == DType::kF32) {
+        EXPECT_THAT(w16, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("f32")));
+        continue;
+      }
+      LOOM_ASSERT_OK(w16.status());
+      ASSERT_EQ(w16->size(), w.size());
+      for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(ToFloat((*w16)[i]), w[i]) << p << i;
     }
     LOOM_ASSERT_OK(store->EndPass());
+    EXPECT_THAT(store->AcquireBf16(0), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                HasSubstr("outside a pass")));
     std::vector<float> got_master(10), m(10), v(10);
     LOOM_ASSERT_OK(store->ReadState(1, absl::MakeSpan(got_master), absl::MakeSpan(m),
                                absl::MakeSpan(v)));
@@ -145,6 +156,8 @@ TEST(ReplicatedStoreTest, WriteStateReplacesMasterMomentsAndWeights) {
     LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kRegather));
     LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, store->Acquire(0));
     for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], ToFloat(ToBFloat16(master[i])));
+    LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const BFloat16> w16, store->AcquireBf16(0));
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(w16[i].bits, ToBFloat16(master[i]).bits);
     LOOM_ASSERT_OK(store->EndPass());
   });
 }

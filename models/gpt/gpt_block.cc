@@ -319,12 +319,22 @@ absl::Status GptBlock::Give(int k, const Tensor& grad) {
   return Give(k, values);
 }
 
-absl::Status GptBlock::BorrowWeights(absl::Span<const absl::Span<const float>> views) {
-  if (views.size() != kNumParameters) {
+bool GptBlock::IsProjectionWeight(int k) {
+  return k == kQkvWeight || k == kOutWeight || k == kFcWeight || k == kProjWeight;
+}
+
+absl::Status GptBlock::BorrowWeights(absl::Span<const absl::Span<const float>> views,
+                                     absl::Span<const absl::Span<const BFloat16>> bf16_views) {
+  if (views.size() != kNumParameters ||
+      (!bf16_views.empty() && bf16_views.size() != kNumParameters)) {
     return absl::InvalidArgumentError(absl::StrCat("GptBlock ", index_, ": BorrowWeights got ",
-                                                   views.size(), " views for ", kNumParameters,
+                                                   views.size(), " views and ", bf16_views.size(),
+                                                   " bf16 views for ", kNumParameters,
                                                    " parameters"));
   }
+  const auto bf16 = [&](int k) {
+    return bf16_views.empty() ? absl::Span<const BFloat16>() : bf16_views[static_cast<size_t>(k)];
+  };
   const size_t h = static_cast<size_t>(config_.hidden);
   for (const int k : {kLn1Gamma, kLn1Beta, kLn2Gamma, kLn2Beta}) {
     if (views[static_cast<size_t>(k)].size() != h) {
@@ -335,10 +345,12 @@ absl::Status GptBlock::BorrowWeights(absl::Span<const absl::Span<const float>> v
   }
   ColumnParallelLinear& qkv = attn_.mutable_qkv();
   RowParallelLinear& out = attn_.mutable_out();
-  absl::Status lent = qkv.BorrowWeights(views[kQkvWeight], views[kQkvBias]);
-  if (lent.ok()) lent = out.BorrowWeights(views[kOutWeight], views[kOutBias]);
-  if (lent.ok()) lent = fc_.BorrowWeights(views[kFcWeight], views[kFcBias]);
-  if (lent.ok()) lent = proj_.BorrowWeights(views[kProjWeight], views[kProjBias]);
+  absl::Status lent = qkv.BorrowWeights(views[kQkvWeight], views[kQkvBias], bf16(kQkvWeight));
+  if (lent.ok()) lent = out.BorrowWeights(views[kOutWeight], views[kOutBias], bf16(kOutWeight));
+  if (lent.ok()) lent = fc_.BorrowWeights(views[kFcWeight], views[kFcBias], bf16(kFcWeight));
+  if (lent.ok()) {
+    lent = proj_.BorrowWeights(views[kProjWeight], views[kProjBias], bf16(kProjWeight));
+  }
   if (!lent.ok()) {
     ReturnWeights();
     return absl::Status(lent.code(), absl::StrCat("GptBlock ", index_, ": ", lent.message()));

@@ -122,14 +122,21 @@ class GptBlock {
   // kNumParameters: the block's parameters, in AppendParameters order (kLn1Gamma
   // first, kProjBias last).
   static constexpr int kNumParameters = 12;
+  // IsProjectionWeight: whether parameter k is one of the four projections' weights
+  // (what multiplies in the block's precision; layer norms and biases stay f32).
+  static bool IsProjectionWeight(int k);
 
   // Borrowed weights (GptModel::UseParameterSource): BorrowWeights lends the block
   // its parameters, f32 views of this rank's shards in AppendParameters order, for
   // Forward, BackwardInput and Backward (BackwardWeight needs none) until
   // ReturnWeights; DropOwnedWeights frees the block's own for good (a Forward
-  // without lent weights is then FailedPrecondition). InvalidArgument naming the
-  // counts for a wrong number of views or a view of the wrong size.
-  absl::Status BorrowWeights(absl::Span<const absl::Span<const float>> views);
+  // without lent weights is then FailedPrecondition). `bf16_views`, empty or one
+  // per parameter (each empty or the same parameter's bf16 rounding, kept alive as
+  // `views`), gives the bf16 products of a kBf16 block their weights already
+  // rounded (ColumnParallelLinear::BorrowWeights). InvalidArgument naming the counts
+  // for a wrong number of views or a view of the wrong size.
+  absl::Status BorrowWeights(absl::Span<const absl::Span<const float>> views,
+                             absl::Span<const absl::Span<const BFloat16>> bf16_views = {});
   void ReturnWeights();
   void DropOwnedWeights();
 

@@ -1,10 +1,11 @@
 // A GptModel that borrows its weights from a ParameterSource computes bitwise
 // what the model that owns the same values computes: losses, input gradients and
 // parameter gradients, at tp 1 and 2, with and without full recompute, with the
-// gradients sent to the source or kept in the model, and with the split backward
-// of the zero-bubble schedules. The source here is a test store that checks the
-// protocol (acquire only inside an acquiring pass, gradients only in a pass that
-// takes them) and records the passes.
+// gradients sent to the source or kept in the model, with the split backward of
+// the zero-bubble schedules, and in bf16 with the source's bf16 copies multiplied
+// as they are. The source here is a test store that checks the protocol (acquire
+// only inside an acquiring pass, gradients only in a pass that takes them) and
+// records the passes.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -38,10 +39,15 @@ using train_testing::TinyConfig;
 // protocol checked on every call.
 class TestStore : public ParameterSource {
  public:
-  explicit TestStore(const std::vector<GptParameter>& params) {
+  // keep_bf16: also keep each parameter's bf16 rounding and lend it (AcquireBf16),
+  // as a mixed-precision source does.
+  explicit TestStore(const std::vector<GptParameter>& params, bool keep_bf16 = false)
+      : keep_bf16_(keep_bf16) {
     for (const GptParameter& p : params) {
       values_.emplace_back(p.values.begin(), p.values.end());
       grads_.emplace_back(p.values.size(), 0.0f);
+      values16_.emplace_back();
+      for (const float v : p.values) values16_.back().push_back(ToBFloat16(v));
     }
   }
 
@@ -59,6 +65,14 @@ class TestStore : public ParameterSource {
     if (fail_acquire_ == param) return absl::UnavailableError("TestStore: injected failure");
     ++acquires_;
     return absl::MakeConstSpan(values_.at(static_cast<size_t>(param)));
+  }
+  absl::StatusOr<absl::Span<const BFloat16>> AcquireBf16(int param) override {
+    if (!keep_bf16_) return ParameterSource::AcquireBf16(param);
+    if (!in_pass_ || pass_ == ParameterPass::kGradients) {
+      return absl::FailedPreconditionError("TestStore: AcquireBf16 outside an acquiring pass");
+    }
+    ++bf16_acquires_;
+    return absl::MakeConstSpan(values16_.at(static_cast<size_t>(param)));
   }
   absl::Status AddGrad(int param, absl::Span<const float> grad) override {
     if (!in_pass_ || (pass_ != ParameterPass::kBackward && pass_ != ParameterPass::kGradients)) {
@@ -78,15 +92,19 @@ class TestStore : public ParameterSource {
   const std::vector<float>& grad(size_t k) const { return grads_[k]; }
   const std::vector<ParameterPass>& passes() const { return passes_; }
   int64_t acquires() const { return acquires_; }
+  int64_t bf16_acquires() const { return bf16_acquires_; }
   bool in_pass() const { return in_pass_; }
   void FailAcquireOf(int param) { fail_acquire_ = param; }
 
  private:
+  bool keep_bf16_;
   std::vector<std::vector<float>> values_, grads_;
+  std::vector<std::vector<BFloat16>> values16_;
   std::vector<ParameterPass> passes_;
   ParameterPass pass_ = ParameterPass::kForward;
   bool in_pass_ = false;
   int64_t acquires_ = 0;
+  int64_t bf16_acquires_ = 0;
   int fail_acquire_ = -1;
 };
 
@@ -95,13 +113,14 @@ struct Case {
   Recompute recompute;
   GptModel::GradientHome home;
   bool split;  // BackwardStageInput + BackwardStageWeight
+  bool bf16 = false;  // a kBf16 model; the source lends bf16 copies too
 };
 
 std::string Name(const Case& c) {
   return absl::StrCat("tp ", c.tp, c.recompute == Recompute::kFull ? " recompute" : "",
                       c.home == GptModel::GradientHome::kSource ? " grads to source"
                                                                 : " grads in model",
-                      c.split ? " split backward" : "");
+                      c.split ? " split backward" : "", c.bf16 ? " bf16" : "");
 }
 
 // Two microbatches, forward and backward each, on both models.
@@ -109,12 +128,20 @@ absl::Status RunBoth(const Case& c, Communicator& tp) {
   const GptConfig config = TinyConfig();
   GptModelOptions options;
   options.recompute = c.recompute;
+  options.precision = c.bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> owner, GptModel::Create(config, tp, options));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> borrower,
                         GptModel::Create(config, tp, options));
   std::vector<GptParameter> owned = owner->Parameters();
   LOOM_RETURN_IF_ERROR(RandomizeParameters(absl::MakeSpan(owned), 11, 0.5f, c.tp, tp.rank()));
-  TestStore store(owned);
+  if (c.bf16) {
+    // A bf16 model's weights are bf16 values (in f32 storage): the owner rounds them
+    // inside every product, the borrower multiplies the store's bf16 copies.
+    for (GptParameter& p : owned) {
+      for (float& v : p.values) v = ToFloat(ToBFloat16(v));
+    }
+  }
+  TestStore store(owned, c.bf16);
   LOOM_RETURN_IF_ERROR(borrower->UseParameterSource(&store, c.home));
   const std::vector<GptParameter> lent = borrower->Parameters();
   EXPECT_EQ(lent.size(), owned.size());
@@ -158,6 +185,12 @@ absl::Status RunBoth(const Case& c, Communicator& tp) {
   }
   EXPECT_FALSE(store.in_pass());
   EXPECT_GT(store.acquires(), 0);
+  // Four projections per block and the LM head, per acquiring pass; none in f32.
+  if (c.bf16) {
+    EXPECT_GT(store.bf16_acquires(), 0);
+  } else {
+    EXPECT_EQ(store.bf16_acquires(), 0);
+  }
   return absl::OkStatus();
 }
 
@@ -167,9 +200,11 @@ TEST(GptBorrowedWeightsTest, BorrowingModelIsBitwiseTheOwningModel) {
       for (const GptModel::GradientHome home :
            {GptModel::GradientHome::kSource, GptModel::GradientHome::kModel}) {
         for (const bool split : {false, true}) {
-          const Case c{tp, recompute, home, split};
-          SCOPED_TRACE(Name(c));
-          ExpectAllOk(RunTp(tp, [&](Communicator& comm) { return RunBoth(c, comm); }));
+          for (const bool bf16 : {false, true}) {
+            const Case c{tp, recompute, home, split, bf16};
+            SCOPED_TRACE(Name(c));
+            ExpectAllOk(RunTp(tp, [&](Communicator& comm) { return RunBoth(c, comm); }));
+          }
         }
       }
     }

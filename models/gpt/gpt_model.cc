@@ -538,14 +538,28 @@ absl::Status GptModel::LendEmbedding() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<absl::Span<const BFloat16>> GptModel::AcquireBf16(int param) {
+  if (options_.precision != GemmPrecision::kBf16) return absl::Span<const BFloat16>();
+  absl::StatusOr<absl::Span<const BFloat16>> view = source_->AcquireBf16(param);
+  if (absl::IsUnimplemented(view.status())) return absl::Span<const BFloat16>();
+  return view;
+}
+
 absl::Status GptModel::LendBlock(size_t k) {
   const int base = BlockBase(k);
   std::vector<absl::Span<const float>> views;
+  std::vector<absl::Span<const BFloat16>> bf16_views;
   for (int i = 0; i < GptBlock::kNumParameters; ++i) {
     LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> view, source_->Acquire(base + i));
     views.push_back(view);
+    // Layer norms and biases stay f32; only the four projections multiply in bf16.
+    absl::Span<const BFloat16> view16;
+    if (GptBlock::IsProjectionWeight(i)) {
+      LOOM_ASSIGN_OR_RETURN(view16, AcquireBf16(base + i));
+    }
+    bf16_views.push_back(view16);
   }
-  LOOM_RETURN_IF_ERROR(blocks_[k].BorrowWeights(views));
+  LOOM_RETURN_IF_ERROR(blocks_[k].BorrowWeights(views, bf16_views));
   lent_blocks_.push_back(k);
   return absl::OkStatus();
 }
@@ -561,7 +575,8 @@ absl::Status GptModel::LendHead() {
                                                    " and ", beta.size(),
                                                    " values of the final layer norm, not ", h));
   }
-  LOOM_RETURN_IF_ERROR(lm_head_->BorrowWeights(weight, {}));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> weight16, AcquireBf16(head + 2));
+  LOOM_RETURN_IF_ERROR(lm_head_->BorrowWeights(weight, {}, weight16));
   lent_final_gamma_ = gamma;
   lent_final_beta_ = beta;
   head_lent_ = true;

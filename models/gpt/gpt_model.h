@@ -238,6 +238,9 @@ class GptModel {
   // Lend* borrow a unit's parameters from the source;
   // ReturnLent gives back everything lent.
   absl::Status LendEmbedding();
+  // AcquireBf16: the source's bf16 copy of `param` for a kBf16 model's products;
+  // empty for an f32 model or a source that keeps none (the layers round then).
+  absl::StatusOr<absl::Span<const BFloat16>> AcquireBf16(int param);
   absl::Status LendBlock(size_t k);
   absl::Status LendHead();
   void ReturnLent();

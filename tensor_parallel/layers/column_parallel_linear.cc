@@ -17,6 +17,10 @@ using tp_layers_internal::AllGatherV;
 using tp_layers_internal::AllReduceSum;
 using tp_layers_internal::CheckActivation;
 using tp_layers_internal::ComputeValues;
+using tp_layers_internal::KeepOperand;
+using tp_layers_internal::Product;
+using tp_layers_internal::RoundedOperand;
+using tp_layers_internal::WeightInput;
 using tp_layers_internal::GatherLastDim;
 using tp_layers_internal::ReduceScatterV;
 using tp_layers_internal::ShardCounts;
@@ -112,11 +116,12 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
     int64_t per_position = 1;
     for (int d = 1; d + 1 < input.rank(); ++d) per_position *= input.dim(d);
     full_shape[0] = options_.sequence_length;
-    LOOM_ASSIGN_OR_RETURN(saved_input_,
+    LOOM_ASSIGN_OR_RETURN(std::vector<float> whole,
                           AllGatherV(*tp_, x, ShardCounts(options_.sequence_length, tp_->size(),
                                                           options_.rule, per_position * in_), tally_));
+    LOOM_ASSIGN_OR_RETURN(saved_input_, KeepOperand(std::move(whole), gemm_precision()));
   } else {
-    saved_input_.assign(x.begin(), x.end());
+    LOOM_ASSIGN_OR_RETURN(saved_input_, KeepOperand(x, gemm_precision()));
   }
   rows_ = 1;
   for (size_t d = 0; d + 1 < full_shape.size(); ++d) rows_ *= full_shape[d];
@@ -130,9 +135,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   output_shape_.back() = out_local;
   // The product goes straight into the output tensor (no copy) unless it is gathered.
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output local, NewOutput(output_shape_));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(saved_input_, rows, in_), Transpose::kNo,
-                            Dense(w, out_local, in_), Transpose::kYes,
-                            Dense(local.values, rows, out_local), 1.0f, 0.0f, gemm_precision()));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), saved_input_.View(rows, in_), Transpose::kNo,
+                               WeightInput(gemm_precision(), borrowed_, Dense(w, out_local, in_)),
+                               Transpose::kYes, Dense(local.values, rows, out_local)));
   if (has_bias_) {
     std::vector<float> bias_scratch;
     LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
@@ -169,22 +174,25 @@ absl::StatusOr<absl::Span<const float>> ColumnParallelLinear::LocalGradient(
   return absl::Span<const float>(storage);
 }
 
-absl::Status ColumnParallelLinear::WeightGradient(absl::Span<const float> g,
-                                                  absl::Span<const float> x, int64_t rows) {
+std::vector<float> ColumnParallelLinear::BiasGradient(absl::Span<const float> g) const {
+  return has_bias_ ? SumRows(g, out_features_local()) : std::vector<float>();
+}
+
+absl::Status ColumnParallelLinear::WeightGradient(const GemmBf16Input& g, const GemmBf16Input& x,
+                                                  absl::Span<const float> bias_grad) {
   const int64_t out_local = out_features_local();
   // dW_local = g^T x: [out_local, rows] x [rows, in].
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw, NewOutput({out_local, in_}));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kYes, Dense(x, rows, in_),
-                            Transpose::kNo, Dense(dw.values, out_local, in_), 1.0f, 0.0f,
-                            gemm_precision()));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kYes, x, Transpose::kNo,
+                               Dense(dw.values, out_local, in_)));
   weight_grad_ = std::move(dw.tensor);
   if (has_bias_) {
-    LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_local}, SumRows(g, out_local)));
+    LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_local}, bias_grad));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const float> g) {
+absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(const GemmBf16Input& g) {
   const int64_t out_local = out_features_local();
   const int64_t rows = rows_;
   // dx = g W_local: this rank's share of the input gradient, summed over ranks.
@@ -194,9 +202,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const floa
   const std::vector<int64_t> whole_shape =
       options_.sequence_parallel ? std::vector<int64_t>{rows, in_} : input_shape_;
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dx, NewOutput(whole_shape));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_local), Transpose::kNo, Dense(w, out_local, in_),
-                            Transpose::kNo, Dense(dx.values, rows, in_), 1.0f, 0.0f,
-                            gemm_precision()));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kNo,
+                               WeightInput(gemm_precision(), borrowed_, Dense(w, out_local, in_)),
+                               Transpose::kNo, Dense(dx.values, rows, in_)));
   if (options_.sequence_parallel) {
     const int64_t per_position = rows / options_.sequence_length;
     LOOM_ASSIGN_OR_RETURN(std::vector<float> mine,
@@ -210,33 +218,52 @@ absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(absl::Span<const floa
   return std::move(dx.tensor);
 }
 
+// In kBf16 the output gradient is rounded once for both of its products (and kept
+// so in a split backward's work); the bias gradient is summed from the f32 values.
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output) {
   std::vector<float> storage;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, LocalGradient(grad_output, storage));
-  LOOM_RETURN_IF_ERROR(WeightGradient(g, saved_input_, rows_));
-  return InputGradient(g);
+  std::vector<BFloat16> g16;
+  LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
+                        RoundedOperand(g, rows_, out_features_local(), gemm_precision(), g16));
+  LOOM_RETURN_IF_ERROR(
+      WeightGradient(product_g, saved_input_.View(rows_, in_), BiasGradient(g)));
+  return InputGradient(product_g);
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_output,
                                                            WeightGradWork& work) {
   std::vector<float> storage;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, LocalGradient(grad_output, storage));
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
-  work = tp_layers_internal::LinearWork(std::move(saved_input_),
-                                        tp_layers_internal::OwnedValues(g, storage), rows_);
+  std::vector<BFloat16> g16;
+  LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
+                        RoundedOperand(g, rows_, out_features_local(), gemm_precision(), g16));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
+  // A bf16 work keeps no f32 gradient, so its bias gradient is summed now.
+  std::vector<float> bias_grad = product_g.is_bf16() ? BiasGradient(g) : std::vector<float>();
+  std::vector<float> g32 =
+      product_g.is_bf16() ? std::vector<float>() : tp_layers_internal::OwnedValues(g, storage);
+  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g32), std::move(g16),
+                                        std::move(bias_grad), rows_);
   ReleaseActivations();
   return dx;
 }
 
 absl::Status ColumnParallelLinear::BackwardWeight(const WeightGradWork& work) {
+  const int64_t out_local = out_features_local();
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckWeightGradWork(
-      kName, work, in_, out_features_local()));
-  return WeightGradient(work.grad_output, work.input, work.rows);
+      kName, work, in_, out_local, has_bias_ ? out_local : 0));
+  return WeightGradient(tp_layers_internal::WorkGradient(work, out_local),
+                        tp_layers_internal::WorkInput(work, in_),
+                        work.grad_output_bf16.empty() ? BiasGradient(work.grad_output)
+                                                      : work.bias_grad);
 }
 
 absl::Status ColumnParallelLinear::BorrowWeights(absl::Span<const float> weight,
-                                      absl::Span<const float> bias) {
-  return tp_layers_internal::Borrow(borrowed_, weight, bias, out_features_local() * in_,
+                                          absl::Span<const float> bias,
+                                          absl::Span<const BFloat16> weight_bf16) {
+  return tp_layers_internal::Borrow(borrowed_, weight, bias, weight_bf16,
+                                    out_features_local() * in_,
                                     has_bias_ ? out_features_local() : 0, kName);
 }
 

@@ -129,9 +129,13 @@ class ColumnParallelLinear {
   // until ReturnWeights. DropOwnedWeights frees the layer's own shards for good:
   // from then on a Forward or Backward without borrowed weights is
   // FailedPrecondition, and weight() / bias() are empty. BackwardWeight needs no
-  // weights. InvalidArgument naming the counts for views of another size.
-  absl::Status BorrowWeights(absl::Span<const float> weight, absl::Span<const float> bias);
-  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}}; }
+  // weights. `weight_bf16`, when given, is the weight's bf16 rounding (a mixed-
+  // precision lender's compute copy, kept alive as `weight`): a kBf16 layer
+  // multiplies by it instead of rounding `weight` for every product; f32 ignores
+  // it. InvalidArgument naming the counts for views of another size.
+  absl::Status BorrowWeights(absl::Span<const float> weight, absl::Span<const float> bias,
+                             absl::Span<const BFloat16> weight_bf16 = {});
+  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}, {}}; }
   void DropOwnedWeights() {
     weight_ = Tensor();
     bias_ = Tensor();
@@ -148,9 +152,9 @@ class ColumnParallelLinear {
   // ReleaseActivations frees them (activation checkpointing drops a layer's state
   // and recomputes it); Backward then returns FailedPrecondition until the next
   // Forward.
-  size_t saved_activation_bytes() const { return saved_input_.capacity() * sizeof(float); }
+  size_t saved_activation_bytes() const { return saved_input_.bytes(); }
   void ReleaseActivations() {
-    std::vector<float>().swap(saved_input_);
+    saved_input_ = tp_layers_internal::LinearOperand();
     has_forward_ = false;
   }
 
@@ -173,10 +177,14 @@ class ColumnParallelLinear {
   // view of grad_output, or of `storage` when they had to be picked out.
   absl::StatusOr<absl::Span<const float>> LocalGradient(const Tensor& grad_output,
                                                         std::vector<float>& storage) const;
-  // WeightGradient sets the gradients from g [rows, out_local] and x [rows, in];
-  // InputGradient returns dx for g, summed over the ranks.
-  absl::Status WeightGradient(absl::Span<const float> g, absl::Span<const float> x, int64_t rows);
-  absl::StatusOr<Tensor> InputGradient(absl::Span<const float> g);
+  // WeightGradient sets the gradients from g [rows, out_local] and x [rows, in]
+  // (each f32 or already bf16) and the bias gradient summed already; InputGradient
+  // returns dx for g, summed over the ranks; BiasGradient sums the f32 g's rows
+  // (empty without a bias).
+  absl::Status WeightGradient(const GemmBf16Input& g, const GemmBf16Input& x,
+                              absl::Span<const float> bias_grad);
+  absl::StatusOr<Tensor> InputGradient(const GemmBf16Input& g);
+  std::vector<float> BiasGradient(absl::Span<const float> g) const;
 
   Communicator* tp_ = nullptr;
   CommTally tally_;
@@ -188,7 +196,7 @@ class ColumnParallelLinear {
   tp_layers_internal::BorrowedWeights borrowed_;
   bool has_bias_ = false;
   // Saved by Forward: the (gathered) input, its shape on this rank, the output shape.
-  std::vector<float> saved_input_;
+  tp_layers_internal::LinearOperand saved_input_;  // in kBf16 only its bf16 rounding
   std::vector<int64_t> input_shape_, output_shape_;
   int64_t rows_ = 0;  // rows of the full-sequence input
   bool has_forward_ = false;

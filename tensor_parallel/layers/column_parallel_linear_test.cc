@@ -236,6 +236,10 @@ TEST(ColumnParallelLinearPrecision, F32StorageWithBf16ProductsEqualsBf16Storage)
       LOOM_ASSIGN_OR_RETURN(Tensor y2, layer->Forward(x));
       EXPECT_EQ(y2.ToF32(), y.ToF32());
     }
+    // A bf16 layer keeps its input for the weight gradient as bf16 only.
+    for (ColumnParallelLinear* layer : {&by_storage, &by_option, &by_setter}) {
+      EXPECT_EQ(layer->saved_activation_bytes(), kSeq * kBatch * kIn * sizeof(BFloat16));
+    }
     LOOM_ASSIGN_OR_RETURN(Tensor dx, by_storage.Backward(y));
     for (ColumnParallelLinear* layer : {&by_option, &by_setter}) {
       LOOM_ASSIGN_OR_RETURN(Tensor dx2, layer->Backward(y));

@@ -50,17 +50,20 @@ struct Dims {
   int64_t m, n, k;
 };
 
-absl::StatusOr<Dims> CheckGemm(const ConstMatrixView& a, Transpose trans_a,
-                               const ConstMatrixView& b, Transpose trans_b, const MatrixView& c) {
-  LOOM_RETURN_IF_ERROR(CheckView(a, "A"));
-  LOOM_RETURN_IF_ERROR(CheckView(b, "B"));
+absl::StatusOr<Dims> CheckGemm(const GemmBf16Input& a, Transpose trans_a, const GemmBf16Input& b,
+                               Transpose trans_b, const MatrixView& c) {
+  const auto check = [](const GemmBf16Input& v, const char* name) {
+    return v.is_bf16() ? CheckView(v.bf16(), name) : CheckView(v.f32(), name);
+  };
+  LOOM_RETURN_IF_ERROR(check(a, "A"));
+  LOOM_RETURN_IF_ERROR(check(b, "B"));
   LOOM_RETURN_IF_ERROR(CheckView(c, "C"));
   const bool ta = trans_a == Transpose::kYes;
   const bool tb = trans_b == Transpose::kYes;
-  const int64_t m = ta ? a.cols : a.rows;
-  const int64_t k = ta ? a.rows : a.cols;
-  const int64_t kb = tb ? b.cols : b.rows;
-  const int64_t n = tb ? b.rows : b.cols;
+  const int64_t m = ta ? a.cols() : a.rows();
+  const int64_t k = ta ? a.rows() : a.cols();
+  const int64_t kb = tb ? b.cols() : b.rows();
+  const int64_t n = tb ? b.rows() : b.cols();
   if (k != kb) {
     return absl::InvalidArgumentError(absl::StrCat("Gemm: op(A) is ", Shape(m, k), " but op(B) is ",
                                                    Shape(kb, n), ": inner dimensions differ"));
@@ -72,7 +75,7 @@ absl::StatusOr<Dims> CheckGemm(const ConstMatrixView& a, Transpose trans_a,
   }
   if (m == 0 || n == 0 || k == 0) return Dims{m, n, k};
   constexpr int64_t kMaxBlasInt = (int64_t{1} << 31) - 1;
-  for (int64_t v : {m, n, k, a.ld, b.ld, c.ld}) {
+  for (int64_t v : {m, n, k, a.ld(), b.ld(), c.ld}) {
     if (v > kMaxBlasInt) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Gemm: dimension or ld ", v, " exceeds the 32-bit BLAS interface (m=", m, " n=", n,
@@ -196,10 +199,30 @@ absl::StatusOr<ConstMatrixView> Widened(absl::Span<const BFloat16> packed,
   return Dense(absl::Span<const float>(out), like.rows, like.cols);
 }
 
+// AsF32 returns `input` as the dense f32 view of its bf16 rounding, for OpenBLAS and
+// GemmEngines: an f32 input is rounded and widened back, a bf16 one only widened.
+absl::StatusOr<ConstMatrixView> AsF32(const GemmBf16Input& input, AlignedBuffer<BFloat16>& b16,
+                                      AlignedBuffer<float>& b32) {
+  if (!input.is_bf16()) {
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> packed,
+                          RoundToBf16(input.f32(), b16));
+    return Widened(packed, input.f32(), b32);
+  }
+  const ConstBf16MatrixView& v = input.bf16();
+  const size_t cols = static_cast<size_t>(v.cols);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> out,
+                        Reserve(b32, static_cast<size_t>(v.rows) * cols));
+  for (size_t i = 0; i < static_cast<size_t>(v.rows); ++i) {
+    LOOM_RETURN_IF_ERROR(ConvertBF16ToF32(v.data.subspan(i * static_cast<size_t>(v.ld), cols),
+                                          out.subspan(i * cols, cols)));
+  }
+  return Dense(absl::Span<const float>(out), v.rows, v.cols);
+}
+
 // Bf16Gemm runs a checked, non-empty kBf16 product on `backend`, or on `engine` when
 // one is given (then with the rounded inputs widened back to f32).
 absl::Status Bf16Gemm(gemm_internal::Bf16Backend backend, GemmEngine* engine,
-                      const ConstMatrixView& a, Transpose trans_a, const ConstMatrixView& b,
+                      const GemmBf16Input& a, Transpose trans_a, const GemmBf16Input& b,
                       Transpose trans_b, const MatrixView& c, const Dims& d, float alpha,
                       float beta) {
   using gemm_internal::Bf16Backend;
@@ -210,10 +233,8 @@ absl::Status Bf16Gemm(gemm_internal::Bf16Backend backend, GemmEngine* engine,
     if (!absl::IsUnavailable(onednn) || backend == Bf16Backend::kOneDnn) return onednn;
   }
   thread_local Bf16Scratch scratch;
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> a16, RoundToBf16(a, scratch.a16));
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> b16, RoundToBf16(b, scratch.b16));
-  LOOM_ASSIGN_OR_RETURN(const ConstMatrixView a32, Widened(a16, a, scratch.a32));
-  LOOM_ASSIGN_OR_RETURN(const ConstMatrixView b32, Widened(b16, b, scratch.b32));
+  LOOM_ASSIGN_OR_RETURN(const ConstMatrixView a32, AsF32(a, scratch.a16, scratch.a32));
+  LOOM_ASSIGN_OR_RETURN(const ConstMatrixView b32, AsF32(b, scratch.b16, scratch.b32));
   if (engine != nullptr) return engine->Run(a32, trans_a, b32, trans_b, c, alpha, beta);
   OpenBlasGemm(a32, trans_a, b32, trans_b, c, d, alpha, beta);
   return absl::OkStatus();
@@ -245,10 +266,23 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
   return absl::OkStatus();
 }
 
+absl::Status GemmBf16(GemmBf16Input a, Transpose trans_a, GemmBf16Input b, Transpose trans_b,
+                      MatrixView c, float alpha, float beta) {
+  const ScopedComputeTimer timer(ComputeKind::kGemm);
+  LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
+  if (d.m == 0 || d.n == 0) return absl::OkStatus();
+  if (d.k == 0) {
+    ScaleByBeta(c, beta);
+    return absl::OkStatus();
+  }
+  return Bf16Gemm(gemm_internal::Bf16Backend::kAuto, current_engine, a, trans_a, b, trans_b, c,
+                  d, alpha, beta);
+}
+
 namespace gemm_internal {
 
-absl::Status GemmBf16On(Bf16Backend backend, ConstMatrixView a, Transpose trans_a,
-                        ConstMatrixView b, Transpose trans_b, MatrixView c, float alpha,
+absl::Status GemmBf16On(Bf16Backend backend, GemmBf16Input a, Transpose trans_a,
+                        GemmBf16Input b, Transpose trans_b, MatrixView c, float alpha,
                         float beta) {
   LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
   if (d.m == 0 || d.n == 0) return absl::OkStatus();

@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/half.h"
 
 namespace loom {
 
@@ -63,12 +64,25 @@ struct MatrixView {
   int64_t ld = 0;
 };
 
+// A row-major bf16 matrix, laid out as ConstMatrixView: a kBf16 product's input that
+// the caller already holds rounded (a weight's bf16 compute copy, or an activation
+// used by two products), so that Gemm need not round it again.
+struct ConstBf16MatrixView {
+  absl::Span<const BFloat16> data;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t ld = 0;
+};
+
 // Dense returns the view of a packed rows x cols matrix (ld = cols).
 inline ConstMatrixView Dense(absl::Span<const float> data, int64_t rows, int64_t cols) {
   return ConstMatrixView{data, rows, cols, cols};
 }
 inline MatrixView Dense(absl::Span<float> data, int64_t rows, int64_t cols) {
   return MatrixView{data, rows, cols, cols};
+}
+inline ConstBf16MatrixView Dense(absl::Span<const BFloat16> data, int64_t rows, int64_t cols) {
+  return ConstBf16MatrixView{data, rows, cols, cols};
 }
 
 // CheckMatrixLayout returns InvalidArgument, prefixed by `who` ("Gemm: A"), unless the
@@ -110,6 +124,37 @@ enum class GemmPrecision { kF32, kBf16 };
 absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Transpose trans_b,
                   MatrixView c, float alpha = 1.0f, float beta = 0.0f,
                   GemmPrecision precision = GemmPrecision::kF32);
+
+// GemmBf16Input: one input of GemmBf16, either f32 (rounded to bf16 inside, as
+// Gemm's kBf16 rounds) or already bf16 (used as it is).
+class GemmBf16Input {
+ public:
+  GemmBf16Input(const ConstMatrixView& f32) : f32_(f32) {}  // NOLINT: implicit on purpose
+  GemmBf16Input(const ConstBf16MatrixView& bf16)             // NOLINT
+      : bf16_(bf16), is_bf16_(true) {}
+  bool is_bf16() const { return is_bf16_; }
+  const ConstMatrixView& f32() const { return f32_; }
+  const ConstBf16MatrixView& bf16() const { return bf16_; }
+  int64_t rows() const { return is_bf16_ ? bf16_.rows : f32_.rows; }
+  int64_t cols() const { return is_bf16_ ? bf16_.cols : f32_.cols; }
+  int64_t ld() const { return is_bf16_ ? bf16_.ld : f32_.ld; }
+
+ private:
+  ConstMatrixView f32_;
+  ConstBf16MatrixView bf16_;
+  bool is_bf16_ = false;
+};
+
+// GemmBf16 is Gemm(..., GemmPrecision::kBf16) whose inputs may each be given already
+// in bf16: the same checks, result and bound (a bf16 input holds what rounding the f32
+// one would give), without rounding those inputs again. Where the product runs off
+// oneDNN, bf16 inputs are widened to f32 for OpenBLAS or the GemmEngine.
+//
+//   // w16: a weight's bf16 compute copy, [n,k]; x: f32 activations, [m,k]
+//   LOOM_RETURN_IF_ERROR(GemmBf16(Dense(x, m, k), Transpose::kNo, Dense(w16, n, k),
+//                                 Transpose::kYes, Dense(y, m, n)));
+absl::Status GemmBf16(GemmBf16Input a, Transpose trans_a, GemmBf16Input b, Transpose trans_b,
+                      MatrixView c, float alpha = 1.0f, float beta = 0.0f);
 
 // GemmPrecisionName returns "f32" or "bf16" ("unknown" outside the enum).
 absl::string_view GemmPrecisionName(GemmPrecision precision);

@@ -310,16 +310,39 @@ Bf16Operands MakeOperands(const Bf16Case& t, unsigned seed) {
   return op;
 }
 
-// RunBf16 returns C after the product on `backend` (kAuto: through Gemm itself).
+// Which inputs of a kBf16 product the caller hands over already rounded (GemmBf16).
+enum class PreRounded { kNone, kA, kB, kBoth };
+
+std::vector<BFloat16> ToBf16(const std::vector<float>& v) {
+  std::vector<BFloat16> out;
+  for (const float x : v) out.push_back(ToBFloat16(x));
+  return out;
+}
+
+// RunBf16 returns C after the product on `backend` (kAuto: through Gemm itself, or
+// GemmBf16 when an input is pre-rounded), with the stored operands' layouts kept.
 absl::StatusOr<std::vector<float>> RunBf16(Bf16Backend backend, const Bf16Case& t,
-                                           const Bf16Operands& op) {
+                                           const Bf16Operands& op,
+                                           PreRounded pre = PreRounded::kNone) {
   std::vector<float> c = op.c0;
+  const std::vector<BFloat16> a16 = ToBf16(op.a), b16 = ToBf16(op.b);
   const ConstMatrixView a{op.a, t.a_rows(), t.a_cols(), t.a_cols() + t.pad};
   const ConstMatrixView b{op.b, t.b_rows(), t.b_cols(), t.b_cols() + t.pad};
+  const bool a_is_bf16 = pre == PreRounded::kA || pre == PreRounded::kBoth;
+  const bool b_is_bf16 = pre == PreRounded::kB || pre == PreRounded::kBoth;
+  const GemmBf16Input ai = a_is_bf16 ? GemmBf16Input(ConstBf16MatrixView{a16, a.rows, a.cols, a.ld})
+                                     : GemmBf16Input(a);
+  const GemmBf16Input bi = b_is_bf16 ? GemmBf16Input(ConstBf16MatrixView{b16, b.rows, b.cols, b.ld})
+                                     : GemmBf16Input(b);
   const MatrixView cv{absl::MakeSpan(c), t.m, t.n, t.n + t.pad};
-  const absl::Status s = backend == Bf16Backend::kAuto
-                             ? Gemm(a, t.ta, b, t.tb, cv, t.alpha, t.beta, GemmPrecision::kBf16)
-                             : GemmBf16On(backend, a, t.ta, b, t.tb, cv, t.alpha, t.beta);
+  absl::Status s;
+  if (backend != Bf16Backend::kAuto) {
+    s = GemmBf16On(backend, ai, t.ta, bi, t.tb, cv, t.alpha, t.beta);
+  } else if (pre == PreRounded::kNone) {
+    s = Gemm(a, t.ta, b, t.tb, cv, t.alpha, t.beta, GemmPrecision::kBf16);
+  } else {
+    s = GemmBf16(ai, t.ta, bi, t.tb, cv, t.alpha, t.beta);
+  }
   if (!s.ok()) return s;
   return c;
 }
@@ -483,6 +506,63 @@ INSTANTIATE_TEST_SUITE_P(Backends, GemmBf16BackendTest,
                          [](const ::testing::TestParamInfo<Bf16Backend>& param_info) {
                            return std::string(BackendName(param_info.param));
                          });
+
+// Inputs handed over in bf16 (GemmBf16) give the product of the f32 inputs' rounding:
+// within the same bound, the pad of C untouched, and on OpenBLAS the same bits (the
+// same widened values reach the same call). On oneDNN a bf16 input is read in place,
+// with its own leading dimension, so the part may run another kernel: the same bits
+// only where the layout equals the packed one (no pad, A not transposed).
+TEST_P(GemmBf16BackendTest, PreRoundedInputsGiveTheRoundedProduct) {
+  const Bf16Backend backend = GetParam();
+  if (backend == Bf16Backend::kOneDnn) {
+    if (const absl::Status usable = gemm_internal::OneDnnBf16Usable(); !usable.ok()) {
+      GTEST_SKIP() << "oneDNN's bf16 path does not run here: " << usable;
+    }
+  }
+  const bool on_onednn = backend == Bf16Backend::kOneDnn ||
+                         (backend == Bf16Backend::kAuto && gemm_internal::OneDnnBf16Usable().ok());
+  unsigned seed = 500;
+  int bitwise_checked = 0;
+  for (const Bf16Case& t : Bf16Cases()) {
+    const Bf16Operands op = MakeOperands(t, seed += 3);
+    LOOM_ASSERT_OK_AND_ASSIGN(const std::vector<float> from_f32, RunBf16(backend, t, op));
+    const Bf16Reference ref = Reference(t, op);
+    for (const PreRounded pre : {PreRounded::kA, PreRounded::kB, PreRounded::kBoth}) {
+      SCOPED_TRACE(absl::StrCat(t.Name(), " pre-rounded ", static_cast<int>(pre)));
+      LOOM_ASSERT_OK_AND_ASSIGN(const std::vector<float> c, RunBf16(backend, t, op, pre));
+      const Bf16Error e = Measure(t, op, ref, c);
+      EXPECT_LE(e.max_ratio_to_bound, 1.0) << "error " << e.max_abs_error;
+      EXPECT_TRUE(e.pad_untouched);
+      const bool same_layout = t.pad == 0 && (t.ta == Transpose::kNo || pre == PreRounded::kB);
+      if (!on_onednn || same_layout) {
+        ++bitwise_checked;
+        EXPECT_EQ(c, from_f32);
+      }
+    }
+  }
+  EXPECT_GT(bitwise_checked, 0);
+}
+
+// A bf16 input is held to the same layout checks as an f32 one.
+TEST(GemmBf16Test, PreRoundedInputsAreChecked) {
+  const std::vector<BFloat16> w(6);
+  const std::vector<float> x(6);
+  std::vector<float> y(4);
+  EXPECT_THAT(GemmBf16(Dense(absl::MakeConstSpan(x), 2, 3), Transpose::kNo,
+                       ConstBf16MatrixView{w, 2, 3, 4}, Transpose::kYes,
+                       Dense(absl::MakeSpan(y), 2, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Gemm: B is [2,3] with ld 4, needing 7 elements, but its span "
+                                 "has 6")));
+  EXPECT_THAT(GemmBf16(Dense(absl::MakeConstSpan(x), 2, 3), Transpose::kNo,
+                       Dense(absl::MakeConstSpan(w), 2, 3), Transpose::kNo,
+                       Dense(absl::MakeSpan(y), 2, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inner dimensions differ")));
+  LOOM_EXPECT_OK(GemmBf16(Dense(absl::MakeConstSpan(x), 2, 3), Transpose::kNo,
+                          Dense(absl::MakeConstSpan(w), 2, 3), Transpose::kYes,
+                          Dense(absl::MakeSpan(y), 2, 2)));
+  EXPECT_EQ(y, std::vector<float>(4, 0.0f));
+}
 
 // The header's example: 1 + 2^-8 is a bf16 tie and rounds to even, 1.
 TEST(GemmBf16Test, HeaderExample) {

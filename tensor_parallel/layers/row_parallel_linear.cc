@@ -16,6 +16,10 @@ using tp_layers_internal::AllGatherV;
 using tp_layers_internal::AllReduceSum;
 using tp_layers_internal::CheckActivation;
 using tp_layers_internal::ComputeValues;
+using tp_layers_internal::KeepOperand;
+using tp_layers_internal::Product;
+using tp_layers_internal::RoundedOperand;
+using tp_layers_internal::WeightInput;
 using tp_layers_internal::ReduceScatterV;
 using tp_layers_internal::ShardCounts;
 using tp_layers_internal::SumRows;
@@ -87,7 +91,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
                         CheckActivation(input, in_local_, sp ? options_.sequence_length : -1,
                                         kName));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> x, input.As<float>());
-  saved_input_.assign(x.begin(), x.end());
+  LOOM_ASSIGN_OR_RETURN(saved_input_, KeepOperand(x, gemm_precision()));
   rows_ = rows;
   per_position_ = 1;
   for (int d = 1; d + 1 < input.rank(); ++d) per_position_ *= input.dim(d);
@@ -100,9 +104,10 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   // The partial product goes straight into the output tensor, which the all-reduce
   // sums in place (under sequence parallelism the scatter returns a new piece).
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output whole, NewOutput(output_shape_));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(x, rows, in_local_), Transpose::kNo,
-                            Dense(w, out_, in_local_), Transpose::kYes,
-                            Dense(whole.values, rows, out_), 1.0f, 0.0f, gemm_precision()));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), saved_input_.View(rows, in_local_),
+                               Transpose::kNo,
+                               WeightInput(gemm_precision(), borrowed_, Dense(w, out_, in_local_)),
+                               Transpose::kYes, Dense(whole.values, rows, out_)));
   Tensor out;
   if (sp) {
     output_shape_[0] =
@@ -140,59 +145,79 @@ absl::StatusOr<absl::Span<const float>> RowParallelLinear::WholeGradient(
   return absl::Span<const float>(storage);
 }
 
-absl::Status RowParallelLinear::WeightGradient(absl::Span<const float> g,
-                                               absl::Span<const float> x, int64_t rows) {
+std::vector<float> RowParallelLinear::BiasGradient(absl::Span<const float> g) const {
+  return has_bias_ ? SumRows(g, out_) : std::vector<float>();
+}
+
+absl::Status RowParallelLinear::WeightGradient(const GemmBf16Input& g, const GemmBf16Input& x,
+                                               absl::Span<const float> bias_grad) {
   // The whole gradient is on every rank (gathered under sequence parallelism), so
   // the bias gradient is complete here and needs no all-reduce.
   if (has_bias_) {
-    LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_}, SumRows(g, out_)));
+    LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_}, bias_grad));
   }
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw, NewOutput({out_, in_local_}));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows, out_), Transpose::kYes, Dense(x, rows, in_local_),
-                            Transpose::kNo, Dense(dw.values, out_, in_local_), 1.0f, 0.0f,
-                            gemm_precision()));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kYes, x, Transpose::kNo,
+                               Dense(dw.values, out_, in_local_)));
   weight_grad_ = std::move(dw.tensor);
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> RowParallelLinear::InputGradient(absl::Span<const float> g) {
+absl::StatusOr<Tensor> RowParallelLinear::InputGradient(const GemmBf16Input& g) {
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dx, NewOutput(input_shape_));
-  LOOM_RETURN_IF_ERROR(Gemm(Dense(g, rows_, out_), Transpose::kNo, Dense(w, out_, in_local_),
-                            Transpose::kNo, Dense(dx.values, rows_, in_local_), 1.0f, 0.0f,
-                            gemm_precision()));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kNo,
+                               WeightInput(gemm_precision(), borrowed_, Dense(w, out_, in_local_)),
+                               Transpose::kNo, Dense(dx.values, rows_, in_local_)));
   return std::move(dx.tensor);
 }
 
+// In kBf16 the whole output gradient is rounded once for both of its products (and
+// kept so in a split backward's work); the bias gradient is summed from the f32 values.
 absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {
   std::vector<float> storage;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
-  LOOM_RETURN_IF_ERROR(WeightGradient(g, saved_input_, rows_));
-  return InputGradient(g);
+  std::vector<BFloat16> g16;
+  LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
+                        RoundedOperand(g, rows_, out_, gemm_precision(), g16));
+  LOOM_RETURN_IF_ERROR(
+      WeightGradient(product_g, saved_input_.View(rows_, in_local_), BiasGradient(g)));
+  return InputGradient(product_g);
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_output,
                                                         WeightGradWork& work) {
   std::vector<float> storage;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(g));
-  work = tp_layers_internal::LinearWork(std::move(saved_input_),
-                                        tp_layers_internal::OwnedValues(g, storage), rows_);
+  std::vector<BFloat16> g16;
+  LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
+                        RoundedOperand(g, rows_, out_, gemm_precision(), g16));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
+  // A bf16 work keeps no f32 gradient, so its bias gradient is summed now.
+  std::vector<float> bias_grad = product_g.is_bf16() ? BiasGradient(g) : std::vector<float>();
+  std::vector<float> g32 =
+      product_g.is_bf16() ? std::vector<float>() : tp_layers_internal::OwnedValues(g, storage);
+  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g32), std::move(g16),
+                                        std::move(bias_grad), rows_);
   ReleaseActivations();
   return dx;
 }
 
 absl::Status RowParallelLinear::BackwardWeight(const WeightGradWork& work) {
-  LOOM_RETURN_IF_ERROR(
-      tp_layers_internal::CheckWeightGradWork(kName, work, in_local_, out_));
-  return WeightGradient(work.grad_output, work.input, work.rows);
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckWeightGradWork(kName, work, in_local_, out_,
+                                                               has_bias_ ? out_ : 0));
+  return WeightGradient(tp_layers_internal::WorkGradient(work, out_),
+                        tp_layers_internal::WorkInput(work, in_local_),
+                        work.grad_output_bf16.empty() ? BiasGradient(work.grad_output)
+                                                      : work.bias_grad);
 }
 
 absl::Status RowParallelLinear::BorrowWeights(absl::Span<const float> weight,
-                                      absl::Span<const float> bias) {
-  return tp_layers_internal::Borrow(borrowed_, weight, bias, out_ * in_local_,
+                                          absl::Span<const float> bias,
+                                          absl::Span<const BFloat16> weight_bf16) {
+  return tp_layers_internal::Borrow(borrowed_, weight, bias, weight_bf16, out_ * in_local_,
                                     has_bias_ ? out_ : 0, kName);
 }
 

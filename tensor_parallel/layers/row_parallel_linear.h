@@ -114,9 +114,11 @@ class RowParallelLinear {
 
   // Borrowed weights, as ColumnParallelLinear's: BorrowWeights lends f32 views of
   // this rank's weight shard [out, in_local] and of the whole bias [out] until
-  // ReturnWeights; DropOwnedWeights frees the layer's own for good.
-  absl::Status BorrowWeights(absl::Span<const float> weight, absl::Span<const float> bias);
-  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}}; }
+  // ReturnWeights (and, optionally, the weight's bf16 copy, as there);
+  // DropOwnedWeights frees the layer's own for good.
+  absl::Status BorrowWeights(absl::Span<const float> weight, absl::Span<const float> bias,
+                             absl::Span<const BFloat16> weight_bf16 = {});
+  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}, {}}; }
   void DropOwnedWeights() {
     weight_ = Tensor();
     bias_ = Tensor();
@@ -133,9 +135,9 @@ class RowParallelLinear {
   // ReleaseActivations frees them (activation checkpointing drops a layer's state
   // and recomputes it); Backward then returns FailedPrecondition until the next
   // Forward.
-  size_t saved_activation_bytes() const { return saved_input_.capacity() * sizeof(float); }
+  size_t saved_activation_bytes() const { return saved_input_.bytes(); }
   void ReleaseActivations() {
-    std::vector<float>().swap(saved_input_);
+    saved_input_ = tp_layers_internal::LinearOperand();
     has_forward_ = false;
   }
 
@@ -159,10 +161,13 @@ class RowParallelLinear {
   // parallelism).
   absl::StatusOr<absl::Span<const float>> WholeGradient(const Tensor& grad_output,
                                                         std::vector<float>& storage);
-  // WeightGradient sets the gradients from g [rows, out] and x [rows, in_local];
-  // InputGradient returns dx for g.
-  absl::Status WeightGradient(absl::Span<const float> g, absl::Span<const float> x, int64_t rows);
-  absl::StatusOr<Tensor> InputGradient(absl::Span<const float> g);
+  // WeightGradient sets the gradients from g [rows, out] and x [rows, in_local]
+  // (each f32 or already bf16) and the bias gradient summed already; InputGradient
+  // returns dx for g; BiasGradient sums the f32 g's rows (empty without a bias).
+  absl::Status WeightGradient(const GemmBf16Input& g, const GemmBf16Input& x,
+                              absl::Span<const float> bias_grad);
+  absl::StatusOr<Tensor> InputGradient(const GemmBf16Input& g);
+  std::vector<float> BiasGradient(absl::Span<const float> g) const;
 
   Communicator* tp_ = nullptr;
   CommTally tally_;
@@ -173,7 +178,7 @@ class RowParallelLinear {
   Tensor weight_, bias_, weight_grad_, bias_grad_;
   tp_layers_internal::BorrowedWeights borrowed_;
   bool has_bias_ = false;
-  std::vector<float> saved_input_;
+  tp_layers_internal::LinearOperand saved_input_;  // in kBf16 only its bf16 rounding
   std::vector<int64_t> input_shape_, output_shape_;
   int64_t rows_ = 0;          // rows of the full-sequence input
   int64_t per_position_ = 1;  // rows per sequence position (the batch)

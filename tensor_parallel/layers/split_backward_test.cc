@@ -312,9 +312,10 @@ TEST(SplitBackwardErrors, WorkOfAnotherShapeOrLayerIsRefused) {
     EXPECT_THAT(fc.BackwardWeight(short_work),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr(absl::StrCat("ColumnParallelLinear: weight-gradient work of 3 "
-                                                "rows holds 18 input values, ",
+                                                "rows holds 18 + 0 (bf16) input values, ",
                                                 3 * fc.out_features_local() - 1,
-                                                " gradient values and 0 ids"))));
+                                                " + 0 (bf16) gradient values, 0 bias gradient "
+                                                "values and 0 ids"))));
     // The embedding refuses a linear layer's work, and the reverse.
     EXPECT_THAT(emb.BackwardWeight(work),
                 StatusIs(absl::StatusCode::kInvalidArgument,

@@ -143,7 +143,7 @@ absl::Status VocabParallelEmbedding::BackwardWeight(const WeightGradWork& work) 
 }
 
 absl::Status VocabParallelEmbedding::BorrowWeights(absl::Span<const float> table) {
-  return tp_layers_internal::Borrow(borrowed_, table, {}, extent_.length * hidden_, 0, kName);
+  return tp_layers_internal::Borrow(borrowed_, table, {}, {}, extent_.length * hidden_, 0, kName);
 }
 
 }  // namespace loom

@@ -92,7 +92,7 @@ class VocabParallelEmbedding {
   // vocab_extent() rows) until ReturnWeights; DropOwnedWeights frees the layer's
   // own shard for good. InvalidArgument naming the counts for another size.
   absl::Status BorrowWeights(absl::Span<const float> table);
-  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}}; }
+  void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}, {}}; }
   void DropOwnedWeights() {
     weight_ = Tensor();
     borrowed_.owned_dropped = true;

@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/half.h"
+
 namespace loom {
 
 struct WeightGradWork {
@@ -35,12 +37,21 @@ struct WeightGradWork {
   // The output gradient this rank's weight needs, [rows, out] (this rank's
   // features for a column-parallel layer, gathered under sequence parallelism).
   std::vector<float> grad_output;
+  // A linear layer that multiplies in bf16 keeps its input and output gradient only
+  // as their bf16 rounding (what its weight product would round them to, in half
+  // the memory): these, with `input` and `grad_output` then empty.
+  std::vector<BFloat16> input_bf16, grad_output_bf16;
+  // With grad_output_bf16: the bias gradient, summed from the f32 output gradient
+  // before it was rounded (empty without a bias, and when grad_output is f32).
+  std::vector<float> bias_grad;
   int64_t rows = 0;
 
   // bytes returns the memory held until BackwardWeight.
   size_t bytes() const {
     return input.capacity() * sizeof(float) + ids.capacity() * sizeof(int64_t) +
-           grad_output.capacity() * sizeof(float);
+           grad_output.capacity() * sizeof(float) +
+           (input_bf16.capacity() + grad_output_bf16.capacity()) * sizeof(BFloat16) +
+           bias_grad.capacity() * sizeof(float);
   }
 };
 

@@ -22,11 +22,11 @@ enum class Bf16Backend {
   kOpenBlas,  // cblas_sgemm on the bf16-rounded inputs widened back to f32
 };
 
-// GemmBf16On is Gemm(a, trans_a, b, trans_b, c, alpha, beta, GemmPrecision::kBf16) on `backend`,
+// GemmBf16On is GemmBf16(a, trans_a, b, trans_b, c, alpha, beta) on `backend`,
 // ignoring any GemmEngine installed on the thread: the same checks and errors, and kOneDnn returns
 // oneDNN's Unavailable instead of falling back.
-absl::Status GemmBf16On(Bf16Backend backend, ConstMatrixView a, Transpose trans_a,
-                        ConstMatrixView b, Transpose trans_b, MatrixView c, float alpha,
+absl::Status GemmBf16On(Bf16Backend backend, GemmBf16Input a, Transpose trans_a,
+                        GemmBf16Input b, Transpose trans_b, MatrixView c, float alpha,
                         float beta);
 
 }  // namespace gemm_internal

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/half_convert.h"
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
 
@@ -17,18 +18,88 @@ absl::Span<const float> F32Values(const Tensor& t, std::vector<float>& scratch) 
 }
 
 absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
-                    absl::Span<const float> bias, int64_t weight_numel, int64_t bias_numel,
-                    const std::string& who) {
+                    absl::Span<const float> bias, absl::Span<const BFloat16> weight_bf16,
+                    int64_t weight_numel, int64_t bias_numel, const std::string& who) {
   if (static_cast<int64_t>(weight.size()) != weight_numel ||
       static_cast<int64_t>(bias.size()) != bias_numel) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": BorrowWeights got ", weight.size(), " weight and ", bias.size(),
         " bias elements; this rank's shards have ", weight_numel, " and ", bias_numel));
   }
+  if (!weight_bf16.empty() && weight_bf16.size() != weight.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": BorrowWeights got ", weight.size(),
+                                                   " weight elements but a bf16 copy of ",
+                                                   weight_bf16.size()));
+  }
   borrowed.active = true;
   borrowed.weight = weight;
   borrowed.bias = bias;
+  borrowed.weight_bf16 = weight_bf16;
   return absl::OkStatus();
+}
+
+GemmBf16Input LinearOperand::View(int64_t rows, int64_t cols) const {
+  if (is_bf16) return ConstBf16MatrixView{bf16, rows, cols, cols};
+  return Dense(absl::MakeConstSpan(f32), rows, cols);
+}
+
+namespace {
+
+// RoundOnThreads rounds `values` to bf16 into `out` (same size) on the rank's threads.
+absl::Status RoundOnThreads(absl::Span<const float> values, absl::Span<BFloat16> out) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  const int threads = static_cast<int>(
+      std::clamp<int64_t>(n / kElementwiseGrain, 1, int64_t{ComputeThreads()}));
+  return ParallelFor(n, threads, [&](int64_t first, int64_t last) {
+    const size_t at = static_cast<size_t>(first), count = static_cast<size_t>(last - first);
+    return ConvertF32ToBF16(values.subspan(at, count), out.subspan(at, count));
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<LinearOperand> KeepOperand(std::vector<float> values, GemmPrecision precision) {
+  LinearOperand operand;
+  if (precision != GemmPrecision::kBf16) {
+    operand.f32 = std::move(values);
+    return operand;
+  }
+  return KeepOperand(absl::MakeConstSpan(values), precision);  // rounded; `values` freed
+}
+
+absl::StatusOr<LinearOperand> KeepOperand(absl::Span<const float> values,
+                                          GemmPrecision precision) {
+  if (precision != GemmPrecision::kBf16) {
+    return KeepOperand(std::vector<float>(values.begin(), values.end()), precision);
+  }
+  LinearOperand operand;
+  operand.is_bf16 = true;
+  operand.bf16.resize(values.size());
+  LOOM_RETURN_IF_ERROR(RoundOnThreads(values, absl::MakeSpan(operand.bf16)));
+  return operand;
+}
+
+absl::StatusOr<GemmBf16Input> RoundedOperand(absl::Span<const float> values, int64_t rows,
+                                             int64_t cols, GemmPrecision precision,
+                                             std::vector<BFloat16>& rounded) {
+  if (precision != GemmPrecision::kBf16) return GemmBf16Input(Dense(values, rows, cols));
+  rounded.resize(values.size());
+  LOOM_RETURN_IF_ERROR(RoundOnThreads(values, absl::MakeSpan(rounded)));
+  return GemmBf16Input(Dense(absl::MakeConstSpan(rounded), rows, cols));
+}
+
+GemmBf16Input WeightInput(GemmPrecision precision, const BorrowedWeights& borrowed,
+                          const ConstMatrixView& w) {
+  if (precision != GemmPrecision::kBf16 || !borrowed.active || borrowed.weight_bf16.empty()) {
+    return w;
+  }
+  return ConstBf16MatrixView{borrowed.weight_bf16, w.rows, w.cols, w.ld};
+}
+
+absl::Status Product(GemmPrecision precision, const GemmBf16Input& a, Transpose trans_a,
+                     const GemmBf16Input& b, Transpose trans_b, MatrixView c) {
+  if (a.is_bf16() || b.is_bf16()) return GemmBf16(a, trans_a, b, trans_b, c);
+  return Gemm(a.f32(), trans_a, b.f32(), trans_b, c, 1.0f, 0.0f, precision);
 }
 
 absl::StatusOr<absl::Span<const float>> ComputeValues(const BorrowedWeights& borrowed, bool bias,
@@ -159,24 +230,50 @@ std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>&
   return std::vector<float>(view.begin(), view.end());
 }
 
-WeightGradWork LinearWork(std::vector<float> input, std::vector<float> grad_output, int64_t rows) {
+WeightGradWork LinearWork(LinearOperand input, std::vector<float> grad_output,
+                          std::vector<BFloat16> grad_output_bf16, std::vector<float> bias_grad,
+                          int64_t rows) {
   WeightGradWork work;
-  work.input = std::move(input);
+  work.input = std::move(input.f32);
+  work.input_bf16 = std::move(input.bf16);
   work.grad_output = std::move(grad_output);
+  work.grad_output_bf16 = std::move(grad_output_bf16);
+  work.bias_grad = std::move(bias_grad);
   work.rows = rows;
   return work;
 }
 
+GemmBf16Input WorkInput(const WeightGradWork& work, int64_t in) {
+  if (!work.input_bf16.empty()) return Dense(absl::MakeConstSpan(work.input_bf16), work.rows, in);
+  return Dense(absl::MakeConstSpan(work.input), work.rows, in);
+}
+
+GemmBf16Input WorkGradient(const WeightGradWork& work, int64_t out) {
+  if (!work.grad_output_bf16.empty()) {
+    return Dense(absl::MakeConstSpan(work.grad_output_bf16), work.rows, out);
+  }
+  return Dense(absl::MakeConstSpan(work.grad_output), work.rows, out);
+}
+
 absl::Status CheckWeightGradWork(const std::string& who, const WeightGradWork& work, int64_t in,
-                                 int64_t out) {
+                                 int64_t out, int64_t bias_numel) {
   const auto size = [](const auto& v) { return static_cast<int64_t>(v.size()); };
-  if (work.rows < 0 || size(work.input) != work.rows * in ||
-      size(work.grad_output) != work.rows * out || !work.ids.empty()) {
+  const int64_t inputs = size(work.input) + size(work.input_bf16);
+  const int64_t grads = size(work.grad_output) + size(work.grad_output_bf16);
+  const bool one_each = (work.input.empty() || work.input_bf16.empty()) &&
+                        (work.grad_output.empty() || work.grad_output_bf16.empty());
+  // A bf16 gradient comes with its bias gradient summed; an f32 one without.
+  const int64_t bias_expected = work.grad_output_bf16.empty() ? 0 : bias_numel;
+  if (work.rows < 0 || inputs != work.rows * in || grads != work.rows * out || !one_each ||
+      size(work.bias_grad) != bias_expected || !work.ids.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        who, ": weight-gradient work of ", work.rows, " rows holds ", work.input.size(),
-        " input values, ", work.grad_output.size(), " gradient values and ", work.ids.size(),
-        " ids; this layer needs rows x ", in, " input values, rows x ", out,
-        " gradient values and no ids (a work from BackwardInput of this layer)"));
+        who, ": weight-gradient work of ", work.rows, " rows holds ", work.input.size(), " + ",
+        work.input_bf16.size(), " (bf16) input values, ", work.grad_output.size(), " + ",
+        work.grad_output_bf16.size(), " (bf16) gradient values, ", work.bias_grad.size(),
+        " bias gradient values and ", work.ids.size(), " ids; this layer needs rows x ", in,
+        " input values, rows x ", out, " gradient values (each f32 or bf16; with a bf16 one ",
+        bias_numel, " bias gradient values) and no ids (a work from BackwardInput of this "
+        "layer)"));
   }
   return absl::OkStatus();
 }

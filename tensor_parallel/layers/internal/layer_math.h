@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/dtype.h"
+#include "core/half.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/tensor.h"
@@ -23,20 +24,64 @@ namespace tp_layers_internal {
 absl::Span<const float> F32Values(const Tensor& t, std::vector<float>& scratch);
 
 // BorrowedWeights: the f32 views a layer computes with instead of its own weight
-// and bias while it borrows them (the layers' BorrowWeights), and whether it
+// and bias while it borrows them (the layers' BorrowWeights), the weight's bf16
+// compute copy when the lender keeps one (empty otherwise), and whether the layer
 // dropped its own storage for good (DropOwnedWeights).
 struct BorrowedWeights {
   bool active = false;
   bool owned_dropped = false;
   absl::Span<const float> weight, bias;
+  absl::Span<const BFloat16> weight_bf16;
 };
 
 // Borrow checks views of `weight_numel` and `bias_numel` elements (bias_numel 0:
-// the layer has no bias; the view must then be empty) and starts borrowing them.
-// InvalidArgument naming `who` and both counts otherwise.
+// the layer has no bias; the view must then be empty; weight_bf16 empty or of
+// weight_numel) and starts borrowing them. InvalidArgument naming `who` and the
+// counts otherwise.
 absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
-                    absl::Span<const float> bias, int64_t weight_numel, int64_t bias_numel,
-                    const std::string& who);
+                    absl::Span<const float> bias, absl::Span<const BFloat16> weight_bf16,
+                    int64_t weight_numel, int64_t bias_numel, const std::string& who);
+
+// LinearOperand: a matrix a linear layer keeps for a later product (its forward
+// input, for the weight gradient): the f32 values in kF32; in kBf16 only their bf16
+// rounding, rounded once (what every product of them would round them to, in half
+// the memory).
+struct LinearOperand {
+  std::vector<float> f32;
+  std::vector<BFloat16> bf16;
+  bool is_bf16 = false;
+
+  // View is the dense rows x cols matrix as a product input.
+  GemmBf16Input View(int64_t rows, int64_t cols) const;
+  size_t bytes() const {
+    return f32.capacity() * sizeof(float) + bf16.capacity() * sizeof(BFloat16);
+  }
+};
+
+// KeepOperand returns `values` (moved) as an operand of `precision`: kept for kF32,
+// rounded to bf16 (on the rank's threads; the f32 values freed) for kBf16.
+absl::StatusOr<LinearOperand> KeepOperand(std::vector<float> values, GemmPrecision precision);
+// The same from a view: copied for kF32, rounded for kBf16 (no f32 copy).
+absl::StatusOr<LinearOperand> KeepOperand(absl::Span<const float> values,
+                                          GemmPrecision precision);
+
+// RoundedOperand returns `values` as a dense rows x cols product input: the view
+// itself for kF32, or for kBf16 its rounding into `rounded` (on the rank's threads),
+// so that the products that share it round it once.
+absl::StatusOr<GemmBf16Input> RoundedOperand(absl::Span<const float> values, int64_t rows,
+                                             int64_t cols, GemmPrecision precision,
+                                             std::vector<BFloat16>& rounded);
+
+// WeightInput returns the weight `w` as a product input: in kBf16, the borrowed
+// bf16 copy in its place when the lender gave one (the same values, not rounded
+// again for every product); otherwise `w`.
+GemmBf16Input WeightInput(GemmPrecision precision, const BorrowedWeights& borrowed,
+                          const ConstMatrixView& w);
+
+// Product computes C = op(A) op(B) (alpha 1, beta 0): Gemm in `precision` when both
+// inputs are f32, otherwise GemmBf16 (an input already rounded is a bf16 product's).
+absl::Status Product(GemmPrecision precision, const GemmBf16Input& a, Transpose trans_a,
+                     const GemmBf16Input& b, Transpose trans_b, MatrixView c);
 
 // ComputeValues returns what the layer computes with: the borrowed view while it
 // borrows, else F32Values(own, scratch). FailedPrecondition naming `who` when it
@@ -106,14 +151,23 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
 std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>& storage);
 
 // LinearWork returns a linear layer's weight-gradient work: its forward input
-// [rows, in] and output gradient [rows, out], moved in.
-WeightGradWork LinearWork(std::vector<float> input, std::vector<float> grad_output, int64_t rows);
+// [rows, in] and output gradient [rows, out] (each f32 or bf16, moved in), and,
+// with a bf16 gradient, the bias gradient summed from its f32 values.
+WeightGradWork LinearWork(LinearOperand input, std::vector<float> grad_output,
+                          std::vector<BFloat16> grad_output_bf16, std::vector<float> bias_grad,
+                          int64_t rows);
+
+// WorkInput and WorkGradient are a work's input [rows, in] and output gradient
+// [rows, out] as product inputs (bf16 where the work keeps them so).
+GemmBf16Input WorkInput(const WeightGradWork& work, int64_t in);
+GemmBf16Input WorkGradient(const WeightGradWork& work, int64_t out);
 
 // CheckWeightGradWork checks a linear layer's BackwardWeight argument: InvalidArgument
 // naming the sizes unless `work` holds an input of rows x in values and an output
-// gradient of rows x out.
+// gradient of rows x out (each f32 or bf16) and, with a bf16 gradient, its bias
+// gradient of bias_numel (an f32 gradient's is summed from it in BackwardWeight).
 absl::Status CheckWeightGradWork(const std::string& who, const WeightGradWork& work, int64_t in,
-                                 int64_t out);
+                                 int64_t out, int64_t bias_numel);
 
 }  // namespace tp_layers_internal
 }  // namespace loom

@@ -380,12 +380,13 @@ absl::StatusOr<absl::Span<T>> Reserve(AlignedBuffer<T>& buffer, size_t size) {
 
 absl::Status OneDnnBf16Usable() { return GetRuntime().status; }
 
-absl::Status OneDnnBf16Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b,
+absl::Status OneDnnBf16Gemm(const GemmBf16Input& a, Transpose trans_a, const GemmBf16Input& b,
                             Transpose trans_b, MatrixView c, float alpha, float beta, int threads) {
   // Before anything touches OpenMP (ThreadSanitizer builds stop here).
   LOOM_RETURN_IF_ERROR(OneDnnBf16Usable());
   const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
-  const int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols, n = tb ? b.rows : b.cols;
+  const int64_t m = ta ? a.cols() : a.rows(), k = ta ? a.rows() : a.cols();
+  const int64_t n = tb ? b.rows() : b.cols();
   // Local references to this thread's scratch: the lambdas below run on helper threads
   // too, where the name of a thread_local would mean their own.
   const std::vector<Part>& parts = SplitRows(m, n, k, threads);
@@ -400,8 +401,10 @@ absl::Status OneDnnBf16Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixVie
       key.m = part.m;
       key.n = n;
       key.k = k;
-      key.lda = ta ? part.m : k;  // each part's op(A) rows packed densely on their own
-      key.ldb = b.cols;
+      // A bf16 input is read where it lies; a rounded f32 one as packed below: each
+      // part's op(A) rows densely on their own, B dense as stored.
+      key.lda = a.is_bf16() ? a.ld() : (ta ? part.m : k);
+      key.ldb = b.is_bf16() ? b.ld() : b.cols();
       key.ldc = c.ld;
       key.ta = ta;
       key.tb = tb;
@@ -411,37 +414,52 @@ absl::Status OneDnnBf16Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixVie
       primitives.push_back(p);
     }
   }
-  // The rounded inputs: A part-major (part i's op(A) rows as a dense [m_i,k] or [k,m_i]),
-  // B dense as stored. Sizes fit: the views hold at least rows x cols elements each.
+  // The rounded f32 inputs: A part-major (part i's op(A) rows as a dense [m_i,k] or
+  // [k,m_i]), B dense as stored. Sizes fit: the views hold at least rows x cols elements.
   thread_local AlignedBuffer<BFloat16> a_scratch, b_scratch;
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<BFloat16> a16,
-                        Reserve(a_scratch, static_cast<size_t>(m * k)));
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<BFloat16> b16,
-                        Reserve(b_scratch, static_cast<size_t>(k * n)));
+  absl::Span<BFloat16> a16, b16;
+  if (!a.is_bf16()) {
+    LOOM_ASSIGN_OR_RETURN(a16, Reserve(a_scratch, static_cast<size_t>(m * k)));
+  }
+  if (!b.is_bf16()) {
+    LOOM_ASSIGN_OR_RETURN(b16, Reserve(b_scratch, static_cast<size_t>(k * n)));
+  }
   core_internal::HelperTeam& team = core_internal::HelperTeam::ForThisThread();
   const int count = static_cast<int>(parts.size());
   // Phase 1: each part rounds its own rows of A and a share of B's stored rows (all of B
   // must be ready before any part multiplies).
-  const int64_t b_rows_per_part = (b.rows + count - 1) / count;
-  const absl::Status rounded = team.Run(threads, count, [&](int i) -> absl::Status {
-    const Part& part = parts[static_cast<size_t>(i)];
-    const absl::Span<BFloat16> a_part = a16.subspan(part.a_offset, static_cast<size_t>(part.m * k));
-    const absl::Status a_rounded = ta ? RoundRows(a, 0, k, part.m0, part.m0 + part.m, a_part)
-                                      : RoundRows(a, part.m0, part.m0 + part.m, 0, k, a_part);
-    if (!a_rounded.ok()) return a_rounded;
-    const int64_t r0 = std::min(b.rows, i * b_rows_per_part);
-    const int64_t r1 = std::min(b.rows, r0 + b_rows_per_part);
-    return RoundRows(b, r0, r1, 0, b.cols, b16.subspan(static_cast<size_t>(r0 * b.cols)));
-  });
-  if (!rounded.ok()) return rounded;
+  if (!a.is_bf16() || !b.is_bf16()) {
+    const int64_t b_rows_per_part = (b.rows() + count - 1) / count;
+    const absl::Status rounded = team.Run(threads, count, [&](int i) -> absl::Status {
+      const Part& part = parts[static_cast<size_t>(i)];
+      if (!a.is_bf16()) {
+        const absl::Span<BFloat16> a_part =
+            a16.subspan(part.a_offset, static_cast<size_t>(part.m * k));
+        const absl::Status a_rounded =
+            ta ? RoundRows(a.f32(), 0, k, part.m0, part.m0 + part.m, a_part)
+               : RoundRows(a.f32(), part.m0, part.m0 + part.m, 0, k, a_part);
+        if (!a_rounded.ok()) return a_rounded;
+      }
+      if (b.is_bf16()) return absl::OkStatus();
+      const int64_t r0 = std::min(b.rows(), i * b_rows_per_part);
+      const int64_t r1 = std::min(b.rows(), r0 + b_rows_per_part);
+      return RoundRows(b.f32(), r0, r1, 0, b.cols(),
+                       b16.subspan(static_cast<size_t>(r0 * b.cols())));
+    });
+    if (!rounded.ok()) return rounded;
+  }
+  const auto a_of = [&](const Part& part) -> const BFloat16* {
+    if (!a.is_bf16()) return a16.data() + part.a_offset;
+    return a.bf16().data.data() + (ta ? part.m0 : part.m0 * a.ld());
+  };
+  const BFloat16* const b_data = b.is_bf16() ? b.bf16().data.data() : b16.data();
   // Phase 2: each part's product.
   const dnnl_engine_t engine = GetRuntime().engine;
   return team.Run(threads, count, [&](int i) -> absl::Status {
     const Part& part = parts[static_cast<size_t>(i)];
     const ScopedOmpThreads one(1);
-    return StateOfThisThread().Run(engine, *primitives[static_cast<size_t>(i)],
-                                   a16.data() + part.a_offset, b16.data(),
-                                   c.data.data() + part.m0 * c.ld);
+    return StateOfThisThread().Run(engine, *primitives[static_cast<size_t>(i)], a_of(part),
+                                   b_data, c.data.data() + part.m0 * c.ld);
   });
 }
 

@@ -43,7 +43,8 @@ namespace gemm_internal {
 absl::Status OneDnnBf16Usable();
 
 // OneDnnBf16Gemm computes C = alpha * op(A) * op(B) + beta * C from A and B rounded to bf16
-// (core/half_convert.h; per-thread scratch, grown to the largest product and kept), with f32
+// (core/half_convert.h; per-thread scratch, grown to the largest product and kept; an input
+// given in bf16 is read where it lies), with f32
 // accumulation, on up to `threads` threads (see above). The caller has checked the shapes
 // (op(A) [m,k], op(B) [k,n], C [m,n], all of m, n, k >= 1 and within 32 bits; spans long
 // enough). Unavailable, with C untouched, where oneDNN cannot run it with a hardware kernel: as
@@ -51,7 +52,7 @@ absl::Status OneDnnBf16Usable();
 // implementation, or a full primitive cache (kMaxCachedPrimitives shapes); the caller then
 // computes it elsewhere. Internal naming the oneDNN call and its error string for a failure
 // after that; ResourceExhausted if scratch cannot grow.
-absl::Status OneDnnBf16Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b,
+absl::Status OneDnnBf16Gemm(const GemmBf16Input& a, Transpose trans_a, const GemmBf16Input& b,
                             Transpose trans_b, MatrixView c, float alpha, float beta, int threads);
 
 // The fewest multiply-adds (m x n x k) a part gets (about 20 us on one core), so that handing it
