@@ -239,12 +239,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_ou
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
                         RoundedOperand(g, rows_, out_features_local(), gemm_precision(), g16));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
-  // A bf16 work keeps no f32 gradient, so its bias gradient is summed now.
-  std::vector<float> bias_grad = product_g.is_bf16() ? BiasGradient(g) : std::vector<float>();
-  std::vector<float> g32 =
-      product_g.is_bf16() ? std::vector<float>() : tp_layers_internal::OwnedValues(g, storage);
-  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g32), std::move(g16),
-                                        std::move(bias_grad), rows_);
+  work = tp_layers_internal::LinearWork(std::move(saved_input_), g, storage, std::move(g16),
+                                        has_bias_ ? out_features_local() : 0, rows_);
   ReleaseActivations();
   return dx;
 }
@@ -255,8 +251,7 @@ absl::Status ColumnParallelLinear::BackwardWeight(const WeightGradWork& work) {
       kName, work, in_, out_local, has_bias_ ? out_local : 0));
   return WeightGradient(tp_layers_internal::WorkGradient(work, out_local),
                         tp_layers_internal::WorkInput(work, in_),
-                        work.grad_output_bf16.empty() ? BiasGradient(work.grad_output)
-                                                      : work.bias_grad);
+                        tp_layers_internal::WorkBiasGradient(work, has_bias_ ? out_local : 0));
 }
 
 absl::Status ColumnParallelLinear::BorrowWeights(absl::Span<const float> weight,

@@ -195,12 +195,8 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_outpu
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
                         RoundedOperand(g, rows_, out_, gemm_precision(), g16));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
-  // A bf16 work keeps no f32 gradient, so its bias gradient is summed now.
-  std::vector<float> bias_grad = product_g.is_bf16() ? BiasGradient(g) : std::vector<float>();
-  std::vector<float> g32 =
-      product_g.is_bf16() ? std::vector<float>() : tp_layers_internal::OwnedValues(g, storage);
-  work = tp_layers_internal::LinearWork(std::move(saved_input_), std::move(g32), std::move(g16),
-                                        std::move(bias_grad), rows_);
+  work = tp_layers_internal::LinearWork(std::move(saved_input_), g, storage, std::move(g16),
+                                        has_bias_ ? out_ : 0, rows_);
   ReleaseActivations();
   return dx;
 }
@@ -210,8 +206,7 @@ absl::Status RowParallelLinear::BackwardWeight(const WeightGradWork& work) {
                                                                has_bias_ ? out_ : 0));
   return WeightGradient(tp_layers_internal::WorkGradient(work, out_),
                         tp_layers_internal::WorkInput(work, in_local_),
-                        work.grad_output_bf16.empty() ? BiasGradient(work.grad_output)
-                                                      : work.bias_grad);
+                        tp_layers_internal::WorkBiasGradient(work, has_bias_ ? out_ : 0));
 }
 
 absl::Status RowParallelLinear::BorrowWeights(absl::Span<const float> weight,

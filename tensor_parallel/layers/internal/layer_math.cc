@@ -230,17 +230,26 @@ std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>&
   return std::vector<float>(view.begin(), view.end());
 }
 
-WeightGradWork LinearWork(LinearOperand input, std::vector<float> grad_output,
-                          std::vector<BFloat16> grad_output_bf16, std::vector<float> bias_grad,
-                          int64_t rows) {
+WeightGradWork LinearWork(LinearOperand input, absl::Span<const float> g,
+                          std::vector<float>& storage, std::vector<BFloat16> g16,
+                          int64_t bias_cols, int64_t rows) {
   WeightGradWork work;
   work.input = std::move(input.f32);
   work.input_bf16 = std::move(input.bf16);
-  work.grad_output = std::move(grad_output);
-  work.grad_output_bf16 = std::move(grad_output_bf16);
-  work.bias_grad = std::move(bias_grad);
+  if (g16.empty()) {
+    work.grad_output = OwnedValues(g, storage);
+  } else {
+    // The work keeps no f32 gradient, so its bias gradient is summed now.
+    if (bias_cols > 0) work.bias_grad = SumRows(g, bias_cols);
+    work.grad_output_bf16 = std::move(g16);
+  }
   work.rows = rows;
   return work;
+}
+
+std::vector<float> WorkBiasGradient(const WeightGradWork& work, int64_t bias_cols) {
+  if (bias_cols == 0) return {};
+  return work.grad_output_bf16.empty() ? SumRows(work.grad_output, bias_cols) : work.bias_grad;
 }
 
 GemmBf16Input WorkInput(const WeightGradWork& work, int64_t in) {

@@ -150,12 +150,18 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
 // and a split backward copies only what its work must keep.
 std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>& storage);
 
-// LinearWork returns a linear layer's weight-gradient work: its forward input
-// [rows, in] and output gradient [rows, out] (each f32 or bf16, moved in), and,
-// with a bf16 gradient, the bias gradient summed from its f32 values.
-WeightGradWork LinearWork(LinearOperand input, std::vector<float> grad_output,
-                          std::vector<BFloat16> grad_output_bf16, std::vector<float> bias_grad,
-                          int64_t rows);
+// LinearWork returns the work a linear layer's BackwardInput leaves: its saved
+// input (moved in), and the output gradient `g` [rows, bias_cols-wide or not] as its
+// products used it: f32, owned (`storage` moved when g is its data, else a copy),
+// or, when `g16` holds g's bf16 rounding (non-empty), that, with the bias gradient
+// (bias_cols wide; 0: no bias) summed from the f32 g now.
+WeightGradWork LinearWork(LinearOperand input, absl::Span<const float> g,
+                          std::vector<float>& storage, std::vector<BFloat16> g16,
+                          int64_t bias_cols, int64_t rows);
+
+// WorkBiasGradient returns a work's bias gradient (bias_cols wide; 0: none): summed
+// already with a bf16 gradient, from the f32 gradient otherwise.
+std::vector<float> WorkBiasGradient(const WeightGradWork& work, int64_t bias_cols);
 
 // WorkInput and WorkGradient are a work's input [rows, in] and output gradient
 // [rows, out] as product inputs (bf16 where the work keeps them so).
