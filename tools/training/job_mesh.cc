@@ -16,6 +16,7 @@ ParallelConfig ConfigOf(const TrainJobOptions& options) {
   config.dp = options.dp;
   config.pp = options.pp;
   config.tp = options.tp;
+  config.cp = options.cp;
   return config;
 }
 
@@ -44,19 +45,25 @@ absl::StatusOr<RankPlace> PlaceRank(const Mesh& mesh, int rank) {
   place.rank = rank;
   LOOM_ASSIGN_OR_RETURN(const int64_t d, mesh.Coordinate(rank, "dp"));
   LOOM_ASSIGN_OR_RETURN(const int64_t s, mesh.Coordinate(rank, "pp"));
+  LOOM_ASSIGN_OR_RETURN(const int64_t c, mesh.Coordinate(rank, "cp"));
   LOOM_ASSIGN_OR_RETURN(const int64_t t, mesh.Coordinate(rank, "tp"));
+  LOOM_ASSIGN_OR_RETURN(const int64_t cp, mesh.DimSize("cp"));
   place.d = static_cast<int>(d);
   place.s = static_cast<int>(s);
+  place.c = static_cast<int>(c);
   place.t = static_cast<int>(t);
   LOOM_ASSIGN_OR_RETURN(place.dp_group, GroupIndex(mesh, rank, "dp"));
   LOOM_ASSIGN_OR_RETURN(place.pp_group, GroupIndex(mesh, rank, "pp"));
+  LOOM_ASSIGN_OR_RETURN(place.cp_group, GroupIndex(mesh, rank, "cp"));
   LOOM_ASSIGN_OR_RETURN(place.tp_group, GroupIndex(mesh, rank, "tp"));
+  LOOM_ASSIGN_OR_RETURN(place.dpcp_group, GroupIndex(mesh, rank, "dp-cp"));
+  place.dpcp_index = static_cast<int>(d * cp + c);
   return place;
 }
 
 std::string JobMeshCommand(const TrainJobOptions& options) {
-  return absl::StrCat("--shape=dp=", options.dp, ",pp=", options.pp, ",cp=1,tp=", options.tp,
-                      " --order=", kJobMeshOrder);
+  return absl::StrCat("--shape=dp=", options.dp, ",pp=", options.pp, ",cp=", options.cp,
+                      ",tp=", options.tp, " --order=", kJobMeshOrder);
 }
 
 }  // namespace loom

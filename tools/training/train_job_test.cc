@@ -375,6 +375,10 @@ TEST(TrainJobTest, BadOptionsAreOneClearLine) {
   EXPECT_THAT(ValidateTrainJob(options), StatusIs(absl::StatusCode::kInvalidArgument,
                                                   HasSubstr("--zero 4 must be 0, 1, 2 or 3")));
   options = Small(1);
+  options.cp = 2;  // the mesh has the axis; the job's ranks do not use it yet
+  EXPECT_THAT(ValidateTrainJob(options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  HasSubstr("cp 2: the job runs cp = 1 only")));
+  options = Small(1);
   options.zero = 0;
   options.offload = OffloadKind::kNvme;
   EXPECT_THAT(ValidateTrainJob(options), StatusIs(absl::StatusCode::kInvalidArgument,

@@ -48,6 +48,10 @@ struct TrainJobOptions {
   int dp = 2;
   int pp = 2;
   int tp = 2;
+  // Context parallelism: the mesh's fourth axis (job_mesh.h). The job itself runs
+  // cp = 1 only for now (ValidateTrainJob); the model takes a cp group already
+  // (GptModelOptions::context_parallel).
+  int cp = 1;
   PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
   int64_t microbatches = 4;  // per step and dp rank; >= pp
   int64_t micro_batch = 2;   // sequences per microbatch

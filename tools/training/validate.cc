@@ -116,6 +116,11 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(
         absl::StrCat("--dp ", o.dp, " --pp ", o.pp, " --tp ", o.tp, ": each must be >= 1"));
   }
+  if (o.cp != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cp ", o.cp, ": the job runs cp = 1 only so far (its mesh has the cp axis; the "
+        "model's context parallelism is not yet wired into the job's ranks)"));
+  }
   const absl::StatusOr<int64_t> world =
       CheckedMul({{"--dp", o.dp}, {"--pp", o.pp}, {"--tp", o.tp}});
   if (!world.ok() || *world > kMaxTrainRanks) {
