@@ -34,16 +34,8 @@ using train_testing::SeededIds;
 constexpr double kRel = 1e-5;
 constexpr int64_t kBatch = 2;
 
-struct Case {
-  int tp;
-  int cp;
-  CpLayout layout;
-  int64_t seq;
-};
-
-std::string NameOf(const Case& c) {
-  return absl::StrCat("tp", c.tp, "_cp", c.cp, "_", CpLayoutName(c.layout), "_s", c.seq);
-}
+using Case = tp_layers_testing::TpCpCase;
+using tp_layers_testing::TpCpCaseName;
 
 // What the cp group of each tp rank computed: the loss shares' sum and the
 // gradients summed over cp.
@@ -114,7 +106,7 @@ TEST_P(GptContextParallelTest, SharesAddUpToTheWholeSequence) {
   const Result whole = RunModel(Case{c.tp, 1, c.layout, c.seq});
   const Result split = RunModel(c);
   for (int t = 0; t < c.tp; ++t) {
-    SCOPED_TRACE(absl::StrCat(NameOf(c), " tp rank ", t));
+    SCOPED_TRACE(absl::StrCat(TpCpCaseName(c), " tp rank ", t));
     EXPECT_NEAR(split.loss[t], whole.loss[t], kRel * std::fabs(whole.loss[t]));
     ASSERT_EQ(split.grads[t].size(), whole.grads[t].size());
     for (size_t p = 0; p < whole.grads[t].size(); ++p) {
@@ -131,7 +123,7 @@ std::vector<Case> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GptContextParallelTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& case_info) {
-                           return NameOf(case_info.param);
+                           return TpCpCaseName(case_info.param);
                          });
 
 TEST(GptContextParallelCallTest, LocalPositionsAndWrongTokenCountsAreNamed) {

@@ -36,16 +36,8 @@ using tp_layers_testing::Values;
 
 constexpr int64_t kBatch = 2, kHidden = 16, kHeads = 4;
 
-struct Case {
-  int tp;
-  int cp;
-  CpLayout layout;
-  int64_t seq;
-};
-
-std::string NameOf(const Case& c) {
-  return absl::StrCat("tp", c.tp, "_cp", c.cp, "_", CpLayoutName(c.layout), "_s", c.seq);
-}
+using Case = tp_layers_testing::TpCpCase;
+using tp_layers_testing::TpCpCaseName;
 
 // The layer's results on one rank, at global positions where they are per position.
 struct Results {
@@ -162,11 +154,11 @@ TEST_P(ParallelSelfAttentionCpTest, MatchesTheWholeSequence) {
   const Tensor dy = RandomTensor({c.seq, kBatch, kHidden}, 22);
   const Results whole = RunLayer(Case{c.tp, 1, c.layout, c.seq}, w, x, dy);
   const Results split = RunLayer(c, w, x, dy);
-  ExpectClose(AsFloats(split.y), whole.y, NameOf(c) + " y", 2e-5);
-  ExpectClose(AsFloats(split.dx), whole.dx, NameOf(c) + " dx", 5e-5);
+  ExpectClose(AsFloats(split.y), whole.y, TpCpCaseName(c) + " y", 2e-5);
+  ExpectClose(AsFloats(split.dx), whole.dx, TpCpCaseName(c) + " dx", 5e-5);
   for (int t = 0; t < c.tp; ++t) {
     ExpectClose(AsFloats(split.grads[t]), whole.grads[t],
-                absl::StrCat(NameOf(c), " gradients of tp rank ", t), 5e-5);
+                absl::StrCat(TpCpCaseName(c), " gradients of tp rank ", t), 5e-5);
   }
 }
 
@@ -184,7 +176,7 @@ std::vector<Case> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, ParallelSelfAttentionCpTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& case_info) {
-                           return NameOf(case_info.param);
+                           return TpCpCaseName(case_info.param);
                          });
 
 // Run twice, the same bits: the ring's order does not depend on timing.

@@ -201,10 +201,25 @@ void PackKeysValues(absl::Span<const Head> heads, int64_t rows, int64_t d, float
 }  // namespace
 
 struct RingAttentionBuffersAccess {
-  static std::vector<float>& held(RingAttentionBuffers& b) { return b.held_; }
-  static std::vector<float>& landing(RingAttentionBuffers& b) { return b.landing_; }
   static std::vector<float>& block_out(RingAttentionBuffers& b) { return b.block_out_; }
   static std::vector<float>& block_lse(RingAttentionBuffers& b) { return b.block_lse_; }
+
+  // The travelling block of every head, room for `parts` parts of max_rows x d (K,
+  // V and, in the backward, dK, dV), with this rank's K and V packed in, and the
+  // next hop's landing place: an odd rank receives before it sends, so the two
+  // cannot share storage.
+  struct Travelling {
+    std::vector<float>& held;
+    std::vector<float>& landing;
+  };
+  template <typename Head>
+  static Travelling Start(RingAttentionBuffers& b, absl::Span<const Head> heads,
+                          int64_t max_rows, int64_t rows, int64_t d, int parts) {
+    std::vector<float>& held = Fit(b.held_, Elements(max_rows, d, parts));
+    std::vector<float>& landing = Fit(b.landing_, held.size());
+    PackKeysValues(heads, rows, d, held.data());
+    return {held, landing};
+  }
 };
 
 absl::string_view CpLayoutName(CpLayout layout) {
@@ -249,14 +264,11 @@ absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttenti
   const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
 
   // The visiting keys and values of every head, packed part-major [K of each head |
-  // V of each head], and the next hop's landing place: an odd rank receives before it
-  // sends, so the two cannot share storage.
+  // V of each head].
   RingAttentionBuffers own;
   RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
   using Access = RingAttentionBuffersAccess;
-  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 2 * h_count));
-  std::vector<float>& landing = Fit(Access::landing(b), held.size());
-  PackKeysValues(heads, rows, d, held.data());
+  auto [held, landing] = Access::Start(b, heads, ring.max_rows, rows, d, 2 * h_count);
   // Each head's partial output and log-sum-exp of one key block.
   std::vector<float>& block_out = Fit(Access::block_out(b), Elements(rows, d, h_count));
   std::vector<float>& block_lse = Fit(Access::block_lse(b), Elements(rows, 1, h_count));
@@ -348,9 +360,7 @@ absl::Status RingAttentionBackward(Communicator& cp, absl::Span<const RingAttent
   RingAttentionBuffers own;
   RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
   using Access = RingAttentionBuffersAccess;
-  std::vector<float>& held = Fit(Access::held(b), Elements(ring.max_rows, d, 4 * h_count));
-  std::vector<float>& landing = Fit(Access::landing(b), held.size());
-  PackKeysValues(heads, rows, d, held.data());
+  auto [held, landing] = Access::Start(b, heads, ring.max_rows, rows, d, 4 * h_count);
   std::fill_n(held.data() + Elements(rows, d, 2 * h_count), Elements(rows, d, 2 * h_count), 0.0f);
 
   for (int hop = 0; hop < ring.cp; ++hop) {

@@ -1,5 +1,7 @@
 #include "tensor_parallel/layers/internal/tp_testing.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -55,6 +57,10 @@ std::vector<absl::Status> RunTpCp(int tp, int cp,
     rank.cp = cp_comm->get();
     return body(rank);
   });
+}
+
+std::string TpCpCaseName(const TpCpCase& c) {
+  return absl::StrCat("tp", c.tp, "_cp", c.cp, "_", CpLayoutName(c.layout), "_s", c.seq);
 }
 
 void ExpectAllOk(const std::vector<absl::Status>& results) {

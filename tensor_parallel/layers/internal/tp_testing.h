@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
+#include "tensor_parallel/layers/ring_attention.h"
 #include "tensor_parallel/placement.h"
 #include "tensor_parallel/tensor.h"
 
@@ -43,6 +44,16 @@ struct TpCpRank {
 // inproc world; returns every world rank's status.
 std::vector<absl::Status> RunTpCp(int tp, int cp,
                                   const std::function<absl::Status(const TpCpRank&)>& body);
+
+// TpCpCase: one parameter of a tp x cp test (a layer or a model under context
+// parallelism against cp = 1), and its GoogleTest name ("tp2_cp3_zigzag_s37").
+struct TpCpCase {
+  int tp;
+  int cp;
+  CpLayout layout;
+  int64_t seq;
+};
+std::string TpCpCaseName(const TpCpCase& c);
 
 // ExpectAllOk expects every status OK, naming the rank.
 void ExpectAllOk(const std::vector<absl::Status>& results);
