@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -94,6 +95,21 @@ void ScaleByBeta(const MatrixView& c, float beta) {
       x = beta == 0.0f ? 0.0f : beta * x;
     }
   }
+}
+
+// CheckedProduct checks a product and finishes an empty one (m or n zero: nothing
+// to do; k zero: C scaled by beta): the dimensions of a product left to run, or
+// nullopt when it is done.
+absl::StatusOr<std::optional<Dims>> CheckedProduct(const GemmBf16Input& a, Transpose trans_a,
+                                                   const GemmBf16Input& b, Transpose trans_b,
+                                                   const MatrixView& c, float beta) {
+  LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
+  if (d.m == 0 || d.n == 0) return std::nullopt;
+  if (d.k == 0) {
+    ScaleByBeta(c, beta);
+    return std::nullopt;
+  }
+  return d;
 }
 
 // Sgemm is one cblas_sgemm call on OpenBLAS's calling thread.
@@ -249,34 +265,25 @@ absl::Status Gemm(ConstMatrixView a, Transpose trans_a, ConstMatrixView b, Trans
     return absl::InvalidArgumentError(absl::StrCat("Gemm: precision ", static_cast<int>(precision),
                                                    " is neither kF32 nor kBf16"));
   }
-  LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
-  if (d.m == 0 || d.n == 0) return absl::OkStatus();
-  if (d.k == 0) {
-    ScaleByBeta(c, beta);
-    return absl::OkStatus();
-  }
-  if (precision == GemmPrecision::kBf16) {
-    return Bf16Gemm(gemm_internal::Bf16Backend::kAuto, current_engine, a, trans_a, b, trans_b, c,
-                    d, alpha, beta);
-  }
+  if (precision == GemmPrecision::kBf16) return GemmBf16(a, trans_a, b, trans_b, c, alpha, beta);
+  LOOM_ASSIGN_OR_RETURN(const std::optional<Dims> d,
+                        CheckedProduct(a, trans_a, b, trans_b, c, beta));
+  if (!d.has_value()) return absl::OkStatus();
   if (current_engine != nullptr) {
     return current_engine->Run(a, trans_a, b, trans_b, c, alpha, beta);
   }
-  OpenBlasGemm(a, trans_a, b, trans_b, c, d, alpha, beta);
+  OpenBlasGemm(a, trans_a, b, trans_b, c, *d, alpha, beta);
   return absl::OkStatus();
 }
 
 absl::Status GemmBf16(GemmBf16Input a, Transpose trans_a, GemmBf16Input b, Transpose trans_b,
                       MatrixView c, float alpha, float beta) {
   const ScopedComputeTimer timer(ComputeKind::kGemm);
-  LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
-  if (d.m == 0 || d.n == 0) return absl::OkStatus();
-  if (d.k == 0) {
-    ScaleByBeta(c, beta);
-    return absl::OkStatus();
-  }
+  LOOM_ASSIGN_OR_RETURN(const std::optional<Dims> d,
+                        CheckedProduct(a, trans_a, b, trans_b, c, beta));
+  if (!d.has_value()) return absl::OkStatus();
   return Bf16Gemm(gemm_internal::Bf16Backend::kAuto, current_engine, a, trans_a, b, trans_b, c,
-                  d, alpha, beta);
+                  *d, alpha, beta);
 }
 
 namespace gemm_internal {
@@ -284,13 +291,10 @@ namespace gemm_internal {
 absl::Status GemmBf16On(Bf16Backend backend, GemmBf16Input a, Transpose trans_a,
                         GemmBf16Input b, Transpose trans_b, MatrixView c, float alpha,
                         float beta) {
-  LOOM_ASSIGN_OR_RETURN(const Dims d, CheckGemm(a, trans_a, b, trans_b, c));
-  if (d.m == 0 || d.n == 0) return absl::OkStatus();
-  if (d.k == 0) {
-    ScaleByBeta(c, beta);
-    return absl::OkStatus();
-  }
-  return Bf16Gemm(backend, nullptr, a, trans_a, b, trans_b, c, d, alpha, beta);
+  LOOM_ASSIGN_OR_RETURN(const std::optional<Dims> d,
+                        CheckedProduct(a, trans_a, b, trans_b, c, beta));
+  if (!d.has_value()) return absl::OkStatus();
+  return Bf16Gemm(backend, nullptr, a, trans_a, b, trans_b, c, *d, alpha, beta);
 }
 
 }  // namespace gemm_internal
