@@ -56,6 +56,7 @@
 #include "core/status_macros.h"
 #include "offload/offload_config.h"
 #include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/ring_attention.h"
 #include "tools/cli.h"
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
@@ -77,6 +78,14 @@
 ABSL_FLAG(int, dp, 2, "Data-parallel ranks.");
 ABSL_FLAG(int, tp, 2, "Tensor-parallel ranks (must divide --heads).");
 ABSL_FLAG(int, pp, 2, "Pipeline stages (must divide --layers).");
+ABSL_FLAG(int, cp, 1,
+          "Context-parallel ranks: each holds its positions of every sequence (at most one "
+          "apart in count, any --seq_len >= --cp), and attention runs as ring attention "
+          "around them.");
+ABSL_FLAG(std::string, cp_layout, "zigzag",
+          "With --cp > 1, which positions each cp rank holds: zigzag (2 cp chunks, rank r "
+          "holds chunks r and 2 cp - 1 - r: the same causal work on every rank) or contiguous "
+          "(cp chunks, the last rank does the most work; for comparison).");
 ABSL_FLAG(std::string, schedule, "1f1b",
           "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1 or zb-v (the zero-bubble "
           "schedules split each backward into input and weight parts; zb-v puts two stages on "
@@ -239,6 +248,11 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
   o.dp = absl::GetFlag(FLAGS_dp);
   o.tp = absl::GetFlag(FLAGS_tp);
   o.pp = absl::GetFlag(FLAGS_pp);
+  o.cp = absl::GetFlag(FLAGS_cp);
+  LOOM_ASSIGN_OR_RETURN(o.cp_layout,
+                        ParseChoice<CpLayout>("--cp_layout", absl::GetFlag(FLAGS_cp_layout),
+                                              {{"zigzag", CpLayout::kZigzag},
+                                               {"contiguous", CpLayout::kContiguous}}));
   absl::StatusOr<PipelineScheduleKind> schedule =
       ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule));
   if (!schedule.ok())
@@ -492,7 +506,7 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
     return cli::kExitRuntime;
   }
   LaunchOptions launch;
-  launch.num_ranks = o.dp * o.tp * o.pp;
+  launch.num_ranks = JobWorldSize(o);
   launch.argv.push_back(std::string(self, static_cast<size_t>(n)));
   for (int i = 1; i < argc; ++i) launch.argv.push_back(argv[i]);
   launch.job_id = absl::GetFlag(FLAGS_job_id);
@@ -514,7 +528,7 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
       const std::optional<std::pair<int, int64_t>> smaller =
           SmallerDataParallel(dp, microbatches, o.pp);
       const int min_ranks = absl::GetFlag(FLAGS_min_ranks);
-      if (!smaller.has_value() || smaller->first * o.tp * o.pp < min_ranks) {
+      if (!smaller.has_value() || smaller->first * o.tp * o.pp * o.cp < min_ranks) {
         std::cerr << absl::StrFormat(
             "train: no restart: --elastic_dp has no smaller dp for dp %d x %d microbatches "
             "with at least --min_ranks %d ranks\n",
@@ -523,7 +537,7 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
       }
       dp = smaller->first;
       microbatches = smaller->second;
-      next->num_ranks = int64_t{dp} * o.tp * o.pp;
+      next->num_ranks = int64_t{dp} * o.tp * o.pp * o.cp;
       next->argv.push_back(absl::StrCat("--dp=", dp));
       next->argv.push_back(absl::StrCat("--microbatches=", microbatches));
       mesh = absl::StrFormat(" at dp %d (%d microbatches, %d ranks)", dp, microbatches,
@@ -587,7 +601,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
                      "restarts the processes it launches), not ",
                      transport));
   }
-  const int world = o.dp * o.tp * o.pp;
+  const int world = JobWorldSize(o);
   // The ranks sharing this host's CPUs: all of them, except under an mpirun the
   // user started across hosts, which says how many it placed here.
   int ranks_on_host = world;
@@ -656,9 +670,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   if (prints && connect) LOOM_RETURN_IF_ERROR(CheckPaths(o));
   if (prints) {
     std::cout << absl::StrFormat(
-        "train: dp=%d tp=%d pp=%d (%d %s), schedule %s, %d microbatches x %d "
+        "train: dp=%d tp=%d pp=%d%s (%d %s), schedule %s, %d microbatches x %d "
         "sequences, zero %d%s, offload %s, %s, recompute %s\nmodel: %s\n",
-        o.dp, o.tp, o.pp, world,
+        o.dp, o.tp, o.pp,
+        o.cp > 1 ? absl::StrCat(" cp=", o.cp, " (", CpLayoutName(o.cp_layout), ")") : "", world,
         transport == "threads" ? "thread ranks"
                                : (transport == "shm" ? "processes over shm" : "processes over mpi"),
         PipelineScheduleName(o.schedule), o.microbatches, o.micro_batch, o.zero,
@@ -688,7 +703,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       std::cout << "offload config: " << FormatOffloadConfig(done) << "\n";
     }
     // The groups are topology's: //tools:mesh prints the same for these flags.
-    std::cout << "mesh: tp fastest, then pp, then dp (//tools:mesh " << JobMeshCommand(o) << ")\n";
+    std::cout << "mesh: tp fastest, then cp, then pp, then dp (//tools:mesh " << JobMeshCommand(o)
+              << ")\n";
     if (absl::GetFlag(FLAGS_print_mesh)) {
       LOOM_ASSIGN_OR_RETURN(const Mesh mesh, JobMeshOf(o));
       LOOM_ASSIGN_OR_RETURN(const NodeLayout nodes,
@@ -852,7 +868,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     }
     LossPlotOptions plot;
     plot.title =
-        absl::StrFormat("train %s  dp=%d tp=%d pp=%d", o.model.ToString(), o.dp, o.tp, o.pp);
+        absl::StrFormat("train %s  dp=%d tp=%d pp=%d cp=%d", o.model.ToString(), o.dp, o.tp, o.pp,
+                        o.cp);
     plot.reference_lines.push_back({"uniform guess log V", summary->uniform_loss});
     if (summary->entropy_rate > 0) {
       plot.reference_lines.push_back({"the chain's entropy rate", summary->entropy_rate});
@@ -874,6 +891,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"max_abs_param_diff\": %s, "
         "\"peak_model_state_bytes_per_rank\": %d, \"model_state_disk_bytes_per_rank\": %d, "
         "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
+        "\"peak_activation_bytes_per_rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, "
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
         "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
         "\"model_flops_per_token\": %.9g, \"achieved_gflops\": %.6g, \"peak_gflops\": %.6g, "
@@ -893,7 +911,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             ? absl::StrFormat("%.9g", reference.max_abs_param_diff)
             : "null",
         summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
-        summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step, o.steps,
+        summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
+        summary->peak_activation_bytes_per_rank, o.dp, o.tp, o.pp, o.cp, o.steps,
         summary->tokens_per_second, BuildMode(), absl::GetFlag(FLAGS_device),
         summary->device_gemm_products,
         summary->host_cpu_busy >= 0 ? absl::StrFormat("%.4g", summary->host_cpu_busy)
@@ -916,8 +935,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Trains a small GPT decoder over dp x tp x pp thread ranks with ZeRO.\n"
-      "  train [--dp=2 --tp=2 --pp=2] [--zero=0|1|2|3] [--offload=none|cpu|nvme|gpu [--nvme_dir=D]] [--device=cpu|cuda]\n"
+      "Trains a small GPT decoder over dp x tp x pp x cp ranks with ZeRO.\n"
+      "  train [--dp=2 --tp=2 --pp=2 --cp=1 [--cp_layout=zigzag|contiguous]] [--zero=0|1|2|3] [--offload=none|cpu|nvme|gpu [--nvme_dir=D]] [--device=cpu|cuda]\n"
       "        [--dtype=f32|bf16] [--data=FILE[,FILE...] [--eval_fraction=0.05]]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"

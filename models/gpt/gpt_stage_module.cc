@@ -39,6 +39,11 @@ absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
                                                    " and num_microbatches ",
                                                    options.num_microbatches, " must be >= 1"));
   }
+  if (!(std::isfinite(options.loss_gradient_scale) && options.loss_gradient_scale > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": loss_gradient_scale ",
+                                                   options.loss_gradient_scale,
+                                                   " must be finite and > 0"));
+  }
   if (!data) return absl::InvalidArgumentError(absl::StrCat(kName, ": no data function"));
   StageLayout blocks = layout;
   if (!blocks.has_layers()) {
@@ -143,7 +148,7 @@ absl::StatusOr<F32Tensor> GptStageModule::Loss(int64_t microbatch, const F32Tens
   has_loss_[static_cast<size_t>(microbatch)] = true;
   F32Tensor grad;
   grad.shape = {1};
-  grad.values = {1.0f / static_cast<float>(options_.num_microbatches)};
+  grad.values = {options_.loss_gradient_scale / static_cast<float>(options_.num_microbatches)};
   return grad;
 }
 

@@ -8,9 +8,9 @@
 // [micro_batch, seq_len] (exact for any vocabulary below 2^24); a stage's output is
 // the hidden activations [seq_len, micro_batch, hidden]; the last stage's output is
 // its microbatch's mean loss, shape {1}. Loss records it and returns 1 /
-// num_microbatches, so the gradients of a step are those of the mean loss over all
-// its tokens, summed microbatch by microbatch in ascending order (the order every
-// schedule's backwards come in, see stage_module.h).
+// num_microbatches (times options.loss_gradient_scale), so the gradients of a step
+// are those of the mean loss over all its tokens, summed microbatch by microbatch in
+// ascending order (the order every schedule's backwards come in, see stage_module.h).
 //
 // Forward state: the tensor-parallel layers keep one forward's state each, so a
 // stage's model holds the state of its latest forward only. The module keeps every
@@ -80,6 +80,11 @@ struct GptStageModuleOptions {
   // stages' activations are [local positions, micro_batch, hidden]. The loss is this
   // rank's share (gpt_model.h): the cp group sums it.
   GptContextParallel context_parallel;
+  // Multiplies the loss gradient Loss returns (1 / num_microbatches). A job that
+  // averages the gradients over a dp x cp group sets cp, since its cp ranks'
+  // gradients are shares that add up (Megatron-LM scales its loss by cp the same way);
+  // one that sums over cp leaves 1.
+  float loss_gradient_scale = 1.0f;
 };
 
 // GptMicrobatchFn returns this data-parallel rank's microbatch `microbatch` of step

@@ -306,7 +306,7 @@ CheckpointMeta MetaOf(const TrainJobOptions& o, int64_t step) {
   meta.step = step;
   meta.model = o.model;
   meta.saved_by = absl::StrFormat(
-      "dp=%d tp=%d pp=%d schedule=%s zero=%d dtype=%s offload=%s", o.dp, o.tp, o.pp,
+      "dp=%d tp=%d pp=%d cp=%d schedule=%s zero=%d dtype=%s offload=%s", o.dp, o.tp, o.pp, o.cp,
       PipelineScheduleName(o.schedule), o.zero, DTypeName(o.dtype),
       OffloadName(o.offload));
   meta.data_seed = o.data_seed;

@@ -68,7 +68,7 @@ struct CheckpointMeta {
   int64_t step = 0;  // optimizer steps done; a resumed job continues at step + 1
   GptConfig model;   // must match the loading job's (CheckModel)
   // The mesh and settings that saved it: informational, any valid mesh may load it.
-  std::string saved_by;  // "dp=2 tp=2 pp=2 schedule=1f1b zero=3 dtype=f32 offload=cpu"
+  std::string saved_by;  // "dp=2 tp=2 pp=2 cp=1 schedule=1f1b zero=3 dtype=f32 offload=cpu"
   uint64_t data_seed = 0;
 };
 

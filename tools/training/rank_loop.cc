@@ -131,7 +131,8 @@ absl::Status Save(const TrainJobOptions& o, int64_t done, const std::vector<GptP
   part.params = &params;
   part.tp_size = o.tp;
   part.tp_rank = w.place.t;
-  part.saves_dp_replicated = w.place.d == 0;
+  // The first rank of the parameters' dp x cp group saves what all of them hold.
+  part.saves_dp_replicated = w.place.dpcp_index == 0;
   absl::StatusOr<std::vector<StateSlice>> slices = optimizer.ReadState();
   // A rank that cannot read its state still joins the save's agreements, so that
   // every rank fails with its reason instead of waiting for it.
@@ -203,6 +204,11 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   // input to bf16 too, to run on bf16 hardware GEMMs (gemm.h).
   module_options.precision =
       options.dtype == DType::kBF16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
+  // --cp: this rank's positions of every sequence, attention around the cp ring. Its
+  // loss is a share (the cp group's shares add up to the mean), and so are its
+  // gradients; the optimizer averages over dp x cp, so each share counts cp times.
+  module_options.context_parallel = {w.cp.get(), options.cp_layout};
+  module_options.loss_gradient_scale = static_cast<float>(options.cp);
   const int d = w.place.d;
   GptMicrobatchFn data_fn = [&setup, d](int64_t step, int64_t mb) {
     return setup.Microbatch(step, mb, d);
@@ -310,7 +316,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       LOOM_RETURN_IF_ERROR(setup.eval_executor->Run(*w.pp, *module, &send_buffers).status());
       if (module->holds_loss()) eval_loss = static_cast<double>(module->loss());
     }
-    const uint64_t sent = SentBytes(*w.tp) + SentBytes(*w.dp);
+    const uint64_t sent =
+        SentBytes(*w.tp) + SentBytes(*w.dp) + (w.cp != nullptr ? SentBytes(*w.cp) : 0);
     RankStep report;
     report.holds_loss = holds_loss;
     report.loss = train_loss;
@@ -387,9 +394,10 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       line.breakdown.gemm += s.breakdown.gemm / world;
       line.breakdown.attention += s.breakdown.attention / world;
     }
-    // The last stage's tp ranks all hold the same loss: average over them and dp.
-    line.loss /= std::max(losses, 1);
-    if (evals > 0) line.eval_loss = eval_sum / evals;
+    // The last stage's tp ranks all hold the same loss, and its cp ranks a share
+    // each: the sum over cp, averaged over tp and dp.
+    line.loss = line.loss * options.cp / std::max(losses, 1);
+    if (evals > 0) line.eval_loss = eval_sum * options.cp / evals;
     line.grad_norm = grad_norm;
     line.seconds = step_seconds;  // training and checkpoint; not the evaluation
     line.tokens_per_second = static_cast<double>(setup.tokens_per_step) / line.seconds;

@@ -6,7 +6,7 @@
 // Example (one rank; tools/training/train_job.cc wires them for threads and processes):
 //   RankWiring w;
 //   w.place = *PlaceRank(mesh, rank);       // its coordinates and groups (job_mesh.h)
-//   ...w.tp, w.dp, w.world = communicators; w.pp = the pipeline endpoint...
+//   ...w.tp, w.dp, w.cp, w.world = communicators; w.pp = the pipeline endpoint...
 //   absl::Status s = RunRank(options, *setup, w, disk, on_step, rank == 0 ? &summary : nullptr);
 //   if (!s.ok()) AbortRank(w, s);           // its peers stop at once
 #ifndef LOOM_TOOLS_TRAINING_RANK_LOOP_H_
@@ -31,7 +31,10 @@ namespace loom {
 // the layers drive tp and the executor drives pp.
 struct RankWiring {
   RankPlace place;
-  std::unique_ptr<Communicator> tp, dp, world;
+  // dp is the parameters' group, dp x cp (place.dpcp_group; the dp group when cp is
+  // 1), where the optimizer averages the gradients; cp the context-parallel ring the
+  // attention layers drive (null when cp is 1).
+  std::unique_ptr<Communicator> tp, dp, cp, world;
   // Every endpoint of the rank, aborted when it fails so that its peers in each
   // group stop waiting at once instead of at their deadlines.
   std::vector<std::shared_ptr<Transport>> endpoints;

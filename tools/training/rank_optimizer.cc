@@ -101,7 +101,7 @@ class ShardedOptimizer : public RankOptimizer {
       initial.insert(initial.end(), p.values.begin(), p.values.end());
     }
     PartitionOptions partition_options;
-    partition_options.dp_size = options.dp;
+    partition_options.dp_size = ParameterGroupSize(options);
     partition_options.bucket_numel = 1 << 15;
     partition_options.persistence_threshold = 256;
     LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(specs, partition_options));
@@ -194,7 +194,7 @@ class ShardedOptimizer : public RankOptimizer {
     estimate.precision = options_.dtype == DType::kBF16 ? PrecisionPolicy::kMixedPrecisionAdam
                                                         : PrecisionPolicy::kFp32Adam;
     estimate.zero_stage = options_.zero;
-    estimate.dp = options_.dp;
+    estimate.dp = ParameterGroupSize(options_);
     estimate.buffers.unit_numel = engine_->partition().MaxBucketNumel();
     estimate.buffers.gathered_units = engine_->gather_buffers();
     estimate.buffers.gathered_bytes_per_element = engine_->gathered_bytes_per_element();
@@ -216,7 +216,7 @@ class ShardedOptimizer : public RankOptimizer {
     return stats.gather_wait_seconds + stats.grad_buffer_wait_seconds;
   }
   int64_t BucketNumel() const override {
-    return engine_->partition().ShardNumel() * options_.dp;
+    return engine_->partition().ShardNumel() * ParameterGroupSize(options_);
   }
   int64_t PersistentNumel() const override { return engine_->partition().PersistentNumel(); }
   int64_t Units() const override { return engine_->partition().num_buckets(); }
@@ -431,7 +431,7 @@ class ReplicatedOptimizer : public RankOptimizer {
     // Weights and gradients in f32 storage; bf16 adds the f32 master.
     estimate.precision = options_.dtype == DType::kBF16 ? PrecisionPolicy::kBf16InF32Adam
                                                         : PrecisionPolicy::kFp32Adam;
-    estimate.dp = options_.dp;
+    estimate.dp = ParameterGroupSize(options_);
     LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
     return bytes.total();
   }

@@ -118,8 +118,10 @@ class RankOptimizer {
 // a source per stage model of `module` over that model's parameters; the models
 // borrow their weights from the sources from now on (their own are freed). The
 // parameters are the module's, stage after stage, as Parameters() lists them. `dp`
-// is this rank's data-parallel communicator (not owned, driven by the sources
-// alone); `disk` and `disk_prefix` place the state with offload nvme.
+// is this rank's communicator over the ranks holding the same parameters, dp x cp
+// (ParameterGroupSize ranks; "dp" elsewhere in this file means this group), not
+// owned, driven by the sources alone; `disk` and `disk_prefix` place the state with
+// offload nvme.
 absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
                                                                  GptStageModule& module,
                                                                  Communicator* dp, DiskTier* disk,

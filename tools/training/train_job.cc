@@ -37,8 +37,12 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
   // engine's): with more of them than CPUs, waiters block rather than spin.
   InprocOptions inproc;
   inproc.host_threads = 2 * world;
+  // The parameters' group is dp x cp ("dp-cp": the dp groups when cp is 1); a cp ring
+  // only when cp > 1.
   std::map<std::string, std::vector<std::shared_ptr<InprocGroup>>> groups;
-  for (const char* dimension : {"tp", "pp", "dp"}) {
+  std::vector<const char*> dimensions = {"tp", "pp", "dp-cp"};
+  if (options.cp > 1) dimensions.push_back("cp");
+  for (const char* dimension : dimensions) {
     LOOM_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> members,
                           mesh.AllGroups(dimension));
     for (const std::vector<int64_t>& group : members) {
@@ -62,7 +66,10 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
       return Communicator::Create(w.endpoints.back(), comm_options);
     };
     LOOM_ASSIGN_OR_RETURN(w.tp, make(groups["tp"][at.tp_group], at.t));
-    LOOM_ASSIGN_OR_RETURN(w.dp, make(groups["dp"][at.dp_group], at.d));
+    LOOM_ASSIGN_OR_RETURN(w.dp, make(groups["dp-cp"][at.dpcp_group], at.dpcp_index));
+    if (options.cp > 1) {
+      LOOM_ASSIGN_OR_RETURN(w.cp, make(groups["cp"][at.cp_group], at.c));
+    }
     LOOM_ASSIGN_OR_RETURN(w.world, make(world_group, at.rank));
     LOOM_ASSIGN_OR_RETURN(w.pp, groups["pp"][at.pp_group]->Endpoint(at.s));
   }
@@ -132,11 +139,11 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
     const TrainJobOptions& options, int rank, int size, absl::string_view transport,
     const GroupConnector& connect, const std::function<void(const StepReport&)>& on_step) {
   LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<JobSetup> setup, SetupJob(options));
-  const int world = options.dp * options.pp * options.tp;
+  const int world = JobWorldSize(options);
   if (size != world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--transport ", transport, ": the job has ", size, " processes, --dp ",
-                     options.dp, " x --pp ", options.pp, " x --tp ", options.tp, " needs ", world));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--transport ", transport, ": the job has ", size, " processes, --dp ", options.dp,
+        " x --pp ", options.pp, " x --cp ", options.cp, " x --tp ", options.tp, " needs ", world));
   }
   LOOM_ASSIGN_OR_RETURN(const Mesh mesh, JobMeshOf(options));
   RankWiring w;
@@ -150,11 +157,17 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
     w.endpoints.push_back(std::move(*endpoint));
     return Communicator::Create(w.endpoints.back(), comm_options);
   };
-  const int dp = options.dp, pp = options.pp, tp = options.tp;
+  // Every process joins its groups in the same order (an MPI split is collective
+  // over the world): the world, tp, the parameters' dp x cp group, the cp ring (when
+  // cp > 1), pp.
   LOOM_ASSIGN_OR_RETURN(w.world, make(connect("w", 0, at.rank, world)));
-  LOOM_ASSIGN_OR_RETURN(w.tp, make(connect("t", at.tp_group, at.t, tp)));
-  LOOM_ASSIGN_OR_RETURN(w.dp, make(connect("d", at.dp_group, at.d, dp)));
-  LOOM_ASSIGN_OR_RETURN(w.pp, connect("p", at.pp_group, at.s, pp));
+  LOOM_ASSIGN_OR_RETURN(w.tp, make(connect("t", at.tp_group, at.t, options.tp)));
+  LOOM_ASSIGN_OR_RETURN(w.dp, make(connect("d", at.dpcp_group, at.dpcp_index,
+                                           ParameterGroupSize(options))));
+  if (options.cp > 1) {
+    LOOM_ASSIGN_OR_RETURN(w.cp, make(connect("c", at.cp_group, at.c, options.cp)));
+  }
+  LOOM_ASSIGN_OR_RETURN(w.pp, connect("p", at.pp_group, at.s, options.pp));
 
   std::vector<std::string> made_dirs;
   std::unique_ptr<DiskTier> disk;

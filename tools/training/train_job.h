@@ -1,15 +1,18 @@
 // TrainJob: Loom's end-to-end training job, the library behind //tools:train. It
 // trains the GPT decoder of models/gpt on MarkovData (or, with `data`, on the bytes
-// of text files: models/gpt/byte_corpus.h) over a dp x pp x tp mesh of
-// ranks, threads (RunTrainJob) or processes over shm (RunTrainJobRank):
+// of text files: models/gpt/byte_corpus.h) over a dp x pp x cp x tp mesh of
+// ranks, threads (RunTrainJob) or processes over shm or MPI (RunTrainJobProcess):
 //   - tp: the tensor_parallel layers on a tp communicator;
+//   - cp: context parallelism, each rank of a cp ring holding its positions of every
+//     sequence (zigzag chunks by default) and attention run as ring attention;
 //   - pp: the stages run by pipeline/executor under a pipeline schedule;
 //   - dp: plain data parallelism (zero 0: gradients all-reduced, every rank steps
 //     the whole AdamW state) or ZeRO stage 1, 2 or 3 (zero3/Zero3Engine shards the
-//     AdamW state, also the gradients, also the parameters over dp); with offload
+//     AdamW state, also the gradients, also the parameters over dp x cp, the ranks
+//     that hold the same parameters); with offload
 //     cpu the optimizer runs as offload's CPU AdamW on threads, with offload nvme
 //     its state lives in an offload/disk DiskTier between steps.
-// Every step reports the loss (averaged over dp), the step time, tokens/s, the
+// Every step reports the loss (summed over cp, averaged over dp), the step time, tokens/s, the
 // model-state bytes per rank and the bytes each rank sent.
 //
 // Example:
@@ -54,10 +57,12 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
 
 // GroupConnector: how one process of a job joins one line of a mesh dimension.
 // connect(dimension, group, rank, size) returns this process's endpoint in group
-// `group` of `dimension` ("w": the world, group 0; "t", "d", "p": the tp, dp and pp
-// groups, numbered as the job mesh's AllGroups numbers them: job_mesh.h), where it is rank `rank` of `size`.
-// Every process calls it in the same order (world, tp, dp, pp), so connects that are
-// collective over the whole job (MPI_Comm_split) meet.
+// `group` of `dimension` ("w": the world, group 0; "t", "d", "c", "p": the tp group,
+// the parameters' dp x cp group, the cp ring and the pp group, numbered as the job
+// mesh's AllGroups numbers "tp", "dp-cp", "cp" and "pp": job_mesh.h), where it is rank
+// `rank` of `size`. Every process calls it in the same order (world, tp, dp x cp, cp
+// when cp > 1, pp), so connects that are collective over the whole job
+// (MPI_Comm_split) meet.
 using GroupConnector = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
     absl::string_view dimension, int group, int rank, int size)>;
 
@@ -66,7 +71,7 @@ using GroupConnector = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
 // with threads). World rank 0 returns the summary, the other ranks nullopt. A rank
 // that fails aborts its transports, so the others fail at once (Unavailable naming
 // it) instead of at their deadlines. InvalidArgument when `size` is not
-// dp x pp x tp, naming `transport` (the flag's value) and the counts.
+// dp x pp x cp x tp, naming `transport` (the flag's value) and the counts.
 absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
     const TrainJobOptions& options, int rank, int size, absl::string_view transport,
     const GroupConnector& connect, const std::function<void(const StepReport&)>& on_step);

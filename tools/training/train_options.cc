@@ -33,6 +33,12 @@ const char* OffloadName(OffloadKind kind) {
   return "unknown";
 }
 
+int JobWorldSize(const TrainJobOptions& options) {
+  return options.dp * options.pp * options.cp * options.tp;
+}
+
+int ParameterGroupSize(const TrainJobOptions& options) { return options.dp * options.cp; }
+
 bool UsesDisk(const TrainJobOptions& options) {
   return options.offload == OffloadKind::kNvme || options.offload_params == OffloadKind::kNvme ||
          options.offload_grads == OffloadKind::kNvme;

@@ -13,6 +13,7 @@
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_parameter.h"
+#include "tensor_parallel/layers/ring_attention.h"
 #include "topology/parallel_config.h"
 
 namespace loom {
@@ -48,10 +49,13 @@ struct TrainJobOptions {
   int dp = 2;
   int pp = 2;
   int tp = 2;
-  // Context parallelism: the mesh's fourth axis (job_mesh.h). The job itself runs
-  // cp = 1 only for now (ValidateTrainJob); the model takes a cp group already
-  // (GptModelOptions::context_parallel).
+  // Context parallelism: the mesh's fourth axis (job_mesh.h). Each rank of a cp
+  // group holds CpChunks(seq_len, cp, its cp rank, cp_layout) of every sequence, and
+  // attention runs as ring attention over the group (GptModelOptions::
+  // context_parallel). The cp ranks hold the same parameters: the ZeRO engine (or the
+  // zero 0 all-reduce) runs over the dp x cp group (ParameterGroupSize).
   int cp = 1;
+  CpLayout cp_layout = CpLayout::kZigzag;
   PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
   int64_t microbatches = 4;  // per step and dp rank; >= pp
   int64_t micro_batch = 2;   // sequences per microbatch
@@ -138,6 +142,13 @@ struct TrainJobOptions {
 // otherwise); ReshardName its flag spelling ("step", "block" or "auto").
 Reshard EffectiveReshard(const TrainJobOptions& options);
 const char* ReshardName(Reshard reshard);
+
+// JobWorldSize: the job's ranks, dp x pp x cp x tp (ValidateTrainJob bounds it).
+int JobWorldSize(const TrainJobOptions& options);
+
+// ParameterGroupSize: the ranks that hold the same parameters and average their
+// gradients, dp x cp (the group the ZeRO engine shards over).
+int ParameterGroupSize(const TrainJobOptions& options);
 
 // UsesDisk: whether a rank needs a DiskTier (--offload, --offload_params or
 // --offload_grads nvme).

@@ -112,20 +112,15 @@ absl::StatusOr<ByteCorpus> OpenTrainCorpus(const TrainJobOptions& o) {
 absl::Status ValidateTrainJob(const TrainJobOptions& o) { return ValidateTrainJob(o, "threads"); }
 
 absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transport) {
-  if (o.dp < 1 || o.pp < 1 || o.tp < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dp ", o.dp, " --pp ", o.pp, " --tp ", o.tp, ": each must be >= 1"));
-  }
-  if (o.cp != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cp ", o.cp, ": the job runs cp = 1 only so far (its mesh has the cp axis; the "
-        "model's context parallelism is not yet wired into the job's ranks)"));
+  if (o.dp < 1 || o.pp < 1 || o.cp < 1 || o.tp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--dp ", o.dp, " --pp ", o.pp, " --cp ", o.cp,
+                                                   " --tp ", o.tp, ": each must be >= 1"));
   }
   const absl::StatusOr<int64_t> world =
-      CheckedMul({{"--dp", o.dp}, {"--pp", o.pp}, {"--tp", o.tp}});
+      CheckedMul({{"--dp", o.dp}, {"--pp", o.pp}, {"--cp", o.cp}, {"--tp", o.tp}});
   if (!world.ok() || *world > kMaxTrainRanks) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--dp ", o.dp, " x --pp ", o.pp, " x --tp ", o.tp, " = ",
+        absl::StrCat("--dp ", o.dp, " x --pp ", o.pp, " x --cp ", o.cp, " x --tp ", o.tp, " = ",
                      world.ok() ? absl::StrCat(*world) : "more than int64 holds", " ",
                      RanksWord(transport), "; at most ", kMaxTrainRanks));
   }
@@ -151,6 +146,16 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
   }
   if (absl::Status s = o.model.Validate(o.tp); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("model: ", s.message()));
+  }
+  if (o.cp > 1 && o.model.seq_len < o.cp) {
+    // Every cp rank holds at least one position of each sequence (CpChunks).
+    return absl::InvalidArgumentError(absl::StrCat("--seq_len ", o.model.seq_len,
+                                                   " is shorter than --cp ", o.cp,
+                                                   ": every cp rank needs a position"));
+  }
+  if (o.cp_layout != CpLayout::kZigzag && o.cp_layout != CpLayout::kContiguous) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cp_layout ", static_cast<int>(o.cp_layout), " is not zigzag or contiguous"));
   }
   const int64_t stages_per_rank = StagesPerRank(o.schedule);
   const int64_t stages = o.pp * stages_per_rank;

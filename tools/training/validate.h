@@ -21,7 +21,7 @@
 
 namespace loom {
 
-// kMaxTrainRanks: the most ranks (dp x pp x tp) of a job, threads or processes.
+// kMaxTrainRanks: the most ranks (dp x pp x cp x tp) of a job, threads or processes.
 inline constexpr int64_t kMaxTrainRanks = 64;
 
 // ValidateTrainJob is RunTrainJob's check of the options, without training:
