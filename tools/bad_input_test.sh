@@ -123,10 +123,13 @@ expect train 2 "heads 0 must be >= 1" "${T[@]}" --heads=0
 expect train 2 "heads 3 must divide hidden 64" "${T[@]}" --heads=3 --tp=1
 expect train 2 "--layers 0 must be >= 1" "${T[@]}" --layers=0
 expect train 2 "--layers -1 must be >= 1" "${T[@]}" --layers=-1
-expect train 2 "--dp 0 --pp 2 --tp 2: each must be >= 1" "${T[@]}" --dp=0
-expect train 2 "--dp -1 --pp 2 --tp 2: each must be >= 1" "${T[@]}" --dp=-1
+expect train 2 "--dp 0 --pp 2 --cp 1 --tp 2: each must be >= 1" "${T[@]}" --dp=0
+expect train 2 "--dp -1 --pp 2 --cp 1 --tp 2: each must be >= 1" "${T[@]}" --dp=-1
+expect train 2 "--dp 2 --pp 2 --cp 0 --tp 2: each must be >= 1" "${T[@]}" --cp=0
+expect train 2 "--seq_len 3 is shorter than --cp 4: every cp rank needs a position" "${T[@]}" --cp=4 --seq_len=3
+expect train 2 "--cp_layout ring is not zigzag or contiguous" "${T[@]}" --cp=2 --cp_layout=ring
 expect train 2 "= 1200 thread ranks; at most 64" "${T[@]}" --dp=300
-expect train 2 "--dp 300 x --pp 2 x --tp 2 = 1200 processes over shm; at most 64" "${T[@]}" --dp=300 --transport=shm
+expect train 2 "--dp 300 x --pp 2 x --cp 1 x --tp 2 = 1200 processes over shm; at most 64" "${T[@]}" --dp=300 --transport=shm
 expect train 2 "= 1200 processes over mpi; at most 64" "${T[@]}" --dp=300 --transport=mpi
 expect train 2 "= more than int64 holds thread ranks" "${T[@]}" --dp=2147483647 --tp=2147483647 --pp=2147483647
 expect train 2 "--dp=3000000000 is not an integer (32-bit)" "${T[@]}" --dp=3000000000

@@ -56,7 +56,7 @@ grep -qE '^compute per step: GEMM [0-9.]*[1-9][0-9.]* ms, attention [0-9.]*[1-9]
 # The mesh is topology's: the job prints the //tools:mesh flags of its layout, and
 # with --print_mesh the very table that tool prints for them.
 out="$("$TRAIN" --dp=3 --pp=2 --tp=2 --layers=2 --steps=1 --microbatches=2 --print_mesh --nocompare_reference)"
-mesh_flags="$(sed -n 's|^mesh: tp fastest, then pp, then dp (//tools:mesh \(.*\))$|\1|p' <<<"$out")"
+mesh_flags="$(sed -n 's|^mesh: tp fastest, then cp, then pp, then dp (//tools:mesh \(.*\))$|\1|p' <<<"$out")"
 [[ "$mesh_flags" == "--shape=dp=3,pp=2,cp=1,tp=2 --order=tp-cp-pp-dp" ]] || fail "mesh line: $out"
 # shellcheck disable=SC2086
 table="$("$MESH" $mesh_flags)"
@@ -179,6 +179,20 @@ grep -q "train: world rank 5 of 8 (pid [0-9]* on host [^)]*) aborts the MPI job:
     fail "mpi rank 5's error: $err"
 [[ -f "$dir/bad_mpi/rank5" ]] || fail "the failing mpi job removed the user's file bad_mpi/rank5"
 expect_error "--transport pigeon is not threads, shm or mpi" --transport=pigeon
+
+# Context parallelism over processes: cp 2 x tp 2 x dp 2 over shm and over MPI, against
+# the one-rank reference, with the peak activations and the mesh in the summary.
+for transport in shm mpi; do
+  out="$("$TRAIN" --transport="$transport" --dp=2 --tp=2 --pp=1 --cp=2 --microbatches=2 --steps=3 \
+         --summary_json="$dir/cp_$transport.json")"
+  grep -q "^train: dp=2 tp=2 pp=1 cp=2 (zigzag) (8 processes over $transport)" <<<"$out" ||
+      fail "cp $transport header: $out"
+  relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
+  [[ -n "$relative" ]] || fail "no cp $transport reference comparison: $out"
+  awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' || fail "cp over $transport differs from one rank by $relative"
+  grep -qE '"peak_activation_bytes_per_rank": [1-9][0-9]*, "dp": 2, "tp": 2, "pp": 1, "cp": 2,' \
+      "$dir/cp_$transport.json" || fail "cp $transport summary: $(cat "$dir/cp_$transport.json")"
+done
 
 # One rank failing (its --nvme_dir subdirectory is a file) stops the job: the
 # launcher names the rank, and the exit code is the rank's.

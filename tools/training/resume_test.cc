@@ -65,6 +65,33 @@ std::map<std::string, std::vector<float>> WholeModel(const TrainSummary& summary
   return whole;
 }
 
+using WholeParameters = std::map<std::string, std::vector<float>>;
+
+// The largest |value| of a whole model, and the largest element-wise difference
+// between two (the same parameter names and sizes expected).
+double LargestValue(const WholeParameters& model) {
+  double largest = 0;
+  for (const auto& [name, values] : model) {
+    for (float v : values) largest = std::max(largest, std::fabs(double{v}));
+  }
+  return largest;
+}
+double LargestDifference(const WholeParameters& got, const WholeParameters& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0;
+  for (const auto& [name, values] : want) {
+    const auto it = got.find(name);
+    if (it == got.end() || it->second.size() != values.size()) {
+      ADD_FAILURE() << name << " is missing or of another size";
+      return INFINITY;
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      diff = std::max(diff, std::fabs(double{it->second[i]} - double{values[i]}));
+    }
+  }
+  return diff;
+}
+
 TrainJobOptions Base() {
   TrainJobOptions o;  // dp 2, tp 2, pp 2, 4 layers, hidden 64
   o.steps = 6;
@@ -126,11 +153,8 @@ TEST(ResumeTest, AnotherMeshContinuesWithinTheReferenceBound) {
   o.steps = 8;
   o.lr = 3e-3f;
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary whole, RunTrainJob(o, nullptr));
-  const auto reference = WholeModel(whole, o.tp);
-  double largest = 0;
-  for (const auto& [name, values] : reference) {
-    for (float v : values) largest = std::max(largest, std::fabs(double{v}));
-  }
+  const WholeParameters reference = WholeModel(whole, o.tp);
+  const double largest = LargestValue(reference);
   o.checkpoint_dir = FreshTestDirectory("mesh");
   o.checkpoint_every = 4;
   o.testing_halt_after_step = 4;
@@ -152,18 +176,43 @@ TEST(ResumeTest, AnotherMeshContinuesWithinTheReferenceBound) {
     other.resume_dir = o.checkpoint_dir;
     LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary resumed, RunTrainJob(other, nullptr));
     EXPECT_EQ(resumed.resumed_from_step, 4);
-    const auto got = WholeModel(resumed, mesh.tp);
-    ASSERT_EQ(got.size(), reference.size());
-    double diff = 0;
-    for (const auto& [name, values] : reference) {
-      const std::vector<float>& mine = got.at(name);
-      ASSERT_EQ(mine.size(), values.size()) << name;
-      for (size_t i = 0; i < values.size(); ++i) {
-        diff = std::max(diff, std::fabs(double{mine[i]} - double{values[i]}));
-      }
-    }
     EXPECT_GT(largest, 0.01);
-    EXPECT_LT(diff, 1e-5 * largest);
+    EXPECT_LT(LargestDifference(WholeModel(resumed, mesh.tp), reference), 1e-5 * largest);
+    EXPECT_NEAR(resumed.final_loss, whole.final_loss, 1e-4);
+  }
+}
+
+// Context parallelism: a cp 2 job (pp 2, ZeRO-3 over dp x cp) resumes bitwise on its
+// own mesh; its checkpoint, saved once by the first rank of each dp x cp group,
+// continues at cp 1 and at cp 4 within the reference bound.
+TEST(ResumeTest, ContextParallelResumesBitwiseAndOnAnotherCp) {
+  TrainJobOptions o = Base();
+  o.dp = 1;
+  o.tp = 1;
+  o.cp = 2;
+  ExpectBitwiseResume(o, 2, 3);
+
+  o.steps = 8;
+  o.lr = 3e-3f;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary whole, RunTrainJob(o, nullptr));
+  const WholeParameters reference = WholeModel(whole, o.tp);
+  o.checkpoint_dir = FreshTestDirectory("cp");
+  o.checkpoint_every = 4;
+  o.testing_halt_after_step = 4;
+  EXPECT_THAT(RunTrainJob(o, nullptr),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("halted after step 4")));
+  for (int cp : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat("resumed at cp ", cp));
+    TrainJobOptions other = o;
+    other.cp = cp;
+    other.testing_halt_after_step = 0;
+    other.checkpoint_dir = FreshTestDirectory("cp_out");
+    other.resume_dir = o.checkpoint_dir;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary resumed, RunTrainJob(other, nullptr));
+    EXPECT_EQ(resumed.resumed_from_step, 4);
+    EXPECT_GT(LargestValue(reference), 0.01);
+    EXPECT_LT(LargestDifference(WholeModel(resumed, o.tp), reference),
+              1e-5 * LargestValue(reference));
     EXPECT_NEAR(resumed.final_loss, whole.final_loss, 1e-4);
   }
 }

@@ -375,9 +375,23 @@ TEST(TrainJobTest, BadOptionsAreOneClearLine) {
   EXPECT_THAT(ValidateTrainJob(options), StatusIs(absl::StatusCode::kInvalidArgument,
                                                   HasSubstr("--zero 4 must be 0, 1, 2 or 3")));
   options = Small(1);
-  options.cp = 2;  // the mesh has the axis; the job's ranks do not use it yet
-  EXPECT_THAT(ValidateTrainJob(options), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                  HasSubstr("cp 2: the job runs cp = 1 only")));
+  options.cp = 0;
+  EXPECT_THAT(ValidateTrainJob(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--dp 2 --pp 2 --cp 0 --tp 2: each must be >= 1")));
+  options = Small(1);
+  options.cp = 4;
+  options.model.seq_len = 3;
+  EXPECT_THAT(ValidateTrainJob(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--seq_len 3 is shorter than --cp 4: every cp rank needs a "
+                                 "position")));
+  options = Small(1);
+  options.cp = 16;  // 2 x 2 x 16 x 2 = 128 ranks
+  EXPECT_THAT(ValidateTrainJob(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--dp 2 x --pp 2 x --cp 16 x --tp 2 = 128 thread ranks; at "
+                                 "most 64")));
   options = Small(1);
   options.zero = 0;
   options.offload = OffloadKind::kNvme;

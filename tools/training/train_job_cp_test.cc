@@ -1,0 +1,120 @@
+// Context parallelism in the job (--cp): every mesh with a cp axis trains to the
+// one-rank reference within the bound the job already holds (the loss reported as
+// the sum of the cp ranks' shares, the gradients averaged over dp x cp), the same
+// run twice gives the same bits, and a rank's activations shrink with cp.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_matchers.h"
+#include "gtest/gtest.h"
+#include "tools/training/internal/summary_testing.h"
+#include "tools/training/reference.h"
+#include "tools/training/train_job.h"
+
+namespace loom {
+namespace {
+
+using training_testing::ByName;
+
+struct CpCase {
+  std::string name;
+  int dp, tp, pp, cp;
+  CpLayout layout;
+  int64_t seq_len;
+  int zero;
+  PipelineScheduleKind schedule;
+};
+
+TrainJobOptions OptionsOf(const CpCase& c) {
+  TrainJobOptions o;  // 4 layers, hidden 64, heads 4, vocab 64
+  o.dp = c.dp;
+  o.tp = c.tp;
+  o.pp = c.pp;
+  o.cp = c.cp;
+  o.cp_layout = c.layout;
+  o.model.seq_len = c.seq_len;
+  o.zero = c.zero;
+  o.offload = OffloadKind::kNone;
+  o.schedule = c.schedule;
+  o.microbatches = 2 * c.pp;
+  o.steps = 6;
+  return o;
+}
+
+class TrainJobCpTest : public ::testing::TestWithParam<CpCase> {};
+
+// Each mesh learns and ends within 1e-5 of the largest parameter of one rank
+// training the same global batch, its loss (the cp sum) within 1e-4 of the
+// reference's; every cp and dp replica holds the same parameters (ByName).
+TEST_P(TrainJobCpTest, MatchesTheOneRankReference) {
+  const TrainJobOptions options = OptionsOf(GetParam());
+  LOOM_ASSERT_OK(ValidateTrainJob(options));
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary summary, RunTrainJob(options, nullptr));
+  ASSERT_EQ(summary.steps.size(), 6u);
+  EXPECT_LT(summary.final_loss, summary.steps.front().loss - 0.2);
+  EXPECT_EQ(summary.final_params.size(),
+            static_cast<size_t>(options.dp * options.tp * options.pp * options.cp));
+  ByName(summary);
+  LOOM_ASSERT_OK_AND_ASSIGN(const ReferenceComparison reference,
+                            CompareWithReference(options, summary));
+  EXPECT_GT(reference.max_abs_param, 0.01);
+  EXPECT_LT(reference.max_abs_param_diff, 1e-5 * reference.max_abs_param);
+  EXPECT_NEAR(reference.reference_final_loss, summary.final_loss, 1e-4);
+  // Every step's loss, not only the last: the cp shares add up from the start.
+  LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary again, RunTrainJob(options, nullptr));
+  ASSERT_EQ(again.steps.size(), summary.steps.size());
+  for (size_t i = 0; i < again.steps.size(); ++i) {
+    EXPECT_EQ(again.steps[i].loss, summary.steps[i].loss) << "step " << i + 1;
+  }
+  EXPECT_EQ(ByName(again), ByName(summary));  // bitwise, run to run
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, TrainJobCpTest,
+    ::testing::Values(
+        // The meshes: cp 2 with tp 2 and dp 2 (8 ranks, ZeRO-3 over dp x cp);
+        // cp 4 alone; cp 4 on a sequence that does not divide into 2 cp chunks.
+        CpCase{"cp2_tp2_dp2", 2, 2, 1, 2, CpLayout::kZigzag, 32, 3,
+               PipelineScheduleKind::k1F1B},
+        CpCase{"cp4", 1, 1, 1, 4, CpLayout::kZigzag, 32, 3, PipelineScheduleKind::k1F1B},
+        CpCase{"cp4_seq250", 1, 1, 1, 4, CpLayout::kZigzag, 250, 3,
+               PipelineScheduleKind::k1F1B},
+        // cp 3 with the contiguous layout, under a pipeline of two stages per rank
+        // (ZB-V, split backward) and plain data parallelism.
+        CpCase{"cp3_contiguous_pp2_zbv_zero0", 1, 1, 2, 3, CpLayout::kContiguous, 37, 0,
+               PipelineScheduleKind::kZeroBubbleV}),
+    [](const ::testing::TestParamInfo<CpCase>& param) { return param.param.name; });
+
+// At seq_len 1024 a rank at cp = k holds 1 / k of cp = 1's activations (its rows
+// of every saved tensor; nothing of size seq_len x seq_len), within the 1.1 / k.
+TEST(TrainJobCpMemoryTest, PeakActivationsShrinkWithCp) {
+  TrainJobOptions o;
+  o.dp = 1;
+  o.tp = 1;
+  o.pp = 1;
+  o.zero = 0;
+  o.offload = OffloadKind::kNone;
+  o.model.seq_len = 1024;
+  o.model.layers = 2;
+  o.microbatches = 1;
+  o.micro_batch = 1;
+  o.steps = 1;
+  std::vector<int64_t> peak;
+  for (int cp : {1, 2, 4}) {
+    o.cp = cp;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary summary, RunTrainJob(o, nullptr));
+    peak.push_back(summary.peak_activation_bytes_per_rank);
+  }
+  ASSERT_GT(peak[0], 0);
+  for (int i : {1, 2}) {
+    const int k = i == 1 ? 2 : 4;
+    EXPECT_LE(static_cast<double>(peak[i]), 1.1 / k * static_cast<double>(peak[0]))
+        << "cp " << k << ": " << peak[i] << " bytes against cp 1's " << peak[0];
+  }
+}
+
+}  // namespace
+}  // namespace loom
