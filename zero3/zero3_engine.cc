@@ -25,7 +25,7 @@
 #include "core/half_convert.h"
 #include "core/status_macros.h"
 #include "zero3/internal/agreement.h"
-#include "zero3/internal/comm_worker.h"
+#include "collectives/comm_worker.h"
 
 namespace loom {
 namespace zero3_internal {
@@ -158,7 +158,6 @@ struct EngineShared {
 namespace {
 
 using zero3_internal::BucketState;
-using zero3_internal::CommWorker;
 using zero3_internal::EngineShared;
 using zero3_internal::GatherBuffer;
 

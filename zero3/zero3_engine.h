@@ -96,8 +96,9 @@
 
 namespace loom {
 
+class CommWorker;  // collectives/comm_worker.h
+
 namespace zero3_internal {
-class CommWorker;
 struct BucketState;
 struct EngineShared;
 }  // namespace zero3_internal
@@ -399,7 +400,7 @@ class Zero3Engine : public ParameterSource {
   std::unique_ptr<zero3_internal::BucketState> persistent_;
   std::vector<float> persistent_view_;  // bf16 compute: the persistent block widened
   std::unique_ptr<zero3_internal::EngineShared> shared_;
-  std::unique_ptr<zero3_internal::CommWorker> worker_;
+  std::unique_ptr<CommWorker> worker_;
 
   Zero3Pass pass_ = Zero3Pass::kNone;
   int position_ = 0;        // the pass's current bucket, as a position in pass order

@@ -8,8 +8,8 @@
 //   CommWorker::Ticket t = worker.Submit([&] { return comm->AllGather(in, out); });
 //   ...compute...
 //   LOOM_RETURN_IF_ERROR(worker.Wait(t, absl::Now() + absl::Minutes(1)));
-#ifndef LOOM_ZERO3_INTERNAL_COMM_WORKER_H_
-#define LOOM_ZERO3_INTERNAL_COMM_WORKER_H_
+#ifndef LOOM_COLLECTIVES_COMM_WORKER_H_
+#define LOOM_COLLECTIVES_COMM_WORKER_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -22,7 +22,6 @@
 #include "absl/time/time.h"
 
 namespace loom {
-namespace zero3_internal {
 
 class CommWorker {
  public:
@@ -60,7 +59,6 @@ class CommWorker {
   std::thread thread_;
 };
 
-}  // namespace zero3_internal
 }  // namespace loom
 
-#endif  // LOOM_ZERO3_INTERNAL_COMM_WORKER_H_
+#endif  // LOOM_COLLECTIVES_COMM_WORKER_H_

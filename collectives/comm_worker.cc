@@ -1,4 +1,4 @@
-#include "zero3/internal/comm_worker.h"
+#include "collectives/comm_worker.h"
 
 #include <chrono>
 #include <functional>
@@ -11,7 +11,6 @@
 #include "absl/time/time.h"
 
 namespace loom {
-namespace zero3_internal {
 
 CommWorker::CommWorker() : thread_([this] { Loop(); }) {}
 
@@ -83,5 +82,4 @@ void CommWorker::Loop() {
   }
 }
 
-}  // namespace zero3_internal
 }  // namespace loom

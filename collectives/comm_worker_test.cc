@@ -1,4 +1,4 @@
-#include "zero3/internal/comm_worker.h"
+#include "collectives/comm_worker.h"
 
 #include <atomic>
 #include <vector>
@@ -11,7 +11,6 @@
 #include "gtest/gtest.h"
 
 namespace loom {
-namespace zero3_internal {
 namespace {
 
 using ::testing::HasSubstr;
@@ -64,5 +63,4 @@ TEST(CommWorkerTest, AWaitPastItsDeadlineSaysSo) {
 }
 
 }  // namespace
-}  // namespace zero3_internal
 }  // namespace loom
