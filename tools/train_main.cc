@@ -808,6 +808,14 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       "compute per step: GEMM %.2f ms, attention %.2f ms, element-wise and tp collectives "
       "%.2f ms\n",
       b.gemm * 1e3, b.attention * 1e3, std::max(0.0, b.compute - b.gemm - b.attention) * 1e3);
+  if (o.cp > 1) {
+    // The ring's hops run beside the attention compute; what they did not cover.
+    std::cout << absl::StrFormat(
+        "cp ring per step: hops %.2f ms on the communication threads, %.2f ms of them "
+        "exposed (%.0f%% hidden behind attention)\n",
+        b.cp_hops * 1e3, b.cp_exposed * 1e3,
+        b.cp_hops > 0 ? 100.0 * std::max(0.0, 1.0 - b.cp_exposed / b.cp_hops) : 0.0);
+  }
   if (summary->host_cpu_busy >= 0) {
     // Waits cost time only where CPUs sit idle: with more busy threads than CPUs,
     // a rank's wait is the other ranks' compute.
@@ -900,7 +908,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"threads_per_rank\": %d, \"cpu_model\": \"%s\", \"vector_target\": \"%s\", "
         "\"step_breakdown_s\": {\"compute\": %.6g, \"dp_comm\": %.6g, \"pp_comm\": %.6g, "
         "\"optimizer\": %.6g, \"other\": %.6g, \"param_wait\": %.6g, \"gemm\": %.6g, "
-        "\"attention\": %.6g}}\n",
+        "\"attention\": %.6g, \"cp_hops\": %.6g, \"cp_exposed\": %.6g}}\n",
         summary->final_loss,
         summary->final_eval_loss.has_value() ? absl::StrFormat("%.9g", *summary->final_eval_loss)
                                              : std::string("null"),
@@ -923,7 +931,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         on_cpu ? absl::StrFormat("%.4g", mfu.mfu_f32_peak) : std::string("null"),
         mfu.threads_per_rank,
         JsonSafe(mfu.cpu_model), JsonSafe(mfu.vector_target), b.compute, b.dp_comm, b.pp_comm,
-        b.optimizer, b.other, b.param_wait, b.gemm, b.attention);
+        b.optimizer, b.other, b.param_wait, b.gemm, b.attention, b.cp_hops, b.cp_exposed);
     if (absl::Status s = WriteFile("--summary_json", path, json); !s.ok()) return s;
     std::cout << "summary: " << path << "\n";
   }

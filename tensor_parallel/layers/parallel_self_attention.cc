@@ -62,6 +62,8 @@ RingAttentionBuffers& ThreadRingBuffers() {
 
 }  // namespace
 
+RingOverlapStats ThisThreadRingOverlap() { return ThreadRingBuffers().stats(); }
+
 absl::StatusOr<ParallelSelfAttention> ParallelSelfAttention::Create(
     const Tensor& qkv_weight, const Tensor* qkv_bias, const Tensor& out_weight,
     const Tensor* out_bias, Communicator& tp, const ParallelSelfAttentionOptions& options) {

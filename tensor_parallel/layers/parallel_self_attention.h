@@ -172,6 +172,11 @@ class ParallelSelfAttention {
   bool has_forward_ = false;
 };
 
+// ThisThreadRingOverlap: the overlap figures (ring_attention.h) of every ring
+// attention call the layers made on this thread: a rank's layers share one set of
+// ring buffers per thread.
+RingOverlapStats ThisThreadRingOverlap();
+
 }  // namespace loom
 
 #endif  // LOOM_TENSOR_PARALLEL_LAYERS_PARALLEL_SELF_ATTENTION_H_

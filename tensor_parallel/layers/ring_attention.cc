@@ -1,6 +1,7 @@
 #include "tensor_parallel/layers/ring_attention.h"
 
 #include <algorithm>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,7 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/comm_worker.h"
 #include "collectives/communicator.h"
 #include "core/buffer_view.h"
 #include "core/parallel_for.h"
@@ -203,6 +207,10 @@ void PackKeysValues(absl::Span<const Head> heads, int64_t rows, int64_t d, float
 struct RingAttentionBuffersAccess {
   static std::vector<float>& block_out(RingAttentionBuffers& b) { return b.block_out_; }
   static std::vector<float>& block_lse(RingAttentionBuffers& b) { return b.block_lse_; }
+  static std::vector<float>& grads(RingAttentionBuffers& b) { return b.grads_; }
+  static std::vector<float>& grads_out(RingAttentionBuffers& b) { return b.grads_out_; }
+  static std::vector<float>& grads_in(RingAttentionBuffers& b) { return b.grads_in_; }
+  static RingOverlapStats& stats(RingAttentionBuffers& b) { return b.stats_; }
 
   // The travelling block of every head, room for `parts` parts of max_rows x d (K,
   // V and, in the backward, dK, dV), with this rank's K and V packed in, and the
@@ -221,6 +229,53 @@ struct RingAttentionBuffersAccess {
     return {held, landing};
   }
 };
+
+namespace {
+
+// HopRunner runs a call's hops on a communication thread while the caller computes
+// (the header's Overlap). Its destructor waits for a hop still running, so the
+// buffers a hop reads and writes outlive it: declare it after them.
+class HopRunner {
+ public:
+  HopRunner(Communicator& comm, RingOverlapStats& stats) : comm_(comm), stats_(stats) {}
+
+  // Start runs `hop` on the communication thread (started at the first hop).
+  template <typename Hop>
+  void Start(Hop hop) {
+    if (!worker_.has_value()) worker_.emplace();
+    ticket_ = worker_->Submit([this, hop]() -> absl::Status {
+      const absl::Time start = absl::Now();
+      absl::Status status = hop();
+      hop_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
+      return status;
+    });
+  }
+
+  // Finish waits for the started hop, if any, and returns the first error: the
+  // caller's own `computed` status, else the hop's.
+  absl::Status Finish(const absl::Status& computed) {
+    if (ticket_ == 0) return computed;
+    const absl::Time start = absl::Now();
+    // Each hop's calls wait at most the communicator's timeout each; beyond two of
+    // them and a margin, the communication thread itself is stuck.
+    const absl::Status hopped =
+        worker_->Wait(ticket_, start + 4 * comm_.options().timeout + absl::Seconds(10));
+    ticket_ = 0;
+    ++stats_.hops;
+    stats_.exposed_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+    stats_.hop_seconds += hop_seconds_;
+    return computed.ok() ? hopped : computed;
+  }
+
+ private:
+  Communicator& comm_;
+  RingOverlapStats& stats_;
+  std::optional<CommWorker> worker_;
+  CommWorker::Ticket ticket_ = 0;
+  double hop_seconds_ = 0;  // written by the worker, read after its Wait
+};
+
+}  // namespace
 
 absl::string_view CpLayoutName(CpLayout layout) {
   return layout == CpLayout::kZigzag ? "zigzag" : "contiguous";
@@ -275,11 +330,18 @@ absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttenti
   // A query block's first visible key block writes (out, lse); later ones merge into
   // them, so out's initial contents are never read. Every head sees the same blocks.
   std::vector<bool> written(mine.size(), false);
+  HopRunner hops(cp, Access::stats(b));
 
   for (int hop = 0; hop < ring.cp; ++hop) {
     const int source = ring.Source(hop);
     const int64_t n = ring.rows[source];
     const absl::Span<const float> kv(held.data(), Elements(n, d, 2 * h_count));
+    // The block in hand goes on, and the next one lands, while this one is computed.
+    if (hop + 1 < ring.cp) {
+      const absl::Span<float> next = absl::MakeSpan(landing).subspan(
+          0, Elements(ring.rows[ring.Source(hop + 1)], d, 2 * h_count));
+      hops.Start([&cp, &ring, kv, next] { return Hop(cp, ring, kv, next); });
+    }
     const std::vector<bool> written_before = written;
     for (size_t i = 0; i < mine.size(); ++i) {
       for (const RowBlock& kblk : ring.blocks[source]) {
@@ -324,11 +386,7 @@ absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttenti
           }
           return absl::OkStatus();
         });
-    LOOM_RETURN_IF_ERROR(computed);
-    if (hop + 1 == ring.cp) break;
-    const int64_t incoming = ring.rows[ring.Source(hop + 1)];
-    LOOM_RETURN_IF_ERROR(
-        Hop(cp, ring, kv, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 2 * h_count))));
+    LOOM_RETURN_IF_ERROR(hops.Finish(computed));
     std::swap(held, landing);
   }
   return absl::OkStatus();
@@ -353,30 +411,62 @@ absl::Status RingAttentionBackward(Communicator& cp, absl::Span<const RingAttent
   const FlashAttentionOptions flash = FlashOptions(options);
   const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
 
-  // The visiting block of every head, packed part-major [K | V | dK | dV], each part
-  // holding every head: its gradients travel with it, each rank adding its queries'
-  // share, so no rank ever holds more than one block's; and dK, dV of all heads are
-  // one contiguous run for the last hop home.
+  // The visiting keys and values of every head, packed part-major [K | V], as in the
+  // forward; their gradients travel one hop behind, packed [dK | dV]: `grads` takes
+  // this rank's share for the block in hand, `grads_in` the earlier ranks' sum for
+  // it, and `grads_out` the sum (with this rank's share) of the previous block,
+  // going on to the next rank. dK, dV of all heads are one contiguous run.
   RingAttentionBuffers own;
   RingAttentionBuffers& b = buffers != nullptr ? *buffers : own;
   using Access = RingAttentionBuffersAccess;
-  auto [held, landing] = Access::Start(b, heads, ring.max_rows, rows, d, 4 * h_count);
-  std::fill_n(held.data() + Elements(rows, d, 2 * h_count), Elements(rows, d, 2 * h_count), 0.0f);
+  auto [held, landing] = Access::Start(b, heads, ring.max_rows, rows, d, 2 * h_count);
+  std::vector<float>& grads = Fit(Access::grads(b), Elements(ring.max_rows, d, 2 * h_count));
+  std::vector<float>& grads_out =
+      Fit(Access::grads_out(b), Elements(ring.max_rows, d, 2 * h_count));
+  std::vector<float>& grads_in = Fit(Access::grads_in(b), Elements(ring.max_rows, d, 2 * h_count));
+  HopRunner hops(cp, Access::stats(b));
 
   for (int hop = 0; hop < ring.cp; ++hop) {
     const int source = ring.Source(hop);
     const int64_t n = ring.rows[source];
-    const absl::Span<float> block(held.data(), Elements(n, d, 4 * h_count));
+    const absl::Span<const float> kv(held.data(), Elements(n, d, 2 * h_count));
+    // While this block is computed: its keys and values go on and the next block's
+    // land; the previous block's gradient sum goes on and this block's arrives.
+    if (hop > 0 || hop + 1 < ring.cp) {
+      const absl::Span<float> next_kv =
+          hop + 1 < ring.cp ? absl::MakeSpan(landing).subspan(
+                                  0, Elements(ring.rows[ring.Source(hop + 1)], d, 2 * h_count))
+                            : absl::Span<float>();
+      const absl::Span<const float> sum_out =
+          hop > 0 ? absl::MakeConstSpan(grads_out).subspan(
+                        0, Elements(ring.rows[ring.Source(hop - 1)], d, 2 * h_count))
+                  : absl::Span<const float>();
+      const absl::Span<float> sum_in =
+          hop > 0 ? absl::MakeSpan(grads_in).subspan(0, Elements(n, d, 2 * h_count))
+                  : absl::Span<float>();
+      const bool moves_kv = hop + 1 < ring.cp, moves_sum = hop > 0;
+      hops.Start([&cp, &ring, kv, next_kv, sum_out, sum_in, moves_kv, moves_sum]() -> absl::Status {
+        if (moves_kv) {
+          const absl::Status moved = Hop(cp, ring, kv, next_kv);
+          if (!moved.ok()) return moved;
+        }
+        return moves_sum ? Hop(cp, ring, sum_out, sum_in) : absl::OkStatus();
+      });
+    }
+    const absl::Span<float> share(grads.data(), Elements(n, d, 2 * h_count));
+    std::fill(share.begin(), share.end(), 0.0f);
     const absl::Status computed =
         ParallelFor(h_count, GemmThreads(), [&](int64_t first, int64_t end) {
           for (int64_t h = first; h < end; ++h) {
             const RingAttentionHeadGrad& head = heads[h];
-            const auto part = [&](int64_t p) {
-              return block.subspan(Elements(n, d, p * h_count + h), Elements(n, d, 1));
+            const auto part = [&](absl::Span<float> from, int64_t p) {
+              return from.subspan(Elements(n, d, p * h_count + h), Elements(n, d, 1));
             };
-            const ConstMatrixView kb = Dense(absl::Span<const float>(part(0)), n, d);
-            const ConstMatrixView vb = Dense(absl::Span<const float>(part(1)), n, d);
-            const MatrixView dkb = Dense(part(2), n, d), dvb = Dense(part(3), n, d);
+            const ConstMatrixView kb =
+                Dense(kv.subspan(Elements(n, d, h), Elements(n, d, 1)), n, d);
+            const ConstMatrixView vb =
+                Dense(kv.subspan(Elements(n, d, h_count + h), Elements(n, d, 1)), n, d);
+            const MatrixView dkb = Dense(part(share, 0), n, d), dvb = Dense(part(share, 1), n, d);
             for (const RowBlock& qb : mine) {
               const absl::Span<const float> l =
                   head.lse.subspan(static_cast<size_t>(qb.row), static_cast<size_t>(qb.length));
@@ -394,24 +484,26 @@ absl::Status RingAttentionBackward(Communicator& cp, absl::Span<const RingAttent
           }
           return absl::OkStatus();
         });
-    LOOM_RETURN_IF_ERROR(computed);
-    if (hop + 1 == ring.cp) break;
-    const int64_t incoming = ring.rows[ring.Source(hop + 1)];
-    LOOM_RETURN_IF_ERROR(Hop(
-        cp, ring, block, absl::MakeSpan(landing).subspan(0, Elements(incoming, d, 4 * h_count))));
+    LOOM_RETURN_IF_ERROR(hops.Finish(computed));
+    if (hop > 0) {
+      // The earlier ranks' sum for this block, then this rank's share added.
+      for (size_t i = 0; i < share.size(); ++i) share[i] = grads_in[i] + share[i];
+    }
+    std::swap(grads, grads_out);
     std::swap(held, landing);
   }
 
-  // After cp - 1 hops this rank holds the next rank's block with every rank's share
-  // added; one more hop of dK and dV alone takes it home.
-  const float* home = held.data() + Elements(rows, d, 2 * h_count);
+  // grads_out holds the sum of every rank's share for the next rank's block: one more
+  // hop takes it home.
+  const float* home = grads_out.data();
   if (ring.cp > 1) {
     const int64_t n = ring.rows[ring.Next()];
-    const absl::Span<const float> grads(held.data() + Elements(n, d, 2 * h_count),
-                                        Elements(n, d, 2 * h_count));
-    LOOM_RETURN_IF_ERROR(
-        Hop(cp, ring, grads, absl::MakeSpan(landing).subspan(0, Elements(rows, d, 2 * h_count))));
-    home = landing.data();
+    const absl::Span<const float> sum = absl::MakeConstSpan(grads_out).subspan(
+        0, Elements(n, d, 2 * h_count));
+    const absl::Span<float> in = absl::MakeSpan(grads_in).subspan(0, Elements(rows, d, 2 * h_count));
+    hops.Start([&cp, &ring, sum, in] { return Hop(cp, ring, sum, in); });
+    LOOM_RETURN_IF_ERROR(hops.Finish(absl::OkStatus()));
+    home = grads_in.data();
   }
   ParallelForEach(h_count, 1, [&](int64_t first, int64_t end) {
     for (int64_t h = first; h < end; ++h) {

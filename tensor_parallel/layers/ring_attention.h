@@ -19,8 +19,20 @@
 //
 // Traffic (elements sent per rank, f32; RingAttentionSentElements gives them for any
 // split): forward 2 (cp - 1) rows d (K and V, cp - 1 hops); backward (4 (cp - 1) + 2)
-// rows d (K, V, dK, dV for cp - 1 hops, then dK and dV home), where rows is the rows of
-// the block each hop carries: local_rows when the sequence divides by the chunk count.
+// rows d (K and V for cp - 1 hops; the dK, dV sums for cp - 1 hops, one behind, then
+// the last home), where rows is the rows of the block each hop carries: local_rows
+// when the sequence divides by the chunk count.
+//
+// Overlap: the hops run on a communication thread (collectives/comm_worker.h) while
+// the calling thread computes: in the forward, the block in hand goes on to the next
+// rank and the next block lands in a second buffer while this one is attended to. In
+// the backward, the keys and values travel the same way, and the gradients one hop
+// behind them: each rank computes its queries' share of dK, dV for the block in hand
+// into a fresh buffer while the sum of the earlier ranks' shares for that block
+// arrives, adds the two, and sends the sum on during the next block's compute; so
+// no hop waits for compute and no compute waits for a hop it could have overlapped.
+// The calling thread waits for a hop only when it finishes its block first
+// (RingOverlapStats::exposed_seconds).
 //
 // Deadlock: Communicator::Send may block until the peer receives, and one thread
 // drives a communicator, so every hop orders its two calls by rank parity: even ranks
@@ -29,6 +41,9 @@
 // rank's first send goes to an odd rank that is receiving, except, for odd cp, rank
 // cp - 1's send to rank 0, which completes once rank 0's own send (to odd rank 1) has.
 // So the waits form no cycle. cp = 2 puts both calls on one pair, in the same order.
+// Every rank's communication thread runs the same hops in the same order (a backward
+// hop of keys and values, then one of gradients), each a complete exchange, so the
+// argument holds hop by hop. The calling thread never touches `cp` while a hop runs.
 //
 // Example (cp = 4 thread ranks, seq_len = 100, one head of d = 16; on rank 1):
 //   CpChunks(100, 4, 1, CpLayout::kZigzag);  // {{13, 13}, {76, 12}}: rows 0-12, 13-24
@@ -92,13 +107,29 @@ struct RingAttentionOptions {
 // next hop's landing place, a block's partial output), kept from call to call so that
 // a training loop allocates them once; they grow to the largest call and never
 // shrink. Forward and Backward calls of any shape may share one; one thread at a time.
+// How much of the ring's communication the compute hid (RingAttentionBuffers::stats):
+// hop_seconds is the communication thread's time in the hops, exposed_seconds the
+// part of it the calling thread waited for after its own block's compute; hidden is
+// hop_seconds - exposed_seconds.
+struct RingOverlapStats {
+  int64_t hops = 0;
+  double hop_seconds = 0;
+  double exposed_seconds = 0;
+};
+
 class RingAttentionBuffers {
  public:
   RingAttentionBuffers() = default;
+  // The calls' overlap figures since construction (or ResetStats).
+  const RingOverlapStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = RingOverlapStats(); }
 
  private:
   friend struct RingAttentionBuffersAccess;
   std::vector<float> held_, landing_, block_out_, block_lse_;
+  // The backward's gradients: this hop's share, the sum sent on, the sum arriving.
+  std::vector<float> grads_, grads_out_, grads_in_;
+  RingOverlapStats stats_;
 };
 
 // One head of a multi-head call: this rank's rows of its queries, keys and values

@@ -392,6 +392,32 @@ TEST(RingAttentionCallTest, BuffersKeptAcrossCallsGiveTheSameBits) {
   }
 }
 
+// The hops run on a communication thread: every forward and backward call counts its
+// hops in the buffers' overlap figures (forward cp - 1; backward cp - 1 of keys and
+// values, gradient sums one behind, and the sums home: cp jobs of the thread, plus
+// the last), with the thread's time in them and what the caller waited of it.
+TEST(RingAttentionCallTest, OverlapFiguresCountEveryHop) {
+  for (int cp : {1, 2, 4}) {
+    std::vector<RingAttentionBuffers> buffers(static_cast<size_t>(cp));
+    const Case c{cp, CpLayout::kZigzag, true, 64, 8};
+    const int64_t n = c.seq_len * c.d;
+    const std::vector<float> q = RandomValues(n, 41), k = RandomValues(n, 42);
+    const std::vector<float> v = RandomValues(n, 43), dout = RandomValues(n, 44);
+    RingAttentionOptions options;
+    RunRing(c, options, q, k, v, dout, &buffers);
+    for (const RingAttentionBuffers& b : buffers) {
+      const RingOverlapStats& stats = b.stats();
+      EXPECT_EQ(stats.hops, cp == 1 ? 0 : (cp - 1) + cp + 1) << "cp " << cp;
+      if (cp > 1) {
+        EXPECT_GT(stats.hop_seconds, 0.0);
+        EXPECT_GE(stats.exposed_seconds, 0.0);
+      }
+    }
+    buffers[0].ResetStats();
+    EXPECT_EQ(buffers[0].stats().hops, 0);
+  }
+}
+
 // What one rank computed for several heads stored side by side, [rows, heads * d]
 // (the attention layer's layout), and the send and receive calls it made.
 struct MultiHeadResult {

@@ -21,6 +21,7 @@
 #include "models/gpt/gpt_stage_module.h"
 #include "pipeline/executor/send_buffers.h"
 #include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/parallel_self_attention.h"
 #include "tools/training/device_gemm.h"
 #include "tools/training/host_cpu.h"
 #include "tools/training/job_checkpoint.h"
@@ -55,7 +56,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 30;
+constexpr int kStepFigures = 32;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -86,7 +87,9 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           static_cast<double>(s.dp.zero_kept_units),
           static_cast<double>(s.dp.zero_kept_numel),
           s.breakdown.gemm,
-          s.breakdown.attention};
+          s.breakdown.attention,
+          s.breakdown.cp_hops,
+          s.breakdown.cp_exposed};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -112,6 +115,8 @@ RankStep Unpack(const double* f) {
   s.dp.zero_kept_numel = static_cast<int64_t>(f[27]);
   s.breakdown.gemm = f[28];
   s.breakdown.attention = f[29];
+  s.breakdown.cp_hops = f[30];
+  s.breakdown.cp_exposed = f[31];
   return s;
 }
 
@@ -270,10 +275,14 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     const double waited_before = optimizer->WaitSeconds();
     const double gemm_before = ThreadComputeSeconds(ComputeKind::kGemm);
     const double attention_before = ThreadComputeSeconds(ComputeKind::kAttention);
+    const RingOverlapStats ring_before = ThisThreadRingOverlap();
     LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module, &send_buffers));
     const double executed = lap();
     breakdown.gemm = ThreadComputeSeconds(ComputeKind::kGemm) - gemm_before;
     breakdown.attention = ThreadComputeSeconds(ComputeKind::kAttention) - attention_before;
+    const RingOverlapStats ring_after = ThisThreadRingOverlap();
+    breakdown.cp_hops = ring_after.hop_seconds - ring_before.hop_seconds;
+    breakdown.cp_exposed = ring_after.exposed_seconds - ring_before.exposed_seconds;
     // The module's waits for the engine happen inside its compute.
     breakdown.param_wait = optimizer->WaitSeconds() - waited_before;
     breakdown.compute =
@@ -393,6 +402,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       line.breakdown.param_wait += s.breakdown.param_wait / world;
       line.breakdown.gemm += s.breakdown.gemm / world;
       line.breakdown.attention += s.breakdown.attention / world;
+      line.breakdown.cp_hops += s.breakdown.cp_hops / world;
+      line.breakdown.cp_exposed += s.breakdown.cp_exposed / world;
     }
     // The last stage's tp ranks all hold the same loss, and its cp ranks a share
     // each: the sum over cp, averaged over tp and dp.
@@ -453,6 +464,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     summary->step_breakdown_s.param_wait += b.param_wait / counted;
     summary->step_breakdown_s.gemm += b.gemm / counted;
     summary->step_breakdown_s.attention += b.attention / counted;
+    summary->step_breakdown_s.cp_hops += b.cp_hops / counted;
+    summary->step_breakdown_s.cp_exposed += b.cp_exposed / counted;
   }
   double busy_sum = 0;
   int busy_steps = 0;

@@ -176,9 +176,14 @@ bool UsesDisk(const TrainJobOptions& options);
 //   optimizer  AdamW on this rank's state (zero 1 and 2: with the all-gather of
 //              the updated shards, which the step does);
 //   other      the rest of the step (checkpoint saves, bookkeeping).
+// With --cp, ring attention's hops run on a communication thread beside the rank's:
+//   cp_hops    that thread's time in the hops of the step (not part of the sum);
+//   cp_exposed the part of attention the rank waited for a hop its compute had not
+//              covered (ring_attention.h's RingOverlapStats).
 struct StepBreakdown {
   double compute = 0, dp_comm = 0, pp_comm = 0, optimizer = 0, other = 0, param_wait = 0;
   double gemm = 0, attention = 0;  // parts of compute
+  double cp_hops = 0, cp_exposed = 0;
 };
 
 // DpTraffic: what one rank sent through its data-parallel communicator in one
