@@ -702,6 +702,19 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       }
       std::cout << "offload config: " << FormatOffloadConfig(done) << "\n";
     }
+    if (o.cp > 1) {
+      // The causal attention work of the cp ranks (ring_attention.h's visible pairs).
+      LOOM_ASSIGN_OR_RETURN(const double imbalance,
+                            CpWorkImbalance(o.model.seq_len, o.cp, o.cp_layout));
+      const CpLayout other =
+          o.cp_layout == CpLayout::kZigzag ? CpLayout::kContiguous : CpLayout::kZigzag;
+      LOOM_ASSIGN_OR_RETURN(const double other_imbalance,
+                            CpWorkImbalance(o.model.seq_len, o.cp, other));
+      std::cout << absl::StrFormat(
+          "cp: %s layout, attention work of the busiest cp rank over the mean %.3f (%s: "
+          "%.3f)\n",
+          CpLayoutName(o.cp_layout), imbalance, CpLayoutName(other), other_imbalance);
+    }
     // The groups are topology's: //tools:mesh prints the same for these flags.
     std::cout << "mesh: tp fastest, then cp, then pp, then dp (//tools:mesh " << JobMeshCommand(o)
               << ")\n";

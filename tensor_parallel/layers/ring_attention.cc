@@ -303,6 +303,29 @@ absl::StatusOr<std::vector<PositionRange>> CpChunks(int64_t seq_len, int cp, int
   return std::vector<PositionRange>{range(2 * cp, rank), range(2 * cp, 2 * cp - 1 - rank)};
 }
 
+absl::StatusOr<int64_t> CpVisiblePairs(int64_t seq_len, int cp, int rank, CpLayout layout,
+                                       bool causal) {
+  LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
+                        CpChunks(seq_len, cp, rank, layout));
+  int64_t pairs = 0;
+  for (const PositionRange& c : chunks) {
+    // Queries at positions offset .. offset + length - 1 see p + 1 keys each.
+    pairs += causal ? c.length * (2 * c.offset + c.length + 1) / 2 : c.length * seq_len;
+  }
+  return pairs;
+}
+
+absl::StatusOr<double> CpWorkImbalance(int64_t seq_len, int cp, CpLayout layout) {
+  int64_t most = 0, total = 0;
+  for (int rank = 0; rank < std::max(cp, 1); ++rank) {
+    LOOM_ASSIGN_OR_RETURN(const int64_t pairs, CpVisiblePairs(seq_len, cp, rank, layout));
+    most = std::max(most, pairs);
+    total += pairs;
+  }
+  if (total == 0) return 1.0;
+  return static_cast<double>(most) * cp / static_cast<double>(total);
+}
+
 absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttentionHead> heads,
                                   int64_t seq_len, const RingAttentionOptions& options,
                                   RingAttentionBuffers* buffers) {

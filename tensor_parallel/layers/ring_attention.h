@@ -12,9 +12,13 @@
 // (placement.h's ShardExtentOf, kBalanced), so any sequence length works.
 //   kZigzag      2 cp chunks; rank r holds chunks r and 2 cp - 1 - r, an early and a
 //                late one, so under a causal mask every rank has the same work (to a
-//                chunk's rounding): seq 64, cp 4 gives 520 visible pairs on each rank.
+//                chunk's rounding): seq 64, cp 4 gives 520 visible pairs on each rank;
+//                CpWorkImbalance (max / mean) is 1.000 at seq 1024 and cp 2 or 4, 1.004
+//                at seq 250 and cp 4, and grows only where chunks are a few rows (1.06
+//                at seq 64, cp 3).
 //   kContiguous  cp chunks; rank r holds chunk r. Under a causal mask the last rank
-//                does the most work (seq 64, cp 4: 136 pairs on rank 0, 904 on rank 3).
+//                does the most work (seq 64, cp 4: 136 pairs on rank 0, 904 on rank 3;
+//                CpWorkImbalance tends to 2 cp / (cp + 1): 1.75 at cp 4).
 // A rank's rows are its chunks' positions in order, chunk after chunk.
 //
 // Traffic (elements sent per rank, f32; RingAttentionSentElements gives them for any
@@ -183,6 +187,18 @@ absl::Status RingAttentionBackward(Communicator& cp, ConstMatrixView q, ConstMat
                                    ConstMatrixView grad_out, absl::Span<const float> lse,
                                    MatrixView grad_q, MatrixView grad_k, MatrixView grad_v,
                                    RingAttentionBuffers* buffers = nullptr);
+
+// CpVisiblePairs returns the (query, key) score pairs `rank` of `cp` attends over a
+// sequence of seq_len positions: under a causal mask each of its queries at position p
+// sees p + 1 keys; otherwise every query sees seq_len. Its attention work, forward and
+// backward. Errors as CpChunks'.
+absl::StatusOr<int64_t> CpVisiblePairs(int64_t seq_len, int cp, int rank, CpLayout layout,
+                                       bool causal = true);
+
+// CpWorkImbalance returns the most visible pairs of a rank over the mean of the cp
+// ranks (1 when every rank does the same work; CpVisiblePairs, causal): the time the
+// slowest rank adds to a ring step. Errors as CpChunks'; 1 for an empty sequence.
+absl::StatusOr<double> CpWorkImbalance(int64_t seq_len, int cp, CpLayout layout);
 
 // The elements (f32) one rank sends in one forward and one backward call of one head
 // (a multi-head call sends heads times as many, in the same number of messages).

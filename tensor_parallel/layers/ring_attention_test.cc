@@ -302,37 +302,37 @@ TEST(CpChunksTest, EveryPositionOnceAndChunkSizesWithinOne) {
   EXPECT_EQ(chunks[1].length, 12);
 }
 
-// CausalPairs counts the (query, key) pairs a rank's queries see under a causal mask.
-int64_t CausalPairs(const std::vector<PositionRange>& chunks) {
-  int64_t pairs = 0;
-  for (const PositionRange& c : chunks) {
-    for (int64_t p = c.offset; p < c.offset + c.length; ++p) pairs += p + 1;
-  }
-  return pairs;
-}
-
 TEST(CpChunksTest, ZigzagBalancesCausalWorkAndContiguousDoesNot) {
-  std::vector<double> zigzag, contiguous;
+  std::vector<int64_t> zigzag, contiguous;
   for (int rank = 0; rank < 4; ++rank) {
-    LOOM_ASSERT_OK_AND_ASSIGN(const auto z, CpChunks(64, 4, rank, CpLayout::kZigzag));
-    LOOM_ASSERT_OK_AND_ASSIGN(const auto c, CpChunks(64, 4, rank, CpLayout::kContiguous));
-    zigzag.push_back(static_cast<double>(CausalPairs(z)));
-    contiguous.push_back(static_cast<double>(CausalPairs(c)));
+    LOOM_ASSERT_OK_AND_ASSIGN(const int64_t z, CpVisiblePairs(64, 4, rank, CpLayout::kZigzag));
+    LOOM_ASSERT_OK_AND_ASSIGN(const int64_t c,
+                              CpVisiblePairs(64, 4, rank, CpLayout::kContiguous));
+    zigzag.push_back(z);
+    contiguous.push_back(c);
   }
-  const auto ratio = [](const std::vector<double>& w) {
-    return *std::max_element(w.begin(), w.end()) / *std::min_element(w.begin(), w.end());
-  };
-  EXPECT_EQ(zigzag, std::vector<double>(4, 520.0));
-  EXPECT_LE(ratio(zigzag), 1.1);
-  EXPECT_EQ(contiguous, (std::vector<double>{136.0, 392.0, 648.0, 904.0}));
-  EXPECT_GE(ratio(contiguous), 3.0);
-  // An uneven length stays within a chunk's rounding.
-  zigzag.clear();
-  for (int rank = 0; rank < 4; ++rank) {
-    LOOM_ASSERT_OK_AND_ASSIGN(const auto z, CpChunks(100, 4, rank, CpLayout::kZigzag));
-    zigzag.push_back(static_cast<double>(CausalPairs(z)));
+  EXPECT_EQ(zigzag, std::vector<int64_t>(4, 520));
+  EXPECT_EQ(contiguous, (std::vector<int64_t>{136, 392, 648, 904}));
+  // Every pair of the causal triangle once: 64 * 65 / 2.
+  EXPECT_EQ(zigzag[0] * 4, 2080);
+  EXPECT_THAT(CpWorkImbalance(64, 4, CpLayout::kZigzag), IsOkAndHolds(1.0));
+  EXPECT_THAT(CpWorkImbalance(64, 4, CpLayout::kContiguous), IsOkAndHolds(904.0 / 520.0));
+  // The bound, max / mean at most 1.02 with zigzag, on sequences whose chunks
+  // are more than a few rows (uneven lengths included); contiguous near 2 cp / (cp + 1).
+  for (int64_t seq_len : {250, 1000, 1024, 4096}) {
+    for (int cp : {2, 3, 4}) {
+      LOOM_ASSERT_OK_AND_ASSIGN(const double z, CpWorkImbalance(seq_len, cp, CpLayout::kZigzag));
+      LOOM_ASSERT_OK_AND_ASSIGN(const double c,
+                                CpWorkImbalance(seq_len, cp, CpLayout::kContiguous));
+      EXPECT_LE(z, 1.02) << "seq " << seq_len << " cp " << cp;
+      EXPECT_GT(c, 1.45) << "seq " << seq_len << " cp " << cp;
+    }
   }
-  EXPECT_LE(ratio(zigzag), 1.1);
+  // Without a mask every query sees every key.
+  EXPECT_THAT(CpVisiblePairs(100, 4, 1, CpLayout::kZigzag, /*causal=*/false),
+              IsOkAndHolds(25 * 100));
+  EXPECT_THAT(CpVisiblePairs(100, 0, 0, CpLayout::kZigzag).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cp is 0")));
 }
 
 TEST(CpChunksTest, BadArgumentsNameTheValues) {
