@@ -318,8 +318,10 @@ std::vector<MultiHeadResult> RunHeads(const Case& c, int64_t heads, bool togethe
     LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
                           CpChunks(s, comm.size(), comm.rank(), c.layout));
     const int64_t rows = ChunkRows(chunks);
-    const std::vector<float> lq = GatherChunks(q, chunks, width), lk = GatherChunks(k, chunks, width);
-    const std::vector<float> lv = GatherChunks(v, chunks, width), ldout = GatherChunks(dout, chunks, width);
+    const std::vector<float> lq = GatherChunks(q, chunks, width);
+    const std::vector<float> lk = GatherChunks(k, chunks, width);
+    const std::vector<float> lv = GatherChunks(v, chunks, width);
+    const std::vector<float> ldout = GatherChunks(dout, chunks, width);
     MultiHeadResult& r = results[comm.rank()];
     r.out.assign(rows * width, 0.0f);
     r.lse.assign(rows * heads, 0.0f);
