@@ -4,7 +4,6 @@
 #include <optional>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,10 +21,15 @@
 #include "core/status_macros.h"
 #include "tensor_parallel/layers/flash_attention.h"
 #include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/internal/cp_attention_checks.h"
 #include "tensor_parallel/placement.h"
 
 namespace loom {
 namespace {
+
+using cp_attention_internal::CheckHeads;
+using cp_attention_internal::CpCall;
+using cp_attention_internal::FlashOptionsOf;
 
 constexpr char kName[] = "RingAttention";
 
@@ -85,51 +89,6 @@ absl::StatusOr<Ring> MakeRing(int64_t seq_len, int cp, int rank, CpLayout layout
   return ring;
 }
 
-std::string Shape(int64_t rows, int64_t cols) { return absl::StrCat("[", rows, ",", cols, "]"); }
-
-// HeadName: "" for a one-head call's only head, " of head 3" otherwise.
-std::string HeadNote(size_t head) {
-  return head == 0 ? std::string() : absl::StrCat(" (head ", head, ")");
-}
-
-// CheckView returns InvalidArgument unless `name` is rows x cols and its span holds
-// every row: checked here because the blocks below slice the views before flash
-// attention sees them.
-template <typename View>
-absl::Status CheckView(const View& view, int64_t rows, int64_t cols, const char* name,
-                       const Ring& ring, size_t head) {
-  if (view.rows != rows || view.cols != cols) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": ", name, HeadNote(head), " is ", Shape(view.rows, view.cols),
-                     " but rank ", ring.rank, " of ", ring.cp, " holds ", Shape(rows, cols)));
-  }
-  return CheckMatrixLayout(view, absl::StrCat(kName, ": ", name, HeadNote(head)));
-}
-
-absl::Status CheckLse(size_t size, int64_t rows, const Ring& ring, size_t head) {
-  if (static_cast<int64_t>(size) != rows) {
-    return absl::InvalidArgumentError(absl::StrCat(kName, ": lse", HeadNote(head), " has ", size,
-                                                   " values but rank ", ring.rank, " of ", ring.cp,
-                                                   " holds ", rows, " rows"));
-  }
-  return absl::OkStatus();
-}
-
-// CheckForwardViews checks what Forward and Backward share: a head's q, k, v and out
-// are this rank's rows x d (d = the first head's q columns) and lse has one value per
-// row.
-template <typename OutView>
-absl::Status CheckForwardViews(const ConstMatrixView& q, const ConstMatrixView& k,
-                               const ConstMatrixView& v, const OutView& out, size_t lse_size,
-                               const Ring& ring, int64_t d, size_t head) {
-  const int64_t rows = ring.rows[static_cast<size_t>(ring.rank)];
-  LOOM_RETURN_IF_ERROR(CheckView(q, rows, d, "q", ring, head));
-  LOOM_RETURN_IF_ERROR(CheckView(k, rows, d, "k", ring, head));
-  LOOM_RETURN_IF_ERROR(CheckView(v, rows, d, "v", ring, head));
-  LOOM_RETURN_IF_ERROR(CheckView(out, rows, d, "out", ring, head));
-  return CheckLse(lse_size, rows, ring, head);
-}
-
 // Rows [first, first + count) of a view (count > 0).
 template <typename View>
 View Rows(View m, int64_t first, int64_t count) {
@@ -157,15 +116,6 @@ void AddInto(const float* src, MatrixView m) {
 // position contributes nothing; skipping it also keeps -inf rows out of the merges.
 bool Visible(const RowBlock& q, const RowBlock& k, bool causal) {
   return !causal || k.position <= q.position + q.length - 1;
-}
-
-FlashAttentionOptions FlashOptions(const RingAttentionOptions& options) {
-  FlashAttentionOptions flash;
-  flash.causal = options.causal;
-  flash.scale = options.scale;
-  flash.tile_q = options.tile_q;
-  flash.tile_k = options.tile_k;
-  return flash;
 }
 
 // Hop sends `send` to the next rank and receives `recv` from the previous one, even
@@ -333,12 +283,9 @@ absl::Status RingAttentionForward(Communicator& cp, absl::Span<const RingAttenti
   if (heads.empty()) return absl::OkStatus();
   const int64_t rows = ring.rows[ring.rank], d = heads[0].q.cols;
   const int64_t h_count = static_cast<int64_t>(heads.size());
-  for (size_t h = 0; h < heads.size(); ++h) {
-    const RingAttentionHead& head = heads[h];
-    LOOM_RETURN_IF_ERROR(
-        CheckForwardViews(head.q, head.k, head.v, head.out, head.lse.size(), ring, d, h));
-  }
-  const FlashAttentionOptions flash = FlashOptions(options);
+  LOOM_RETURN_IF_ERROR(
+      CheckHeads(heads, rows, d, CpCall{kName, ring.rank, ring.cp, heads.size()}));
+  const FlashAttentionOptions flash = FlashOptionsOf(options);
   const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
 
   // The visiting keys and values of every head, packed part-major [K of each head |
@@ -422,16 +369,9 @@ absl::Status RingAttentionBackward(Communicator& cp, absl::Span<const RingAttent
   if (heads.empty()) return absl::OkStatus();
   const int64_t rows = ring.rows[ring.rank], d = heads[0].q.cols;
   const int64_t h_count = static_cast<int64_t>(heads.size());
-  for (size_t h = 0; h < heads.size(); ++h) {
-    const RingAttentionHeadGrad& head = heads[h];
-    LOOM_RETURN_IF_ERROR(
-        CheckForwardViews(head.q, head.k, head.v, head.out, head.lse.size(), ring, d, h));
-    LOOM_RETURN_IF_ERROR(CheckView(head.grad_out, rows, d, "grad_out", ring, h));
-    LOOM_RETURN_IF_ERROR(CheckView(head.grad_q, rows, d, "grad_q", ring, h));
-    LOOM_RETURN_IF_ERROR(CheckView(head.grad_k, rows, d, "grad_k", ring, h));
-    LOOM_RETURN_IF_ERROR(CheckView(head.grad_v, rows, d, "grad_v", ring, h));
-  }
-  const FlashAttentionOptions flash = FlashOptions(options);
+  LOOM_RETURN_IF_ERROR(
+      CheckHeads(heads, rows, d, CpCall{kName, ring.rank, ring.cp, heads.size()}));
+  const FlashAttentionOptions flash = FlashOptionsOf(options);
   const std::vector<RowBlock>& mine = ring.blocks[ring.rank];
 
   // The visiting keys and values of every head, packed part-major [K | V], as in the

@@ -9,9 +9,7 @@
 #include "tensor_parallel/layers/ring_attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -25,115 +23,24 @@
 #include "gtest/gtest.h"
 #include "tensor_parallel/layers/flash_attention.h"
 #include "tensor_parallel/layers/gemm.h"
+#include "tensor_parallel/layers/internal/cp_attention_testing.h"
 #include "tensor_parallel/layers/internal/tp_testing.h"
 
 namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
+using tp_layers_testing::AttentionReference;
+using tp_layers_testing::ChunkRows;
+using tp_layers_testing::DenseAttention;
 using tp_layers_testing::ExpectAllOk;
+using tp_layers_testing::ExpectClose;
+using tp_layers_testing::GatherChunks;
+using tp_layers_testing::kGradBound;
+using tp_layers_testing::kOutputBound;
 using tp_layers_testing::RandomValues;
 using tp_layers_testing::RunTp;
-
-constexpr double kOutputBound = 2e-5;
-constexpr double kGradBound = 5e-5;
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-// Attention of the whole sequence [s, d] in double: every score, the whole softmax,
-// the usual backward.
-Reference Attention(const std::vector<float>& q, const std::vector<float>& k,
-                    const std::vector<float>& v, const std::vector<float>& dout, int64_t s,
-                    int64_t d, bool causal) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const auto at = [d](const std::vector<float>& m, int64_t i, int64_t e) {
-    return static_cast<double>(m[static_cast<size_t>(i * d + e)]);
-  };
-  Reference ref;
-  ref.out.assign(s * d, 0.0);
-  ref.lse.assign(s, kNegInf);
-  ref.dq.assign(s * d, 0.0);
-  ref.dk.assign(s * d, 0.0);
-  ref.dv.assign(s * d, 0.0);
-  for (int64_t i = 0; i < s; ++i) {
-    const int64_t visible = causal ? i + 1 : s;
-    std::vector<double> p(visible), dp(visible, 0.0);
-    double max = kNegInf;
-    for (int64_t j = 0; j < visible; ++j) {
-      double dot = 0;
-      for (int64_t e = 0; e < d; ++e) dot += at(q, i, e) * at(k, j, e);
-      p[j] = dot * scale;
-      max = std::max(max, p[j]);
-    }
-    double sum = 0;
-    for (double& x : p) sum += x = std::exp(x - max);
-    ref.lse[i] = max + std::log(sum);
-    double correction = 0;
-    for (int64_t j = 0; j < visible; ++j) {
-      p[j] /= sum;
-      for (int64_t e = 0; e < d; ++e) {
-        ref.out[i * d + e] += p[j] * at(v, j, e);
-        dp[j] += at(dout, i, e) * at(v, j, e);
-      }
-      correction += p[j] * dp[j];
-    }
-    for (int64_t j = 0; j < visible; ++j) {
-      const double ds = p[j] * (dp[j] - correction);
-      for (int64_t e = 0; e < d; ++e) {
-        ref.dv[j * d + e] += p[j] * at(dout, i, e);
-        ref.dq[i * d + e] += scale * ds * at(k, j, e);
-        ref.dk[j * d + e] += scale * ds * at(q, i, e);
-      }
-    }
-  }
-  return ref;
-}
-
-void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double bound,
-                const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 1.0;
-  for (double e : want) scale = std::max(scale, std::abs(e));
-  double worst = 0;
-  size_t worst_at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
-    if (!(diff <= worst)) {  // a NaN is the worst of all
-      worst = diff;
-      worst_at = i;
-    }
-  }
-  EXPECT_LE(worst, bound * scale) << what << " at element " << worst_at;
-}
-
-// Rows of a [s, d] matrix at a rank's positions, in the rank's row order.
-std::vector<float> Gather(const std::vector<float>& m, const std::vector<PositionRange>& chunks,
-                          int64_t d) {
-  std::vector<float> rows;
-  for (const PositionRange& c : chunks) {
-    rows.insert(rows.end(), m.begin() + c.offset * d, m.begin() + (c.offset + c.length) * d);
-  }
-  return rows;
-}
-
-// Scatter writes a rank's rows back to their positions in a [s, width] matrix.
-void Scatter(const std::vector<float>& rows, const std::vector<PositionRange>& chunks,
-             int64_t width, std::vector<float>& m) {
-  int64_t row = 0;
-  for (const PositionRange& c : chunks) {
-    std::copy_n(rows.begin() + row * width, c.length * width, m.begin() + c.offset * width);
-    row += c.length;
-  }
-}
-
-int64_t RowsOf(const std::vector<PositionRange>& chunks) {
-  int64_t rows = 0;
-  for (const PositionRange& c : chunks) rows += c.length;
-  return rows;
-}
+using tp_layers_testing::ScatterChunks;
 
 struct Case {
   int cp;
@@ -185,9 +92,9 @@ RingResult RunRing(const Case& c, const RingAttentionOptions& options, const std
   ExpectAllOk(RunTp(c.cp, [&](Communicator& comm) -> absl::Status {
     LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
                           CpChunks(s, comm.size(), comm.rank(), c.layout));
-    const int64_t rows = RowsOf(chunks);
-    const std::vector<float> lq = Gather(q, chunks, d), lk = Gather(k, chunks, d);
-    const std::vector<float> lv = Gather(v, chunks, d), ldout = Gather(dout, chunks, d);
+    const int64_t rows = ChunkRows(chunks);
+    const std::vector<float> lq = GatherChunks(q, chunks, d), lk = GatherChunks(k, chunks, d);
+    const std::vector<float> lv = GatherChunks(v, chunks, d), ldout = GatherChunks(dout, chunks, d);
     // Seeded garbage in out: Forward must overwrite every row.
     std::vector<float> out = RandomValues(rows * d, 99), lse(static_cast<size_t>(rows), 7.0f);
     const auto sent = [&comm] {
@@ -208,11 +115,11 @@ RingResult RunRing(const Case& c, const RingAttentionOptions& options, const std
     result.forward_sent[comm.rank()] = after_forward - before;
     result.backward_sent[comm.rank()] = sent() - after_forward;
     // Ranks write disjoint positions of the shared results.
-    Scatter(out, chunks, d, result.out);
-    Scatter(lse, chunks, 1, result.lse);
-    Scatter(dq, chunks, d, result.dq);
-    Scatter(dk, chunks, d, result.dk);
-    Scatter(dv, chunks, d, result.dv);
+    ScatterChunks(out, chunks, d, result.out);
+    ScatterChunks(lse, chunks, 1, result.lse);
+    ScatterChunks(dq, chunks, d, result.dq);
+    ScatterChunks(dk, chunks, d, result.dk);
+    ScatterChunks(dv, chunks, d, result.dv);
     return absl::OkStatus();
   }));
   return result;
@@ -233,14 +140,14 @@ TEST_P(RingAttentionTest, MatchesTheWholeSequenceReference) {
   options.causal = c.causal;
   options.tile_q = 16;  // blocks of up to 50 rows span several tiles
   options.tile_k = 16;
-  const Reference ref = Attention(q, k, v, dout, s, d, c.causal);
+  const AttentionReference ref = DenseAttention(q, k, v, dout, s, d, c.causal);
   const RingResult got = RunRing(c, options, q, k, v, dout);
 
-  ExpectNear(got.out, ref.out, kOutputBound, "out");
-  ExpectNear(got.lse, ref.lse, kOutputBound, "lse");
-  ExpectNear(got.dq, ref.dq, kGradBound, "dq");
-  ExpectNear(got.dk, ref.dk, kGradBound, "dk");
-  ExpectNear(got.dv, ref.dv, kGradBound, "dv");
+  ExpectClose(got.out, ref.out, "out", kOutputBound);
+  ExpectClose(got.lse, ref.lse, "lse", kOutputBound);
+  ExpectClose(got.dq, ref.dq, "dq", kGradBound);
+  ExpectClose(got.dk, ref.dk, "dk", kGradBound);
+  ExpectClose(got.dv, ref.dv, "dv", kGradBound);
 
   for (int rank = 0; rank < c.cp; ++rank) {
     LOOM_ASSERT_OK_AND_ASSIGN(const RingAttentionTraffic traffic,
@@ -436,9 +343,11 @@ std::vector<MultiHeadResult> RunHeads(const Case& c, int64_t heads, bool togethe
   ExpectAllOk(RunTp(c.cp, [&](Communicator& comm) -> absl::Status {
     LOOM_ASSIGN_OR_RETURN(const std::vector<PositionRange> chunks,
                           CpChunks(s, comm.size(), comm.rank(), c.layout));
-    const int64_t rows = RowsOf(chunks);
-    const std::vector<float> lq = Gather(q, chunks, width), lk = Gather(k, chunks, width);
-    const std::vector<float> lv = Gather(v, chunks, width), ldout = Gather(dout, chunks, width);
+    const int64_t rows = ChunkRows(chunks);
+    const std::vector<float> lq = GatherChunks(q, chunks, width);
+    const std::vector<float> lk = GatherChunks(k, chunks, width);
+    const std::vector<float> lv = GatherChunks(v, chunks, width);
+    const std::vector<float> ldout = GatherChunks(dout, chunks, width);
     MultiHeadResult& r = results[comm.rank()];
     r.out.assign(rows * width, 0.0f);
     r.lse.assign(rows * heads, 0.0f);
