@@ -128,6 +128,8 @@ expect train 2 "--dp -1 --pp 2 --cp 1 --tp 2: each must be >= 1" "${T[@]}" --dp=
 expect train 2 "--dp 2 --pp 2 --cp 0 --tp 2: each must be >= 1" "${T[@]}" --cp=0
 expect train 2 "--seq_len 3 is shorter than --cp 4: every cp rank needs a position" "${T[@]}" --cp=4 --seq_len=3
 expect train 2 "--cp_layout ring is not zigzag or contiguous" "${T[@]}" --cp=2 --cp_layout=ring
+expect train 2 "--cp_comm x is not ring or a2a" "${T[@]}" --cp=2 --cp_comm=x
+expect train 2 "--cp_comm a2a needs --cp 3 to divide each tp rank's 2 heads (--heads 4 / --tp 2); use --cp_comm ring" "${T[@]}" --cp=3 --cp_comm=a2a
 expect train 2 "= 1200 thread ranks; at most 64" "${T[@]}" --dp=300
 expect train 2 "--dp 300 x --pp 2 x --cp 1 x --tp 2 = 1200 processes over shm; at most 64" "${T[@]}" --dp=300 --transport=shm
 expect train 2 "= 1200 processes over mpi; at most 64" "${T[@]}" --dp=300 --transport=mpi

@@ -182,15 +182,18 @@ expect_error "--transport pigeon is not threads, shm or mpi" --transport=pigeon
 
 # Context parallelism over processes: cp 2 x tp 2 x dp 2 over shm and over MPI, against
 # the one-rank reference, with the peak activations and the mesh in the summary.
-for transport in shm mpi; do
-  out="$("$TRAIN" --transport="$transport" --dp=2 --tp=2 --pp=1 --cp=2 --microbatches=2 --steps=3 \
-         --summary_json="$dir/cp_$transport.json")"
+# Both ways across cp: ring attention and the all-to-all variant.
+for run in shm:ring shm:a2a mpi:ring mpi:a2a; do
+  transport="${run%:*}" comm="${run#*:}"
+  out="$("$TRAIN" --transport="$transport" --dp=2 --tp=2 --pp=1 --cp=2 --cp_comm="$comm" \
+         --microbatches=2 --steps=3 --summary_json="$dir/cp_$transport.json")"
   grep -q "^train: dp=2 tp=2 pp=1 cp=2 (zigzag) (8 processes over $transport)" <<<"$out" ||
       fail "cp $transport header: $out"
+  grep -q "attention over cp: $comm (given by --cp_comm)" <<<"$out" || fail "cp $comm line: $out"
   relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"
   [[ -n "$relative" ]] || fail "no cp $transport reference comparison: $out"
   awk -v r="$relative" 'BEGIN { exit !(r < 1e-5) }' || fail "cp over $transport differs from one rank by $relative"
-  grep -qE '"peak_activation_bytes_per_rank": [1-9][0-9]*, "dp": 2, "tp": 2, "pp": 1, "cp": 2,' \
+  grep -qE "\"peak_activation_bytes_per_rank\": [1-9][0-9]*, \"dp\": 2, \"tp\": 2, \"pp\": 1, \"cp\": 2, \"cp_comm\": \"$comm\"," \
       "$dir/cp_$transport.json" || fail "cp $transport summary: $(cat "$dir/cp_$transport.json")"
 done
 

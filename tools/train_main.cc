@@ -64,6 +64,7 @@
 #include "tools/mesh_report.h"
 #include "tools/training/atomic_file.h"
 #include "tools/training/compute_report.h"
+#include "tools/training/cp_comm_choice.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/job_mesh.h"
 #include "tools/training/loss_plot.h"
@@ -82,6 +83,11 @@ ABSL_FLAG(int, cp, 1,
           "Context-parallel ranks: each holds its positions of every sequence (at most one "
           "apart in count, any --seq_len >= --cp), and attention runs as ring attention "
           "around them.");
+ABSL_FLAG(std::string, cp_comm, "auto",
+          "With --cp > 1, how attention crosses the cp ranks: ring (K/V blocks around the "
+          "ring, overlapped with compute; any head count), a2a (all-to-all from sequence to "
+          "heads and back; --cp must divide --heads / --tp), or auto (the one that sends "
+          "fewer bytes per layer; the header line says why).");
 ABSL_FLAG(std::string, cp_layout, "zigzag",
           "With --cp > 1, which positions each cp rank holds: zigzag (2 cp chunks, rank r "
           "holds chunks r and 2 cp - 1 - r: the same causal work on every rank) or contiguous "
@@ -253,6 +259,12 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
                         ParseChoice<CpLayout>("--cp_layout", absl::GetFlag(FLAGS_cp_layout),
                                               {{"zigzag", CpLayout::kZigzag},
                                                {"contiguous", CpLayout::kContiguous}}));
+  const std::string cp_comm = absl::GetFlag(FLAGS_cp_comm);
+  if (cp_comm != "auto") {
+    LOOM_ASSIGN_OR_RETURN(o.cp_comm, ParseChoice<CpComm>("--cp_comm", cp_comm,
+                                                         {{"ring", CpComm::kRing},
+                                                          {"a2a", CpComm::kAllToAll}}));
+  }
   absl::StatusOr<PipelineScheduleKind> schedule =
       ParsePipelineSchedule(absl::GetFlag(FLAGS_schedule));
   if (!schedule.ok())
@@ -576,6 +588,14 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         absl::StrCat("--transport ", transport, " is not threads, shm or mpi"));
   }
   if (absl::Status s = ValidateTrainJob(*options, transport); !s.ok()) return s;
+  // --cp_comm auto: the variant that sends less (cp_comm_choice.h), on a valid mesh.
+  std::string cp_comm_why = "given by --cp_comm";
+  if (absl::GetFlag(FLAGS_cp_comm) == "auto") {
+    absl::StatusOr<CpCommChoice> choice = ChooseCpComm(*options);
+    if (!choice.ok()) return choice.status();
+    options->cp_comm = choice->comm;
+    cp_comm_why = absl::StrCat("auto, ", choice->why);
+  }
   const TrainJobOptions& o = *options;
   if (const std::string job_id = absl::GetFlag(FLAGS_job_id); !job_id.empty()) {
     if (transport != "shm") {
@@ -712,8 +732,9 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
                             CpWorkImbalance(o.model.seq_len, o.cp, other));
       std::cout << absl::StrFormat(
           "cp: %s layout, attention work of the busiest cp rank over the mean %.3f (%s: "
-          "%.3f)\n",
-          CpLayoutName(o.cp_layout), imbalance, CpLayoutName(other), other_imbalance);
+          "%.3f); attention over cp: %s (%s)\n",
+          CpLayoutName(o.cp_layout), imbalance, CpLayoutName(other), other_imbalance,
+          CpCommName(o.cp_comm), cp_comm_why);
     }
     // The groups are topology's: //tools:mesh prints the same for these flags.
     std::cout << "mesh: tp fastest, then cp, then pp, then dp (//tools:mesh " << JobMeshCommand(o)
@@ -821,7 +842,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       "compute per step: GEMM %.2f ms, attention %.2f ms, element-wise and tp collectives "
       "%.2f ms\n",
       b.gemm * 1e3, b.attention * 1e3, std::max(0.0, b.compute - b.gemm - b.attention) * 1e3);
-  if (o.cp > 1) {
+  if (o.cp > 1 && o.cp_comm == CpComm::kRing) {
     // The ring's hops run beside the attention compute; what they did not cover.
     std::cout << absl::StrFormat(
         "cp ring per step: hops %.2f ms on the communication threads, %.2f ms of them "
@@ -913,6 +934,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"peak_model_state_bytes_per_rank\": %d, \"model_state_disk_bytes_per_rank\": %d, "
         "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
         "\"peak_activation_bytes_per_rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, "
+        "\"cp_comm\": \"%s\", "
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
         "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
         "\"model_flops_per_token\": %.9g, \"achieved_gflops\": %.6g, \"peak_gflops\": %.6g, "
@@ -933,7 +955,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             : "null",
         summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
         summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
-        summary->peak_activation_bytes_per_rank, o.dp, o.tp, o.pp, o.cp, o.steps,
+        summary->peak_activation_bytes_per_rank, o.dp, o.tp, o.pp, o.cp, CpCommName(o.cp_comm),
+        o.steps,
         summary->tokens_per_second, BuildMode(), absl::GetFlag(FLAGS_device),
         summary->device_gemm_products,
         summary->host_cpu_busy >= 0 ? absl::StrFormat("%.4g", summary->host_cpu_busy)
@@ -957,7 +980,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Trains a small GPT decoder over dp x tp x pp x cp ranks with ZeRO.\n"
-      "  train [--dp=2 --tp=2 --pp=2 --cp=1 [--cp_layout=zigzag|contiguous]] [--zero=0|1|2|3] [--offload=none|cpu|nvme|gpu [--nvme_dir=D]] [--device=cpu|cuda]\n"
+      "  train [--dp=2 --tp=2 --pp=2 --cp=1 [--cp_layout=zigzag|contiguous] [--cp_comm=auto|ring|a2a]] [--zero=0|1|2|3] [--offload=none|cpu|nvme|gpu [--nvme_dir=D]] [--device=cpu|cuda]\n"
       "        [--dtype=f32|bf16] [--data=FILE[,FILE...] [--eval_fraction=0.05]]\n"
       "        [--schedule=1f1b] [--microbatches=4] [--recompute=none|full] [--steps=60]\n"
       "        [--trace=FILE] [--summary_json=FILE] [--nocompare_reference]\n"

@@ -68,6 +68,7 @@ absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index
   if (cp.active()) {
     attn_options.context_parallel = cp.group;
     attn_options.cp_layout = cp.layout;
+    attn_options.cp_comm = cp.comm;
     attn_options.cp_sequence_length = config.seq_len;
   }
   LOOM_ASSIGN_OR_RETURN(ParallelSelfAttention attn,

@@ -64,6 +64,8 @@ struct GptBlockWeightGradWork {
 struct GptContextParallel {
   Communicator* group = nullptr;
   CpLayout layout = CpLayout::kZigzag;
+  // Ring attention, or the all-to-all variant (cp must divide each tp rank's heads).
+  CpComm comm = CpComm::kRing;
   bool active() const { return group != nullptr && group->size() > 1; }
 };
 

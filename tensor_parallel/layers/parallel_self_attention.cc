@@ -60,9 +60,17 @@ RingAttentionBuffers& ThreadRingBuffers() {
   return buffers;
 }
 
+// The all-to-all variant's staging buffers, likewise one set per rank thread.
+UlyssesAttentionBuffers& ThreadUlyssesBuffers() {
+  thread_local UlyssesAttentionBuffers buffers;
+  return buffers;
+}
+
 }  // namespace
 
 RingOverlapStats ThisThreadRingOverlap() { return ThreadRingBuffers().stats(); }
+
+absl::string_view CpCommName(CpComm comm) { return comm == CpComm::kRing ? "ring" : "a2a"; }
 
 absl::StatusOr<ParallelSelfAttention> ParallelSelfAttention::Create(
     const Tensor& qkv_weight, const Tensor* qkv_bias, const Tensor& out_weight,
@@ -91,6 +99,14 @@ absl::StatusOr<ParallelSelfAttention> ParallelSelfAttention::Create(
   }
   const int64_t d = h / options.num_heads;
   const ShardExtent heads = ShardExtentOf(options.num_heads, tp.size(), tp.rank(), options.rule);
+  if (options.context_parallel != nullptr && options.cp_comm == CpComm::kAllToAll) {
+    if (absl::Status s = CheckUlyssesHeads(heads.length, options.context_parallel->size());
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(kName, ": cp_comm a2a: tp rank ", tp.rank(),
+                                                     " holds ", heads.length, " of ",
+                                                     options.num_heads, " heads: ", s.message()));
+    }
+  }
   const int64_t lo = heads.offset * d, width = heads.length * d;
   // This rank's Q, K and V rows: three slices of the [Q; K; V] weight.
   std::vector<Tensor> rows, biases;
@@ -173,6 +189,11 @@ absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
                                         HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d),
                                         lse_of(pair)});
     }
+    if (options_.cp_comm == CpComm::kAllToAll) {
+      return UlyssesAttentionForward(*options_.context_parallel, heads,
+                                     options_.cp_sequence_length, RingOptions(options_),
+                                     &ThreadUlyssesBuffers());
+    }
     return RingAttentionForward(*options_.context_parallel, heads, options_.cp_sequence_length,
                                 RingOptions(options_), &ThreadRingBuffers());
   }
@@ -240,9 +261,16 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
           HeadView(dctx, s, b, L, bi, j * d, d), lse_of(pair), grad_of(bi, j * d),
           grad_of(bi, L + j * d), grad_of(bi, 2 * L + j * d)});
     }
-    LOOM_RETURN_IF_ERROR(RingAttentionBackward(*options_.context_parallel, heads,
-                                               options_.cp_sequence_length, RingOptions(options_),
-                                               &ThreadRingBuffers()));
+    if (options_.cp_comm == CpComm::kAllToAll) {
+      LOOM_RETURN_IF_ERROR(UlyssesAttentionBackward(*options_.context_parallel, heads,
+                                                    options_.cp_sequence_length,
+                                                    RingOptions(options_),
+                                                    &ThreadUlyssesBuffers()));
+    } else {
+      LOOM_RETURN_IF_ERROR(RingAttentionBackward(*options_.context_parallel, heads,
+                                                 options_.cp_sequence_length,
+                                                 RingOptions(options_), &ThreadRingBuffers()));
+    }
     return tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv);
   }
   // As in Forward: each (batch, head) pair writes only its own columns of dqkv.

@@ -42,10 +42,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "collectives/communicator.h"
 #include "core/dtype.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/ring_attention.h"
+#include "tensor_parallel/layers/ulysses_attention.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
@@ -59,6 +61,14 @@ struct AttentionWeightGradWork {
   WeightGradWork qkv, out;
   size_t bytes() const { return qkv.bytes() + out.bytes(); }
 };
+
+// How attention crosses the context-parallel group: kRing passes K/V blocks around the
+// ring (ring_attention.h; any head count); kAllToAll re-shards heads for the whole
+// sequence and back (ulysses_attention.h; cp must divide this rank's heads).
+enum class CpComm { kRing, kAllToAll };
+
+// CpCommName returns "ring" or "a2a".
+absl::string_view CpCommName(CpComm comm);
 
 struct ParallelSelfAttentionOptions {
   int64_t num_heads = 1;
@@ -75,6 +85,7 @@ struct ParallelSelfAttentionOptions {
   // Not owned; it must outlive the layer.
   Communicator* context_parallel = nullptr;
   CpLayout cp_layout = CpLayout::kZigzag;
+  CpComm cp_comm = CpComm::kRing;
   // The whole sequence's length under context parallelism.
   int64_t cp_sequence_length = 0;
 };

@@ -89,7 +89,8 @@ void AddInto(const Tensor& t, std::vector<double>& sum) {
 }
 
 // RunLayer runs the layer on tp x cp thread ranks (tp fastest: rank = c * tp + t).
-Results RunLayer(const Case& c, const Weights& w, const Tensor& x, const Tensor& dy) {
+Results RunLayer(const Case& c, const Weights& w, const Tensor& x, const Tensor& dy,
+                 CpComm comm = CpComm::kRing) {
   Results results;
   results.y.assign(c.seq * kBatch * kHidden, 0.0);
   results.dx.assign(results.y.size(), 0.0);
@@ -102,6 +103,7 @@ Results RunLayer(const Case& c, const Weights& w, const Tensor& x, const Tensor&
     options.num_heads = kHeads;
     options.context_parallel = at.cp;
     options.cp_layout = c.layout;
+    options.cp_comm = comm;
     options.cp_sequence_length = c.seq;
     LOOM_ASSIGN_OR_RETURN(
         ParallelSelfAttention attn,
@@ -179,6 +181,31 @@ INSTANTIATE_TEST_SUITE_P(Cases, ParallelSelfAttentionCpTest, ::testing::ValuesIn
                            return TpCpCaseName(case_info.param);
                          });
 
+// The all-to-all variant (heads re-sharded over cp) gives the whole sequence's results
+// too, wherever cp divides a tp rank's heads (4 heads: tp 1 with cp 2 and 4, tp 2 with
+// cp 2), on both layouts and a length that does not split evenly; run twice, the same
+// bits.
+TEST(ParallelSelfAttentionCpCallTest, AllToAllMatchesTheWholeSequence) {
+  const Weights w = MakeWeights();
+  for (const Case& c : {Case{1, 2, CpLayout::kZigzag, 37}, Case{1, 4, CpLayout::kZigzag, 37},
+                        Case{2, 2, CpLayout::kContiguous, 37}, Case{2, 2, CpLayout::kZigzag, 16}}) {
+    const Tensor x = RandomTensor({c.seq, kBatch, kHidden}, 41);
+    const Tensor dy = RandomTensor({c.seq, kBatch, kHidden}, 42);
+    const Results whole = RunLayer(Case{c.tp, 1, c.layout, c.seq}, w, x, dy);
+    const Results split = RunLayer(c, w, x, dy, CpComm::kAllToAll);
+    const std::string name = TpCpCaseName(c) + " a2a";
+    ExpectClose(AsFloats(split.y), whole.y, name + " y", 2e-5);
+    ExpectClose(AsFloats(split.dx), whole.dx, name + " dx", 5e-5);
+    for (int t = 0; t < c.tp; ++t) {
+      ExpectClose(AsFloats(split.grads[t]), whole.grads[t],
+                  absl::StrCat(name, " gradients of tp rank ", t), 5e-5);
+    }
+    const Results again = RunLayer(c, w, x, dy, CpComm::kAllToAll);
+    EXPECT_EQ(again.y, split.y) << name;
+    EXPECT_EQ(again.grads, split.grads) << name;
+  }
+}
+
 // Run twice, the same bits: the ring's order does not depend on timing.
 TEST(ParallelSelfAttentionCpCallTest, BitwiseTheSameRunToRun) {
   const Case c{2, 3, CpLayout::kZigzag, 37};
@@ -210,6 +237,15 @@ TEST(ParallelSelfAttentionCpCallTest, BadOptionsAndShapesNameTheValues) {
           ParallelSelfAttention::Create(w.wqkv, &w.bqkv, w.wo, &w.bo, tp, options));
       EXPECT_THAT(attn.Forward(RandomTensor({4, kBatch, kHidden}, 1)),
                   StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds [5,4]")));
+      return absl::OkStatus();
+    }));
+    // a2a needs cp to divide each tp rank's heads: tp 4 leaves one head per rank.
+    options.cp_comm = CpComm::kAllToAll;
+    ExpectAllOk(RunTp(4, [&](Communicator& tp) -> absl::Status {
+      EXPECT_THAT(ParallelSelfAttention::Create(w.wqkv, &w.bqkv, w.wo, &w.bo, tp, options),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr(absl::StrCat("cp_comm a2a: tp rank ", tp.rank(),
+                                                  " holds 1 of 4 heads"))));
       return absl::OkStatus();
     }));
     return absl::OkStatus();

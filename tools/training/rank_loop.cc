@@ -212,7 +212,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   // --cp: this rank's positions of every sequence, attention around the cp ring. Its
   // loss is a share (the cp group's shares add up to the mean), and so are its
   // gradients; the optimizer averages over dp x cp, so each share counts cp times.
-  module_options.context_parallel = {w.cp.get(), options.cp_layout};
+  module_options.context_parallel = {w.cp.get(), options.cp_layout, options.cp_comm};
   module_options.loss_gradient_scale = static_cast<float>(options.cp);
   const int d = w.place.d;
   GptMicrobatchFn data_fn = [&setup, d](int64_t step, int64_t mb) {

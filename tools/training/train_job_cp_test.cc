@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gtest/gtest.h"
+#include "tools/training/cp_comm_choice.h"
 #include "tools/training/internal/summary_testing.h"
 #include "tools/training/reference.h"
 #include "tools/training/train_job.h"
@@ -23,6 +24,7 @@ struct CpCase {
   std::string name;
   int dp, tp, pp, cp;
   CpLayout layout;
+  CpComm comm;
   int64_t seq_len;
   int zero;
   PipelineScheduleKind schedule;
@@ -35,6 +37,7 @@ TrainJobOptions OptionsOf(const CpCase& c) {
   o.pp = c.pp;
   o.cp = c.cp;
   o.cp_layout = c.layout;
+  o.cp_comm = c.comm;
   o.model.seq_len = c.seq_len;
   o.zero = c.zero;
   o.offload = OffloadKind::kNone;
@@ -77,15 +80,21 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // The meshes: cp 2 with tp 2 and dp 2 (8 ranks, ZeRO-3 over dp x cp);
         // cp 4 alone; cp 4 on a sequence that does not divide into 2 cp chunks.
-        CpCase{"cp2_tp2_dp2", 2, 2, 1, 2, CpLayout::kZigzag, 32, 3,
+        CpCase{"cp2_tp2_dp2", 2, 2, 1, 2, CpLayout::kZigzag, CpComm::kRing, 32, 3,
                PipelineScheduleKind::k1F1B},
-        CpCase{"cp4", 1, 1, 1, 4, CpLayout::kZigzag, 32, 3, PipelineScheduleKind::k1F1B},
-        CpCase{"cp4_seq250", 1, 1, 1, 4, CpLayout::kZigzag, 250, 3,
+        CpCase{"cp4", 1, 1, 1, 4, CpLayout::kZigzag, CpComm::kRing, 32, 3,
+               PipelineScheduleKind::k1F1B},
+        CpCase{"cp4_seq250", 1, 1, 1, 4, CpLayout::kZigzag, CpComm::kRing, 250, 3,
+               PipelineScheduleKind::k1F1B},
+        // The all-to-all variant on the same meshes (cp divides each tp rank's heads).
+        CpCase{"a2a_cp2_tp2_dp2", 2, 2, 1, 2, CpLayout::kZigzag, CpComm::kAllToAll, 32, 3,
+               PipelineScheduleKind::k1F1B},
+        CpCase{"a2a_cp4_seq250", 1, 1, 1, 4, CpLayout::kZigzag, CpComm::kAllToAll, 250, 3,
                PipelineScheduleKind::k1F1B},
         // cp 3 with the contiguous layout, under a pipeline of two stages per rank
         // (ZB-V, split backward) and plain data parallelism.
-        CpCase{"cp3_contiguous_pp2_zbv_zero0", 1, 1, 2, 3, CpLayout::kContiguous, 37, 0,
-               PipelineScheduleKind::kZeroBubbleV}),
+        CpCase{"cp3_contiguous_pp2_zbv_zero0", 1, 1, 2, 3, CpLayout::kContiguous,
+               CpComm::kRing, 37, 0, PipelineScheduleKind::kZeroBubbleV}),
     [](const ::testing::TestParamInfo<CpCase>& param) { return param.param.name; });
 
 // At seq_len 1024 a rank at cp = k holds 1 / k of cp = 1's activations (its rows
@@ -114,6 +123,35 @@ TEST(TrainJobCpMemoryTest, PeakActivationsShrinkWithCp) {
     EXPECT_LE(static_cast<double>(peak[i]), 1.1 / k * static_cast<double>(peak[0]))
         << "cp " << k << ": " << peak[i] << " bytes against cp 1's " << peak[0];
   }
+}
+
+// --cp_comm auto picks the variant that sends fewer elements per layer, and says
+// why; a2a only where cp divides each tp rank's heads. ValidateTrainJob refuses an
+// a2a that does not fit in one line.
+TEST(TrainJobCpCommTest, AutoPicksByTrafficAndA2aNeedsDivisibleHeads) {
+  TrainJobOptions o;  // heads 4, hidden 64, seq 32, micro_batch 2
+  o.tp = 1;
+  o.cp = 1;
+  LOOM_ASSERT_OK_AND_ASSIGN(CpCommChoice choice, ChooseCpComm(o));
+  EXPECT_EQ(choice.comm, CpComm::kRing);
+  EXPECT_EQ(choice.why, "cp 1: no context parallelism");
+  o.cp = 4;
+  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o));
+  EXPECT_EQ(choice.comm, CpComm::kAllToAll);
+  // rank 0 at seq 32, cp 4, d 16: the ring sends (6 + 14) x 8 x 16 per head, 4 heads
+  // and 2 sequences; a2a the formula of ulysses_attention.h.
+  EXPECT_NE(choice.why.find("the ring 20480"), std::string::npos) << choice.why;
+  o.cp = 3;
+  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o));
+  EXPECT_EQ(choice.comm, CpComm::kRing);
+  EXPECT_NE(choice.why.find("a2a needs cp 3 to divide each tp rank's 4 heads"),
+            std::string::npos)
+      << choice.why;
+  o.cp_comm = CpComm::kAllToAll;
+  EXPECT_THAT(ValidateTrainJob(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       testing::HasSubstr("--cp_comm a2a needs --cp 3 to divide each tp "
+                                          "rank's 4 heads (--heads 4 / --tp 1)")));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_parameter.h"
+#include "tensor_parallel/layers/parallel_self_attention.h"
 #include "tensor_parallel/layers/ring_attention.h"
 #include "topology/parallel_config.h"
 
@@ -56,6 +57,9 @@ struct TrainJobOptions {
   // zero 0 all-reduce) runs over the dp x cp group (ParameterGroupSize).
   int cp = 1;
   CpLayout cp_layout = CpLayout::kZigzag;
+  // Ring attention or the all-to-all variant (a2a: cp must divide each tp rank's
+  // heads); //tools:train's --cp_comm auto picks by ChooseCpComm (cp_comm_choice.h).
+  CpComm cp_comm = CpComm::kRing;
   PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
   int64_t microbatches = 4;  // per step and dp rank; >= pp
   int64_t micro_batch = 2;   // sequences per microbatch

@@ -157,6 +157,12 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
     return absl::InvalidArgumentError(absl::StrCat(
         "--cp_layout ", static_cast<int>(o.cp_layout), " is not zigzag or contiguous"));
   }
+  if (o.cp > 1 && o.cp_comm == CpComm::kAllToAll && o.tp >= 1 &&
+      o.model.heads % o.tp == 0 && (o.model.heads / o.tp) % o.cp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cp_comm a2a needs --cp ", o.cp, " to divide each tp rank's ", o.model.heads / o.tp,
+        " heads (--heads ", o.model.heads, " / --tp ", o.tp, "); use --cp_comm ring"));
+  }
   const int64_t stages_per_rank = StagesPerRank(o.schedule);
   const int64_t stages = o.pp * stages_per_rank;
   if (o.model.layers % stages != 0) {
