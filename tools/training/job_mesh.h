@@ -5,7 +5,7 @@
 // The job lays its ranks out tensor-parallel fastest, then context parallel, then
 // pipeline, then data parallel (Megatron's order string "tp-cp-pp-dp", picotron's
 // dp x pp x cp x tp grid): a node of consecutive ranks holds whole tp groups, then
-// whole cp rings, then whole pipelines. The job runs cp = 1 so far.
+// whole cp rings, then whole pipelines.
 //
 // Example (--dp=2 --pp=2 --tp=2):
 //   LOOM_ASSIGN_OR_RETURN(Mesh mesh, JobMeshOf(options));

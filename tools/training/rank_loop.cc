@@ -209,7 +209,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   // input to bf16 too, to run on bf16 hardware GEMMs (gemm.h).
   module_options.precision =
       options.dtype == DType::kBF16 ? GemmPrecision::kBf16 : GemmPrecision::kF32;
-  // --cp: this rank's positions of every sequence, attention around the cp ring. Its
+  // --cp: this rank's positions of every sequence, attention across the cp group. Its
   // loss is a share (the cp group's shares add up to the mean), and so are its
   // gradients; the optimizer averages over dp x cp, so each share counts cp times.
   module_options.context_parallel = {w.cp.get(), options.cp_layout, options.cp_comm};
