@@ -29,7 +29,9 @@ namespace {
 
 using cp_attention_internal::CheckHeads;
 using cp_attention_internal::CpCall;
+using cp_attention_internal::Fit;
 using cp_attention_internal::FlashOptionsOf;
+using cp_attention_internal::PackRows;
 
 constexpr char kName[] = "RingAttention";
 
@@ -97,13 +99,6 @@ View Rows(View m, int64_t first, int64_t count) {
               count, m.cols, m.ld};
 }
 
-// Pack copies a view's rows into dense storage.
-void Pack(ConstMatrixView m, float* dst) {
-  for (int64_t i = 0; i < m.rows; ++i) {
-    std::copy_n(m.data.data() + i * m.ld, m.cols, dst + i * m.cols);
-  }
-}
-
 // AddInto adds dense rows into a view.
 void AddInto(const float* src, MatrixView m) {
   for (int64_t i = 0; i < m.rows; ++i) {
@@ -130,13 +125,6 @@ absl::Status Hop(Communicator& comm, const Ring& ring, absl::Span<const float> s
   return comm.Send(ConstBufferView::Of(send), ring.Next());
 }
 
-// Fit grows a buffer to n values; a buffer already large enough is left alone, so
-// steady-state calls allocate nothing.
-std::vector<float>& Fit(std::vector<float>& buffer, size_t n) {
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer;
-}
-
 size_t Elements(int64_t rows, int64_t d, int parts) {
   return static_cast<size_t>(rows * d * parts);
 }
@@ -147,8 +135,8 @@ template <typename Head>
 void PackKeysValues(absl::Span<const Head> heads, int64_t rows, int64_t d, float* dst) {
   const int64_t h_count = static_cast<int64_t>(heads.size());
   for (int64_t h = 0; h < h_count; ++h) {
-    Pack(heads[h].k, dst + Elements(rows, d, h));
-    Pack(heads[h].v, dst + Elements(rows, d, h_count + h));
+    PackRows(heads[h].k, dst + Elements(rows, d, h));
+    PackRows(heads[h].v, dst + Elements(rows, d, h_count + h));
   }
 }
 

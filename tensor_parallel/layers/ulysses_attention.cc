@@ -24,7 +24,9 @@ namespace {
 
 using cp_attention_internal::CheckHeads;
 using cp_attention_internal::CpCall;
+using cp_attention_internal::Fit;
 using cp_attention_internal::FlashOptionsOf;
+using cp_attention_internal::PackRows;
 
 constexpr char kName[] = "UlyssesAttention";
 
@@ -104,19 +106,6 @@ absl::Status AllToAll(Communicator& comm, const Exchange& x, const std::vector<f
   return comm.AllToAllV(ConstBufferView::Of(absl::MakeConstSpan(send.data(), x.send_total)),
                         x.send_counts, BufferView::Of(absl::MakeSpan(recv.data(), x.recv_total)),
                         x.recv_counts);
-}
-
-// Fit grows a buffer to n values; a buffer already large enough is left alone, so
-// steady-state calls allocate nothing.
-std::vector<float>& Fit(std::vector<float>& buffer, size_t n) {
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer;
-}
-
-void PackRows(ConstMatrixView m, float* dst) {
-  for (int64_t i = 0; i < m.rows; ++i) {
-    std::copy_n(m.data.data() + i * m.ld, m.cols, dst + i * m.cols);
-  }
 }
 
 void UnpackRows(const float* src, MatrixView m) {

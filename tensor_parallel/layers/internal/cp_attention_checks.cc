@@ -1,5 +1,7 @@
 #include "tensor_parallel/layers/internal/cp_attention_checks.h"
 
+#include <algorithm>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -84,6 +86,17 @@ FlashAttentionOptions FlashOptionsOf(const RingAttentionOptions& options) {
   flash.tile_q = options.tile_q;
   flash.tile_k = options.tile_k;
   return flash;
+}
+
+std::vector<float>& Fit(std::vector<float>& buffer, size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer;
+}
+
+void PackRows(ConstMatrixView m, float* dst) {
+  for (int64_t i = 0; i < m.rows; ++i) {
+    std::copy_n(m.data.data() + i * m.ld, m.cols, dst + i * m.cols);
+  }
 }
 
 }  // namespace cp_attention_internal

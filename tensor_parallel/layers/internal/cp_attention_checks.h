@@ -1,11 +1,12 @@
-// Argument checks shared by the context-parallel attention calls (ring_attention.h,
-// ulysses_attention.h): each takes this rank's rows of every head and checks them the
-// same way, so their errors read alike.
+// Argument checks and buffer helpers shared by the context-parallel attention calls
+// (ring_attention.h, ulysses_attention.h): each takes this rank's rows of every head
+// and checks them the same way, so their errors read alike.
 #ifndef LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_CP_ATTENTION_CHECKS_H_
 #define LOOM_TENSOR_PARALLEL_LAYERS_INTERNAL_CP_ATTENTION_CHECKS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -34,6 +35,13 @@ absl::Status CheckHeads(absl::Span<const RingAttentionHeadGrad> heads, int64_t r
 
 // FlashOptionsOf returns the flash attention options of a context-parallel call.
 FlashAttentionOptions FlashOptionsOf(const RingAttentionOptions& options);
+
+// Fit grows a buffer to n values; a buffer already large enough is left alone, so
+// steady-state calls allocate nothing.
+std::vector<float>& Fit(std::vector<float>& buffer, size_t n);
+
+// PackRows copies a view's rows into dense storage.
+void PackRows(ConstMatrixView m, float* dst);
 
 }  // namespace cp_attention_internal
 }  // namespace loom
