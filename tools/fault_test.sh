@@ -31,12 +31,18 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 fail() { echo "FAIL [$NAME]: $*"; FAILURES=$((FAILURES + 1)); }
 
+# has_env PID NAME=VALUE: whether PID's environment holds NAME=VALUE. One grep on the
+# file, no pipe: under pipefail, `tr | grep -q` fails when grep matches and exits before
+# tr's second 4 KiB write (an environment over 4 KiB, as under Bazel), and tr dies of
+# SIGPIPE: a live rank then reads as "not found" (3 looks in 200 in a loop here).
+has_env() { grep -qsxzF -- "$2" "/proc/$1/environ"; }
+
 # rank_pid PARENT RANK: the pid of the child of PARENT whose environment holds
 # LOOM_RANK=RANK (the janitor, also a child, holds none).
 rank_pid() {
   local child
   for child in $(pgrep -P "$1"); do
-    if tr '\0' '\n' < "/proc/$child/environ" 2>/dev/null | grep -qx "LOOM_RANK=$2"; then
+    if has_env "$child" "LOOM_RANK=$2"; then
       echo "$child"; return 0
     fi
   done
@@ -208,7 +214,7 @@ case_processes() {  # TAG: pids of live processes whose environment holds LOOM_F
 mpi_rank_pid() {  # TAG RANK
   local pid
   for pid in $(case_processes "$1"); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
+    has_env "$pid" "OMPI_COMM_WORLD_RANK=$2" &&
       { echo "$pid"; return 0; }
   done
   return 1
@@ -231,6 +237,12 @@ mpi_leftovers() {  # TAG PIDS...: the case's processes, and Open MPI's files of 
   echo "$left"
 }
 
+# mpi_clean PARENT: after a case gave up and SIGKILLed its processes, removes the
+# files their handlers would have removed, so that the next case does not count them.
+mpi_clean() {
+  rm -rf "$TMP"/loom-mpirun-"$1"-* /dev/shm/loom-mpirun-"$1"-*
+}
+
 # mpi_case NAME TARGET SIGNAL EXPECTED_EXIT BOUND_S COMMAND...
 #   TARGET: rank (a random rank) or parent (the process the user started).
 mpi_case() {
@@ -242,7 +254,7 @@ mpi_case() {
   if ! wait_until 60 mpi_ranks_up "$tag" ||
      { [[ -n "$READY" ]] && ! wait_until 60 grep -qE "$READY" "$out" "$err"; }; then
     fail "the job never got going: $(tail -5 "$err")"
-    kill -9 $(case_processes "$tag"); wait "$parent"; return
+    kill -9 $(case_processes "$tag"); wait "$parent"; mpi_clean "$parent"; return
   fi
   [[ -z "$READY" ]] && sleep 1
   sleep "0.$((RANDOM % 8))"
@@ -251,7 +263,7 @@ mpi_case() {
   if [[ "$target" == rank ]]; then
     rank=$((RANDOM % RANKS))
     victim="$(mpi_rank_pid "$tag" "$rank")" ||
-      { fail "rank $rank not found; the job's errors: $(job_errors "$err")"; kill -9 $pids; wait "$parent"; return; }
+      { fail "rank $rank not found; the job's errors: $(job_errors "$err")"; kill -9 $pids; wait "$parent"; mpi_clean "$parent"; return; }
   fi
   local start; start="$(now)"
   kill -s "$sig" "$victim"

@@ -18,7 +18,9 @@ tagged() {
   local pid
   for pid in $(grep -lsx --null -z "LOOM_RESTART_TEST=$tag" /proc/[0-9]*/environ 2>/dev/null |
                tr '\0' '\n' | sed -E 's|/proc/([0-9]+)/environ|\1|'); do
-    [[ -z "${1:-}" ]] || tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "$1" || continue
+    # grep -z on the file, not tr | grep -q: under pipefail, the pipe fails when grep
+    # matches before tr's last write (SIGPIPE), and a live process would be missed.
+    [[ -z "${1:-}" ]] || grep -qsxzF -- "$1" "/proc/$pid/environ" || continue
     echo "$pid"
   done
 }
@@ -104,7 +106,7 @@ echo "rank $victim killed after step $reached, resumed from step $resumed: final
 sleep 0.2
 leftover="$(tagged)"
 [[ -z "$leftover" ]] || fail "processes of the job still run: $leftover"
-if ls /dev/shm 2>/dev/null | grep -q "^loom\..*"; then
+if compgen -G "/dev/shm/loom.*" >/dev/null; then
   # Other tests may run beside this one: only complain about this job's segments.
   for seg in /dev/shm/loom.*; do
     [[ -e "$seg" ]] || continue
