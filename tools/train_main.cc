@@ -826,6 +826,20 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
       "(memory and disk) %d bytes, %.2f times the estimate\n",
       o.zero, estimated_state, measured_state,
       estimated_state > 0 ? static_cast<double>(measured_state) / estimated_state : 0.0);
+  // Activations against topology/memory_estimate's fused-attention formula.
+  const int64_t estimated_activations = summary->estimated_activation_bytes_per_rank;
+  std::cout << absl::StrFormat(
+      "activations per rank, estimated (topology/memory_estimate, fused attention, %d of %d "
+      "positions per sequence): %d bytes; measured %d bytes, %.2f times the estimate%s\n",
+      (o.model.seq_len + o.cp - 1) / o.cp, o.model.seq_len, estimated_activations,
+      summary->peak_activation_bytes_per_rank,
+      estimated_activations > 0
+          ? static_cast<double>(summary->peak_activation_bytes_per_rank) / estimated_activations
+          : 0.0,
+      o.schedule == PipelineScheduleKind::kZeroBubbleH1 ||
+              o.schedule == PipelineScheduleKind::kZeroBubbleV
+          ? " (the formula leaves out the weight-gradient work a zero-bubble schedule defers)"
+          : "");
   if (o.device == ComputeDevice::kCuda) {
     std::cout << absl::StrFormat(
         "device: cuda (cuBLAS f32 on device 0), %d matrix products on the GPU for rank 0\n",
@@ -933,8 +947,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"max_abs_param_diff\": %s, "
         "\"peak_model_state_bytes_per_rank\": %d, \"model_state_disk_bytes_per_rank\": %d, "
         "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
-        "\"peak_activation_bytes_per_rank\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, "
-        "\"cp_comm\": \"%s\", "
+        "\"peak_activation_bytes_per_rank\": %d, \"estimated_activation_bytes_per_rank\": %d, "
+        "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"cp_comm\": \"%s\", "
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
         "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
         "\"model_flops_per_token\": %.9g, \"achieved_gflops\": %.6g, \"peak_gflops\": %.6g, "
@@ -955,8 +969,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
             : "null",
         summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
         summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
-        summary->peak_activation_bytes_per_rank, o.dp, o.tp, o.pp, o.cp, CpCommName(o.cp_comm),
-        o.steps,
+        summary->peak_activation_bytes_per_rank, summary->estimated_activation_bytes_per_rank,
+        o.dp, o.tp, o.pp, o.cp, CpCommName(o.cp_comm), o.steps,
         summary->tokens_per_second, BuildMode(), absl::GetFlag(FLAGS_device),
         summary->device_gemm_products,
         summary->host_cpu_busy >= 0 ? absl::StrFormat("%.4g", summary->host_cpu_busy)

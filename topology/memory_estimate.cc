@@ -132,6 +132,57 @@ absl::StatusOr<int64_t> EstimateActivationBytes(const ActivationOptions& options
   return per_layer * options.layers * options.in_flight_microbatches;
 }
 
+absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
+    const FusedAttentionActivationOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckPositive("hidden_size", o.hidden_size));
+  LOOM_RETURN_IF_ERROR(CheckPositive("num_heads", o.num_heads));
+  LOOM_RETURN_IF_ERROR(CheckPositive("seq_len", o.seq_len));
+  LOOM_RETURN_IF_ERROR(CheckPositive("micro_batch_size", o.micro_batch_size));
+  LOOM_RETURN_IF_ERROR(CheckPositive("tp", o.tp));
+  LOOM_RETURN_IF_ERROR(CheckPositive("cp", o.cp));
+  if (o.layers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("layers=", o.layers, " is negative"));
+  }
+  if (o.num_heads % o.tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads=", o.num_heads, " does not split over tp=", o.tp));
+  }
+  if (o.head) {
+    LOOM_RETURN_IF_ERROR(CheckPositive("vocab", o.vocab));
+    if (o.vocab % o.tp != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocab=", o.vocab, " does not split over tp=", o.tp));
+    }
+  }
+  if (o.seq_len < o.cp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq_len=", o.seq_len, " is shorter than cp=", o.cp));
+  }
+  if (o.recompute == Recompute::kSelective) {
+    return absl::InvalidArgumentError(
+        "selective recompute: the fused-attention model has none (none or full)");
+  }
+  const int64_t h = o.hidden_size, t = o.tp;
+  const int64_t linear_in = o.bf16_linear_inputs ? 2 : 4;  // bytes per saved linear input
+  // One block, per local position (see the header for each term).
+  const int64_t replicated = 4 * h + 4 * h + 16 + linear_in * h * 2;
+  const int64_t split = 12 * h + 4 * h + linear_in * h + 4 * o.num_heads + 16 * h +
+                        linear_in * 4 * h;
+  const int64_t block = replicated + split / t;
+  const int64_t head = o.head ? 4 * h + 8 + linear_in * h + 4 * o.vocab / t + 8 : 0;
+  const int64_t embedding = o.embedding ? 8 : 0;
+  int64_t per_position = 0;
+  if (o.recompute == Recompute::kFull) {
+    // Every block's input, and one block's state (the one recomputed, or the last
+    // one's forward) or the head's, whichever is larger.
+    per_position = embedding + 4 * h * o.layers + std::max(o.layers > 0 ? block : 0, head);
+  } else {
+    per_position = embedding + block * o.layers + head;
+  }
+  const int64_t positions = CeilDiv(o.seq_len, o.cp) * o.micro_batch_size;
+  return per_position * positions;
+}
+
 absl::StatusOr<int64_t> InFlightMicrobatches(PipelineScheduleKind schedule, int64_t pp,
                                              int64_t rank, int64_t num_microbatches,
                                              int64_t virtual_stages) {

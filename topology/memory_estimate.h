@@ -121,6 +121,54 @@ absl::StatusOr<int64_t> ActivationBytesPerLayer(const ActivationOptions& options
 // in_flight_microbatches: the peak activation memory of the rank.
 absl::StatusOr<int64_t> EstimateActivationBytes(const ActivationOptions& options);
 
+// FusedAttentionActivationOptions: a GPT stage as Loom's models/gpt keeps it for its
+// backward, which Korthikanti et al.'s formula does not fit: f32 activations, no
+// dropout, fused attention (the s x s scores are recomputed; each head keeps only its
+// output and log-sum-exp), and one forward's state per stage model at a time (a
+// microbatch other than the latest is recomputed, so the schedule's in-flight count
+// does not multiply it). Bytes per local position and layer, with t = tp, a = heads:
+//   16h + 16 + (52h + 4a) / t         f32 linear inputs
+//   12h + 16 + (42h + 4a) / t         bf16 linear inputs (GemmPrecision::kBf16)
+// (block input and mid-block residual 4h each, their layer-norm mean and rstd 16;
+// the qkv and fc inputs 4h each, or 2h; per tp rank: Q, K, V 12h/t, the heads'
+// context 4h/t and its copy as the out projection's input 4h/t (or 2h/t), the
+// log-sum-exp 4a/t, the MLP's pre-GELU 16h/t and GELU output 16h/t (or 8h/t)).
+// The first stage adds its token ids (8 bytes per position); the last adds the
+// final layer norm's input and statistics 4h + 8, the head's input 4h (or 2h), the
+// local softmax 4V/t and the targets 8. Recompute::kFull keeps each block's input
+// (4h) and, while a block is recomputed, one block's state.
+// Under context parallelism the busiest rank holds ceil(s / cp) positions of each
+// sequence (zigzag and contiguous layouts alike).
+//
+// Example (2 layers, h 64, 4 heads, V 64, s 1024, b 1, one stage):
+//   FusedAttentionActivationOptions o;
+//   o.hidden_size = 64; o.num_heads = 4; o.vocab = 64; o.seq_len = 1024;
+//   o.micro_batch_size = 1; o.layers = 2; o.embedding = o.head = true;
+//   EstimateFusedAttentionActivationBytes(o);   // 9,560 B per position: 9,789,440
+//   o.cp = 4;
+//   EstimateFusedAttentionActivationBytes(o);   // 2,447,360: a quarter
+struct FusedAttentionActivationOptions {
+  int64_t hidden_size = 0;       // h
+  int64_t num_heads = 0;         // a
+  int64_t vocab = 0;             // V (the head's softmax; used when head is true)
+  int64_t seq_len = 0;           // s (whole sequence; cp splits it)
+  int64_t micro_batch_size = 0;  // b
+  int64_t layers = 0;            // transformer blocks of this stage model (0 allowed)
+  bool embedding = false;        // the stage holds the token embedding
+  bool head = false;             // the stage holds the final norm, head and loss
+  int64_t tp = 1;
+  int64_t cp = 1;
+  bool bf16_linear_inputs = false;
+  Recompute recompute = Recompute::kNone;  // kNone or kFull
+};
+
+// EstimateFusedAttentionActivationBytes returns the peak bytes one stage model keeps
+// for its backward, by the formula above. InvalidArgument for sizes below 1 (layers
+// below 0), heads or vocabulary not splitting over tp, seq_len below cp, or
+// Recompute::kSelective (Loom's model has none).
+absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
+    const FusedAttentionActivationOptions& options);
+
 // InFlightMicrobatches returns, for pipeline rank `rank` of `pp`, the most
 // (model-chunk, microbatch) activations a schedule keeps alive at once, in units of
 // one chunk's activations for one microbatch (a chunk is layers / virtual_stages):

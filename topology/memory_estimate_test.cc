@@ -200,6 +200,93 @@ TEST(MemoryEstimateTest, RejectsBadActivationOptions) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layers=0 must be >= 1")));
 }
 
+// Loom's GPT as the job runs it (2 layers, h 64, 4 heads, V 64): the header's terms
+// counted by hand, then the same through the options.
+FusedAttentionActivationOptions SmallGpt() {
+  FusedAttentionActivationOptions o;
+  o.hidden_size = 64;
+  o.num_heads = 4;
+  o.vocab = 64;
+  o.seq_len = 1024;
+  o.micro_batch_size = 1;
+  o.layers = 2;
+  o.embedding = true;
+  o.head = true;
+  return o;
+}
+
+TEST(MemoryEstimateTest, FusedAttentionActivations) {
+  FusedAttentionActivationOptions o = SmallGpt();
+  const int64_t h = 64, a = 4, v = 64;
+  const int64_t block = 16 * h + 16 + 52 * h + 4 * a;      // 4,384 per position
+  const int64_t head = 4 * h + 8 + 4 * h + 4 * v + 8;      // 784
+  EXPECT_EQ(8 + 2 * block + head, 9'560);                  // the job's measured figure
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o), IsOkAndHolds(9'560 * 1024));
+  // Context parallelism: the busiest rank's ceil(s / cp) positions.
+  o.cp = 4;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o), IsOkAndHolds(9'560 * 256));
+  o.seq_len = 250;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o), IsOkAndHolds(9'560 * 63));
+  // tp 2 halves the split terms and the softmax; bf16 halves the linear inputs.
+  o = SmallGpt();
+  o.tp = 2;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              IsOkAndHolds((8 + 2 * (16 * h + 16 + (52 * h + 4 * a) / 2) +
+                            (4 * h + 8 + 4 * h + 4 * v / 2 + 8)) * 1024));
+  o.tp = 1;
+  o.bf16_linear_inputs = true;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              IsOkAndHolds((8 + 2 * (12 * h + 16 + 42 * h + 4 * a) +
+                            (4 * h + 8 + 2 * h + 4 * v + 8)) * 1024));
+  // Full recompute: each block's input, and the larger of one block and the head.
+  o = SmallGpt();
+  o.recompute = Recompute::kFull;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              IsOkAndHolds((8 + 2 * 4 * h + block) * 1024));
+  // A middle pipeline stage: blocks only; micro_batch multiplies.
+  o = SmallGpt();
+  o.embedding = o.head = false;
+  o.micro_batch_size = 3;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o), IsOkAndHolds(2 * block * 1024 * 3));
+  // The head alone (a last stage with no blocks).
+  o.layers = 0;
+  o.head = true;
+  o.micro_batch_size = 1;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o), IsOkAndHolds(head * 1024));
+}
+
+TEST(MemoryEstimateTest, FusedAttentionActivationsBadInput) {
+  FusedAttentionActivationOptions o = SmallGpt();
+  o.tp = 3;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_heads=4 does not split over tp=3")));
+  o = SmallGpt();
+  o.vocab = 63;
+  o.tp = 2;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("vocab=63 does not split over tp=2")));
+  o = SmallGpt();
+  o.cp = 2048;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("seq_len=1024 is shorter than cp=2048")));
+  o = SmallGpt();
+  o.layers = -1;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layers=-1 is negative")));
+  o = SmallGpt();
+  o.recompute = Recompute::kSelective;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("selective")));
+  o = SmallGpt();
+  o.micro_batch_size = 0;
+  EXPECT_THAT(EstimateFusedAttentionActivationBytes(o),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("micro_batch_size=0 must be >= 1")));
+}
+
 TEST(MemoryEstimateTest, FormatBytes) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(1'500), "1.5 kB");

@@ -22,6 +22,7 @@
 #include "pipeline/executor/send_buffers.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/parallel_self_attention.h"
+#include "tools/training/activation_estimate.h"
 #include "tools/training/device_gemm.h"
 #include "tools/training/host_cpu.h"
 #include "tools/training/job_checkpoint.h"
@@ -42,6 +43,7 @@ struct RankStep {
   int64_t disk_bytes = 0;
   int64_t comm_bytes = 0;  // sent, this step
   int64_t peak_activation_bytes = 0;
+  int64_t estimated_activation_bytes = 0;  // topology/memory_estimate's, for this rank
   bool holds_eval = false;  // the stage's held-out loss (last stage, on eval steps)
   double eval_loss = 0;
   StepBreakdown breakdown;
@@ -56,7 +58,7 @@ uint64_t SentBytes(const Communicator& comm) {
 
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 32;
+constexpr int kStepFigures = 33;
 std::array<double, kStepFigures> Pack(const RankStep& s) {
   return {s.holds_loss ? 1.0 : 0.0,
           s.loss,
@@ -89,7 +91,8 @@ std::array<double, kStepFigures> Pack(const RankStep& s) {
           s.breakdown.gemm,
           s.breakdown.attention,
           s.breakdown.cp_hops,
-          s.breakdown.cp_exposed};
+          s.breakdown.cp_exposed,
+          static_cast<double>(s.estimated_activation_bytes)};
 }
 RankStep Unpack(const double* f) {
   RankStep s;
@@ -117,6 +120,7 @@ RankStep Unpack(const double* f) {
   s.breakdown.attention = f[29];
   s.breakdown.cp_hops = f[30];
   s.breakdown.cp_exposed = f[31];
+  s.estimated_activation_bytes = static_cast<int64_t>(f[32]);
   return s;
 }
 
@@ -232,6 +236,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   // stages' tp shards, replicated layer norms and uneven stages included), memory
   // and disk together: --offload nvme moves a part, it does not remove it.
   LOOM_ASSIGN_OR_RETURN(const int64_t estimated_state_bytes, optimizer->EstimatedStateBytes());
+  // And its activation bytes: this pipeline rank's stage models, by the flags.
+  LOOM_ASSIGN_OR_RETURN(const int64_t estimated_activation_bytes,
+                        EstimatedActivationBytes(options, setup.schedule.layout, w.place.s));
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
   // Clipping: tp-replicated parameters count on tp rank 0 only.
@@ -336,6 +343,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     report.disk_bytes = optimizer->DiskBytes();
     report.comm_bytes = static_cast<int64_t>(sent - sent_before);
     report.peak_activation_bytes = static_cast<int64_t>(module->peak_activation_bytes());
+    report.estimated_activation_bytes = estimated_activation_bytes;
     report.holds_eval = eval_loss.has_value();
     report.eval_loss = eval_loss.value_or(0.0);
     report.breakdown = breakdown;
@@ -394,6 +402,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
           std::max(summary->disk_state_bytes_per_rank, s.disk_bytes);
       summary->peak_activation_bytes_per_rank =
           std::max(summary->peak_activation_bytes_per_rank, s.peak_activation_bytes);
+      summary->estimated_activation_bytes_per_rank =
+          std::max(summary->estimated_activation_bytes_per_rank, s.estimated_activation_bytes);
       line.breakdown.compute += s.breakdown.compute / world;
       line.breakdown.dp_comm += s.breakdown.dp_comm / world;
       line.breakdown.pp_comm += s.breakdown.pp_comm / world;

@@ -98,7 +98,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<CpCase>& param) { return param.param.name; });
 
 // At seq_len 1024 a rank at cp = k holds 1 / k of cp = 1's activations (its rows
-// of every saved tensor; nothing of size seq_len x seq_len), within the 1.1 / k.
+// of every saved tensor; nothing of size seq_len x seq_len), within the 1.1 / k,
+// and exactly topology/memory_estimate's fused-attention estimate.
 TEST(TrainJobCpMemoryTest, PeakActivationsShrinkWithCp) {
   TrainJobOptions o;
   o.dp = 1;
@@ -116,6 +117,9 @@ TEST(TrainJobCpMemoryTest, PeakActivationsShrinkWithCp) {
     o.cp = cp;
     LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary summary, RunTrainJob(o, nullptr));
     peak.push_back(summary.peak_activation_bytes_per_rank);
+    // topology/memory_estimate predicts it to the byte.
+    EXPECT_EQ(summary.estimated_activation_bytes_per_rank, summary.peak_activation_bytes_per_rank)
+        << "cp " << cp;
   }
   ASSERT_GT(peak[0], 0);
   for (int i : {1, 2}) {

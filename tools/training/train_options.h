@@ -263,6 +263,9 @@ struct TrainSummary {
   // The largest activation bytes any rank's stage models held at once (measured by
   // the model; --recompute=full lowers it).
   int64_t peak_activation_bytes_per_rank = 0;
+  // topology/memory_estimate's prediction of the same (activation_estimate.h),
+  // largest over ranks.
+  int64_t estimated_activation_bytes_per_rank = 0;
   double tokens_per_second = 0;
   // --device cuda: the matrix products rank 0 ran on the GPU (0 on the CPU).
   int64_t device_gemm_products = 0;
