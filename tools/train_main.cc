@@ -45,6 +45,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "collectives/cost_model.h"
 #include "collectives/transport/heartbeat.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
@@ -86,8 +87,15 @@ ABSL_FLAG(int, cp, 1,
 ABSL_FLAG(std::string, cp_comm, "auto",
           "With --cp > 1, how attention crosses the cp ranks: ring (K/V blocks around the "
           "ring, overlapped with compute; any head count), a2a (all-to-all from sequence to "
-          "heads and back; --cp must divide --heads / --tp), or auto (the one that sends "
-          "fewer bytes per layer; the header line says why).");
+          "heads and back; --cp must divide --heads / --tp), or auto (the one an alpha-beta "
+          "model predicts to leave less communication exposed, the ring's hops hidden "
+          "behind attention; the header line says why).");
+ABSL_FLAG(std::string, cost_model, "",
+          "With --cp_comm=auto: the link's alpha and beta from this file (written by "
+          "collective_bench --calibrate --save_cost_model); the defaults otherwise.");
+ABSL_FLAG(double, attention_gflops, 50,
+          "With --cp_comm=auto: one rank's fused attention rate in GFLOP/s, which the "
+          "ring's hops hide behind (50: one Zen 4 core).");
 ABSL_FLAG(std::string, cp_layout, "zigzag",
           "With --cp > 1, which positions each cp rank holds: zigzag (2 cp chunks, rank r "
           "holds chunks r and 2 cp - 1 - r: the same causal work on every rank) or contiguous "
@@ -590,8 +598,34 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   if (absl::Status s = ValidateTrainJob(*options, transport); !s.ok()) return s;
   // --cp_comm auto: the variant that sends less (cp_comm_choice.h), on a valid mesh.
   std::string cp_comm_why = "given by --cp_comm";
-  if (absl::GetFlag(FLAGS_cp_comm) == "auto") {
-    absl::StatusOr<CpCommChoice> choice = ChooseCpComm(*options);
+  if (absl::GetFlag(FLAGS_cp_comm) != "auto") {
+    // The cost model's inputs decide nothing then: refused rather than ignored.
+    for (const char* flag : {"cost_model", "attention_gflops"}) {
+      const absl::CommandLineFlag* given = absl::FindCommandLineFlag(flag);
+      if (given != nullptr && given->CurrentValue() != given->DefaultValue()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, " is for --cp_comm=auto, not --cp_comm=", absl::GetFlag(FLAGS_cp_comm)));
+      }
+    }
+  } else {
+    CpCostInputs inputs;
+    inputs.attention_flops_per_second = absl::GetFlag(FLAGS_attention_gflops) * 1e9;
+    if (!(inputs.attention_flops_per_second > 0) ||
+        !std::isfinite(inputs.attention_flops_per_second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--attention_gflops ", absl::GetFlag(FLAGS_attention_gflops), " must be > 0"));
+    }
+    if (const std::string path = absl::GetFlag(FLAGS_cost_model); !path.empty()) {
+      absl::StatusOr<CostModel> model = CostModel::Load(path);
+      if (!model.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--cost_model ", path, ": ", model.status().message()));
+      }
+      inputs.alpha = model->constants().alpha;
+      inputs.beta = model->constants().beta;
+      inputs.source = path;
+    }
+    absl::StatusOr<CpCommChoice> choice = ChooseCpComm(*options, inputs);
     if (!choice.ok()) return choice.status();
     options->cp_comm = choice->comm;
     cp_comm_why = absl::StrCat("auto, ", choice->why);

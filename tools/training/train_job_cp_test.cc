@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gtest/gtest.h"
+#include "tensor_parallel/layers/ulysses_attention.h"
 #include "tools/training/cp_comm_choice.h"
 #include "tools/training/internal/summary_testing.h"
 #include "tools/training/reference.h"
@@ -129,28 +130,65 @@ TEST(TrainJobCpMemoryTest, PeakActivationsShrinkWithCp) {
   }
 }
 
-// --cp_comm auto picks the variant that sends fewer elements per layer, and says
-// why; a2a only where cp divides each tp rank's heads. ValidateTrainJob refuses an
-// a2a that does not fit in one line.
-TEST(TrainJobCpCommTest, AutoPicksByTrafficAndA2aNeedsDivisibleHeads) {
-  TrainJobOptions o;  // heads 4, hidden 64, seq 32, micro_batch 2
+// --cp_comm auto prices each variant's exposed communication per layer and
+// microbatch (cp_comm_choice.h) and says why; a2a only where cp divides each tp
+// rank's heads. ValidateTrainJob refuses an a2a that does not fit in one line.
+TEST(TrainJobCpCommTest, AutoPricesExposedCommunication) {
+  TrainJobOptions o;  // heads 4, hidden 64 (d 16), seq 32, micro_batch 2
   o.tp = 1;
   o.cp = 1;
-  LOOM_ASSERT_OK_AND_ASSIGN(CpCommChoice choice, ChooseCpComm(o));
+  const CpCostInputs inputs;  // alpha 2 us, beta 1 / 5 GB/s, 50 GFLOP/s
+  LOOM_ASSERT_OK_AND_ASSIGN(CpCommChoice choice, ChooseCpComm(o, inputs));
   EXPECT_EQ(choice.comm, CpComm::kRing);
   EXPECT_EQ(choice.why, "cp 1: no context parallelism");
   o.cp = 4;
-  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o));
-  EXPECT_EQ(choice.comm, CpComm::kAllToAll);
-  // rank 0 at seq 32, cp 4, d 16: the ring sends (6 + 14) x 8 x 16 per head, 4 heads
-  // and 2 sequences; a2a the formula of ulysses_attention.h.
-  EXPECT_NE(choice.why.find("the ring 20480"), std::string::npos) << choice.why;
+  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o, inputs));
+  // Rank 0 holds 8 rows; a hop carries 4 heads x 2 sequences x 8 rows x 16 f32 for
+  // each of K and V (8,192 bytes), twice that backward (K, V, dK, dV), and the dK,
+  // dV home 8,192 bytes. The mean rank's 32 x 33 / 2 / 4 = 132 visible pairs cost
+  // 4 x 16 x 4 x 2 x 132 flops forward, a quarter of it per block, 2.5 times backward.
+  const double alpha = 2e-6, beta = 1.0 / 5e9;
+  const double forward_block = 4.0 * 16 * 4 * 2 * 132 / 50e9 / 4;
+  const double ring = 3 * (alpha + 8192 * beta - forward_block) +
+                      3 * (alpha + 16384 * beta - 2.5 * forward_block) + alpha + 8192 * beta;
+  EXPECT_NEAR(choice.ring_seconds, ring, 1e-12);
+  // a2a: 4 all-to-alls of 3 messages, and ulysses_attention.h's elements (rank 0,
+  // 4 heads: forward 4 x 8 x 16 x 3 x 3 / 4 + ..., exactly UlyssesAttentionSentElements).
+  LOOM_ASSERT_OK_AND_ASSIGN(const UlyssesAttentionTraffic a2a,
+                            UlyssesAttentionSentElements(32, 4, 0, CpLayout::kZigzag, 4, 16));
+  EXPECT_NEAR(choice.a2a_seconds,
+              12 * alpha + beta * 4.0 * 2 * static_cast<double>(a2a.forward + a2a.backward),
+              1e-12);
+  // At these sizes the calls' latency decides: the ring's hops are few and small.
+  EXPECT_EQ(choice.comm, CpComm::kRing) << choice.why;
+  EXPECT_NE(choice.why.find("default constants: alpha 2 us, beta 5 GB/s, attention 50 GFLOP/s"),
+            std::string::npos)
+      << choice.why;
+  // A long sequence on a fast attention kernel (a GPU's rate) leaves the ring's hops
+  // uncovered, and a2a, which sends about 2 / cp of the bytes, wins.
+  o.model.seq_len = 1024;
+  CpCostInputs fast = inputs;
+  fast.attention_flops_per_second = 100e12;
+  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o, fast));
+  EXPECT_EQ(choice.comm, CpComm::kAllToAll) << choice.why;
+  EXPECT_LT(choice.a2a_seconds, choice.ring_seconds);
+  // The same sequence on a CPU core's rate: the ring hides its hops (only the last
+  // one home is exposed) and wins.
+  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o, inputs));
+  EXPECT_EQ(choice.comm, CpComm::kRing) << choice.why;
+  // cp 3 does not divide 4 heads: the ring, and the reason.
   o.cp = 3;
-  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o));
+  LOOM_ASSERT_OK_AND_ASSIGN(choice, ChooseCpComm(o, fast));
   EXPECT_EQ(choice.comm, CpComm::kRing);
+  EXPECT_LT(choice.a2a_seconds, 0);
   EXPECT_NE(choice.why.find("a2a needs cp 3 to divide each tp rank's 4 heads"),
             std::string::npos)
       << choice.why;
+  // Constants that cannot price anything.
+  CpCostInputs bad = inputs;
+  bad.beta = 0;
+  EXPECT_THAT(ChooseCpComm(o, bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             testing::HasSubstr("beta 0 must be finite and > 0")));
   o.cp_comm = CpComm::kAllToAll;
   EXPECT_THAT(ValidateTrainJob(o),
               StatusIs(absl::StatusCode::kInvalidArgument,
