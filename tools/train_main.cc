@@ -596,7 +596,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         absl::StrCat("--transport ", transport, " is not threads, shm or mpi"));
   }
   if (absl::Status s = ValidateTrainJob(*options, transport); !s.ok()) return s;
-  // --cp_comm auto: the variant that sends less (cp_comm_choice.h), on a valid mesh.
+  // --cp_comm auto: the variant the cost model prices lower (cp_comm_choice.h), on a
+  // valid mesh; from the flags and the file alone, so every rank chooses the same.
   std::string cp_comm_why = "given by --cp_comm";
   if (absl::GetFlag(FLAGS_cp_comm) != "auto") {
     // The cost model's inputs decide nothing then: refused rather than ignored.
