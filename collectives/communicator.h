@@ -1,6 +1,6 @@
 // Communicator: Loom's collective communication API. One rank's handle on a group
-// of ranks, over any Transport (threads: inproc; processes on one host: shm; later
-// MPI and NCCL). Every call is typed over core's DTypes, reduces with sum, prod,
+// of ranks, over any Transport (threads: inproc; processes on one host: shm; across
+// hosts: MPI or Gloo; GPU buffers: NCCL). Every call is typed over core's DTypes, reduces with sum, prod,
 // min, max or avg, works in place or out of place for any count (0, 1, fewer than
 // ranks, odd, more than 2^31 bytes), has a deadline, and runs an algorithm chosen per
 // call by an alpha-beta-gamma cost model unless the caller names one.

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Loom vs Open MPI (and Gloo, when Debian's libgloo-dev is installed: apt-get install
-# libgloo-dev; it is not needed by the build or the tests) all-reduce on
+# Loom vs Open MPI (and Gloo, on Debian's libgloo-dev, which ./bazelw installs for
+# the gloo transport; skipped where its headers are missing) all-reduce on
 # this machine, in one run: f32 sum, 2 ranks, out of place, 4 KiB .. 64 MiB, plus a
 # latency pass at 8 B .. 4 KiB. Prints one row per size with both bus bandwidths
 # and their ratio, then the memory-bandwidth bound.

@@ -1,8 +1,8 @@
 // NativeCollectives: a transport backend's own collectives (MPI's MPI_Allreduce and
-// kin; NCCL's in a later backend). A Communicator runs them when a call names
-// Algorithm::kNative, so Loom's algorithms and the backend's can be compared with
-// one flag (collective_bench --algo=native). Backends that have them return them
-// from Transport::native().
+// kin; NCCL's ncclAllReduce and kin on device buffers). A Communicator runs them
+// when a call names Algorithm::kNative, so Loom's algorithms and the backend's can
+// be compared with one flag (collective_bench --algo=native). Backends that have
+// them return them from Transport::native().
 //
 // Buffers are as the Communicator's collectives take them, and the Communicator has
 // already done its part: a dtype here is never f16 or bf16 (it widens those to f32

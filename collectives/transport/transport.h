@@ -2,8 +2,9 @@
 // against. A Transport is one rank's endpoint in a group of `size()` ranks; it posts
 // tagged, asynchronous sends and receives of byte ranges and waits for them with a
 // deadline. Backends live in their own folders and mirror this interface: inproc/
-// (ranks are threads of one process), shm/ (processes on one host), and later mpi/
-// (across hosts) and nccl/ (GPU buffers).
+// (ranks are threads of one process), shm/ (processes on one host), mpi/ (Open MPI,
+// across hosts), gloo/ (Gloo's TCP pairs, across hosts without MPI) and nccl/ (GPU
+// buffers; built with --config=cuda).
 //
 // Example (rank 0 sends 4 floats to rank 1 while receiving 4 from it):
 //   std::vector<float> out = {1, 2, 3, 4}, in(4);
