@@ -31,16 +31,17 @@ using collectives_internal::Scratch;
 namespace {
 
 // Tag layout: [63..40] communicator id, [39..24] call sequence number (0xFFFF is
-// point-to-point), [23..16] hash of the call's arguments, [15..0] algorithm step.
+// point-to-point), [23..16] zero, [15..0] algorithm step. The call's arguments are
+// not in the tag but in every message's stamp (see Run).
 constexpr int kIdShift = 40;
 constexpr int kSeqShift = 24;
-constexpr int kHashShift = 16;
 constexpr uint64_t kIdMask = (uint64_t{1} << 24) - 1;
 constexpr uint64_t kSeqModulus = 0xFFFF;
 constexpr uint64_t kPointToPointSeq = 0xFFFF;
-// The fingerprint exchange of the full check uses the last step of a call, with a
-// zero argument hash (the hashes of mismatched calls differ, and it must match).
+// The fingerprint exchange of the full check uses the last step of a call.
 constexpr uint32_t kFingerprintStep = kMaxSteps - 1;
+// The hello of a rooted call (see RootedHello) the one before it.
+constexpr uint32_t kHelloStep = kMaxSteps - 2;
 // Scratch slots of the communicator's own working buffers (algorithms use low ones).
 constexpr int kWideInputSlot = 60;
 constexpr int kWideOutputSlot = 61;
@@ -77,7 +78,8 @@ bool BreaksStreams(absl::StatusCode code) {
          code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kCancelled;
 }
 
-// The full fingerprint of a call, exchanged under check = kFull.
+// The full fingerprint of a call: in every message's stamp, and exchanged before the
+// call under check = kFull.
 struct Fingerprint {
   uint64_t seq = 0;
   uint64_t count = 0;
@@ -90,6 +92,24 @@ struct Fingerprint {
   bool operator==(const Fingerprint& other) const {
     return seq == other.seq && count == other.count && root == other.root && kind == other.kind &&
            dtype == other.dtype && op == other.op && algorithm == other.algorithm;
+  }
+  // The stamp's words: the count, and the small fields packed into one word (two
+  // stores, not six, on the latency path of every call).
+  void Stamp(uint64_t words[2]) const {
+    words[0] = count;
+    words[1] = uint64_t{static_cast<uint32_t>(root)} | uint64_t{kind} << 32 |
+               uint64_t{dtype} << 40 | uint64_t{op} << 48 | uint64_t{algorithm} << 56;
+  }
+  static Fingerprint FromStamp(uint64_t call_seq, const uint64_t words[2]) {
+    Fingerprint f;
+    f.seq = call_seq;
+    f.count = words[0];
+    f.root = static_cast<int32_t>(static_cast<uint32_t>(words[1]));
+    f.kind = static_cast<uint8_t>(words[1] >> 32);
+    f.dtype = static_cast<uint8_t>(words[1] >> 40);
+    f.op = static_cast<uint8_t>(words[1] >> 48);
+    f.algorithm = static_cast<uint8_t>(words[1] >> 56);
+    return f;
   }
   std::string ToString() const {
     const CollectiveKind k = static_cast<CollectiveKind>(kind);
@@ -248,6 +268,55 @@ Algorithm Communicator::Choose(const Call& call) {
   return chosen;
 }
 
+namespace {
+
+// RootedHello: the one message a rooted call adds, so that every rank of it both sends
+// and receives (for 2 ranks, to and from each other): a rank that only sends could
+// finish, and one that only receives wait forever, beside a peer in another call.
+// Broadcast and scatter: the rank after the root sends it to the root; reduce and
+// gather: the root sends it to the rank after it. Empty and stamped like the call.
+struct RootedHello {
+  bool send = false;
+  bool receive = false;
+  int peer = -1;
+};
+
+RootedHello HelloOf(CollectiveKind kind, int root, int rank, int size) {
+  RootedHello hello;
+  if (size < 2 || root < 0) return hello;
+  const bool to_root = kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kScatter;
+  const bool from_root = kind == CollectiveKind::kReduce || kind == CollectiveKind::kGather;
+  if (!to_root && !from_root) return hello;
+  const int next = (root + 1) % size;
+  if (rank == root) {
+    hello.peer = next;
+    (to_root ? hello.receive : hello.send) = true;
+  } else if (rank == next) {
+    hello.peer = root;
+    (to_root ? hello.send : hello.receive) = true;
+  }
+  return hello;
+}
+
+// NameMismatchedCalls turns a transport's stamp mismatch into the communicator's
+// error naming both calls. One side of the mismatch carries this rank's stamp, the
+// other the peer's (ranks as the transport numbers them: a split's parent ranks).
+absl::Status NameMismatchedCalls(int rank, const Fingerprint& mine,
+                                 const StampMismatch& mismatch) {
+  uint64_t my_words[2];
+  mine.Stamp(my_words);
+  const bool they_sent =
+      mismatch.sent.words[0] != my_words[0] || mismatch.sent.words[1] != my_words[1];
+  const int peer = they_sent ? mismatch.sender : mismatch.receiver;
+  const Fingerprint theirs =
+      Fingerprint::FromStamp(mine.seq, they_sent ? mismatch.sent.words : mismatch.expected.words);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "mismatched collective calls: rank ", rank, " called ", mine.ToString(), " but rank ", peer,
+      " called ", theirs.ToString()));
+}
+
+}  // namespace
+
 absl::Status Communicator::Run(Call& call) {
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(
@@ -276,13 +345,6 @@ absl::Status Communicator::Run(Call& call) {
   fingerprint.dtype = static_cast<uint8_t>(call.dtype);
   fingerprint.op = static_cast<uint8_t>(IsReduction(call.kind) ? call.op : ReduceOp::kSum);
   fingerprint.algorithm = static_cast<uint8_t>(call.algorithm);
-  // The small fields share one word, so the hash is two rounds of Mix, not six:
-  // it is on the latency path of every call.
-  const uint64_t small_fields =
-      uint64_t{uint32_t(fingerprint.root)} | uint64_t{fingerprint.kind} << 32 |
-      uint64_t{fingerprint.dtype} << 40 | uint64_t{fingerprint.op} << 48 |
-      uint64_t{fingerprint.algorithm} << 56;
-  const uint64_t hash = Mix(Mix(0, fingerprint.count), small_fields) & 0xFF;
 
   const int64_t budget = call.options.timeout > absl::ZeroDuration()
                              ? DeadlineBudgetNanos(call.options.timeout)
@@ -292,6 +354,11 @@ absl::Status Communicator::Run(Call& call) {
   ctx.transport = transport_.get();
   ctx.counters = &counters;
   ctx.tag_base = (id_ << kIdShift) | ((seq % kSeqModulus) << kSeqShift);
+  // The scope names the call among this communicator's (one more than the tag's call
+  // bits, so never 0); the words name its arguments. A peer in another call with the
+  // same sequence number carries other words, and the transport fails both at once.
+  ctx.stamp.scope = (ctx.tag_base >> kSeqShift) + 1;
+  fingerprint.Stamp(ctx.stamp.words);
   // One coarse clock read (7 ns, against 24 for the precise one) serves the deadline
   // and the flight record.
   const int64_t start = CoarseNowNanos();
@@ -312,27 +379,35 @@ absl::Status Communicator::Run(Call& call) {
   CallCounters::Add(counters.calls, 1);
 
   absl::Status status;
+  bool stamp_mismatch = false;
   if (options_.check == CommunicatorOptions::Check::kFull) {
     status = CheckFingerprints(call, ctx);
   }
-  if (status.ok()) {
-    ctx.tag_base |= hash << kHashShift;
-    status = Execute(call, ctx);
+  if (status.ok()) status = ExecuteWithHello(call, ctx);
+  if (!status.ok()) {
+    if (const std::optional<StampMismatch> mismatch = StampMismatchOf(status)) {
+      status = NameMismatchedCalls(rank(), fingerprint, *mismatch);
+      stamp_mismatch = true;
+    }
   }
   recorder_.End(handle, status);
   if (status.ok()) return status;
 
   CallCounters::Add(counters.failed_calls, 1);
-  // A fingerprint mismatch is seen by every rank before any data moves, so the
-  // streams stay in step; anything else mid-call may leave them out of step.
+  // The full check's mismatch is seen by every rank before any data moves, so the
+  // streams stay in step; anything else mid-call (a stamp mismatch included: the
+  // call's other messages are left behind) may leave them out of step.
   const bool fingerprint_mismatch =
       status.code() == absl::StatusCode::kFailedPrecondition &&
-      absl::StrContains(status.message(), "mismatched collective");
+      absl::StrContains(status.message(), "mismatched collective calls (full check)");
   if (fingerprint_mismatch || !BreaksStreams(status.code())) return status;
   broken_ = status;
   // Tell the peers at once: ranks waiting on this one fail now, naming it, instead
-  // of at their deadlines.
-  AbortTransports(status);
+  // of at their deadlines. Not after a stamp mismatch between two ranks: there the
+  // peer finds it too (in every call each rank sends to and receives from the
+  // other), and an abort that reached it first would turn its FailedPrecondition
+  // into Unavailable. With more ranks, those away from the mismatch need the abort.
+  if (!stamp_mismatch || size() > 2) AbortTransports(status);
   return absl::Status(status.code(),
                       absl::StrCat(status.message(), "\nrank ", rank(), " of ", size(),
                                    " flight recorder, ", recorder_.Format(16)));
@@ -343,7 +418,10 @@ void Communicator::AbortTransports(const absl::Status& status) {
   if (options_.node_transport != nullptr) options_.node_transport->Abort(status);
 }
 
-absl::Status Communicator::CheckFingerprints(const Call& call, const CallContext& ctx) {
+absl::Status Communicator::CheckFingerprints(const Call& call, const CallContext& call_ctx) {
+  // Unstamped: these messages compare fingerprints themselves, and must arrive.
+  CallContext ctx = call_ctx;
+  ctx.stamp = Stamp{};
   Fingerprint mine;
   mine.seq = (ctx.tag_base >> kSeqShift) & 0xFFFF;
   mine.count = call.count;
@@ -378,11 +456,25 @@ absl::Status Communicator::CheckFingerprints(const Call& call, const CallContext
     std::memcpy(&other, theirs.data() + peer * sizeof(Fingerprint), sizeof(other));
     if (!(other == mine)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("mismatched collective calls: rank ", rank(), " called ", mine.ToString(),
-                       " but rank ", peer, " called ", other.ToString()));
+          absl::StrCat("mismatched collective calls (full check): rank ", rank(), " called ",
+                       mine.ToString(), " but rank ", peer, " called ", other.ToString()));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Communicator::ExecuteWithHello(const Call& call, const CallContext& ctx) {
+  const RootedHello hello = HelloOf(call.kind, call.root, rank(), size());
+  if (!hello.send && !hello.receive) return Execute(call, ctx);
+  absl::StatusOr<Request> posted =
+      hello.send ? collectives_internal::PostSend(ctx, kHelloStep, hello.peer, ConstBufferView())
+                 : collectives_internal::PostRecv(ctx, kHelloStep, hello.peer, BufferView());
+  LOOM_RETURN_IF_ERROR(posted.status());
+  const absl::Status executed = Execute(call, ctx);
+  // After a failure the hello is not waited for: a past deadline withdraws it.
+  const absl::Status waited =
+      ctx.transport->Wait({*posted}, executed.ok() ? ctx.deadline : absl::InfinitePast());
+  return executed.ok() ? waited : executed;
 }
 
 absl::Status Communicator::Execute(const Call& call, const CallContext& ctx) {

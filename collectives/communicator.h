@@ -19,12 +19,19 @@
 //
 // Semantics worth knowing:
 // - Every rank of the group makes the same calls in the same order with the same
-//   kind, dtype, count, op and root. A mismatch never moves data silently: the
-//   call's tag carries its sequence number and a hash of its arguments, so
-//   mismatched calls do not match and fail at their deadline (or at once, as
-//   FailedPrecondition, when their sizes differ). With `check = kFull` every call
-//   first exchanges its full fingerprint and a mismatch is FailedPrecondition on
-//   every rank showing both sides.
+//   kind, dtype, count, op and root. A mismatch never moves data silently, and
+//   fails at once: the call's tag carries its sequence number and every message
+//   its stamp (kind, dtype, count, op, root, algorithm; transport.h "Stamps"), so
+//   the first message that reaches a peer in another call fails both sides with
+//   FailedPrecondition "mismatched collective calls: rank 0 called call #7
+//   all_reduce(f32, count=64, sum, direct) but rank 1 called call #7
+//   broadcast(...)". With 2 ranks both fail so; with more, the ranks that meet
+//   the mismatch do, and the communicator then aborts its transport, so the
+//   others fail at once too where they wait on one of them. Like any failure mid-call,
+//   it leaves the communicator broken. Exceptions: NCCL's transport carries no
+//   stamps, and kNative runs the transport's own collectives. With `check = kFull`
+//   every call first exchanges its full fingerprint, so a mismatch is found before
+//   any message moves and the communicator stays usable (one round trip per call).
 // - f16 and bf16 reductions are computed in f32 (partial sums travel as f32) and
 //   rounded to 16 bits once, at the end. kAvg divides the sum once, at the end
 //   (integers truncate toward zero, as NCCL does).
@@ -81,8 +88,9 @@ struct CommunicatorOptions {
   absl::Duration timeout = absl::Minutes(5);
   // Rank-order reductions: bitwise-reproducible results (see the header comment).
   bool deterministic = false;
-  // kSequence: the always-on check (sequence number and argument hash in every
-  // tag). kFull: also exchange and compare full fingerprints before every call.
+  // kSequence: the always-on check (sequence number in every tag, the call's
+  // arguments in every message's stamp). kFull: also exchange and compare full
+  // fingerprints before every call, so a mismatch leaves the communicator usable.
   enum class Check : uint8_t { kSequence, kFull };
   Check check = Check::kSequence;
   // Node layout for the hierarchical algorithm and the cost model: ranks
@@ -224,6 +232,8 @@ class Communicator {
   Communicator(std::shared_ptr<Transport> transport, CommunicatorOptions options, uint64_t id);
   absl::Status Run(Call& call);
   absl::Status Execute(const Call& call, const collectives_internal::CallContext& ctx);
+  // ExecuteWithHello: Execute, with the rooted calls' extra message (communicator.cc).
+  absl::Status ExecuteWithHello(const Call& call, const collectives_internal::CallContext& ctx);
   absl::Status CheckFingerprints(const Call& call, const collectives_internal::CallContext& ctx);
   absl::Status ExecuteReduction(const Call& call, const collectives_internal::CallContext& ctx);
   absl::Status ExecuteDeterministic(const Call& call, Algorithm algorithm,

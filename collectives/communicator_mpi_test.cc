@@ -15,6 +15,7 @@
 #include "collectives/calibration.h"
 #include "collectives/communicator.h"
 #include "collectives/internal/communicator_suite.h"
+#include "collectives/internal/mismatch_suite.h"
 #include "collectives/transport/mpi/mpi_harness.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/node_shm.h"
@@ -67,6 +68,14 @@ TEST_P(MpiCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
     return collectives_internal::CheckEveryAlgorithmAndCount(*comm, kind, native);
   });
   for (int r = 0; r < world; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
+}
+
+// Every pair of 14 calls of equal size on 2 of the job's processes (a fresh endpoint
+// each): both fail at once (well under a second; the deadline is 60 s), each naming
+// both calls.
+TEST(MpiMismatchTest, EveryMismatchFailsAtOnceOnBothRanksNamingBothCalls) {
+  MpiHarness harness;
+  EXPECT_THAT(collectives_internal::CheckEveryMismatchFailsAtOnce(harness), IsOk());
 }
 
 std::vector<Case> Cases() {

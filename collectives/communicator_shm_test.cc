@@ -19,6 +19,7 @@
 #include "collectives/communicator.h"
 #include "collectives/internal/algorithm_testing.h"
 #include "collectives/internal/communicator_suite.h"
+#include "collectives/internal/mismatch_suite.h"
 #include "collectives/transport/shm/internal/shared_regions.h"
 #include "collectives/transport/shm/shm_harness.h"
 #include "core/status_macros.h"
@@ -75,6 +76,14 @@ INSTANTIATE_TEST_SUITE_P(
 // refuses pidfd_getfd, as counted CMA fallbacks). Mixed: every other rank passes
 // ordinary memory, and everything still matches. A split communicator allocates from
 // the same endpoint.
+// Every pair of 14 calls of equal size on 2 processes (a fresh pair each): both
+// fail at once (well under a second; the deadline is 60 s), each naming both calls.
+TEST(ShmMismatchTest, EveryMismatchFailsAtOnceOnBothRanksNamingBothCalls) {
+  ShmHarness harness;
+  EXPECT_THAT(collectives_internal::CheckEveryMismatchFailsAtOnce(harness), IsOk());
+  EXPECT_THAT(harness.last_leftovers(), ::testing::IsEmpty());
+}
+
 TEST(ShmAllocatedBufferTest, CollectivesOverAllocatedBuffersAreMappedAndCorrect) {
   for (int world : {2, 3}) {
     for (bool mixed : {false, true}) {

@@ -19,7 +19,9 @@
 #include "collectives/algorithm_registry.h"
 #include "collectives/internal/algorithm_testing.h"
 #include "collectives/internal/communicator_suite.h"
+#include "collectives/internal/mismatch_suite.h"
 #include "collectives/reduce/reduce_kernels.h"
+#include "collectives/transport/inproc/inproc_harness.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
@@ -461,24 +463,11 @@ TEST(FingerprintTest, FullCheckReportsBothSidesAndKeepsTheCommunicator) {
   EXPECT_THAT(results[1].message(), HasSubstr("broadcast(f32, count=5, root=0"));
 }
 
-TEST(FingerprintTest, SequenceCheckNeverMixesMismatchedCalls) {
-  CommunicatorOptions options;
-  options.timeout = absl::Milliseconds(500);
-  const absl::Time start = absl::Now();
-  const std::vector<absl::Status> results = RunRanks(2, [&](Communicator& comm) -> absl::Status {
-    std::vector<float> data(64, 1.0f + comm.rank());
-    return comm.AllReduce(absl::MakeSpan(data), comm.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax);
-  }, options);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  for (int r = 0; r < 2; ++r) {
-    // The first rank to time out aborts its endpoint, so the other may see that
-    // (Unavailable) before its own deadline.
-    EXPECT_THAT(results[r].code(), ::testing::AnyOf(absl::StatusCode::kDeadlineExceeded,
-                                                    absl::StatusCode::kUnavailable))
-        << results[r];
-    EXPECT_THAT(results[r].message(), HasSubstr("flight recorder")) << r;
-    EXPECT_THAT(results[r].message(), HasSubstr("#0 all_reduce f32 x64"));
-  }
+// Every pair of 14 calls of equal size on 2 thread ranks: both fail at once (well
+// under a second; the deadline is 60 s), each naming both calls.
+TEST(FingerprintTest, EveryMismatchFailsAtOnceOnBothRanksNamingBothCalls) {
+  std::unique_ptr<TransportHarness> harness = MakeInprocHarness();
+  EXPECT_THAT(collectives_internal::CheckEveryMismatchFailsAtOnce(*harness), IsOk());
 }
 
 TEST(FailureTest, AMissingRankTimesOutNamingItAndBreaksTheCommunicator) {

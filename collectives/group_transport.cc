@@ -48,15 +48,17 @@ absl::StatusOr<int> GroupTransport::MapPeer(int peer) const {
   return ranks_[peer];
 }
 
-absl::StatusOr<Request> GroupTransport::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+absl::StatusOr<Request> GroupTransport::PostSend(int peer, Tag tag,
+                                                 absl::Span<const std::byte> data,
+                                                 const Stamp& stamp) {
   LOOM_ASSIGN_OR_RETURN(const int parent_peer, MapPeer(peer));
-  return parent_->Send(parent_peer, tag, data);
+  return parent_->PostSend(parent_peer, tag, data, stamp);
 }
 
-absl::StatusOr<Request> GroupTransport::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                                    Combiner combiner) {
+absl::StatusOr<Request> GroupTransport::PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                                 Combiner combiner, const Stamp& stamp) {
   LOOM_ASSIGN_OR_RETURN(const int parent_peer, MapPeer(peer));
-  return parent_->RecvCombine(parent_peer, tag, data, combiner);
+  return parent_->PostRecv(parent_peer, tag, data, combiner, stamp);
 }
 
 absl::Status GroupTransport::Wait(absl::Span<const Request> requests, absl::Time deadline) {

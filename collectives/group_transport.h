@@ -38,9 +38,10 @@ class GroupTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
   std::string name() const override;
-  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
-  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                      Combiner combiner) override;
+  absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                   const Stamp& stamp) override;
+  absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                   Combiner combiner, const Stamp& stamp) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   // Abort aborts the shared parent endpoint, and so every view of it.
   void Abort(const absl::Status& reason) override;

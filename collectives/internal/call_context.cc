@@ -43,14 +43,14 @@ absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer
                                  ConstBufferView data) {
   const absl::Span<const std::byte> bytes = data.bytes();
   if (ctx.counters != nullptr) CallCounters::Add(ctx.counters->bytes_sent, bytes.size());
-  return ctx.transport->Send(peer, ctx.StepTag(step), bytes);
+  return ctx.transport->PostSend(peer, ctx.StepTag(step), bytes, ctx.stamp);
 }
 
 absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer,
                                  BufferView data) {
   const absl::Span<std::byte> bytes = data.bytes();
   if (ctx.counters != nullptr) CallCounters::Add(ctx.counters->bytes_received, bytes.size());
-  return ctx.transport->Recv(peer, ctx.StepTag(step), bytes);
+  return ctx.transport->PostRecv(peer, ctx.StepTag(step), bytes, Combiner{}, ctx.stamp);
 }
 
 absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer, BufferView data,
@@ -65,7 +65,7 @@ absl::StatusOr<Request> PostRecv(const CallContext& ctx, uint32_t step, int peer
   combiner.lands_in_place =
       mine.empty() || data.empty() || mine.data() + mine.size_bytes() <= begin ||
       begin + data.size_bytes() <= mine.data();
-  return ctx.transport->RecvCombine(peer, ctx.StepTag(step), bytes, combiner);
+  return ctx.transport->PostRecv(peer, ctx.StepTag(step), bytes, combiner, ctx.stamp);
 }
 
 void Delivery::Apply(const void* state, std::byte* dst, const std::byte* src, size_t offset,

@@ -117,6 +117,9 @@ struct CallContext {
   CallCounters* counters = nullptr;
   // Tags of this call are tag_base + step, step < kMaxSteps.
   Tag tag_base = 0;
+  // The call's stamp: every message of the call carries it, so a peer in another
+  // call fails at once instead of waiting (transport.h, "Stamps"). Unstamped: none.
+  Stamp stamp;
   absl::Time deadline = absl::InfiniteFuture();
   // Large messages are cut into chunks of about this many bytes, so that sending
   // one chunk overlaps reducing the previous one and a chunk stays in cache

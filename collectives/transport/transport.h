@@ -64,6 +64,18 @@
 // else (matching, sizes, completion, failure) is as for Recv; when a receive fails
 // midway, the pieces already combined may have been written.
 //
+// Stamps. A send or receive may carry a Stamp: a scope (which call of its user it
+// belongs to; 0 for none, the default) and two words naming that call (the
+// Communicator's fingerprint: kind, dtype, count, op, root). A message and a receive
+// of the same peers whose stamps share a nonzero scope must agree on the words; where
+// they differ the two pair up even when their tags differ, and the pairing fails like
+// a size mismatch: the receive at once with FailedPrecondition (StampMismatchError,
+// carrying both stamps; StampMismatchOf reads them back), and so does the send unless
+// it had already completed as buffered. So two ranks that disagree on a call fail as
+// soon as either side's first message reaches a receive the other has posted, instead
+// of waiting on tags that never match. Unstamped messages (scope 0) are matched by
+// tag alone, as before.
+//
 // Failure. Abort(reason) fails every pending and later request of this endpoint with
 // `reason` (code Aborted unless `reason` says otherwise) and, where the backend can,
 // the requests of the peers that are waiting on it. A peer that is gone is reported
@@ -79,6 +91,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +106,26 @@ namespace loom {
 
 // A Tag separates independent message streams between the same two ranks.
 using Tag = uint64_t;
+
+// Stamp: the call a message belongs to (see "Stamps" in the contract). Scope 0 is
+// unstamped.
+struct Stamp {
+  uint64_t scope = 0;
+  uint64_t words[2] = {0, 0};
+
+  bool stamped() const { return scope != 0; }
+  // ConflictsWith: both stamped with one scope, but naming different calls.
+  bool ConflictsWith(const Stamp& other) const {
+    return scope != 0 && scope == other.scope &&
+           (words[0] != other.words[0] || words[1] != other.words[1]);
+  }
+};
+
+// Pairs says whether a message (tag, stamp) and a posted receive (tag, stamp) of the
+// same peers meet: equal tags, or conflicting stamps (which then fail, see above).
+inline bool Pairs(Tag message_tag, const Stamp& message, Tag receive_tag, const Stamp& receive) {
+  return message_tag == receive_tag || message.ConflictsWith(receive);
+}
 
 // A Request names one posted send or receive of an endpoint.
 struct Request {
@@ -131,19 +164,29 @@ class Transport {
   // name returns the backend's name ("inproc", "shm", ...), for logs and errors.
   virtual std::string name() const = 0;
 
-  // Send posts a send of `data` to `peer` with `tag`. InvalidArgument for a peer
-  // outside [0, size()); the abort status after Abort.
-  virtual absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) = 0;
-
-  // Recv posts a receive into `data` from `peer` with `tag`. Errors as Send.
-  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) {
-    return RecvCombine(peer, tag, data, Combiner{});
+  // Send posts a send of `data` to `peer` with `tag`, unstamped. InvalidArgument
+  // for a peer outside [0, size()); the abort status after Abort.
+  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+    return PostSend(peer, tag, data, Stamp{});
   }
 
-  // RecvCombine posts a receive that writes `data` through `combiner`; see the
-  // contract. A default Combiner makes it Recv. Errors as Send.
-  virtual absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                              Combiner combiner) = 0;
+  // Recv posts an unstamped receive into `data` from `peer` with `tag`. Errors as Send.
+  absl::StatusOr<Request> Recv(int peer, Tag tag, absl::Span<std::byte> data) {
+    return PostRecv(peer, tag, data, Combiner{}, Stamp{});
+  }
+
+  // RecvCombine posts an unstamped receive that writes `data` through `combiner`;
+  // see the contract. A default Combiner makes it Recv. Errors as Send.
+  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
+                                      Combiner combiner) {
+    return PostRecv(peer, tag, data, combiner, Stamp{});
+  }
+
+  // PostSend and PostRecv are Send and RecvCombine with a stamp (see "Stamps").
+  virtual absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                           const Stamp& stamp) = 0;
+  virtual absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                           Combiner combiner, const Stamp& stamp) = 0;
 
   // Wait waits for all `requests` until `deadline`. Returns OK when all completed;
   // otherwise the first error (FailedPrecondition for a size mismatch,
@@ -177,6 +220,22 @@ inline void Combiner::Apply(std::byte* dst, const std::byte* src, size_t offset,
     fn(state, dst, src, offset, bytes);
   }
 }
+
+// StampMismatch: what a stamp mismatch error carries.
+struct StampMismatch {
+  int sender = 0;    // The message's source rank,
+  int receiver = 0;  // its destination,
+  Tag tag = 0;       // and the tag it was sent with.
+  Stamp sent;        // The message's stamp,
+  Stamp expected;    // and that of the receive it met.
+};
+
+// StampMismatchError: the FailedPrecondition both sides of a stamp mismatch report,
+// with `mismatch` attached (read it back with StampMismatchOf).
+absl::Status StampMismatchError(const std::string& backend, const StampMismatch& mismatch);
+
+// StampMismatchOf returns what a StampMismatchError carries; nullopt for any other status.
+std::optional<StampMismatch> StampMismatchOf(const absl::Status& status);
 
 // AsBytes / AsWritableBytes view a typed span as the bytes a Transport moves.
 template <typename T>

@@ -289,6 +289,81 @@ TEST_P(TransportConformanceTest, SmallSizeMismatchFailsTheReceive) {
 
 // A receive nobody sends times out with DeadlineExceeded naming the peer, on time;
 // a send posted after that deadline finds no receiver and times out in turn.
+// Stamps (transport.h): a message and a receive of one scope whose words differ pair
+// up although their tags differ, and fail as a mismatch carrying both stamps: the
+// receive at once, and a large send too (small ones may have completed as buffered).
+// Same words, or another scope, or no stamp: matched by tag alone, as always.
+TEST_P(TransportConformanceTest, ConflictingStampsFailBothSidesAtOnce) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks";
+  const Stamp mine{7, {1, 2}};
+  const Stamp theirs{7, {1, 3}};
+  for (const size_t bytes : {size_t{64}, size_t{1} << 20}) {
+    const absl::Time start = absl::Now();
+    const std::vector<absl::Status> results = RunEach([&](Transport& t) -> absl::Status {
+      if (t.rank() > 1) return absl::OkStatus();
+      std::vector<std::byte> buffer(bytes);
+      // Different tags as well: only the stamps can pair them.
+      LOOM_ASSIGN_OR_RETURN(Request r, t.rank() == 0
+                                           ? t.PostSend(1, 11, AsBytes(buffer), theirs)
+                                           : t.PostRecv(0, 12, AsWritableBytes(buffer),
+                                                        Combiner{}, mine));
+      const absl::Status status = t.Wait({r}, transport_conformance::Soon());
+      if (t.rank() == 0 && bytes < 4096 && status.ok()) return status;  // Buffered.
+      const std::optional<StampMismatch> mismatch = StampMismatchOf(status);
+      if (!mismatch.has_value()) {
+        return absl::InternalError(absl::StrCat("no stamp mismatch: ", status.ToString()));
+      }
+      if (mismatch->sender != 0 || mismatch->receiver != 1 || mismatch->tag != 11 ||
+          mismatch->sent.words[1] != 3 || mismatch->expected.words[1] != 2) {
+        return absl::InternalError(absl::StrCat("wrong mismatch record: ", status.ToString()));
+      }
+      return status;
+    });
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << bytes;
+    EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     ::testing::HasSubstr("mismatched calls")))
+        << bytes;
+    if (bytes >= 4096) {
+      EXPECT_EQ(results[0].code(), absl::StatusCode::kFailedPrecondition) << results[0];
+    } else {
+      EXPECT_THAT(results[0].code(), ::testing::AnyOf(absl::StatusCode::kOk,
+                                                      absl::StatusCode::kFailedPrecondition))
+          << results[0];
+    }
+  }
+}
+
+TEST_P(TransportConformanceTest, AgreeingOrUnrelatedStampsMatchByTag) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
+    if (t.rank() > 1) return absl::OkStatus();
+    const int peer = 1 - t.rank();
+    // Tag 21: equal stamps. Tag 22: other scopes (5 and 6). Tag 23: one side unstamped.
+    // Posted in an order that puts a differently tagged message first each time.
+    const Stamp a{5, {9, 9}};
+    const Stamp b{6, {8, 8}};
+    std::vector<std::byte> out(32, std::byte{static_cast<unsigned char>(t.rank() + 1)});
+    std::vector<std::byte> in21(32), in22(32), in23(32);
+    std::vector<Request> requests;
+    LOOM_ASSIGN_OR_RETURN(Request s23, t.Send(peer, 23, AsBytes(out)));
+    LOOM_ASSIGN_OR_RETURN(Request s22, t.PostSend(peer, 22, AsBytes(out), t.rank() == 0 ? a : b));
+    LOOM_ASSIGN_OR_RETURN(Request s21, t.PostSend(peer, 21, AsBytes(out), a));
+    LOOM_ASSIGN_OR_RETURN(Request r21,
+                          t.PostRecv(peer, 21, AsWritableBytes(in21), Combiner{}, a));
+    LOOM_ASSIGN_OR_RETURN(Request r22, t.PostRecv(peer, 22, AsWritableBytes(in22), Combiner{},
+                                                  t.rank() == 0 ? b : a));
+    LOOM_ASSIGN_OR_RETURN(Request r23,
+                          t.PostRecv(peer, 23, AsWritableBytes(in23), Combiner{}, a));
+    LOOM_RETURN_IF_ERROR(t.Wait({s21, s22, s23, r21, r22, r23}, transport_conformance::Soon()));
+    const std::vector<std::byte> expected(32, std::byte{static_cast<unsigned char>(peer + 1)});
+    if (in21 != expected || in22 != expected || in23 != expected) {
+      return absl::InternalError("a stamped message delivered the wrong bytes");
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
+}
+
 TEST_P(TransportConformanceTest, UnmatchedReceiveTimesOutNamingThePeer) {
   if (world() < 2) GTEST_SKIP() << "needs two ranks";
   const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {

@@ -39,6 +39,7 @@ struct Op {
   std::byte* recv_data = nullptr;
   size_t bytes = 0;
   Combiner combiner;  // Receives: how the bytes are written.
+  Stamp stamp;
 
   std::atomic<bool> done{false};
   std::mutex mu;
@@ -131,6 +132,13 @@ namespace {
 
 // Deliver copies (or combines) a matched message and completes both sides.
 void Deliver(Op& send, Op& recv) {
+  if (send.stamp.ConflictsWith(recv.stamp)) {
+    const absl::Status mismatch = StampMismatchError(
+        "inproc", StampMismatch{send.src, send.dst, send.tag, send.stamp, recv.stamp});
+    recv.Finish(mismatch);
+    send.Finish(mismatch);
+    return;
+  }
   if (send.bytes != recv.bytes) {
     const absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
         "rank ", send.src, " sent ", send.bytes, " bytes with tag ", send.tag, " to rank ",
@@ -161,8 +169,10 @@ class InprocTransport final : public Transport {
   int size() const override { return group_->size(); }
   std::string name() const override { return "inproc"; }
 
-  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override {
+  absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                   const Stamp& stamp) override {
     auto op = std::make_shared<Op>();
+    op->stamp = stamp;
     op->is_send = true;
     op->src = rank_;
     op->dst = peer;
@@ -172,9 +182,10 @@ class InprocTransport final : public Transport {
     return Post(std::move(op));
   }
 
-  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                      Combiner combiner) override {
+  absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                   Combiner combiner, const Stamp& stamp) override {
     auto op = std::make_shared<Op>();
+    op->stamp = stamp;
     op->src = peer;
     op->dst = rank_;
     op->tag = tag;
@@ -225,7 +236,8 @@ class InprocTransport final : public Transport {
       }
       auto& others = op->is_send ? box.recvs : box.sends;
       for (auto it = others.begin(); it != others.end(); ++it) {
-        if ((*it)->src == op->src && (*it)->tag == op->tag) {  // First posted matches first.
+        // First posted matches first; conflicting stamps pair up to fail (transport.h).
+        if ((*it)->src == op->src && Pairs((*it)->tag, (*it)->stamp, op->tag, op->stamp)) {
           match = std::move(*it);
           others.erase(it);
           break;

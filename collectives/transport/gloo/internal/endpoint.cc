@@ -317,7 +317,8 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
   changed_.notify_all();
 }
 
-absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                           const Stamp& stamp) {
   if (peer < 0 || peer >= size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo rank ", rank_, ": send to peer ", peer, ", outside [0, ", size_, ")"));
@@ -328,6 +329,7 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
   op.is_send = true;
   op.peer = peer;
   op.tag = tag;
+  op.stamp = stamp;
   op.bytes = data.size();
   const uint64_t id = NewOp(std::move(op));
   Op& posted = ops_.at(id);  // std::map: stays put while other ops come and go.
@@ -338,6 +340,7 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
   Envelope envelope;
   envelope.kind = Kind::kData;
   envelope.tag = tag;
+  envelope.stamp = stamp;
   envelope.bytes = data.size();
   envelope.send_id = id;
   envelope.wants_ack = data.size() > options_.eager_bytes;
@@ -347,8 +350,8 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
   return Request{id};
 }
 
-absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                              Combiner combiner) {
+absl::StatusOr<Request> Endpoint::PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                           Combiner combiner, const Stamp& stamp) {
   if (peer < 0 || peer >= size_) {
     return absl::InvalidArgumentError(absl::StrCat("gloo rank ", rank_, ": receive from peer ",
                                                    peer, ", outside [0, ", size_, ")"));
@@ -358,6 +361,7 @@ absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std:
   Op op;
   op.peer = peer;
   op.tag = tag;
+  op.stamp = stamp;
   op.bytes = data.size();
   op.recv_data = data.data();
   op.combiner = combiner;
@@ -365,7 +369,7 @@ absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std:
   Op& posted = ops_.at(id);
   auto& arrivals = unexpected_[peer];
   for (auto it = arrivals.begin(); it != arrivals.end(); ++it) {
-    if (it->head.tag != tag) continue;
+    if (!Pairs(it->head.tag, it->head.stamp, tag, stamp)) continue;  // Conflicts pair, to fail.
     Arrival arrival = std::move(*it);
     arrivals.erase(it);
     Complete(posted, peer, arrival.head, arrival.payload);
@@ -386,6 +390,17 @@ void Endpoint::Complete(Op& op, int source, const Envelope& head,
   Envelope answer;
   answer.tag = head.tag;
   answer.send_id = head.send_id;
+  if (head.stamp.ConflictsWith(op.stamp)) {
+    if (head.wants_ack) {
+      answer.kind = Kind::kNack;
+      answer.bytes = kStampConflict;
+      answer.stamp = op.stamp;
+      Post(source, answer, {});
+    }
+    Finish(op, StampMismatchError("gloo", StampMismatch{source, rank_, head.tag, head.stamp,
+                                                        op.stamp}));
+    return;
+  }
   if (payload.size() != op.bytes) {
     if (head.wants_ack) {
       answer.kind = Kind::kNack;
@@ -415,7 +430,7 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
       auto& receives = posted_[source];
       for (auto it = receives.begin(); it != receives.end(); ++it) {
         Op& op = ops_.at(*it);
-        if (op.tag != envelope.tag) continue;
+        if (!Pairs(envelope.tag, envelope.stamp, op.tag, op.stamp)) continue;
         receives.erase(it);
         Complete(op, source, envelope, payload);
         return;
@@ -430,9 +445,14 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
       // A send that expired at its deadline was answered too late: nothing to do.
       if (it == ops_.end() || !it->second.waiting_ack || it->second.peer != source) return;
       Op& op = it->second;
-      Finish(op, envelope.kind == Kind::kAck
-                     ? absl::OkStatus()
-                     : Mismatch(rank_, op.bytes, op.tag, source, envelope.bytes));
+      if (envelope.kind == Kind::kAck) {
+        Finish(op, absl::OkStatus());
+      } else if (envelope.bytes == kStampConflict) {
+        Finish(op, StampMismatchError("gloo", StampMismatch{rank_, source, op.tag, op.stamp,
+                                                            envelope.stamp}));
+      } else {
+        Finish(op, Mismatch(rank_, op.bytes, op.tag, source, envelope.bytes));
+      }
       return;
     }
     case Kind::kWithdraw: {

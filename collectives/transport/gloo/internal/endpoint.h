@@ -67,9 +67,10 @@ class Endpoint final : public Transport {
   int size() const override { return size_; }
   std::string name() const override { return "gloo"; }
 
-  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
-  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                      Combiner combiner) override;
+  absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                   const Stamp& stamp) override;
+  absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                   Combiner combiner, const Stamp& stamp) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
 
@@ -78,6 +79,7 @@ class Endpoint final : public Transport {
     bool is_send = false;
     int peer = 0;
     Tag tag = 0;
+    Stamp stamp;
     size_t bytes = 0;
     std::byte* recv_data = nullptr;
     Combiner combiner;

@@ -14,9 +14,9 @@ std::vector<std::byte> Encode(const Envelope& envelope, absl::Span<const std::by
                              envelope.bytes,
                              envelope.send_id,
                              envelope.wants_ack ? uint64_t{1} : uint64_t{0},
-                             0,
-                             0,
-                             0};
+                             envelope.stamp.scope,
+                             envelope.stamp.words[0],
+                             envelope.stamp.words[1]};
   static_assert(sizeof(words) == kHeadBytes);
   std::vector<std::byte> frame(FrameBytes(envelope));
   std::memcpy(frame.data(), words, kHeadBytes);
@@ -44,6 +44,9 @@ absl::StatusOr<Envelope> Decode(absl::Span<const std::byte> frame) {
   envelope.bytes = words[2];
   envelope.send_id = words[3];
   envelope.wants_ack = words[4] != 0;
+  envelope.stamp.scope = words[5];
+  envelope.stamp.words[0] = words[6];
+  envelope.stamp.words[1] = words[7];
   if (frame.size() < FrameBytes(envelope)) {
     return absl::InvalidArgumentError(absl::StrCat("gloo: a frame of ", frame.size(),
                                                    " bytes cannot hold its ", envelope.bytes,

@@ -32,7 +32,8 @@ inline constexpr size_t kFrameBytes = kHeadBytes + kInlineBytes;
 enum class Kind : uint64_t {
   kData = 1,      // tag, bytes, send_id, wants_ack; `bytes` of payload
   kAck = 2,       // send_id was matched by a receive of its size
-  kNack = 3,      // send_id was matched by a receive of `bytes` bytes (a mismatch)
+  kNack = 3,      // send_id was matched by a receive of `bytes` bytes (a mismatch), or
+                  // by one stamped `stamp` (bytes = kStampConflict)
   kWithdraw = 4,  // the sender gave send_id up at its deadline: drop it if unmatched
   kAbort = 5,     // the sender aborted; `bytes` of reason text
   kBeat = 6,      // a heartbeat, for idle times (any frame from a peer counts as one)
@@ -45,12 +46,16 @@ struct Envelope {
   uint64_t bytes = 0;
   uint64_t send_id = 0;
   bool wants_ack = false;
+  Stamp stamp;  // kData: the message's (transport.h); kNack: the receive's.
 
   // HasPayload: whether `bytes` bytes of payload belong to this envelope.
   bool HasPayload() const { return (kind == Kind::kData || kind == Kind::kAbort) && bytes > 0; }
   // PayloadInline: the payload rides in the frame (else it follows on its own).
   bool PayloadInline() const { return HasPayload() && bytes <= kInlineBytes; }
 };
+
+// A kNack's `bytes` when the stamps conflicted rather than the sizes.
+inline constexpr uint64_t kStampConflict = ~uint64_t{0};
 
 // FrameBytes: the length of `envelope`'s frame on the wire, head and inline payload.
 inline size_t FrameBytes(const Envelope& envelope) {

@@ -195,7 +195,8 @@ void Endpoint::SendBeats() {
 
 // --- Posting -----------------------------------------------------------------------
 
-absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                           const Stamp& stamp) {
   std::lock_guard<std::mutex> lock(MpiLock());
   if (peer < 0 || peer >= size_) {
     return absl::InvalidArgumentError(
@@ -207,6 +208,7 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
   op.is_send = true;
   op.peer = peer;
   op.tag = tag;
+  op.stamp = stamp;
   op.bytes = data.size();
   op.send_data = data.data();
   const uint64_t id = NewOp(std::move(op));
@@ -217,6 +219,7 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
     Envelope envelope;
     envelope.kind = Kind::kEager;
     envelope.tag = tag;
+    envelope.stamp = stamp;
     envelope.bytes = data.size();
     const absl::Status sent = PostControl(peer, envelope, data);
     if (!sent.ok()) {
@@ -228,6 +231,7 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
     Envelope envelope;
     envelope.kind = Kind::kRts;
     envelope.tag = tag;
+    envelope.stamp = stamp;
     envelope.bytes = data.size();
     envelope.send_id = id;
     const absl::Status sent = PostControl(peer, envelope);
@@ -240,8 +244,8 @@ absl::StatusOr<Request> Endpoint::Send(int peer, Tag tag, absl::Span<const std::
   return Request{id};
 }
 
-absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                              Combiner combiner) {
+absl::StatusOr<Request> Endpoint::PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                           Combiner combiner, const Stamp& stamp) {
   std::lock_guard<std::mutex> lock(MpiLock());
   if (peer < 0 || peer >= size_) {
     return absl::InvalidArgumentError(absl::StrCat("mpi rank ", rank_, ": receive from peer ",
@@ -252,6 +256,7 @@ absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std:
   Op op;
   op.peer = peer;
   op.tag = tag;
+  op.stamp = stamp;
   op.bytes = data.size();
   op.recv_data = data.data();
   op.combiner = combiner;
@@ -263,7 +268,7 @@ absl::StatusOr<Request> Endpoint::RecvCombine(int peer, Tag tag, absl::Span<std:
   }
   auto& arrivals = unexpected_[peer];
   for (auto it = arrivals.begin(); it != arrivals.end(); ++it) {
-    if (it->tag != tag) continue;
+    if (!Pairs(it->tag, it->stamp, tag, stamp)) continue;  // Conflicts pair, to fail.
     Arrival arrival = std::move(*it);
     arrivals.erase(it);
     const absl::Status matched = Match(id, posted, arrival);
@@ -357,6 +362,19 @@ void Endpoint::GiveBuffer(std::unique_ptr<std::vector<std::byte>> buffer) {
 // --- Matching ----------------------------------------------------------------------
 
 absl::Status Endpoint::Match(uint64_t id, Op& op, Arrival& arrival) {
+  if (arrival.stamp.ConflictsWith(op.stamp)) {
+    Finish(op, StampMismatchError("mpi", StampMismatch{op.peer, rank_, arrival.tag, arrival.stamp,
+                                                       op.stamp}));
+    if (arrival.kind != Kind::kRts) return absl::OkStatus();
+    // Tell the sender, as for a size mismatch, with this receive's stamp.
+    Envelope answer;
+    answer.kind = Kind::kNack;
+    answer.tag = arrival.tag;
+    answer.send_id = arrival.send_id;
+    answer.bytes = kStampConflict;
+    answer.stamp = op.stamp;
+    return PostControl(op.peer, answer);
+  }
   if (arrival.kind == Kind::kRts) return StartTransfer(id, op, arrival.send_id, arrival.bytes);
   if (arrival.bytes != op.bytes) {
     Finish(op, Mismatch(op.peer, arrival.bytes, op.tag, rank_, op.bytes));
@@ -534,15 +552,18 @@ absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> me
       Arrival arrival;
       arrival.kind = envelope.kind;
       arrival.tag = envelope.tag;
+      arrival.stamp = envelope.stamp;
       arrival.bytes = envelope.bytes;
       arrival.send_id = envelope.send_id;
       auto& receives = posted_[source];
       for (auto it = receives.begin(); it != receives.end(); ++it) {
         Op& op = ops_.at(*it);
-        if (op.tag != envelope.tag) continue;
+        if (!Pairs(envelope.tag, envelope.stamp, op.tag, op.stamp)) continue;
         const uint64_t id = *it;
         receives.erase(it);
-        if (arrival.kind == Kind::kRts) return Match(id, op, arrival);
+        if (arrival.kind == Kind::kRts || arrival.stamp.ConflictsWith(op.stamp)) {
+          return Match(id, op, arrival);
+        }
         // Eager: combine straight from the received message.
         if (envelope.bytes != op.bytes) {
           Finish(op, Mismatch(source, envelope.bytes, op.tag, rank_, op.bytes));
@@ -579,7 +600,10 @@ absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> me
       auto it = ops_.find(envelope.send_id);
       if (it == ops_.end() || it->second.state != State::kAwaitingClear) return absl::OkStatus();
       Op& op = it->second;
-      Finish(op, Mismatch(rank_, op.bytes, op.tag, source, envelope.bytes));
+      Finish(op, envelope.bytes == kStampConflict
+                     ? StampMismatchError("mpi", StampMismatch{rank_, source, op.tag, op.stamp,
+                                                               envelope.stamp})
+                     : Mismatch(rank_, op.bytes, op.tag, source, envelope.bytes));
       return absl::OkStatus();
     }
     case Kind::kWithdraw: {

@@ -55,9 +55,10 @@ class Endpoint final : public Transport {
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
 
-  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
-  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                      Combiner combiner) override;
+  absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                   const Stamp& stamp) override;
+  absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                   Combiner combiner, const Stamp& stamp) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
   NativeCollectives* native() override { return native_.get(); }
@@ -69,6 +70,7 @@ class Endpoint final : public Transport {
     bool is_send = false;
     int peer = 0;
     Tag tag = 0;
+    Stamp stamp;
     size_t bytes = 0;
     const std::byte* send_data = nullptr;
     std::byte* recv_data = nullptr;
@@ -103,6 +105,7 @@ class Endpoint final : public Transport {
   struct Arrival {
     Kind kind = Kind::kEager;
     Tag tag = 0;
+    Stamp stamp;
     uint64_t bytes = 0;
     uint64_t send_id = 0;
     std::vector<std::byte> payload;

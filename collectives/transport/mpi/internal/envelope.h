@@ -20,7 +20,8 @@ enum class Kind : uint64_t {
   kEager = 1,     // tag, bytes; the payload follows
   kRts = 2,       // request to send: tag, bytes, send_id
   kCts = 3,       // clear to send: send_id, data_tag (first data tag counter), piece
-  kNack = 4,      // size mismatch: send_id, tag, bytes = the receive's size
+  kNack = 4,      // mismatch: send_id, tag, bytes = the receive's size, or
+                  // kStampConflict with stamp = the receive's
   kWithdraw = 5,  // the sender withdrew send_id (tag, bytes) at its deadline
   kAbort = 6,     // the sender aborted; the reason's message follows
   kBeat = 7,      // the sender is alive (its beat thread sends one every interval)
@@ -37,11 +38,15 @@ struct Envelope {
   uint64_t send_id = 0;
   uint64_t data_tag = 0;
   uint64_t piece = 0;
+  Stamp stamp;  // kEager, kRts: the message's (transport.h); kNack: the receive's.
 };
 
-// Eight words (the last reserved): an eager payload after it starts 16-byte aligned
-// in a freshly allocated buffer, as the Combiner contract asks.
-inline constexpr size_t kEnvelopeBytes = 8 * sizeof(uint64_t);
+// A kNack's `bytes` when the stamps conflicted rather than the sizes.
+inline constexpr uint64_t kStampConflict = ~uint64_t{0};
+
+// Twelve words (the last two reserved): an eager payload after it starts 16-byte
+// aligned in a freshly allocated buffer, as the Combiner contract asks.
+inline constexpr size_t kEnvelopeBytes = 12 * sizeof(uint64_t);
 
 // Encode writes `envelope` and then `payload` into `out` (resized to fit).
 void Encode(const Envelope& envelope, absl::Span<const std::byte> payload,

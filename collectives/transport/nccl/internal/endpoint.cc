@@ -47,13 +47,15 @@ std::string NcclEndpoint::Describe(const Op& op) const {
                       ", ", op.bytes, " bytes)");
 }
 
-absl::StatusOr<Request> NcclEndpoint::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+absl::StatusOr<Request> NcclEndpoint::PostSend(int peer, Tag tag,
+                                               absl::Span<const std::byte> data,
+                                               const Stamp& /*stamp*/) {
   // NCCL reads a send buffer only; the Op type keeps one pointer type for both.
   return Post(/*send=*/true, peer, tag, const_cast<std::byte*>(data.data()), data.size());
 }
 
-absl::StatusOr<Request> NcclEndpoint::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                                  Combiner combiner) {
+absl::StatusOr<Request> NcclEndpoint::PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                               Combiner combiner, const Stamp& /*stamp*/) {
   if (!combiner.copies()) {
     return absl::UnimplementedError(absl::StrCat(
         "nccl rank ", rank(), ": receive from rank ", peer, " (tag ", tag,

@@ -32,9 +32,12 @@ class NcclEndpoint final : public Transport {
   int size() const override { return comm_->size(); }
   std::string name() const override { return "nccl"; }
 
-  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
-  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                      Combiner combiner) override;
+  // Stamps are accepted but not compared (transport.h "Stamps"): NCCL's point-to-point
+  // carries no header of Loom's, and matching is by posting order per peer.
+  absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                   const Stamp& stamp) override;
+  absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                   Combiner combiner, const Stamp& stamp) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
   // NCCL moves device memory: host buffers are not for it (core/gpu's DeviceBuffer

@@ -121,7 +121,8 @@ absl::Status ShmEndpoint::PostableError(int peer) {
   return links_[peer].failure;
 }
 
-absl::StatusOr<Request> ShmEndpoint::Send(int peer, Tag tag, absl::Span<const std::byte> data) {
+absl::StatusOr<Request> ShmEndpoint::PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                              const Stamp& stamp) {
   const absl::Status postable = CheckPostable(peer);
   if (!postable.ok()) return postable;
   const auto [request, op] = requests_.Add();
@@ -129,6 +130,7 @@ absl::StatusOr<Request> ShmEndpoint::Send(int peer, Tag tag, absl::Span<const st
   op->self = rank_;
   op->peer = peer;
   op->tag = tag;
+  op->stamp = stamp;
   op->send_data = data.data();
   op->bytes = data.size();
   // A peer asleep on this message is rung from the next Progress (in Wait), not
@@ -138,14 +140,15 @@ absl::StatusOr<Request> ShmEndpoint::Send(int peer, Tag tag, absl::Span<const st
   return request;
 }
 
-absl::StatusOr<Request> ShmEndpoint::RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                                 Combiner combiner) {
+absl::StatusOr<Request> ShmEndpoint::PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                              Combiner combiner, const Stamp& stamp) {
   const absl::Status postable = CheckPostable(peer);
   if (!postable.ok()) return postable;
   const auto [request, op] = requests_.Add();
   op->self = rank_;
   op->peer = peer;
   op->tag = tag;
+  op->stamp = stamp;
   op->recv_data = data.data();
   op->bytes = data.size();
   op->combiner = combiner;

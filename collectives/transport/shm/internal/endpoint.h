@@ -40,9 +40,10 @@ class ShmEndpoint final : public Transport {
   int size() const override { return world_; }
   std::string name() const override { return "shm"; }
 
-  absl::StatusOr<Request> Send(int peer, Tag tag, absl::Span<const std::byte> data) override;
-  absl::StatusOr<Request> RecvCombine(int peer, Tag tag, absl::Span<std::byte> data,
-                                      Combiner combiner) override;
+  absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                   const Stamp& stamp) override;
+  absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                   Combiner combiner, const Stamp& stamp) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   void Abort(const absl::Status& reason) override;
   // AllocateBuffer returns a SharedBuffer: peers map it and copy with memcpy.

@@ -44,7 +44,7 @@ bool Inbox::MatchFresh() {
   for (Operation* op : fresh_) {
     bool matched = false;
     for (auto it = unexpected_.begin(); !matched && it != unexpected_.end();) {
-      if (it->descriptor.tag != op->tag) {
+      if (!Pairs(it->descriptor.tag, it->descriptor.stamp, op->tag, op->stamp)) {
         ++it;
         continue;
       }
@@ -68,6 +68,7 @@ bool Inbox::DrainCells() {
     // A copy: the cell is the sender's again once the tail moves past it.
     MessageDescriptor descriptor{};
     descriptor.tag = cell->tag;
+    descriptor.stamp = cell->stamp;
     descriptor.bytes = cell->bytes;
     descriptor.kind = cell->kind;
     const std::byte* payload = channel.cell_payload(cell_tail_);
@@ -101,7 +102,8 @@ bool Inbox::DrainCells() {
 
 void Inbox::Deliver(const MessageDescriptor& descriptor, const std::byte* payload) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
-    if ((*it)->tag != descriptor.tag) continue;
+    // Conflicting stamps pair up too, to fail (transport.h).
+    if (!Pairs(descriptor.tag, descriptor.stamp, (*it)->tag, (*it)->stamp)) continue;
     // A withdrawn message is dropped and the receive stays posted for the next one.
     if (Match(*it, descriptor, payload)) posted_.erase(it);
     return;
@@ -114,6 +116,20 @@ void Inbox::Deliver(const MessageDescriptor& descriptor, const std::byte* payloa
 }
 
 bool Inbox::Match(Operation* op, const MessageDescriptor& descriptor, const std::byte* payload) {
+  if (descriptor.stamp.ConflictsWith(op->stamp)) {
+    const absl::Status mismatch = StampMismatchError(
+        "shm", StampMismatch{op->peer, op->self, descriptor.tag, descriptor.stamp, op->stamp});
+    if (descriptor.kind != PayloadKind::kEager) {
+      // Tell the sender, as for a size mismatch, with this receive's stamp.
+      SendSlot& slot = peer_.incoming.slots[descriptor.slot];
+      slot.receiver_stamp = op->stamp;
+      slot.receiver_bytes.store(kStampMismatchMarker, std::memory_order_relaxed);
+      if (!Claim(slot, descriptor, SlotState::kMismatch)) return false;
+      peer_.news = true;
+    }
+    op->Finish(mismatch);
+    return true;
+  }
   if (descriptor.kind == PayloadKind::kEager) {
     // The bytes are already this rank's (cell or unexpected copy), and the sender
     // completed when it buffered them: nothing to claim, nothing to tell it, and a

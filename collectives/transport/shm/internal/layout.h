@@ -139,8 +139,12 @@ inline uint32_t GenerationOf(uint64_t word) { return static_cast<uint32_t>(word 
 
 struct SendSlot {
   std::atomic<uint64_t> word;
-  std::atomic<uint64_t> receiver_bytes;  // Valid with kMismatch.
+  // Valid with kMismatch: the receive's size, or kStampMismatchMarker when the stamps
+  // conflicted; then receiver_stamp is the receive's (written before the state).
+  std::atomic<uint64_t> receiver_bytes;
+  Stamp receiver_stamp;
 };
+inline constexpr uint64_t kStampMismatchMarker = ~uint64_t{0};
 
 // How a message's bytes travel.
 enum class PayloadKind : uint32_t {
@@ -156,6 +160,7 @@ enum class PayloadKind : uint32_t {
 // receiver works with it (assembled from the cell, see CellHeader).
 struct MessageDescriptor {
   Tag tag;
+  Stamp stamp;
   uint64_t bytes;
   uint64_t address;  // kPull / kDirect / kMapped: the send buffer in the sender's address space.
   uint32_t slot;     // Every kind but kEager: the send's slot.
@@ -181,8 +186,10 @@ struct CellHeader {
   uint64_t bytes;
   PayloadKind kind;
   uint32_t slot;  // Large messages only.
+  Stamp stamp;
+  uint64_t reserved;  // Keeps the payload 16-byte aligned (the Combiner contract).
 };
-static_assert(sizeof(CellHeader) == 32, "a cell's first line keeps 32 payload bytes");
+static_assert(sizeof(CellHeader) == 64, "a cell's payload starts on its second line");
 
 // Where a large message's bytes are: in the payload area of its cell.
 struct CellLargeFields {

@@ -35,6 +35,7 @@ struct Operation {
   std::byte* recv_data = nullptr;
   size_t bytes = 0;
   Combiner combiner;  // Receives: how arriving bytes are written (default: copied).
+  Stamp stamp;
 
   Stage stage = Stage::kQueued;
   PayloadKind kind = PayloadKind::kEager;

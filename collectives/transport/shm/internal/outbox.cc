@@ -58,6 +58,7 @@ bool Outbox::TryPublish(Operation* op) {
   op->kind = eager ? PayloadKind::kEager : peer_.large_kind;
   CellHeader* cell = channel.cell(cell_head_);
   cell->tag = op->tag;
+  cell->stamp = op->stamp;
   cell->bytes = op->bytes;
   cell->kind = op->kind;
   if (eager) {
@@ -143,10 +144,14 @@ bool Outbox::Collect(Operation* op) {
     case SlotState::kDone:
       op->Finish(absl::OkStatus());
       return true;
-    case SlotState::kMismatch:
-      op->Finish(MismatchError(op->self, op->peer, op->tag, op->bytes,
-                               slot.receiver_bytes.load(std::memory_order_relaxed)));
+    case SlotState::kMismatch: {
+      const uint64_t receiver_bytes = slot.receiver_bytes.load(std::memory_order_relaxed);
+      op->Finish(receiver_bytes == kStampMismatchMarker
+                     ? StampMismatchError("shm", StampMismatch{op->self, op->peer, op->tag,
+                                                               op->stamp, slot.receiver_stamp})
+                     : MismatchError(op->self, op->peer, op->tag, op->bytes, receiver_bytes));
       return true;
+    }
     case SlotState::kReceiverCancelled: {
       const auto reason =
           static_cast<GiveUpReason>(slot.receiver_bytes.load(std::memory_order_relaxed));
