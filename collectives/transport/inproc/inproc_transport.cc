@@ -133,10 +133,10 @@ namespace {
 // Deliver copies (or combines) a matched message and completes both sides.
 void Deliver(Op& send, Op& recv) {
   if (send.stamp.ConflictsWith(recv.stamp)) {
-    const absl::Status mismatch = StampMismatchError(
-        "inproc", StampMismatch{send.src, send.dst, send.tag, send.stamp, recv.stamp});
-    recv.Finish(mismatch);
-    send.Finish(mismatch);
+    const StampMismatch mismatch{send.src, send.dst, send.tag, send.stamp, recv.stamp};
+    // One Status each, not one shared: see Wait on Status reps and threads.
+    recv.Finish(StampMismatchError("inproc", mismatch));
+    send.Finish(StampMismatchError("inproc", mismatch));
     return;
   }
   if (send.bytes != recv.bytes) {
@@ -209,7 +209,10 @@ class InprocTransport final : public Transport {
       std::shared_ptr<Op> op = std::move(it->second);
       requests_.erase(it);
       if (!WaitUntil(*op, deadline)) Cancel(*op, deadline);
-      if (!op->status.ok() && first_error.ok()) first_error = op->status;
+      // Moved, not copied: the peer thread may drop the last reference to `op` (its
+      // match) later, and a Status rep shared between two threads is reference
+      // counted inside the uninstrumented libabsl, where TSan cannot follow it.
+      if (!op->status.ok() && first_error.ok()) first_error = std::move(op->status);
     }
     return first_error;
   }

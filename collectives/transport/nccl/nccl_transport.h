@@ -31,6 +31,9 @@
 // ncclCommGetAsyncError until the named requests are done or the deadline passes. A
 // request completes when the whole group it was issued in has.
 //
+// Stamps (differ). Accepted and not compared: NCCL's messages carry no header of
+// Loom's, so calls that disagree are not found at once (transport.h, "Stamps").
+//
 // Matching (differs). NCCL has no tags: between two ranks, sends and receives match
 // in the order they are issued. A Wait issues its group sorted by (peer, tag,
 // posting order), so two ranks agree whenever each pair issues the same messages in
