@@ -5,10 +5,8 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <optional>
-
-#include "absl/base/const_init.h"
-#include "absl/synchronization/mutex.h"
 
 namespace loom {
 namespace shm_internal {
@@ -20,7 +18,10 @@ struct Region {
   uint64_t id;
 };
 
-absl::Mutex regions_mutex(absl::kConstInit);
+// std::mutex, not absl::Mutex: Debian's Abseil is prebuilt without ThreadSanitizer
+// annotations, so TSan cannot see absl::Mutex's ordering, and the comm worker
+// allocating scratch while the main thread allocates a gradient buffer read as a race.
+std::mutex regions_mutex;
 // By start address. A pointer to a function-local static, never destroyed, so that
 // buffers freed during static destruction still find it.
 std::map<const std::byte*, Region>& Regions() {
@@ -47,20 +48,20 @@ void CountMappedReceive(bool mapped) {
 
 uint64_t RegisterSharedRegion(const std::byte* data, size_t bytes, int fd) {
   const uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
-  absl::MutexLock lock(&regions_mutex);
+  std::lock_guard<std::mutex> lock(regions_mutex);
   Regions()[data] = Region{bytes, fd, id};
   live_regions.fetch_add(1, std::memory_order_release);
   return id;
 }
 
 void UnregisterSharedRegion(const std::byte* data) {
-  absl::MutexLock lock(&regions_mutex);
+  std::lock_guard<std::mutex> lock(regions_mutex);
   if (Regions().erase(data) > 0) live_regions.fetch_sub(1, std::memory_order_release);
 }
 
 std::optional<SharedRegionRef> FindSharedRegion(const std::byte* data, size_t bytes) {
   if (live_regions.load(std::memory_order_acquire) == 0 || data == nullptr) return std::nullopt;
-  absl::MutexLock lock(&regions_mutex);
+  std::lock_guard<std::mutex> lock(regions_mutex);
   const auto& regions = Regions();
   auto it = regions.upper_bound(data);
   if (it == regions.begin()) return std::nullopt;
