@@ -11,14 +11,7 @@
 // reproduces in scalar code. The rounding mode comes from the instruction, not MXCSR,
 // and DAZ/FTZ cannot change a result (f32 subnormals round to ±0 in f16 either way; f16
 // subnormals widen to f32 normals), so the kernels agree with ToFloat16 under -ffast-math.
-//
-// GCC 12's AVX-512 intrinsics start their "undefined" operands as self-initialised
-// variables, which -Wmaybe-uninitialized reports wherever they are inlined at -O2
-// (GCC PR 105593, fixed in GCC 13). The header has to be the first to include them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/internal/x86_intrinsics.h"  // first: see there
 
 #include <algorithm>
 #include <cstddef>

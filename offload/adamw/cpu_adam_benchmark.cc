@@ -32,13 +32,7 @@
 // whose load changes by the second, rows measured a minute apart are not comparable, but
 // variants interleaved within each iteration see the same load, and the fastest of many
 // runs is the least disturbed. The README's ratios and "% of bound" come from these.
-// GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized where inlined (GCC PR 105593);
-// the header has to be the first to include them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/internal/x86_intrinsics.h"  // first: see there
 
 #include <algorithm>
 #include <chrono>

@@ -13,10 +13,7 @@
 // f32, f16 and bf16 all compute in f32 registers (F32Math); the storage types differ
 // only in how 8 lanes are loaded and stored. f16 converts with F16C, bf16 with integer
 // shifts and rounding, both exactly as core/half.h does.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/internal/x86_intrinsics.h"  // first: see there
 
 #include <cstddef>
 #include <cstdint>

@@ -11,14 +11,7 @@
 // f32, f16 and bf16 all compute in f32 registers (F32Math); the storage types differ
 // only in how 16 lanes are loaded and stored. f16 converts with vcvtph2ps / vcvtps2ph,
 // bf16 with integer shifts and rounding, both exactly as core/half.h does.
-//
-// GCC 12's AVX-512 intrinsics start their "undefined" operands as self-initialised
-// variables, which -Wmaybe-uninitialized reports wherever they are inlined at -O2
-// (GCC PR 105593, fixed in GCC 13). The header has to be the first to include them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/internal/x86_intrinsics.h"  // first: see there
 
 #include <cstddef>
 #include <cstdint>

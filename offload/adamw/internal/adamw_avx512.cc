@@ -7,15 +7,7 @@
 // <immintrin.h>, <cstdint> and the plain internal/kernels.h and code_tables.h, and keeps
 // every helper in an anonymous namespace, so no function with external linkage is compiled
 // for AVX-512 except the three entry points.
-//
-// GCC 12's AVX-512 intrinsics start their "undefined" operands as self-initialised
-// variables, which -Wmaybe-uninitialized reports wherever they are inlined (GCC PR 105593,
-// fixed in GCC 13). The header has to be the first to include them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/internal/x86_intrinsics.h"  // first: see there
 
 #include <cstdint>
 

@@ -1,14 +1,7 @@
 // AVX-512 kernels (AVX-512F only). Only the functions marked LOOM_AVX512 are compiled for
 // AVX-512 (function-level target attributes), so this file links into binaries that must
 // run on CPUs without it; ActiveIsa() keeps those CPUs off these kernels.
-//
-// GCC 12's AVX-512 intrinsics start their "undefined" operands as self-initialised
-// variables, which -Wmaybe-uninitialized reports wherever they are inlined at -O2
-// (GCC PR 105593, fixed in GCC 13). The header has to be the first to include them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/internal/x86_intrinsics.h"  // first: see there
 
 #include <algorithm>
 #include <cstddef>
