@@ -108,7 +108,9 @@ class CrossHostCommunicatorTest
     : public ::testing::TestWithParam<std::tuple<Over, CollectiveKind>> {};
 
 TEST_P(CrossHostCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
-  const auto [over, kind] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto over = std::get<0>(GetParam());
+  const auto kind = std::get<1>(GetParam());
   const std::unique_ptr<TransportHarness> harness =
       over == Over::kGloo
           ? MakeGlooMpirunHarnessFactory(EnvOr("LOOM_TEST_STORE_BASE", EnvOr("TEST_TMPDIR", "/tmp")),

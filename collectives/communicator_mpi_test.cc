@@ -50,7 +50,11 @@ using Case = std::tuple<int, int, Inside, CollectiveKind>;
 class MpiCommunicatorTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MpiCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
-  const auto [world, per_node, inside, kind] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto world = std::get<0>(GetParam());
+  const auto per_node = std::get<1>(GetParam());
+  const auto inside = std::get<2>(GetParam());
+  const auto kind = std::get<3>(GetParam());
   ASSERT_TRUE(inside == Inside::kMpi || world == MpiWorldSize());
   MpiHarness harness;
   const std::vector<absl::Status> results = harness.Run(world, [&](Transport& t) -> absl::Status {

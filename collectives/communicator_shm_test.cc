@@ -3,6 +3,7 @@
 // collectives, the counts of the issue, in and out of place, f32 and bf16), and a
 // rank killed with SIGKILL in the middle of an all-reduce.
 #include <signal.h>
+#include <tuple>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,7 +51,9 @@ std::shared_ptr<Transport> Borrow(Transport& transport) {
 class ShmCommunicatorTest : public ::testing::TestWithParam<std::tuple<int, CollectiveKind>> {};
 
 TEST_P(ShmCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
-  const auto [world, kind] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto world = std::get<0>(GetParam());
+  const auto kind = std::get<1>(GetParam());
   ShmHarness harness;
   const std::vector<absl::Status> results = harness.Run(world, [&](Transport& t) -> absl::Status {
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(Borrow(t)));

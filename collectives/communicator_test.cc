@@ -103,7 +103,11 @@ size_t CountOf(int count_kind, int world) {
 class CollectiveTest : public ::testing::TestWithParam<CollectiveParam> {};
 
 TEST_P(CollectiveTest, MatchesTheReference) {
-  const auto [kind, algorithm, world, count_kind] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto kind = std::get<0>(GetParam());
+  const auto algorithm = std::get<1>(GetParam());
+  const auto world = std::get<2>(GetParam());
+  const auto count_kind = std::get<3>(GetParam());
   size_t count = CountOf(count_kind, world);
   // 16 ranks of all-to-all-like calls over 65537-element blocks move GBs; the
   // large counts run at up to 8 ranks there.
@@ -255,12 +259,20 @@ absl::Status ExpectCommunicatorReduction(const RankInputs& inputs, ReduceOp op, 
           T x;
           std::memcpy(&x, inputs.data[r].data() + i * sizeof(T), sizeof(T));
           double xd;
-          if constexpr (std::is_floating_point_v<T>) xd = x; else xd = ToFloat(x);
+          if constexpr (std::is_floating_point_v<T>) {
+            xd = static_cast<double>(x);
+          } else {
+            xd = static_cast<double>(ToFloat(x));
+          }
           sum += xd;
           magnitude += std::fabs(xd);
         }
         double got_d;
-        if constexpr (std::is_floating_point_v<T>) got_d = value; else got_d = ToFloat(value);
+        if constexpr (std::is_floating_point_v<T>) {
+          got_d = static_cast<double>(value);
+        } else {
+          got_d = static_cast<double>(ToFloat(value));
+        }
         // One rounding to the dtype at the end (2^-8 for bf16) plus f32 partial sums.
         const double u = sizeof(T) == 2 ? (std::is_same_v<T, BFloat16> ? 1.0 / 256 : 1.0 / 2048)
                                         : (sizeof(T) == 4 ? 0x1p-24 : 0x1p-53);
@@ -276,7 +288,10 @@ absl::Status ExpectCommunicatorReduction(const RankInputs& inputs, ReduceOp op, 
 }
 
 TEST_P(AllReduceDTypeOpTest, EveryDTypeAndOp) {
-  const auto [dtype, op, algorithm] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto dtype = std::get<0>(GetParam());
+  const auto op = std::get<1>(GetParam());
+  const auto algorithm = std::get<2>(GetParam());
   for (int world : {2, 3}) {
     const RankInputs inputs = MakeInputs(dtype, op, world, 1001, 77);
     CallOptions call;

@@ -23,11 +23,17 @@ using Param = std::tuple<std::pair<int, int>, size_t, bool>;
 class HierarchicalTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(HierarchicalTest, MatchesTheReference) {
-  const auto [layout, count, in_place] = GetParam();
-  const auto [world, per_node] = layout;
-  for (const auto& [dtype, op] : {std::pair{DType::kF32, ReduceOp::kSum},
-                                  std::pair{DType::kI32, ReduceOp::kMax},
-                                  std::pair{DType::kBF16, ReduceOp::kSum}}) {
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto layout = std::get<0>(GetParam());
+  const auto count = std::get<1>(GetParam());
+  const auto in_place = std::get<2>(GetParam());
+  const auto world = std::get<0>(layout);
+  const auto per_node = std::get<1>(layout);
+  for (const auto& dtype_op : {std::pair{DType::kF32, ReduceOp::kSum},
+                                std::pair{DType::kI32, ReduceOp::kMax},
+                                std::pair{DType::kBF16, ReduceOp::kSum}}) {
+    const DType dtype = dtype_op.first;
+    const ReduceOp op = dtype_op.second;
     const RankInputs inputs = MakeInputs(dtype, op, world, count, 31 + per_node);
     auto harness = MakeInprocHarness();
     LOOM_EXPECT_OK(AllOk(RunAlgorithmRanks(*harness, world, [&](const CallContext& base) -> absl::Status {

@@ -139,7 +139,7 @@ absl::Status CheckReduction(const RankInputs& inputs, ReduceOp op, size_t first,
     }
     const long double bound =
         world * std::ldexp(1.0L, -53) * (op == ReduceOp::kSum ? magnitude : std::fabs(exact)) +
-        std::numeric_limits<double>::min();
+        static_cast<long double>(std::numeric_limits<double>::min());
     const long double error = std::fabs(load(got, i) - exact);
     if (!(error <= bound)) {
       return absl::InternalError(

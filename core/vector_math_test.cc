@@ -65,7 +65,7 @@ TEST_P(VectorMathTest, GeluMatchesTheDoubleReference) {
   LOOM_ASSERT_OK(GeluTanh(x, absl::MakeSpan(y)));
   double worst = 0.0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double err = std::abs(static_cast<double>(y[i]) - GeluRef(x[i]));
+    const double err = std::abs(static_cast<double>(y[i]) - GeluRef(static_cast<double>(x[i])));
     worst = std::max(worst, err / (1.0 + std::abs(static_cast<double>(x[i]))));
   }
   RecordProperty("worst_relative_to_1_plus_abs_x", Format(worst));
@@ -90,7 +90,7 @@ TEST_P(VectorMathTest, GeluBackwardMatchesTheDoubleReference) {
   LOOM_ASSERT_OK(GeluTanhBackward(x, dy, absl::MakeSpan(dx)));
   double worst = 0.0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double ref = static_cast<double>(dy[i]) * GeluGradRef(x[i]);
+    const double ref = static_cast<double>(dy[i]) * GeluGradRef(static_cast<double>(x[i]));
     const double scale = std::abs(static_cast<double>(dy[i])) *
                          (1.0 + std::abs(static_cast<double>(x[i])));
     if (scale > 0.0) worst = std::max(worst, std::abs(static_cast<double>(dx[i]) - ref) / scale);
@@ -101,9 +101,9 @@ TEST_P(VectorMathTest, GeluBackwardMatchesTheDoubleReference) {
 
 // Units in the last place between a float result and the double reference.
 double Ulps(float got, double want) {
-  const double ulp = std::abs(std::nextafter(static_cast<float>(want),
-                                             std::numeric_limits<float>::infinity()) -
-                              static_cast<float>(want));
+  const double ulp = static_cast<double>(std::abs(
+      std::nextafter(static_cast<float>(want), std::numeric_limits<float>::infinity()) -
+      static_cast<float>(want)));
   return std::abs(static_cast<double>(got) - want) / ulp;
 }
 

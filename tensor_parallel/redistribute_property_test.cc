@@ -260,7 +260,7 @@ std::vector<float> HostReduce(const Case& c, const Mesh& mesh, const std::vector
       continue;
     }
     for (size_t i = 0; i < acc.size() && i < v.size(); ++i) {
-      const double e = v[i];
+      const double e = static_cast<double>(v[i]);
       if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc[i] += e;
       if (op == ReduceOp::kProd) acc[i] *= e;
       if (op == ReduceOp::kMax) acc[i] = std::max(acc[i], e);

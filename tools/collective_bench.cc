@@ -26,7 +26,7 @@ constexpr bool kIsHalf = std::is_same_v<T, Float16> || std::is_same_v<T, BFloat1
 template <typename T>
 double AsDouble(T v) {
   if constexpr (kIsHalf<T>) {
-    return ToFloat(v);
+    return static_cast<double>(ToFloat(v));
   } else {
     return static_cast<double>(v);
   }

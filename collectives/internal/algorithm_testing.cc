@@ -179,10 +179,11 @@ absl::Status ExpectReduction(const RankInputs& inputs, ReduceOp op, size_t first
       const T value = LoadView<T>(got, i);
       if constexpr (kIsHalf<T> || std::is_floating_point_v<T>) {
         // long double: the reference must round less often than the f64 result it checks.
-        long double exact = ToDouble(Load<T>(inputs.data[0], first + i));
+        long double exact = static_cast<long double>(ToDouble(Load<T>(inputs.data[0], first + i)));
         long double magnitude = std::fabs(exact);
         for (int r = 1; r < world; ++r) {
-          const long double x = ToDouble(Load<T>(inputs.data[r], first + i));
+          const long double x =
+              static_cast<long double>(ToDouble(Load<T>(inputs.data[r], first + i)));
           switch (op) {
             case ReduceOp::kSum:
             case ReduceOp::kAvg: exact += x; break;
@@ -192,15 +193,16 @@ absl::Status ExpectReduction(const RankInputs& inputs, ReduceOp op, size_t first
           }
           magnitude += std::fabs(x);
         }
-        const long double u = UnitRoundoff<T>();
+        const long double u = static_cast<long double>(UnitRoundoff<T>());
+        const auto smallest = static_cast<long double>(SmallestNormal<T>());
         long double bound = 0;
         if (op == ReduceOp::kSum || op == ReduceOp::kAvg) {
-          bound = world * u * magnitude + SmallestNormal<T>();
+          bound = world * u * magnitude + smallest;
         } else if (op == ReduceOp::kProd) {
-          bound = world * u * std::fabs(exact) + SmallestNormal<T>();
+          bound = world * u * std::fabs(exact) + smallest;
         }
         // min and max pick an input, which the dtype holds exactly.
-        const long double error = std::fabs(ToDouble(value) - exact);
+        const long double error = std::fabs(static_cast<long double>(ToDouble(value)) - exact);
         if (!(error <= bound)) {
           return absl::InternalError(absl::StrCat(
               ReduceOpName(op), " of ", world, " ranks, element ", first + i, ": got ",

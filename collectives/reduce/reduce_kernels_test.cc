@@ -472,7 +472,6 @@ std::pair<std::vector<T>, std::vector<T>> SpecialPairs() {
 
 constexpr size_t kLengths[] = {0, 1, 3, 15, 16, 17, 31, 33, 1000, 65537};
 constexpr size_t kOffsets[] = {0, 1};  // elements past a 64-byte boundary
-constexpr size_t kMaxLength = 65537;
 
 // Elements on each side of a window, which no kernel may touch.
 constexpr size_t kGuard = 64;

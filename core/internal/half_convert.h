@@ -27,7 +27,8 @@ enum class Isa {
   kAvx512,  // AVX-512F + AVX-512BW + F16C, 16 elements per step.
 };
 
-// CpuHasAvx512 returns true when this CPU and OS support AVX-512F, AVX-512BW and F16C.
+// CpuHasAvx512 returns CpuSupports(CpuIsa::kAvx512) (core/cpu_features.h): AVX-512F,
+// BW and CD over AVX2 and F16C.
 bool CpuHasAvx512();
 
 // ActiveIsa returns the fastest Isa this CPU supports; the public conversions use it.

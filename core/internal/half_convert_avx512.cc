@@ -19,6 +19,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/internal/half_convert.h"
 
@@ -75,12 +76,7 @@ LOOM_AVX512 inline void StoreTail16(void* dst, size_t count, __m256i values) {
 
 }  // namespace
 
-bool CpuHasAvx512() {
-  // __builtin_cpu_supports also checks XCR0, so an OS that does not save the AVX-512
-  // state reports false.
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("f16c");
-}
+bool CpuHasAvx512() { return CpuSupports(CpuIsa::kAvx512); }
 
 Isa ActiveIsa() {
   static const Isa isa = CpuHasAvx512() ? Isa::kAvx512 : Isa::kScalar;

@@ -156,15 +156,15 @@ TEST(GptModelPrecisionTest, Bf16ProductsRoundTheInputsOfTheProducts) {
     double largest = 0, diff = 0;
     for (size_t k = 0; k < f32_params.size(); ++k) {
       for (size_t i = 0; i < f32_params[k].grad.size(); ++i) {
-        largest = std::max(largest, std::fabs(double{f32_params[k].grad[i]}));
-        diff = std::max(diff, std::fabs(double{bf16_params[k].grad[i]} -
-                                        double{f32_params[k].grad[i]}));
+        largest = std::max(largest, std::fabs(static_cast<double>(f32_params[k].grad[i])));
+        diff = std::max(diff, std::fabs(static_cast<double>(bf16_params[k].grad[i]) -
+                                        static_cast<double>(f32_params[k].grad[i])));
       }
     }
     EXPECT_GT(diff, 0.0);
     EXPECT_LE(diff, 2e-2 * largest);
     std::printf("bf16 products: loss %.7g vs %.7g, gradients %.3g of the largest\n",
-                double{loss16}, double{loss32}, diff / largest);
+                static_cast<double>(loss16), static_cast<double>(loss32), diff / largest);
     LOOM_ASSIGN_OR_RETURN(const float again, bf16->Forward(tokens, targets));
     EXPECT_EQ(again, loss16);
     return absl::OkStatus();

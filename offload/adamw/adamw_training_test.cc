@@ -64,14 +64,14 @@ std::vector<float> InitMlp(uint32_t seed, float gain) {
 // Forward pass of one sample: hidden activations and outputs.
 void Forward(const std::vector<float>& p, const float* x, float* h, float* y) {
   for (int j = 0; j < kHidden; ++j) {
-    double z = p[kB1 + j];
+    double z = static_cast<double>(p[kB1 + j]);
     for (int k = 0; k < kIn; ++k) {
       z += static_cast<double>(p[kW1 + j * kIn + k]) * static_cast<double>(x[k]);
     }
     h[j] = static_cast<float>(std::tanh(z));
   }
   for (int o = 0; o < kOut; ++o) {
-    double z = p[kB2 + o];
+    double z = static_cast<double>(p[kB2 + o]);
     for (int j = 0; j < kHidden; ++j) {
       z += static_cast<double>(p[kW2 + o * kHidden + j]) * static_cast<double>(h[j]);
     }
@@ -119,7 +119,7 @@ double LossAndGrad(const std::vector<float>& p, const Data& d, std::vector<float
       }
     }
     for (int j = 0; j < kHidden; ++j) {
-      const double hj = h[j];
+      const double hj = static_cast<double>(h[j]);
       const double dz = dh[j] * (1.0 - hj * hj);
       g[kB1 + j] += dz;
       for (int k = 0; k < kIn; ++k) g[kW1 + j * kIn + k] += dz * static_cast<double>(x[k]);

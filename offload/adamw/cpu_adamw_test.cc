@@ -183,10 +183,10 @@ struct Reference {
 };
 
 Reference DoubleAdamW(const AdamWHyper& h, double p, double grad, double m, double v) {
-  const double b1 = h.beta1;
-  const double b2 = h.beta2;
-  const double lr = h.lr;
-  const double eps = h.eps;
+  const double b1 = static_cast<double>(h.beta1);
+  const double b2 = static_cast<double>(h.beta2);
+  const double lr = static_cast<double>(h.lr);
+  const double eps = static_cast<double>(h.eps);
   const double g = grad * static_cast<double>(h.grad_scale);
   Reference r;
   r.m = b1 * m + (1.0 - b1) * g;
@@ -217,8 +217,9 @@ TEST_P(ScalarVsDoubleTest, WithinStatedBound) {
   double worst_p = 0;
   double largest_update = 0;
   for (size_t i = 0; i < n; ++i) {
-    const Reference ref =
-        DoubleAdamW(h, problem.params[i], problem.grads[i], problem.m[i], problem.v[i]);
+    const Reference ref = DoubleAdamW(
+        h, static_cast<double>(problem.params[i]), static_cast<double>(problem.grads[i]),
+        static_cast<double>(problem.m[i]), static_cast<double>(problem.v[i]));
     const double p_error = std::fabs(static_cast<double>(r.params[i]) - ref.p);
     ASSERT_LE(p_error, 16 * u * ref.p_scale) << "p at " << i;
     ASSERT_LE(std::fabs(static_cast<double>(r.m[i]) - ref.m), 8 * u * ref.m_scale) << "m at " << i;

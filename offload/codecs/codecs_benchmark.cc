@@ -141,7 +141,7 @@ std::unique_ptr<Prepared> Prepare(const CodecOptions& options, const std::string
   }
   double err2 = 0, ref2 = 0;
   for (size_t i = 0; i < count; ++i) {
-    const double x = p->input[i];
+    const double x = static_cast<double>(p->input[i]);
     const double err = std::fabs(x - static_cast<double>(p->output[i]));
     p->max_abs = std::max(p->max_abs, err);
     if (x != 0) p->max_rel = std::max(p->max_rel, err / std::fabs(x));

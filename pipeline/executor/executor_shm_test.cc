@@ -109,7 +109,10 @@ using ShmParam = std::tuple<PipelineScheduleKind, int64_t /*p*/, int64_t /*m*/>;
 class ExecutorShmTest : public ::testing::TestWithParam<ShmParam> {};
 
 TEST_P(ExecutorShmTest, StagedAndUnstagedTrainBitwiseLikeTheReference) {
-  const auto [kind, p, m] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto kind = std::get<0>(GetParam());
+  const auto p = std::get<1>(GetParam());
+  const auto m = std::get<2>(GetParam());
   for (bool staged : {true, false}) {
     SCOPED_TRACE(staged ? "staged" : "unstaged");
     ShmHarness harness;

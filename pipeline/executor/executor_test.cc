@@ -144,7 +144,10 @@ class ExecutorScheduleTest : public ::testing::TestWithParam<ScheduleParam> {};
 // backwards in ascending microbatch order (BackwardsRunInMicrobatchOrder below),
 // and the reference adds them in that order too.
 TEST_P(ExecutorScheduleTest, TrainsLikeTheUnpipelinedModel) {
-  const auto [kind, p, m] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto kind = std::get<0>(GetParam());
+  const auto p = std::get<1>(GetParam());
+  const auto m = std::get<2>(GetParam());
   LOOM_ASSERT_OK_AND_ASSIGN(Schedule schedule, MakeSchedule(kind, p, m, VirtualStages(kind)));
   LOOM_ASSERT_OK_AND_ASSIGN(
       const StageLayout layout,
@@ -272,7 +275,10 @@ class ExecutorForwardOnlyTest : public ::testing::TestWithParam<ScheduleParam> {
 // an evaluation after the step leaves its gradients alone, and the next step is
 // the reference's again.
 TEST_P(ExecutorForwardOnlyTest, EvaluatesLikeTheForwardOfATrainingStep) {
-  const auto [kind, p, m] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto kind = std::get<0>(GetParam());
+  const auto p = std::get<1>(GetParam());
+  const auto m = std::get<2>(GetParam());
   LOOM_ASSERT_OK_AND_ASSIGN(Schedule training, MakeSchedule(kind, p, m, VirtualStages(kind)));
   LOOM_ASSERT_OK_AND_ASSIGN(Schedule evaluation, MakeForwardOnlySchedule(training.layout, m));
   LOOM_ASSERT_OK_AND_ASSIGN(

@@ -36,7 +36,12 @@ using Param = std::tuple<int /*tp*/, bool /*sp*/, ShardRule, bool /*gather*/, DT
 class ColumnParallelLinearTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(ColumnParallelLinearTest, MatchesUnshardedReference) {
-  const auto [tp, sp, rule, gather, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto sp = std::get<1>(GetParam());
+  const auto rule = std::get<2>(GetParam());
+  const auto gather = std::get<3>(GetParam());
+  const auto dtype = std::get<4>(GetParam());
   const Tensor w = RandomTensor({kOut, kIn}, 1);
   const Tensor b = RandomTensor({kOut}, 2);
   const Tensor x = RandomTensor({kSeq, kBatch, kIn}, 3);

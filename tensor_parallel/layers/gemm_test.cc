@@ -215,12 +215,16 @@ class DoubleEngine : public GemmEngine {
       for (int64_t j = 0; j < c.cols; ++j) {
         double sum = 0;
         for (int64_t p = 0; p < k; ++p) {
-          const double x = ta ? double{a.data[p * a.ld + i]} : double{a.data[i * a.ld + p]};
-          const double y = tb ? double{b.data[j * b.ld + p]} : double{b.data[p * b.ld + j]};
+          const double x = ta ? static_cast<double>(a.data[p * a.ld + i])
+                              : static_cast<double>(a.data[i * a.ld + p]);
+          const double y = tb ? static_cast<double>(b.data[j * b.ld + p])
+                              : static_cast<double>(b.data[p * b.ld + j]);
           sum += x * y;
         }
         float& out = c.data[i * c.ld + j];
-        out = static_cast<float>(double{alpha} * sum + (beta == 0.0f ? 0.0 : double{beta} * double{out}));
+        out = static_cast<float>(
+            static_cast<double>(alpha) * sum +
+            (beta == 0.0f ? 0.0 : static_cast<double>(beta) * static_cast<double>(out)));
       }
     }
     return absl::OkStatus();
@@ -615,7 +619,8 @@ TEST(GemmBf16Test, OneDnnAgreesWithTheFallbackAtGptShapes) {
       EXPECT_TRUE(e1.pad_untouched);
       double diff = 0;
       for (size_t i = 0; i < onednn.size(); ++i) {
-        diff = std::max(diff, std::fabs(static_cast<double>(onednn[i]) - double{openblas[i]}));
+        diff = std::max(
+            diff, std::fabs(static_cast<double>(onednn[i]) - static_cast<double>(openblas[i])));
       }
       EXPECT_LE(diff, 2 * e1.max_bound);
       LOOM_ASSERT_OK_AND_ASSIGN(

@@ -126,7 +126,12 @@ using Param = std::tuple<int /*tp*/, int64_t /*heads*/, bool /*sp*/, ShardRule, 
 class ParallelSelfAttentionTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(ParallelSelfAttentionTest, MatchesUnshardedReference) {
-  const auto [tp, heads, sp, rule, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto heads = std::get<1>(GetParam());
+  const auto sp = std::get<2>(GetParam());
+  const auto rule = std::get<3>(GetParam());
+  const auto dtype = std::get<4>(GetParam());
   const int64_t d = heads == 4 ? 3 : 2, h = heads * d;
   const Tensor wqkv = RandomTensor({3 * h, h}, 41), bqkv = RandomTensor({3 * h}, 42);
   const Tensor wo = RandomTensor({h, h}, 43), bo = RandomTensor({h}, 44);

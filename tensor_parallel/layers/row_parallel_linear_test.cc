@@ -35,7 +35,11 @@ using Param = std::tuple<int /*tp*/, bool /*sp*/, ShardRule, DType>;
 class RowParallelLinearTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(RowParallelLinearTest, MatchesUnshardedReference) {
-  const auto [tp, sp, rule, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto sp = std::get<1>(GetParam());
+  const auto rule = std::get<2>(GetParam());
+  const auto dtype = std::get<3>(GetParam());
   const Tensor w = RandomTensor({kOut, kIn}, 11);
   const Tensor b = RandomTensor({kOut}, 12);
   const Tensor x = RandomTensor({kSeq, kBatch, kIn}, 13);

@@ -130,7 +130,10 @@ LayerOps LinearOps(Layer& layer, WeightGradWork (&works)[2]) {
 }
 
 TEST_P(SplitBackwardTest, ColumnParallelLinear) {
-  const auto [tp, sp, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto sp = std::get<1>(GetParam());
+  const auto dtype = std::get<2>(GetParam());
   const Tensor w = RandomTensor({kOut, kIn}, 1), b = RandomTensor({kOut}, 2);
   for (const bool gather : {false, true}) {
     if (sp && gather) continue;
@@ -163,7 +166,10 @@ TEST_P(SplitBackwardTest, ColumnParallelLinear) {
 }
 
 TEST_P(SplitBackwardTest, RowParallelLinear) {
-  const auto [tp, sp, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto sp = std::get<1>(GetParam());
+  const auto dtype = std::get<2>(GetParam());
   const Tensor w = RandomTensor({kOut, kIn}, 11), b = RandomTensor({kOut}, 12);
   ExpectAllOk(RunTp(tp, [&](Communicator& comm) -> absl::Status {
     const std::string where = absl::StrCat("rank ", comm.rank());
@@ -188,7 +194,10 @@ TEST_P(SplitBackwardTest, RowParallelLinear) {
 }
 
 TEST_P(SplitBackwardTest, ParallelSelfAttention) {
-  const auto [tp, sp, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto sp = std::get<1>(GetParam());
+  const auto dtype = std::get<2>(GetParam());
   constexpr int64_t h = kHeads * kHeadDim;
   const Tensor wqkv = RandomTensor({3 * h, h}, 21), bqkv = RandomTensor({3 * h}, 22);
   const Tensor wo = RandomTensor({h, h}, 23), bo = RandomTensor({h}, 24);
@@ -231,7 +240,10 @@ TEST_P(SplitBackwardTest, ParallelSelfAttention) {
 }
 
 TEST_P(SplitBackwardTest, VocabParallelEmbedding) {
-  const auto [tp, sp, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto sp = std::get<1>(GetParam());
+  const auto dtype = std::get<2>(GetParam());
   constexpr int64_t kVocab = 11, kHidden = 4;
   const Tensor table = RandomTensor({kVocab, kHidden}, 31);
   // Ids as a float tensor [s, b], so the generic forward takes a Tensor; repeated

@@ -37,7 +37,10 @@ using Param = std::tuple<int /*tp*/, ShardRule, int64_t /*vocab*/>;
 class VocabParallelCrossEntropyTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(VocabParallelCrossEntropyTest, MatchesUnshardedReference) {
-  const auto [tp, rule, vocab] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto rule = std::get<1>(GetParam());
+  const auto vocab = std::get<2>(GetParam());
   std::vector<float> z = RandomValues(kTokens * vocab, 31);
   for (float& v : z) v *= 8.0f;
   const Tensor logits = *Tensor::FromValues({kTokens, vocab}, z);

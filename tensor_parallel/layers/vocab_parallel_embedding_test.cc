@@ -37,7 +37,11 @@ using Param = std::tuple<int /*tp*/, bool /*sp*/, ShardRule, DType>;
 class VocabParallelEmbeddingTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(VocabParallelEmbeddingTest, MatchesUnshardedReference) {
-  const auto [tp, sp, rule, dtype] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto tp = std::get<0>(GetParam());
+  const auto sp = std::get<1>(GetParam());
+  const auto rule = std::get<2>(GetParam());
+  const auto dtype = std::get<3>(GetParam());
   const Tensor table = RandomTensor({kVocab, kHidden}, 21);
   const Tensor dy_full = RandomTensor({kSeq, kBatch, kHidden}, 22);
   std::mt19937 gen(23);

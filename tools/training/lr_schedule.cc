@@ -35,7 +35,7 @@ absl::Status LrSchedule::Validate() const {
 
 float LrSchedule::LrAt(int64_t step) const {
   step = std::clamp<int64_t>(step, 1, std::max<int64_t>(total_steps, 1));
-  const double peak = lr;
+  const double peak = static_cast<double>(lr);
   if (step <= warmup_steps) {
     // The ratio first, so that step == warmup_steps gives exactly 1 and the peak exactly.
     return static_cast<float>(peak *
@@ -45,7 +45,7 @@ float LrSchedule::LrAt(int64_t step) const {
   if (step == total_steps) return lr_min;
   const double progress =
       static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
-  const double floor = lr_min;
+  const double floor = static_cast<double>(lr_min);
   // With lr_min == lr the second term is exactly 0, so the rate is exactly lr.
   return static_cast<float>(floor + (peak - floor) * 0.5 * (1.0 + std::cos(kPi * progress)));
 }

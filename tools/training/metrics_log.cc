@@ -158,7 +158,7 @@ class LineParser {
     const Value& v = *values_[k];
     double out = std::numeric_limits<double>::quiet_NaN();
     // Cannot fail: the token is a JSON number (too large ones read as infinity).
-    if (v.number.has_value()) absl::SimpleAtod(*v.number, &out);
+    if (v.number.has_value()) (void)absl::SimpleAtod(*v.number, &out);
     return out;
   }
 

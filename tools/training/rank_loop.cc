@@ -425,7 +425,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     line.checkpoint_seconds = checkpoint_seconds;
     line.host_cpu_busy =
         cpu_before.ok() && cpu_after.ok() ? BusyFraction(*cpu_before, *cpu_after) : -1.0;
-    line.lr = ScheduleOf(options).LrAt(step + 1);
+    line.lr = static_cast<double>(ScheduleOf(options).LrAt(step + 1));
     summary->steps.push_back(line);
     if (on_step) on_step(line);
     if (halts) return Halted(step + 1);

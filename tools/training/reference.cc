@@ -62,7 +62,7 @@ absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& 
   for (size_t i = 0; i < ref.params.size(); ++i) {
     full[ref.params[i].name] = &ref.values[i];
     for (const float v : ref.values[i]) {
-      out.max_abs_param = std::max(out.max_abs_param, std::fabs(double{v}));
+      out.max_abs_param = std::max(out.max_abs_param, std::fabs(static_cast<double>(v)));
     }
   }
   // Each rank's tp shard against the same shard of the reference.
@@ -85,7 +85,8 @@ absl::StatusOr<ReferenceComparison> CompareWithReference(const TrainJobOptions& 
       }
       for (size_t k = 0; k < values.size(); ++k) {
         out.max_abs_param_diff =
-            std::max(out.max_abs_param_diff, std::fabs(double{values[k]} - double{shard[k]}));
+            std::max(out.max_abs_param_diff,
+                     std::fabs(static_cast<double>(values[k]) - static_cast<double>(shard[k])));
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -72,7 +73,7 @@ using WholeParameters = std::map<std::string, std::vector<float>>;
 double LargestValue(const WholeParameters& model) {
   double largest = 0;
   for (const auto& [name, values] : model) {
-    for (float v : values) largest = std::max(largest, std::fabs(double{v}));
+    for (float v : values) largest = std::max(largest, std::fabs(static_cast<double>(v)));
   }
   return largest;
 }
@@ -83,10 +84,11 @@ double LargestDifference(const WholeParameters& got, const WholeParameters& want
     const auto it = got.find(name);
     if (it == got.end() || it->second.size() != values.size()) {
       ADD_FAILURE() << name << " is missing or of another size";
-      return INFINITY;
+      return std::numeric_limits<double>::infinity();
     }
     for (size_t i = 0; i < values.size(); ++i) {
-      diff = std::max(diff, std::fabs(double{it->second[i]} - double{values[i]}));
+      diff = std::max(
+          diff, std::fabs(static_cast<double>(it->second[i]) - static_cast<double>(values[i])));
     }
   }
   return diff;

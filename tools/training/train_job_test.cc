@@ -437,7 +437,8 @@ TEST(TrainJobTest, ClippingMatchesTheOneRankReference) {
     const auto a = Values(free), b = Values(clipped);
     for (size_t i = 0; i < a.size(); ++i) {
       for (size_t k = 0; k < a[i].size(); ++k) {
-        moved = std::max(moved, std::fabs(double{a[i][k]} - double{b[i][k]}));
+        moved =
+            std::max(moved, std::fabs(static_cast<double>(a[i][k]) - static_cast<double>(b[i][k])));
       }
     }
     EXPECT_GT(moved, 1e-3 * reference.max_abs_param) << "clipping changed nothing";

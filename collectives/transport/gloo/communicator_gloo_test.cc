@@ -33,7 +33,9 @@ std::shared_ptr<Transport> Borrow(Transport& transport) {
 class GlooCommunicatorTest : public ::testing::TestWithParam<std::tuple<int, CollectiveKind>> {};
 
 TEST_P(GlooCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
-  const auto [world, kind] = GetParam();
+  // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
+  const auto world = std::get<0>(GetParam());
+  const auto kind = std::get<1>(GetParam());
   const std::vector<absl::Status> results =
       MakeGlooHarness()->Run(world, [&](Transport& t) -> absl::Status {
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(Borrow(t)));
