@@ -15,7 +15,6 @@ LOOM_COPTS = [
     "-Wdouble-promotion",
     "-Wformat=2",
     "-Wimplicit-fallthrough",
-    "-Wno-sign-compare",
 ]
 
 # Tests and benchmarks use gtest/benchmark macros that trip some of the above.
