@@ -13,6 +13,7 @@
 #include "collectives/algorithm_registry.h"
 #include "collectives/direct.h"
 #include "collectives/group_transport.h"
+#include "collectives/internal/algorithm_cache.h"
 #include "collectives/internal/call_context.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "collectives/ring.h"
@@ -21,6 +22,7 @@
 
 namespace loom {
 
+using collectives_internal::AlgorithmCache;
 using collectives_internal::CallContext;
 using collectives_internal::CallCounters;
 using collectives_internal::CollectiveArgs;
@@ -206,6 +208,7 @@ Communicator::Communicator(std::shared_ptr<Transport> transport, CommunicatorOpt
       counters_(std::make_unique<CallCounters[]>(kCounterKinds)),
       scratch_(std::make_unique<Scratch>(transport_.get())),
       recorder_(options_.flight_recorder_capacity),
+      algorithms_(std::make_unique<AlgorithmCache>()),
       sends_to_(transport_->size(), 0),
       receives_from_(transport_->size(), 0) {}
 
@@ -254,18 +257,7 @@ Algorithm Communicator::Choose(const Call& call) {
       break;
     default: break;
   }
-  // Loops repeat the same call: the last choice is checked before the map.
-  const auto key = std::make_pair(call.kind, bytes);
-  if (last_choice_.has_value() && last_choice_->first == key) return last_choice_->second;
-  Algorithm chosen;
-  if (const auto it = choices_.find(key); it != choices_.end()) {
-    chosen = it->second;
-  } else {
-    chosen = Explain(call.kind, bytes).chosen;
-    choices_.emplace(key, chosen);
-  }
-  last_choice_.emplace(key, chosen);
-  return chosen;
+  return algorithms_->Choose(call.kind, bytes, [&] { return Explain(call.kind, bytes).chosen; });
 }
 
 namespace {
@@ -329,12 +321,7 @@ absl::Status Communicator::Run(Call& call) {
         "algorithm native with deterministic = true: the transport's own collectives promise no "
         "reduction order");
   }
-  if (found_fn_ == nullptr || call.kind != found_kind_ || call.algorithm != found_algorithm_) {
-    LOOM_ASSIGN_OR_RETURN(found_fn_, FindAlgorithm(call.kind, call.algorithm));
-    found_kind_ = call.kind;
-    found_algorithm_ = call.algorithm;
-  }
-  call.fn = found_fn_;
+  LOOM_ASSIGN_OR_RETURN(call.fn, algorithms_->Find(call.kind, call.algorithm));
 
   const uint64_t seq = next_seq_++;
   Fingerprint fingerprint;

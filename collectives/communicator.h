@@ -54,12 +54,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -76,6 +74,7 @@
 namespace loom {
 
 namespace collectives_internal {
+class AlgorithmCache;
 struct CallCounters;
 class Scratch;
 struct CollectiveArgs;
@@ -256,17 +255,8 @@ class Communicator {
   FlightRecorder recorder_;
   uint64_t next_seq_ = 0;
   mutable uint64_t splits_ = 0;
-  // The selector's choices by (collective, bytes): pricing every candidate costs
-  // more than a small message's whole call, and training loops repeat sizes.
-  absl::flat_hash_map<std::pair<CollectiveKind, size_t>, Algorithm> choices_;
-  std::optional<std::pair<std::pair<CollectiveKind, size_t>, Algorithm>> last_choice_;
-  // The implementation of the last (collective, algorithm) run: loops repeat it, and
-  // looking it up again (a StatusOr made and checked) showed in every small call.
-  CollectiveKind found_kind_ = CollectiveKind::kAllReduce;
-  Algorithm found_algorithm_ = Algorithm::kAuto;
-  // An AlgorithmFn (algorithm_registry.h, which this public header does not include).
-  absl::Status (*found_fn_)(const collectives_internal::CallContext&,
-                            const collectives_internal::CollectiveArgs&) = nullptr;
+  // The selector's choices and their implementations, remembered (internal/algorithm_cache.h).
+  std::unique_ptr<collectives_internal::AlgorithmCache> algorithms_;
   absl::Status broken_;
   std::vector<uint64_t> sends_to_, receives_from_;  // point-to-point sequence per peer
 };

@@ -34,6 +34,7 @@
 #include "core/buffer_view.h"
 #include "core/crc32c.h"
 #include "core/status_macros.h"
+#include "zero3/internal/checkpoint_write_hook.h"
 
 // Rank files hold floats and header fields in the host's byte order; every target
 // Loom builds for (x86-64, AArch64) is little-endian, which the format fixes.
@@ -165,11 +166,11 @@ absl::Span<const std::byte> Bytes(absl::string_view s) {
 }
 
 // FileWriter appends to a file written front to back, reporting every write to the
-// test hook.
+// test hook (internal/checkpoint_write_hook.h), if any.
 class FileWriter {
  public:
-  FileWriter(int fd, std::string path, const CheckpointOptions& options)
-      : fd_(fd), path_(std::move(path)), options_(options) {}
+  FileWriter(int fd, std::string path, const checkpoint_internal::WriteHook& hook)
+      : fd_(fd), path_(std::move(path)), hook_(hook) {}
 
   absl::Status Write(absl::Span<const std::byte> data) {
     size_t done = 0;
@@ -182,9 +183,7 @@ class FileWriter {
       done += static_cast<size_t>(n);
     }
     written_ += static_cast<int64_t>(data.size());
-    if (options_.testing_write_hook) {
-      LOOM_RETURN_IF_ERROR(options_.testing_write_hook(path_, written_));
-    }
+    if (hook_) LOOM_RETURN_IF_ERROR(hook_(path_, written_));
     return absl::OkStatus();
   }
   int64_t written() const { return written_; }
@@ -192,18 +191,19 @@ class FileWriter {
  private:
   const int fd_;
   const std::string path_;
-  const CheckpointOptions& options_;
+  const checkpoint_internal::WriteHook& hook_;
   int64_t written_ = 0;
 };
 
 // WriteFileAtomically makes `path` hold `content` or leaves it as it was: it writes
 // path.tmp, fsyncs it, renames it over `path` and fsyncs the directory.
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
-                                 absl::string_view content, const CheckpointOptions& options) {
+                                 absl::string_view content,
+                                 const checkpoint_internal::WriteHook& hook) {
   const std::string path = absl::StrCat(dir, "/", name);
   const std::string tmp = absl::StrCat(path, ".tmp");
   LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
-  FileWriter writer(fd.get(), tmp, options);
+  FileWriter writer(fd.get(), tmp, hook);
   LOOM_RETURN_IF_ERROR(writer.Write(Bytes(content)));
   if (::fsync(fd.get()) != 0) return Errno(errno, "fsync", tmp);
   LOOM_RETURN_IF_ERROR(fd.Close(tmp));
@@ -325,7 +325,8 @@ struct WrittenFile {
 absl::StatusOr<WrittenFile> WriteRankFile(const std::string& subdir, int64_t step,
                                           const Partition& p, int rank,
                                           absl::Span<const CheckpointField> fields,
-                                          const CheckpointOptions& options) {
+                                          const CheckpointOptions& options,
+                                          const checkpoint_internal::WriteHook& hook) {
   const int ranks = p.options().dp_size;
   const std::vector<Piece> pieces = PiecesOf(p, rank);
   int64_t piece_numel = 0;
@@ -342,7 +343,7 @@ absl::StatusOr<WrittenFile> WriteRankFile(const std::string& subdir, int64_t ste
   const std::string path = absl::StrCat(subdir, "/", RankFileName(rank, ranks));
   const std::string tmp = absl::StrCat(path, ".tmp");
   LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
-  FileWriter writer(fd.get(), tmp, options);
+  FileWriter writer(fd.get(), tmp, hook);
   const std::array<std::byte, kHeaderBytes> encoded = EncodeHeader(header);
   LOOM_RETURN_IF_ERROR(writer.Write(encoded));
 
@@ -995,10 +996,10 @@ absl::StatusOr<int64_t> PrepareSave(const std::string& dir, int64_t step) {
 // removes every other step-* subdirectory; a failure there leaves garbage that the
 // next save removes, so it is not an error.
 absl::Status Commit(const std::string& dir, const std::string& name, const std::string& manifest,
-                    const CheckpointOptions& options) {
+                    const checkpoint_internal::WriteHook& hook) {
   const std::string subdir = absl::StrCat(dir, "/", name);
-  absl::Status status = WriteFileAtomically(subdir, kManifestName, manifest, options);
-  if (status.ok()) status = WriteFileAtomically(dir, kLatestName, EncodeLatest(name), options);
+  absl::Status status = WriteFileAtomically(subdir, kManifestName, manifest, hook);
+  if (status.ok()) status = WriteFileAtomically(dir, kLatestName, EncodeLatest(name), hook);
   std::error_code error;
   if (!status.ok()) {
     // Unless LATEST was renamed before the failure (an fsync of `dir` failed), the new
@@ -1020,6 +1021,17 @@ absl::Status Commit(const std::string& dir, const std::string& name, const std::
 absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const Partition& partition,
                             absl::Span<const CheckpointField> fields, Communicator& dp,
                             const CheckpointOptions& options) {
+  return checkpoint_internal::SaveCheckpointWithWriteHook(dir, step, partition, fields, dp,
+                                                          options, nullptr);
+}
+
+namespace checkpoint_internal {
+
+absl::Status SaveCheckpointWithWriteHook(const std::string& dir, int64_t step,
+                                         const Partition& partition,
+                                         absl::Span<const CheckpointField> fields,
+                                         Communicator& dp, const CheckpointOptions& options,
+                                         const WriteHook& hook) {
   const std::string what = absl::StrCat("SaveCheckpoint(", dir, ", step ", step, ")");
   const int rank = dp.rank();
   constexpr absl::string_view kKept = "; nothing was committed, the previous checkpoint stays";
@@ -1071,7 +1083,7 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const Partitio
 
   // 2. Every rank writes its file.
   absl::StatusOr<WrittenFile> written =
-      WriteRankFile(subdir, step, partition, rank, fields, options);
+      WriteRankFile(subdir, step, partition, rank, fields, options, hook);
   LOOM_ASSIGN_OR_RETURN(std::vector<Report> reports, Agree(dp, written.status(), written.ok() ? written->bytes : 0,
                                        written.ok() ? written->table_crc : 0, 0));
   const absl::Status wrote =
@@ -1092,12 +1104,14 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const Partitio
       files[r] = {reports[r][1], static_cast<uint32_t>(reports[r][2])};
     }
     committed = Commit(dir, name, EncodeManifest(step, partition, fields, options.block_bytes, files),
-                       options);
+                       hook);
   }
   LOOM_ASSIGN_OR_RETURN(reports, Agree(dp, committed, 0, 0, 0));
   return Decide(what, "committing", committed, reports, rank,
                 "; the previous checkpoint stays unless LATEST was already renamed");
 }
+
+}  // namespace checkpoint_internal
 
 absl::StatusOr<int64_t> LoadCheckpoint(const std::string& dir, const Partition& partition,
                                        absl::Span<const MutableCheckpointField> fields,

@@ -44,7 +44,6 @@
 #define LOOM_ZERO3_CHECKPOINT_H_
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -80,11 +79,6 @@ struct CheckpointOptions {
   // Payload bytes covered by one CRC32C: a corrupt byte is reported within a block
   // of this size, and a load reads (and checks) whole blocks. >= 4, a multiple of 4.
   int64_t block_bytes = int64_t{1} << 20;
-  // Test hook, never set in production: called after each write to a checkpoint
-  // file (a rank file, the manifest or LATEST, under its temporary name) with the
-  // bytes written to it so far. A non-OK return fails the save as that write's error
-  // would; a test may also kill the process from it to simulate a crash mid-save.
-  std::function<absl::Status(absl::string_view path, int64_t bytes_written)> testing_write_hook;
 };
 
 // SaveCheckpoint writes this rank's `fields` (laid out by `partition`) and commits

@@ -31,6 +31,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "zero3/internal/checkpoint_write_hook.h"
 #include "zero3/partition.h"
 
 namespace loom {
@@ -160,14 +161,17 @@ std::vector<absl::Status> RunRanks(int ranks,
   return statuses;
 }
 
-std::vector<absl::Status> Save(const std::string& dir, int64_t step, const Partition& p,
-                               const Full& full,
-                               const std::function<CheckpointOptions(int)>& options = nullptr) {
+// `hooks` (when set) gives each rank its write hook (internal/checkpoint_write_hook.h).
+std::vector<absl::Status> Save(
+    const std::string& dir, int64_t step, const Partition& p, const Full& full,
+    const std::function<CheckpointOptions(int)>& options = nullptr,
+    const std::function<checkpoint_internal::WriteHook(int)>& hooks = nullptr) {
   return RunRanks(p.options().dp_size, [&](int rank, Communicator& comm) {
     const RankState state = Scatter(p, rank, full, -7.0f);
     const std::vector<CheckpointField> fields = FieldsOf(state);
-    return SaveCheckpoint(dir, step, p, fields, comm,
-                          options ? options(rank) : CheckpointOptions{});
+    return checkpoint_internal::SaveCheckpointWithWriteHook(
+        dir, step, p, fields, comm, options ? options(rank) : CheckpointOptions{},
+        hooks ? hooks(rank) : nullptr);
   });
 }
 
@@ -615,11 +619,12 @@ TEST_P(CrashTest, PreviousCheckpointLoadsBitwise) {
     std::unique_ptr<Communicator> comm = *Communicator::Create(*group->Endpoint(0));
     CheckpointOptions options;
     options.block_bytes = 256;
-    options.testing_write_hook = [&](absl::string_view path, int64_t bytes) {
-      if (absl::EndsWith(path, crash.file) && bytes >= crash.after_bytes) raise(SIGKILL);
-      return absl::OkStatus();
-    };
-    const absl::Status s = SaveCheckpoint(dir, crash.step, p, FieldsOf(state), *comm, options);
+    const absl::Status s = checkpoint_internal::SaveCheckpointWithWriteHook(
+        dir, crash.step, p, FieldsOf(state), *comm, options,
+        [&](absl::string_view path, int64_t bytes) {
+          if (absl::EndsWith(path, crash.file) && bytes >= crash.after_bytes) raise(SIGKILL);
+          return absl::OkStatus();
+        });
     _exit(s.ok() ? 10 : 11);  // reaching here is the failure the parent reports
   }
   int wstatus = 0;
@@ -654,17 +659,15 @@ TEST(CheckpointTest, WriteErrorOnOneRankFailsEveryRank) {
   const Full previous = MakeFull(TotalNumel(), 31), next = MakeFull(TotalNumel(), 32);
   ExpectAllOk(Save(dir, 1, MakePartition(3, 100, 8, 4), previous));
   const std::vector<absl::Status> statuses =
-      Save(dir, 2, MakePartition(3, 100, 8, 4), next, [](int rank) {
-        CheckpointOptions options = SmallBlocks(rank);
-        if (rank == 1) {
-          options.testing_write_hook = [](absl::string_view path, int64_t bytes) {
-            return bytes > 300 ? absl::ResourceExhaustedError(
-                                     absl::StrCat("injected: no space writing ", path))
-                               : absl::OkStatus();
-          };
-        }
-        return options;
-      });
+      Save(dir, 2, MakePartition(3, 100, 8, 4), next, SmallBlocks,
+           [](int rank) -> checkpoint_internal::WriteHook {
+             if (rank != 1) return nullptr;
+             return [](absl::string_view path, int64_t bytes) {
+               return bytes > 300 ? absl::ResourceExhaustedError(
+                                        absl::StrCat("injected: no space writing ", path))
+                                  : absl::OkStatus();
+             };
+           });
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kResourceExhausted,
                                     HasSubstr("injected: no space writing")));
   for (const int r : {0, 2}) {
@@ -681,14 +684,13 @@ TEST(CheckpointTest, CommitErrorOnRankZeroFailsEveryRank) {
   const Full previous = MakeFull(TotalNumel(), 41), next = MakeFull(TotalNumel(), 42);
   ExpectAllOk(Save(dir, 1, MakePartition(2, 100, 8, 4), previous));
   const std::vector<absl::Status> statuses =
-      Save(dir, 2, MakePartition(2, 100, 8, 4), next, [](int) {
-        CheckpointOptions options;
-        options.testing_write_hook = [](absl::string_view path, int64_t) {
-          return absl::EndsWith(path, "MANIFEST.tmp") ? absl::UnavailableError("injected")
-                                                      : absl::OkStatus();
-        };
-        return options;
-      });
+      Save(dir, 2, MakePartition(2, 100, 8, 4), next, nullptr,
+           [](int) -> checkpoint_internal::WriteHook {
+             return [](absl::string_view path, int64_t) {
+               return absl::EndsWith(path, "MANIFEST.tmp") ? absl::UnavailableError("injected")
+                                                           : absl::OkStatus();
+             };
+           });
   EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("injected")));
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kUnavailable,
                                     HasSubstr("rank 0 of 2 failed while committing")));
