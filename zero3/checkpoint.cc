@@ -33,6 +33,7 @@
 #include "absl/types/span.h"
 #include "core/buffer_view.h"
 #include "core/crc32c.h"
+#include "core/posix.h"
 #include "core/status_macros.h"
 #include "zero3/internal/checkpoint_write_hook.h"
 
@@ -55,37 +56,10 @@ constexpr int64_t kHeaderBytes = 64;
 constexpr int64_t kHeaderCrcOffset = 60;
 
 // ---------------------------------------------------------------------------
-// POSIX helpers: every errno becomes a Status naming the call and the path.
+// POSIX helpers (core/posix.h): every errno becomes a Status naming the call and path.
 
 absl::Status Errno(int error_number, absl::string_view call, absl::string_view path) {
-  return absl::ErrnoToStatus(error_number, absl::StrCat(call, "(", path, ")"));
-}
-
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ScopedFd& operator=(ScopedFd&&) = delete;
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  absl::Status Close(absl::string_view path) {
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return Errno(errno, "close", path);
-    return absl::OkStatus();
-  }
-
- private:
-  int fd_;
-};
-
-absl::StatusOr<ScopedFd> Open(const std::string& path, int flags, mode_t mode = 0) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-  if (fd < 0) return Errno(errno, "open", path);
-  return ScopedFd(fd);
+  return ErrnoToStatus(error_number, absl::StrCat(call, "(", path, ")"));
 }
 
 // FileKind names what a non-regular file is, for the refusal's message.
@@ -102,7 +76,7 @@ const char* FileKind(mode_t mode) {
 // itself does not block (O_NONBLOCK: a FIFO with no writer would otherwise wait
 // forever for one); FailedPrecondition naming the path and what it is otherwise.
 absl::StatusOr<ScopedFd> OpenRegularForRead(const std::string& path) {
-  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(path, O_RDONLY | O_NONBLOCK));
+  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, OpenFile(path, O_RDONLY | O_NONBLOCK));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Errno(errno, "fstat", path);
   if (!S_ISREG(st.st_mode)) {
@@ -118,7 +92,7 @@ absl::StatusOr<ScopedFd> OpenRegularForRead(const std::string& path) {
 }
 
 absl::Status FsyncDir(const std::string& path) {
-  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(path, O_RDONLY | O_DIRECTORY));
+  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, OpenFile(path, O_RDONLY | O_DIRECTORY));
   if (::fsync(fd.get()) != 0) return Errno(errno, "fsync", path);
   return fd.Close(path);
 }
@@ -202,7 +176,7 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& name
                                  const checkpoint_internal::WriteHook& hook) {
   const std::string path = absl::StrCat(dir, "/", name);
   const std::string tmp = absl::StrCat(path, ".tmp");
-  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
   FileWriter writer(fd.get(), tmp, hook);
   LOOM_RETURN_IF_ERROR(writer.Write(Bytes(content)));
   if (::fsync(fd.get()) != 0) return Errno(errno, "fsync", tmp);
@@ -342,7 +316,7 @@ absl::StatusOr<WrittenFile> WriteRankFile(const std::string& subdir, int64_t ste
 
   const std::string path = absl::StrCat(subdir, "/", RankFileName(rank, ranks));
   const std::string tmp = absl::StrCat(path, ".tmp");
-  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, Open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  LOOM_ASSIGN_OR_RETURN(ScopedFd fd, OpenFile(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644));
   FileWriter writer(fd.get(), tmp, hook);
   const std::array<std::byte, kHeaderBytes> encoded = EncodeHeader(header);
   LOOM_RETURN_IF_ERROR(writer.Write(encoded));
@@ -980,12 +954,12 @@ absl::StatusOr<int64_t> PrepareSave(const std::string& dir, int64_t step) {
     if (absl::StartsWith(name, kSubdirPrefix) && name != current) {
       std::filesystem::remove_all(entry.path(), error);
       if (error) {
-        return absl::ErrnoToStatus(error.value(),
+        return ErrnoToStatus(error.value(),
                                    absl::StrCat("remove_all(", entry.path().string(), ")"));
       }
     }
   }
-  if (error) return absl::ErrnoToStatus(error.value(), absl::StrCat("opendir(", dir, ")"));
+  if (error) return ErrnoToStatus(error.value(), absl::StrCat("opendir(", dir, ")"));
   const std::string subdir = absl::StrCat(dir, "/", SubdirName(step, suffix));
   if (::mkdir(subdir.c_str(), 0755) != 0) return Errno(errno, "mkdir", subdir);
   LOOM_RETURN_IF_ERROR(FsyncDir(dir));

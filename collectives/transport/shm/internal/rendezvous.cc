@@ -76,7 +76,7 @@ class Connector {
   std::vector<bool> attached_;
   std::string own_name_;
   SegmentId own_id_;
-  FileDescriptor own_fd_;  // Until the staging rings in use are committed.
+  ScopedFd own_fd_;  // Until the staging rings in use are committed.
 };
 
 absl::StatusOr<ConnectedGroup> Connector::Run() {
@@ -220,7 +220,7 @@ absl::Status Connector::CommitStagingRings() {
     if (!pulled) rings.push_back(group_.layout.StagingRange(peer));
   }
   const absl::Status status = Commit(own_fd_, own_name_, rings);
-  own_fd_ = FileDescriptor();
+  own_fd_ = ScopedFd();
   return status;
 }
 

@@ -22,21 +22,18 @@
 #include "absl/time/time.h"
 #include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/shm/internal/liveness.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace shm_internal {
 namespace {
-
-absl::Status ErrnoError(absl::string_view call, int error) {
-  return absl::InternalError(absl::StrCat(call, " failed: ", std::strerror(error)));
-}
 
 std::string PathOf(const std::string& name) { return absl::StrCat(kShmDirectory, name); }
 
 absl::StatusOr<Mapping> MapShared(int fd, size_t bytes, const std::string& name) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
-    return ErrnoError(absl::StrCat("mmap(", name, ", ", bytes, " bytes)"), errno);
+    return ErrnoToStatus(errno, absl::StrCat("mmap(", name, ", ", bytes, " bytes)"));
   }
   return Mapping(base, bytes);
 }
@@ -51,13 +48,13 @@ struct Leftover {
 
 // InspectLeftover decides what an existing segment of our own name is.
 absl::StatusOr<Leftover> InspectLeftover(const std::string& name) {
-  FileDescriptor fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  ScopedFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (fd.get() < 0) {
     if (errno == ENOENT) return Leftover{};
-    return ErrnoError(absl::StrCat("shm_open(", name, ")"), errno);
+    return ErrnoToStatus(errno, absl::StrCat("shm_open(", name, ")"));
   }
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return ErrnoError(absl::StrCat("fstat(", name, ")"), errno);
+  if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat(", name, ")"));
   Leftover leftover;
   leftover.id = SegmentId{st.st_dev, st.st_ino};
   if (static_cast<size_t>(st.st_size) >= sizeof(RankHeader)) {
@@ -90,21 +87,6 @@ absl::StatusOr<Leftover> InspectLeftover(const std::string& name) {
 
 }  // namespace
 
-FileDescriptor::FileDescriptor(FileDescriptor&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)) {}
-
-FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-FileDescriptor::~FileDescriptor() {
-  if (fd_ >= 0) close(fd_);
-}
-
 std::string SegmentPrefix(absl::string_view job_id) { return absl::StrCat("/loom.", job_id, "."); }
 
 std::string SegmentName(absl::string_view job_id, int rank) {
@@ -130,19 +112,19 @@ Mapping::~Mapping() {
 absl::StatusOr<CreatedSegment> CreateSegment(const std::string& name, size_t bytes,
                                              absl::Time deadline) {
   while (true) {
-    FileDescriptor fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    ScopedFd fd(shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (fd.get() >= 0) {
       struct stat st;
       if (fstat(fd.get(), &st) != 0) {
         const int error = errno;
         shm_unlink(name.c_str());
-        return ErrnoError(absl::StrCat("fstat(", name, ")"), error);
+        return ErrnoToStatus(error, absl::StrCat("fstat(", name, ")"));
       }
       const SegmentId id{st.st_dev, st.st_ino};
       if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
         const int error = errno;
         UnlinkSegment(name, id).IgnoreError();
-        return ErrnoError(absl::StrCat("ftruncate(", name, ", ", bytes, " bytes)"), error);
+        return ErrnoToStatus(error, absl::StrCat("ftruncate(", name, ", ", bytes, " bytes)"));
       }
       absl::StatusOr<Mapping> mapping = MapShared(fd.get(), bytes, name);
       if (!mapping.ok()) {
@@ -152,7 +134,7 @@ absl::StatusOr<CreatedSegment> CreateSegment(const std::string& name, size_t byt
       return CreatedSegment{*std::move(mapping), id, std::move(fd)};
     }
     if (errno != EEXIST) {
-      return ErrnoError(absl::StrCat("shm_open(", name, ", O_CREAT | O_EXCL, 0600)"), errno);
+      return ErrnoToStatus(errno, absl::StrCat("shm_open(", name, ", O_CREAT | O_EXCL, 0600)"));
     }
     absl::StatusOr<Leftover> leftover = InspectLeftover(name);
     if (!leftover.ok()) return leftover.status();
@@ -180,7 +162,7 @@ absl::StatusOr<CreatedSegment> CreateSegment(const std::string& name, size_t byt
   }
 }
 
-absl::Status Commit(const FileDescriptor& fd, const std::string& name,
+absl::Status Commit(const ScopedFd& fd, const std::string& name,
                     absl::Span<const ByteRange> ranges) {
   size_t total = 0;
   for (const ByteRange& range : ranges) total += range.bytes;
@@ -198,8 +180,8 @@ absl::Status Commit(const FileDescriptor& fd, const std::string& name,
                        " bytes free); enlarge it (e.g. docker run --shm-size) or lower "
                        "ShmOptions::staging_bytes"));
     }
-    return ErrnoError(
-        absl::StrCat("posix_fallocate(", name, ", ", range.offset, ", ", range.bytes, ")"), error);
+    return ErrnoToStatus(
+        error, absl::StrCat("posix_fallocate(", name, ", ", range.offset, ", ", range.bytes, ")"));
   }
   return absl::OkStatus();
 }
@@ -208,23 +190,23 @@ absl::Status UnlinkSegment(const std::string& name, SegmentId id) {
   struct stat st;
   if (stat(PathOf(name).c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
-    return ErrnoError(absl::StrCat("stat(", PathOf(name), ")"), errno);
+    return ErrnoToStatus(errno, absl::StrCat("stat(", PathOf(name), ")"));
   }
   if (st.st_dev != id.device || st.st_ino != id.inode) return absl::OkStatus();  // Replaced.
   if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-    return ErrnoError(absl::StrCat("shm_unlink(", name, ")"), errno);
+    return ErrnoToStatus(errno, absl::StrCat("shm_unlink(", name, ")"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<Mapping>> OpenReadySegment(const std::string& name) {
-  FileDescriptor fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  ScopedFd fd(shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (fd.get() < 0) {
     if (errno == ENOENT) return std::optional<Mapping>();
-    return ErrnoError(absl::StrCat("shm_open(", name, ")"), errno);
+    return ErrnoToStatus(errno, absl::StrCat("shm_open(", name, ")"));
   }
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return ErrnoError(absl::StrCat("fstat(", name, ")"), errno);
+  if (fstat(fd.get(), &st) != 0) return ErrnoToStatus(errno, absl::StrCat("fstat(", name, ")"));
   if (static_cast<size_t>(st.st_size) < sizeof(RankHeader)) return std::optional<Mapping>();
   absl::StatusOr<Mapping> mapping = MapShared(fd.get(), static_cast<size_t>(st.st_size), name);
   if (!mapping.ok()) return mapping.status();
@@ -247,7 +229,7 @@ absl::StatusOr<std::vector<std::string>> ListSegments(absl::string_view job_id) 
   // Entries are listed without the leading '/' of their shm_open names.
   const std::string prefix = SegmentPrefix(job_id).substr(1);
   DIR* dir = opendir(kShmDirectory);
-  if (dir == nullptr) return ErrnoError(absl::StrCat("opendir(", kShmDirectory, ")"), errno);
+  if (dir == nullptr) return ErrnoToStatus(errno, absl::StrCat("opendir(", kShmDirectory, ")"));
   std::vector<std::string> names;
   while (const dirent* entry = readdir(dir)) {
     if (absl::StartsWith(entry->d_name, prefix)) names.push_back(absl::StrCat("/", entry->d_name));
@@ -262,7 +244,7 @@ absl::Status RemoveSegments(absl::string_view job_id) {
   if (!names.ok()) return names.status();
   for (const std::string& name : *names) {
     if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-      return ErrnoError(absl::StrCat("shm_unlink(", name, ")"), errno);
+      return ErrnoToStatus(errno, absl::StrCat("shm_unlink(", name, ")"));
     }
   }
   return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "collectives/transport/shm/internal/layout.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace shm_internal {
@@ -51,20 +52,6 @@ class Mapping {
   size_t bytes_ = 0;
 };
 
-// FileDescriptor owns an open descriptor.
-class FileDescriptor {
- public:
-  FileDescriptor() = default;
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(FileDescriptor&& other) noexcept;
-  FileDescriptor& operator=(FileDescriptor&& other) noexcept;
-  ~FileDescriptor();
-  int get() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
 // The identity of a segment's file, to unlink its name only while it still names it.
 struct SegmentId {
   dev_t device = 0;
@@ -74,7 +61,7 @@ struct SegmentId {
 struct CreatedSegment {
   Mapping mapping;
   SegmentId id;
-  FileDescriptor fd;  // For Commit.
+  ScopedFd fd;  // For Commit.
 };
 
 // CreateSegment creates `name` with O_CREAT|O_EXCL, mode 0600, `bytes` long (zeroed)
@@ -88,7 +75,7 @@ absl::StatusOr<CreatedSegment> CreateSegment(const std::string& name, size_t byt
 // Commit allocates the shared memory behind `ranges` of segment `name` now, so that
 // a full /dev/shm is a ResourceExhausted error (naming the sizes) at connect rather
 // than a SIGBUS at the first touch of a page later.
-absl::Status Commit(const FileDescriptor& fd, const std::string& name,
+absl::Status Commit(const ScopedFd& fd, const std::string& name,
                     absl::Span<const ByteRange> ranges);
 
 // UnlinkSegment removes `name` if it still names segment `id`. OK if it is gone.
