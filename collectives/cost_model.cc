@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "collectives/algorithm_registry.h"
+#include "core/posix.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -377,7 +378,7 @@ absl::Status CostModel::Save(const std::string& path) const {
   file << Serialize();
   file.close();
   if (!file) {
-    return absl::UnavailableError(absl::StrCat("writing cost model to ", path, ": ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("writing cost model to ", path, ": ", StrError(errno)));
   }
   return absl::OkStatus();
 }
@@ -385,7 +386,7 @@ absl::Status CostModel::Save(const std::string& path) const {
 absl::StatusOr<CostModel> CostModel::Load(const std::string& path) {
   std::ifstream file(path);
   if (!file) {
-    return absl::NotFoundError(absl::StrCat("reading cost model ", path, ": ", std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat("reading cost model ", path, ": ", StrError(errno)));
   }
   std::stringstream text;
   text << file.rdbuf();

@@ -19,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace cli {
@@ -155,7 +156,7 @@ absl::Status CheckOutputPath(absl::string_view flag, const std::string& path) {
     if (error != ENOENT) break;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(flag, "=", path, ": cannot open for writing: ", std::strerror(error)));
+      absl::StrCat(flag, "=", path, ": cannot open for writing: ", StrError(error)));
 }
 
 }  // namespace cli

@@ -18,13 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "collectives/transport/peer_failure.h"
+#include "core/posix.h"
 #include "tools/internal/janitor.h"
 
 namespace loom {
 namespace {
 
 std::string ErrnoMessage(absl::string_view what, const std::string& path, int error) {
-  return absl::StrCat(what, " ", path, ": ", std::strerror(error));
+  return absl::StrCat(what, " ", path, ": ", StrError(error));
 }
 
 absl::Status MakeDirectory(const std::string& path) {

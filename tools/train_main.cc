@@ -54,6 +54,7 @@
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/fma_peak.h"
+#include "core/posix.h"
 #include "core/status_macros.h"
 #include "offload/offload_config.h"
 #include "tensor_parallel/layers/gemm.h"
@@ -408,7 +409,7 @@ absl::Status WriteFile(absl::string_view flag, const std::string& path, const st
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::UnavailableError(
-        absl::StrCat(flag, "=", path, ": cannot open for writing: ", std::strerror(errno)));
+        absl::StrCat(flag, "=", path, ": cannot open for writing: ", StrError(errno)));
   }
   size_t done = 0;
   while (done < text.size()) {
@@ -418,12 +419,12 @@ absl::Status WriteFile(absl::string_view flag, const std::string& path, const st
       const int error = errno;
       ::close(fd);
       return absl::UnavailableError(
-          absl::StrCat(flag, "=", path, ": write: ", std::strerror(error)));
+          absl::StrCat(flag, "=", path, ": write: ", StrError(error)));
     }
     done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0) {
-    return absl::UnavailableError(absl::StrCat(flag, "=", path, ": close: ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat(flag, "=", path, ": close: ", StrError(errno)));
   }
   return absl::OkStatus();
 }
@@ -437,13 +438,13 @@ absl::Status CheckCheckpointDirectory(const std::string& dir) {
   if (::stat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--checkpoint_dir ", dir, ": ", std::strerror(errno)));
+          absl::StrCat("--checkpoint_dir ", dir, ": ", StrError(errno)));
     }
     const size_t slash = dir.find_last_of('/');
     target = slash == std::string::npos ? "." : (slash == 0 ? "/" : dir.substr(0, slash));
     if (::stat(target.c_str(), &st) != 0) {
       return absl::InvalidArgumentError(absl::StrCat("--checkpoint_dir ", dir, ": its parent ",
-                                                     target, ": ", std::strerror(errno)));
+                                                     target, ": ", StrError(errno)));
     }
   }
   if (!S_ISDIR(st.st_mode)) {
@@ -452,7 +453,7 @@ absl::Status CheckCheckpointDirectory(const std::string& dir) {
   }
   if (::access(target.c_str(), W_OK | X_OK) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--checkpoint_dir ", dir, ": cannot write in ",
-                                                   target, ": ", std::strerror(errno)));
+                                                   target, ": ", StrError(errno)));
   }
   return absl::OkStatus();
 }
@@ -489,14 +490,14 @@ absl::Status CheckPaths(const TrainJobOptions& o) {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--nvme_dir: ", path, ": ", std::strerror(errno)));
+          absl::StrCat("--nvme_dir: ", path, ": ", StrError(errno)));
     }
     if (!S_ISDIR(st.st_mode)) {
       return absl::InvalidArgumentError(absl::StrCat("--nvme_dir: ", path, " is not a directory"));
     }
     if (::access(path.c_str(), W_OK | X_OK) != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--nvme_dir: ", path, ": cannot write in it: ", std::strerror(errno)));
+          absl::StrCat("--nvme_dir: ", path, ": cannot write in it: ", StrError(errno)));
     }
   }
   return absl::OkStatus();
@@ -522,7 +523,7 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   if (n <= 0) {
     cli::PrintError("train", absl::StrCat("--transport shm: cannot find this binary: "
                                           "readlink(/proc/self/exe): ",
-                                          std::strerror(errno)));
+                                          StrError(errno)));
     return cli::kExitRuntime;
   }
   LaunchOptions launch;

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace {
@@ -31,7 +32,7 @@ absl::StatusOr<CommBuffer> CommBuffer::Ordinary(size_t bytes) {
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (data == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("communication buffer of ", bytes,
-                                                     " bytes: mmap failed: ", std::strerror(errno)));
+                                                     " bytes: mmap failed: ", StrError(errno)));
   }
   return CommBuffer(absl::MakeSpan(static_cast<std::byte*>(data), bytes), /*zero_copy=*/false,
                     std::make_unique<MappedOwner>(data, bytes));

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/posix.h"
 #include "core/status_macros.h"
 #include "pipeline/generators.h"
 #include "tools/job_files.h"
@@ -91,7 +92,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> OpenOffloadDisk(const TrainJobOptions&
                                              "/loom_train_nvme.XXXXXX");
     if (mkdtemp(pattern.data()) == nullptr) {
       return absl::UnavailableError(
-          absl::StrCat("--offload nvme: mkdtemp ", pattern, ": ", std::strerror(errno)));
+          absl::StrCat("--offload nvme: mkdtemp ", pattern, ": ", StrError(errno)));
     }
     made->push_back(pattern);
     disk_options.directories = {pattern};
@@ -109,7 +110,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> OpenOffloadDisk(const TrainJobOptions&
           }
         } else if (errno != EEXIST) {
           return absl::NotFoundError(
-              absl::StrCat("--nvme_dir: mkdir ", path, ": ", std::strerror(errno)));
+              absl::StrCat("--nvme_dir: mkdir ", path, ": ", StrError(errno)));
         }
       }
       disk_options.directories.push_back(path);

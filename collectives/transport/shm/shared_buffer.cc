@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/shm/internal/shared_regions.h"
+#include "core/posix.h"
 
 namespace loom {
 
@@ -18,20 +19,20 @@ absl::StatusOr<SharedBuffer> SharedBuffer::Allocate(size_t bytes) {
   const int fd = memfd_create("loom-shared-buffer", MFD_CLOEXEC);
   if (fd < 0) {
     return absl::InternalError(absl::StrCat("memfd_create for a SharedBuffer of ", bytes,
-                                            " bytes failed: ", std::strerror(errno)));
+                                            " bytes failed: ", StrError(errno)));
   }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int error = errno;
     close(fd);
     return absl::ResourceExhaustedError(absl::StrCat("SharedBuffer of ", bytes,
-                                                     " bytes: ftruncate failed: ", std::strerror(error)));
+                                                     " bytes: ftruncate failed: ", StrError(error)));
   }
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
     const int error = errno;
     close(fd);
     return absl::ResourceExhaustedError(absl::StrCat("SharedBuffer of ", bytes,
-                                                     " bytes: mmap failed: ", std::strerror(error)));
+                                                     " bytes: mmap failed: ", StrError(error)));
   }
   auto* start = static_cast<std::byte*>(data);
   shm_internal::RegisterSharedRegion(start, bytes, fd);

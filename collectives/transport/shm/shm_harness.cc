@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/transport/shm/internal/segment.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace {
@@ -112,7 +113,7 @@ std::vector<absl::Status> RunProcesses(int count, absl::Duration timeout,
   for (int i = 0; i < count; ++i) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
-      results[i] = absl::InternalError(absl::StrCat("pipe2 failed: ", std::strerror(errno)));
+      results[i] = absl::InternalError(absl::StrCat("pipe2 failed: ", StrError(errno)));
       continue;
     }
     const pid_t pid = fork();
@@ -131,7 +132,7 @@ std::vector<absl::Status> RunProcesses(int count, absl::Duration timeout,
     close(fds[1]);
     if (pid < 0) {
       close(fds[0]);
-      results[i] = absl::InternalError(absl::StrCat("fork failed: ", std::strerror(errno)));
+      results[i] = absl::InternalError(absl::StrCat("fork failed: ", StrError(errno)));
       continue;
     }
     children[i].pid = pid;

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace shm_internal {
@@ -32,7 +33,7 @@ absl::Status ReadFromProcess(pid_t pid, uint64_t remote_address,
     const int error = got < 0 ? errno : EFAULT;  // 0 bytes with no error: nothing readable.
     const std::string what =
         absl::StrCat("process_vm_readv(pid ", pid, ", 0x", absl::Hex(remote_address + done), ", ",
-                     destination.size() - done, " bytes) failed: ", std::strerror(error));
+                     destination.size() - done, " bytes) failed: ", StrError(error));
     if (error == ESRCH) return absl::UnavailableError(what);
     if (error == EPERM) return absl::PermissionDeniedError(what);
     return absl::InternalError(what);

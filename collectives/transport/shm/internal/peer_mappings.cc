@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/posix.h"
 
 // Syscall numbers for kernels whose headers predate them (x86-64 and the generic
 // table agree on both).
@@ -43,7 +44,7 @@ absl::StatusOr<const std::byte*> PeerMappings::Map(int fd, uint64_t id, uint64_t
     if (pidfd_ < 0) {
       refused_ = true;
       return absl::UnavailableError(
-          absl::StrCat("pidfd_open(pid ", pid_, ") failed: ", std::strerror(errno)));
+          absl::StrCat("pidfd_open(pid ", pid_, ") failed: ", StrError(errno)));
     }
   }
   const int local = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd_, fd, 0));
@@ -53,7 +54,7 @@ absl::StatusOr<const std::byte*> PeerMappings::Map(int fd, uint64_t id, uint64_t
     // (a buffer freed under its send) is this message's problem only.
     if (error == ENOSYS || error == EPERM) refused_ = true;
     return absl::UnavailableError(absl::StrCat("pidfd_getfd(pid ", pid_, ", fd ", fd,
-                                               ") failed: ", std::strerror(error)));
+                                               ") failed: ", StrError(error)));
   }
   // The fd number may have been reused for something else by the time it was taken:
   // it must be a memfd of at least the announced size.
@@ -68,7 +69,7 @@ absl::StatusOr<const std::byte*> PeerMappings::Map(int fd, uint64_t id, uint64_t
   close(local);  // The mapping keeps the memory.
   if (data == MAP_FAILED) {
     return absl::UnavailableError(absl::StrCat("mmap of pid ", pid_, "'s shared buffer (", bytes,
-                                               " bytes) failed: ", std::strerror(errno)));
+                                               " bytes) failed: ", StrError(errno)));
   }
   if (mappings_.size() >= kMaxMappings) {
     auto oldest = std::min_element(
