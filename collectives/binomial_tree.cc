@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/internal/arg_checks.h"
 #include "collectives/internal/in_flight.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/buffer_view.h"
@@ -61,45 +62,6 @@ struct BinomialNode {
   int64_t span = 1;
   int num_children = 0;
 };
-
-absl::Status CheckRoot(const char* name, int root, int n) {
-  if (root < 0 || root >= n) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": root ", root, " outside [0, ", n, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckSize(const char* name, const char* which, size_t got, size_t want) {
-  if (got != want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": ", which, " has ", got, " elements, want ", want));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckSameDType(const char* name, ConstBufferView input, ConstBufferView output) {
-  if (input.dtype() != output.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": input is ", DTypeName(input.dtype()),
-                                                   " but output is ", DTypeName(output.dtype())));
-  }
-  return absl::OkStatus();
-}
-
-// CheckBlockAliasing: `part` (count elements) is either disjoint from `whole` or
-// exactly block `block` of it (the in-place gather / scatter of NCCL).
-absl::Status CheckBlockAliasing(const char* name, ConstBufferView part, ConstBufferView whole,
-                                int block) {
-  const std::byte* p = part.data();
-  const std::byte* w = whole.data();
-  const bool disjoint = p + part.size_bytes() <= w || w + whole.size_bytes() <= p;
-  if (disjoint || part.size_bytes() == 0) return absl::OkStatus();
-  const size_t offset = static_cast<size_t>(block) * part.size_bytes();
-  if (p == w + offset) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ": the root's ", part.size(), "-element buffer overlaps its ",
-                   whole.size(), "-element one at byte offset ", p - w,
-                   " but is not its block (byte offset ", offset, ")"));
-}
 
 // TreeBroadcast: the root sends `source` down the tree; every other rank receives it
 // into `dest` and forwards it to its children, largest subtree first (so the deepest
@@ -197,14 +159,10 @@ absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, Reduce
 absl::Status BinomialBroadcast(const CallContext& ctx, const CollectiveArgs& args) {
   constexpr char kName[] = "BinomialBroadcast";
   const int n = ctx.size();
-  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), args.count));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, kName));
   const bool is_root = ctx.rank() == args.root;
-  if (is_root) {
-    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's input", args.input.size(), args.count));
-    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
-    LOOM_RETURN_IF_ERROR(Copy(args.input, args.output));
-  }
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, is_root ? args.count : kUnchecked, args.count));
+  if (is_root) LOOM_RETURN_IF_ERROR(Copy(args.input, args.output));
   if (n == 1 || args.count == 0) return absl::OkStatus();
   return TreeBroadcast(ctx, BinomialNode(ctx.rank(), args.root, n), args.input, args.output,
                        /*step=*/0);
@@ -213,13 +171,9 @@ absl::Status BinomialBroadcast(const CallContext& ctx, const CollectiveArgs& arg
 absl::Status BinomialReduce(const CallContext& ctx, const CollectiveArgs& args) {
   constexpr char kName[] = "BinomialReduce";
   const int n = ctx.size();
-  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), args.count));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, kName));
   const bool is_root = ctx.rank() == args.root;
-  if (is_root) {
-    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's output", args.output.size(), args.count));
-    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
-  }
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, args.count, is_root ? args.count : kUnchecked));
   if (args.count == 0) return absl::OkStatus();
   return TreeReduce(ctx, BinomialNode(ctx.rank(), args.root, n), args.op, args.input,
                     is_root ? args.output : BufferView(), /*step=*/0);
@@ -227,9 +181,7 @@ absl::Status BinomialReduce(const CallContext& ctx, const CollectiveArgs& args) 
 
 absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
   constexpr char kName[] = "BinomialAllReduce";
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), args.count));
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), args.count));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, args.count, args.count));
   if (args.count == 0) return absl::OkStatus();
   // Every rank accumulates in its own output, which the broadcast then overwrites
   // with rank 0's result: the one place where each element is reduced.
@@ -243,12 +195,11 @@ absl::Status BinomialGather(const CallContext& ctx, const CollectiveArgs& args) 
   constexpr char kName[] = "BinomialGather";
   const int n = ctx.size();
   const size_t count = args.count;
-  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), count));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, kName));
   const BinomialNode node(ctx.rank(), args.root, n);
+  LOOM_RETURN_IF_ERROR(
+      CheckArgs(ctx, args, kName, count, node.is_root() ? n * count : kUnchecked));
   if (node.is_root()) {
-    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's output", args.output.size(), n * count));
-    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
     LOOM_RETURN_IF_ERROR(CheckBlockAliasing(kName, args.input, args.output, args.root));
   }
   if (count == 0) return absl::OkStatus();
@@ -293,12 +244,11 @@ absl::Status BinomialScatter(const CallContext& ctx, const CollectiveArgs& args)
   constexpr char kName[] = "BinomialScatter";
   const int n = ctx.size();
   const size_t count = args.count;
-  LOOM_RETURN_IF_ERROR(CheckRoot(kName, args.root, n));
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), count));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, kName));
   const BinomialNode node(ctx.rank(), args.root, n);
+  LOOM_RETURN_IF_ERROR(
+      CheckArgs(ctx, args, kName, node.is_root() ? n * count : kUnchecked, count));
   if (node.is_root()) {
-    LOOM_RETURN_IF_ERROR(CheckSize(kName, "root's input", args.input.size(), n * count));
-    LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
     LOOM_RETURN_IF_ERROR(CheckBlockAliasing(kName, args.output, args.input, args.root));
   }
   if (count == 0) return absl::OkStatus();
@@ -343,8 +293,7 @@ absl::Status BinomialScatter(const CallContext& ctx, const CollectiveArgs& args)
 
 absl::Status BinomialBarrier(const CallContext& ctx, const CollectiveArgs& args) {
   constexpr char kName[] = "BinomialBarrier";
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "input", args.input.size(), 0));
-  LOOM_RETURN_IF_ERROR(CheckSize(kName, "output", args.output.size(), 0));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, 0, 0));
   const BinomialNode node(ctx.rank(), /*root_rank=*/0, ctx.size());
   // Arrival: rank 0 hears from every rank through its subtree; release: back down.
   InFlight<kMaxChildren> up(ctx);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "collectives/internal/arg_checks.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
@@ -236,60 +237,10 @@ absl::Status ReduceScatterInRankOrder(const CallContext& ctx, ReduceOp op, Const
   return FoldInRankOrder(op, n, contributions, result);
 }
 
-// CheckArgs returns InvalidArgument naming the sizes when input or output does not
-// have the elements `kind` needs (kUnchecked skips one, and the dtype check), or when
-// both are non-empty and their dtypes differ.
-constexpr size_t kUnchecked = ~size_t{0};
-
-ABSL_ATTRIBUTE_NOINLINE ABSL_ATTRIBUTE_COLD absl::Status DescribeBadArgs(
-    const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind,
-    size_t input_elements, size_t output_elements) {
-  const auto where = [&] {
-    return absl::StrCat("direct ", kind, " on rank ", ctx.rank(), " of ", ctx.size(), ", count ",
-                        args.count, ": ");
-  };
-  if (input_elements != kUnchecked && args.input.size() != input_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), "input has ", args.input.size(),
-                                                   " elements, expected ", input_elements));
-  }
-  if (output_elements != kUnchecked && args.output.size() != output_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), "output has ", args.output.size(),
-                                                   " elements, expected ", output_elements));
-  }
-  if (input_elements != kUnchecked && output_elements != kUnchecked && !args.input.empty() &&
-      !args.output.empty() && args.input.dtype() != args.output.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), "input is ",
-                                                   DTypeName(args.input.dtype()), " but output is ",
-                                                   DTypeName(args.output.dtype())));
-  }
-  return absl::OkStatus();
-}
-
-// The checks inline, the messages (DescribeBadArgs) out of line: they run in every call.
-absl::Status CheckArgs(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind,
-                       size_t input_elements, size_t output_elements) {
-  const bool both_checked = input_elements != kUnchecked && output_elements != kUnchecked;
-  if ((input_elements == kUnchecked || args.input.size() == input_elements) &&
-      (output_elements == kUnchecked || args.output.size() == output_elements) &&
-      (!both_checked || args.input.empty() || args.output.empty() ||
-       args.input.dtype() == args.output.dtype())) {
-    return absl::OkStatus();
-  }
-  return DescribeBadArgs(ctx, args, kind, input_elements, output_elements);
-}
-
-absl::Status CheckRoot(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind) {
-  if (args.root < 0 || args.root >= ctx.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("direct ", kind, ": root ", args.root, " is not a rank of ", ctx.size()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status DirectAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "all_reduce", args.count, args.count));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "direct all_reduce", args.count, args.count));
   if (args.count == 0) return absl::OkStatus();
   const int n = ctx.size();
   LOOM_ASSIGN_OR_RETURN(const Contributions contributions,
@@ -302,7 +253,7 @@ absl::Status DirectAllReduce(const CallContext& ctx, const CollectiveArgs& args)
 
 absl::Status DirectReduceScatter(const CallContext& ctx, const CollectiveArgs& args) {
   const int n = ctx.size();
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "reduce_scatter", n * args.count, args.count));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "direct reduce_scatter", n * args.count, args.count));
   if (args.count == 0) return absl::OkStatus();
   return ReduceScatterInRankOrder(ctx, args.op, args.input, args.output);
 }
@@ -330,17 +281,17 @@ absl::Status DirectAllGatherBlocks(const CallContext& ctx, BufferView buffer) {
 
 absl::Status DirectAllGather(const CallContext& ctx, const CollectiveArgs& args) {
   const int n = ctx.size();
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "all_gather", args.count, n * args.count));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "direct all_gather", args.count, n * args.count));
   if (args.count == 0) return absl::OkStatus();
   LOOM_RETURN_IF_ERROR(Copy(args.input, Slice(args.output, ctx.rank() * args.count, args.count)));
   return DirectAllGatherBlocks(ctx, args.output);
 }
 
 absl::Status DirectBroadcast(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "broadcast"));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "direct broadcast"));
   const bool is_root = ctx.rank() == args.root;
   LOOM_RETURN_IF_ERROR(
-      CheckArgs(ctx, args, "broadcast", is_root ? args.count : kUnchecked, args.count));
+      CheckArgs(ctx, args, "direct broadcast", is_root ? args.count : kUnchecked, args.count));
   if (args.count == 0) return absl::OkStatus();
   if (is_root) LOOM_RETURN_IF_ERROR(Copy(args.input, args.output));
   return ScatterFromRoot(
@@ -348,9 +299,9 @@ absl::Status DirectBroadcast(const CallContext& ctx, const CollectiveArgs& args)
 }
 
 absl::Status DirectReduce(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "reduce"));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "direct reduce"));
   const bool is_root = ctx.rank() == args.root;
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "reduce", args.count, is_root ? args.count : 0));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "direct reduce", args.count, is_root ? args.count : 0));
   if (args.count == 0) return absl::OkStatus();
   if (!is_root) {
     return GatherToRoot(ctx, kReduceStep, args.root, args.input, [](int) { return BufferView(); });
@@ -363,11 +314,11 @@ absl::Status DirectReduce(const CallContext& ctx, const CollectiveArgs& args) {
 }
 
 absl::Status DirectGather(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "gather"));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "direct gather"));
   const bool is_root = ctx.rank() == args.root;
   const size_t count = args.count;
   LOOM_RETURN_IF_ERROR(
-      CheckArgs(ctx, args, "gather", count, is_root ? ctx.size() * count : kUnchecked));
+      CheckArgs(ctx, args, "direct gather", count, is_root ? ctx.size() * count : kUnchecked));
   if (count == 0) return absl::OkStatus();
   if (is_root) LOOM_RETURN_IF_ERROR(Copy(args.input, Slice(args.output, args.root * count, count)));
   return GatherToRoot(ctx, kGatherStep, args.root, args.input,
@@ -375,11 +326,11 @@ absl::Status DirectGather(const CallContext& ctx, const CollectiveArgs& args) {
 }
 
 absl::Status DirectScatter(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "scatter"));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "direct scatter"));
   const bool is_root = ctx.rank() == args.root;
   const size_t count = args.count;
   LOOM_RETURN_IF_ERROR(
-      CheckArgs(ctx, args, "scatter", is_root ? ctx.size() * count : kUnchecked, count));
+      CheckArgs(ctx, args, "direct scatter", is_root ? ctx.size() * count : kUnchecked, count));
   if (count == 0) return absl::OkStatus();
   if (is_root) LOOM_RETURN_IF_ERROR(Copy(Slice(args.input, args.root * count, count), args.output));
   return ScatterFromRoot(
@@ -388,7 +339,7 @@ absl::Status DirectScatter(const CallContext& ctx, const CollectiveArgs& args) {
 }
 
 absl::Status DirectBarrier(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "barrier", 0, 0));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "direct barrier", 0, 0));
   return ExchangeWithEveryone(
       ctx, kBarrierStep, [](int) { return ConstBufferView(); }, [](int) { return BufferView(); });
 }

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/internal/arg_checks.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/buffer_view.h"
 #include "core/dtype.h"
@@ -129,47 +130,12 @@ absl::Status AllGatherByDoubling(const CallContext& ctx, const Slots& slots, Buf
   return absl::OkStatus();
 }
 
-absl::Status CheckCount(const char* name, const char* which, size_t got, size_t want,
-                        const char* want_text) {
-  if (got != want) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", which, " has ", got,
-                                                   " elements, want ", want_text, " = ", want));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckSameDType(const char* name, ConstBufferView input, ConstBufferView output) {
-  if (input.dtype() != output.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": input is ", DTypeName(input.dtype()),
-                                                   " but output is ", DTypeName(output.dtype())));
-  }
-  return absl::OkStatus();
-}
-
-// CheckBlockAliasing: `part` is either disjoint from `whole` or exactly block `block`
-// of it (NCCL's in-place reduce-scatter and all-gather).
-absl::Status CheckBlockAliasing(const char* name, ConstBufferView part, ConstBufferView whole,
-                                int block) {
-  const std::byte* p = part.data();
-  const std::byte* w = whole.data();
-  const bool disjoint = p + part.size_bytes() <= w || w + whole.size_bytes() <= p;
-  if (disjoint || part.size_bytes() == 0) return absl::OkStatus();
-  const size_t offset = static_cast<size_t>(block) * part.size_bytes();
-  if (p == w + offset) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ": the ", part.size(), "-element buffer overlaps the ", whole.size(),
-                   "-element one at byte offset ", p - w, " but is not block ", block,
-                   " (byte offset ", offset, ")"));
-}
-
 }  // namespace
 
 absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
   constexpr char kName[] = "HalvingDoublingAllReduce";
   const size_t count = args.count;
-  LOOM_RETURN_IF_ERROR(CheckCount(kName, "input", args.input.size(), count, "count"));
-  LOOM_RETURN_IF_ERROR(CheckCount(kName, "output", args.output.size(), count, "count"));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, count, count));
   if (count == 0) return absl::OkStatus();
   if (ctx.size() == 1) return Copy(args.input, args.output);
 
@@ -204,9 +170,7 @@ absl::Status HalvingDoublingReduceScatter(const CallContext& ctx, const Collecti
   const size_t count = args.count;
   const int n = ctx.size();
   const int rank = ctx.rank();
-  LOOM_RETURN_IF_ERROR(CheckCount(kName, "input", args.input.size(), n * count, "n * count"));
-  LOOM_RETURN_IF_ERROR(CheckCount(kName, "output", args.output.size(), count, "count"));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, n * count, count));
   LOOM_RETURN_IF_ERROR(CheckBlockAliasing(kName, args.output, args.input, rank));
   if (count == 0) return absl::OkStatus();
   if (n == 1) return Copy(args.input, args.output);
@@ -247,9 +211,7 @@ absl::Status HalvingDoublingAllGather(const CallContext& ctx, const CollectiveAr
   const size_t count = args.count;
   const int n = ctx.size();
   const int rank = ctx.rank();
-  LOOM_RETURN_IF_ERROR(CheckCount(kName, "input", args.input.size(), count, "count"));
-  LOOM_RETURN_IF_ERROR(CheckCount(kName, "output", args.output.size(), n * count, "n * count"));
-  LOOM_RETURN_IF_ERROR(CheckSameDType(kName, args.input, args.output));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, count, n * count));
   LOOM_RETURN_IF_ERROR(CheckBlockAliasing(kName, args.input, args.output, rank));
   if (count == 0) return absl::OkStatus();
 

@@ -263,7 +263,9 @@ TEST(HalvingDoublingTest, RejectsBadArgumentsNamingTheValues) {
     args.output = BufferView::Of(absl::MakeSpan(two));
     EXPECT_THAT(HalvingDoublingReduceScatter(ctx, args),
                 StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("HalvingDoublingReduceScatter: output has 2 elements, want count = 3")));
+                         HasSubstr(absl::StrCat("HalvingDoublingReduceScatter on rank ", ctx.rank(),
+                                                " of ", ctx.size(),
+                                                ", count 3: output has 2 elements, expected 3"))));
     args.output = BufferView::Of(absl::MakeSpan(bytes));
     EXPECT_THAT(HalvingDoublingReduceScatter(ctx, args),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input is f32 but output is i8")));
@@ -276,11 +278,11 @@ TEST(HalvingDoublingTest, RejectsBadArgumentsNamingTheValues) {
     args.output = BufferView::Of(absl::MakeSpan(three));
     EXPECT_THAT(HalvingDoublingAllGather(ctx, args),
                 StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("output has 3 elements, want n * count = 9")));
+                         HasSubstr("output has 3 elements, expected 9")));
     args.output = BufferView::Of(absl::MakeSpan(two));
     EXPECT_THAT(HalvingDoublingAllReduce(ctx, args),
                 StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("HalvingDoublingAllReduce: output has 2 elements, want count = 3")));
+                         HasSubstr("output has 2 elements, expected 3")));
     return absl::OkStatus();
   })));
 }

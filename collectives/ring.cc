@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "collectives/internal/arg_checks.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
@@ -204,42 +205,6 @@ absl::Status ReduceScatterPass(const CallContext& ctx, ReduceOp op, ConstBufferV
       });
 }
 
-// CheckArgs returns InvalidArgument naming the sizes when input or output does not
-// have the elements `kind` needs (kUnchecked skips one, and the dtype check), or when
-// both are non-empty and their dtypes differ.
-constexpr size_t kUnchecked = ~size_t{0};
-
-absl::Status CheckArgs(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind,
-                       size_t input_elements, size_t output_elements) {
-  const auto where = [&] {
-    return absl::StrCat("ring ", kind, " on rank ", ctx.rank(), " of ", ctx.size(), ", count ",
-                        args.count, ": ");
-  };
-  if (input_elements != kUnchecked && args.input.size() != input_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), "input has ", args.input.size(),
-                                                   " elements, expected ", input_elements));
-  }
-  if (output_elements != kUnchecked && args.output.size() != output_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), "output has ", args.output.size(),
-                                                   " elements, expected ", output_elements));
-  }
-  if (input_elements != kUnchecked && !args.input.empty() && !args.output.empty() &&
-      args.input.dtype() != args.output.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat(where(), "input is ",
-                                                   DTypeName(args.input.dtype()), " but output is ",
-                                                   DTypeName(args.output.dtype())));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckRoot(const CallContext& ctx, const CollectiveArgs& args, absl::string_view kind) {
-  if (args.root < 0 || args.root >= ctx.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ring ", kind, ": root ", args.root, " is not a rank of ", ctx.size()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status RingReduceScatterBlocks(const CallContext& ctx, ReduceOp op, ConstBufferView input,
@@ -275,7 +240,7 @@ absl::Status RingAllGatherBlocks(const CallContext& ctx, BufferView buffer) {
 }
 
 absl::Status RingAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "all_reduce", args.count, args.count));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "ring all_reduce", args.count, args.count));
   LOOM_RETURN_IF_ERROR(RingReduceScatterBlocks(ctx, args.op, args.input, args.output));
   return RingAllGatherBlocks(ctx, args.output);
 }
@@ -283,7 +248,7 @@ absl::Status RingAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
 absl::Status RingReduceScatter(const CallContext& ctx, const CollectiveArgs& args) {
   const int n = ctx.size();
   const size_t count = args.count;
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "reduce_scatter", n * count, count));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "ring reduce_scatter", n * count, count));
   if (count == 0) return absl::OkStatus();
   if (n == 1) return Copy(args.input, args.output);
   // The output holds one block, so partial reductions alternate between two blocks
@@ -302,7 +267,7 @@ absl::Status RingReduceScatter(const CallContext& ctx, const CollectiveArgs& arg
 
 absl::Status RingAllGather(const CallContext& ctx, const CollectiveArgs& args) {
   const int n = ctx.size();
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "all_gather", args.count, n * args.count));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "ring all_gather", args.count, n * args.count));
   if (args.count == 0) return absl::OkStatus();
   LOOM_RETURN_IF_ERROR(
       Copy(args.input, Slice(args.output, Block(args.output.size(), n, ctx.rank()))));
@@ -310,12 +275,12 @@ absl::Status RingAllGather(const CallContext& ctx, const CollectiveArgs& args) {
 }
 
 absl::Status RingReduce(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "reduce"));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "ring reduce"));
   const int n = ctx.size();
   const int r = ctx.rank();
   const bool is_root = r == args.root;
   const size_t count = args.count;
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "reduce", count, is_root ? count : 0));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "ring reduce", count, is_root ? count : 0));
   if (count == 0) return absl::OkStatus();
   if (n == 1) return Copy(args.input, args.output);
 
@@ -354,12 +319,12 @@ absl::Status RingReduce(const CallContext& ctx, const CollectiveArgs& args) {
 }
 
 absl::Status RingBroadcast(const CallContext& ctx, const CollectiveArgs& args) {
-  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "broadcast"));
+  LOOM_RETURN_IF_ERROR(CheckRoot(ctx, args, "ring broadcast"));
   const int n = ctx.size();
   const int r = ctx.rank();
   const bool is_root = r == args.root;
   const size_t count = args.count;
-  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "broadcast", is_root ? count : kUnchecked, count));
+  LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "ring broadcast", is_root ? count : kUnchecked, count));
   if (count == 0) return absl::OkStatus();
   if (is_root) LOOM_RETURN_IF_ERROR(Copy(args.input, args.output));
   if (n == 1) return absl::OkStatus();
