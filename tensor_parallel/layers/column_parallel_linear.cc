@@ -33,10 +33,9 @@ namespace {
 constexpr char kName[] = "ColumnParallelLinear";
 
 absl::Status CheckOptions(const ColumnParallelOptions& options) {
-  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
-  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckPrecision(options.precision, kName));
-  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckSequenceParallel(
-      options.sequence_parallel, options.sequence_length, kName));
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckLinearOptions(
+      options.weight_dtype, options.precision, options.sequence_parallel, options.sequence_length,
+      kName));
   if (options.sequence_parallel && options.gather_output) {
     return absl::InvalidArgumentError(
         absl::StrCat(kName, ": gather_output cannot be combined with sequence_parallel"));

@@ -31,11 +31,9 @@ namespace {
 constexpr char kName[] = "RowParallelLinear";
 
 absl::Status CheckOptions(const RowParallelOptions& options) {
-  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckStorage(options.weight_dtype, kName));
-  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckPrecision(options.precision, kName));
-  LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckSequenceParallel(
-      options.sequence_parallel, options.sequence_length, kName));
-  return absl::OkStatus();
+  return tp_layers_internal::CheckLinearOptions(options.weight_dtype, options.precision,
+                                                options.sequence_parallel,
+                                                options.sequence_length, kName);
 }
 
 }  // namespace

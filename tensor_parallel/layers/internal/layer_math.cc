@@ -210,6 +210,14 @@ absl::Status CheckSequenceParallel(bool sequence_parallel, int64_t sequence_leng
       absl::StrCat(who, ": sequence_parallel needs sequence_length > 0, got ", sequence_length));
 }
 
+absl::Status CheckLinearOptions(DType weight_dtype, GemmPrecision precision,
+                                bool sequence_parallel, int64_t sequence_length,
+                                const std::string& who) {
+  LOOM_RETURN_IF_ERROR(CheckStorage(weight_dtype, who));
+  LOOM_RETURN_IF_ERROR(CheckPrecision(precision, who));
+  return CheckSequenceParallel(sequence_parallel, sequence_length, who);
+}
+
 absl::Status CheckGradient(const std::string& who, bool has_forward, const Tensor& grad,
                            const std::vector<int64_t>& forward_shape, const std::string& name) {
   if (!has_forward) {

@@ -137,6 +137,12 @@ inline GemmPrecision LayerPrecision(DType weight_dtype, GemmPrecision requested)
 absl::Status CheckSequenceParallel(bool sequence_parallel, int64_t sequence_length,
                                    const std::string& who);
 
+// CheckLinearOptions checks what the column- and row-parallel linear layers share:
+// CheckStorage(weight_dtype), CheckPrecision(precision) and CheckSequenceParallel.
+absl::Status CheckLinearOptions(DType weight_dtype, GemmPrecision precision,
+                                bool sequence_parallel, int64_t sequence_length,
+                                const std::string& who);
+
 // CheckGradient checks a Backward argument of layer `who`: FailedPrecondition before
 // any Forward, InvalidArgument naming both unless `grad` (called `name`) is f32 of
 // the shape Forward returned.
