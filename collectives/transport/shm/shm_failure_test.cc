@@ -333,9 +333,13 @@ TEST(ShmConnectTest, LiveSegmentOfAnotherJobIsRefused) {
         options.job_id = job_id;
         options.rank = 0;
         options.size = 2;
-        options.connect_timeout = absl::Milliseconds(index == 0 ? 1500 : 300);
-        if (index == 1)
-          absl::SleepFor(absl::Milliseconds(300));  // The first one is set up by then.
+        // The first waits long enough for the second to be refused meanwhile.
+        options.connect_timeout = absl::Milliseconds(index == 0 ? 5000 : 300);
+        // The second starts once the first's segment is set up (a handshake through the
+        // segment's magic, not a guess at how long setting up takes).
+        if (index == 1 && !WaitUntilReady(job_id, 0)) {
+          return absl::DeadlineExceededError("the first rank 0 never set up its segment");
+        }
         return ConnectShmTransport(options).status();
       });
   EXPECT_THAT(results[0],
