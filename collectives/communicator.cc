@@ -36,6 +36,9 @@ namespace {
 // point-to-point), [23..16] zero, [15..0] algorithm step. The call's arguments are
 // not in the tag but in every message's stamp (see Run).
 constexpr int kIdShift = 40;
+// Every Communicator tag has a non-zero id above kIdShift: the range transport.h leaves to
+// Communicators (users of raw tags reserve below it).
+static_assert((Tag{1} << kIdShift) == kCommunicatorTagsBegin);
 constexpr int kSeqShift = 24;
 constexpr uint64_t kIdMask = (uint64_t{1} << 24) - 1;
 constexpr uint64_t kSeqModulus = 0xFFFF;

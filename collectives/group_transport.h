@@ -45,6 +45,11 @@ class GroupTransport final : public Transport {
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
   // Abort aborts the shared parent endpoint, and so every view of it.
   void Abort(const absl::Status& reason) override;
+  // ReserveTags reserves on the parent: the view's tags are the parent's.
+  absl::StatusOr<TagReservation> ReserveTags(Tag first, Tag last,
+                                             absl::string_view user) override {
+    return parent_->ReserveTags(first, last, user);
+  }
   // AllocateBuffer is the parent's: the view moves data through it.
   absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) override {
     return parent_->AllocateBuffer(bytes);

@@ -76,6 +76,14 @@
 // of waiting on tags that never match. Unstamped messages (scope 0) are matched by
 // tag alone, as before.
 //
+// Tag ranges. Users sharing one endpoint must keep to tags of their own: a message
+// taken by another user's receive is lost to its own. Tags at or above
+// kCommunicatorTagsBegin belong to Communicators (each one's tags carry its non-zero
+// 24-bit id in their top bits). Any other user (the pipeline executor; a test) takes
+// a range below it with ReserveTags, which refuses a range that reaches into the
+// Communicators' or overlaps another user's live reservation, naming both users.
+// Views of an endpoint (GroupTransport) reserve on the endpoint they view.
+//
 // Failure. Abort(reason) fails every pending and later request of this endpoint with
 // `reason` (code Aborted unless `reason` says otherwise) and, where the backend can,
 // the requests of the peers that are waiting on it. A peer that is gone is reported
@@ -91,12 +99,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "collectives/transport/comm_buffer.h"
@@ -106,6 +117,39 @@ namespace loom {
 
 // A Tag separates independent message streams between the same two ranks.
 using Tag = uint64_t;
+
+// The first tag of the Communicators' range (see "Tag ranges").
+inline constexpr Tag kCommunicatorTagsBegin = Tag{1} << 40;
+
+namespace transport_internal {
+class TagTable;
+}  // namespace transport_internal
+
+// TagReservation holds tags [first, last] of an endpoint for one user until it is
+// destroyed (or moved from). It may outlive the endpoint.
+class TagReservation {
+ public:
+  TagReservation() = default;
+  TagReservation(TagReservation&& other) noexcept;
+  TagReservation& operator=(TagReservation&& other) noexcept;
+  TagReservation(const TagReservation&) = delete;
+  TagReservation& operator=(const TagReservation&) = delete;
+  ~TagReservation();
+
+  bool held() const { return table_ != nullptr; }
+  Tag first() const { return first_; }
+  Tag last() const { return last_; }
+
+ private:
+  friend class transport_internal::TagTable;
+  TagReservation(std::shared_ptr<transport_internal::TagTable> table, Tag first, Tag last)
+      : table_(std::move(table)), first_(first), last_(last) {}
+  void Release();
+
+  std::shared_ptr<transport_internal::TagTable> table_;
+  Tag first_ = 0;
+  Tag last_ = 0;
+};
 
 // Stamp: the call a message belongs to (see "Stamps" in the contract). Scope 0 is
 // unstamped.
@@ -155,7 +199,8 @@ struct Combiner {
 
 class Transport {
  public:
-  virtual ~Transport() = default;
+  Transport();
+  virtual ~Transport();
 
   // rank returns this endpoint's rank in [0, size()).
   virtual int rank() const = 0;
@@ -210,6 +255,16 @@ class Transport {
   // native returns the backend's own collectives over this group, or null when it
   // has none (inproc, shm). Owned by the transport. See native_collectives.h.
   virtual NativeCollectives* native() { return nullptr; }
+
+  // ReserveTags holds tags [first, last] of this endpoint for `user` (named in errors)
+  // until the returned reservation is destroyed; see "Tag ranges". InvalidArgument
+  // when first > last or the range reaches kCommunicatorTagsBegin; AlreadyExists
+  // naming both users when it overlaps a live reservation.
+  virtual absl::StatusOr<TagReservation> ReserveTags(Tag first, Tag last,
+                                                     absl::string_view user);
+
+ private:
+  std::shared_ptr<transport_internal::TagTable> tag_table_;
 };
 
 inline void Combiner::Apply(std::byte* dst, const std::byte* src, size_t offset,

@@ -474,9 +474,10 @@ absl::StatusOr<PipelineExecutor> PipelineExecutor::Create(const Schedule& schedu
     return absl::InvalidArgumentError(absl::StrCat("ExecutorOptions.max_pending_sends ",
                                                    options.max_pending_sends, " is below 1"));
   }
-  if (options.tag_base == ~Tag{0}) {
-    return absl::InvalidArgumentError(
-        "ExecutorOptions.tag_base is the largest tag; the payload tag tag_base + 1 wraps around");
+  if (options.tag_base >= kCommunicatorTagsBegin - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ExecutorOptions.tag_base ", options.tag_base, ": its tags (tag_base and tag_base + 1) ",
+        "must lie below ", kCommunicatorTagsBegin, " (2^40), where the Communicators' begin"));
   }
   Schedule lowered = schedule;
   if (!schedule.HasCommunication()) {
@@ -489,6 +490,11 @@ absl::StatusOr<PipelineExecutor> PipelineExecutor::Create(const Schedule& schedu
 
 absl::StatusOr<RankExecution> PipelineExecutor::Run(Transport& transport, StageModule& module,
                                                      SendBuffers* send_buffers) const {
+  // Held for the run: another executor on this endpoint with overlapping tags would
+  // take this one's messages.
+  LOOM_ASSIGN_OR_RETURN(const TagReservation tags,
+                        transport.ReserveTags(options_.tag_base, options_.tag_base + 1,
+                                              "pipeline executor"));
   return RankRunner(schedule_, options_, transport, module, send_buffers).Run();
 }
 

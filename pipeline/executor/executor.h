@@ -103,10 +103,11 @@ struct ExecutorOptions {
   // is unusable afterwards; turn this off to keep it (peers then time out).
   bool abort_on_error = true;
 
-  // Headers use tag `tag_base`, payloads `tag_base + 1`. The default is below
-  // 2^40, so its top 24 bits are 0, which no Communicator uses (its tags start
-  // with a non-zero 24-bit id): a pipeline can share an endpoint with
-  // collectives. Two pipelines sharing one need different bases.
+  // Headers use tag `tag_base`, payloads `tag_base + 1`, both below
+  // kCommunicatorTagsBegin (2^40), so a pipeline can share an endpoint with
+  // collectives. Run reserves the two tags on the endpoint (Transport::ReserveTags):
+  // two executors running on one endpoint need different bases, and a second one
+  // with the same base fails with AlreadyExists naming both.
   Tag tag_base = 0x50495045;  // "PIPE" in ASCII
 };
 

@@ -637,6 +637,29 @@ TEST(ExecutorTest, CreateRefusesBadOptionsAndSchedules) {
   EXPECT_THAT(PipelineExecutor::Create(outside, options),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("1f1b rank 0 step 8 (1F0): stage 1 is not on this rank")));
+
+  // Its two tags must stay below the Communicators' range (transport.h).
+  options = ExecutorOptions();
+  options.tag_base = kCommunicatorTagsBegin - 1;
+  EXPECT_THAT(PipelineExecutor::Create(schedule, options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("must lie below 1099511627776 (2^40)")));
+}
+
+// Run holds its two tags on the endpoint: another user of them is refused by name.
+TEST(ExecutorTest, TagsHeldByAnotherUserOfTheEndpointAreRefused) {
+  const Fixture f = TwoRankFixture(2);
+  LOOM_ASSERT_OK_AND_ASSIGN(const PipelineExecutor executor,
+                            PipelineExecutor::Create(*Make1F1BSchedule(2, 2)));
+  std::vector<std::unique_ptr<MlpStageModule>> modules =
+      MakeModules(f.config, f.layout, f.params, f.data, false);
+  std::vector<std::unique_ptr<Transport>> endpoints = MakeEndpoints(2);
+  const Tag base = ExecutorOptions().tag_base;
+  LOOM_ASSERT_OK_AND_ASSIGN(const TagReservation held,
+                            endpoints[0]->ReserveTags(base + 1, base + 5, "another pipeline"));
+  EXPECT_THAT(executor.Run(*endpoints[0], *modules[0]),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("which another pipeline holds on this endpoint")));
 }
 
 TEST(ExecutorTest, TransportOfAnotherSizeIsRefused) {
