@@ -1,14 +1,13 @@
 #include "collectives/comm_worker.h"
 
-#include <chrono>
 #include <functional>
-#include <mutex>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 
 namespace loom {
 
@@ -16,26 +15,26 @@ CommWorker::CommWorker() : thread_([this] { Loop(); }) {}
 
 CommWorker::~CommWorker() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_.notify_all();
+  work_.SignalAll();
   thread_.join();
 }
 
 CommWorker::Ticket CommWorker::Submit(std::function<absl::Status()> job) {
   Ticket ticket;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(job));
     ticket = ++submitted_;
   }
-  work_.notify_one();
+  work_.Signal();
   return ticket;
 }
 
 absl::Status CommWorker::Wait(Ticket ticket, absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (finished_ < ticket) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -43,7 +42,7 @@ absl::Status CommWorker::Wait(Ticket ticket, absl::Time deadline) {
           "collective job ", ticket, " has not finished by its deadline (", finished_, " of ",
           submitted_, " submitted jobs done)"));
     }
-    done_.wait_for(lock, absl::ToChronoNanoseconds(left));
+    done_.WaitWithTimeout(&mu_, left);
   }
   if (!first_error_.ok() && first_error_ticket_ <= ticket) return first_error_;
   return absl::OkStatus();
@@ -52,16 +51,16 @@ absl::Status CommWorker::Wait(Ticket ticket, absl::Time deadline) {
 absl::Status CommWorker::WaitAll(absl::Time deadline) {
   Ticket last;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     last = submitted_;
   }
   return Wait(last, deadline);
 }
 
 void CommWorker::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) work_.Wait(&mu_);
     if (queue_.empty()) return;  // stopping, and nothing left to run
     std::function<absl::Status()> job = std::move(queue_.front());
     queue_.pop_front();
@@ -69,16 +68,16 @@ void CommWorker::Loop() {
     // whose peers may be gone or, after a failed agreement check, at another
     // point, where running them would pair the wrong calls or wait out a deadline.
     const bool skip = !first_error_.ok();
-    lock.unlock();
+    mu_.Unlock();
     absl::Status status = skip ? absl::OkStatus() : job();
     job = nullptr;  // its captures go before the waiters hear it finished
-    lock.lock();
+    mu_.Lock();
     ++finished_;
     if (!status.ok() && first_error_.ok()) {
       first_error_ = std::move(status);
       first_error_ticket_ = finished_;
     }
-    done_.notify_all();
+    done_.SignalAll();
   }
 }
 

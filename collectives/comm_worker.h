@@ -11,15 +11,15 @@
 #ifndef LOOM_COLLECTIVES_COMM_WORKER_H_
 #define LOOM_COLLECTIVES_COMM_WORKER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 
 namespace loom {
 
@@ -36,26 +36,26 @@ class CommWorker {
   // Submit queues `job`; it runs after every job submitted before it, unless one
   // of those failed: then it is dropped without running (its Wait reports the
   // first error), since a collective after a failed one would pair wrong calls.
-  Ticket Submit(std::function<absl::Status()> job);
+  Ticket Submit(std::function<absl::Status()> job) ABSL_LOCKS_EXCLUDED(mu_);
   // Wait returns once job `ticket` (and so every earlier one) has run: the first
   // error of the jobs up to it, or OK. DeadlineExceeded naming the ticket if it
   // has not run by `deadline`.
-  absl::Status Wait(Ticket ticket, absl::Time deadline);
+  absl::Status Wait(Ticket ticket, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // WaitAll waits for everything submitted so far.
-  absl::Status WaitAll(absl::Time deadline);
+  absl::Status WaitAll(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Loop();
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  std::mutex mu_;
-  std::condition_variable work_;  // a job was queued, or stopping
-  std::condition_variable done_;  // a job finished
-  std::deque<std::function<absl::Status()>> queue_;
-  Ticket submitted_ = 0;
-  Ticket finished_ = 0;
-  absl::Status first_error_;  // sticky: later waits report it too
-  Ticket first_error_ticket_ = 0;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar work_;  // a job was queued, or stopping
+  CondVar done_;  // a job finished
+  std::deque<std::function<absl::Status()>> queue_ ABSL_GUARDED_BY(mu_);
+  Ticket submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  Ticket finished_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);  // sticky: later waits report it too
+  Ticket first_error_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

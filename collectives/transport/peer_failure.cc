@@ -6,15 +6,16 @@
 #include <optional>
 #include <string>
 
-#include "absl/base/const_init.h"
+#include "absl/base/attributes.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace {
 
-ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
-std::optional<PeerFailure>* g_first ABSL_GUARDED_BY(g_mu) = nullptr;
+ABSL_CONST_INIT Mutex g_mu;
+std::optional<PeerFailure>* g_first ABSL_GUARDED_BY(g_mu) ABSL_PT_GUARDED_BY(g_mu) = nullptr;
 void (*g_observer)(const PeerFailure&) ABSL_GUARDED_BY(g_mu) = nullptr;
 
 const char* StateName(char state) {
@@ -77,7 +78,7 @@ absl::string_view PeerFaultName(PeerFault fault) {
 void RecordPeerFailure(const PeerFailure& failure) {
   void (*observer)(const PeerFailure&) = nullptr;
   {
-    absl::MutexLock lock(&g_mu);
+    MutexLock lock(&g_mu);
     if (g_first == nullptr) g_first = new std::optional<PeerFailure>();  // process-wide
     if (g_first->has_value()) return;
     *g_first = failure;
@@ -87,12 +88,12 @@ void RecordPeerFailure(const PeerFailure& failure) {
 }
 
 void SetPeerFailureObserver(void (*observer)(const PeerFailure&)) {
-  absl::MutexLock lock(&g_mu);
+  MutexLock lock(&g_mu);
   g_observer = observer;
 }
 
 std::optional<PeerFailure> FirstPeerFailure() {
-  absl::MutexLock lock(&g_mu);
+  MutexLock lock(&g_mu);
   if (g_first == nullptr) return std::nullopt;
   return *g_first;
 }

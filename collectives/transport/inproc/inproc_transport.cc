@@ -2,28 +2,22 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/cpu_features.h"
-
-// Synchronization uses std::mutex / std::condition_variable rather than absl::Mutex:
-// Debian's Abseil is a prebuilt shared library without ThreadSanitizer annotations,
-// so TSan could not see absl::Mutex's happens-before edges and would report false
-// races; pthread-based primitives are intercepted by TSan.
+#include "core/mutex.h"
 
 namespace loom {
 namespace inproc_internal {
@@ -42,17 +36,18 @@ struct Op {
   Stamp stamp;
 
   std::atomic<bool> done{false};
-  std::mutex mu;
-  std::condition_variable cv;
+  // `done` is set under `mu`, so that a waiter blocked on `cv` cannot miss it.
+  Mutex mu;
+  CondVar cv;
   absl::Status status;  // Written once, before `done` is set.
 
-  void Finish(absl::Status result) {
+  void Finish(absl::Status result) ABSL_LOCKS_EXCLUDED(mu) {
     status = std::move(result);
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       done.store(true, std::memory_order_release);
     }
-    cv.notify_all();
+    cv.SignalAll();
   }
 
   std::string Describe() const {
@@ -62,9 +57,10 @@ struct Op {
 };
 
 struct Mailbox {
-  std::mutex mu;
-  std::deque<std::shared_ptr<Op>> sends;  // Unmatched sends to this rank.
-  std::deque<std::shared_ptr<Op>> recvs;  // Unmatched receives posted by this rank.
+  Mutex mu;
+  // Unmatched sends to this rank, and unmatched receives posted by this rank.
+  std::deque<std::shared_ptr<Op>> sends ABSL_GUARDED_BY(mu);
+  std::deque<std::shared_ptr<Op>> recvs ABSL_GUARDED_BY(mu);
 };
 
 class GroupState {
@@ -81,16 +77,16 @@ class GroupState {
   bool is_dead(int rank) const { return dead_[rank].load(); }
   bool Take(int rank) { return !taken_[rank].exchange(true); }
 
-  absl::Status DeadStatus(int rank) {
-    std::lock_guard<std::mutex> lock(abort_mu_);
+  absl::Status DeadStatus(int rank) ABSL_LOCKS_EXCLUDED(abort_mu_) {
+    MutexLock lock(&abort_mu_);
     return abort_reasons_[rank];
   }
 
   // MarkDead records that `rank` aborted with `reason`, then fails every unmatched
   // request that involves it: its own with `reason`, its peers' with Unavailable.
-  void MarkDead(int rank, const absl::Status& reason) {
+  void MarkDead(int rank, const absl::Status& reason) ABSL_LOCKS_EXCLUDED(abort_mu_) {
     {
-      std::lock_guard<std::mutex> lock(abort_mu_);
+      MutexLock lock(&abort_mu_);
       if (dead_[rank].load()) return;
       abort_reasons_[rank] = reason;
       dead_[rank].store(true);  // Enqueuers check this under the mailbox lock.
@@ -100,7 +96,7 @@ class GroupState {
     for (Mailbox& box : mailboxes_) {
       std::vector<std::shared_ptr<Op>> failed;
       {
-        std::lock_guard<std::mutex> lock(box.mu);
+        MutexLock lock(&box.mu);
         for (auto* queue : {&box.sends, &box.recvs}) {
           for (auto it = queue->begin(); it != queue->end();) {
             if ((*it)->src == rank || (*it)->dst == rank) {
@@ -124,8 +120,8 @@ class GroupState {
   std::vector<Mailbox> mailboxes_;
   std::vector<std::atomic<bool>> dead_;
   std::vector<std::atomic<bool>> taken_;
-  std::mutex abort_mu_;
-  absl::flat_hash_map<int, absl::Status> abort_reasons_;
+  Mutex abort_mu_;
+  absl::flat_hash_map<int, absl::Status> abort_reasons_ ABSL_GUARDED_BY(abort_mu_);
 };
 
 namespace {
@@ -231,7 +227,7 @@ class InprocTransport final : public Transport {
     std::shared_ptr<Op> match;
     {
       Mailbox& box = group_->mailbox(op->dst);
-      std::lock_guard<std::mutex> lock(box.mu);
+      MutexLock lock(&box.mu);
       if (group_->is_dead(rank_)) return group_->DeadStatus(rank_);
       if (group_->is_dead(peer)) {
         return absl::UnavailableError(absl::StrCat("rank ", peer, " aborted: ",
@@ -266,11 +262,9 @@ class InprocTransport final : public Transport {
       if (op.done.load(std::memory_order_acquire)) return true;
       if (i % 64 == 63) std::this_thread::yield();
     }
-    std::unique_lock<std::mutex> lock(op.mu);
+    MutexLock lock(&op.mu);
     while (!op.done.load(std::memory_order_acquire)) {
-      if (deadline == absl::InfiniteFuture()) {
-        op.cv.wait(lock);
-      } else if (op.cv.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout) {
+      if (!op.cv.WaitWithDeadline(&op.mu, deadline)) {
         return op.done.load(std::memory_order_acquire);
       }
     }
@@ -284,7 +278,7 @@ class InprocTransport final : public Transport {
     bool withdrawn = false;
     {
       Mailbox& box = group_->mailbox(op.dst);
-      std::lock_guard<std::mutex> lock(box.mu);
+      MutexLock lock(&box.mu);
       auto& queue = op.is_send ? box.sends : box.recvs;
       for (auto it = queue.begin(); it != queue.end(); ++it) {
         if (it->get() == &op) {

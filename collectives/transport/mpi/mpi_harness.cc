@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <memory>
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace {
@@ -21,7 +21,7 @@ namespace {
 // ShareStatuses gives every process the statuses of ranks [0, world): each sends
 // its code and message (ranks at or past `world` send nothing that is kept).
 std::vector<absl::Status> ShareStatuses(const absl::Status& mine, int world) {
-  std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+  MutexLock lock(&mpi_internal::MpiLock());
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const std::string message(mine.message());
@@ -52,13 +52,13 @@ std::vector<absl::Status> ShareStatuses(const absl::Status& mine, int world) {
 absl::Status WaitForGroup(MPI_Comm group, absl::Duration limit) {
   MPI_Request barrier = MPI_REQUEST_NULL;
   {
-    std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+    MutexLock lock(&mpi_internal::MpiLock());
     MPI_Ibarrier(group, &barrier);
   }
   const absl::Time deadline = absl::Now() + limit;
   for (int done = 0; !done;) {
     {
-      std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+      MutexLock lock(&mpi_internal::MpiLock());
       MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
     }
     if (done) break;
@@ -75,7 +75,7 @@ absl::Status WaitForGroup(MPI_Comm group, absl::Duration limit) {
 }  // namespace
 
 int MpiWorldSize() {
-  std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+  MutexLock lock(&mpi_internal::MpiLock());
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
@@ -99,7 +99,7 @@ std::vector<absl::Status> MpiHarness::Run(int world,
   int rank = 0;
   MPI_Comm group = MPI_COMM_NULL;
   {
-    std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+    MutexLock lock(&mpi_internal::MpiLock());
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_split(MPI_COMM_WORLD, rank < world ? 0 : MPI_UNDEFINED, rank, &group);
   }
@@ -114,7 +114,7 @@ std::vector<absl::Status> MpiHarness::Run(int world,
     const absl::Status waited = WaitForGroup(group, absl::Minutes(5));
     if (mine.ok()) mine = waited;
     transport = absl::CancelledError("closed");  // Destroys the endpoint before the group.
-    std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+    MutexLock lock(&mpi_internal::MpiLock());
     MPI_Comm_free(&group);
   }
   return ShareStatuses(mine, world);

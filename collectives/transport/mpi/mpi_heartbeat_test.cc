@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +13,7 @@
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/transport.h"
+#include "core/mutex.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,7 +29,7 @@ constexpr absl::Duration kHeartbeat = absl::Seconds(1);
 // The test's own MPI calls go under the transport's lock, as the transport's (its
 // beat threads' too) do: ThreadSanitizer cannot see Open MPI's own synchronization.
 void Barrier() {
-  std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+  MutexLock lock(&mpi_internal::MpiLock());
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -67,7 +67,7 @@ TEST(MpiHeartbeatTest, StoppedRankIsReportedWithinTheTimeout) {
   // Everyone learns rank 3's pid, so rank 0 can wake it whatever happens.
   int64_t pid = getpid();
   {
-    std::lock_guard<std::mutex> lock(mpi_internal::MpiLock());
+    MutexLock lock(&mpi_internal::MpiLock());
     MPI_Bcast(&pid, 1, MPI_INT64_T, 3, MPI_COMM_WORLD);
   }
   if (WorldRank() == 3) {

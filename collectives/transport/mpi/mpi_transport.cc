@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -20,6 +20,7 @@
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "collectives/transport/mpi/internal/native.h"
 #include "collectives/transport/peer_failure.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -28,7 +29,7 @@ using mpi_internal::MpiLock;
 using mpi_internal::MpiStatus;
 
 absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Start(int* argc, char*** argv) {
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -53,7 +54,7 @@ absl::StatusOr<std::unique_ptr<MpiSession>> MpiSession::Start(int* argc, char***
 }
 
 MpiSession::~MpiSession() {
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -87,7 +88,7 @@ void MpiSession::AbortJob(absl::string_view program, const absl::Status& cause,
   if (thread_level_ == MPI_THREAD_MULTIPLE) {
     MPI_Abort(MPI_COMM_WORLD, code);
   } else {
-    std::lock_guard<std::mutex> lock(MpiLock());
+    MutexLock lock(&MpiLock());
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   _exit(code);
@@ -123,7 +124,8 @@ absl::Status CheckOptions(const MpiTransportOptions& options) {
 }
 
 // Agree checks that every rank passed the same value of `field`.
-absl::Status Agree(MPI_Comm comm, const char* field, uint64_t mine) {
+absl::Status Agree(MPI_Comm comm, const char* field, uint64_t mine)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock()) {
   int size = 0;
   MPI_Comm_size(comm, &size);
   std::vector<uint64_t> all(size);
@@ -140,7 +142,8 @@ absl::Status Agree(MPI_Comm comm, const char* field, uint64_t mine) {
 }
 
 // Identities gathers who every rank of `comm` is: world rank, pid and host.
-absl::StatusOr<std::vector<PeerIdentity>> Identities(MPI_Comm comm) {
+absl::StatusOr<std::vector<PeerIdentity>> Identities(MPI_Comm comm)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock()) {
   struct Wire {
     int64_t world_rank;
     int64_t pid;
@@ -183,7 +186,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransport(MPI_Comm comm,
   int tag_ub = 0;
   std::vector<PeerIdentity> peers;
   {
-    std::lock_guard<std::mutex> lock(MpiLock());
+    MutexLock lock(&MpiLock());
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
@@ -243,18 +246,18 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(MPI_Comm com
   }
   MPI_Comm part = MPI_COMM_NULL;
   {
-    std::lock_guard<std::mutex> lock(MpiLock());
+    MutexLock lock(&MpiLock());
     LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_split(comm, color, key, &part), "MPI_Comm_split");
   }
   // The endpoint runs on duplicates of `part`, which carries nothing after this.
   absl::StatusOr<std::unique_ptr<Transport>> endpoint = ConnectMpiTransport(part, options);
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   MPI_Comm_free(&part);
   return endpoint;
 }
 
 absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) {
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   int rank = 0, size = 0;
   LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size), "MPI_Comm_size");

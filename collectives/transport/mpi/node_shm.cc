@@ -4,12 +4,12 @@
 
 #include <array>
 #include <cstdio>
-#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
+#include "core/mutex.h"
 
 namespace loom {
 
@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm
   // other hosts' jobs differ by node number.
   std::array<char, 48> base{};
   {
-    std::lock_guard<std::mutex> lock(MpiLock());
+    MutexLock lock(&MpiLock());
     LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
     LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size), "MPI_Comm_size");
     if (ranks_per_node <= 0 || size % ranks_per_node != 0) {
@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm
   shm.size = ranks_per_node;
   if (shm.world_rank < 0) {
     int world_rank = 0;
-    std::lock_guard<std::mutex> lock(MpiLock());
+    MutexLock lock(&MpiLock());
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     shm.world_rank = world_rank;  // for the errors that name this rank to its peers
   }

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "collectives/transport/gloo/internal/gloo_call.h"
 #include "collectives/transport/gloo/internal/sigpipe.h"
 
@@ -38,7 +40,7 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
       watch_("gloo", rank_, std::move(peers), options.heartbeat_timeout,
              std::move(peer_intervals)) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     posted_.resize(size_);
     unexpected_.resize(size_);
     peer_gone_.assign(size_, absl::OkStatus());
@@ -57,7 +59,7 @@ Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& op
 
 Endpoint::~Endpoint() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     leaving_ = true;
     // A goodbye to every peer, so that the end of the connections below is no failure
     // to them (and not recorded as this process's death).
@@ -68,11 +70,13 @@ Endpoint::~Endpoint() {
     }
     // Acknowledgements, buffered sends, abort notices and goodbyes handed over last
     // still leave.
-    auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
-    changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.close_grace), flushed);
+    const absl::Time flush_deadline = absl::Now() + options_.close_grace;
+    while (!in_flight_.empty()) {
+      if (!changed_.WaitWithDeadline(&mu_, flush_deadline)) break;
+    }
     closing_ = true;
-    changed_.notify_all();
-    closing_changed_.notify_all();
+    changed_.SignalAll();
+    closing_changed_.SignalAll();
     for (int thread = 0; thread < size_ + 2; ++thread) {
       gloo::transport::UnboundBuffer* buffer = waiting_on_[thread];
       if (buffer == nullptr) continue;
@@ -91,7 +95,7 @@ Endpoint::~Endpoint() {
 }
 
 bool Endpoint::Track(size_t thread, gloo::transport::UnboundBuffer* buffer) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (buffer != nullptr && closing_) return false;
   waiting_on_[thread] = buffer;
   return true;
@@ -100,7 +104,7 @@ bool Endpoint::Track(size_t thread, gloo::transport::UnboundBuffer* buffer) {
 // --- The threads -------------------------------------------------------------------
 
 void Endpoint::Retire(Retired retired) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   retired_.push_back(std::move(retired));
 }
 
@@ -174,7 +178,7 @@ void Endpoint::ReceiveLoop(int peer) {
       }
     }
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const bool ended = closing_ || !status.ok() || !received;
       if (!closing_ && !status.ok()) LoseConnection(peer, status);
       if (ended) {
@@ -194,18 +198,15 @@ void Endpoint::CompleteSends() {
   for (;;) {
     Outgoing* message = nullptr;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closing_ || !in_flight_.empty();
-      };
-      changed_.wait(lock, ready);
+      MutexLock lock(&mu_);
+      while (!closing_ && in_flight_.empty()) changed_.Wait(&mu_);
       if (closing_) return;
       message = in_flight_.front().get();  // only this thread removes it
       if (!peer_gone_[message->peer].ok()) {
         // Nobody waits for it any more, and gloo may never finish it (FailPeer).
         abandoned_.push_back(std::move(in_flight_.front()));
         in_flight_.pop_front();
-        changed_.notify_all();
+        changed_.SignalAll();
         continue;
       }
       waiting_on_[size_] = message->frame_buffer.get();
@@ -219,7 +220,7 @@ void Endpoint::CompleteSends() {
             sent = message->payload_buffer->waitSend(nullptr, kForever);
           }
         });
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     waiting_on_[size_] = nullptr;
     waiting_on_[size_ + 1] = nullptr;
     if (closing_) return;  // what gloo still holds is freed after closing its pairs
@@ -228,7 +229,7 @@ void Endpoint::CompleteSends() {
     // broken pair's queue, so it is freed only after the pairs close.
     if (!sent) abandoned_.push_back(std::move(in_flight_.front()));
     in_flight_.pop_front();
-    changed_.notify_all();
+    changed_.SignalAll();
     if (!status.ok()) {
       LoseConnection(peer, status);
     }
@@ -239,11 +240,13 @@ void Endpoint::BeatLoop() {
   // PeerWatch takes a gap between two Listens longer than the beat interval for this
   // process having been stopped, so the thread listens twice per beat.
   const auto half_interval = absl::ToChronoNanoseconds(watch_.interval() / 2);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (uint64_t tick = 0; !closing_; ++tick) {
     BeatAndJudge(/*beat=*/tick % 2 == 0);
-    closing_changed_.wait_for(lock, half_interval,
-                              [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closing_; });
+    const auto next = std::chrono::steady_clock::now() + half_interval;
+    while (!closing_) {
+      if (!closing_changed_.WaitUntil(&mu_, next)) break;
+    }
   }
 }
 
@@ -282,7 +285,7 @@ void Endpoint::Finish(Op& op, absl::Status status) {
   op.done = true;
   op.waiting_ack = false;
   op.status = std::move(status);
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::byte> payload) {
@@ -314,7 +317,7 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
     return;
   }
   in_flight_.push_back(std::move(message));
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
@@ -323,7 +326,7 @@ absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const s
     return absl::InvalidArgumentError(
         absl::StrCat("gloo rank ", rank_, ": send to peer ", peer, ", outside [0, ", size_, ")"));
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!aborted_.ok()) return aborted_;
   Op op;
   op.is_send = true;
@@ -356,7 +359,7 @@ absl::StatusOr<Request> Endpoint::PostRecv(int peer, Tag tag, absl::Span<std::by
     return absl::InvalidArgumentError(absl::StrCat("gloo rank ", rank_, ": receive from peer ",
                                                    peer, ", outside [0, ", size_, ")"));
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!aborted_.ok()) return aborted_;
   Op op;
   op.peer = peer;
@@ -523,7 +526,7 @@ void Endpoint::LoseConnection(int peer, const absl::Status& gloo_error) {
 }
 
 void Endpoint::Abort(const absl::Status& reason) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!aborted_.ok()) return;
   aborted_ =
       reason.ok() ? absl::AbortedError(absl::StrCat("gloo rank ", rank_, ": aborted")) : reason;
@@ -545,7 +548,7 @@ void Endpoint::Abort(const absl::Status& reason) {
 // --- Waiting -----------------------------------------------------------------------
 
 absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const Request& request : requests) {
     if (ops_.find(request.id) == ops_.end()) {
       return absl::NotFoundError(absl::StrCat("gloo rank ", rank_, ": unknown request ", request.id,
@@ -558,10 +561,8 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
     }
     return true;
   };
-  if (deadline == absl::InfiniteFuture()) {
-    changed_.wait(lock, all_done);
-  } else {
-    changed_.wait_until(lock, absl::ToChronoTime(deadline), all_done);
+  while (!all_done()) {
+    if (!changed_.WaitWithDeadline(&mu_, deadline)) break;
   }
   absl::Status result;
   for (const Request& request : requests) {

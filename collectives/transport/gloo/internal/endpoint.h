@@ -13,13 +13,11 @@
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -35,6 +33,7 @@
 #include "collectives/transport/peer_failure.h"
 #include "collectives/transport/peer_watch.h"
 #include "collectives/transport/transport.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace gloo_internal {
@@ -68,11 +67,13 @@ class Endpoint final : public Transport {
   std::string name() const override { return "gloo"; }
 
   absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
-                                   const Stamp& stamp) override;
+                                   const Stamp& stamp) ABSL_LOCKS_EXCLUDED(mu_) override;
   absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
-                                   Combiner combiner, const Stamp& stamp) override;
-  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
-  void Abort(const absl::Status& reason) override;
+                                   Combiner combiner, const Stamp& stamp)
+      ABSL_LOCKS_EXCLUDED(mu_) override;
+  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_) override;
+  void Abort(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_) override;
 
  private:
   struct Op {
@@ -113,19 +114,19 @@ class Endpoint final : public Transport {
     std::vector<std::vector<std::byte>> memory;  // destroyed after the buffers
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
   };
-  void Retire(Retired retired);
+  void Retire(Retired retired) ABSL_LOCKS_EXCLUDED(mu_);
 
-  void ReceiveLoop(int peer);
-  void CompleteSends();
+  void ReceiveLoop(int peer) ABSL_LOCKS_EXCLUDED(mu_);
+  void CompleteSends() ABSL_LOCKS_EXCLUDED(mu_);
   // BeatLoop: the beat thread, until closing.
-  void BeatLoop();
+  void BeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Beats every peer that is not gone, listens, and fails each one silent past its
   // allowed time (PeerWatch::Judge).
   void BeatAndJudge(bool beat) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Receives the payload that follows `envelope` from `peer`, when it is not inline;
   // false once closing aborted the wait; a status when gloo failed.
   absl::StatusOr<bool> ReceivePayload(int peer, const Envelope& envelope,
-                                      std::vector<std::byte>* payload);
+                                      std::vector<std::byte>* payload) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Post hands a message to gloo for `peer`, or delivers it at once when it is this
   // rank; a gloo failure fails the peer.
@@ -152,7 +153,7 @@ class Endpoint final : public Transport {
   uint64_t NewOp(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers `buffer` as the one `thread` waits on, so that closing can abort it;
   // false when the endpoint is closing already.
-  bool Track(size_t thread, gloo::transport::UnboundBuffer* buffer);
+  bool Track(size_t thread, gloo::transport::UnboundBuffer* buffer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::shared_ptr<gloo::Context> context_;
   const GlooOptions options_;
@@ -161,13 +162,10 @@ class Endpoint final : public Transport {
   // Who the peers are, and when each was last heard from. Thread-safe.
   PeerWatch watch_;
 
-  // std::mutex rather than absl::Mutex: Debian's Abseil is a prebuilt library without
-  // ThreadSanitizer annotations, so TSan could not see absl::Mutex's happens-before
-  // edges (it reported false races on Await's condition); pthread is intercepted.
-  std::mutex mu_;
+  Mutex mu_;
   // Signalled on every change of state: an op finished, a message handed to gloo or
   // sent, closing begun.
-  std::condition_variable changed_;
+  CondVar changed_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Op> ops_ ABSL_GUARDED_BY(mu_);
   std::vector<std::deque<uint64_t>> posted_ ABSL_GUARDED_BY(mu_);     // by peer, in order
@@ -186,7 +184,7 @@ class Endpoint final : public Transport {
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;
   // Signalled when closing begins only: the beat thread sleeps on it between beats
   // (changed_, signalled on every op, would wake it for nothing).
-  std::condition_variable closing_changed_;
+  CondVar closing_changed_;
   // The gloo buffer each thread waits on (receivers by peer; the completion thread's
   // frame and payload last).
   std::vector<gloo::transport::UnboundBuffer*> waiting_on_ ABSL_GUARDED_BY(mu_);

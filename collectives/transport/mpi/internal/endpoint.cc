@@ -4,14 +4,15 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "core/clock.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -25,7 +26,8 @@ constexpr size_t kWindow = 4;
 // Envelopes handled per poll, so one busy peer cannot starve the data requests.
 constexpr int kEnvelopesPerPoll = 64;
 
-std::vector<Endpoint*>& Registry() {
+// Every endpoint of the process (ProgressAll moves them all).
+std::vector<Endpoint*>& Registry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock()) {
   static auto* const endpoints = new std::vector<Endpoint*>;
   return *endpoints;
 }
@@ -75,7 +77,7 @@ Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransport
       native_(std::move(native)),
       watch_("mpi", RankOf(comm), std::move(peers), options.heartbeat_timeout) {
   {
-    std::lock_guard<std::mutex> lock(MpiLock());
+    MutexLock lock(&MpiLock());
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     posted_.resize(size_);
@@ -98,13 +100,13 @@ Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransport
 Endpoint::~Endpoint() {
   if (beater_.joinable()) {
     {
-      std::lock_guard<std::mutex> lock(beat_mu_);
+      MutexLock lock(&beat_mu_);
       beat_stop_ = true;
     }
-    beat_wake_.notify_all();
+    beat_wake_.SignalAll();
     beater_.join();
   }
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   auto& registry = Registry();
   registry.erase(std::remove(registry.begin(), registry.end(), this), registry.end());
   int finalized = 0;
@@ -158,13 +160,16 @@ Endpoint::~Endpoint() {
 // --- Beats -------------------------------------------------------------------------
 
 void Endpoint::BeatLoop() {
-  std::unique_lock<std::mutex> lock(beat_mu_);
+  const auto interval = absl::ToChronoNanoseconds(watch_.interval());
+  MutexLock lock(&beat_mu_);
   while (!beat_stop_) {
-    lock.unlock();
+    beat_mu_.Unlock();
     SendBeats();
-    lock.lock();
-    beat_wake_.wait_for(lock, absl::ToChronoNanoseconds(watch_.interval()),
-                        [this] { return beat_stop_; });
+    beat_mu_.Lock();
+    const auto next = std::chrono::steady_clock::now() + interval;
+    while (!beat_stop_) {
+      if (!beat_wake_.WaitUntil(&beat_mu_, next)) break;
+    }
   }
 }
 
@@ -173,7 +178,7 @@ void Endpoint::SendBeats() {
   // path synchronizes its threads in ways ThreadSanitizer cannot see, and a beat takes
   // the lock for microseconds. The price: a rank inside a native collective (which
   // holds the lock while MPI blocks) does not beat; those have no deadline either.
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   const int bytes = static_cast<int>(beat_message_->size());
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
@@ -197,7 +202,7 @@ void Endpoint::SendBeats() {
 
 absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
                                            const Stamp& stamp) {
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   if (peer < 0 || peer >= size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("mpi rank ", rank_, ": send to peer ", peer, ", outside [0, ", size_, ")"));
@@ -246,7 +251,7 @@ absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const s
 
 absl::StatusOr<Request> Endpoint::PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
                                            Combiner combiner, const Stamp& stamp) {
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   if (peer < 0 || peer >= size_) {
     return absl::InvalidArgumentError(absl::StrCat("mpi rank ", rank_, ": receive from peer ",
                                                    peer, ", outside [0, ", size_, ")"));
@@ -709,7 +714,7 @@ void Endpoint::Expire(uint64_t id, Op& op) {
 }
 
 void Endpoint::Abort(const absl::Status& reason) {
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   if (!aborted_.ok()) return;
   aborted_ = reason.ok() ? absl::AbortedError("mpi: aborted") : reason;
   const std::string message(aborted_.message());
@@ -733,7 +738,7 @@ void Endpoint::Abort(const absl::Status& reason) {
 // --- Waiting -----------------------------------------------------------------------
 
 absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   for (const Request& request : requests) {
     auto it = ops_.find(request.id);
     if (it == ops_.end() || it->second.waited) {
@@ -788,7 +793,7 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
     if (events_ != events_before) idle = 0;
     ++idle;
     // The lock is let go between polls, so Abort and other threads' endpoints get in.
-    lock.unlock();
+    MpiLock().Unlock();
     if (idle < options_.spin_iterations) {
       Relax();
     } else if (idle < options_.spin_iterations + 20000) {
@@ -797,7 +802,7 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
       const timespec nap = {0, 50'000};
       nanosleep(&nap, nullptr);
     }
-    lock.lock();
+    MpiLock().Lock();
   }
   absl::Status result;
   for (const Request& request : requests) {

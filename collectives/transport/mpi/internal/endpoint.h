@@ -14,26 +14,27 @@
 
 #include <mpi.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "collectives/transport/mpi/internal/envelope.h"
+#include "collectives/transport/mpi/internal/mpi_call.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/peer_failure.h"
 #include "collectives/transport/peer_watch.h"
 #include "collectives/transport/transport.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace mpi_internal {
@@ -56,11 +57,13 @@ class Endpoint final : public Transport {
   std::string name() const override { return "mpi"; }
 
   absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
-                                   const Stamp& stamp) override;
+                                   const Stamp& stamp) ABSL_LOCKS_EXCLUDED(MpiLock()) override;
   absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
-                                   Combiner combiner, const Stamp& stamp) override;
-  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
-  void Abort(const absl::Status& reason) override;
+                                   Combiner combiner, const Stamp& stamp)
+      ABSL_LOCKS_EXCLUDED(MpiLock()) override;
+  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(MpiLock()) override;
+  void Abort(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(MpiLock()) override;
   NativeCollectives* native() override { return native_.get(); }
 
  private:
@@ -113,38 +116,45 @@ class Endpoint final : public Transport {
 
   // ProgressAll moves every registered endpoint's messages (caller holds MpiLock);
   // an endpoint whose MPI calls fail is broken.
-  static void ProgressAll();
-  void Progress();
-  absl::Status PollEnvelopes();
-  absl::Status TestRequests();
-  absl::Status HandleEnvelope(int source, absl::Span<const std::byte> message);
-  void HandleCompletion(InFlight& done, const MPI_Status& status);
+  static void ProgressAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  void Progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  absl::Status PollEnvelopes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  absl::Status TestRequests() ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  absl::Status HandleEnvelope(int source, absl::Span<const std::byte> message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  void HandleCompletion(InFlight& done, const MPI_Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
 
   absl::Status PostControl(int peer, const Envelope& envelope,
-                           absl::Span<const std::byte> payload = {});
-  absl::Status PostData(Op& op, uint64_t id, size_t piece, bool send);
-  uint64_t NewOp(Op op);
-  void Finish(Op& op, absl::Status status);
+                           absl::Span<const std::byte> payload = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  absl::Status PostData(Op& op, uint64_t id, size_t piece, bool send)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  uint64_t NewOp(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  void Finish(Op& op, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // Match pairs a posted receive with an arrival (eager or request to send).
-  absl::Status Match(uint64_t id, Op& op, Arrival& arrival);
-  absl::Status StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint64_t bytes);
-  absl::Status CombineLanded(uint64_t id, Op& op);
+  absl::Status Match(uint64_t id, Op& op, Arrival& arrival)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  absl::Status StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  absl::Status CombineLanded(uint64_t id, Op& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // FailPeer fails every unfinished op with `peer` (it aborted or went silent).
-  void FailPeer(int peer, const absl::Status& status);
+  void FailPeer(int peer, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // JudgePeers fails the peers of `requests` that stopped beating; an op whose data
   // MPI still holds then breaks the endpoint, so that Wait returns now.
-  void JudgePeers(absl::Span<const Request> requests);
+  void JudgePeers(absl::Span<const Request> requests) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // The beat thread: SendBeats every interval until the endpoint closes.
-  void BeatLoop();
-  void SendBeats();
-  void CancelDataReceives(uint64_t id);
-  void Expire(uint64_t id, Op& op);
+  void BeatLoop() ABSL_LOCKS_EXCLUDED(beat_mu_, MpiLock());
+  void SendBeats() ABSL_LOCKS_EXCLUDED(MpiLock());
+  void CancelDataReceives(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  void Expire(uint64_t id, Op& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // Break marks the endpoint unusable with `status` (the first one sticks).
-  void Break(absl::Status status);
-  uint64_t DataTagCounter(int peer, size_t count);
+  void Break(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  uint64_t DataTagCounter(int peer, size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   int DataTag(uint64_t counter) const;
-  std::unique_ptr<std::vector<std::byte>> TakeBuffer();
-  void GiveBuffer(std::unique_ptr<std::vector<std::byte>> buffer);
+  std::unique_ptr<std::vector<std::byte>> TakeBuffer() ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  void GiveBuffer(std::unique_ptr<std::vector<std::byte>> buffer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
 
   MPI_Comm comm_;
   const uint64_t epoch_;
@@ -157,30 +167,34 @@ class Endpoint final : public Transport {
 
   // The beat thread's own: its requests (one per peer at most) and the beat message.
   std::thread beater_;
-  std::mutex beat_mu_;
-  std::condition_variable beat_wake_;
-  bool beat_stop_ = false;  // guarded by beat_mu_
-  std::vector<MPI_Request> beat_requests_;
+  Mutex beat_mu_;
+  CondVar beat_wake_;
+  bool beat_stop_ ABSL_GUARDED_BY(beat_mu_) = false;
+  std::vector<MPI_Request> beat_requests_ ABSL_GUARDED_BY(MpiLock());
   // Kept alive past the endpoint when MPI still holds a beat at close.
   std::unique_ptr<std::vector<std::byte>> beat_message_;
 
   // Everything below is guarded by MpiLock().
-  uint64_t next_id_ = 1;
-  std::map<uint64_t, Op> ops_;
-  std::vector<std::deque<uint64_t>> posted_;     // by peer: unmatched receives, in order
-  std::vector<std::deque<Arrival>> unexpected_;  // by peer: unmatched arrivals, in order
-  std::vector<uint64_t> next_data_tag_;          // by peer: data tags it sends to us
-  std::vector<absl::Status> peer_gone_;          // by peer: set once it aborted or went silent
-  std::vector<bool> peer_closed_;                // by peer: it closed its endpoint
-  std::vector<MPI_Request> requests_;
-  std::vector<InFlight> in_flight_;
-  std::vector<std::unique_ptr<std::vector<std::byte>>> free_buffers_;
-  std::vector<std::byte> probe_buffer_;
-  std::vector<int> done_indices_;
-  std::vector<MPI_Status> done_statuses_;
-  uint64_t events_ = 0;  // envelopes handled and requests completed, to reset idling
-  absl::Status aborted_;
-  absl::Status broken_;
+  uint64_t next_id_ ABSL_GUARDED_BY(MpiLock()) = 1;
+  std::map<uint64_t, Op> ops_ ABSL_GUARDED_BY(MpiLock());
+  // By peer: unmatched receives and unmatched arrivals, in order.
+  std::vector<std::deque<uint64_t>> posted_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<std::deque<Arrival>> unexpected_ ABSL_GUARDED_BY(MpiLock());
+  // By peer: the data tags it sends to us.
+  std::vector<uint64_t> next_data_tag_ ABSL_GUARDED_BY(MpiLock());
+  // By peer: set once it aborted or went silent.
+  std::vector<absl::Status> peer_gone_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<bool> peer_closed_ ABSL_GUARDED_BY(MpiLock());  // by peer: it closed its endpoint
+  std::vector<MPI_Request> requests_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<InFlight> in_flight_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<std::unique_ptr<std::vector<std::byte>>> free_buffers_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<std::byte> probe_buffer_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<int> done_indices_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<MPI_Status> done_statuses_ ABSL_GUARDED_BY(MpiLock());
+  // Envelopes handled and requests completed, to reset idling.
+  uint64_t events_ ABSL_GUARDED_BY(MpiLock()) = 0;
+  absl::Status aborted_ ABSL_GUARDED_BY(MpiLock());
+  absl::Status broken_ ABSL_GUARDED_BY(MpiLock());
 };
 
 }  // namespace mpi_internal

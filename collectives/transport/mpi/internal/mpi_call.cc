@@ -7,8 +7,8 @@
 namespace loom {
 namespace mpi_internal {
 
-std::mutex& MpiLock() {
-  static std::mutex* const lock = new std::mutex;
+Mutex& MpiLock() {
+  static Mutex* const lock = new Mutex;
   return *lock;
 }
 

@@ -6,16 +6,16 @@
 
 #include <mpi.h>
 
-#include <mutex>
-
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace mpi_internal {
 
-// MpiLock is held around every MPI call of Loom's MPI code.
-std::mutex& MpiLock();
+// MpiLock is held around every MPI call of Loom's MPI code. State that only MPI calls
+// touch is ABSL_GUARDED_BY(MpiLock()).
+Mutex& MpiLock();
 
 // MpiStatus: OK for MPI_SUCCESS; otherwise Internal naming `call` and carrying
 // MPI_Error_string's text and the error class.

@@ -2,12 +2,12 @@
 
 #include <climits>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -70,7 +70,7 @@ absl::Status MpiNative::AllReduce(const void* input, void* output, size_t count,
   LOOM_ASSIGN_OR_RETURN(const MPI_Datatype type, MpiType(dtype));
   LOOM_ASSIGN_OR_RETURN(const MPI_Op mpi_op, MpiOp(op));
   LOOM_ASSIGN_OR_RETURN(const int n, MpiCount(count));
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   const void* send = input == output ? MPI_IN_PLACE : input;
   return MpiStatus(MPI_Allreduce(send, output, n, type, mpi_op, comm_), "MPI_Allreduce");
 }
@@ -84,7 +84,7 @@ absl::Status MpiNative::ReduceScatter(const void* input, void* output, size_t co
   const size_t bytes = count * DTypeSize(dtype);
   const auto* in = static_cast<const std::byte*>(input);
   auto* out = static_cast<std::byte*>(output);
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   if (out == in + rank_ * bytes && bytes > 0) {
     // In place as Loom means it (the output is this rank's block of the input): MPI's
     // MPI_IN_PLACE puts the result at the start instead, so move it afterwards.
@@ -103,7 +103,7 @@ absl::Status MpiNative::AllGather(const void* input, void* output, size_t count,
   const size_t bytes = count * DTypeSize(dtype);
   LOOM_ASSIGN_OR_RETURN(const int n, MpiCount(bytes));
   LOOM_RETURN_IF_ERROR(MpiCount(bytes * size_).status());
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   const bool in_place = static_cast<const std::byte*>(output) + rank_ * bytes == input;
   return MpiStatus(MPI_Allgather(in_place ? MPI_IN_PLACE : input, n, MPI_BYTE, output, n, MPI_BYTE,
                                  comm_),
@@ -113,7 +113,7 @@ absl::Status MpiNative::AllGather(const void* input, void* output, size_t count,
 absl::Status MpiNative::Broadcast(const void* input, void* output, size_t count, DType dtype,
                                   int root) {
   LOOM_ASSIGN_OR_RETURN(const int n, MpiCount(count * DTypeSize(dtype)));
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   if (rank_ == root && input != output && count > 0) std::memcpy(output, input, count * DTypeSize(dtype));
   return MpiStatus(MPI_Bcast(output, n, MPI_BYTE, root, comm_), "MPI_Bcast");
 }
@@ -123,7 +123,7 @@ absl::Status MpiNative::Reduce(const void* input, void* output, size_t count, DT
   LOOM_ASSIGN_OR_RETURN(const MPI_Datatype type, MpiType(dtype));
   LOOM_ASSIGN_OR_RETURN(const MPI_Op mpi_op, MpiOp(op));
   LOOM_ASSIGN_OR_RETURN(const int n, MpiCount(count));
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   const void* send = rank_ == root && input == output ? MPI_IN_PLACE : input;
   return MpiStatus(MPI_Reduce(send, output, n, type, mpi_op, root, comm_), "MPI_Reduce");
 }
@@ -131,13 +131,13 @@ absl::Status MpiNative::Reduce(const void* input, void* output, size_t count, DT
 absl::Status MpiNative::AllToAll(const void* input, void* output, size_t count, DType dtype) {
   LOOM_ASSIGN_OR_RETURN(const int n, MpiCount(count * DTypeSize(dtype)));
   LOOM_RETURN_IF_ERROR(MpiCount(count * DTypeSize(dtype) * size_).status());
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   const void* send = input == output ? MPI_IN_PLACE : input;
   return MpiStatus(MPI_Alltoall(send, n, MPI_BYTE, output, n, MPI_BYTE, comm_), "MPI_Alltoall");
 }
 
 absl::Status MpiNative::Barrier() {
-  std::lock_guard<std::mutex> lock(MpiLock());
+  MutexLock lock(&MpiLock());
   return MpiStatus(MPI_Barrier(comm_), "MPI_Barrier");
 }
 

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "collectives/transport/nccl/internal/nccl_call.h"
 #include "core/gpu/cuda_status.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 
 namespace loom {
@@ -71,7 +72,7 @@ NcclComm::NcclComm(ncclComm_t comm, CudaStream stream, int rank, int size, int d
 NcclComm::~NcclComm() { Close(); }
 
 void NcclComm::Close() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (comm_ == nullptr) return;
   cudaSetDevice(device_);
   bool idle = true;
@@ -108,7 +109,7 @@ void NcclComm::Pause(int polls) const {
 absl::Status NcclComm::Group(absl::FunctionRef<absl::Status(ncclComm_t, cudaStream_t)> enqueue,
                              absl::Time deadline) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!health_.ok()) return health_;
     absl::Status status = CudaStatus(cudaSetDevice(device_), "cudaSetDevice(device)");
     if (status.ok()) status = NcclStatus(ncclGroupStart(), "ncclGroupStart()", comm_);
@@ -126,7 +127,7 @@ absl::Status NcclComm::Group(absl::FunctionRef<absl::Status(ncclComm_t, cudaStre
   const absl::Time start = absl::Now();
   for (int polls = 0;; ++polls) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!health_.ok()) return health_;
       ncclResult_t state = ncclInProgress;
       const ncclResult_t asked = ncclCommGetAsyncError(comm_, &state);
@@ -152,14 +153,14 @@ absl::Status NcclComm::Group(absl::FunctionRef<absl::Status(ncclComm_t, cudaStre
 }
 
 absl::Status NcclComm::OnStream(absl::FunctionRef<absl::Status(cudaStream_t)> enqueue) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!health_.ok()) return health_;
   LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   return enqueue(stream_.get());
 }
 
 absl::StatusOr<uint64_t> NcclComm::Record() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!health_.ok()) return health_;
   CudaEvent event;
   if (spare_events_.empty()) {
@@ -177,7 +178,7 @@ absl::Status NcclComm::Await(uint64_t mark, absl::Time deadline) {
   const absl::Time start = absl::Now();
   for (int polls = 0;; ++polls) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!health_.ok()) return health_;
       if (mark <= completed_mark_) return absl::OkStatus();
       // Errors NCCL found in the background (a peer's connection closed, a CUDA
@@ -221,7 +222,7 @@ absl::Status NcclComm::Await(uint64_t mark, absl::Time deadline) {
 }
 
 void NcclComm::Break(const absl::Status& reason) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   BreakLocked(reason);
 }
 
@@ -237,7 +238,7 @@ void NcclComm::BreakLocked(const absl::Status& reason) {
 }
 
 absl::Status NcclComm::health() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return health_;
 }
 

@@ -28,9 +28,9 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/gpu/cuda_stream.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace nccl_internal {
@@ -70,23 +70,24 @@ class NcclComm {
   // point connections to new peers are made there, which needs the peers). The
   // status of the first failing call, or DeadlineExceeded at `deadline`.
   absl::Status Group(absl::FunctionRef<absl::Status(ncclComm_t, cudaStream_t)> enqueue,
-                     absl::Time deadline);
+                     absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // OnStream runs `enqueue` (plain CUDA work, such as a device copy) on the stream.
-  absl::Status OnStream(absl::FunctionRef<absl::Status(cudaStream_t)> enqueue);
+  absl::Status OnStream(absl::FunctionRef<absl::Status(cudaStream_t)> enqueue)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Record marks the work on the stream so far and returns the mark's number
   // (increasing from 1).
-  absl::StatusOr<uint64_t> Record();
+  absl::StatusOr<uint64_t> Record() ABSL_LOCKS_EXCLUDED(mu_);
   // Await waits until the work up to mark `mark` has completed, polling the stream's
   // progress and ncclCommGetAsyncError. DeadlineExceeded (saying how long it waited)
   // at `deadline`; an NCCL or CUDA error aborts the communicator and is returned.
-  absl::Status Await(uint64_t mark, absl::Time deadline);
+  absl::Status Await(uint64_t mark, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Break aborts the communicator (ncclCommAbort: NCCL stops its kernels) unless it
   // already is, and makes `reason` what every later call returns (the first reason
   // stays). Any thread.
-  void Break(const absl::Status& reason);
+  void Break(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(mu_);
   // health returns OK, or the reason the communicator was aborted.
-  absl::Status health() const;
+  absl::Status health() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   NcclComm(ncclComm_t comm, CudaStream stream, int rank, int size, int device,
@@ -94,11 +95,11 @@ class NcclComm {
   void BreakLocked(const absl::Status& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pause lets a wait's `polls`-th poll give the CPU away.
   void Pause(int polls) const;
-  void Close();
+  void Close() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int rank_, size_, device_;
   const NcclCommOptions options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_);  // null once aborted or closed
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   CudaStream stream_ ABSL_GUARDED_BY(mu_);

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -115,7 +114,7 @@ absl::Status ShmEndpoint::PostableError(int peer) {
         absl::StrCat("shm rank ", rank_, ": peer ", peer, " is outside the group of ", world_));
   }
   if (abort_requested_.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(abort_mu_);
+    MutexLock lock(&abort_mu_);
     return abort_status_;
   }
   return links_[peer].failure;
@@ -332,7 +331,7 @@ void ShmEndpoint::HandleAbort() {
   abort_handled_ = true;
   absl::Status status;
   {
-    std::lock_guard<std::mutex> lock(abort_mu_);
+    MutexLock lock(&abort_mu_);
     status = abort_status_;
   }
   for (int peer = 0; peer < world_; ++peer) {
@@ -392,7 +391,7 @@ absl::StatusOr<CommBuffer> ShmEndpoint::AllocateBuffer(size_t bytes) {
 void ShmEndpoint::Abort(const absl::Status& reason) {
   const absl::Status status = reason.ok() ? absl::AbortedError("aborted") : reason;
   {
-    std::lock_guard<std::mutex> lock(abort_mu_);
+    MutexLock lock(&abort_mu_);
     if (abort_requested_.load(std::memory_order_relaxed)) return;
     abort_status_ = status;
     self_header_.abort_code = static_cast<int32_t>(status.code());

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "collectives/transport/shm/internal/rendezvous.h"
 #include "collectives/transport/shm/internal/request_table.h"
 #include "collectives/transport/transport.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace shm_internal {
@@ -45,7 +45,7 @@ class ShmEndpoint final : public Transport {
   absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
                                    Combiner combiner, const Stamp& stamp) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
-  void Abort(const absl::Status& reason) override;
+  void Abort(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(abort_mu_) override;
   // AllocateBuffer returns a SharedBuffer: peers map it and copy with memcpy.
   absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) override;
 
@@ -59,7 +59,7 @@ class ShmEndpoint final : public Transport {
     }
     return PostableError(peer);
   }
-  absl::Status PostableError(int peer);
+  absl::Status PostableError(int peer) ABSL_LOCKS_EXCLUDED(abort_mu_);
   void WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline);
   // Progress runs one pass over every live peer; true if anything changed.
   bool Progress();
@@ -74,7 +74,7 @@ class ShmEndpoint final : public Transport {
   void RingNews();
   void CheckPeers();
   void FailPeer(int peer, const absl::Status& status, PeerFault fault);
-  void HandleAbort();
+  void HandleAbort() ABSL_LOCKS_EXCLUDED(abort_mu_);
   void CancelUnfinished(absl::Span<Operation* const> ops, absl::Time deadline);
 
   ConnectedGroup group_;
@@ -93,7 +93,7 @@ class ShmEndpoint final : public Transport {
 
   // Abort may come from any thread; the driving thread acts on it in Wait.
   std::atomic<bool> abort_requested_{false};
-  std::mutex abort_mu_;
+  Mutex abort_mu_;
   absl::Status abort_status_ ABSL_GUARDED_BY(abort_mu_);
   bool abort_handled_ = false;  // Driving thread only.
 };

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace shm_internal {
@@ -41,12 +43,15 @@ absl::StatusOr<std::unique_ptr<LivenessHolder>> LivenessHolder::Start(
     pthread_mutex_t* mutex, std::atomic<int64_t>* heartbeat, absl::Duration interval) {
   heartbeat->store(MonotonicNanos(), std::memory_order_release);
   std::unique_ptr<LivenessHolder> holder(new LivenessHolder(mutex, heartbeat, interval));
-  holder->thread_ = std::thread([raw = holder.get()] { raw->Hold(); });
-  std::unique_lock<std::mutex> lock(holder->mu_);
-  holder->cv_.wait(lock, [&] { return holder->locked_ || holder->lock_error_ != 0; });
-  if (holder->lock_error_ != 0) {
-    const int error = holder->lock_error_;
-    lock.unlock();
+  LivenessHolder* const raw = holder.get();
+  raw->thread_ = std::thread([raw] { raw->Hold(); });
+  int error = 0;
+  {
+    MutexLock lock(&raw->mu_);
+    while (!raw->locked_ && raw->lock_error_ == 0) raw->cv_.Wait(&raw->mu_);
+    error = raw->lock_error_;
+  }
+  if (error != 0) {
     holder->thread_.join();
     holder->thread_ = std::thread();
     return PthreadError("pthread_mutex_lock(liveness mutex)", error);
@@ -56,16 +61,21 @@ absl::StatusOr<std::unique_ptr<LivenessHolder>> LivenessHolder::Start(
 
 void LivenessHolder::Hold() {
   const int error = pthread_mutex_lock(mutex_);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (error != 0) {
     lock_error_ = error;
-    cv_.notify_all();
+    cv_.SignalAll();
     return;
   }
   locked_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
   const auto interval = absl::ToChronoNanoseconds(interval_);
-  while (!cv_.wait_for(lock, interval, [&] { return stop_; })) {
+  for (;;) {
+    const auto next_beat = std::chrono::steady_clock::now() + interval;
+    while (!stop_) {
+      if (!cv_.WaitUntil(&mu_, next_beat)) break;
+    }
+    if (stop_) break;
     heartbeat_->store(MonotonicNanos(), std::memory_order_release);
   }
   pthread_mutex_unlock(mutex_);
@@ -74,10 +84,10 @@ void LivenessHolder::Hold() {
 LivenessHolder::~LivenessHolder() {
   if (!thread_.joinable()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 

@@ -11,15 +11,15 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace shm_internal {
@@ -48,16 +48,16 @@ class LivenessHolder {
  private:
   LivenessHolder(pthread_mutex_t* mutex, std::atomic<int64_t>* heartbeat, absl::Duration interval)
       : mutex_(mutex), heartbeat_(heartbeat), interval_(interval) {}
-  void Hold();
+  void Hold() ABSL_LOCKS_EXCLUDED(mu_);
 
   pthread_mutex_t* const mutex_;
   std::atomic<int64_t>* const heartbeat_;
   const absl::Duration interval_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool locked_ = false;  // Guarded by mu_.
-  int lock_error_ = 0;   // Guarded by mu_.
-  bool stop_ = false;    // Guarded by mu_.
+  Mutex mu_;
+  CondVar cv_;
+  bool locked_ ABSL_GUARDED_BY(mu_) = false;
+  int lock_error_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -5,8 +5,11 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
-#include <mutex>
 #include <optional>
+
+#include "absl/base/attributes.h"
+#include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace shm_internal {
@@ -18,13 +21,12 @@ struct Region {
   uint64_t id;
 };
 
-// std::mutex, not absl::Mutex: Debian's Abseil is prebuilt without ThreadSanitizer
-// annotations, so TSan cannot see absl::Mutex's ordering, and the comm worker
-// allocating scratch while the main thread allocates a gradient buffer read as a race.
-std::mutex regions_mutex;
+// Guards the region table: the comm worker allocates scratch while the main thread
+// allocates a gradient buffer.
+ABSL_CONST_INIT Mutex regions_mutex;
 // By start address. A pointer to a function-local static, never destroyed, so that
 // buffers freed during static destruction still find it.
-std::map<const std::byte*, Region>& Regions() {
+std::map<const std::byte*, Region>& Regions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(regions_mutex) {
   static auto* regions = new std::map<const std::byte*, Region>();
   return *regions;
 }
@@ -48,20 +50,20 @@ void CountMappedReceive(bool mapped) {
 
 uint64_t RegisterSharedRegion(const std::byte* data, size_t bytes, int fd) {
   const uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(regions_mutex);
+  MutexLock lock(&regions_mutex);
   Regions()[data] = Region{bytes, fd, id};
   live_regions.fetch_add(1, std::memory_order_release);
   return id;
 }
 
 void UnregisterSharedRegion(const std::byte* data) {
-  std::lock_guard<std::mutex> lock(regions_mutex);
+  MutexLock lock(&regions_mutex);
   if (Regions().erase(data) > 0) live_regions.fetch_sub(1, std::memory_order_release);
 }
 
 std::optional<SharedRegionRef> FindSharedRegion(const std::byte* data, size_t bytes) {
   if (live_regions.load(std::memory_order_acquire) == 0 || data == nullptr) return std::nullopt;
-  std::lock_guard<std::mutex> lock(regions_mutex);
+  MutexLock lock(&regions_mutex);
   const auto& regions = Regions();
   auto it = regions.upper_bound(data);
   if (it == regions.begin()) return std::nullopt;
