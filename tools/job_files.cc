@@ -24,13 +24,9 @@
 namespace loom {
 namespace {
 
-std::string ErrnoMessage(absl::string_view what, const std::string& path, int error) {
-  return absl::StrCat(what, " ", path, ": ", StrError(error));
-}
-
 absl::Status MakeDirectory(const std::string& path) {
   if (mkdir(path.c_str(), 0700) == 0 || errno == EEXIST) return absl::OkStatus();
-  return absl::ErrnoToStatus(errno, ErrnoMessage("mkdir", path, errno));
+  return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
 }
 
 // One line: newlines would break the report's format.
@@ -48,10 +44,10 @@ std::string JobDirectory(absl::string_view job_id) {
 absl::StatusOr<std::string> CreateJobDirectory(absl::string_view job_id) {
   const std::string dir = JobDirectory(job_id);
   if (const int error = RemoveTree(dir.c_str()); error != 0) {
-    return absl::ErrnoToStatus(error, ErrnoMessage("removing the leftover", dir, error));
+    return ErrnoToStatus(error, absl::StrCat("removing the leftover ", dir));
   }
   if (mkdir(dir.c_str(), 0700) != 0) {
-    return absl::ErrnoToStatus(errno, ErrnoMessage("mkdir", dir, errno));
+    return ErrnoToStatus(errno, absl::StrCat("mkdir ", dir));
   }
   if (absl::Status s = MakeDirectory(dir + "/reports"); !s.ok()) return s;
   if (absl::Status s = MakeDirectory(dir + "/owned"); !s.ok()) return s;
@@ -75,7 +71,7 @@ absl::Status WriteRankReport(const std::string& job_dir, const RankReport& repor
     }
   }
   if (rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::ErrnoToStatus(errno, ErrnoMessage("rename", temporary, errno));
+    return ErrnoToStatus(errno, absl::StrCat("rename ", temporary));
   }
   return absl::OkStatus();
 }
@@ -157,7 +153,7 @@ absl::Status RegisterOwnedPath(const std::string& path) {
   const std::string link = absl::StrCat(job_dir, "/owned/", getpid(), "-",
                                         __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
   if (symlink(path.c_str(), link.c_str()) != 0) {
-    return absl::ErrnoToStatus(errno, ErrnoMessage("symlink", link, errno));
+    return ErrnoToStatus(errno, absl::StrCat("symlink ", link));
   }
   return absl::OkStatus();
 }
@@ -166,7 +162,7 @@ absl::Status RemoveJobFiles(absl::string_view job_id) {
   const std::string dir = JobDirectory(job_id);
   const std::string prefix = absl::StrCat("loom.", job_id, ".");
   if (const int error = RemoveJobTree(dir.c_str(), prefix.c_str()); error != 0) {
-    return absl::ErrnoToStatus(error, ErrnoMessage("removing the files of job", dir, error));
+    return ErrnoToStatus(error, absl::StrCat("removing the files of job ", dir));
   }
   return absl::OkStatus();
 }

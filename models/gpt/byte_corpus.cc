@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace {
@@ -29,7 +30,7 @@ uint64_t Mix(uint64_t x) {
 }
 
 absl::Status OpenError(int error, const std::string& path) {
-  return absl::ErrnoToStatus(error, absl::StrCat(kName, ": cannot open ", path));
+  return ErrnoToStatus(error, absl::StrCat(kName, ": cannot open ", path));
 }
 
 }  // namespace
@@ -68,7 +69,7 @@ absl::StatusOr<ByteCorpus> ByteCorpus::Open(const ByteCorpusOptions& options) {
     const int error = errno;
     close(fd);  // The mapping keeps the file.
     if (data == MAP_FAILED) {
-      return absl::ErrnoToStatus(
+      return ErrnoToStatus(
           error, absl::StrCat(kName, ": cannot map ", path, " (", info.st_size, " bytes)"));
     }
     // Training reads sequences at random offsets.

@@ -8,13 +8,14 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace {
 
 absl::Status Errno(int error, const std::string& path, absl::string_view call,
                    absl::string_view file) {
-  return absl::ErrnoToStatus(
+  return ErrnoToStatus(
       error, absl::StrCat("WriteFileAtomically ", path, ": ", call, "(", file, ")"));
 }
 

@@ -24,6 +24,7 @@
 #include "core/buffer_view.h"
 #include "core/crc32c.h"
 #include "core/dtype.h"
+#include "core/posix.h"
 #include "core/status_macros.h"
 #include "tools/training/atomic_file.h"
 #include "tools/training/wire.h"
@@ -48,7 +49,7 @@ uint32_t CrcOf(absl::string_view bytes) {
 }
 
 absl::Status FileError(absl::string_view call, const std::string& path, int error) {
-  return absl::ErrnoToStatus(error, absl::StrCat("checkpoint: ", call, " ", path));
+  return ErrnoToStatus(error, absl::StrCat("checkpoint: ", call, " ", path));
 }
 
 // ReadSmallFile reads a whole regular file of at most kMaxTextBytes; a FIFO or a

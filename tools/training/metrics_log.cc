@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/posix.h"
 #include "core/status_macros.h"
 #include "tools/training/atomic_file.h"
 
@@ -189,7 +190,7 @@ class LineParser {
 
 absl::Status ErrnoError(int error, absl::string_view who, absl::string_view call,
                         const std::string& path) {
-  return absl::ErrnoToStatus(error, absl::StrCat(who, ": ", call, "(", path, ")"));
+  return ErrnoToStatus(error, absl::StrCat(who, ": ", call, "(", path, ")"));
 }
 
 // ReadText returns the contents of the regular file `path`.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/mpi/mpi_harness.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace {
@@ -33,7 +34,7 @@ absl::StatusOr<std::string> NewStoreDir(MPI_Comm group, const std::string& base)
   }
   MPI_Bcast(&error, 1, MPI_INT, 0, group);
   if (error != 0) {
-    return absl::ErrnoToStatus(error, absl::StrCat("mkdtemp under ", base, " (on group rank 0)"));
+    return ErrnoToStatus(error, absl::StrCat("mkdtemp under ", base, " (on group rank 0)"));
   }
   MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, group);
   return std::string(path);

@@ -16,13 +16,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/mutex.h"
+#include "core/posix.h"
 
 namespace loom {
 namespace shm_internal {
 namespace {
 
 absl::Status PthreadError(const char* call, int error) {
-  return absl::InternalError(absl::StrCat(call, " failed: ", std::strerror(error)));
+  return ErrnoToStatus(error, call);
 }
 
 }  // namespace
