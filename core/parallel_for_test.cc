@@ -8,13 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -29,12 +29,12 @@ TEST(ParallelForTest, VisitsEveryIndexOnceInNearEqualRanges) {
   for (const int threads : {1, 2, 3, 8}) {
     for (const int64_t n : {0, 1, 2, 7, 64}) {
       std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
-      std::mutex mu;
+      Mutex mu;
       std::vector<std::pair<int64_t, int64_t>> ranges;
       std::set<std::thread::id> ids;
       LOOM_ASSERT_OK(ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) visits[i].fetch_add(1);
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(&mu);
         ranges.emplace_back(begin, end);
         ids.insert(std::this_thread::get_id());
         return absl::OkStatus();
@@ -114,11 +114,11 @@ TEST(ParallelForEachTest, SplitsOnlyPassesOfAtLeastTwoGrains) {
   for (const auto& c : cases) {
     const int64_t n = c[0], grain = c[1];
     std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
-    std::mutex mu;
+    Mutex mu;
     std::vector<std::pair<int64_t, int64_t>> ranges;
     ParallelForEach(n, grain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) visits[static_cast<size_t>(i)].fetch_add(1);
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       ranges.emplace_back(begin, end);
     });
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(visits[static_cast<size_t>(i)].load(), 1);

@@ -5,13 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/mutex.h"
 #include "offload/internal/pinned_memory.h"
 
 namespace loom {
@@ -39,10 +39,10 @@ class PoolState : public std::enable_shared_from_this<PoolState> {
 
   ~PoolState() { ReleaseCache(); }
 
-  absl::StatusOr<HostBlock> Allocate(size_t bytes) {
+  absl::StatusOr<HostBlock> Allocate(size_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
     if (bytes == 0) return absl::InvalidArgumentError("host pool: cannot allocate 0 bytes");
     if (bytes > budget_) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++refusals_;
       return absl::ResourceExhaustedError(absl::StrCat("host pool: allocating ", Bytes(bytes),
                                                        " exceeds the whole budget of ",
@@ -53,7 +53,7 @@ class PoolState : public std::enable_shared_from_this<PoolState> {
     std::vector<std::byte*> evicted;
     absl::Status refusal;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto cached = cache_.find(capacity);
       if (cached != cache_.end()) {
         reused = cached->second;
@@ -91,7 +91,7 @@ class PoolState : public std::enable_shared_from_this<PoolState> {
     if (data == nullptr) {
       absl::StatusOr<std::byte*> fresh = AllocateRaw(capacity);
       if (!fresh.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         in_use_ -= capacity;
         --blocks_in_use_;
         --allocations_;
@@ -105,10 +105,10 @@ class PoolState : public std::enable_shared_from_this<PoolState> {
     return HostBlock(shared_from_this(), data, bytes, capacity);
   }
 
-  void Return(std::byte* data, size_t capacity) {
+  void Return(std::byte* data, size_t capacity) ABSL_LOCKS_EXCLUDED(mu_) {
     bool keep = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       in_use_ -= capacity;
       --blocks_in_use_;
       keep = cached_bytes_ + capacity <= max_cached_;
@@ -120,18 +120,18 @@ class PoolState : public std::enable_shared_from_this<PoolState> {
     if (!keep) FreeRaw(data);
   }
 
-  void ReleaseCache() {
+  void ReleaseCache() ABSL_LOCKS_EXCLUDED(mu_) {
     std::multimap<size_t, std::byte*> cache;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       cache.swap(cache_);
       cached_bytes_ = 0;
     }
     for (const auto& [capacity, data] : cache) FreeRaw(data);
   }
 
-  HostPoolStats Stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  HostPoolStats Stats() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     HostPoolStats stats;
     stats.budget_bytes = budget_;
     stats.in_use_bytes = in_use_;
@@ -175,9 +175,7 @@ class PoolState : public std::enable_shared_from_this<PoolState> {
   const size_t max_cached_;
   const HostMemoryKind kind_;
 
-  // std::mutex, not absl::Mutex: Debian's Abseil is a prebuilt library TSan cannot
-  // see into, so it would report false races on what absl::Mutex guards.
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::multimap<size_t, std::byte*> cache_ ABSL_GUARDED_BY(mu_);  // capacity -> block
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t in_use_ ABSL_GUARDED_BY(mu_) = 0;

@@ -18,8 +18,12 @@ absl::StatusOr<std::unique_ptr<PrefetchEngine>> PrefetchEngine::Create(
         "prefetch engine: max_outstanding=", options.max_outstanding, " must be at least 1"));
   }
   std::unique_ptr<PrefetchEngine> engine(new PrefetchEngine(options));
-  for (int i = 0; i < options.workers; ++i) {
-    engine->workers_.emplace_back([raw = engine.get()] { raw->WorkerLoop(); });
+  PrefetchEngine* const raw = engine.get();
+  {
+    MutexLock lock(&raw->join_mu_);
+    for (int i = 0; i < options.workers; ++i) {
+      raw->workers_.emplace_back([raw] { raw->WorkerLoop(); });
+    }
   }
   return engine;
 }
@@ -30,7 +34,7 @@ PrefetchEngine::~PrefetchEngine() { Shutdown(); }
 
 absl::StatusOr<PrefetchEngine::Ticket> PrefetchEngine::Submit(absl::string_view name,
                                                               Transfer transfer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (stopping_) {
     return absl::FailedPreconditionError(
         absl::StrCat("prefetch of '", name, "': the engine was shut down"));
@@ -47,7 +51,7 @@ absl::StatusOr<PrefetchEngine::Ticket> PrefetchEngine::Submit(absl::string_view 
   task.transfer = std::move(transfer);
   queue_.push_back(ticket);
   ++stats_.submitted;
-  work_.notify_one();
+  work_.Signal();
   return ticket;
 }
 
@@ -57,8 +61,8 @@ void PrefetchEngine::WorkerLoop() {
     Transfer transfer;
     const CancelToken* token = nullptr;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) work_.Wait(&mu_);
       if (queue_.empty()) return;  // Stopping, and nothing left to hand out.
       ticket = queue_.front();
       queue_.pop_front();
@@ -76,7 +80,7 @@ void PrefetchEngine::WorkerLoop() {
 }
 
 void PrefetchEngine::Finish(Ticket ticket, absl::Status status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Task& task = tasks_.at(ticket);
   task.state = State::kDone;
   if (task.token->cancelled()) {
@@ -90,19 +94,22 @@ void PrefetchEngine::Finish(Ticket ticket, absl::Status status) {
   } else {
     ++stats_.completed;
   }
-  finished_.notify_all();
+  finished_.SignalAll();
 }
 
 absl::Status PrefetchEngine::Wait(Ticket ticket, absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = tasks_.find(ticket);
   if (it == tasks_.end()) {
     return absl::NotFoundError(absl::StrCat(
         "prefetch engine: ticket ", ticket, " was never issued or was already waited for"));
   }
-  // Looked up afresh after every wake-up: other tickets come and go meanwhile.
-  auto done = [this, ticket] { return tasks_.at(ticket).state == State::kDone; };
-  if (!finished_.wait_until(lock, absl::ToChronoTime(deadline), done)) {
+  // Looked up afresh after every wake-up: other tickets come and go meanwhile. After a
+  // timeout the state is looked at once more: it may have finished as time ran out.
+  while (tasks_.at(ticket).state != State::kDone) {
+    if (!finished_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (tasks_.at(ticket).state != State::kDone) {
     const Task& task = tasks_.at(ticket);
     return absl::DeadlineExceededError(absl::StrCat(
         "prefetch of '", task.name, "' did not finish by the deadline ",
@@ -116,12 +123,12 @@ absl::Status PrefetchEngine::Wait(Ticket ticket, absl::Time deadline) {
 }
 
 bool PrefetchEngine::Outstanding(Ticket ticket) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return tasks_.contains(ticket);
 }
 
 absl::Status PrefetchEngine::Cancel(Ticket ticket, absl::string_view reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = tasks_.find(ticket);
   if (it == tasks_.end()) {
     return absl::NotFoundError(absl::StrCat(
@@ -147,7 +154,7 @@ absl::Status PrefetchEngine::Cancel(Ticket ticket, absl::string_view reason) {
       task.status = absl::CancelledError(
           absl::StrCat("prefetch of '", task.name, "' was cancelled: ", reason));
       ++stats_.cancelled;
-      finished_.notify_all();
+      finished_.SignalAll();
       break;
   }
   return absl::OkStatus();
@@ -155,7 +162,7 @@ absl::Status PrefetchEngine::Cancel(Ticket ticket, absl::string_view reason) {
 
 void PrefetchEngine::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!stopping_) {
       stopping_ = true;
       for (auto& [ticket, task] : tasks_) {
@@ -171,18 +178,18 @@ void PrefetchEngine::Shutdown() {
         }
       }
       queue_.clear();
-      work_.notify_all();
-      finished_.notify_all();
+      work_.SignalAll();
+      finished_.SignalAll();
     }
   }
-  std::lock_guard<std::mutex> join_lock(join_mu_);  // Two Shutdown calls must not join one thread twice.
+  MutexLock join_lock(&join_mu_);
   for (std::thread& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
 }
 
 PrefetchEngine::Stats PrefetchEngine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -24,12 +24,10 @@
 #define LOOM_OFFLOAD_PREFETCH_ENGINE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 
 namespace loom {
 
@@ -84,27 +83,28 @@ class PrefetchEngine {
   // Submit queues `transfer` for the tensor `name` (used in errors). It starts after
   // every transfer submitted before it has started. ResourceExhausted past
   // max_outstanding; FailedPrecondition after Shutdown.
-  absl::StatusOr<Ticket> Submit(absl::string_view name, Transfer transfer);
+  absl::StatusOr<Ticket> Submit(absl::string_view name, Transfer transfer)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wait blocks until the transfer finished and returns its status, prefixed
   // "prefetch of '<name>': " when not OK; Cancelled if it was cancelled before it
   // finished; DeadlineExceeded (naming the tensor and whether it had started) if
   // `deadline` passes first, in which case the ticket stays valid. NotFound for a
   // ticket never issued or already waited for.
-  absl::Status Wait(Ticket ticket, absl::Time deadline);
+  absl::Status Wait(Ticket ticket, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Outstanding returns whether `ticket` was issued and not yet waited for (after a
   // DeadlineExceeded from Wait it tells the engine's deadline from the transfer's).
-  bool Outstanding(Ticket ticket) const;
+  bool Outstanding(Ticket ticket) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Cancel drops a queued transfer, or signals a running one to stop; Wait then
   // returns Cancelled with `reason`. A finished transfer is left as it is. NotFound
   // for an unknown ticket.
-  absl::Status Cancel(Ticket ticket, absl::string_view reason);
+  absl::Status Cancel(Ticket ticket, absl::string_view reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Shutdown cancels everything queued or running and stops accepting work; it
   // returns once the workers have exited. Idempotent.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_, join_mu_);
 
   // Counters, for tests and tuning.
   struct Stats {
@@ -113,7 +113,7 @@ class PrefetchEngine {
     int64_t failed = 0;     // Finished with an error, cancellations not included.
     int64_t cancelled = 0;
   };
-  Stats stats() const;
+  Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   enum class State { kQueued, kRunning, kDone };
@@ -128,22 +128,20 @@ class PrefetchEngine {
   };
 
   explicit PrefetchEngine(const PrefetchEngineOptions& options);
-  void WorkerLoop();
-  void Finish(Ticket ticket, absl::Status status);
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void Finish(Ticket ticket, absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
 
   const PrefetchEngineOptions options_;
-  // std::mutex, not absl::Mutex: Debian's Abseil is a prebuilt library TSan cannot
-  // see into, so it would report false races on what absl::Mutex guards.
-  mutable std::mutex mu_;
-  std::condition_variable work_;     // Signalled on Submit and Shutdown.
-  std::condition_variable finished_;  // Signalled when a task reaches kDone.
+  mutable Mutex mu_;
+  CondVar work_;      // Signalled on Submit and Shutdown.
+  CondVar finished_;  // Signalled when a task reaches kDone.
   absl::flat_hash_map<Ticket, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::deque<Ticket> queue_ ABSL_GUARDED_BY(mu_);
   Ticket next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);
-  std::mutex join_mu_;
-  std::vector<std::thread> workers_;
+  Mutex join_mu_;  // Two Shutdown calls must not join one thread twice.
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(join_mu_);
 };
 
 }  // namespace loom

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include <mutex>
 #include "absl/synchronization/notification.h"
+#include "core/mutex.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,7 +37,7 @@ TEST(PrefetchEngineTest, TransfersStartInSubmissionOrderAndFillTheirBuffers) {
     std::unique_ptr<PrefetchEngine> engine = MakeEngine(workers);
     constexpr int kTensors = 40;
     std::vector<std::vector<int>> buffers(kTensors, std::vector<int>(257));
-    std::mutex mu;
+    Mutex mu;
     std::vector<int> started;
     std::vector<PrefetchEngine::Ticket> tickets;
     for (int t = 0; t < kTensors; ++t) {
@@ -45,7 +45,7 @@ TEST(PrefetchEngineTest, TransfersStartInSubmissionOrderAndFillTheirBuffers) {
           PrefetchEngine::Ticket ticket,
           engine->Submit(absl::StrCat("tensor", t), [&, t](const CancelToken&) {
             {
-              std::lock_guard<std::mutex> lock(mu);
+              MutexLock lock(&mu);
               started.push_back(t);
             }
             for (size_t i = 0; i < buffers[t].size(); ++i) buffers[t][i] = t * 1000 + i;
@@ -57,7 +57,7 @@ TEST(PrefetchEngineTest, TransfersStartInSubmissionOrderAndFillTheirBuffers) {
       LOOM_ASSERT_OK(engine->Wait(tickets[t], Soon()));
       for (size_t i = 0; i < buffers[t].size(); ++i) ASSERT_EQ(buffers[t][i], t * 1000 + int(i));
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     ASSERT_EQ(started.size(), size_t{kTensors});
     // Workers take transfers in submission order, but the log is written from inside
     // the transfer, after the worker may have been preempted: only one worker's log

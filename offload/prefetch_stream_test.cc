@@ -4,9 +4,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include <mutex>
 #include "absl/synchronization/notification.h"
+#include "core/mutex.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -48,7 +49,7 @@ std::vector<StreamTensor> Tensors(int count) {
 struct PatternSource {
   absl::Status Fetch(size_t index, absl::Span<std::byte> into) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(&mu);
       highest_started = std::max<int64_t>(highest_started, index);
       ++fetches;
     }
@@ -56,12 +57,12 @@ struct PatternSource {
     return absl::OkStatus();
   }
   int64_t HighestStarted() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     return highest_started;
   }
-  std::mutex mu;
-  int64_t highest_started = -1;
-  int fetches = 0;
+  Mutex mu;
+  int64_t highest_started ABSL_GUARDED_BY(mu) = -1;
+  int fetches ABSL_GUARDED_BY(mu) = 0;
 };
 
 TEST(PrefetchStreamTest, HandsOutEveryTensorInOrderWithItsBytes) {
@@ -100,7 +101,7 @@ TEST(PrefetchStreamTest, HandsOutEveryTensorInOrderWithItsBytes) {
     }
     LOOM_ASSERT_OK_AND_ASSIGN(std::optional<StreamItem> end, stream->Next(Soon()));
     EXPECT_FALSE(end.has_value());
-    std::lock_guard<std::mutex> lock(source.mu);
+    MutexLock lock(&source.mu);
     EXPECT_EQ(source.fetches, 9);
   }
 }

@@ -27,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/const_init.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,10 +34,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/transport/peer_failure.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
@@ -69,8 +68,9 @@ constexpr absl::string_view kLoomEnvNames[] = {
 std::atomic<int> g_wake_fd{-1};
 std::array<std::atomic<bool>, NSIG> g_pending;  // static storage: starts all false
 
-// Signal dispositions are per process, so Launch() calls take turns.
-ABSL_CONST_INIT absl::Mutex g_launch_mu(absl::kConstInit);
+// Signal dispositions are per process, so Launch() calls take turns. OnSignal() never
+// takes it.
+ABSL_CONST_INIT Mutex g_launch_mu;
 
 void OnSignal(int sig) {
   const int saved_errno = errno;
@@ -148,7 +148,7 @@ class SignalScope {
     g_wake_fd.store(-1);  // before the pipe closes (the members, after this body)
   }
 
-  absl::Status Install(bool forward_signals) {
+  absl::Status Install(bool forward_signals) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_launch_mu) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
       return absl::ErrnoToStatus(errno, "pipe2(O_CLOEXEC | O_NONBLOCK)");
@@ -378,7 +378,8 @@ class Job {
     signals_sent_.assign(options.num_ranks, 0);
   }
 
-  absl::StatusOr<LaunchResult> Run(const std::string& path) {
+  absl::StatusOr<LaunchResult> Run(const std::string& path)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_launch_mu) {
     // The job directory, and a janitor that removes it (and the job's segments)
     // should this process be killed before it can.
     LOOM_ASSIGN_OR_RETURN(job_dir_, CreateJobDirectory(result_.job_id));
@@ -844,7 +845,7 @@ absl::StatusOr<ShmCleanup> RemoveJobShmSegments(absl::string_view job_id) {
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options) {
   LOOM_RETURN_IF_ERROR(ValidateOptions(options));
   LOOM_ASSIGN_OR_RETURN(const std::string path, ResolveProgram(options.argv[0]));
-  absl::MutexLock lock(&g_launch_mu);
+  MutexLock lock(&g_launch_mu);
   Job job(options, options.job_id.empty() ? GenerateJobId() : options.job_id);
   return job.Run(path);
 }

@@ -8,12 +8,12 @@
 #include <deque>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +23,7 @@
 #include "core/buffer_view.h"
 #include "core/half.h"
 #include "core/half_convert.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "zero3/internal/agreement.h"
 #include "collectives/comm_worker.h"
@@ -50,9 +51,9 @@ class GradBuffers {
  public:
   GradBuffers(Communicator* dp, size_t bytes) : dp_(dp), bytes_(bytes) {}
 
-  absl::StatusOr<CommBuffer> Take() {
+  absl::StatusOr<CommBuffer> Take() ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!free_.empty()) {
         CommBuffer buffer = std::move(free_.back());
         free_.pop_back();
@@ -64,17 +65,16 @@ class GradBuffers {
   }
   // The bytes of every buffer ever allocated (the free ones stay allocated).
   int64_t allocated_bytes() const { return allocated_.load(); }
-  void Give(CommBuffer buffer) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Give(CommBuffer buffer) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     free_.push_back(std::move(buffer));
   }
 
  private:
   Communicator* const dp_;
   const size_t bytes_;
-  // std::mutex, which ThreadSanitizer sees (Debian's Abseil is not built for it).
-  std::mutex mu_;
-  std::vector<CommBuffer> free_;  // guarded by mu_
+  Mutex mu_;
+  std::vector<CommBuffer> free_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> allocated_{0};
 };
 

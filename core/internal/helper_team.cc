@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 
 namespace loom {
@@ -45,40 +44,47 @@ HelperTeam& HelperTeam::ForThisThread() {
 
 HelperTeam::~HelperTeam() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
     generation_.fetch_add(1, std::memory_order_release);
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
   for (std::thread& helper : threads_) helper.join();
 }
 
-void HelperTeam::Drain() {
-  for (int i = next_.fetch_add(1, std::memory_order_relaxed); i < parts_;
+void HelperTeam::Drain(absl::FunctionRef<absl::Status(int)> part,
+                       absl::Span<absl::Status> results) {
+  const int parts = static_cast<int>(results.size());
+  for (int i = next_.fetch_add(1, std::memory_order_relaxed); i < parts;
        i = next_.fetch_add(1, std::memory_order_relaxed)) {
-    results_[static_cast<size_t>(i)] = RunPart(*part_, i);
+    results[static_cast<size_t>(i)] = RunPart(part, i);
   }
 }
 
 void HelperTeam::HelperLoop(int index, uint64_t seen) {
   while (true) {
     PollFor([&] { return generation_.load(std::memory_order_acquire) != seen; });
+    const absl::FunctionRef<absl::Status(int)>* part = nullptr;
+    absl::Span<absl::Status> results;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+      MutexLock lock(&mu_);
+      while (generation_.load(std::memory_order_relaxed) == seen) work_cv_.Wait(&mu_);
       seen = generation_.load(std::memory_order_relaxed);
       if (stop_) return;
       // A job already over (its caller ran the parts) or not for this many helpers.
       if (!job_open_ || index >= participants_) continue;
       active_.fetch_add(1, std::memory_order_relaxed);
+      // The job stays open, and these stay put, until the caller sees active_ at 0.
+      part = part_;
+      results = absl::MakeSpan(results_);
     }
-    Drain();
+    Drain(*part, results);
     bool last;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       last = active_.fetch_sub(1, std::memory_order_acq_rel) == 1;
     }
-    if (last) done_cv_.notify_one();
+    if (last) done_cv_.Signal();
   }
 }
 
@@ -93,29 +99,30 @@ absl::Status HelperTeam::Run(int threads, int parts, absl::FunctionRef<absl::Sta
   while (static_cast<int>(threads_.size()) < helpers) {
     uint64_t generation;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       generation = generation_.load(std::memory_order_relaxed);
     }
     const int index = static_cast<int>(threads_.size());
     threads_.emplace_back([this, index, generation] { HelperLoop(index, generation); });
   }
+  absl::Span<absl::Status> results;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     part_ = &part;
-    parts_ = parts;
     results_.assign(static_cast<size_t>(parts), absl::OkStatus());  // keeps its capacity
+    results = absl::MakeSpan(results_);
     participants_ = helpers;
     job_open_ = true;
     next_.store(0, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
-  work_cv_.notify_all();
-  Drain();
+  work_cv_.SignalAll();
+  Drain(part, results);
   // Every part is taken; wait for the helpers still running one (not for those that
   // have not woken: they will find the job closed).
   PollFor([&] { return active_.load(std::memory_order_acquire) == 0; });
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return active_.load(std::memory_order_relaxed) == 0; });
+  MutexLock lock(&mu_);
+  while (active_.load(std::memory_order_relaxed) != 0) done_cv_.Wait(&mu_);
   job_open_ = false;
   part_ = nullptr;
   for (const absl::Status& s : results_) {

@@ -15,10 +15,6 @@
 // millisecond, made oneDNN's two-thread products 2 to 13 times slower than one thread
 // whenever another thread wanted that core: tensor_parallel/README.md.)
 //
-// Synchronization uses std::mutex and std::condition_variable: Debian's Abseil is a
-// prebuilt library without ThreadSanitizer annotations (see
-// offload/adamw/internal/worker_pool.h).
-//
 // Example:
 //   LOOM_RETURN_IF_ERROR(HelperTeam::ForThisThread().Run(/*threads=*/2, /*parts=*/2,
 //       [&](int part) { return MultiplyRows(part); }));   // each part once
@@ -26,14 +22,15 @@
 #define LOOM_CORE_INTERNAL_HELPER_TEAM_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace core_internal {
@@ -64,24 +61,25 @@ class HelperTeam {
   int helpers() const { return static_cast<int>(threads_.size()); }
 
  private:
-  void HelperLoop(int index, uint64_t seen);
-  // Runs parts from next_ until none are left.
-  void Drain();
+  void HelperLoop(int index, uint64_t seen) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs parts from next_ until none are left, putting part i's status in results[i]:
+  // the job's results_, which a helper looks up under mu_ when it joins the job.
+  void Drain(absl::FunctionRef<absl::Status(int)> part, absl::Span<absl::Status> results);
 
   std::vector<std::thread> threads_;  // only the owning thread touches it
 
-  std::mutex mu_;                        // guards the job fields below
-  std::condition_variable work_cv_;      // generation_ changed
-  std::condition_variable done_cv_;      // active_ dropped to 0
+  Mutex mu_;                             // guards the job fields below
+  CondVar work_cv_;                      // generation_ changed
+  CondVar done_cv_;                      // active_ dropped to 0
   std::atomic<uint64_t> generation_{0};  // bumped per job and to stop; written under mu_
-  bool stop_ = false;
-  bool job_open_ = false;       // helpers may still join the job
-  int participants_ = 0;        // helpers with index < this may join it
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_open_ ABSL_GUARDED_BY(mu_) = false;  // helpers may still join the job
+  int participants_ ABSL_GUARDED_BY(mu_) = 0;   // helpers with index < this may join it
   std::atomic<int> active_{0};  // helpers that joined and are not done; written under mu_
-  const absl::FunctionRef<absl::Status(int)>* part_ = nullptr;
-  int parts_ = 0;
-  std::vector<absl::Status> results_;  // one per part; each written by the thread running it
-  std::atomic<int> next_{0};           // the next part to hand out
+  const absl::FunctionRef<absl::Status(int)>* part_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // One per part; each element is written, outside mu_, by the thread running its part.
+  std::vector<absl::Status> results_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> next_{0};  // the next part to hand out
 };
 
 }  // namespace core_internal

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -14,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,12 +29,12 @@ TEST(HelperTeamTest, EveryPartRunsOnceOnAtMostThreadsThreads) {
   for (int threads : {1, 2, 3, 4}) {
     for (int parts : {0, 1, 2, 5, 64}) {
       std::vector<std::atomic<int>> runs(static_cast<size_t>(parts));
-      std::mutex mu;
+      Mutex mu;
       std::set<std::thread::id> ids;
       ASSERT_THAT(team.Run(threads, parts,
                            [&](int i) {
                              runs[static_cast<size_t>(i)].fetch_add(1);
-                             std::lock_guard<std::mutex> lock(mu);
+                             MutexLock lock(&mu);
                              ids.insert(std::this_thread::get_id());
                              return absl::OkStatus();
                            }),

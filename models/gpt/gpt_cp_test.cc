@@ -7,11 +7,11 @@
 // does not (30 on cp 4 = 8 chunks of 3 or 4).
 #include <cmath>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -65,7 +65,7 @@ Result RunModel(const Case& c) {
   Result result;
   result.loss.assign(c.tp, 0.0);
   result.grads.assign(c.tp, {});
-  std::mutex mu;
+  Mutex mu;
   ExpectAllOk(RunTpCp(c.tp, c.cp, [&](const TpCpRank& at) -> absl::Status {
     const int t = at.tp_rank;
     GptModelOptions options;
@@ -77,7 +77,7 @@ Result RunModel(const Case& c) {
     LOOM_ASSIGN_OR_RETURN(const float loss, model->Forward(LocalIds(tokens, c.seq, positions),
                                                            LocalIds(targets, c.seq, positions)));
     LOOM_RETURN_IF_ERROR(model->Backward());
-    const std::lock_guard<std::mutex> lock(mu);
+    const MutexLock lock(&mu);
     result.loss[t] += static_cast<double>(loss);
     std::vector<std::vector<double>>& sums = result.grads[t];
     const std::vector<GptParameter> params = model->Parameters();

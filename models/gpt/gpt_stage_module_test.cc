@@ -10,7 +10,6 @@
 #include <cmath>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -18,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/inproc/inproc_transport.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -327,7 +327,7 @@ struct CpStepResult {
 
 CpStepResult RunCpStep(const GptConfig& config, const MarkovData& data, int cp) {
   CpStepResult result;
-  std::mutex mu;
+  Mutex mu;
   ExpectAllOk(RunTpCp(1, cp, [&](const TpCpRank& at) -> absl::Status {
     auto data_fn = [&](int64_t step, int64_t mb) { return data.Microbatch(Layout(), step, mb, 0); };
     GptStageModuleOptions options;
@@ -356,7 +356,7 @@ CpStepResult RunCpStep(const GptConfig& config, const MarkovData& data, int cp) 
       LOOM_ASSIGN_OR_RETURN(const F32Tensor grad, module->Loss(mb, out));
       LOOM_RETURN_IF_ERROR(module->Backward(0, mb, grad).status());
     }
-    const std::lock_guard<std::mutex> lock(mu);
+    const MutexLock lock(&mu);
     result.loss += module->loss();
     const std::vector<GptParameter> params = module->Parameters();
     result.grads.resize(params.size());

@@ -3,7 +3,6 @@
 #include <cblas.h>
 
 #include <atomic>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -13,6 +12,7 @@
 #include "core/compute_timer.h"
 #include "core/half.h"
 #include "core/half_convert.h"
+#include "core/mutex.h"
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "tensor_parallel/layers/internal/gemm_backends.h"
@@ -35,12 +35,12 @@ thread_local GemmEngine* current_engine = nullptr;
 // products, OpenBlasGemm below), set before the first product. Its own pool would
 // also hand work over through spin-waits in uninstrumented code, which
 // ThreadSanitizer cannot see.
-std::mutex blas_threads_mutex;
+Mutex blas_threads_mutex;
 std::atomic<bool> blas_threads_applied{false};
 
 void ApplyBlasThreadsOnce() {
   if (blas_threads_applied.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  MutexLock lock(&blas_threads_mutex);
   if (blas_threads_applied.load(std::memory_order_relaxed)) return;
   openblas_set_num_threads(1);
   blas_threads_applied.store(true, std::memory_order_release);
@@ -346,7 +346,7 @@ absl::Status SetGemmThreads(int threads) {
     return absl::InvalidArgumentError(
         absl::StrCat("SetGemmThreads: ", threads, " threads; need 1 to 1024"));
   }
-  std::lock_guard<std::mutex> lock(blas_threads_mutex);
+  MutexLock lock(&blas_threads_mutex);
   LOOM_RETURN_IF_ERROR(SetComputeThreads(threads));
   openblas_set_num_threads(1);
   blas_threads_applied.store(true, std::memory_order_release);

@@ -8,12 +8,12 @@
 // magnitude, as ring_attention_test, since the ring merges blocks in another order.
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/communicator.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -96,7 +96,7 @@ Results RunLayer(const Case& c, const Weights& w, const Tensor& x, const Tensor&
   results.dx.assign(results.y.size(), 0.0);
   results.grads.assign(c.tp, std::vector<double>());
   std::vector<std::vector<std::vector<double>>> grads(c.cp * c.tp);
-  std::mutex mu;
+  Mutex mu;
   ExpectAllOk(RunTpCp(c.tp, c.cp, [&](const TpCpRank& at) -> absl::Status {
     const int t = at.tp_rank, k = at.cp_rank;
     ParallelSelfAttentionOptions options;
@@ -119,7 +119,7 @@ Results RunLayer(const Case& c, const Weights& w, const Tensor& x, const Tensor&
     AddInto(attn.qkv().bias_grad(), mine[1]);
     AddInto(attn.out().weight_grad(), mine[2]);
     AddInto(attn.out().bias_grad(), mine[3]);
-    const std::lock_guard<std::mutex> lock(mu);
+    const MutexLock lock(&mu);
     // Every tp rank of a cp coordinate holds the whole output and input gradient.
     if (t == 0) {
       ScatterRows(y, chunks, results.y);

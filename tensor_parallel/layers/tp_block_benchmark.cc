@@ -24,23 +24,23 @@
 //
 //   ./bazelw run //tensor_parallel/layers:tp_block_benchmark
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "tensor_parallel/layers/column_parallel_linear.h"
 #include "tensor_parallel/layers/comm_tally.h"
@@ -84,8 +84,8 @@ class RankPool {
     for (int rank = 0; rank < tp; ++rank) {
       threads_.emplace_back([this, rank, group = *group, &setup] { Worker(rank, *group, setup); });
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return ready_ == tp_; });
+    MutexLock lock(&mu_);
+    while (ready_ != tp_) cv_.Wait(&mu_);
     for (const absl::Status& s : status_) {
       if (!s.ok() && setup_status_.ok()) setup_status_ = s;
     }
@@ -93,22 +93,22 @@ class RankPool {
 
   ~RankPool() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     for (std::thread& t : threads_) t.join();
   }
 
   const absl::Status& setup_status() const { return setup_status_; }
 
   // Step runs one step on every rank and returns the first rank's error.
-  absl::Status Step() {
-    std::unique_lock<std::mutex> lock(mu_);
+  absl::Status Step() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     pending_ = tp_;
     ++generation_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return pending_ == 0; });
+    cv_.SignalAll();
+    while (pending_ != 0) cv_.Wait(&mu_);
     for (const absl::Status& s : status_) {
       if (!s.ok()) return s;
     }
@@ -127,7 +127,7 @@ class RankPool {
   CommTally Tally() const { return blocks_[0].tally(); }
 
  private:
-  void Worker(int rank, InprocGroup& group, const SetupFn& setup) {
+  void Worker(int rank, InprocGroup& group, const SetupFn& setup) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::Status status = [&]() -> absl::Status {
       LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> endpoint, group.Endpoint(rank));
       LOOM_ASSIGN_OR_RETURN(comms_[rank], Communicator::Create(std::move(endpoint)));
@@ -135,34 +135,35 @@ class RankPool {
       return absl::OkStatus();
     }();
     uint64_t seen = 0;
-    std::unique_lock<std::mutex> lock(mu_);
+    mu_.Lock();
     status_[rank] = status;
     ++ready_;
-    cv_.notify_all();
+    cv_.SignalAll();
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
+      while (!stop_ && generation_ == seen) cv_.Wait(&mu_);
+      if (stop_) break;
       seen = generation_;
-      lock.unlock();
+      mu_.Unlock();  // the step runs without the lock
       absl::Status step_status =
           status.ok() ? blocks_[rank].step() : absl::FailedPreconditionError("setup failed");
-      lock.lock();
+      mu_.Lock();
       status_[rank] = step_status;
-      if (--pending_ == 0) cv_.notify_all();
+      if (--pending_ == 0) cv_.SignalAll();
     }
+    mu_.Unlock();
   }
 
   const int tp_;
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<RankBlock> blocks_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<absl::Status> status_;  // guarded by mu_
-  int ready_ = 0;                     // guarded by mu_
-  int pending_ = 0;                   // guarded by mu_
-  uint64_t generation_ = 0;           // guarded by mu_
-  bool stop_ = false;                 // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;  // ready_, pending_, generation_ or stop_ changed
+  std::vector<absl::Status> status_ ABSL_GUARDED_BY(mu_);
+  int ready_ ABSL_GUARDED_BY(mu_) = 0;
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status setup_status_;
 };
 

@@ -11,14 +11,13 @@
 #ifndef LOOM_OFFLOAD_DISK_INTERNAL_NAME_LOCKS_H_
 #define LOOM_OFFLOAD_DISK_INTERNAL_NAME_LOCKS_H_
 
-#include <condition_variable>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
+#include "core/mutex.h"
 
 namespace loom {
 namespace disk_internal {
@@ -45,23 +44,23 @@ class NameLocks {
   };
 
   // Lock blocks until no other holder of `name` remains, then holds it.
-  Held Lock(absl::string_view name) {
+  Held Lock(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_) {
     std::string key(name);
-    std::unique_lock<std::mutex> lock(mu_);
-    released_.wait(lock, [&] { return held_.count(key) == 0; });
+    MutexLock lock(&mu_);
+    while (held_.count(key) != 0) released_.Wait(&mu_);
     held_.insert(key);
     return Held(this, std::move(key));
   }
 
  private:
-  void Unlock(const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Unlock(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     held_.erase(name);
-    released_.notify_all();
+    released_.SignalAll();
   }
 
-  std::mutex mu_;  // not absl::Mutex: see thread_pool_executor.h
-  std::condition_variable released_;
+  Mutex mu_;
+  CondVar released_;  // a name left held_
   std::set<std::string> held_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -50,27 +50,27 @@ ThreadPoolExecutor::ThreadPoolExecutor(int threads) : bounce_(threads) {
 
 ThreadPoolExecutor::~ThreadPoolExecutor() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  work_.notify_all();
+  work_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
 void ThreadPoolExecutor::Schedule(Task task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(task));
   }
-  work_.notify_one();
+  work_.Signal();
 }
 
 void ThreadPoolExecutor::WorkerLoop(int worker) {
   while (true) {
     Task task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) work_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
@@ -85,13 +85,13 @@ absl::Status ThreadPoolExecutor::Run(size_t count, const PrepareFn& prepare,
   // Lives on this stack frame: Run returns only after every task has finished with it
   // (the last one notifies while holding the mutex).
   struct CallState {
-    std::mutex mu;
-    std::condition_variable done;
-    size_t pending ABSL_GUARDED_BY(mu) = 0;
+    explicit CallState(size_t tasks) : pending(tasks) {}
+    Mutex mu;
+    CondVar done;  // pending reached 0
+    size_t pending ABSL_GUARDED_BY(mu);
     absl::Status status ABSL_GUARDED_BY(mu);
     std::atomic<bool> failed{false};
-  } call;
-  call.pending = count;
+  } call(count);
   for (size_t i = 0; i < count; ++i) {
     Schedule([&call, &prepare, &complete, i](BounceBuffer& bounce) {
       absl::Status s;
@@ -104,16 +104,16 @@ absl::Status ThreadPoolExecutor::Run(size_t count, const PrepareFn& prepare,
           if (s.ok()) s = complete(i, *op);
         }
       }
-      std::lock_guard<std::mutex> lock(call.mu);
+      MutexLock lock(&call.mu);
       if (!s.ok() && call.status.ok()) {
         call.status = std::move(s);
         call.failed.store(true, std::memory_order_release);
       }
-      if (--call.pending == 0) call.done.notify_all();
+      if (--call.pending == 0) call.done.SignalAll();
     });
   }
-  std::unique_lock<std::mutex> lock(call.mu);
-  call.done.wait(lock, [&call] { return call.pending == 0; });
+  MutexLock lock(&call.mu);
+  while (call.pending != 0) call.done.Wait(&call.mu);
   return call.status;
 }
 

@@ -8,16 +8,15 @@
 #ifndef LOOM_OFFLOAD_DISK_INTERNAL_THREAD_POOL_EXECUTOR_H_
 #define LOOM_OFFLOAD_DISK_INTERNAL_THREAD_POOL_EXECUTOR_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "core/mutex.h"
 #include "offload/disk/internal/io_executor.h"
 
 namespace loom {
@@ -38,13 +37,11 @@ class ThreadPoolExecutor final : public IoExecutor {
   using Task = std::function<void(BounceBuffer& bounce)>;
 
   explicit ThreadPoolExecutor(int threads);
-  void Schedule(Task task);
-  void WorkerLoop(int worker);
+  void Schedule(Task task) ABSL_LOCKS_EXCLUDED(mu_);
+  void WorkerLoop(int worker) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // std::mutex rather than absl::Mutex: Debian's Abseil is not built with
-  // ThreadSanitizer, which would then not see its synchronization.
-  std::mutex mu_;
-  std::condition_variable work_;
+  Mutex mu_;
+  CondVar work_;  // a task was queued, or stopping_ set
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<BounceBuffer> bounce_;  // one per worker, touched only by that worker

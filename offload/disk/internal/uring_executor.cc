@@ -92,7 +92,7 @@ UringExecutor::~UringExecutor() = default;
 
 absl::StatusOr<std::unique_ptr<UringExecutor::Lane>> UringExecutor::AcquireLane() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!idle_lanes_.empty()) {
       std::unique_ptr<Lane> lane = std::move(idle_lanes_.back());
       idle_lanes_.pop_back();
@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<UringExecutor::Lane>> UringExecutor::AcquireLane(
 }
 
 void UringExecutor::ReleaseLane(std::unique_ptr<Lane> lane) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   idle_lanes_.push_back(std::move(lane));
 }
 

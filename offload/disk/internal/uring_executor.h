@@ -17,12 +17,12 @@
 #define LOOM_OFFLOAD_DISK_INTERNAL_URING_EXECUTOR_H_
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/mutex.h"
 #include "offload/disk/internal/io_executor.h"
 
 namespace loom {
@@ -49,14 +49,14 @@ class UringExecutor final : public IoExecutor {
   struct Lane;
 
   UringExecutor(int queue_depth, absl::Duration timeout);
-  absl::StatusOr<std::unique_ptr<Lane>> AcquireLane();
-  void ReleaseLane(std::unique_ptr<Lane> lane);
+  absl::StatusOr<std::unique_ptr<Lane>> AcquireLane() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseLane(std::unique_ptr<Lane> lane) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RunOnLane(Lane& lane, size_t count, const PrepareFn& prepare,
                          const CompleteFn& complete, bool& abandon);
 
   const int queue_depth_;
   const absl::Duration timeout_;
-  std::mutex mu_;  // not absl::Mutex: see thread_pool_executor.h
+  Mutex mu_;
   std::vector<std::unique_ptr<Lane>> idle_lanes_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/aligned_buffer.h"
@@ -20,6 +20,7 @@
 #include "core/half.h"
 #include "core/half_convert.h"
 #include "core/internal/helper_team.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.h"
 #include "oneapi/dnnl/dnnl_debug.h"
@@ -203,8 +204,8 @@ class PrimitiveCache {
  public:
   // Get returns the primitive for `key`, creating it on first use (on the calling thread, whose
   // OpenMP thread count is 1), or nullptr when the cache is full.
-  const Primitive* Get(dnnl_engine_t engine, const Key& key) {
-    std::lock_guard<std::mutex> lock(mu_);
+  const Primitive* Get(dnnl_engine_t engine, const Key& key) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     if (auto it = map_.find(key); it != map_.end()) return &it->second;
     if (map_.size() >= static_cast<size_t>(kMaxCachedPrimitives)) return nullptr;
     absl::StatusOr<Primitive> created = CreatePrimitive(engine, key);
@@ -214,9 +215,8 @@ class PrimitiveCache {
   }
 
  private:
-  // std::mutex, not absl::Mutex: Debian's Abseil has no ThreadSanitizer annotations.
-  std::mutex mu_;
-  std::map<Key, Primitive> map_;  // guarded by mu_
+  Mutex mu_;
+  std::map<Key, Primitive> map_ ABSL_GUARDED_BY(mu_);
 };
 
 PrimitiveCache& Cache() {
