@@ -38,6 +38,7 @@
 #include "absl/time/time.h"
 #include "collectives/transport/peer_failure.h"
 #include "core/mutex.h"
+#include "core/posix.h"
 #include "core/status_macros.h"
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
@@ -105,32 +106,6 @@ int PollTimeoutMs(Clock::time_point now, Clock::time_point until) {
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
   return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
 }
-
-// Owns a file descriptor; -1 is none.
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ScopedFd& operator=(ScopedFd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~ScopedFd() { Reset(); }
-
-  int get() const { return fd_; }
-
- private:
-  void Reset() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
-  int fd_ = -1;
-};
 
 // Catches SIGCHLD (and the forwarded signals) into the self-pipe while a job runs, and
 // puts everything back on destruction.

@@ -30,13 +30,11 @@
 namespace loom {
 
 using disk_internal::BounceBuffer;
-using disk_internal::ErrnoStatus;
 using disk_internal::FileHeader;
 using disk_internal::IoKind;
 using disk_internal::IoOp;
 using disk_internal::kDirectAlignment;
 using disk_internal::RoundUpToDirect;
-using disk_internal::ScopedFd;
 using disk_internal::StripeLayout;
 
 namespace {
@@ -65,7 +63,7 @@ uint64_t SplitMix64(uint64_t x) {
 
 absl::Status FsyncDirectory(int fd, absl::string_view path) {
   while (::fsync(fd) != 0) {
-    if (errno != EINTR) return ErrnoStatus(errno, absl::StrCat("fsync(directory ", path, ")"));
+    if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("fsync(directory ", path, ")"));
   }
   return absl::OkStatus();
 }
@@ -170,11 +168,11 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Create(DiskTierOptions optio
     const int fd = ::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOTDIR) return absl::InvalidArgumentError(field + " is not a directory");
-      return ErrnoStatus(errno, absl::StrCat(field, ": open"));
+      return ErrnoToStatus(errno, absl::StrCat(field, ": open"));
     }
     dir.fd = ScopedFd(fd);
     struct stat st;
-    if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, absl::StrCat(field, ": fstat"));
+    if (::fstat(fd, &st) != 0) return ErrnoToStatus(errno, absl::StrCat(field, ": fstat"));
     for (size_t j = 0; j < identities.size(); ++j) {
       if (identities[j] == std::make_pair(st.st_dev, st.st_ino)) {
         return absl::InvalidArgumentError(
@@ -202,7 +200,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Create(DiskTierOptions optio
     }
     if (probe_fd < 0) probe_fd = ::openat(fd, probe_name.c_str(), create, 0600);
     if (probe_fd < 0) {
-      return ErrnoStatus(
+      return ErrnoToStatus(
           errno, absl::StrCat(field, " is not writable: openat(", probe_path, ", O_CREAT)"));
     }
     ScopedFd probe(probe_fd);
@@ -328,7 +326,7 @@ absl::Status DiskTier::Write(absl::string_view name, absl::Span<const std::byte>
     const int fd = ::openat(f.dir->fd.get(), f.name.c_str(),
                             O_WRONLY | O_CREAT | O_EXCL | f.dir->OpenFlags(), 0644);
     if (fd < 0) {
-      return Annotate(ErrnoStatus(errno, absl::StrCat("openat(", f.path, ", O_CREAT)")), prefix);
+      return Annotate(ErrnoToStatus(errno, absl::StrCat("openat(", f.path, ", O_CREAT)")), prefix);
     }
     f.fd = ScopedFd(fd);
     f.created = true;
@@ -337,7 +335,7 @@ absl::Status DiskTier::Write(absl::string_view name, absl::Span<const std::byte>
     const off_t file_bytes = static_cast<off_t>(f.header_bytes + layout.FilePaddedDataBytes(k));
     if (::fallocate(fd, 0, 0, file_bytes) != 0 && errno != EOPNOTSUPP) {
       return Annotate(
-          ErrnoStatus(errno, absl::StrCat("fallocate(", f.path, ", ", file_bytes, " bytes)")),
+          ErrnoToStatus(errno, absl::StrCat("fallocate(", f.path, ", ", file_bytes, " bytes)")),
           prefix);
     }
   }
@@ -423,7 +421,7 @@ absl::Status DiskTier::Write(absl::string_view name, absl::Span<const std::byte>
   NewFile& first = files[0];
   if (::renameat(first.dir->fd.get(), first.name.c_str(), first.dir->fd.get(),
                  first.final_name.c_str()) != 0) {
-    return Annotate(ErrnoStatus(errno, absl::StrCat("renameat(", first.path, ", ",
+    return Annotate(ErrnoToStatus(errno, absl::StrCat("renameat(", first.path, ", ",
                                                     first.dir->PathOf(first.final_name), ")")),
                     prefix);
   }
@@ -454,12 +452,12 @@ absl::StatusOr<int> DiskTier::RemoveTensorFiles(uint32_t file, absl::string_view
                                                 absl::string_view keep) const {
   const Directory& dir = directories_[file];
   const int fd = ::openat(dir.fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("openat(", dir.path, ")"));
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("openat(", dir.path, ")"));
   DIR* listing = ::fdopendir(fd);
   if (listing == nullptr) {
     const int err = errno;
     ::close(fd);
-    return ErrnoStatus(err, absl::StrCat("fdopendir(", dir.path, ")"));
+    return ErrnoToStatus(err, absl::StrCat("fdopendir(", dir.path, ")"));
   }
   std::vector<std::string> doomed;
   while (const dirent* entry = ::readdir(listing)) {
@@ -474,7 +472,7 @@ absl::StatusOr<int> DiskTier::RemoveTensorFiles(uint32_t file, absl::string_view
     if (::unlinkat(dir.fd.get(), doomed_name.c_str(), 0) == 0) {
       ++removed;
     } else if (errno != ENOENT) {
-      return ErrnoStatus(errno, absl::StrCat("unlinkat(", dir.PathOf(doomed_name), ")"));
+      return ErrnoToStatus(errno, absl::StrCat("unlinkat(", dir.PathOf(doomed_name), ")"));
     }
   }
   return removed;
@@ -490,7 +488,7 @@ absl::StatusOr<DiskTier::OpenedFile> DiskTier::OpenFileForRead(uint32_t file,
   f.path = dir.PathOf(file_name);
   const std::string where = absl::StrCat(TensorPrefix(name), "file ", f.path, ": ");
   const int fd = ::openat(dir.fd.get(), file_name.c_str(), O_RDONLY | dir.OpenFlags());
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("openat(", f.path, ", O_RDONLY)"));
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("openat(", f.path, ", O_RDONLY)"));
   f.fd = ScopedFd(fd);
   LOOM_ASSIGN_OR_RETURN(const uint64_t file_size, disk_internal::FileSize(fd, f.path));
 
@@ -640,7 +638,7 @@ absl::Status DiskTier::Remove(absl::string_view name) {
     removed_first = true;
   } else if (errno != ENOENT) {
     return Annotate(
-        ErrnoStatus(errno, absl::StrCat("unlinkat(", directories_[0].PathOf(first), ")")), prefix);
+        ErrnoToStatus(errno, absl::StrCat("unlinkat(", directories_[0].PathOf(first), ")")), prefix);
   }
   int removed_others = 0;
   for (uint32_t k = 0; k < directories_.size(); ++k) {

@@ -28,7 +28,7 @@ absl::Status PerformBlocking(const IoOp& op) {
       return PwriteFull(op.fd, absl::MakeConstSpan(op.data, op.length), op.offset, op.path);
     case IoKind::kDataSync:
       while (::fdatasync(op.fd) != 0) {
-        if (errno != EINTR) return ErrnoStatus(errno, absl::StrCat("fdatasync(", op.path, ")"));
+        if (errno != EINTR) return ErrnoToStatus(errno, absl::StrCat("fdatasync(", op.path, ")"));
       }
       return absl::OkStatus();
   }

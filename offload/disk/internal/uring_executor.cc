@@ -45,7 +45,7 @@ absl::Status UringExecutor::Probe() {
   io_uring ring{};
   const int ret = io_uring_queue_init(4, &ring, 0);
   if (ret < 0) {
-    return absl::FailedPreconditionError(ErrnoStatus(-ret, "io_uring_queue_init(4)").message());
+    return absl::FailedPreconditionError(ErrnoToStatus(-ret, "io_uring_queue_init(4)").message());
   }
   io_uring_probe* probe = io_uring_get_probe_ring(&ring);
   absl::Status status;
@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<UringExecutor::Lane>> UringExecutor::AcquireLane(
   }
   auto lane = std::make_unique<Lane>();
   const int ret = io_uring_queue_init(static_cast<unsigned>(queue_depth_), &lane->ring, 0);
-  if (ret < 0) return ErrnoStatus(-ret, absl::StrCat("io_uring_queue_init(", queue_depth_, ")"));
+  if (ret < 0) return ErrnoToStatus(-ret, absl::StrCat("io_uring_queue_init(", queue_depth_, ")"));
   lane->initialized = true;
   lane->bounce.resize(queue_depth_);
   return lane;
@@ -201,7 +201,7 @@ absl::Status UringExecutor::RunOnLane(Lane& lane, size_t count, const PrepareFn&
       return;
     }
     if (res < 0) {
-      status = ErrnoStatus(-res, absl::StrCat("io_uring ", describe(slot)));
+      status = ErrnoToStatus(-res, absl::StrCat("io_uring ", describe(slot)));
       retire(s);
       return;
     }
@@ -260,7 +260,7 @@ absl::Status UringExecutor::RunOnLane(Lane& lane, size_t count, const PrepareFn&
     if (submitted < 0 && submitted != -EINTR && submitted != -EAGAIN && submitted != -EBUSY) {
       // Nothing was handed to the kernel; what is already there is unknown to us.
       abandon = true;
-      return ErrnoStatus(-submitted, "io_uring_submit");
+      return ErrnoToStatus(-submitted, "io_uring_submit");
     }
     __kernel_timespec ts = ToKernelTimespec(timeout_);
     io_uring_cqe* cqe = nullptr;
@@ -278,7 +278,7 @@ absl::Status UringExecutor::RunOnLane(Lane& lane, size_t count, const PrepareFn&
         waited == -ETIME ? absl::DeadlineExceededError(absl::StrCat(
                                "io_uring: no I/O completed within ", absl::FormatDuration(timeout_),
                                "; ", in_flight, " in flight, e.g. ", stuck ? describe(*stuck) : ""))
-                         : ErrnoStatus(-waited, "io_uring_wait_cqe_timeout");
+                         : ErrnoToStatus(-waited, "io_uring_wait_cqe_timeout");
     if (status.ok()) status = std::move(failure);
     for (int s = 0; s < depth; ++s) {
       if (!slots[s].busy) continue;
