@@ -39,16 +39,6 @@ absl::Status CheckDim(const char* what, absl::Span<const int64_t> shape, int dim
 
 }  // namespace
 
-std::string ShapeString(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
-int64_t NumElements(absl::Span<const int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 absl::StatusOr<Tensor> Tensor::Create(std::vector<int64_t> shape, DType dtype) {
   return Allocate(std::move(shape), dtype, /*zero=*/true);
 }

@@ -29,14 +29,11 @@
 #include "core/aligned_buffer.h"
 #include "core/buffer_view.h"
 #include "core/dtype.h"
+#include "core/shape.h"
 
 namespace loom {
 
-// ShapeString formats a shape as "[2,3]" (for error messages and plans).
-std::string ShapeString(absl::Span<const int64_t> shape);
-
-// NumElements returns the product of the dimensions (1 for a scalar shape {}).
-int64_t NumElements(absl::Span<const int64_t> shape);
+// ShapeString and NumElements: core/shape.h.
 
 class Tensor {
  public:

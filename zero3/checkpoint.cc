@@ -34,6 +34,7 @@
 #include "core/buffer_view.h"
 #include "core/crc32c.h"
 #include "core/posix.h"
+#include "core/shape.h"
 #include "core/status_macros.h"
 #include "zero3/internal/checkpoint_write_hook.h"
 
@@ -223,10 +224,6 @@ std::string SubdirName(int64_t step, int64_t suffix) {
 
 std::string RankFileName(int rank, int ranks) {
   return absl::StrFormat("rank-%05d-of-%05d.bin", rank, ranks);
-}
-
-std::string ShapeString(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
 // Names are written quoted and C-escaped, with spaces escaped too, so a manifest line

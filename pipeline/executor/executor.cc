@@ -205,8 +205,8 @@ class RankRunner {
     }
     if (tensor.shape != expected) {
       return absl::FailedPreconditionError(absl::StrCat(
-          Where(step, action), ": ", what, " has shape ", ShapeToString(tensor.shape),
-          ", the stage module declares ", ShapeToString(expected)));
+          Where(step, action), ": ", what, " has shape ", ShapeString(tensor.shape),
+          ", the stage module declares ", ShapeString(expected)));
     }
     return absl::OkStatus();
   }
@@ -403,8 +403,8 @@ class RankRunner {
     if (header->shape != shape) {
       return absl::FailedPreconditionError(absl::StrCat(
           Where(step, action), ": rank ", peer, " sent ", expected.ToString(), " with shape ",
-          ShapeToString(header->shape), " (", header->payload_bytes, " bytes), but rank ", rank_,
-          "'s stage module declares ", ShapeToString(shape), " as stage ", action.stage, "'s ",
+          ShapeString(header->shape), " (", header->payload_bytes, " bytes), but rank ", rank_,
+          "'s stage module declares ", ShapeString(shape), " as stage ", action.stage, "'s ",
           activation ? "input" : "output gradient", " for microbatch ", action.microbatch));
     }
 

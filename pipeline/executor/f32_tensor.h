@@ -9,7 +9,7 @@
 //   F32Tensor x = F32Tensor::Zeros({4, 3});
 //   x.NumElements();                       // 12
 //   x.values.size();                       // 12
-//   ShapeToString(x.shape);                // "[4,3]"
+//   ShapeString(x.shape);                  // "[4,3]" (core/shape.h)
 //   F32Tensor::Create({2, 2}, {1, 2, 3});
 //   // InvalidArgument: shape [2,2] has 4 elements, 3 values given
 #ifndef LOOM_PIPELINE_EXECUTOR_F32_TENSOR_H_
@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/shape.h"
 
 namespace loom {
 
@@ -50,12 +51,7 @@ struct F32Tensor {
   }
 };
 
-// NumElementsOf returns the product of `shape`'s dimensions, -1 when one is
-// negative or the product overflows int64.
-int64_t NumElementsOf(absl::Span<const int64_t> shape);
-
-// ShapeToString returns "[d0,d1,...]" ("[]" for a scalar).
-std::string ShapeToString(absl::Span<const int64_t> shape);
+// ShapeString, NumElements and CheckedNumElements: core/shape.h.
 
 }  // namespace loom
 

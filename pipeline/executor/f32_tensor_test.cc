@@ -41,16 +41,11 @@ TEST(F32TensorTest, CreateRefusesValuesThatDoNotFillTheShape) {
 }
 
 TEST(F32TensorTest, NegativeOrOverflowingShapesAreInvalid) {
-  EXPECT_EQ(NumElementsOf({2, -1}), -1);
+  EXPECT_EQ(CheckedNumElements({2, -1}), -1);
   const int64_t big = std::numeric_limits<int64_t>::max() / 2;
-  EXPECT_EQ(NumElementsOf({big, 3}), -1);
+  EXPECT_EQ(CheckedNumElements({big, 3}), -1);
   EXPECT_THAT(F32Tensor::Zeros({2, -1}).Validate(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[2,-1]")));
-}
-
-TEST(F32TensorTest, ShapeToString) {
-  EXPECT_EQ(ShapeToString({}), "[]");
-  EXPECT_EQ(ShapeToString({64, 512}), "[64,512]");
 }
 
 }  // namespace

@@ -283,8 +283,8 @@ absl::StatusOr<F32Tensor> MlpStageModule::Forward(int64_t stage, int64_t microba
   LOOM_RETURN_IF_ERROR(CheckStage(stage, microbatch));
   if (input.shape != InputShape(stage, microbatch) || input.Validate() != absl::OkStatus()) {
     return absl::InvalidArgumentError(absl::StrCat("MLP stage ", stage, " takes ",
-                                                   ShapeToString(InputShape(stage, microbatch)),
-                                                   ", got ", ShapeToString(input.shape)));
+                                                   ShapeString(InputShape(stage, microbatch)),
+                                                   ", got ", ShapeString(input.shape)));
   }
   Saved saved;
   std::vector<float> x = input.values;
@@ -310,8 +310,8 @@ absl::StatusOr<F32Tensor> MlpStageModule::InputGradient(int64_t stage, int64_t m
       output_grad.Validate() != absl::OkStatus()) {
     return absl::InvalidArgumentError(
         absl::StrCat("MLP stage ", stage, " takes an output gradient of ",
-                     ShapeToString(OutputShape(stage, microbatch)), ", got ",
-                     ShapeToString(output_grad.shape)));
+                     ShapeString(OutputShape(stage, microbatch)), ", got ",
+                     ShapeString(output_grad.shape)));
   }
   auto it = saved_.find({stage, microbatch});
   if (it == saved_.end() || !it->second.pre_grads.empty()) {

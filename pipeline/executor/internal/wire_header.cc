@@ -36,13 +36,13 @@ absl::StatusOr<WireHeaderWords> EncodeWireHeader(const Action& send,
                                                  absl::Span<const int64_t> shape) {
   if (shape.size() > static_cast<size_t>(kMaxTensorDims)) {
     return absl::InvalidArgumentError(absl::StrCat(send.ToString(), ": a tensor of shape ",
-                                                   ShapeToString(shape), " has more than ",
+                                                   ShapeString(shape), " has more than ",
                                                    kMaxTensorDims, " dimensions"));
   }
-  const int64_t elements = NumElementsOf(shape);
+  const int64_t elements = CheckedNumElements(shape);
   if (elements < 0 || elements > INT64_MAX / static_cast<int64_t>(sizeof(float))) {
     return absl::InvalidArgumentError(absl::StrCat(send.ToString(), ": tensor shape ",
-                                                   ShapeToString(shape),
+                                                   ShapeString(shape),
                                                    " has a negative dimension or too many elements"));
   }
   WireHeaderWords words = {};
@@ -80,10 +80,10 @@ absl::StatusOr<WireHeader> DecodeWireHeader(const WireHeaderWords& words) {
   }
   header.shape.assign(words.begin() + kFirstDimWord, words.begin() + kFirstDimWord + ndim);
   header.payload_bytes = words[kBytesWord];
-  const int64_t elements = NumElementsOf(header.shape);
+  const int64_t elements = CheckedNumElements(header.shape);
   if (elements < 0 || elements > INT64_MAX / static_cast<int64_t>(sizeof(float)) ||
       header.payload_bytes != elements * static_cast<int64_t>(sizeof(float))) {
-    return Corrupt(absl::StrCat("shape ", ShapeToString(header.shape), " with ",
+    return Corrupt(absl::StrCat("shape ", ShapeString(header.shape), " with ",
                                 header.payload_bytes, " payload bytes"));
   }
   return header;
