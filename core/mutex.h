@@ -108,10 +108,15 @@ class CondVar {
       return true;
     }
     if (timeout <= absl::ZeroDuration()) return false;
+    // A wait longer than a day sleeps a day and reports a (permitted) spurious wake-up:
+    // steady_clock::now() plus centuries of nanoseconds would overflow into the past and
+    // turn the caller's loop into a spin.
+    const bool capped = timeout > absl::Hours(24);
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
-    const std::cv_status status = cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout));
+    const std::cv_status status =
+        cv_.wait_for(lock, absl::ToChronoNanoseconds(capped ? absl::Hours(24) : timeout));
     lock.release();
-    return status == std::cv_status::no_timeout;
+    return capped || status == std::cv_status::no_timeout;
   }
 
   // False when the steady-clock `deadline` passed.

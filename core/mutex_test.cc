@@ -80,6 +80,14 @@ TEST(MutexTest, TimeoutAndSteadyDeadlineWaitsReportTimingOut) {
   EXPECT_FALSE(cv.WaitWithTimeout(&mu, absl::ZeroDuration()));
   EXPECT_FALSE(
       cv.WaitUntil(&mu, std::chrono::steady_clock::now() + std::chrono::milliseconds(20)));
+  // A far deadline is a long wait, not an overflow into the past: woken by a signal,
+  // it reports no timeout.
+  std::thread signaller([&mu, &cv] {
+    MutexLock inner(&mu);  // taken once the waiter sleeps (the wait releases mu)
+    cv.SignalAll();
+  });
+  EXPECT_TRUE(cv.WaitWithDeadline(&mu, absl::Now() + absl::Hours(24 * 365 * 1000)));
+  signaller.join();
   // The lock is held again after each wait: TryLock from here must fail.
   std::thread other([&mu] {
     const bool got = mu.TryLock();
