@@ -10,21 +10,31 @@
 namespace loom {
 namespace {
 
-// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know
-// "f16c". The AVX2 check beside it covers the OS's saving of the YMM state.
-bool HasF16c() {
+// The features a level needs beyond what __builtin_cpu_supports knows everywhere, read
+// from CPUID: F16C and MOVBE (leaf 1 ECX bits 29 and 22; clang 14's builtin lacks "f16c")
+// and LZCNT (leaf 0x80000001 ECX bit 5). The AVX2 check beside them covers the OS's
+// saving of the YMM state.
+bool HasF16cMovbeLzcnt() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if ((ecx & bit_F16C) == 0 || (ecx & bit_MOVBE) == 0) return false;
+  return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_LZCNT) != 0;
 }
 
+// Each level is the feature set of Highway's target of the same width (HWY_AVX2,
+// HWY_AVX3), whose code the kernels written with Highway run: its target attributes let
+// the compiler use every one of these instructions anywhere in that code.
 bool Detect(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kScalar:
       return true;
     case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && HasF16c();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+             HasF16cMovbeLzcnt();
     case CpuIsa::kAvx512:
       return Detect(CpuIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd");
   }
   return false;

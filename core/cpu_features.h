@@ -4,8 +4,12 @@
 // what "AVX-512 supported" means: the union of the features any of their kernels use.
 //
 //   kScalar  plain C++; runs everywhere.
-//   kAvx2    AVX2 + F16C (256-bit lanes; half-precision conversions).
-//   kAvx512  kAvx2 + AVX-512 F, BW and CD (512-bit lanes, byte/word ops).
+//   kAvx2    AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE (256-bit lanes): Highway's HWY_AVX2.
+//   kAvx512  kAvx2 + AVX-512 F, VL, DQ, BW and CD (512-bit lanes): Highway's HWY_AVX3
+//            plus CD.
+// The kernels written with Highway run its AVX2 and AVX3 targets' code, which may use
+// any of those instructions, so a level is supported only where all of them are (the
+// test holds this to hwy::SupportedTargets()).
 //
 // Example:
 //   BestCpuIsa();                      // CpuIsa::kAvx512 on a Skylake-SP or later

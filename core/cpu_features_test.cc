@@ -3,6 +3,7 @@
 #include <cpuid.h>
 
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
 
 namespace loom {
 namespace {
@@ -17,19 +18,33 @@ bool OsSavesZmm() {
   return (lo & 0xE6) == 0xE6;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM
 }
 
+bool Bit(unsigned reg, int bit) { return (reg >> bit) & 1u; }
+
 TEST(CpuFeaturesTest, MatchesCpuid) {
   unsigned eax, ebx, ecx, edx;
   __cpuid(1, eax, ebx, ecx, edx);
-  const bool f16c = (ecx & (1u << 29)) != 0;
+  const bool leaf1 = Bit(ecx, 29) && Bit(ecx, 22) && Bit(ecx, 12);  // F16C, MOVBE, FMA
+  __cpuid(0x80000001u, eax, ebx, ecx, edx);
+  const bool lzcnt = Bit(ecx, 5);
   __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  const bool avx2 = (ebx & (1u << 5)) != 0;
-  const bool avx512 = (ebx & (1u << 16)) && (ebx & (1u << 30)) && (ebx & (1u << 28));  // F, BW, CD
-  EXPECT_EQ(CpuSupports(CpuIsa::kAvx2), avx2 && f16c);
-  EXPECT_EQ(CpuSupports(CpuIsa::kAvx512), avx2 && f16c && avx512 && OsSavesZmm());
+  const bool avx2 = Bit(ebx, 5) && Bit(ebx, 3) && Bit(ebx, 8);  // AVX2, BMI1, BMI2
+  // F, DQ, CD, BW, VL.
+  const bool avx512 = Bit(ebx, 16) && Bit(ebx, 17) && Bit(ebx, 28) && Bit(ebx, 30) && Bit(ebx, 31);
+  EXPECT_EQ(CpuSupports(CpuIsa::kAvx2), avx2 && leaf1 && lzcnt);
+  EXPECT_EQ(CpuSupports(CpuIsa::kAvx512), avx2 && leaf1 && lzcnt && avx512 && OsSavesZmm());
   EXPECT_TRUE(CpuSupports(CpuIsa::kScalar));
   __cpuid_count(7, 1, eax, ebx, ecx, edx);
   const bool bf16 = (eax & (1u << 5)) != 0;  // AVX512_BF16
   EXPECT_EQ(CpuSupportsAvx512Bf16(), bf16 && CpuSupports(CpuIsa::kAvx512));
+}
+
+// The kernels written with Highway run the code of its AVX2 and AVX3 targets for kAvx2
+// and kAvx512: a level must be supported exactly where Highway's own detection allows
+// its target (kAvx512 asks AVX-512CD on top, which every AVX3 CPU has).
+TEST(CpuFeaturesTest, AgreesWithHighway) {
+  const int64_t targets = hwy::SupportedTargets();
+  EXPECT_EQ(CpuSupports(CpuIsa::kAvx2), (targets & HWY_AVX2) != 0) << hwy::TargetName(HWY_AVX2);
+  EXPECT_EQ(CpuSupports(CpuIsa::kAvx512), (targets & HWY_AVX3) != 0) << hwy::TargetName(HWY_AVX3);
 }
 
 TEST(CpuFeaturesTest, LevelsAreOrderedAndNamed) {
