@@ -1,8 +1,4 @@
-// CPU detection and the table of per-ISA kernels.
-#include <array>
-
-#include "absl/strings/string_view.h"
-#include "absl/types/span.h"
+// The table of per-ISA kernels.
 #include "collectives/reduce/internal/reduce_kernels.h"
 
 namespace loom {
@@ -12,21 +8,8 @@ const Kernels& KernelsFor(Isa isa) {
   static constexpr Kernels kScalar = {&ReduceIntoScalar,       &ReduceToScalar,
                                       &AccumulateIntoScalar,   &LoadAccumulatorScalar,
                                       &StoreAccumulatorScalar, &FinishAverageScalar};
-  static constexpr Kernels kAvx2 = {&ReduceIntoAvx2,       &ReduceToAvx2,
-                                    &AccumulateIntoAvx2,   &LoadAccumulatorAvx2,
-                                    &StoreAccumulatorAvx2, &FinishAverageAvx2};
-  static constexpr Kernels kAvx512 = {&ReduceIntoAvx512,       &ReduceToAvx512,
-                                      &AccumulateIntoAvx512,   &LoadAccumulatorAvx512,
-                                      &StoreAccumulatorAvx512, &FinishAverageAvx512};
-  switch (isa) {
-    case Isa::kAvx2:
-      return kAvx2;
-    case Isa::kAvx512:
-      return kAvx512;
-    case Isa::kScalar:
-      break;
-  }
-  return kScalar;
+  const Kernels* simd = SimdKernels(isa);
+  return simd != nullptr ? *simd : kScalar;
 }
 
 }  // namespace reduce_internal

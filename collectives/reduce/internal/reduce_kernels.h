@@ -58,7 +58,8 @@ struct Kernels {
 // before it skips).
 const Kernels& KernelsFor(Isa isa);
 
-// The per-ISA entry points that KernelsFor collects.
+// The scalar reference kernels; the vector ones fall back to them where they have no
+// vector code.
 void ReduceIntoScalar(ReduceOp op, ConstBufferView src, BufferView dst);
 void ReduceToScalar(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
 void AccumulateIntoScalar(ReduceOp op, ConstBufferView src, absl::Span<float> acc);
@@ -66,19 +67,10 @@ void LoadAccumulatorScalar(ConstBufferView src, absl::Span<float> acc);
 void StoreAccumulatorScalar(absl::Span<const float> acc, int64_t divisor, BufferView dst);
 void FinishAverageScalar(BufferView buf, int64_t num_ranks);
 
-void ReduceIntoAvx2(ReduceOp op, ConstBufferView src, BufferView dst);
-void ReduceToAvx2(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
-void AccumulateIntoAvx2(ReduceOp op, ConstBufferView src, absl::Span<float> acc);
-void LoadAccumulatorAvx2(ConstBufferView src, absl::Span<float> acc);
-void StoreAccumulatorAvx2(absl::Span<const float> acc, int64_t divisor, BufferView dst);
-void FinishAverageAvx2(BufferView buf, int64_t num_ranks);
-
-void ReduceIntoAvx512(ReduceOp op, ConstBufferView src, BufferView dst);
-void ReduceToAvx512(ReduceOp op, ConstBufferView a, ConstBufferView b, BufferView dst);
-void AccumulateIntoAvx512(ReduceOp op, ConstBufferView src, absl::Span<float> acc);
-void LoadAccumulatorAvx512(ConstBufferView src, absl::Span<float> acc);
-void StoreAccumulatorAvx512(absl::Span<const float> acc, int64_t divisor, BufferView dst);
-void FinishAverageAvx512(BufferView buf, int64_t num_ranks);
+// SimdKernels returns the vector kernels of kAvx2 or kAvx512 (internal/reduce_simd.cc,
+// written once with Highway and compiled for its AVX2 and AVX3 targets); nullptr for
+// kScalar.
+const Kernels* SimdKernels(Isa isa);
 
 }  // namespace reduce_internal
 }  // namespace loom
