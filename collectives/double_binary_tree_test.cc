@@ -1,9 +1,6 @@
 #include "collectives/double_binary_tree.h"
 
-#include <algorithm>
 #include <cstddef>
-#include <cstring>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,9 +17,6 @@ namespace collectives_internal {
 namespace {
 
 using ::testing::HasSubstr;
-
-constexpr size_t kSmallChunk = size_t{4} << 10;
-constexpr size_t kDefaultChunk = size_t{256} << 10;
 
 int Children(const BinaryTreeLinks& links) {
   return (links.children[0] >= 0 ? 1 : 0) + (links.children[1] >= 0 ? 1 : 0);
@@ -74,126 +68,34 @@ TEST(DoubleBinaryTreeLinksTest, TwoSpanningTreesWithAtMostTwoChildrenPerRankInAl
   EXPECT_EQ(DoubleBinaryTreeLinks(4, 9, 0).parent, -1);
 }
 
-struct Case {
-  int world = 1;
-  size_t count = 0;
-  DType dtype = DType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  bool in_place = false;
-  size_t chunk_bytes = kDefaultChunk;
-};
-
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  return absl::StrCat("w", c.world, "_n", c.count, "_", DTypeName(c.dtype), "_",
-                      ReduceOpName(c.op), c.in_place ? "_inplace" : "_outofplace", "_chunk",
-                      c.chunk_bytes);
+AlgorithmUnderTest DoubleBinaryTree() {
+  AlgorithmUnderTest trees;
+  trees.all_reduce = DoubleBinaryTreeAllReduce;
+  return trees;
 }
 
-std::vector<size_t> Counts(int world) {
-  std::vector<size_t> counts = {0, 1, 3, static_cast<size_t>(world - 1), 1000, 65537};
-  std::sort(counts.begin(), counts.end());
-  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-  return counts;
+// The shared matrix on every world up to 8 (mirrored and shifted trees, complete or
+// not) and 16, and every dtype x op with 64-byte chunks, so that count 1000 runs in
+// dozens of rounds.
+std::vector<AlgorithmCase> Cases() {
+  MatrixOptions matrix;
+  matrix.worlds = {1, 2, 3, 4, 5, 6, 7, 8, 16};
+  DTypeOpOptions types;
+  types.worlds = {3, 6, 16};
+  types.counts = {1, 1000};
+  types.both_placements = false;
+  types.chunk_bytes = 64;
+  return Concat({Matrix(DoubleBinaryTree(), matrix), DTypeOpMatrix(DoubleBinaryTree(), types)});
 }
 
-// Every world x count x place; in place runs with 4 KiB chunks so that large counts
-// are pipelined through many rounds, out of place with the default chunk.
-std::vector<Case> Matrix(DType dtype, ReduceOp op) {
-  std::vector<Case> cases;
-  for (int world : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
-    for (size_t count : Counts(world)) {
-      for (bool in_place : {false, true}) {
-        Case c;
-        c.world = world;
-        c.count = count;
-        c.dtype = dtype;
-        c.op = op;
-        c.in_place = in_place;
-        c.chunk_bytes = in_place ? kSmallChunk : kDefaultChunk;
-        cases.push_back(c);
-      }
-    }
-  }
-  return cases;
+class DoubleBinaryTreeMatrixTest : public ::testing::TestWithParam<AlgorithmCase> {};
+
+TEST_P(DoubleBinaryTreeMatrixTest, MatchesTheReference) {
+  LOOM_EXPECT_OK(CheckCase(DoubleBinaryTree(), GetParam()));
 }
 
-// Every dtype x op on a few worlds and counts; 64-byte chunks make count 1000 run
-// in dozens of rounds.
-std::vector<Case> DTypeOpProduct() {
-  std::vector<Case> cases;
-  for (int world : {3, 6, 16}) {
-    for (size_t count : {size_t{1}, size_t{1000}}) {
-      for (DType dtype : AllDTypes()) {
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax}) {
-          Case c;
-          c.world = world;
-          c.count = count;
-          c.dtype = dtype;
-          c.op = op;
-          c.in_place = (cases.size() % 2) == 1;
-          c.chunk_bytes = 64;
-          cases.push_back(c);
-        }
-      }
-    }
-  }
-  return cases;
-}
-
-std::vector<Case> Concat(std::vector<Case> a, const std::vector<Case>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-class DoubleBinaryTreeAllReduceTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(DoubleBinaryTreeAllReduceTest, EveryRankHoldsTheSameReduction) {
-  const Case c = GetParam();
-  const RankInputs inputs =
-      MakeInputs(c.dtype, c.op, c.world, c.count, c.world * 7919 + c.count + 13 * int(c.dtype));
-  // input[r] starts as a copy of the seeded input, so writing to an out-of-place
-  // input shows; outputs start as garbage.
-  std::vector<std::vector<std::byte>> input = inputs.data;
-  std::vector<std::vector<std::byte>> output(
-      c.world, std::vector<std::byte>(inputs.bytes_per_rank(), std::byte{0xCD}));
-  auto harness = MakeInprocHarness();
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *harness, c.world,
-      [&](const CallContext& ctx) {
-        const int r = ctx.rank();
-        CollectiveArgs args;
-        args.kind = CollectiveKind::kAllReduce;
-        args.op = c.op;
-        args.count = c.count;
-        args.output = MutableViewOf(c.in_place ? input[r] : output[r], c.dtype);
-        args.input = c.in_place ? ConstBufferView(args.output) : ViewOf(input[r], c.dtype);
-        LOOM_RETURN_IF_ERROR(DoubleBinaryTreeAllReduce(ctx, args));
-        // Rank 0 against the inputs here; the others bit for bit against rank 0
-        // below, which checks them as fully with one reference computation, not n.
-        if (r != 0) return absl::OkStatus();
-        return ExpectReduction(inputs, c.op, 0, args.output);
-      },
-      c.chunk_bytes)));
-  const auto& results = c.in_place ? input : output;
-  for (int r = 1; r < c.world; ++r) {
-    LOOM_EXPECT_OK(ExpectSameBytes(ViewOf(results[0], c.dtype), ViewOf(results[r], c.dtype),
-                                   absl::StrCat("rank ", r, " against rank 0")));
-  }
-  if (!c.in_place) {
-    for (int r = 0; r < c.world; ++r) {
-      LOOM_EXPECT_OK(ExpectSameBytes(inputs.View(r), ViewOf(input[r], c.dtype),
-                                     absl::StrCat("rank ", r, "'s out-of-place input")));
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(F32SumAndI32Max, DoubleBinaryTreeAllReduceTest,
-                         ::testing::ValuesIn(Concat(Matrix(DType::kF32, ReduceOp::kSum),
-                                                    Matrix(DType::kI32, ReduceOp::kMax))),
+INSTANTIATE_TEST_SUITE_P(Shared, DoubleBinaryTreeMatrixTest, ::testing::ValuesIn(Cases()),
                          CaseName);
-INSTANTIATE_TEST_SUITE_P(DTypesAndOps, DoubleBinaryTreeAllReduceTest,
-                         ::testing::ValuesIn(DTypeOpProduct()), CaseName);
 
 // A Scratch that outlives calls of different sizes, as in a communicator, and one
 // chunk per element (the most rounds a call can have).
@@ -240,19 +142,10 @@ TEST(DoubleBinaryTreeTest, RejectsBadArgumentsNamingTheValues) {
 }
 
 TEST(DoubleBinaryTreeTest, APeerThatNeverCallsIsADeadlineNotAHang) {
-  auto harness = MakeInprocHarness();
-  const std::vector<absl::Status> statuses = RunAlgorithmRanks(
-      *harness, 5,
-      [&](const CallContext& ctx) {
-        if (ctx.rank() == 2) return absl::OkStatus();  // never joins
-        std::vector<float> data(1000, 1.0f);
-        CollectiveArgs args;
-        args.count = data.size();
-        args.output = BufferView::Of(absl::MakeSpan(data));
-        args.input = args.output;
-        return DoubleBinaryTreeAllReduce(ctx, args);
-      },
-      /*chunk_bytes=*/256, absl::Milliseconds(500));
+  const std::vector<absl::Status> statuses = RunInPlace(
+      DoubleBinaryTreeAllReduce, CollectiveKind::kAllReduce,
+      {1000, 1000, kNeverCalls, 1000, 1000}, DType::kF32, /*chunk_bytes=*/256,
+      absl::Milliseconds(500));
   for (int r : {0, 1, 3, 4}) {
     EXPECT_THAT(statuses[r], StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_)) << r;
   }

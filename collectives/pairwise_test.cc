@@ -4,7 +4,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,88 +21,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct AllToAllCase {
-  int world = 1;
-  size_t count = 0;
-  DType dtype = DType::kF32;
-  bool in_place = false;
-
-  uint64_t seed() const {
-    return static_cast<uint64_t>(world) * 1000003 + count * 31 + static_cast<uint64_t>(dtype);
-  }
-};
-
-std::string CaseName(const ::testing::TestParamInfo<AllToAllCase>& info) {
-  const AllToAllCase& c = info.param;
-  return absl::StrCat("w", c.world, "_n", c.count, "_", DTypeName(c.dtype),
-                      c.in_place ? "_inplace" : "_outofplace");
+AlgorithmUnderTest Pairwise() {
+  AlgorithmUnderTest pairwise;
+  pairwise.all_to_all = PairwiseAllToAll;
+  return pairwise;
 }
 
-// Every world x count (empty, one, odd, fewer than ranks, large odd) x placement,
-// in f32; a few in the other element sizes (all-to-all only moves bytes).
-std::vector<AllToAllCase> Cases() {
-  std::vector<AllToAllCase> cases;
-  for (int world : {1, 2, 3, 4, 5, 8, 16}) {
-    std::vector<size_t> counts = {0, 1, 3};
-    const size_t fewer = static_cast<size_t>(world - 1);
-    if (fewer != 0 && fewer != 1 && fewer != 3) counts.push_back(fewer);
-    counts.push_back(1000);
-    // A per-rank buffer of n * count: about 65537 elements whatever the world.
-    counts.push_back((65537 / world) | 1);
-    for (size_t count : counts) {
-      for (bool in_place : {false, true}) {
-        cases.push_back({world, count, DType::kF32, in_place});
-      }
-    }
-  }
-  for (DType dtype : {DType::kI8, DType::kBF16, DType::kF64}) {
-    for (bool in_place : {false, true}) cases.push_back({5, 333, dtype, in_place});
-  }
-  return cases;
+class PairwiseMatrixTest : public ::testing::TestWithParam<AlgorithmCase> {};
+
+TEST_P(PairwiseMatrixTest, MatchesTheReference) {
+  LOOM_EXPECT_OK(CheckCase(Pairwise(), GetParam()));
 }
 
-// Garbage fills an output before a call, so that an element the algorithm never
-// wrote shows.
-std::vector<std::byte> Garbage(size_t bytes) {
-  return std::vector<std::byte>(bytes, std::byte{0x5A});
-}
-
-ConstBufferView Part(const std::vector<std::byte>& bytes, DType dtype, size_t offset,
-                     size_t count) {
-  return Slice(ViewOf(bytes, dtype), offset, count);
-}
-
-// Outputs collects each rank's result; each rank's thread writes only its own entry.
-using Outputs = std::vector<std::vector<std::byte>>;
-
-class PairwiseAllToAllTest : public ::testing::TestWithParam<AllToAllCase> {};
-
-TEST_P(PairwiseAllToAllTest, BlockBOfRankROutputIsBlockROfRankBInput) {
-  const AllToAllCase c = GetParam();
-  const RankInputs inputs =
-      MakeInputs(c.dtype, ReduceOp::kSum, c.world, c.world * c.count, c.seed());
-  Outputs outputs(c.world);
-  LOOM_ASSERT_OK(
-      AllOk(RunAlgorithmRanks(*MakeInprocHarness(), c.world, [&](const CallContext& ctx) {
-        std::vector<std::byte>& out = outputs[ctx.rank()];
-        out = c.in_place ? inputs.data[ctx.rank()] : Garbage(inputs.bytes_per_rank());
-        CollectiveArgs args;
-        args.kind = CollectiveKind::kAllToAll;
-        args.count = c.count;
-        args.input = c.in_place ? ViewOf(out, c.dtype) : inputs.View(ctx.rank());
-        args.output = MutableViewOf(out, c.dtype);
-        return PairwiseAllToAll(ctx, args);
-      })));
-  for (int r = 0; r < c.world; ++r) {
-    for (int b = 0; b < c.world; ++b) {
-      LOOM_EXPECT_OK(ExpectSameBytes(Part(inputs.data[b], c.dtype, r * c.count, c.count),
-                                     Part(outputs[r], c.dtype, b * c.count, c.count),
-                                     absl::StrCat("rank ", r, ", block ", b)));
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Matrix, PairwiseAllToAllTest, ::testing::ValuesIn(Cases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Shared, PairwiseMatrixTest, ::testing::ValuesIn(Matrix(Pairwise())),
+                         CaseName);
 
 // SendMatrix: counts[i][j] elements go from rank i to rank j; about one in four is
 // empty, the rest up to `max_count`, seeded.
@@ -123,10 +54,11 @@ size_t OffsetOf(const std::vector<size_t>& counts, int index) {
   return offset;
 }
 
-class PairwiseAllToAllVTest : public ::testing::TestWithParam<AllToAllCase> {};
+// All-to-allv, which only this algorithm has: `count` is the largest block.
+class PairwiseAllToAllVTest : public ::testing::TestWithParam<AlgorithmCase> {};
 
 TEST_P(PairwiseAllToAllVTest, EveryBlockLandsAtItsOffset) {
-  const AllToAllCase c = GetParam();
+  const AlgorithmCase c = GetParam();
   const int world = c.world;
   const auto matrix = SendMatrix(world, std::max<size_t>(c.count, 1), c.seed());
   std::vector<std::vector<size_t>> send(world), recv(world, std::vector<size_t>(world));
@@ -140,7 +72,7 @@ TEST_P(PairwiseAllToAllVTest, EveryBlockLandsAtItsOffset) {
   }
   // Inputs of `longest` elements; rank r sends the first sum(send[r]) of them.
   const RankInputs inputs = MakeInputs(c.dtype, ReduceOp::kSum, world, longest, c.seed());
-  Outputs outputs(world);
+  std::vector<std::vector<std::byte>> outputs(world);  // each rank's thread writes its own
   LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(*MakeInprocHarness(), world, [&](const CallContext& ctx) {
     const int r = ctx.rank();
     std::vector<std::byte>& out = outputs[r];
@@ -157,23 +89,34 @@ TEST_P(PairwiseAllToAllVTest, EveryBlockLandsAtItsOffset) {
   for (int r = 0; r < world; ++r) {
     for (int b = 0; b < world; ++b) {
       LOOM_EXPECT_OK(
-          ExpectSameBytes(Part(inputs.data[b], c.dtype, OffsetOf(send[b], r), matrix[b][r]),
-                          Part(outputs[r], c.dtype, OffsetOf(recv[r], b), matrix[b][r]),
+          ExpectSameBytes(Slice(inputs.View(b), OffsetOf(send[b], r), matrix[b][r]),
+                          Slice(ViewOf(outputs[r], c.dtype), OffsetOf(recv[r], b), matrix[b][r]),
                           absl::StrCat("rank ", r, ", block from rank ", b)));
     }
   }
 }
 
-std::vector<AllToAllCase> VCases() {
-  std::vector<AllToAllCase> cases;
+std::vector<AlgorithmCase> VCases() {
+  std::vector<AlgorithmCase> cases;
+  AlgorithmCase c;
+  c.kind = CollectiveKind::kAllToAllV;
   for (int world : {1, 2, 3, 4, 5, 8, 16}) {
     for (size_t max_count : {size_t{1}, size_t{7}, size_t{3001}}) {
-      for (bool in_place : {false, true})
-        cases.push_back({world, max_count, DType::kF32, in_place});
+      for (bool in_place : {false, true}) {
+        c.world = world;
+        c.count = max_count;
+        c.in_place = in_place;
+        cases.push_back(c);
+      }
     }
   }
-  cases.push_back({4, 100, DType::kI8, false});
-  cases.push_back({4, 100, DType::kI64, true});
+  c.world = 4;
+  c.count = 100;
+  for (DType dtype : {DType::kI8, DType::kI64}) {
+    c.dtype = dtype;
+    c.in_place = dtype == DType::kI64;
+    cases.push_back(c);
+  }
   return cases;
 }
 

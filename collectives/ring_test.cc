@@ -1,11 +1,7 @@
 #include "collectives/ring.h"
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <limits>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -24,396 +20,42 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr size_t kDefaultChunk = size_t{256} << 10;
-// Small enough that a 65537-element buffer is cut into many chunks per block.
-constexpr size_t kSmallChunk = size_t{4} << 10;
-
-struct RingCase {
-  int world = 1;
-  size_t count = 0;
-  DType dtype = DType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  bool in_place = false;
-  size_t chunk_bytes = kDefaultChunk;
-  int root = 0;
-
-  uint64_t seed() const {
-    return static_cast<uint64_t>(world) * 1000003 + count * 31 + static_cast<uint64_t>(dtype) * 7 +
-           static_cast<uint64_t>(op) * 3 + static_cast<uint64_t>(root);
-  }
-};
-
-std::string CaseName(const ::testing::TestParamInfo<RingCase>& info) {
-  const RingCase& c = info.param;
-  return absl::StrCat("w", c.world, "_n", c.count, "_", DTypeName(c.dtype), "_", ReduceOpName(c.op),
-                      c.in_place ? "_inplace" : "_outofplace", "_chunk", c.chunk_bytes, "_root",
-                      c.root);
+AlgorithmUnderTest Ring() {
+  AlgorithmUnderTest ring;
+  ring.all_reduce = RingAllReduce;
+  ring.reduce_scatter = RingReduceScatter;
+  ring.all_gather = RingAllGather;
+  ring.broadcast = RingBroadcast;
+  ring.reduce = RingReduce;
+  ring.reduce_scatter_blocks = RingReduceScatterBlocks;
+  ring.all_gather_blocks = RingAllGatherBlocks;
+  return ring;
 }
 
-const std::vector<int>& Worlds() {
-  static const std::vector<int> worlds = {1, 2, 3, 4, 5, 8, 16};
-  return worlds;
+// The shared matrix (f32 sum and every copy in small chunks, in and out of place;
+// i32 max in the default chunk), and every dtype x op with chunks of 256 bytes, so
+// that even 1000 elements pipeline through many chunks.
+std::vector<AlgorithmCase> Cases() {
+  MatrixOptions matrix;
+  matrix.small_chunks = MatrixChunks::kFirstType;
+  DTypeOpOptions types;
+  types.worlds = {3, 5};
+  types.counts = {3, 1000};
+  types.chunk_bytes = 256;
+  // One element per chunk: the most messages, empty chunks in the shorter blocks.
+  const std::vector<AlgorithmCase> tiny_chunks = {
+      {CollectiveKind::kAllReduce, 4, 37, DType::kF64, ReduceOp::kSum, false, 0, 1},
+      {CollectiveKind::kAllReduce, 5, 1001, DType::kI8, ReduceOp::kSum, true, 0, 1},
+      {CollectiveKind::kAllReduce, 3, 2, DType::kF16, ReduceOp::kMin, true, 0, 1},
+      {CollectiveKind::kBroadcast, 5, 1000, DType::kU8, ReduceOp::kSum, false, 2, 1}};
+  return Concat({Matrix(Ring(), matrix), DTypeOpMatrix(Ring(), types), tiny_chunks});
 }
 
-// Counts: empty, one element, odd, fewer than ranks, and large odd ones.
-std::vector<size_t> CountsFor(int world) {
-  std::vector<size_t> counts = {0, 1, 3};
-  const size_t fewer = static_cast<size_t>(world - 1);
-  if (fewer != 0 && fewer != 1 && fewer != 3) counts.push_back(fewer);
-  counts.push_back(1000);
-  counts.push_back(65537);
-  return counts;
-}
+class RingMatrixTest : public ::testing::TestWithParam<AlgorithmCase> {};
 
-// Every world x count x placement, for f32 sum (chunked small) and i32 max.
-std::vector<RingCase> Matrix(bool rooted) {
-  std::vector<RingCase> cases;
-  for (int world : Worlds()) {
-    for (size_t count : CountsFor(world)) {
-      for (bool in_place : {false, true}) {
-        std::vector<int> roots = {0};
-        if (rooted && world > 1) roots.push_back(world - 1);
-        for (int root : roots) {
-          cases.push_back({world, count, DType::kF32, ReduceOp::kSum, in_place, kSmallChunk, root});
-          cases.push_back(
-              {world, count, DType::kI32, ReduceOp::kMax, in_place, kDefaultChunk, root});
-        }
-      }
-    }
-  }
-  return cases;
-}
+TEST_P(RingMatrixTest, MatchesTheReference) { LOOM_EXPECT_OK(CheckCase(Ring(), GetParam())); }
 
-// Every dtype x op on a few worlds and counts, with chunks of 256 bytes so that even
-// 1000 elements pipeline through many chunks.
-std::vector<RingCase> Types(bool rooted) {
-  std::vector<RingCase> cases;
-  for (DType dtype : AllDTypes()) {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax}) {
-      for (int world : {3, 5}) {
-        for (size_t count : {size_t{3}, size_t{1000}}) {
-          for (bool in_place : {false, true}) {
-            cases.push_back({world, count, dtype, op, in_place, 256, rooted ? world - 1 : 0});
-          }
-        }
-      }
-    }
-  }
-  return cases;
-}
-
-// Garbage fills an output before a call, so that an element the algorithm never
-// wrote shows.
-std::vector<std::byte> Garbage(size_t bytes) {
-  return std::vector<std::byte>(bytes, std::byte{0x5A});
-}
-
-ConstBufferView Part(const std::vector<std::byte>& bytes, DType dtype, size_t offset,
-                     size_t count) {
-  return Slice(ViewOf(bytes, dtype), offset, count);
-}
-
-// CheckReduction is ExpectReduction, except for f64 sums and products: ExpectReduction
-// computes its reference in double, which for f64 inputs rounds as often as the
-// algorithm does, so its bound of n roundoffs need not cover both errors (a 3-rank
-// product came out 4 roundoffs from it). Those are checked against a long double
-// reference (64-bit significand) with the same bound.
-absl::Status CheckReduction(const RankInputs& inputs, ReduceOp op, size_t first,
-                            ConstBufferView got) {
-  if (inputs.dtype != DType::kF64 || (op != ReduceOp::kSum && op != ReduceOp::kProd)) {
-    return ExpectReduction(inputs, op, first, got);
-  }
-  const auto load = [](ConstBufferView view, size_t i) {
-    double value;
-    std::memcpy(&value, view.data() + i * sizeof(double), sizeof(double));
-    return static_cast<long double>(value);
-  };
-  const int world = static_cast<int>(inputs.data.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    long double exact = load(inputs.View(0), first + i);
-    long double magnitude = std::fabs(exact);
-    for (int r = 1; r < world; ++r) {
-      const long double x = load(inputs.View(r), first + i);
-      exact = op == ReduceOp::kSum ? exact + x : exact * x;
-      magnitude += std::fabs(x);
-    }
-    const long double bound =
-        world * std::ldexp(1.0L, -53) * (op == ReduceOp::kSum ? magnitude : std::fabs(exact)) +
-        static_cast<long double>(std::numeric_limits<double>::min());
-    const long double error = std::fabs(load(got, i) - exact);
-    if (!(error <= bound)) {
-      return absl::InternalError(
-          absl::StrCat(ReduceOpName(op), " of ", world, " ranks, element ", first + i, ": got ",
-                       static_cast<double>(load(got, i)), ", want ", static_cast<double>(exact),
-                       " within ", static_cast<double>(bound)));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Outputs collects each rank's result; each rank's thread writes only its own entry.
-using Outputs = std::vector<std::vector<std::byte>>;
-
-class RingAllReduceTest : public ::testing::TestWithParam<RingCase> {};
-
-TEST_P(RingAllReduceTest, EveryRankHoldsTheReduction) {
-  const RingCase c = GetParam();
-  const RankInputs inputs = MakeInputs(c.dtype, c.op, c.world, c.count, c.seed());
-  Outputs outputs(c.world);
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *MakeInprocHarness(), c.world,
-      [&](const CallContext& ctx) {
-        std::vector<std::byte>& out = outputs[ctx.rank()];
-        out = c.in_place ? inputs.data[ctx.rank()] : Garbage(inputs.bytes_per_rank());
-        CollectiveArgs args;
-        args.kind = CollectiveKind::kAllReduce;
-        args.op = c.op;
-        args.count = c.count;
-        args.input = c.in_place ? ViewOf(out, c.dtype) : inputs.View(ctx.rank());
-        args.output = MutableViewOf(out, c.dtype);
-        return RingAllReduce(ctx, args);
-      },
-      c.chunk_bytes)));
-  LOOM_EXPECT_OK(CheckReduction(inputs, c.op, 0, ViewOf(outputs[0], c.dtype)));
-  for (int r = 1; r < c.world; ++r) {
-    LOOM_EXPECT_OK(ExpectSameBytes(ViewOf(outputs[0], c.dtype), ViewOf(outputs[r], c.dtype),
-                                   absl::StrCat("rank ", r, " vs rank 0")));
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Matrix, RingAllReduceTest, ::testing::ValuesIn(Matrix(false)), CaseName);
-INSTANTIATE_TEST_SUITE_P(Types, RingAllReduceTest, ::testing::ValuesIn(Types(false)), CaseName);
-// One element per chunk: the most messages, empty chunks in the shorter blocks.
-INSTANTIATE_TEST_SUITE_P(TinyChunks, RingAllReduceTest,
-                         ::testing::Values(RingCase{4, 37, DType::kF64, ReduceOp::kSum, false, 1},
-                                           RingCase{5, 1001, DType::kI8, ReduceOp::kSum, true, 1},
-                                           RingCase{3, 2, DType::kF16, ReduceOp::kMin, true, 1}),
-                         CaseName);
-
-class RingReduceScatterTest : public ::testing::TestWithParam<RingCase> {};
-
-TEST_P(RingReduceScatterTest, RankHoldsItsBlockOfTheReduction) {
-  const RingCase c = GetParam();
-  const RankInputs inputs = MakeInputs(c.dtype, c.op, c.world, c.world * c.count, c.seed());
-  Outputs outputs(c.world);
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *MakeInprocHarness(), c.world,
-      [&](const CallContext& ctx) {
-        const int r = ctx.rank();
-        std::vector<std::byte>& out = outputs[r];
-        CollectiveArgs args;
-        args.kind = CollectiveKind::kReduceScatter;
-        args.op = c.op;
-        args.count = c.count;
-        if (c.in_place) {
-          out = inputs.data[r];
-          args.input = ViewOf(out, c.dtype);
-          args.output = Slice(MutableViewOf(out, c.dtype), r * c.count, c.count);
-        } else {
-          out = Garbage(c.count * DTypeSize(c.dtype));
-          args.input = inputs.View(r);
-          args.output = MutableViewOf(out, c.dtype);
-        }
-        return RingReduceScatter(ctx, args);
-      },
-      c.chunk_bytes)));
-  for (int r = 0; r < c.world; ++r) {
-    const size_t at = c.in_place ? r * c.count : 0;
-    LOOM_EXPECT_OK(
-        CheckReduction(inputs, c.op, r * c.count, Part(outputs[r], c.dtype, at, c.count)))
-        << "rank " << r;
-  }
-}
-
-// A reduce-scatter's input is world * count elements: the largest count is scaled down
-// to keep about 65537 elements per rank (still odd, still many chunks per block).
-std::vector<RingCase> ReduceScatterCases() {
-  std::vector<RingCase> cases = Matrix(false);
-  for (RingCase& c : cases) {
-    if (c.count == 65537) c.count = (65537 / c.world) | 1;
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Matrix, RingReduceScatterTest, ::testing::ValuesIn(ReduceScatterCases()),
-                         CaseName);
-INSTANTIATE_TEST_SUITE_P(Types, RingReduceScatterTest, ::testing::ValuesIn(Types(false)), CaseName);
-
-class RingAllGatherTest : public ::testing::TestWithParam<RingCase> {};
-
-TEST_P(RingAllGatherTest, EveryRankHoldsEveryBlock) {
-  const RingCase c = GetParam();
-  const RankInputs inputs = MakeInputs(c.dtype, c.op, c.world, c.count, c.seed());
-  Outputs outputs(c.world);
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *MakeInprocHarness(), c.world,
-      [&](const CallContext& ctx) {
-        const int r = ctx.rank();
-        std::vector<std::byte>& out = outputs[r];
-        out = Garbage(c.world * inputs.bytes_per_rank());
-        CollectiveArgs args;
-        args.kind = CollectiveKind::kAllGather;
-        args.count = c.count;
-        args.output = MutableViewOf(out, c.dtype);
-        if (c.in_place) {
-          const BufferView mine = Slice(args.output, r * c.count, c.count);
-          LOOM_RETURN_IF_ERROR(Copy(inputs.View(r), mine));
-          args.input = mine;
-        } else {
-          args.input = inputs.View(r);
-        }
-        return RingAllGather(ctx, args);
-      },
-      c.chunk_bytes)));
-  for (int r = 0; r < c.world; ++r) {
-    for (int b = 0; b < c.world; ++b) {
-      LOOM_EXPECT_OK(ExpectSameBytes(inputs.View(b),
-                                     Part(outputs[r], c.dtype, b * c.count, c.count),
-                                     absl::StrCat("rank ", r, ", block ", b)));
-    }
-  }
-}
-
-// All-gather only moves bytes: one- and two-byte elements stand for every dtype. Its
-// output is world * count elements, so the largest count is scaled down as for
-// reduce-scatter.
-std::vector<RingCase> GatherCases() {
-  std::vector<RingCase> cases;
-  for (const RingCase& c : ReduceScatterCases()) {
-    RingCase gather = c;
-    gather.dtype = c.dtype == DType::kF32 ? DType::kBF16 : DType::kI8;
-    cases.push_back(gather);
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Matrix, RingAllGatherTest, ::testing::ValuesIn(GatherCases()), CaseName);
-
-class RingBroadcastTest : public ::testing::TestWithParam<RingCase> {};
-
-TEST_P(RingBroadcastTest, EveryRankHoldsTheRootsInput) {
-  const RingCase c = GetParam();
-  const RankInputs inputs = MakeInputs(c.dtype, c.op, 1, c.count, c.seed());
-  Outputs outputs(c.world);
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *MakeInprocHarness(), c.world,
-      [&](const CallContext& ctx) {
-        const bool is_root = ctx.rank() == c.root;
-        std::vector<std::byte>& out = outputs[ctx.rank()];
-        out = is_root && c.in_place ? inputs.data[0] : Garbage(inputs.bytes_per_rank());
-        CollectiveArgs args;
-        args.kind = CollectiveKind::kBroadcast;
-        args.root = c.root;
-        args.count = c.count;
-        args.output = MutableViewOf(out, c.dtype);
-        if (is_root) args.input = c.in_place ? ViewOf(out, c.dtype) : inputs.View(0);
-        return RingBroadcast(ctx, args);
-      },
-      c.chunk_bytes)));
-  for (int r = 0; r < c.world; ++r) {
-    LOOM_EXPECT_OK(
-        ExpectSameBytes(inputs.View(0), ViewOf(outputs[r], c.dtype), absl::StrCat("rank ", r)));
-  }
-}
-
-std::vector<RingCase> BroadcastCases() {
-  std::vector<RingCase> cases;
-  for (const RingCase& c : Matrix(true)) {
-    if (c.dtype == DType::kF32) cases.push_back(c);  // 4 KiB chunks: a long chain pipeline
-  }
-  cases.push_back(RingCase{5, 1000, DType::kU8, ReduceOp::kSum, false, 1, 2});
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Matrix, RingBroadcastTest, ::testing::ValuesIn(BroadcastCases()),
-                         CaseName);
-
-class RingReduceTest : public ::testing::TestWithParam<RingCase> {};
-
-TEST_P(RingReduceTest, RootHoldsTheReduction) {
-  const RingCase c = GetParam();
-  const RankInputs inputs = MakeInputs(c.dtype, c.op, c.world, c.count, c.seed());
-  std::vector<std::byte> result;
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *MakeInprocHarness(), c.world,
-      [&](const CallContext& ctx) {
-        CollectiveArgs args;
-        args.kind = CollectiveKind::kReduce;
-        args.op = c.op;
-        args.root = c.root;
-        args.count = c.count;
-        args.input = inputs.View(ctx.rank());
-        if (ctx.rank() != c.root) return RingReduce(ctx, args);
-        result = c.in_place ? inputs.data[ctx.rank()] : Garbage(inputs.bytes_per_rank());
-        args.output = MutableViewOf(result, c.dtype);
-        if (c.in_place) args.input = args.output;
-        return RingReduce(ctx, args);
-      },
-      c.chunk_bytes)));
-  LOOM_EXPECT_OK(CheckReduction(inputs, c.op, 0, ViewOf(result, c.dtype)));
-}
-
-INSTANTIATE_TEST_SUITE_P(Matrix, RingReduceTest, ::testing::ValuesIn(Matrix(true)), CaseName);
-INSTANTIATE_TEST_SUITE_P(Types, RingReduceTest, ::testing::ValuesIn(Types(true)), CaseName);
-
-// The building blocks on their own, with the contracts the Communicator relies on.
-class RingBlocksTest : public ::testing::TestWithParam<RingCase> {};
-
-TEST_P(RingBlocksTest, ReduceScatterBlocksLeavesRankBlockReduced) {
-  const RingCase c = GetParam();
-  const RankInputs inputs = MakeInputs(c.dtype, c.op, c.world, c.count, c.seed());
-  Outputs outputs(c.world);
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *MakeInprocHarness(), c.world,
-      [&](const CallContext& ctx) {
-        std::vector<std::byte>& out = outputs[ctx.rank()];
-        out = c.in_place ? inputs.data[ctx.rank()] : Garbage(inputs.bytes_per_rank());
-        const ConstBufferView input = c.in_place ? ViewOf(out, c.dtype) : inputs.View(ctx.rank());
-        return RingReduceScatterBlocks(ctx, c.op, input, MutableViewOf(out, c.dtype));
-      },
-      c.chunk_bytes)));
-  for (int r = 0; r < c.world; ++r) {
-    const BlockRange mine = Block(c.count, c.world, r);
-    LOOM_EXPECT_OK(
-        CheckReduction(inputs, c.op, mine.offset, Slice(ViewOf(outputs[r], c.dtype), mine)))
-        << "rank " << r;
-  }
-}
-
-TEST_P(RingBlocksTest, AllGatherBlocksSpreadsEveryRanksBlock) {
-  const RingCase c = GetParam();
-  const RankInputs inputs = MakeInputs(c.dtype, c.op, c.world, c.count, c.seed());
-  Outputs outputs(c.world);
-  LOOM_ASSERT_OK(AllOk(RunAlgorithmRanks(
-      *MakeInprocHarness(), c.world,
-      [&](const CallContext& ctx) {
-        std::vector<std::byte>& buffer = outputs[ctx.rank()];
-        buffer = Garbage(inputs.bytes_per_rank());
-        const BlockRange mine = Block(c.count, c.world, ctx.rank());
-        LOOM_RETURN_IF_ERROR(Copy(Slice(inputs.View(ctx.rank()), mine),
-                                  Slice(MutableViewOf(buffer, c.dtype), mine)));
-        return RingAllGatherBlocks(ctx, MutableViewOf(buffer, c.dtype));
-      },
-      c.chunk_bytes)));
-  for (int r = 0; r < c.world; ++r) {
-    for (int b = 0; b < c.world; ++b) {
-      const BlockRange block = Block(c.count, c.world, b);
-      LOOM_EXPECT_OK(ExpectSameBytes(Slice(inputs.View(b), block),
-                                     Slice(ViewOf(outputs[r], c.dtype), block),
-                                     absl::StrCat("rank ", r, ", block ", b)));
-    }
-  }
-}
-
-std::vector<RingCase> BlocksCases() {
-  std::vector<RingCase> cases;
-  for (const RingCase& c : Matrix(false)) {
-    if (c.dtype == DType::kF32) cases.push_back(c);
-  }
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Matrix, RingBlocksTest, ::testing::ValuesIn(BlocksCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Shared, RingMatrixTest, ::testing::ValuesIn(Cases()), CaseName);
 
 TEST(RingTest, CallsReuseScratchAndTagsOnOneContext) {
   const int world = 5;
@@ -431,7 +73,7 @@ TEST(RingTest, CallsReuseScratchAndTagsOnOneContext) {
           args.input = ViewOf(buffer, DType::kF32);
           args.output = MutableViewOf(buffer, DType::kF32);
           LOOM_RETURN_IF_ERROR(RingAllReduce(ctx, args));
-          LOOM_RETURN_IF_ERROR(CheckReduction(*inputs, ReduceOp::kSum, 0, args.output));
+          LOOM_RETURN_IF_ERROR(ExpectReduction(*inputs, ReduceOp::kSum, 0, args.output));
 
           std::vector<std::byte> block(inputs->bytes_per_rank() / world);
           args.count = inputs->count / world;
@@ -439,7 +81,7 @@ TEST(RingTest, CallsReuseScratchAndTagsOnOneContext) {
           args.output = MutableViewOf(block, DType::kF32);
           LOOM_RETURN_IF_ERROR(RingReduceScatter(ctx, args));
           LOOM_RETURN_IF_ERROR(
-              CheckReduction(*inputs, ReduceOp::kSum, r * args.count, args.output));
+              ExpectReduction(*inputs, ReduceOp::kSum, r * args.count, args.output));
         }
         return absl::OkStatus();
       },
@@ -478,18 +120,9 @@ TEST(RingTest, RanksThatDisagreeOnTheCountFailAndReturn) {
   // Rank 1 reduces 6 elements, rank 0 only 4: the transport sees the first pair of
   // mismatched messages on both sides, and both ranks return (with their requests
   // cancelled, so nothing writes their buffers after they are freed).
-  const auto statuses = RunAlgorithmRanks(
-      *MakeInprocHarness(), 2,
-      [&](const CallContext& ctx) {
-        std::vector<float> data(ctx.rank() == 0 ? 4 : 6, 1.0f);
-        CollectiveArgs args;
-        args.count = data.size();
-        args.input = ConstBufferView::Of(absl::MakeConstSpan(data));
-        args.output = BufferView::Of(absl::MakeSpan(data));
-        return RingAllReduce(ctx, args);
-      },
-      kDefaultChunk, absl::Seconds(10));
-  for (const absl::Status& status : statuses) {
+  for (const absl::Status& status :
+       RunInPlace(RingAllReduce, CollectiveKind::kAllReduce, {4, 6}, DType::kF32,
+                  kDefaultChunkBytes, absl::Seconds(10))) {
     EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("bytes")));
   }
 }
@@ -523,7 +156,7 @@ TEST(RingTest, ARankThatAbortsFailsEveryRankAndNoneHangs) {
         args.output = MutableViewOf(out, DType::kF32);
         return RingAllReduce(ctx, args);
       },
-      kSmallChunk, absl::Seconds(1));
+      kSmallChunkBytes, absl::Seconds(1));
   for (int r = 0; r < world; ++r) {
     EXPECT_THAT(statuses[r].code(),
                 ::testing::AnyOf(absl::StatusCode::kUnavailable,
