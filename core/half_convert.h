@@ -2,9 +2,10 @@
 //
 // Each function converts src[i] into dst[i] exactly as the scalar functions of
 // core/half.h do (round to nearest even, overflow to Inf, f16 subnormals kept, NaN
-// quieted with its sign and leading payload bits), bit for bit on every CPU. On CPUs
-// with AVX-512F, AVX-512BW and F16C an AVX-512 path runs, chosen once at run time;
-// elsewhere a scalar loop does. Spans may start at any address.
+// quieted with its sign and leading payload bits), bit for bit on every CPU. The path
+// is chosen once at run time: AVX-512 (F, BW, VL, DQ) or AVX2 with F16C, one Highway
+// source compiled for each, and a scalar loop elsewhere. Spans may start at any address
+// and must not overlap; nothing outside them is read or written.
 //
 // Example:
 //   std::vector<float> grads = {1.0f, 1.00390625f, 65520.0f};

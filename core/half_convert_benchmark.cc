@@ -1,6 +1,7 @@
-// Throughput of the batch 16-bit float conversions, scalar kernels against AVX-512, from
-// L1-resident (4K elements) to DRAM-bound (16M elements) spans. Bytes processed count
-// both the source read and the destination written.
+// Throughput of the batch 16-bit float conversions on each ISA (BM_<conversion>/<isa>/
+// <elements>: scalar, avx2, avx512), from L1-resident (4K elements) to DRAM-bound (16M
+// elements) spans. Bytes processed count both the source read and the destination
+// written.
 //
 //   ./bazelw run //core:half_convert_benchmark
 #include <cstddef>
@@ -9,9 +10,11 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/internal/half_convert.h"
 
@@ -19,9 +22,6 @@ namespace loom {
 namespace {
 
 namespace hci = half_convert_internal;
-
-template <typename Src, typename Dst>
-using Kernel = void (*)(absl::Span<const Src>, absl::Span<Dst>);
 
 // Values spread over the f16 range with a few NaNs, Infs and subnormals mixed in, so no
 // kernel benefits from uniform input.
@@ -56,9 +56,10 @@ Float16 FromFloat(float value) {
 }
 
 template <typename Src, typename Dst>
-void RunConversion(benchmark::State& state, Kernel<Src, Dst> kernel, hci::Isa isa) {
-  if (isa == hci::Isa::kAvx512 && !hci::CpuHasAvx512()) {
-    state.SkipWithError("this CPU lacks AVX-512F, AVX-512BW or F16C");
+void RunConversion(benchmark::State& state, hci::Kernel<Src, Dst> hci::Kernels::*kernel,
+                   CpuIsa isa) {
+  if (!hci::IsaSupported(isa)) {
+    state.SkipWithError("this CPU cannot run these kernels");
     return;
   }
   const size_t size = static_cast<size_t>(state.range(0));
@@ -72,53 +73,39 @@ void RunConversion(benchmark::State& state, Kernel<Src, Dst> kernel, hci::Isa is
   for (size_t i = 0; i < size; ++i) (*src)[i] = FromFloat<Src>(InputValue(rng));
   const absl::Span<const Src> in = src->span();
   const absl::Span<Dst> out = dst->span();
+  const hci::Kernel<Src, Dst> convert = hci::KernelsFor(isa).*kernel;
   for (auto _ : state) {
-    kernel(in, out);
+    convert(in, out);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(size * (sizeof(Src) + sizeof(Dst))));
-  state.SetLabel(std::string(hci::IsaName(isa)));
-}
-
-void BM_F32ToBF16_Scalar(benchmark::State& state) {
-  RunConversion(state, &hci::F32ToBF16Scalar, hci::Isa::kScalar);
-}
-void BM_F32ToBF16_Avx512(benchmark::State& state) {
-  RunConversion(state, &hci::F32ToBF16Avx512, hci::Isa::kAvx512);
-}
-void BM_BF16ToF32_Scalar(benchmark::State& state) {
-  RunConversion(state, &hci::BF16ToF32Scalar, hci::Isa::kScalar);
-}
-void BM_BF16ToF32_Avx512(benchmark::State& state) {
-  RunConversion(state, &hci::BF16ToF32Avx512, hci::Isa::kAvx512);
-}
-void BM_F32ToF16_Scalar(benchmark::State& state) {
-  RunConversion(state, &hci::F32ToF16Scalar, hci::Isa::kScalar);
-}
-void BM_F32ToF16_Avx512(benchmark::State& state) {
-  RunConversion(state, &hci::F32ToF16Avx512, hci::Isa::kAvx512);
-}
-void BM_F16ToF32_Scalar(benchmark::State& state) {
-  RunConversion(state, &hci::F16ToF32Scalar, hci::Isa::kScalar);
-}
-void BM_F16ToF32_Avx512(benchmark::State& state) {
-  RunConversion(state, &hci::F16ToF32Avx512, hci::Isa::kAvx512);
 }
 
 // 4K elements (16 KiB of f32, L1) to 16M (64 MiB, DRAM).
 constexpr int64_t kMinElements = int64_t{1} << 12;
 constexpr int64_t kMaxElements = int64_t{1} << 24;
 
-BENCHMARK(BM_F32ToBF16_Scalar)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
-BENCHMARK(BM_F32ToBF16_Avx512)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
-BENCHMARK(BM_BF16ToF32_Scalar)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
-BENCHMARK(BM_BF16ToF32_Avx512)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
-BENCHMARK(BM_F32ToF16_Scalar)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
-BENCHMARK(BM_F32ToF16_Avx512)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
-BENCHMARK(BM_F16ToF32_Scalar)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
-BENCHMARK(BM_F16ToF32_Avx512)->RangeMultiplier(8)->Range(kMinElements, kMaxElements);
+template <typename Src, typename Dst>
+void Register(const char* name, hci::Kernel<Src, Dst> hci::Kernels::*kernel) {
+  for (const CpuIsa isa : AllCpuIsas()) {
+    benchmark::RegisterBenchmark(absl::StrCat("BM_", name, "/", CpuIsaName(isa)).c_str(),
+                                 [kernel, isa](benchmark::State& state) {
+                                   RunConversion(state, kernel, isa);
+                                 })
+        ->RangeMultiplier(8)
+        ->Range(kMinElements, kMaxElements);
+  }
+}
+
+[[maybe_unused]] const bool kRegistered = [] {
+  Register("F32ToBF16", &hci::Kernels::f32_to_bf16);
+  Register("BF16ToF32", &hci::Kernels::bf16_to_f32);
+  Register("F32ToF16", &hci::Kernels::f32_to_f16);
+  Register("F16ToF32", &hci::Kernels::f16_to_f32);
+  return true;
+}();
 
 }  // namespace
 }  // namespace loom

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/float_bits_testing.h"
 #include "core/half.h"
 #include "core/internal/half_convert.h"
@@ -32,33 +34,34 @@ using testing_internal::Mismatches;
 namespace hci = half_convert_internal;
 using ::testing::HasSubstr;
 
-template <typename Src, typename Dst>
-using Kernel = void (*)(absl::Span<const Src>, absl::Span<Dst>);
+using hci::Kernel;
+using hci::Kernels;
 
-// Kernels is one way of running the four conversions.
-struct Kernels {
-  Kernel<float, BFloat16> f32_to_bf16;
-  Kernel<BFloat16, float> bf16_to_f32;
-  Kernel<float, Float16> f32_to_f16;
-  Kernel<Float16, float> f16_to_f32;
+const Kernels& kScalarKernels = hci::KernelsFor(CpuIsa::kScalar);
+
+// A Path is what a test holds up against the scalar kernels: a vector ISA's kernels
+// called directly, or (no isa) the public functions with their run-time dispatch.
+struct Path {
+  std::optional<CpuIsa> isa;
 };
 
-const Kernels kScalarKernels = {&hci::F32ToBF16Scalar, &hci::BF16ToF32Scalar, &hci::F32ToF16Scalar,
-                                &hci::F16ToF32Scalar};
-
-// A Path is what a test holds up against the scalar kernels: an ISA's kernels called
-// directly, or the public functions with their run-time dispatch.
-enum class Path { kAvx512, kPublicDispatch };
-
-std::string PathName(Path path) { return path == Path::kAvx512 ? "Avx512" : "PublicDispatch"; }
+std::string PathName(Path path) {
+  return path.isa.has_value() ? std::string(CpuIsaName(*path.isa)) : "PublicDispatch";
+}
 
 void PrintTo(Path path, std::ostream* os) { *os << PathName(path); }
 
-Kernels KernelsFor(Path path) {
-  if (path == Path::kAvx512) {
-    return {&hci::F32ToBF16Avx512, &hci::BF16ToF32Avx512, &hci::F32ToF16Avx512,
-            &hci::F16ToF32Avx512};
+std::vector<Path> VectorIsasAndPublicDispatch() {
+  std::vector<Path> paths;
+  for (const CpuIsa isa : AllCpuIsas()) {
+    if (isa != CpuIsa::kScalar) paths.push_back({isa});
   }
+  paths.push_back({std::nullopt});
+  return paths;
+}
+
+Kernels KernelsFor(Path path) {
+  if (path.isa.has_value()) return hci::KernelsFor(*path.isa);
   return {
       [](absl::Span<const float> src, absl::Span<BFloat16> dst) {
         LOOM_EXPECT_OK(ConvertF32ToBF16(src, dst));
@@ -195,9 +198,9 @@ void ExpectBitwiseEqualEverywhere(Kernel<Src, Dst> kernel, Kernel<Src, Dst> scal
 class HalfConvertPathTest : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
-    if (GetParam() == Path::kAvx512 && !hci::CpuHasAvx512()) {
-      GTEST_SKIP() << "this CPU lacks AVX-512F, AVX-512BW or F16C; the AVX-512 kernels "
-                      "cannot run here";
+    const std::optional<CpuIsa> isa = GetParam().isa;
+    if (isa.has_value() && !hci::IsaSupported(*isa)) {
+      GTEST_SKIP() << "this CPU cannot run the " << CpuIsaName(*isa) << " kernels";
     }
   }
 
@@ -268,15 +271,25 @@ TEST_P(HalfConvertPathTest, IgnoresMxcsrFlushAndRoundingModes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, HalfConvertPathTest,
-                         ::testing::Values(Path::kAvx512, Path::kPublicDispatch),
+                         ::testing::ValuesIn(VectorIsasAndPublicDispatch()),
                          [](const ::testing::TestParamInfo<Path>& path_info) {
                            return PathName(path_info.param);
                          });
 
-TEST(HalfConvertTest, ActiveIsaIsAvx512ExactlyWhenTheCpuHasIt) {
-  EXPECT_EQ(hci::ActiveIsa(), hci::CpuHasAvx512() ? hci::Isa::kAvx512 : hci::Isa::kScalar);
-  EXPECT_EQ(hci::IsaName(hci::Isa::kScalar), "scalar");
-  EXPECT_EQ(hci::IsaName(hci::Isa::kAvx512), "avx512");
+TEST(HalfConvertTest, ActiveIsaIsTheFastestSupported) {
+  const CpuIsa active = hci::ActiveIsa();
+  EXPECT_TRUE(hci::IsaSupported(active));
+  EXPECT_TRUE(hci::IsaSupported(CpuIsa::kScalar));
+  for (const CpuIsa isa : AllCpuIsas()) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    if (isa > active) {
+      EXPECT_FALSE(hci::IsaSupported(isa));
+    }
+    // Highway's targets may need more than CpuSupports checks (AVX3: VL, DQ), never less.
+    if (hci::IsaSupported(isa)) {
+      EXPECT_TRUE(CpuSupports(isa));
+    }
+  }
 }
 
 TEST(HalfConvertTest, ConvertsTheHeaderExample) {

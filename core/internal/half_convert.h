@@ -2,43 +2,54 @@
 // run each path explicitly. Callers outside core/ use core/half_convert.h instead.
 //
 // Every kernel is bitwise equal to the scalar conversions in core/half.h, NaN payloads,
-// subnormals and signed zeros included; the tests hold each kernel to that.
+// subnormals and signed zeros included; the tests hold each kernel to that. The vector
+// kernels are written once with Google Highway (internal/half_convert.cc) and compiled
+// for its AVX2 and AVX3 targets, which serve CpuIsa::kAvx2 and CpuIsa::kAvx512.
 //
 // Example:
-//   if (half_convert_internal::CpuHasAvx512()) {
-//     half_convert_internal::F32ToBF16Avx512(src, dst);   // dst[i] == ToBFloat16(src[i])
+//   if (half_convert_internal::IsaSupported(CpuIsa::kAvx2)) {
+//     half_convert_internal::KernelsFor(CpuIsa::kAvx2).f32_to_bf16(src, dst);
+//     // dst[i] == ToBFloat16(src[i])
 //   }
-//   half_convert_internal::IsaName(half_convert_internal::ActiveIsa());   // "avx512" or "scalar"
+//   CpuIsaName(half_convert_internal::ActiveIsa());   // "avx512", "avx2" or "scalar"
 #ifndef LOOM_CORE_INTERNAL_HALF_CONVERT_H_
 #define LOOM_CORE_INTERNAL_HALF_CONVERT_H_
 
 #include <cstddef>
 
-#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 
 namespace loom {
 namespace half_convert_internal {
 
-// The instruction sets a batch conversion can run on.
-enum class Isa {
-  kScalar,  // The core/half.h functions in a loop; runs everywhere.
-  kAvx512,  // AVX-512F + AVX-512BW + F16C, 16 elements per step.
+template <typename Src, typename Dst>
+using Kernel = void (*)(absl::Span<const Src>, absl::Span<Dst>);
+
+// Kernels is one ISA's four conversions. Each requires src.size() == dst.size() (the
+// public functions check it) and spans that do not overlap; none fails, and none reads
+// or writes an element outside its spans.
+struct Kernels {
+  Kernel<float, BFloat16> f32_to_bf16;
+  Kernel<BFloat16, float> bf16_to_f32;
+  Kernel<float, Float16> f32_to_f16;
+  Kernel<Float16, float> f16_to_f32;
 };
 
-// CpuHasAvx512 returns CpuSupports(CpuIsa::kAvx512) (core/cpu_features.h): AVX-512F,
-// BW and CD over AVX2 and F16C.
-bool CpuHasAvx512();
+// IsaSupported returns whether `isa`'s kernels run here: CpuSupports(isa)
+// (core/cpu_features.h) and, for the vector ISAs, Highway's target for it (its AVX3,
+// behind kAvx512, also needs AVX-512 VL and DQ, which CpuSupports does not check).
+bool IsaSupported(CpuIsa isa);
 
-// ActiveIsa returns the fastest Isa this CPU supports; the public conversions use it.
-Isa ActiveIsa();
+// ActiveIsa returns the fastest supported ISA; the public conversions use it.
+CpuIsa ActiveIsa();
 
-// IsaName returns "scalar" or "avx512".
-absl::string_view IsaName(Isa isa);
+// KernelsFor returns `isa`'s kernels, supported or not (so that a test can name them
+// before it skips); only a supported ISA's may be called.
+const Kernels& KernelsFor(CpuIsa isa);
 
-// The kernels below require src.size() == dst.size() (the public functions check it)
-// and, for the Avx512 ones, CpuHasAvx512(); they never fail.
+// The scalar kernels (CpuIsa::kScalar): core/half.h's functions in a loop.
 
 inline void F32ToBF16Scalar(absl::Span<const float> src, absl::Span<BFloat16> dst) {
   for (size_t i = 0; i < src.size(); ++i) dst[i] = ToBFloat16(src[i]);
@@ -55,11 +66,6 @@ inline void F32ToF16Scalar(absl::Span<const float> src, absl::Span<Float16> dst)
 inline void F16ToF32Scalar(absl::Span<const Float16> src, absl::Span<float> dst) {
   for (size_t i = 0; i < src.size(); ++i) dst[i] = ToFloat(src[i]);
 }
-
-void F32ToBF16Avx512(absl::Span<const float> src, absl::Span<BFloat16> dst);
-void BF16ToF32Avx512(absl::Span<const BFloat16> src, absl::Span<float> dst);
-void F32ToF16Avx512(absl::Span<const float> src, absl::Span<Float16> dst);
-void F16ToF32Avx512(absl::Span<const Float16> src, absl::Span<float> dst);
 
 }  // namespace half_convert_internal
 }  // namespace loom

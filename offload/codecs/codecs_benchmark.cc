@@ -8,7 +8,8 @@
 //   Memcpy/<size>                      memcpy of the f32 bytes: the reference speed.
 //   Encode/<codec>/<dataset>/<size>    EncodeTensor into a preallocated buffer.
 //   Decode/<codec>/<dataset>/<size>    DecodeTensor (checksum included) into one.
-//   Kernel/<kernel>/<isa>/<size>       the int8 and shuffle kernels per ISA, CRC-32C.
+//   Kernel/<kernel>/<isa>/<size>       the int8, shuffle and fp16 overflow-scan kernels
+//                                      per ISA, CRC-32C.
 // bytes_per_second always counts the f32 bytes (4 per element), whatever was written.
 // Sizes: 1 MiB of f32 (in L2) and 64 MiB (DRAM).
 //
@@ -199,7 +200,7 @@ void BM_Memcpy(benchmark::State& state, size_t count) {
 
 // ---------------------------------------------------------------- kernels, per ISA
 
-enum class KernelKind { kQuantize, kDequantize, kShuffle, kUnshuffle };
+enum class KernelKind { kQuantize, kDequantize, kShuffle, kUnshuffle, kFindOverflow };
 
 void BM_Kernel(benchmark::State& state, KernelKind kind, ci::Isa isa, size_t count) {
   if (!ci::IsaSupported(isa)) {
@@ -225,6 +226,9 @@ void BM_Kernel(benchmark::State& state, KernelKind kind, ci::Isa isa, size_t cou
         break;
       case KernelKind::kUnshuffle:
         k.unshuffle4(in, count, reinterpret_cast<std::byte*>(y.data()));
+        break;
+      case KernelKind::kFindOverflow:  // fp16's threshold; no weight reaches it.
+        benchmark::DoNotOptimize(k.find_overflow(x.span(), 0x477FF000u));
         break;
     }
     benchmark::ClobberMemory();
@@ -268,7 +272,8 @@ void BM_Crc32c(benchmark::State& state, bool hardware, size_t count) {
       {KernelKind::kQuantize, "int8_quantize_b256"},
       {KernelKind::kDequantize, "int8_dequantize_b256"},
       {KernelKind::kShuffle, "shuffle4"},
-      {KernelKind::kUnshuffle, "unshuffle4"}};
+      {KernelKind::kUnshuffle, "unshuffle4"},
+      {KernelKind::kFindOverflow, "fp16_overflow_scan"}};
   for (const auto& [kind, name] : kernels) {
     for (ci::Isa isa : ci::AllIsas()) {
       for (size_t count : {kSmall, kLarge}) {

@@ -283,7 +283,7 @@ TEST_F(NcclWorldOfOneTest, RefusesWhatNcclCannotDo) {
   LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer device, ToDevice(host, 0));
   EXPECT_THAT(
       transport_->Send(1, 1, View(device)),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("send to rank 1 is outside [0, 1)")));
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("send to peer 1 is outside [0, 1)")));
   Combiner add;
   add.fn = [](const void*, std::byte*, const std::byte*, size_t, size_t) {};
   EXPECT_THAT(transport_->RecvCombine(0, 1, View(device), add),

@@ -1,11 +1,15 @@
 // Per-ISA kernels behind offload/codecs/codec.h, exposed so that tests and benchmarks
 // can run each instruction set explicitly. Callers outside this package use codec.h.
+// The scalar kernels (kernels_scalar.cc) are the reference; the vector ones are written
+// once with Google Highway (kernels.cc) and compiled for its AVX2 and AVX3 targets,
+// which serve Isa::kAvx2 and Isa::kAvx512.
 //
 // Every kernel gives the same bytes as the scalar one on every input (the tests hold
 // them to it): int8 quantization is the same sequence of single-rounding IEEE
 // operations in every path (no FMA: the package is built with -ffp-contract=off), with
-// round-to-nearest-even to integer. Results assume the default floating-point
-// environment (round to nearest, FTZ/DAZ off), as the rest of Loom's kernels do.
+// round-to-nearest-even to integer. No kernel reads or writes a byte outside the spans
+// it is given. Results assume the default floating-point environment (round to
+// nearest, FTZ/DAZ off), as the rest of Loom's kernels do.
 //
 // Example:
 //   const Kernels& k = KernelsFor(ActiveIsa());
@@ -32,9 +36,15 @@ namespace codecs_internal {
 // definition of "supported" for every package's kernels).
 using Isa = CpuIsa;
 inline absl::Span<const Isa> AllIsas() { return AllCpuIsas(); }
-inline bool IsaSupported(Isa isa) { return CpuSupports(isa); }
-inline Isa ActiveIsa() { return BestCpuIsa(); }
 inline absl::string_view IsaName(Isa isa) { return CpuIsaName(isa); }
+
+// IsaSupported returns whether `isa`'s kernels run here: CpuSupports(isa) and, for the
+// vector ISAs, Highway's target for it (its AVX3, behind kAvx512, also needs AVX-512 VL
+// and DQ, which CpuSupports does not check).
+bool IsaSupported(Isa isa);
+
+// ActiveIsa returns the fastest supported Isa; codec.cc runs its kernels.
+Isa ActiveIsa();
 
 // --- int8 blockwise ----------------------------------------------------------------
 //
@@ -101,25 +111,16 @@ struct Kernels {
 };
 
 // KernelsFor returns `isa`'s kernels, supported or not (so a test can name them before
-// it skips). Block sizes must be multiples of 32 for the vector paths (codec.h
-// validates 32..65536, powers of two); the scalar path takes any block size >= 1.
+// it skips); only a supported Isa's may be called. Every path takes any block size
+// >= 1 (codec.h validates 32..65536, powers of two).
 const Kernels& KernelsFor(Isa isa);
 
+// The scalar kernels (Isa::kScalar), the reference for the others.
 size_t QuantizeInt8Scalar(absl::Span<const float> x, size_t block_size, std::byte* out);
 void DequantizeInt8Scalar(const std::byte* in, size_t block_size, absl::Span<float> x);
 void Shuffle4Scalar(const std::byte* in, size_t count, std::byte* out);
 void Unshuffle4Scalar(const std::byte* in, size_t count, std::byte* out);
 size_t FindOverflowScalar(absl::Span<const float> x, uint32_t overflow_abs_bits);
-
-size_t QuantizeInt8Avx2(absl::Span<const float> x, size_t block_size, std::byte* out);
-void DequantizeInt8Avx2(const std::byte* in, size_t block_size, absl::Span<float> x);
-void Shuffle4Avx2(const std::byte* in, size_t count, std::byte* out);
-void Unshuffle4Avx2(const std::byte* in, size_t count, std::byte* out);
-size_t FindOverflowAvx2(absl::Span<const float> x, uint32_t overflow_abs_bits);
-
-size_t QuantizeInt8Avx512(absl::Span<const float> x, size_t block_size, std::byte* out);
-void DequantizeInt8Avx512(const std::byte* in, size_t block_size, absl::Span<float> x);
-size_t FindOverflowAvx512(absl::Span<const float> x, uint32_t overflow_abs_bits);
 
 // Scalar helpers the vector paths use for their tails.
 inline uint32_t FloatBits(float f) {
@@ -140,6 +141,9 @@ inline int8_t QuantizeOne(float x, float inv) {
   float q = std::nearbyint(x * inv);
   q = q > 127.0f ? 127.0f : (q < -127.0f ? -127.0f : q);
   return static_cast<int8_t>(q);
+}
+inline float DequantizeOne(std::byte code, float scale) {
+  return static_cast<float>(static_cast<int8_t>(code)) * scale;
 }
 
 }  // namespace codecs_internal

@@ -1,11 +1,9 @@
-// Scalar reference kernels, the CPU detection and the per-ISA table.
+// The scalar reference kernels (Isa::kScalar).
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
-#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "offload/codecs/internal/kernels.h"
 
@@ -39,9 +37,7 @@ void DequantizeInt8Scalar(const std::byte* in, size_t block_size, absl::Span<flo
     std::memcpy(&scale, in, sizeof(scale));
     in += sizeof(scale);
     float* p = x.data() + begin;
-    for (size_t i = 0; i < len; ++i) {
-      p[i] = static_cast<float>(static_cast<int8_t>(in[i])) * scale;
-    }
+    for (size_t i = 0; i < len; ++i) p[i] = DequantizeOne(in[i], scale);
     in += len;
   }
 }
@@ -63,25 +59,6 @@ size_t FindOverflowScalar(absl::Span<const float> x, uint32_t overflow_abs_bits)
     if (Overflows(x[i], overflow_abs_bits)) return i;
   }
   return x.size();
-}
-
-const Kernels& KernelsFor(Isa isa) {
-  static constexpr Kernels kScalar = {&QuantizeInt8Scalar, &DequantizeInt8Scalar, &Shuffle4Scalar,
-                                      &Unshuffle4Scalar, &FindOverflowScalar};
-  static constexpr Kernels kAvx2 = {&QuantizeInt8Avx2, &DequantizeInt8Avx2, &Shuffle4Avx2,
-                                    &Unshuffle4Avx2, &FindOverflowAvx2};
-  // The AVX2 byte shuffle already runs at L2/DRAM speed (README.md); AVX-512 reuses it.
-  static constexpr Kernels kAvx512 = {&QuantizeInt8Avx512, &DequantizeInt8Avx512, &Shuffle4Avx2,
-                                      &Unshuffle4Avx2, &FindOverflowAvx512};
-  switch (isa) {
-    case Isa::kAvx2:
-      return kAvx2;
-    case Isa::kAvx512:
-      return kAvx512;
-    case Isa::kScalar:
-      break;
-  }
-  return kScalar;
 }
 
 }  // namespace codecs_internal

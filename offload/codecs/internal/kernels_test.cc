@@ -1,5 +1,6 @@
 #include "offload/codecs/internal/kernels.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
@@ -206,10 +207,81 @@ TEST_P(KernelsTest, FindOverflowMatchesScalar) {
   }
 }
 
+// Guarded is an output span of `count` elements, `offset` elements into a buffer, with
+// guard bytes on both sides that a kernel must leave as they are.
+template <typename T>
+class Guarded {
+ public:
+  Guarded(size_t count, size_t offset) : count_(count), begin_(kGuard + offset) {
+    buffer_.resize(begin_ + count + kGuard);
+    std::memset(static_cast<void*>(buffer_.data()), kGuardByte, buffer_.size() * sizeof(T));
+  }
+  absl::Span<T> span() { return absl::MakeSpan(buffer_).subspan(begin_, count_); }
+  // GuardsIntact returns whether every byte outside span() still holds kGuardByte.
+  bool GuardsIntact() const {
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(buffer_.data());
+    for (size_t i = 0; i < buffer_.size() * sizeof(T); ++i) {
+      const bool inside = i >= begin_ * sizeof(T) && i < (begin_ + count_) * sizeof(T);
+      if (!inside && bytes[i] != kGuardByte) return false;
+    }
+    return true;
+  }
+
+ private:
+  static constexpr size_t kGuard = 64;
+  static constexpr unsigned char kGuardByte = 0xA5;
+  size_t count_;
+  size_t begin_;
+  std::vector<T> buffer_;
+};
+
+TEST_P(KernelsTest, WritesNothingOutsideTheOutputSpan) {
+  // Inputs are exact-size vectors and subspans, so a read past them is a heap overflow
+  // that --config=asan reports; this test checks the writes.
+  for (size_t offset : {0u, 1u}) {
+    for (size_t n : Sizes()) {
+      SCOPED_TRACE(absl::StrCat("n ", n, " offset ", offset));
+      const std::vector<float> x = MixedInput(n, 11);
+      for (size_t block : {32u, 256u}) {
+        Guarded<std::byte> enc(Int8Bytes(n, block), offset);
+        ASSERT_EQ(kernels().quantize_int8(x, block, enc.span().data()), kAllFinite);
+        EXPECT_TRUE(enc.GuardsIntact()) << "quantize_int8, block " << block;
+        Guarded<float> dec(n, offset);
+        kernels().dequantize_int8(enc.span().data(), block, dec.span());
+        EXPECT_TRUE(dec.GuardsIntact()) << "dequantize_int8, block " << block;
+      }
+      const auto bytes = absl::MakeConstSpan(reinterpret_cast<const std::byte*>(x.data()), 4 * n);
+      Guarded<std::byte> shuffled(4 * n, offset);
+      kernels().shuffle4(bytes.data(), n, shuffled.span().data());
+      EXPECT_TRUE(shuffled.GuardsIntact()) << "shuffle4";
+      Guarded<std::byte> unshuffled(4 * n, offset);
+      kernels().unshuffle4(shuffled.span().data(), n, unshuffled.span().data());
+      EXPECT_TRUE(unshuffled.GuardsIntact()) << "unshuffle4";
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), unshuffled.span().begin()));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, KernelsTest, ::testing::ValuesIn(AllIsas()),
                          [](const ::testing::TestParamInfo<Isa>& param_info) {
                            return std::string(IsaName(param_info.param));
                          });
+
+TEST(Int8ScaleTest, KeepsEveryCodeWithin127) {
+  // The vector quantizers leave out QuantizeOne's clamp because absmax * inv, the largest
+  // |x * inv| of a block, stays below 127.5 (kernels.cc).
+  std::vector<float> absmaxes = {FLT_MAX, std::nextafter(FLT_MAX, 0.0f), 3.0e38f, FLT_MIN,
+                                 127.0f * FLT_MIN, std::nextafter(127.0f * FLT_MIN, 0.0f),
+                                 std::numeric_limits<float>::denorm_min(), 1.0f, 127.0f};
+  std::mt19937 rng(21);
+  for (int i = 0; i < 1'000'000; ++i) absmaxes.push_back(BitsToFloat(1 + rng() % 0x7F7FFFFFu));
+  for (float absmax : absmaxes) {
+    float scale;
+    float inv;
+    Int8Scale(absmax, &scale, &inv);
+    ASSERT_LT(absmax * inv, 127.5f) << "absmax " << absmax << " scale " << scale;
+  }
+}
 
 TEST(IsaTest, ActiveIsaIsSupported) {
   EXPECT_TRUE(IsaSupported(ActiveIsa()));

@@ -69,7 +69,7 @@ absl::StatusOr<Request> NcclEndpoint::Post(bool send, int peer, Tag tag, std::by
                                            size_t bytes) {
   if (peer < 0 || peer >= size()) {
     return absl::InvalidArgumentError(absl::StrCat("nccl rank ", rank(), ": ",
-                                                   send ? "send to" : "receive from", " rank ",
+                                                   send ? "send to" : "receive from", " peer ",
                                                    peer, " is outside [0, ", size(), ")"));
   }
   LOOM_RETURN_IF_ERROR(comm_->health());
