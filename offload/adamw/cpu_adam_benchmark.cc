@@ -47,6 +47,7 @@
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "offload/adamw/cpu_adamw.h"
 #include "core/internal/helper_team.h"
@@ -298,8 +299,8 @@ void BM_Naive(benchmark::State& state) {
 
 enum class Copy { kNone, kBF16 };
 
-void BM_Fused(benchmark::State& state, Isa isa, StateFormat format, Copy copy) {
-  if (!IsaSupported(isa)) return state.SkipWithError("this CPU lacks the ISA");
+void BM_Fused(benchmark::State& state, CpuIsa isa, StateFormat format, Copy copy) {
+  if (!CpuSupports(isa)) return state.SkipWithError("this CPU lacks the ISA");
   const int64_t n = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   Arrays* a = ArraysFor(n);
@@ -435,23 +436,23 @@ BENCHMARK_CAPTURE(BM_Bound, plain, false)->Apply(AllSizes);
 BENCHMARK_CAPTURE(BM_Bound, prefetch, true)->Apply(AllSizes);
 BENCHMARK(BM_Triad)->Apply(AllSizes);
 BENCHMARK(BM_Naive)->Apply(AllSizes);
-BENCHMARK_CAPTURE(BM_Fused, scalar_f32, Isa::kScalar, StateFormat::kF32, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, scalar_f32, CpuIsa::kScalar, StateFormat::kF32, Copy::kNone)
     ->Apply(CommonSizes);
-BENCHMARK_CAPTURE(BM_Fused, avx2_f32, Isa::kAvx2, StateFormat::kF32, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, avx2_f32, CpuIsa::kAvx2, StateFormat::kF32, Copy::kNone)
     ->Apply(CommonSizes);
-BENCHMARK_CAPTURE(BM_Fused, avx512_f32, Isa::kAvx512, StateFormat::kF32, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, avx512_f32, CpuIsa::kAvx512, StateFormat::kF32, Copy::kNone)
     ->Apply(AllSizes);
-BENCHMARK_CAPTURE(BM_Fused, avx512_f32_bf16copy, Isa::kAvx512, StateFormat::kF32, Copy::kBF16)
+BENCHMARK_CAPTURE(BM_Fused, avx512_f32_bf16copy, CpuIsa::kAvx512, StateFormat::kF32, Copy::kBF16)
     ->Apply(CommonSizes);
-BENCHMARK_CAPTURE(BM_Fused, avx2_bf16state, Isa::kAvx2, StateFormat::kBF16, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, avx2_bf16state, CpuIsa::kAvx2, StateFormat::kBF16, Copy::kNone)
     ->Apply(CommonSizes);
-BENCHMARK_CAPTURE(BM_Fused, avx512_bf16state, Isa::kAvx512, StateFormat::kBF16, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, avx512_bf16state, CpuIsa::kAvx512, StateFormat::kBF16, Copy::kNone)
     ->Apply(CommonSizes);
-BENCHMARK_CAPTURE(BM_Fused, avx2_8bitstate, Isa::kAvx2, StateFormat::kBlockwise8, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, avx2_8bitstate, CpuIsa::kAvx2, StateFormat::kBlockwise8, Copy::kNone)
     ->Apply(CommonSizes);
-BENCHMARK_CAPTURE(BM_Fused, avx512_8bitstate, Isa::kAvx512, StateFormat::kBlockwise8, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, avx512_8bitstate, CpuIsa::kAvx512, StateFormat::kBlockwise8, Copy::kNone)
     ->Apply(CommonSizes);
-BENCHMARK_CAPTURE(BM_Fused, scalar_8bitstate, Isa::kScalar, StateFormat::kBlockwise8, Copy::kNone)
+BENCHMARK_CAPTURE(BM_Fused, scalar_8bitstate, CpuIsa::kScalar, StateFormat::kBlockwise8, Copy::kNone)
     ->Apply(CommonSizes);
 
 }  // namespace

@@ -40,21 +40,32 @@ namespace {
 constexpr int kMaxThreads = 256;
 
 // The ISA ceiling of SetIsaCeilingForTesting; kAvx512 (no ceiling) outside tests.
-std::atomic<Isa> isa_ceiling{Isa::kAvx512};
+std::atomic<CpuIsa> isa_ceiling{CpuIsa::kAvx512};
 
-// What this CPU runs, as core/cpu_features.h detects it for every package's kernels
-// (its kAvx512 includes the AVX-512CD these kernels are built with).
-bool CpuSupports(Isa isa) {
+bool KnownIsa(CpuIsa isa) {
   switch (isa) {
-    case Isa::kAuto:
-    case Isa::kScalar:
+    case CpuIsa::kScalar:
+    case CpuIsa::kAvx2:
+    case CpuIsa::kAvx512:
       return true;
-    case Isa::kAvx2:
-      return loom::CpuSupports(CpuIsa::kAvx2);
-    case Isa::kAvx512:
-      return loom::CpuSupports(CpuIsa::kAvx512);
   }
   return false;
+}
+
+// Runs: whether AdamWStep may run `isa`'s kernels here: the CPU runs them
+// (core/cpu_features.h, as for every package's kernels) and no test ceiling hides them.
+bool Runs(CpuIsa isa) {
+  if (isa == CpuIsa::kScalar) return true;
+  if (static_cast<int>(isa) > static_cast<int>(isa_ceiling.load(std::memory_order_relaxed))) {
+    return false;
+  }
+  return CpuSupports(isa);
+}
+
+CpuIsa FastestRunnable() {
+  return Runs(CpuIsa::kAvx512) ? CpuIsa::kAvx512
+         : Runs(CpuIsa::kAvx2) ? CpuIsa::kAvx2
+                               : CpuIsa::kScalar;
 }
 
 size_t ElementBytes(StateFormat format) {
@@ -76,26 +87,14 @@ absl::Status OutOfRange(absl::string_view field, float value, absl::string_view 
       absl::StrCat("AdamWHyper: ", field, " is ", value, "; it must be ", range));
 }
 
-const ai::TileKernels& KernelsFor(Isa isa) {
+const ai::TileKernels& KernelsFor(CpuIsa isa) {
   static constexpr ai::TileKernels kScalar = {&ai::StepF32Scalar, &ai::StepBF16Scalar,
                                               &ai::StepBlockwise8Scalar};
-  static constexpr ai::TileKernels kAvx2 = {&ai::StepF32Avx2, &ai::StepBF16Avx2,
-                                            &ai::StepBlockwise8Avx2};
-  static constexpr ai::TileKernels kAvx512 = {&ai::StepF32Avx512, &ai::StepBF16Avx512,
-                                              &ai::StepBlockwise8Avx512};
-  switch (isa) {
-    case Isa::kAvx2:
-      return kAvx2;
-    case Isa::kAvx512:
-      return kAvx512;
-    case Isa::kAuto:
-    case Isa::kScalar:
-      break;
-  }
-  return kScalar;
+  const ai::TileKernels* simd = ai::SimdTileKernels(isa);
+  return simd != nullptr ? *simd : kScalar;
 }
 
-ai::TileKernel KernelFor(Isa isa, StateFormat format) {
+ai::TileKernel KernelFor(CpuIsa isa, StateFormat format) {
   const ai::TileKernels& kernels = KernelsFor(isa);
   switch (format) {
     case StateFormat::kF32:
@@ -162,20 +161,17 @@ absl::Status CheckOptions(const AdamWOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("AdamWStep: tile is ", options.tile, "; it must be at least 1"));
   }
-  switch (options.isa) {
-    case Isa::kAuto:
-    case Isa::kScalar:
-    case Isa::kAvx2:
-    case Isa::kAvx512:
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("AdamWStep: unknown isa ", static_cast<int>(options.isa)));
+  if (!options.isa.has_value()) return absl::OkStatus();
+  const CpuIsa isa = *options.isa;
+  if (!KnownIsa(isa)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdamWStep: unknown isa ", static_cast<int>(isa)));
   }
-  if (!IsaSupported(options.isa)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "AdamWStep: isa ", IsaName(options.isa),
-        " is not supported by this CPU (the fastest supported is ", IsaName(SupportedIsa()), ")"));
+  if (!Runs(isa)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("AdamWStep: isa ", CpuIsaName(isa),
+                     " is not supported by this CPU (the fastest supported is ",
+                     CpuIsaName(FastestRunnable()), ")"));
   }
   return absl::OkStatus();
 }
@@ -222,33 +218,6 @@ absl::Status ValidateAdamWHyper(const AdamWHyper& h) {
   return absl::OkStatus();
 }
 
-absl::string_view IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kAuto:
-      return "auto";
-    case Isa::kScalar:
-      return "scalar";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-  }
-  return "unknown";
-}
-
-bool IsaSupported(Isa isa) {
-  if (isa == Isa::kAuto || isa == Isa::kScalar) return true;
-  const Isa ceiling = isa_ceiling.load(std::memory_order_relaxed);
-  if (static_cast<int>(isa) > static_cast<int>(ceiling)) return false;
-  return CpuSupports(isa);
-}
-
-Isa SupportedIsa() {
-  return IsaSupported(Isa::kAvx512) ? Isa::kAvx512
-         : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
-                                    : Isa::kScalar;
-}
-
 namespace adamw_internal {
 
 // The per-step constants, each computed in double and rounded to float once.
@@ -270,7 +239,7 @@ StepConstants DeriveStepConstants(const AdamWHyper& h) {
   return c;
 }
 
-void SetIsaCeilingForTesting(Isa ceiling) { isa_ceiling.store(ceiling); }
+void SetIsaCeilingForTesting(CpuIsa ceiling) { isa_ceiling.store(ceiling); }
 }  // namespace adamw_internal
 
 absl::string_view StateFormatName(StateFormat format) {
@@ -432,7 +401,7 @@ absl::Status AdamWStep(const AdamWHyper& hyper, absl::Span<float> params,
   }
   if (absl::Status status = CheckOptions(options); !status.ok()) return status;
 
-  const Isa isa = options.isa == Isa::kAuto ? SupportedIsa() : options.isa;
+  const CpuIsa isa = options.isa.value_or(FastestRunnable());
   const ai::TileKernel kernel = KernelFor(isa, state.format());
   const ai::StepConstants constants = ai::DeriveStepConstants(hyper);
   const bool blockwise = state.format() == StateFormat::kBlockwise8;

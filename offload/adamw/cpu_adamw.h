@@ -1,8 +1,9 @@
 // A fused CPU AdamW step for optimizer state kept in host memory (ZeRO-Offload style): one
 // pass per element that reads the fp32 param, the fp32 grad and the moments m and v, and
 // writes the param, m, v and, optionally, a bf16 or f16 copy of the new param for the
-// accelerator. Runtime-dispatched AVX-512 / AVX2 / scalar kernels give the same bits; tiles
-// spread over threads give the same bits at any thread count.
+// accelerator. Runtime-dispatched AVX-512 / AVX2 kernels (written once with Highway) and
+// the scalar reference give the same bits; tiles spread over threads give the same bits at
+// any thread count.
 //
 // The moments can be stored as f32, bf16, or 8-bit blockwise codes with a per-block absmax
 // and a dynamic (non-linear) code map (blockwise8.h), decoded and re-encoded inside the
@@ -15,14 +16,14 @@
 //   hyper.step = 1;            // 1 on the first call, then 2, 3, ...
 //   hyper.grad_scale = clip_factor / loss_scale;
 //   AdamWOptions options;
-//   options.threads = 4;       // isa: Isa::kAuto, the fastest this CPU has
+//   options.threads = 4;       // isa unset: the fastest this CPU has
 //   std::vector<BFloat16> device_copy(params.size());
 //   LOOM_RETURN_IF_ERROR(AdamWStep(hyper, absl::MakeSpan(params), grads, state, options,
 //                                  absl::MakeSpan(device_copy)));
 //   hyper.beta1 = 1.5f;
 //   AdamWStep(hyper, ...);
 //   // InvalidArgument: "AdamWHyper: beta1 is 1.5; it must be in [0, 1)"
-//   options.isa = Isa::kAvx512;
+//   options.isa = CpuIsa::kAvx512;
 //   AdamWStep(..., options);   // on a CPU without AVX-512:
 //   // FailedPrecondition: "AdamWStep: isa avx512 is not supported by this CPU ..."
 #ifndef LOOM_OFFLOAD_ADAMW_CPU_ADAMW_H_
@@ -30,12 +31,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "offload/adamw/blockwise8.h"
 
@@ -57,23 +60,6 @@ struct AdamWHyper {
 // ValidateAdamWHyper returns InvalidArgument naming the first field out of range and its
 // value (NaN is out of every range), OK otherwise.
 absl::Status ValidateAdamWHyper(const AdamWHyper& hyper);
-
-// Isa: which kernels run.
-enum class Isa {
-  kAuto,    // SupportedIsa()
-  kScalar,  // plain C++, one element at a time; the reference
-  kAvx2,    // AVX2 + F16C, 8 lanes
-  kAvx512,  // AVX-512F + AVX-512BW + AVX-512CD + F16C, 16 lanes
-};
-
-// IsaName returns "auto", "scalar", "avx2" or "avx512".
-absl::string_view IsaName(Isa isa);
-
-// IsaSupported returns whether this CPU and OS run `isa` (kAuto and kScalar: always).
-bool IsaSupported(Isa isa);
-
-// SupportedIsa returns the fastest supported ISA: kAvx512, kAvx2 or kScalar.
-Isa SupportedIsa();
 
 // StateFormat: how m and v are stored.
 enum class StateFormat {
@@ -134,7 +120,9 @@ class AdamWState {
 
 // AdamWOptions: how a step runs. None of them changes the result's bits.
 struct AdamWOptions {
-  Isa isa = Isa::kAuto;
+  // Which kernels run (core/cpu_features.h): unset picks the fastest this CPU runs,
+  // BestCpuIsa(); CpuIsa::kScalar is the reference.
+  std::optional<CpuIsa> isa;
   // Threads working on the tiles, the caller included (1 runs inline; more use the
   // calling thread's own parked helpers, core's thread team, which also runs a training
   // rank's other passes: core/parallel_for.h). In [1, 256].
@@ -183,8 +171,8 @@ class HalfCopy {
 //
 // Returns, changing nothing: InvalidArgument for bad hyperparameters (ValidateAdamWHyper),
 // spans whose sizes differ from each other or from state.count(), params overlapping grads
-// or the half copy, or options out of range; FailedPrecondition if options.isa is not
-// supported by this CPU.
+// or the half copy, or options out of range (an isa outside CpuIsa); FailedPrecondition if
+// options.isa is not supported by this CPU (CpuSupports).
 absl::Status AdamWStep(const AdamWHyper& hyper, absl::Span<float> params,
                        absl::Span<const float> grads, AdamWState& state,
                        const AdamWOptions& options = {}, HalfCopy half_copy = {});

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -23,7 +24,7 @@
 
 namespace loom {
 
-void PrintTo(Isa isa, std::ostream* os) { *os << IsaName(isa); }
+void PrintTo(CpuIsa isa, std::ostream* os) { *os << CpuIsaName(isa); }
 void PrintTo(StateFormat format, std::ostream* os) { *os << StateFormatName(format); }
 
 namespace {
@@ -83,7 +84,7 @@ struct Result {
 
 enum class Half { kNone, kBF16, kF16 };
 
-Result RunSteps(const Problem& problem, StateFormat format, int64_t block_size, Isa isa,
+Result RunSteps(const Problem& problem, StateFormat format, int64_t block_size, CpuIsa isa,
                 int threads, int64_t tile, Half half, int64_t first_step, int steps) {
   const size_t n = problem.params.size();
   Result r;
@@ -211,7 +212,7 @@ TEST_P(ScalarVsDoubleTest, WithinStatedBound) {
   const size_t n = 20000;
   const Problem problem = MakeProblem(n, 11);
   const Result r =
-      RunSteps(problem, StateFormat::kF32, 2048, Isa::kScalar, 1, 16384, Half::kNone, step, 1);
+      RunSteps(problem, StateFormat::kF32, 2048, CpuIsa::kScalar, 1, 16384, Half::kNone, step, 1);
   const AdamWHyper h = TestHyper(step);
   const double u = std::ldexp(1.0, -24);
   double worst_p = 0;
@@ -251,7 +252,7 @@ TEST(ScalarVsDoubleTest, ZeroWeightDecayAndUnitScaleAreExactNoOps) {
   LOOM_ASSERT_OK_AND_ASSIGN(AdamWState state, AdamWState::Create(1000));
   LOOM_ASSERT_OK(state.WriteMoments(problem.m, problem.v));
   AdamWOptions options;
-  options.isa = Isa::kScalar;
+  options.isa = CpuIsa::kScalar;
   LOOM_ASSERT_OK(AdamWStep(h, absl::MakeSpan(params), problem.grads, state, options));
   const double bc1 = 1.0 - std::pow(static_cast<double>(0.9f), 5.0);
   const double bc2 = 1.0 - std::pow(static_cast<double>(0.999f), 5.0);
@@ -269,14 +270,14 @@ TEST(ScalarVsDoubleTest, ZeroWeightDecayAndUnitScaleAreExactNoOps) {
 // -------------------------------------------------------------------------------------
 // Every ISA against the scalar path, bit for bit.
 
-class IsaTest : public ::testing::TestWithParam<std::tuple<Isa, StateFormat>> {
+class IsaTest : public ::testing::TestWithParam<std::tuple<CpuIsa, StateFormat>> {
  protected:
   void SetUp() override {
-    if (!IsaSupported(isa())) {
-      GTEST_SKIP() << "this CPU lacks " << IsaName(isa());
+    if (!CpuSupports(isa())) {
+      GTEST_SKIP() << "this CPU lacks " << CpuIsaName(isa());
     }
   }
-  Isa isa() const { return std::get<0>(GetParam()); }
+  CpuIsa isa() const { return std::get<0>(GetParam()); }
   StateFormat format() const { return std::get<1>(GetParam()); }
 };
 
@@ -286,10 +287,10 @@ TEST_P(IsaTest, BitwiseEqualToScalar) {
     for (const int64_t block_size : {256, 2048}) {
       if (format() != StateFormat::kBlockwise8 && block_size != 2048) continue;
       const Problem problem = MakeProblem(count, static_cast<uint32_t>(count) + 1);
-      const std::string what = absl::StrCat(IsaName(isa()), " ", StateFormatName(format()),
+      const std::string what = absl::StrCat(CpuIsaName(isa()), " ", StateFormatName(format()),
                                             " count ", count, " block ", block_size);
       const Result scalar =
-          RunSteps(problem, format(), block_size, Isa::kScalar, 1, 16384, Half::kNone, 1, 3);
+          RunSteps(problem, format(), block_size, CpuIsa::kScalar, 1, 16384, Half::kNone, 1, 3);
       const Result vector =
           RunSteps(problem, format(), block_size, isa(), 1, 16384, Half::kNone, 1, 3);
       ExpectSameResult(scalar, vector, what);
@@ -302,9 +303,9 @@ TEST_P(IsaTest, HalfCopyBitwiseEqualToScalar) {
     for (const Half half : {Half::kBF16, Half::kF16}) {
       const Problem problem = MakeProblem(count, static_cast<uint32_t>(count) + 100);
       const std::string what =
-          absl::StrCat(IsaName(isa()), " ", StateFormatName(format()), " count ", count,
+          absl::StrCat(CpuIsaName(isa()), " ", StateFormatName(format()), " count ", count,
                        half == Half::kBF16 ? " bf16" : " f16", " copy");
-      const Result scalar = RunSteps(problem, format(), 256, Isa::kScalar, 1, 16384, half, 7, 2);
+      const Result scalar = RunSteps(problem, format(), 256, CpuIsa::kScalar, 1, 16384, half, 7, 2);
       const Result vector = RunSteps(problem, format(), 256, isa(), 1, 16384, half, 7, 2);
       ExpectSameResult(scalar, vector, what);
       // The copy is the rounded param, as core/half.h rounds it.
@@ -355,14 +356,14 @@ TEST_P(IsaTest, NonFiniteGradientGivesNonFiniteParamOnEveryPath) {
   }
 }
 
-std::string IsaFormatName(const ::testing::TestParamInfo<std::tuple<Isa, StateFormat>>& param) {
-  return absl::StrCat(IsaName(std::get<0>(param.param)), "_",
+std::string IsaFormatName(const ::testing::TestParamInfo<std::tuple<CpuIsa, StateFormat>>& param) {
+  return absl::StrCat(CpuIsaName(std::get<0>(param.param)), "_",
                       StateFormatName(std::get<1>(param.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, IsaTest,
-                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2,
-                                                              Isa::kAvx512),
+                         ::testing::Combine(::testing::Values(CpuIsa::kScalar, CpuIsa::kAvx2,
+                                                              CpuIsa::kAvx512),
                                             ::testing::Values(StateFormat::kF32, StateFormat::kBF16,
                                                               StateFormat::kBlockwise8)),
                          IsaFormatName);
@@ -549,7 +550,7 @@ TEST_F(AdamWStepErrorTest, BadOptions) {
       AdamWStep({}, absl::MakeSpan(params_), problem_.grads, *state_, options),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tile is 0; it must be at least 1")));
   options.tile = 1;
-  options.isa = static_cast<Isa>(7);
+  options.isa = static_cast<CpuIsa>(7);
   EXPECT_THAT(AdamWStep({}, absl::MakeSpan(params_), problem_.grads, *state_, options),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown isa 7")));
   ExpectUnchanged();
@@ -571,31 +572,30 @@ TEST_F(AdamWStepErrorTest, Overlap) {
 
 TEST_F(AdamWStepErrorTest, UnsupportedIsaIsFailedPrecondition) {
   // On this CPU, where the ISAs are missing; then, whatever the CPU, with the ceiling.
-  for (const Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
-    if (IsaSupported(isa)) continue;
+  for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (CpuSupports(isa)) continue;
     AdamWOptions options;
     options.isa = isa;
     EXPECT_THAT(AdamWStep({}, absl::MakeSpan(params_), problem_.grads, *state_, options),
                 StatusIs(absl::StatusCode::kFailedPrecondition,
-                         HasSubstr(absl::StrCat("AdamWStep: isa ", IsaName(isa),
+                         HasSubstr(absl::StrCat("AdamWStep: isa ", CpuIsaName(isa),
                                                 " is not supported by this CPU"))));
   }
-  adamw_internal::SetIsaCeilingForTesting(Isa::kScalar);
-  EXPECT_EQ(SupportedIsa(), Isa::kScalar);
+  adamw_internal::SetIsaCeilingForTesting(CpuIsa::kScalar);
   AdamWOptions options;
-  options.isa = Isa::kAvx512;
+  options.isa = CpuIsa::kAvx512;
   EXPECT_THAT(AdamWStep({}, absl::MakeSpan(params_), problem_.grads, *state_, options),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("AdamWStep: isa avx512 is not supported by this CPU (the "
                                  "fastest supported is scalar)")));
-  options.isa = Isa::kAvx2;
+  options.isa = CpuIsa::kAvx2;
   EXPECT_THAT(AdamWStep({}, absl::MakeSpan(params_), problem_.grads, *state_, options),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("isa avx2")));
   ExpectUnchanged();
-  // kAuto falls back to what is there.
-  options.isa = Isa::kAuto;
+  // An unset isa falls back to what is there.
+  options.isa.reset();
   EXPECT_THAT(AdamWStep({}, absl::MakeSpan(params_), problem_.grads, *state_, options), IsOk());
-  adamw_internal::SetIsaCeilingForTesting(Isa::kAvx512);
+  adamw_internal::SetIsaCeilingForTesting(CpuIsa::kAvx512);
 }
 
 TEST(AdamWStateErrorTest, CreateAndMomentErrors) {
@@ -622,17 +622,6 @@ TEST(AdamWStateErrorTest, CreateAndMomentErrors) {
   EXPECT_THAT(state.WriteMoments(m, v),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("AdamWState::WriteMoments: m has 10 and v has 9")));
-}
-
-TEST(IsaNameTest, Names) {
-  EXPECT_EQ(IsaName(Isa::kAuto), "auto");
-  EXPECT_EQ(IsaName(Isa::kScalar), "scalar");
-  EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
-  EXPECT_EQ(IsaName(Isa::kAvx512), "avx512");
-  EXPECT_TRUE(IsaSupported(Isa::kAuto));
-  EXPECT_TRUE(IsaSupported(Isa::kScalar));
-  EXPECT_TRUE(IsaSupported(SupportedIsa()));
-  EXPECT_NE(SupportedIsa(), Isa::kAuto);
 }
 
 }  // namespace

@@ -3,15 +3,16 @@
 #ifndef LOOM_OFFLOAD_ADAMW_INTERNAL_ISA_FOR_TESTING_H_
 #define LOOM_OFFLOAD_ADAMW_INTERNAL_ISA_FOR_TESTING_H_
 
-#include "offload/adamw/cpu_adamw.h"
+#include "core/cpu_features.h"
 
 namespace loom {
 namespace adamw_internal {
 
-// SetIsaCeilingForTesting makes IsaSupported report false for every ISA above `ceiling`
-// (kScalar < kAvx2 < kAvx512) until called again with kAvx512, and makes SupportedIsa /
-// kAuto pick the best one at or below it. Not thread-safe with concurrent AdamWStep calls.
-void SetIsaCeilingForTesting(Isa ceiling);
+// SetIsaCeilingForTesting makes AdamWStep treat every ISA above `ceiling` (kScalar <
+// kAvx2 < kAvx512) as unsupported until called again with kAvx512: naming one fails, and
+// an unset AdamWOptions::isa picks the best one at or below it. Not thread-safe with
+// concurrent AdamWStep calls.
+void SetIsaCeilingForTesting(CpuIsa ceiling);
 
 }  // namespace adamw_internal
 }  // namespace loom

@@ -1,5 +1,7 @@
 // The per-ISA tile kernels behind offload/adamw/cpu_adamw.h, exposed so that tests and
-// benchmarks can name each one. Callers outside this package use AdamWStep, which checks
+// benchmarks can name each one: the scalar reference (internal/adamw_scalar.cc) and the
+// vector kernels written once with Highway (internal/adamw_simd.cc), one table per
+// CpuIsa. Callers outside this package use AdamWStep, which checks
 // its arguments, splits the arrays into tiles and picks the ISA.
 //
 // Each kernel updates one tile in a single pass: it reads param, grad, m and v of an
@@ -8,15 +10,12 @@
 // in internal/adamw_scalar.cc), so every ISA gives the scalar kernel's bits. The 8-bit
 // kernel keeps a block's new m and v in an L1-resident scratch array between computing them
 // and encoding them (the block's scale is their absmax).
-//
-// This header is included by translation units compiled with -mavx2 / -mavx512f, so it
-// declares only plain structs (aggregates: no constructors, no inline functions) and
-// functions defined out of line. An inline function emitted by such a unit could be the
-// copy the linker keeps for callers on CPUs without that ISA.
 #ifndef LOOM_OFFLOAD_ADAMW_INTERNAL_KERNELS_H_
 #define LOOM_OFFLOAD_ADAMW_INTERNAL_KERNELS_H_
 
 #include <cstdint>
+
+#include "core/cpu_features.h"
 
 namespace loom {
 
@@ -78,13 +77,9 @@ void StepF32Scalar(const StepConstants& constants, const TileArgs& tile);
 void StepBF16Scalar(const StepConstants& constants, const TileArgs& tile);
 void StepBlockwise8Scalar(const StepConstants& constants, const TileArgs& tile);
 
-void StepF32Avx2(const StepConstants& constants, const TileArgs& tile);
-void StepBF16Avx2(const StepConstants& constants, const TileArgs& tile);
-void StepBlockwise8Avx2(const StepConstants& constants, const TileArgs& tile);
-
-void StepF32Avx512(const StepConstants& constants, const TileArgs& tile);
-void StepBF16Avx512(const StepConstants& constants, const TileArgs& tile);
-void StepBlockwise8Avx512(const StepConstants& constants, const TileArgs& tile);
+// SimdTileKernels returns the vector kernels of kAvx2 or kAvx512 (null for kScalar, and
+// where this compiler could not build the target). Only call them where CpuSupports(isa).
+const TileKernels* SimdTileKernels(CpuIsa isa);
 
 }  // namespace adamw_internal
 }  // namespace loom
