@@ -19,6 +19,7 @@
 #include "offload/adamw/blockwise8.h"
 #include "offload/adamw/internal/isa_for_testing.h"
 #include "offload/adamw/internal/kernels.h"
+#include "offload/adamw/internal/simd_tile_kernels.h"
 
 namespace loom {
 

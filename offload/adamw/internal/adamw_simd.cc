@@ -21,6 +21,7 @@
 #include "core/cpu_features.h"
 #include "offload/adamw/internal/code_tables.h"
 #include "offload/adamw/internal/kernels.h"
+#include "offload/adamw/internal/simd_tile_kernels.h"
 
 // Only the targets SimdTileKernels names (plus the static baseline, which
 // foreach_target.h always compiles): SSE4 and SSSE3 code would cost build time and never

@@ -1,8 +1,8 @@
 // The per-ISA tile kernels behind offload/adamw/cpu_adamw.h, exposed so that tests and
 // benchmarks can name each one: the scalar reference (internal/adamw_scalar.cc) and the
-// vector kernels written once with Highway (internal/adamw_simd.cc), one table per
-// CpuIsa. Callers outside this package use AdamWStep, which checks
-// its arguments, splits the arrays into tiles and picks the ISA.
+// vector kernels written once with Highway (internal/adamw_simd.cc, simd_tile_kernels.h).
+// Callers outside this package use AdamWStep, which checks its arguments, splits the
+// arrays into tiles and picks the ISA.
 //
 // Each kernel updates one tile in a single pass: it reads param, grad, m and v of an
 // element once and writes param, m, v (and the optional 16-bit copy of param) once. The
@@ -10,12 +10,13 @@
 // in internal/adamw_scalar.cc), so every ISA gives the scalar kernel's bits. The 8-bit
 // kernel keeps a block's new m and v in an L1-resident scratch array between computing them
 // and encoding them (the block's scale is their absmax).
+//
+// The GPU AdamW's nvcc build includes this header too, so it includes nothing but
+// <cstdint>.
 #ifndef LOOM_OFFLOAD_ADAMW_INTERNAL_KERNELS_H_
 #define LOOM_OFFLOAD_ADAMW_INTERNAL_KERNELS_H_
 
 #include <cstdint>
-
-#include "core/cpu_features.h"
 
 namespace loom {
 
@@ -76,10 +77,6 @@ struct TileKernels {
 void StepF32Scalar(const StepConstants& constants, const TileArgs& tile);
 void StepBF16Scalar(const StepConstants& constants, const TileArgs& tile);
 void StepBlockwise8Scalar(const StepConstants& constants, const TileArgs& tile);
-
-// SimdTileKernels returns the vector kernels of kAvx2 or kAvx512 (null for kScalar, and
-// where this compiler could not build the target). Only call them where CpuSupports(isa).
-const TileKernels* SimdTileKernels(CpuIsa isa);
 
 }  // namespace adamw_internal
 }  // namespace loom
