@@ -26,6 +26,15 @@ constexpr CodeTables MakeTables(int bits) {
     t.decode_offset[i] = static_cast<float>(Pow2(-4 * zl - 4 - l) * (15.0 - 14.0 * Pow2(l)));
     t.decode_slope[i] = static_cast<float>(15.0 * Pow2(-4 * zl - 4 - l));
   }
+  for (int e = 127 - 4 * bits; e <= 126; ++e) {
+    const int z = (126 - e) / 4;
+    t.encode_scale_by_exponent[e % 32] = t.encode_scale[z];
+    t.encode_offset_by_exponent[e % 32] = t.encode_offset[z];
+  }
+  for (int l = 0; l < bits; ++l) {
+    t.decode_offset_by_lzcnt[15 - l] = t.decode_offset[l];
+    t.decode_slope_by_lzcnt[15 - l] = t.decode_slope[l];
+  }
   return t;
 }
 

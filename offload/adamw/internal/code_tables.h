@@ -2,6 +2,10 @@
 // scalar and the vector kernels share: the vector kernels look them up with in-register
 // permutes (vpermps), the scalar code by index, so every path computes the same function
 // with the same operations.
+//
+// The AVX2 kernels look the 8-entry tables up with vpermps; the AVX-512 kernels use
+// copies indexed by what AVX-512 computes in one instruction (vplzcntd for decoding, the
+// exponent for encoding with vpermt2ps over 32 entries).
 #ifndef LOOM_OFFLOAD_ADAMW_INTERNAL_CODE_TABLES_H_
 #define LOOM_OFFLOAD_ADAMW_INTERNAL_CODE_TABLES_H_
 
@@ -9,10 +13,6 @@
 
 namespace loom {
 namespace adamw_internal {
-
-// Every table has 8 entries (indices 0..7), padded with zeros to the 16 lanes of an
-// AVX-512 vector so that a vector kernel loads it whole and looks entries up in registers.
-inline constexpr int kCodeTableLanes = 16;
 
 // CodeTables: one map of `bits` magnitude bits (7 signed, 8 unsigned).
 //
@@ -28,10 +28,17 @@ inline constexpr int kCodeTableLanes = 16;
 // Decoding code c with l = floor(log2 c) is exact:
 //   level(c) = decode_offset[l] + decode_slope[l] * c,   level(0) = 0.
 struct CodeTables {
-  float encode_scale[kCodeTableLanes];   // 2^(3z + bits - 1) * 16/15, rounded to float
-  float encode_offset[kCodeTableLanes];  // 2^(bits - 1 - z) / 15 - (2^(bits - 1 - z) - 1)
-  float decode_offset[kCodeTableLanes];  // 16^-z 2^(-4-l) (15 - 14 2^l), z = bits - 1 - l
-  float decode_slope[kCodeTableLanes];   // 15 16^-z 2^(-4-l) (exact)
+  float encode_scale[8];   // 2^(3z + bits - 1) * 16/15, rounded to float
+  float encode_offset[8];  // 2^(bits - 1 - z) / 15 - (2^(bits - 1 - z) - 1), rounded
+  // The same, indexed by the clamped exponent e mod 32 (AVX-512's two-table vpermt2ps).
+  float encode_scale_by_exponent[32];
+  float encode_offset_by_exponent[32];
+  float decode_offset[8];  // 16^-z 2^(-4-l) (15 - 14 2^l), z = bits - 1 - l (exact)
+  float decode_slope[8];   // 15 16^-z 2^(-4-l) (exact)
+  // The same, indexed by lzcnt32(c) mod 16 = 15 - l (AVX-512CD's vplzcntd); entry 0, where
+  // code 0 lands (lzcnt 32), is 0 so that it decodes to 0 without a mask.
+  float decode_offset_by_lzcnt[16];
+  float decode_slope_by_lzcnt[16];
 };
 
 // The exponent range that encoding clamps r's float exponent to.
