@@ -138,25 +138,9 @@ constexpr Kernels kAvx2 = {&N_AVX2::F32ToBF16, &N_AVX2::BF16ToF32, &N_AVX2::F32T
 constexpr Kernels kAvx512 = {&N_AVX3::F32ToBF16, &N_AVX3::BF16ToF32, &N_AVX3::F32ToF16,
                              &N_AVX3::F16ToF32};
 
-// HighwayTarget returns the Highway target that runs `isa`'s kernels (0 for scalar).
-int64_t HighwayTarget(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kScalar:
-      break;
-    case CpuIsa::kAvx2:
-      return HWY_AVX2;
-    case CpuIsa::kAvx512:
-      return HWY_AVX3;
-  }
-  return 0;
-}
-
 }  // namespace
 
-bool IsaSupported(CpuIsa isa) {
-  if (isa == CpuIsa::kScalar) return true;
-  return CpuSupports(isa) && (hwy::SupportedTargets() & HighwayTarget(isa)) != 0;
-}
+bool IsaSupported(CpuIsa isa) { return CpuSupports(isa); }
 
 CpuIsa ActiveIsa() {
   static const CpuIsa isa = IsaSupported(CpuIsa::kAvx512) ? CpuIsa::kAvx512

@@ -120,6 +120,15 @@ void DequantizeInt8(const std::byte* in, size_t block_size, absl::Span<float> x)
     const int8_t* codes = reinterpret_cast<const int8_t*>(in);
     float* p = x.data() + begin;
     size_t i = 0;
+    // Four vectors per iteration: one at a time ran 1.2x slower than the earlier
+    // hand-written AVX2 loop, which did 32 codes per iteration.
+    for (; i + 4 * kLanes <= len; i += 4 * kLanes) {
+      for (size_t k = 0; k < 4; ++k) {
+        const size_t j = i + k * kLanes;
+        const auto code = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, codes + j)));
+        hn::StoreU(hn::Mul(code, vscale), df, p + j);
+      }
+    }
     for (; i + kLanes <= len; i += kLanes) {
       const auto code = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, codes + i)));
       hn::StoreU(hn::Mul(code, vscale), df, p + i);
@@ -164,23 +173,29 @@ void Unshuffle4(const std::byte* in, size_t count, std::byte* out) {
   }
 }
 
+// A lane overflows when overflow_abs_bits <= |x|'s bits < Inf's: exactly when
+// |x|'s bits - overflow_abs_bits, wrapped to uint32, is below Inf's bits -
+// overflow_abs_bits (smaller values wrap above it, Inf and NaN stay above it). So the
+// vector pass keeps the unsigned minimum of that difference: two integer ops per vector
+// and no mask in the loop (AVX-512's compares into mask registers, two per vector, and
+// the mask ors had made the AVX3 pass slower than the AVX2 one).
 size_t FindOverflow(absl::Span<const float> x, uint32_t overflow_abs_bits) {
   const DF df;
-  const DI di;
-  // Signed compares are exact here: |x|'s bits are below 2^31.
-  const auto abs_mask = hn::Set(di, 0x7FFFFFFF);
-  const auto below = hn::Set(di, static_cast<int32_t>(overflow_abs_bits) - 1);
-  const auto inf = hn::Set(di, 0x7F800000);
+  const DU du;
+  const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  const auto threshold = hn::Set(du, overflow_abs_bits);
   const size_t vec_len = x.size() - x.size() % (2 * kLanes);
-  auto any = hn::FirstN(di, 0);
+  auto min0 = hn::Set(du, 0xFFFFFFFFu);
+  auto min1 = min0;
   for (size_t i = 0; i < vec_len; i += 2 * kLanes) {
-    const auto a = hn::And(hn::BitCast(di, hn::LoadU(df, x.data() + i)), abs_mask);
-    const auto b = hn::And(hn::BitCast(di, hn::LoadU(df, x.data() + i + kLanes)), abs_mask);
-    any = hn::Or(any, hn::And(hn::Gt(a, below), hn::Lt(a, inf)));
-    any = hn::Or(any, hn::And(hn::Gt(b, below), hn::Lt(b, inf)));
+    const auto a = hn::And(hn::BitCast(du, hn::LoadU(df, x.data() + i)), abs_mask);
+    const auto b = hn::And(hn::BitCast(du, hn::LoadU(df, x.data() + i + kLanes)), abs_mask);
+    min0 = hn::Min(min0, hn::Sub(a, threshold));
+    min1 = hn::Min(min1, hn::Sub(b, threshold));
   }
+  const uint32_t least = hn::GetLane(hn::MinOfLanes(du, hn::Min(min0, min1)));
   // The vector pass only says whether; the scalar one says where (rare: an error).
-  const size_t start = hn::AllFalse(di, any) ? vec_len : 0;
+  const size_t start = least < 0x7F800000u - overflow_abs_bits ? 0 : vec_len;
   return start + FindOverflowScalar(x.subspan(start), overflow_abs_bits);
 }
 
@@ -199,19 +214,7 @@ namespace codecs_internal {
 #error "Highway did not compile its AVX2 and AVX3 targets"
 #endif
 
-bool IsaSupported(Isa isa) {
-  // Highway's AVX3 also needs AVX-512 VL and DQ, which CpuSupports(kAvx512) does not
-  // check; its AVX2 needs BMI2 and FMA beside AVX2 and F16C.
-  switch (isa) {
-    case Isa::kScalar:
-      return true;
-    case Isa::kAvx2:
-      return CpuSupports(isa) && (hwy::SupportedTargets() & HWY_AVX2) != 0;
-    case Isa::kAvx512:
-      return CpuSupports(isa) && (hwy::SupportedTargets() & HWY_AVX3) != 0;
-  }
-  return false;
-}
+bool IsaSupported(Isa isa) { return CpuSupports(isa); }
 
 Isa ActiveIsa() {
   static const Isa isa = IsaSupported(Isa::kAvx512) ? Isa::kAvx512

@@ -38,9 +38,8 @@ using Isa = CpuIsa;
 inline absl::Span<const Isa> AllIsas() { return AllCpuIsas(); }
 inline absl::string_view IsaName(Isa isa) { return CpuIsaName(isa); }
 
-// IsaSupported returns whether `isa`'s kernels run here: CpuSupports(isa) and, for the
-// vector ISAs, Highway's target for it (its AVX3, behind kAvx512, also needs AVX-512 VL
-// and DQ, which CpuSupports does not check).
+// IsaSupported returns whether `isa`'s kernels run here: CpuSupports(isa), which holds
+// each level to Highway's target for it (core/cpu_features.h).
 bool IsaSupported(Isa isa);
 
 // ActiveIsa returns the fastest supported Isa; codec.cc runs its kernels.
