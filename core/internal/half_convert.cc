@@ -21,8 +21,8 @@
 #include "core/half.h"
 #include "core/internal/half_convert.h"
 
-// Compile the AVX2 and AVX3 targets whatever the baseline (-march) is; SSSE3 and SSE4
-// would carry no kernels. Dispatch goes through CpuIsa below, not HWY_DYNAMIC_DISPATCH.
+// The AVX2 and AVX3 passes, whatever -march says (core/internal/simd_dispatch.h);
+// dispatch goes through CpuIsa below, not HWY_DYNAMIC_DISPATCH.
 #define HWY_COMPILE_ALL_ATTAINABLE
 #define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4)
 #undef HWY_TARGET_INCLUDE
@@ -115,6 +115,9 @@ void F16ToF32(absl::Span<const Float16> src, absl::Span<float> dst) {
   });
 }
 
+extern const Kernels kKernels;
+const Kernels kKernels = {&F32ToBF16, &BF16ToF32, &F32ToF16, &F16ToF32};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace half_convert_internal
@@ -122,21 +125,14 @@ void F16ToF32(absl::Span<const Float16> src, absl::Span<float> dst) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "core/internal/simd_dispatch.h"
+
 namespace loom {
 namespace half_convert_internal {
 namespace {
 
-// Both vector targets are attainable on every x86-64 compiler Loom supports.
-#if !(HWY_TARGETS & HWY_AVX2) || !(HWY_TARGETS & HWY_AVX3)
-#error "Highway did not compile its AVX2 and AVX3 targets"
-#endif
-
 constexpr Kernels kScalar = {&F32ToBF16Scalar, &BF16ToF32Scalar, &F32ToF16Scalar,
                              &F16ToF32Scalar};
-constexpr Kernels kAvx2 = {&N_AVX2::F32ToBF16, &N_AVX2::BF16ToF32, &N_AVX2::F32ToF16,
-                           &N_AVX2::F16ToF32};
-constexpr Kernels kAvx512 = {&N_AVX3::F32ToBF16, &N_AVX3::BF16ToF32, &N_AVX3::F32ToF16,
-                             &N_AVX3::F16ToF32};
 
 }  // namespace
 
@@ -150,15 +146,8 @@ CpuIsa ActiveIsa() {
 }
 
 const Kernels& KernelsFor(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kScalar:
-      break;
-    case CpuIsa::kAvx2:
-      return kAvx2;
-    case CpuIsa::kAvx512:
-      return kAvx512;
-  }
-  return kScalar;
+  const Kernels* simd = core_internal::SimdTableFor(isa, &N_AVX2::kKernels, &N_AVX3::kKernels);
+  return simd != nullptr ? *simd : kScalar;
 }
 
 }  // namespace half_convert_internal

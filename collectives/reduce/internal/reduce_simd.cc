@@ -27,11 +27,10 @@
 #include "core/half.h"
 #include "core/reduce_op.h"
 
-// Only the targets KernelsFor names (plus the static baseline, which foreach_target.h
-// always compiles): SSE4 and SSSE3 code would cost build time and never run.
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSE4 | HWY_SSSE3)
-#endif
+// The AVX2 and AVX3 passes (plus the static baseline, which foreach_target.h always
+// compiles), whatever -march says: core/internal/simd_dispatch.h.
+#define HWY_COMPILE_ALL_ATTAINABLE
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4)
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "collectives/reduce/internal/reduce_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep (must precede highway.h)
@@ -478,32 +477,13 @@ HWY_AFTER_NAMESPACE();
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 
 #if HWY_ONCE
+#include "core/internal/simd_dispatch.h"
+
 namespace loom {
 namespace reduce_internal {
 
-#if HWY_ARCH_X86
-static_assert((HWY_TARGETS & HWY_AVX2) != 0 && (HWY_TARGETS & HWY_AVX3) != 0,
-              "this compiler cannot build Highway's AVX2 and AVX3 targets");
-#endif
-
 const Kernels* SimdKernels(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx2:
-#if HWY_TARGETS & HWY_AVX2
-      return &N_AVX2::kKernels;
-#else
-      break;
-#endif
-    case Isa::kAvx512:
-#if HWY_TARGETS & HWY_AVX3
-      return &N_AVX3::kKernels;
-#else
-      break;
-#endif
-    case Isa::kScalar:
-      break;
-  }
-  return nullptr;
+  return core_internal::SimdTableFor(isa, &N_AVX2::kKernels, &N_AVX3::kKernels);
 }
 
 }  // namespace reduce_internal

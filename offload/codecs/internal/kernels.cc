@@ -21,8 +21,8 @@
 #include "core/cpu_features.h"
 #include "offload/codecs/internal/kernels.h"
 
-// Compile the AVX2 and AVX3 targets whatever the baseline (-march) is; SSSE3 and SSE4
-// would carry no kernels. Dispatch goes through Isa below, not HWY_DYNAMIC_DISPATCH.
+// The AVX2 and AVX3 passes, whatever -march says (core/internal/simd_dispatch.h);
+// dispatch goes through Isa below, not HWY_DYNAMIC_DISPATCH.
 #define HWY_COMPILE_ALL_ATTAINABLE
 #define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4)
 #undef HWY_TARGET_INCLUDE
@@ -199,6 +199,9 @@ size_t FindOverflow(absl::Span<const float> x, uint32_t overflow_abs_bits) {
   return start + FindOverflowScalar(x.subspan(start), overflow_abs_bits);
 }
 
+extern const Kernels kKernels;
+const Kernels kKernels = {&QuantizeInt8, &DequantizeInt8, &Shuffle4, &Unshuffle4, &FindOverflow};
+
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 }  // namespace HWY_NAMESPACE
 }  // namespace codecs_internal
@@ -206,13 +209,10 @@ size_t FindOverflow(absl::Span<const float> x, uint32_t overflow_abs_bits) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "core/internal/simd_dispatch.h"
+
 namespace loom {
 namespace codecs_internal {
-
-// Both vector targets are attainable on every x86-64 compiler Loom supports.
-#if !(HWY_TARGETS & HWY_AVX2) || !(HWY_TARGETS & HWY_AVX3)
-#error "Highway did not compile its AVX2 and AVX3 targets"
-#endif
 
 bool IsaSupported(Isa isa) { return CpuSupports(isa); }
 
@@ -226,21 +226,8 @@ Isa ActiveIsa() {
 const Kernels& KernelsFor(Isa isa) {
   static constexpr Kernels kScalar = {&QuantizeInt8Scalar, &DequantizeInt8Scalar, &Shuffle4Scalar,
                                       &Unshuffle4Scalar, &FindOverflowScalar};
-  static constexpr Kernels kAvx2 = {&N_AVX2::QuantizeInt8, &N_AVX2::DequantizeInt8,
-                                    &N_AVX2::Shuffle4, &N_AVX2::Unshuffle4,
-                                    &N_AVX2::FindOverflow};
-  static constexpr Kernels kAvx512 = {&N_AVX3::QuantizeInt8, &N_AVX3::DequantizeInt8,
-                                      &N_AVX3::Shuffle4, &N_AVX3::Unshuffle4,
-                                      &N_AVX3::FindOverflow};
-  switch (isa) {
-    case Isa::kAvx2:
-      return kAvx2;
-    case Isa::kAvx512:
-      return kAvx512;
-    case Isa::kScalar:
-      break;
-  }
-  return kScalar;
+  const Kernels* simd = core_internal::SimdTableFor(isa, &N_AVX2::kKernels, &N_AVX3::kKernels);
+  return simd != nullptr ? *simd : kScalar;
 }
 
 }  // namespace codecs_internal
