@@ -17,7 +17,10 @@
 //   #endif
 //
 // CpuIsa::kAvx2 runs Highway's AVX2 target and kAvx512 its AVX3 target;
-// core/cpu_features.h supports a level exactly where Highway supports its target.
+// core/cpu_features.h supports a level exactly where Highway supports its target. This
+// is for kernels that callers and tests name by ISA (each is checked bitwise against its
+// scalar reference per level); kernels nobody needs to name (core/vector_math.cc,
+// core/fma_peak.cc) use Highway's own HWY_DYNAMIC_DISPATCH.
 #ifndef LOOM_CORE_INTERNAL_SIMD_DISPATCH_H_
 #define LOOM_CORE_INTERNAL_SIMD_DISPATCH_H_
 
