@@ -26,11 +26,13 @@ TEST(FmaPeakTest, MeasuresAPlausibleRateOnTheBestTarget) {
   EXPECT_EQ(peak.vector_target, hwy::TargetName(hwy::SupportedAndGeneratedTargets().front()));
   EXPECT_FALSE(peak.cpu_model.empty());
   EXPECT_EQ(peak.cpu_model, CpuModelName());
-  // The bf16 peak: measured exactly where the CPU has AVX512_BF16, and then at least
-  // the f32 one (two products per f32 lane) and at most eight 512-bit dot products
-  // per cycle at 8 GHz.
+  // The bf16 peak: measured exactly where the CPU has AVX512_BF16, and then of the
+  // f32 one's order (two products per f32 lane: at least as fast in theory; the two
+  // 20 ms windows can see different load, and under ASan on a busy host bf16 measured
+  // 0.87 of f32, so the bound is half) and at most eight 512-bit dot products per cycle
+  // at 8 GHz.
   if (CpuSupportsAvx512Bf16()) {
-    EXPECT_GT(peak.bf16_flops_per_core, peak.flops_per_core * 0.9);
+    EXPECT_GT(peak.bf16_flops_per_core, peak.flops_per_core * 0.5);
     EXPECT_LT(peak.bf16_flops_per_core, 4096e9);
   } else {
     EXPECT_EQ(peak.bf16_flops_per_core, 0.0);

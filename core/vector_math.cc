@@ -110,7 +110,14 @@ float MaxKernel(const float* x, size_t n) {
     nan_seen = hn::Or(nan_seen, hn::VecFromMask(d, hn::IsNaN(v)));
   });
   if (!hn::AllFalse(d, hn::MaskFromVec(nan_seen))) return std::numeric_limits<float>::quiet_NaN();
-  return hn::GetLane(hn::MaxOfLanes(d, best));
+  // The lanes are combined here rather than by MaxOfLanes: Highway 1.0.3's EMU128
+  // MaxOfLanes starts from the lowest finite float, so an empty or all -Inf input came
+  // back as -3.4e38 there (seen in clang builds, which generate that target).
+  HWY_ALIGN float lanes[hn::MaxLanes(D())];
+  hn::Store(best, d, lanes);
+  float result = lanes[0];
+  for (size_t i = 1; i < hn::Lanes(d); ++i) result = lanes[i] > result ? lanes[i] : result;
+  return result;
 }
 
 float ExpShiftKernel(float* x, size_t n, float shift) {
