@@ -1,0 +1,66 @@
+// Devices the planner prices a step on: a small table of published figures, each
+// overridable, and the constants of its GEMM-efficiency and element-wise models.
+//
+// Example:
+//   LOOM_ASSIGN_OR_RETURN(DeviceSpec a100, FindDevice("a100-80gb"));
+//   a100.peak_bf16_flops;   // 312e12
+//   FindDevice("tpu");      // InvalidArgument: "unknown device "tpu"; known: a100-80gb, ..."
+#ifndef LOOM_TOOLS_PLANNER_DEVICE_H_
+#define LOOM_TOOLS_PLANNER_DEVICE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace loom {
+namespace planner {
+
+// DeviceSpec: one accelerator (or CPU socket share) and the links around it. Rates in
+// FLOP/s and bytes/s, latencies in seconds, sizes in bytes.
+struct DeviceSpec {
+  std::string name;
+  double peak_bf16_flops = 0;  // dense matrix-product peak in 16-bit inputs
+  double peak_f32_flops = 0;
+  double memory_bytes = 0;
+  double memory_bandwidth = 0;  // HBM (or DRAM) bytes/s
+  // Per device, each direction: NVLink (or shared memory) inside a node, the
+  // device's share of the network between nodes.
+  double intra_node_bandwidth = 0;
+  double intra_node_latency = 0;
+  double inter_node_bandwidth = 0;
+  double inter_node_latency = 0;
+  // The GEMM-efficiency model: a layer's matrix products run at
+  //   peak * gemm_max_efficiency * w / (w + gemm_half_width)
+  // where w = h / tp is the narrowest dimension of the shard's products: small shards
+  // keep fewer tensor cores busy and spend more of their time loading operands.
+  double gemm_max_efficiency = 0.7;
+  double gemm_half_width = 300;
+  // The element-wise model: layer norms, softmax, dropout, GELU and residuals move
+  // their activations this many times through memory (forward, recompute and
+  // backward), at memory_bandwidth.
+  double elementwise_passes = 4;
+  // The attention's score and context products run at this fraction of the GEMM
+  // rate (batched small products on a GPU; Loom's fused kernel on a CPU).
+  double attention_efficiency = 1;
+  // Loom's model keeps fused attention (no s x s scores in memory): the element-wise
+  // and memory models use topology's fused-attention formula instead of
+  // Korthikanti et al.'s.
+  bool fused_attention = false;
+  // The share of data-parallel traffic the framework hides behind compute (0: the
+  // Megatron-LM runs of 2021 reduced gradients after the backward).
+  double dp_overlap = 0;
+};
+
+// KnownDevices returns the table, in order: a100-80gb, h100-80gb, h200.
+const std::vector<DeviceSpec>& KnownDevices();
+
+// FindDevice returns the table entry named `name`; InvalidArgument naming it and the
+// known names otherwise. ("this-cpu" is measured, not looked up: see the CLI.)
+absl::StatusOr<DeviceSpec> FindDevice(absl::string_view name);
+
+}  // namespace planner
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_PLANNER_DEVICE_H_

@@ -1,0 +1,75 @@
+#include "tools/planner/model_flops.h"
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "topology/recompute.h"
+
+namespace loom {
+namespace planner {
+namespace {
+
+absl::Status BelowOne(const char* field, int64_t value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("model: ", field, " is ", value, "; it must be at least 1"));
+}
+
+}  // namespace
+
+absl::Status ValidateShape(const TransformerShape& s) {
+  if (s.layers < 1) return BelowOne("layers", s.layers);
+  if (s.hidden < 1) return BelowOne("hidden", s.hidden);
+  if (s.heads < 1) return BelowOne("heads", s.heads);
+  if (s.seq_len < 1) return BelowOne("seq_len", s.seq_len);
+  if (s.vocab < 1) return BelowOne("vocab", s.vocab);
+  if (s.ffn < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: ffn is ", s.ffn, "; it must be at least 1 (or 0 for 4 * hidden)"));
+  }
+  if (s.hidden % s.heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model: heads ", s.heads,
+                                                   " do not divide hidden ", s.hidden));
+  }
+  return absl::OkStatus();
+}
+
+int64_t FfnWidth(const TransformerShape& s) { return s.ffn > 0 ? s.ffn : 4 * s.hidden; }
+
+double ParameterCount(const TransformerShape& s) {
+  const double h = static_cast<double>(s.hidden);
+  const double f = static_cast<double>(FfnWidth(s));
+  const double per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;
+  return static_cast<double>(s.layers) * per_layer +
+         (static_cast<double>(s.vocab) + static_cast<double>(s.seq_len)) * h + 2 * h;
+}
+
+double MegatronFlopsPerIteration(const TransformerShape& s, int64_t global_batch,
+                                 Recompute recompute) {
+  const double h = static_cast<double>(s.hidden);
+  const double f = static_cast<double>(FfnWidth(s));
+  const double seq = static_cast<double>(s.seq_len);
+  const double tokens = static_cast<double>(global_batch) * seq;
+  const double dense = 8 * h * h + 4 * h * f;  // per token and layer, forward
+  const double attention = 4 * seq * h;
+  double passes_dense = 3;  // forward, and backward at twice the forward
+  double passes_attention = 3;
+  if (recompute == Recompute::kFull) {
+    passes_dense = 4;
+    passes_attention = 4;
+  } else if (recompute == Recompute::kSelective) {
+    passes_attention = 4;
+  }
+  const double layers = static_cast<double>(s.layers);
+  const double logits = 3 * 2 * h * static_cast<double>(s.vocab);
+  return tokens * (layers * (passes_dense * dense + passes_attention * attention) + logits);
+}
+
+double ModelFlopsPerToken(const TransformerShape& s) {
+  return 6 * ParameterCount(s) + 12 * static_cast<double>(s.layers) *
+                                      static_cast<double>(s.hidden) *
+                                      static_cast<double>(s.seq_len);
+}
+
+}  // namespace planner
+}  // namespace loom

@@ -1,0 +1,72 @@
+#include "tools/planner/model_flops.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The Megatron-LM paper's 1.7B row: 24 layers, hidden 2304, 24 heads.
+TransformerShape Megatron1p7B() {
+  TransformerShape s;
+  s.layers = 24;
+  s.hidden = 2304;
+  s.heads = 24;
+  s.seq_len = 2048;
+  s.vocab = 51200;
+  return s;
+}
+
+TEST(ModelFlopsTest, MegatronCountIsThePapersEquationThree) {
+  const TransformerShape s = Megatron1p7B();
+  const double B = 512, l = 24, h = 2304, seq = 2048, V = 51200;
+  const double equation3 = 96 * B * seq * l * h * h * (1 + seq / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(MegatronFlopsPerIteration(s, 512, Recompute::kFull) / equation3, 1.0, 1e-12);
+  // Without recompute the forward is not run twice: 72 in place of 96 for the
+  // layers, the logits unchanged.
+  const double no_recompute = 72 * B * seq * l * h * h * (1 + seq / (6 * h)) +
+                              6 * B * seq * h * V;
+  EXPECT_NEAR(MegatronFlopsPerIteration(s, 512, Recompute::kNone) / no_recompute, 1.0, 1e-12);
+  // Selective recompute runs the attention's 4 s h per token and layer once more.
+  EXPECT_NEAR(MegatronFlopsPerIteration(s, 512, Recompute::kSelective) -
+                  MegatronFlopsPerIteration(s, 512, Recompute::kNone),
+              B * seq * l * 4 * seq * h, 1e3);
+}
+
+TEST(ModelFlopsTest, ParameterCountAndModelFlops) {
+  TransformerShape s = Megatron1p7B();
+  const double l = 24, h = 2304, V = 51200, seq = 2048;
+  const double n = l * (12 * h * h + 13 * h) + (V + seq) * h + 2 * h;
+  EXPECT_DOUBLE_EQ(ParameterCount(s), n);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(s), 6 * n + 12 * l * h * seq);
+  // A narrower MLP: 2 h ffn + ffn + h in place of 8h^2 + 5h.
+  s.ffn = 4096;
+  EXPECT_DOUBLE_EQ(ParameterCount(s),
+                   l * (4 * h * h + 4 * h + 2 * h * 4096 + 4096 + h + 4 * h) + (V + seq) * h + 2 * h);
+}
+
+TEST(ModelFlopsTest, ValidateShapeNamesTheField) {
+  TransformerShape s = Megatron1p7B();
+  LOOM_EXPECT_OK(ValidateShape(s));
+  s.heads = 25;
+  EXPECT_THAT(ValidateShape(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("heads 25 do not divide hidden 2304")));
+  s = Megatron1p7B();
+  s.layers = 0;
+  EXPECT_THAT(ValidateShape(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layers is 0")));
+  s = Megatron1p7B();
+  s.ffn = -1;
+  EXPECT_THAT(ValidateShape(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ffn is -1")));
+}
+
+}  // namespace
+}  // namespace planner
+}  // namespace loom
