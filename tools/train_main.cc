@@ -985,6 +985,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         "\"estimated_model_state_bytes_per_rank\": %d, \"comm_bytes_per_rank_per_step\": %d, "
         "\"peak_activation_bytes_per_rank\": %d, \"estimated_activation_bytes_per_rank\": %d, "
         "\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"cp_comm\": \"%s\", "
+        "\"zero\": %d, \"schedule\": \"%s\", \"microbatches\": %d, \"micro_batch\": %d, "
+        "\"global_batch\": %d, \"recompute\": \"%s\", \"dtype\": \"%s\", "
+        "\"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq_len\": %d, \"vocab\": %d, "
+        "\"ffn\": %d, "
         "\"steps\": %d, \"tokens_per_second\": %.6g, \"build\": \"%s\", \"device\": \"%s\", "
         "\"device_gemm_products\": %d, \"host_cpu_busy\": %s, "
         "\"model_flops_per_token\": %.9g, \"achieved_gflops\": %.6g, \"peak_gflops\": %.6g, "
@@ -1006,7 +1010,11 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
         summary->peak_model_state_bytes_per_rank, summary->disk_state_bytes_per_rank,
         summary->estimated_model_state_bytes_per_rank, summary->comm_bytes_per_rank_per_step,
         summary->peak_activation_bytes_per_rank, summary->estimated_activation_bytes_per_rank,
-        o.dp, o.tp, o.pp, o.cp, CpCommName(o.cp_comm), o.steps,
+        o.dp, o.tp, o.pp, o.cp, CpCommName(o.cp_comm), o.zero, PipelineScheduleName(o.schedule),
+        o.microbatches, o.micro_batch, int64_t{o.dp} * o.microbatches * o.micro_batch,
+        o.recompute == Recompute::kFull ? "full" : "none", DTypeName(o.dtype), o.model.layers,
+        o.model.hidden, o.model.heads, o.model.seq_len, o.model.vocab, o.model.ffn_size(),
+        o.steps,
         summary->tokens_per_second, BuildMode(), absl::GetFlag(FLAGS_device),
         summary->device_gemm_products,
         summary->host_cpu_busy >= 0 ? absl::StrFormat("%.4g", summary->host_cpu_busy)

@@ -316,7 +316,7 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
       busy[static_cast<size_t>(layout.RankOf(stage))] +=
           static_cast<double>(m) * (sc.forward + sc.backward);
     }
-    p.pipeline_seconds = *std::max_element(busy.begin(), busy.end());
+    for (double b : busy) p.pipeline_seconds = std::max(p.pipeline_seconds, b);
   }
 
   // Data parallelism over the rank's parameter shard.

@@ -1,0 +1,183 @@
+#include "tools/planner/search.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/planner/device.h"
+#include "tools/planner/memory_model.h"
+#include "tools/planner/step_model.h"
+
+namespace loom {
+namespace planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A 1.3B-class GPT on 16 A100s: small enough to simulate every candidate.
+PlanRequest SmallRequest() {
+  PlanRequest req;
+  req.shape.layers = 24;
+  req.shape.hidden = 2048;
+  req.shape.heads = 16;
+  req.shape.seq_len = 2048;
+  req.shape.vocab = 51200;
+  req.global_batch = 64;
+  req.world = 16;
+  req.gpus_per_node = 8;
+  req.device = *FindDevice("a100-80gb");
+  req.max_microbatch_size = 4;
+  req.max_virtual_stages = 3;
+  return req;
+}
+
+TEST(SearchTest, RankingEqualsSimulatingEveryCandidate) {
+  PlanRequest req = SmallRequest();
+  req.keep = 1000000;  // every fitting candidate simulated and ranked
+  LOOM_ASSERT_OK_AND_ASSIGN(const PlanResult all, Plan(req));
+  ASSERT_GT(all.ranked.size(), 50u);
+  EXPECT_EQ(all.simulated, static_cast<int64_t>(all.ranked.size()));
+  EXPECT_EQ(all.enumerated - all.too_large, static_cast<int64_t>(all.ranked.size()));
+  for (size_t i = 1; i < all.ranked.size(); ++i) {
+    EXPECT_LE(all.ranked[i - 1].prediction.step_seconds, all.ranked[i].prediction.step_seconds);
+  }
+  // The pruned search (simulating only candidates whose bound can still rank) gives
+  // the same top ten, and simulates fewer.
+  req.keep = 10;
+  LOOM_ASSERT_OK_AND_ASSIGN(const PlanResult top, Plan(req));
+  ASSERT_EQ(top.ranked.size(), 10u);
+  EXPECT_LT(top.simulated, all.simulated);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_DOUBLE_EQ(top.ranked[i].prediction.step_seconds, all.ranked[i].prediction.step_seconds);
+  }
+  // Every bound is at most its simulated step.
+  for (const Candidate& c : all.ranked) {
+    StepInput in;
+    in.shape = req.shape;
+    in.global_batch = req.global_batch;
+    in.device = req.device;
+    in.gpus_per_node = req.gpus_per_node;
+    in.config = c.config;
+    LOOM_ASSERT_OK_AND_ASSIGN(const double bound, StepLowerBound(in));
+    EXPECT_LE(bound, c.prediction.step_seconds * (1 + 1e-12)) << c.config.ToString();
+  }
+}
+
+TEST(SearchTest, FixedChoicesAreHonoured) {
+  PlanRequest req = SmallRequest();
+  req.fixed.tp = 4;
+  req.fixed.pp = 2;
+  req.fixed.zero = 1;
+  req.fixed.recompute = Recompute::kSelective;
+  req.fixed.schedule = PipelineScheduleKind::kZeroBubbleH1;
+  LOOM_ASSERT_OK_AND_ASSIGN(const PlanResult plan, Plan(req));
+  ASSERT_FALSE(plan.ranked.empty());
+  for (const Candidate& c : plan.ranked) {
+    EXPECT_EQ(c.config.tp, 4);
+    EXPECT_EQ(c.config.pp, 2);
+    EXPECT_EQ(c.config.dp * c.config.cp, 2);
+    EXPECT_EQ(c.config.zero, 1);
+    EXPECT_EQ(c.config.recompute, Recompute::kSelective);
+    EXPECT_EQ(c.config.schedule, PipelineScheduleKind::kZeroBubbleH1);
+  }
+}
+
+TEST(SearchTest, WhatDoesNotFitIsDroppedAndCounted) {
+  PlanRequest req = SmallRequest();
+  req.device.memory_bytes = 12e9;
+  LOOM_ASSERT_OK_AND_ASSIGN(const PlanResult plan, Plan(req));
+  EXPECT_GT(plan.too_large, 0);
+  for (const Candidate& c : plan.ranked) EXPECT_LE(c.memory.total(), 12e9);
+}
+
+TEST(SearchTest, MemoryFollowsTheZeroStages) {
+  StepInput in;
+  in.shape = SmallRequest().shape;
+  in.global_batch = 64;
+  in.device = *FindDevice("a100-80gb");
+  in.config.dp = 8;
+  in.config.tp = 2;
+  double previous = 1e30;
+  for (int zero = 0; zero <= 3; ++zero) {
+    in.config.zero = zero;
+    LOOM_ASSERT_OK_AND_ASSIGN(const MemoryEstimate m, MemoryPerDevice(in));
+    EXPECT_LT(m.model_states, previous) << zero;
+    previous = m.model_states;
+  }
+  // ZeRO-0, mixed precision: 16 bytes per local parameter.
+  in.config.zero = 0;
+  LOOM_ASSERT_OK_AND_ASSIGN(const MemoryEstimate m, MemoryPerDevice(in));
+  EXPECT_NEAR(m.model_states, 16 * ParameterCount(in.shape) / 2, 64);
+}
+
+TEST(SearchTest, BadRequestsNameTheValue) {
+  PlanRequest req = SmallRequest();
+  req.world = 0;
+  EXPECT_THAT(Plan(req), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 0 devices")));
+  req = SmallRequest();
+  req.shape.heads = 30;
+  EXPECT_THAT(Plan(req), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("heads 30 do not divide hidden 2048")));
+  req = SmallRequest();
+  req.fixed.tp = 3;
+  EXPECT_THAT(Plan(req), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("tp=3 does not divide the 16 devices")));
+  req = SmallRequest();
+  req.world = 24;
+  req.fixed.tp = 3;
+  EXPECT_THAT(Plan(req), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("tp=3 does not divide the 16 heads")));
+  req = SmallRequest();
+  req.device.memory_bytes = 1e9;
+  EXPECT_THAT(Plan(req), StatusIs(absl::StatusCode::kInvalidArgument,
+                                  HasSubstr("the model fits nowhere on 16 x a100-80gb")));
+  req = SmallRequest();
+  req.global_batch = 0;
+  EXPECT_THAT(Plan(req), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("global batch 0")));
+}
+
+TEST(SearchTest, PredictStepChecksItsInput) {
+  StepInput in;
+  in.shape = SmallRequest().shape;
+  in.global_batch = 64;
+  in.device = *FindDevice("a100-80gb");
+  in.config.dp = 3;
+  EXPECT_THAT(PredictStep(in), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("global batch 64 does not split")));
+  in.config.dp = 1;
+  in.config.pp = 2;
+  in.config.schedule = PipelineScheduleKind::kInterleaved1F1B;
+  EXPECT_THAT(PredictStep(in), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("needs virtual_stages >= 2")));
+  in.config.schedule = PipelineScheduleKind::k1F1B;
+  in.device.memory_bandwidth = 0;
+  EXPECT_THAT(PredictStep(in), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("each must be positive")));
+}
+
+TEST(SearchTest, ThePipelineBubbleIsTheSimulators) {
+  // With the rest fixed, 1F1B on pp = 4 and m microbatches idles (p-1)/(m+p-1) of the
+  // device time when the stages cost the same (no logits on a tiny vocabulary) and
+  // the activations cross between them at once.
+  StepInput in;
+  in.shape = SmallRequest().shape;
+  in.shape.vocab = 1;
+  in.global_batch = 16;
+  in.device = *FindDevice("a100-80gb");
+  in.device.intra_node_latency = 0;
+  in.device.intra_node_bandwidth = 1e30;
+  in.gpus_per_node = 8;
+  in.config.pp = 4;
+  in.config.schedule = PipelineScheduleKind::k1F1B;
+  LOOM_ASSERT_OK_AND_ASSIGN(const StepPrediction p, PredictStep(in));
+  EXPECT_EQ(p.microbatches, 16);
+  EXPECT_NEAR(p.bubble_ratio, 3.0 / 19.0, 0.01);
+}
+
+}  // namespace
+}  // namespace planner
+}  // namespace loom

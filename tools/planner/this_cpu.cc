@@ -1,0 +1,255 @@
+#include "tools/planner/this_cpu.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "collectives/calibration.h"
+#include "collectives/communicator.h"
+#include "collectives/transport/inproc/inproc_transport.h"
+#include "core/fma_peak.h"
+#include "core/status_macros.h"
+#include "topology/memory_estimate.h"
+
+namespace loom {
+namespace planner {
+namespace {
+
+// Copies `bytes` per thread on every core at once, best of five rounds; a copy
+// reads and writes each byte (2 bytes of traffic per byte).
+double MeasureCopyBandwidth(int threads, size_t bytes) {
+  std::vector<std::unique_ptr<char[]>> from, to;
+  for (int t = 0; t < threads; ++t) {
+    from.push_back(std::make_unique<char[]>(bytes));
+    to.push_back(std::make_unique<char[]>(bytes));
+    std::memset(from.back().get(), t + 1, bytes);
+    std::memset(to.back().get(), 0, bytes);
+  }
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] { std::memcpy(to[t].get(), from[t].get(), bytes); });
+    }
+    for (std::thread& w : workers) w.join();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) * threads / seconds);
+  }
+  return best;
+}
+
+// Alpha and beta of two thread ranks over the inproc transport.
+absl::StatusOr<CostModel::Constants> MeasureInprocLink() {
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(2));
+  absl::StatusOr<CostModel> models[2] = {absl::UnknownError("not run"),
+                                         absl::UnknownError("not run")};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(*group->Endpoint(r));
+      if (!comm.ok()) {
+        models[r] = comm.status();
+        return;
+      }
+      CalibrationOptions options;
+      options.latency_round_trips = 100;
+      options.bandwidth_round_trips = 5;
+      models[r] = Calibrate(**comm, options);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (const auto& m : models) {
+    if (!m.ok()) return m.status();
+  }
+  return models[0]->constants();
+}
+
+absl::StatusOr<double> Number(absl::string_view json, absl::string_view key) {
+  const std::string quoted = absl::StrCat("\"", key, "\":");
+  const size_t at = json.find(quoted);
+  if (at == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("job summary: no \"", key, "\""));
+  }
+  const std::string rest(json.substr(at + quoted.size(), 40));
+  char* end = nullptr;
+  const double value = std::strtod(rest.c_str(), &end);
+  if (end == rest.c_str()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job summary: \"", key, "\" is not a number: ", rest));
+  }
+  return value;
+}
+
+absl::StatusOr<std::string> Text(absl::string_view json, absl::string_view key) {
+  const std::string quoted = absl::StrCat("\"", key, "\": \"");
+  const size_t at = json.find(quoted);
+  if (at == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("job summary: no text \"", key, "\""));
+  }
+  const size_t begin = at + quoted.size();
+  const size_t end = json.find('"', begin);
+  if (end == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("job summary: \"", key, "\" is not closed"));
+  }
+  return std::string(json.substr(begin, end - begin));
+}
+
+}  // namespace
+
+DeviceSpec CpuDeviceDefaults() {
+  DeviceSpec d;
+  d.name = "this-cpu";
+  d.gemm_max_efficiency = 0.8;
+  d.gemm_half_width = 32;
+  d.elementwise_passes = 4;
+  d.attention_efficiency = 0.5;
+  d.fused_attention = true;
+  d.dp_overlap = 0;
+  return d;
+}
+
+absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks) {
+  if (ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job has ", ranks, " ranks; it needs at least 1"));
+  }
+  ThisCpu cpu;
+  cpu.cores = std::max(1u, std::thread::hardware_concurrency());
+  cpu.threads_per_rank = static_cast<int>(std::max<int64_t>(1, cpu.cores / ranks));
+  LOOM_ASSIGN_OR_RETURN(const FmaPeak peak, MeasureFmaPeak(absl::Milliseconds(30)));
+  cpu.cpu_model = peak.cpu_model;
+  cpu.host_memory_bandwidth = MeasureCopyBandwidth(cpu.cores, size_t{64} << 20);
+  LOOM_ASSIGN_OR_RETURN(const CostModel::Constants link, MeasureInprocLink());
+  // Ranks beyond the cores time-share them.
+  const double share =
+      std::min(1.0, static_cast<double>(cpu.cores) / static_cast<double>(ranks * cpu.threads_per_rank));
+  DeviceSpec& d = cpu.device;
+  d = CpuDeviceDefaults();
+  d.peak_f32_flops = peak.flops_per_core * cpu.threads_per_rank * share;
+  // Without AVX512_BF16, bf16 products run at the f32 rate at best.
+  d.peak_bf16_flops = (peak.bf16_flops_per_core > 0 ? peak.bf16_flops_per_core : peak.flops_per_core) *
+                      cpu.threads_per_rank * share;
+  d.memory_bandwidth = cpu.host_memory_bandwidth / static_cast<double>(std::min<int64_t>(ranks, cpu.cores));
+  const double host_memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  d.memory_bytes = host_memory / static_cast<double>(ranks);
+  d.intra_node_latency = link.alpha;
+  d.intra_node_bandwidth = 1.0 / link.beta;
+  d.inter_node_latency = link.alpha;
+  d.inter_node_bandwidth = 1.0 / link.beta;
+  return cpu;
+}
+
+absl::StatusOr<JobRun> ParseJobSummary(absl::string_view json) {
+  JobRun run;
+  auto integer = [&](absl::string_view key, int64_t& out) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(const double v, Number(json, key));
+    out = static_cast<int64_t>(v);
+    return absl::OkStatus();
+  };
+  LOOM_RETURN_IF_ERROR(integer("layers", run.shape.layers));
+  LOOM_RETURN_IF_ERROR(integer("hidden", run.shape.hidden));
+  LOOM_RETURN_IF_ERROR(integer("heads", run.shape.heads));
+  LOOM_RETURN_IF_ERROR(integer("seq_len", run.shape.seq_len));
+  LOOM_RETURN_IF_ERROR(integer("vocab", run.shape.vocab));
+  LOOM_RETURN_IF_ERROR(integer("ffn", run.shape.ffn));
+  LOOM_RETURN_IF_ERROR(integer("dp", run.config.dp));
+  LOOM_RETURN_IF_ERROR(integer("tp", run.config.tp));
+  LOOM_RETURN_IF_ERROR(integer("pp", run.config.pp));
+  LOOM_RETURN_IF_ERROR(integer("cp", run.config.cp));
+  int64_t zero = 0, threads = 0;
+  LOOM_RETURN_IF_ERROR(integer("zero", zero));
+  run.config.zero = static_cast<int>(zero);
+  LOOM_RETURN_IF_ERROR(integer("micro_batch", run.config.microbatch_size));
+  LOOM_RETURN_IF_ERROR(integer("global_batch", run.global_batch));
+  LOOM_RETURN_IF_ERROR(integer("threads_per_rank", threads));
+  run.threads_per_rank = static_cast<int>(threads);
+  LOOM_ASSIGN_OR_RETURN(const std::string schedule, Text(json, "schedule"));
+  LOOM_ASSIGN_OR_RETURN(run.config.schedule, ParsePipelineSchedule(schedule));
+  if (run.config.schedule == PipelineScheduleKind::kInterleaved1F1B ||
+      run.config.schedule == PipelineScheduleKind::kZeroBubbleV) {
+    run.config.virtual_stages = 2;
+  }
+  LOOM_ASSIGN_OR_RETURN(const std::string recompute, Text(json, "recompute"));
+  run.config.recompute = recompute == "full" ? Recompute::kFull : Recompute::kNone;
+  LOOM_ASSIGN_OR_RETURN(const std::string dtype, Text(json, "dtype"));
+  run.config.dtype = dtype == "bf16" ? ComputeDtype::kBf16 : ComputeDtype::kF32;
+  LOOM_ASSIGN_OR_RETURN(const double tokens_per_second, Number(json, "tokens_per_second"));
+  if (!(tokens_per_second > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job summary: tokens_per_second is ", tokens_per_second));
+  }
+  run.step_seconds =
+      static_cast<double>(run.global_batch * run.shape.seq_len) / tokens_per_second;
+  LOOM_ASSIGN_OR_RETURN(run.compute_seconds, Number(json, "compute"));
+  LOOM_ASSIGN_OR_RETURN(run.gemm_seconds, Number(json, "gemm"));
+  LOOM_ASSIGN_OR_RETURN(run.attention_seconds, Number(json, "attention"));
+  LOOM_ASSIGN_OR_RETURN(run.optimizer_seconds, Number(json, "optimizer"));
+  LOOM_ASSIGN_OR_RETURN(run.dp_comm_seconds, Number(json, "dp_comm"));
+  LOOM_ASSIGN_OR_RETURN(run.pp_comm_seconds, Number(json, "pp_comm"));
+  return run;
+}
+
+absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run) {
+  const PlanConfig& c = run.config;
+  if (c.dp != 1 || c.tp != 1 || c.pp != 1 || c.cp != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the calibration run must be on one rank; it ran dp=", c.dp, " tp=", c.tp, " pp=", c.pp,
+        " cp=", c.cp));
+  }
+  const double rest = run.compute_seconds - run.gemm_seconds - run.attention_seconds;
+  if (!(run.gemm_seconds > 0) || !(run.attention_seconds > 0) || !(rest > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the calibration run's compute does not split: gemm ", run.gemm_seconds, " s, attention ",
+        run.attention_seconds, " s, the rest ", rest, " s"));
+  }
+  const TransformerShape& s = run.shape;
+  const double h = static_cast<double>(s.hidden);
+  const double f = static_cast<double>(FfnWidth(s));
+  const double seq = static_cast<double>(s.seq_len);
+  const double layers = static_cast<double>(s.layers);
+  const double tokens = static_cast<double>(run.global_batch) * seq;
+  const bool full = c.recompute == Recompute::kFull;
+  const double passes = full ? 4 : 3;
+  const double peak = c.dtype == ComputeDtype::kBf16 ? device.peak_bf16_flops : device.peak_f32_flops;
+
+  DeviceSpec fitted = device;
+  const double gemm_flops =
+      tokens * (layers * (8 * h * h + 4 * h * f) * passes + 3 * 2 * h * static_cast<double>(s.vocab));
+  const double efficiency = gemm_flops / (run.gemm_seconds * peak);
+  fitted.gemm_max_efficiency = efficiency * (h + device.gemm_half_width) / h;
+  const double attention_flops = tokens * layers * 4 * seq * h * passes;
+  fitted.attention_efficiency = attention_flops / (run.attention_seconds * peak * efficiency);
+
+  FusedAttentionActivationOptions o;
+  o.hidden_size = s.hidden;
+  o.num_heads = s.heads;
+  o.vocab = s.vocab;
+  o.seq_len = s.seq_len;
+  o.micro_batch_size = c.microbatch_size;
+  o.layers = 1;
+  o.bf16_linear_inputs = c.dtype == ComputeDtype::kBf16;
+  LOOM_ASSIGN_OR_RETURN(const int64_t layer_bytes, EstimateFusedAttentionActivationBytes(o));
+  const double microbatches = static_cast<double>(run.global_batch / c.microbatch_size);
+  const double moved = microbatches * layers * static_cast<double>(layer_bytes) * (full ? 4.0 / 3 : 1);
+  fitted.elementwise_passes = rest * device.memory_bandwidth / moved;
+  return fitted;
+}
+
+}  // namespace planner
+}  // namespace loom

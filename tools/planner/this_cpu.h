@@ -1,0 +1,77 @@
+// The planner's `this-cpu` device: this host measured on the spot, one device per
+// rank of a job of `ranks` ranks (threads share the host's cores: ranks x threads <=
+// cores, as `train --threads_per_rank` allows), and the efficiency constants fitted
+// to one run of the training job itself.
+//  - MeasureThisCpu: the FMA peak of one core (core/fma_peak.h) times the rank's
+//    threads, the memory bandwidth (a copy over every core; each rank gets its share),
+//    the host's memory over the ranks, and alpha and beta of two thread ranks over
+//    Loom's inproc transport (collectives/calibration.h), which the job's thread
+//    ranks talk over, as both the link inside the "node" and between nodes.
+//  - FitToJobRun: the GEMM and attention efficiencies and the element-wise passes
+//    that make the step model reproduce a one-rank run of `train` (its
+//    `--summary_json`): the products' seconds over their FLOPs, the attention's, and
+//    the rest of compute over the activation bytes.
+//
+// Example:
+//   LOOM_ASSIGN_OR_RETURN(ThisCpu cpu, MeasureThisCpu(/*ranks=*/2));
+//   cpu.device.peak_f32_flops;     // 1.17e11: one core of a Zen 4 at 3.7 GHz
+//   cpu.threads_per_rank;          // 1 on a 2-core host
+//   LOOM_ASSIGN_OR_RETURN(JobRun run, ParseJobSummary(json_text));   // train --summary_json
+//   LOOM_ASSIGN_OR_RETURN(DeviceSpec fitted, FitToJobRun(cpu.device, run));
+//   fitted.gemm_max_efficiency;    // e.g. 0.8
+#ifndef LOOM_TOOLS_PLANNER_THIS_CPU_H_
+#define LOOM_TOOLS_PLANNER_THIS_CPU_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tools/planner/device.h"
+#include "tools/planner/model_flops.h"
+#include "tools/planner/step_model.h"
+
+namespace loom {
+namespace planner {
+
+struct ThisCpu {
+  DeviceSpec device;  // one rank's share
+  int cores = 0;
+  int threads_per_rank = 0;
+  double host_memory_bandwidth = 0;  // bytes/s, all cores
+  std::string cpu_model;
+};
+
+// CpuDeviceDefaults returns the constants of a CPU device before any fit: Loom's
+// fused attention, no data-parallel overlap, a GEMM half width of 32.
+DeviceSpec CpuDeviceDefaults();
+
+// MeasureThisCpu measures the host for a job of `ranks` ranks (about a second).
+// InvalidArgument for ranks below 1; the measurements' errors.
+absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks);
+
+// JobRun: what the planner reads of a `train --summary_json`.
+struct JobRun {
+  TransformerShape shape;
+  PlanConfig config;
+  int64_t global_batch = 0;
+  int threads_per_rank = 0;
+  double step_seconds = 0;  // from tokens_per_second
+  double compute_seconds = 0, gemm_seconds = 0, attention_seconds = 0;
+  double optimizer_seconds = 0, dp_comm_seconds = 0, pp_comm_seconds = 0;
+};
+
+// ParseJobSummary reads the summary. InvalidArgument naming the first key missing or
+// not a number.
+absl::StatusOr<JobRun> ParseJobSummary(absl::string_view json);
+
+// FitToJobRun returns `device` with gemm_max_efficiency, attention_efficiency and
+// elementwise_passes fitted to `run`. FailedPrecondition unless the run was on one
+// rank (dp = tp = pp = cp = 1); InvalidArgument when a part of its compute is not
+// positive. (The caller checks the run had the threads its device stands for.)
+absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run);
+
+}  // namespace planner
+}  // namespace loom
+
+#endif  // LOOM_TOOLS_PLANNER_THIS_CPU_H_
