@@ -182,12 +182,13 @@ absl::Status ReadFixedChoices(PlanRequest& req) {
   return absl::OkStatus();
 }
 
-// CpuDeviceFor: this CPU split over `ranks`, fitted to the calibration run among
+// CpuDeviceFor: this CPU split over `ranks` of `threads_per_rank` (0: the job's
+// default), fitted to the calibration run among
 // `calibrations` with the threads each of those ranks gets.
-absl::StatusOr<planner::DeviceSpec> CpuDeviceFor(int64_t ranks,
+absl::StatusOr<planner::DeviceSpec> CpuDeviceFor(int64_t ranks, int threads_per_rank,
                                                  const std::vector<planner::JobRun>& calibrations,
                                                  bool print) {
-  LOOM_ASSIGN_OR_RETURN(const planner::ThisCpu cpu, planner::MeasureThisCpu(ranks));
+  LOOM_ASSIGN_OR_RETURN(const planner::ThisCpu cpu, planner::MeasureThisCpu(ranks, threads_per_rank));
   planner::DeviceSpec device = cpu.device;
   if (print) {
     std::cout << "this-cpu: " << cpu.cpu_model << ", " << cpu.cores << " cores, " << ranks
@@ -231,7 +232,7 @@ absl::StatusOr<std::vector<planner::JobRun>> ReadRuns(const std::string& flag,
 absl::Status Compare(const std::vector<std::string>& paths,
                      const std::vector<planner::JobRun>& calibrations) {
   LOOM_ASSIGN_OR_RETURN(const std::vector<planner::JobRun> runs, ReadRuns("--compare", paths));
-  std::map<int64_t, planner::DeviceSpec> devices;
+  std::map<std::pair<int64_t, int>, planner::DeviceSpec> devices;
   std::cout << absl::StrFormat("%-62s %12s %12s %7s\n", "run (configuration)", "predicted s",
                                "measured s", "ratio");
   double worst = 0;
@@ -240,13 +241,15 @@ absl::Status Compare(const std::vector<std::string>& paths,
   for (size_t i = 0; i < runs.size(); ++i) {
     const planner::JobRun& run = runs[i];
     const int64_t ranks = run.config.dp * run.config.tp * run.config.pp * run.config.cp;
-    if (devices.find(ranks) == devices.end()) {
-      LOOM_ASSIGN_OR_RETURN(devices[ranks], CpuDeviceFor(ranks, calibrations, /*print=*/true));
+    const std::pair<int64_t, int> key(ranks, run.threads_per_rank);
+    if (devices.find(key) == devices.end()) {
+      LOOM_ASSIGN_OR_RETURN(devices[key], CpuDeviceFor(ranks, run.threads_per_rank, calibrations,
+                                                       /*print=*/true));
     }
     planner::StepInput in;
     in.shape = run.shape;
     in.global_batch = run.global_batch;
-    in.device = devices[ranks];
+    in.device = devices[key];
     in.gpus_per_node = ranks;
     in.config = run.config;
     absl::StatusOr<planner::StepPrediction> p = planner::PredictStep(in);
@@ -333,7 +336,8 @@ absl::Status Run() {
     if (!calibration.empty()) calibration_paths = absl::StrSplit(calibration, ',');
     LOOM_ASSIGN_OR_RETURN(const std::vector<planner::JobRun> calibrations,
                           ReadRuns("--calibration", calibration_paths));
-    LOOM_ASSIGN_OR_RETURN(req.device, CpuDeviceFor(req.world, calibrations, /*print=*/true));
+    LOOM_ASSIGN_OR_RETURN(req.device,
+                          CpuDeviceFor(req.world, /*threads_per_rank=*/0, calibrations, /*print=*/true));
     req.gpus_per_node = req.world;  // one host
     if (dtype.empty()) dtype = "f32";
   } else {

@@ -179,6 +179,11 @@ grep -q "train: world rank 5 of 8 (pid [0-9]* on host [^)]*) aborts the MPI job:
     fail "mpi rank 5's error: $err"
 [[ -f "$dir/bad_mpi/rank5" ]] || fail "the failing mpi job removed the user's file bad_mpi/rank5"
 expect_error "--transport pigeon is not threads, shm or mpi" --transport=pigeon
+# --plan: the planner's first choice, said on the job's first line, and trained.
+out="$("$TRAIN" --plan=2 --steps=2 --nocompare_reference)"
+head -n 1 <<<"$out" | grep -qE '^plan: dp=[0-9]+ tp=[0-9]+ pp=[0-9]+ cp=[0-9]+ zero=[0-3] [a-z0-9-]+ microbatches=[0-9]+ micro_batch=[0-9]+ recompute=(none|full), ranked first of [0-9]+ configurations for 2 ranks of this CPU' \
+  || fail "--plan first line: $out"
+grep -q '^final loss ' <<<"$out" || fail "--plan did not train: $out"
 
 # Context parallelism over processes: cp 2 x tp 2 x dp 2 over shm and over MPI, against
 # the one-rank reference, with the peak activations (equal to topology/memory_estimate's

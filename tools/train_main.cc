@@ -23,6 +23,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -40,8 +42,10 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -68,6 +72,7 @@
 #include "tools/training/compute_report.h"
 #include "tools/training/cp_comm_choice.h"
 #include "tools/training/job_checkpoint.h"
+#include "tools/training/job_plan.h"
 #include "tools/training/job_mesh.h"
 #include "tools/training/loss_plot.h"
 #include "tools/training/metrics_log.h"
@@ -187,6 +192,16 @@ ABSL_FLAG(std::string, plot, "",
           "Write the loss curve (and the eval loss) as an SVG to FILE at the end (from --metrics "
           "when given, so a resumed run plots the whole run).");
 ABSL_FLAG(uint64_t, seed, 1, "Model seed.");
+ABSL_FLAG(int64_t, plan, 0,
+          "Train on N thread ranks in the configuration //tools:plan ranks first for this "
+          "model on this CPU (dp, tp, pp, cp, zero, schedule, microbatches, micro_batch and "
+          "recompute are the planner's; leave them out). 0: off.");
+ABSL_FLAG(int64_t, global_batch, 0,
+          "With --plan: sequences per step (0: dp x microbatches x micro_batch of the "
+          "defaults, 16).");
+ABSL_FLAG(std::vector<std::string>, plan_calibration, {},
+          "With --plan: --summary_json files of one-rank runs of this model; the one with "
+          "the threads each rank gets fits the planner's constants (tools/README.md, plan).");
 ABSL_FLAG(bool, print_mesh, false,
           "Print every rank's coordinates and groups (the table //tools:mesh prints for the "
           "job's shape and order) before training.");
@@ -587,6 +602,64 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
 
 // Run holds an MPI rank's session in `*mpi` so that main can end the job on a
 // failure: MPI_Finalize would wait for peers that still wait on this rank.
+// PlanFromFlags: --plan=N replaces the mesh, ZeRO stage, schedule, microbatching and
+// recompute of `options` by the planner's first choice (training/job_plan.h) and
+// prints it as the job's first line.
+absl::Status PlanFromFlags(int argc, char** argv, const std::string& transport,
+                           TrainJobOptions& options) {
+  const int64_t world = absl::GetFlag(FLAGS_plan);
+  const int64_t global_batch = absl::GetFlag(FLAGS_global_batch);
+  if (world == 0) {
+    if (global_batch != 0 || !absl::GetFlag(FLAGS_plan_calibration).empty()) {
+      return absl::InvalidArgumentError("--global_batch and --plan_calibration go with --plan");
+    }
+    return absl::OkStatus();
+  }
+  if (world < 0) return absl::InvalidArgumentError(absl::StrCat("--plan is ", world));
+  if (transport != "threads") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plan is for --transport threads (one process measures and chooses), not ", transport));
+  }
+  // Given on the command line at all, even at its default value.
+  for (const char* flag : {"dp", "tp", "pp", "cp", "zero", "schedule", "microbatches",
+                           "micro_batch", "recompute"}) {
+    for (int i = 1; i < argc; ++i) {
+      absl::string_view arg = argv[i];
+      if (arg == "--") break;
+      if (!absl::ConsumePrefix(&arg, "--")) absl::ConsumePrefix(&arg, "-");
+      if (arg == flag || absl::StartsWith(arg, absl::StrCat(flag, "="))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--plan chooses --", flag, "; leave it out"));
+      }
+    }
+  }
+  if (global_batch < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--global_batch is ", global_batch));
+  }
+  std::vector<planner::JobRun> calibrations;
+  for (const std::string& path : absl::GetFlag(FLAGS_plan_calibration)) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("--plan_calibration ", path, ": cannot be read"));
+    absl::StatusOr<planner::JobRun> run = planner::ParseJobSummary(text.str());
+    if (!run.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--plan_calibration ", path, ": ", run.status().message()));
+    }
+    calibrations.push_back(*run);
+  }
+  LOOM_ASSIGN_OR_RETURN(
+      PlannedJob job,
+      PlanTrainJob(options, world,
+                   global_batch > 0 ? global_batch
+                                    : int64_t{options.dp} * options.microbatches * options.micro_batch,
+                   calibrations));
+  options = std::move(job.options);
+  std::cout << job.line << std::endl;
+  return absl::OkStatus();
+}
+
 absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSession>* mpi) {
   // Every flag is checked here, before any rank, process or mpirun starts.
   absl::StatusOr<TrainJobOptions> options = OptionsFromFlags();
@@ -596,6 +669,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     return absl::InvalidArgumentError(
         absl::StrCat("--transport ", transport, " is not threads, shm or mpi"));
   }
+  if (absl::Status s = PlanFromFlags(argc, argv, transport, *options); !s.ok()) return s;
   if (absl::Status s = ValidateTrainJob(*options, transport); !s.ok()) return s;
   // --cp_comm auto: the variant the cost model prices lower (cp_comm_choice.h), on a
   // valid mesh; from the flags and the file alone, so every rank chooses the same.

@@ -159,8 +159,10 @@ absl::StatusOr<PlanResult> Plan(const PlanRequest& r) {
     }
   }
   if (result.enumerated == 0) {
-    return first_error.value_or(absl::InvalidArgumentError(
-        absl::StrCat("no configuration of ", r.world, " devices matches the fixed choices")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no configuration of ", r.world, " devices runs this model and batch",
+        first_error.has_value() ? absl::StrCat(": ", first_error->message(), ", and so on")
+                                : std::string(" with the fixed choices")));
   }
   if (fitting.empty()) {
     const Candidate& s = *result.smallest;

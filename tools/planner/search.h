@@ -75,7 +75,8 @@ struct PlanResult {
 
 // Plan returns the ranking. InvalidArgument naming the value for a bad shape or
 // request (world or batch below 1, heads not dividing hidden, a fixed choice that no
-// valid configuration has: "tp=3 does not divide the 32 heads"), or when nothing
+// valid configuration has: "no configuration of 24 devices runs this model and batch:
+// tp=3 does not divide the 32 heads, and so on"), or when nothing
 // fits: "the model fits nowhere on 8 x a100-80gb: the smallest configuration
 // (dp=1 tp=8 ...) needs 95.2 GB of 80 GB".
 absl::StatusOr<PlanResult> Plan(const PlanRequest& request);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
+#include "pipeline/action.h"
 #include "pipeline/generators.h"
+#include "pipeline/schedule.h"
 #include "pipeline/simulator.h"
 #include "pipeline/stage_layout.h"
 #include "tools/planner/model_flops.h"
@@ -155,6 +158,27 @@ absl::StatusOr<double> LayerActivationBytes(const StepInput& in) {
   return static_cast<double>(bytes) * (c.dtype == ComputeDtype::kF32 ? 2 : 1);
 }
 
+// StaleBackwards counts, per stage, the backwards (B or I) whose microbatch is not
+// the stage's latest forward when they run: a model that keeps one forward's state
+// (DeviceSpec::recomputes_stale_forwards) runs those forwards again.
+std::vector<int64_t> StaleBackwards(const Schedule& schedule) {
+  const int64_t stages = schedule.layout.num_stages();
+  std::vector<int64_t> stale(static_cast<size_t>(stages), 0);
+  std::vector<int64_t> live(static_cast<size_t>(stages), -1);
+  for (const std::vector<Action>& program : schedule.ranks) {
+    for (const Action& a : program) {
+      const size_t s = static_cast<size_t>(a.stage);
+      if (a.kind == ActionKind::kForward) {
+        live[s] = a.microbatch;
+      } else if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) {
+        if (live[s] != a.microbatch) ++stale[s];
+        live[s] = -1;
+      }
+    }
+  }
+  return stale;
+}
+
 // Which link a group of `size` ranks spaced `stride` apart on the mesh runs on.
 Link GroupLink(const StepInput& in, int64_t stride, int64_t size) {
   const DeviceSpec& d = in.device;
@@ -188,8 +212,11 @@ absl::StatusOr<int64_t> Microbatches(int64_t global_batch, const PlanConfig& c) 
 
 std::string StepPrediction::Breakdown() const {
   std::string out;
-  absl::StrAppendFormat(&out, "  step %.4g s = pipeline %.4g s + exposed dp %.4g s + optimizer %.4g s\n",
-                        step_seconds, pipeline_seconds, dp_exposed_seconds, optimizer_seconds);
+  absl::StrAppendFormat(&out,
+                        "  step %.4g s = pipeline %.4g s + exposed dp %.4g s + optimizer %.4g s + "
+                        "overhead %.4g s\n",
+                        step_seconds, pipeline_seconds, dp_exposed_seconds, optimizer_seconds,
+                        overhead_seconds);
   absl::StrAppendFormat(&out, "  pipeline: %d microbatches, bubble %.1f%% of device time, p2p %.3g ms a hop\n",
                         microbatches, 100 * bubble_ratio, 1e3 * p2p_seconds);
   absl::StrAppendFormat(&out,
@@ -202,6 +229,10 @@ std::string StepPrediction::Breakdown() const {
                         1e3 * layer_cp_seconds);
   absl::StrAppendFormat(&out, "  logits %.3g ms a microbatch; dp traffic %.4g s, %.4g s of it exposed\n",
                         1e3 * logits_seconds, dp_seconds, dp_exposed_seconds);
+  if (recomputed_forwards > 0) {
+    absl::StrAppendFormat(&out, "  %d stale forwards run again (the stage model keeps one forward's state)\n",
+                          recomputed_forwards);
+  }
   absl::StrAppendFormat(&out, "  %.4g tokens/s, %.1f TFLOP/s per device (Megatron count), MFU %.3f\n",
                         tokens_per_second, tflops_per_device, mfu);
   return out;
@@ -292,6 +323,23 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   last.backward += 2 * p.logits_seconds / 3;
   last.backward_input += p.logits_seconds / 3;
   last.backward_weight += p.logits_seconds / 3;
+  std::optional<Schedule> schedule;
+  if (simulate || d.recomputes_stale_forwards) {
+    LOOM_ASSIGN_OR_RETURN(schedule, MakeSchedule(c.schedule, c.pp, m, c.virtual_stages));
+  }
+  if (d.recomputes_stale_forwards) {
+    // Each stale backward runs its stage's forward again: spread over the stage's
+    // m backwards, so the busy time is exact and the simulated order unchanged.
+    const std::vector<int64_t> stale = StaleBackwards(*schedule);
+    for (int64_t stage = 0; stage < stages; ++stage) {
+      StageCosts& sc = costs.per_stage[static_cast<size_t>(stage)];
+      const double extra = static_cast<double>(stale[static_cast<size_t>(stage)]) /
+                           static_cast<double>(m) * sc.forward;
+      sc.backward += extra;
+      sc.backward_input += extra;
+      p.recomputed_forwards += stale[static_cast<size_t>(stage)];
+    }
+  }
   if (c.pp > 1) {
     // Neighbouring stages sit dp * cp * tp ranks apart; between nodes, Megatron
     // sends 1/tp of the activations and all-gathers them inside the node.
@@ -303,9 +351,7 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   }
   costs.p2p_latency = p.p2p_seconds;
   if (simulate) {
-    LOOM_ASSIGN_OR_RETURN(const Schedule schedule,
-                          MakeSchedule(c.schedule, c.pp, m, c.virtual_stages));
-    LOOM_ASSIGN_OR_RETURN(const SimulationResult run, Simulate(schedule, costs));
+    LOOM_ASSIGN_OR_RETURN(const SimulationResult run, Simulate(*schedule, costs));
     p.pipeline_seconds = run.makespan;
     p.bubble_ratio = run.bubble_ratio;
   } else {
@@ -340,7 +386,9 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   const double optimizer_parameters =
       c.zero >= 1 ? local_parameters / static_cast<double>(c.dp) : local_parameters;
   p.optimizer_seconds = 28 * optimizer_parameters / d.memory_bandwidth;
-  p.step_seconds = p.pipeline_seconds + p.dp_exposed_seconds + p.optimizer_seconds;
+  p.overhead_seconds = d.step_overhead_seconds;
+  p.step_seconds = p.pipeline_seconds + p.dp_exposed_seconds + p.optimizer_seconds +
+                   d.step_overhead_seconds;
 
   const double devices = static_cast<double>(c.dp * c.tp * c.pp * c.cp);
   p.tokens_per_second =

@@ -90,6 +90,8 @@ struct StepPrediction {
   double dp_seconds = 0;             // data-parallel traffic, before overlap
   double dp_exposed_seconds = 0;     // what of it the step waits for
   double optimizer_seconds = 0;
+  double overhead_seconds = 0;       // the device's step_overhead_seconds
+  int64_t recomputed_forwards = 0;   // stale forwards run again (recomputes_stale_forwards)
   double gemm_efficiency = 0;        // the model's, for this shard width
   int64_t microbatches = 0;          // per pipeline, per step
   double tokens_per_second = 0;

@@ -119,18 +119,22 @@ DeviceSpec CpuDeviceDefaults() {
   d.elementwise_passes = 4;
   d.attention_efficiency = 0.5;
   d.fused_attention = true;
+  d.recomputes_stale_forwards = true;
   d.dp_overlap = 0;
   return d;
 }
 
-absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks) {
-  if (ranks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the job has ", ranks, " ranks; it needs at least 1"));
+absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks, int threads_per_rank) {
+  if (ranks < 1 || threads_per_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the job has ", ranks, " ranks of ",
+                                                   threads_per_rank,
+                                                   " threads; it needs at least 1 rank"));
   }
   ThisCpu cpu;
   cpu.cores = std::max(1u, std::thread::hardware_concurrency());
-  cpu.threads_per_rank = static_cast<int>(std::max<int64_t>(1, cpu.cores / ranks));
+  cpu.threads_per_rank = threads_per_rank > 0
+                             ? threads_per_rank
+                             : static_cast<int>(std::max<int64_t>(1, cpu.cores / ranks));
   LOOM_ASSIGN_OR_RETURN(const FmaPeak peak, MeasureFmaPeak(absl::Milliseconds(30)));
   cpu.cpu_model = peak.cpu_model;
   cpu.host_memory_bandwidth = MeasureCopyBandwidth(cpu.cores, size_t{64} << 20);
@@ -144,7 +148,9 @@ absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks) {
   // Without AVX512_BF16, bf16 products run at the f32 rate at best.
   d.peak_bf16_flops = (peak.bf16_flops_per_core > 0 ? peak.bf16_flops_per_core : peak.flops_per_core) *
                       cpu.threads_per_rank * share;
-  d.memory_bandwidth = cpu.host_memory_bandwidth / static_cast<double>(std::min<int64_t>(ranks, cpu.cores));
+  d.memory_bandwidth = cpu.host_memory_bandwidth /
+                       static_cast<double>(std::min<int64_t>(ranks * cpu.threads_per_rank, cpu.cores)) *
+                       cpu.threads_per_rank;
   const double host_memory =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   d.memory_bytes = host_memory / static_cast<double>(ranks);
@@ -248,6 +254,9 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   const double microbatches = static_cast<double>(run.global_batch / c.microbatch_size);
   const double moved = microbatches * layers * static_cast<double>(layer_bytes) * (full ? 4.0 / 3 : 1);
   fitted.elementwise_passes = rest * device.memory_bandwidth / moved;
+  // What the step took beyond compute and the optimizer.
+  fitted.step_overhead_seconds =
+      std::max(0.0, run.step_seconds - run.compute_seconds - run.optimizer_seconds);
   return fitted;
 }
 

@@ -9,8 +9,9 @@
 //    ranks talk over, as both the link inside the "node" and between nodes.
 //  - FitToJobRun: the GEMM and attention efficiencies and the element-wise passes
 //    that make the step model reproduce a one-rank run of `train` (its
-//    `--summary_json`): the products' seconds over their FLOPs, the attention's, and
-//    the rest of compute over the activation bytes.
+//    `--summary_json`): the products' seconds over their FLOPs, the attention's, the
+//    rest of compute over the activation bytes, and what the step took beyond its
+//    compute and optimizer as a fixed overhead per step.
 //
 // Example:
 //   LOOM_ASSIGN_OR_RETURN(ThisCpu cpu, MeasureThisCpu(/*ranks=*/2));
@@ -46,9 +47,11 @@ struct ThisCpu {
 // fused attention, no data-parallel overlap, a GEMM half width of 32.
 DeviceSpec CpuDeviceDefaults();
 
-// MeasureThisCpu measures the host for a job of `ranks` ranks (about a second).
-// InvalidArgument for ranks below 1; the measurements' errors.
-absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks);
+// MeasureThisCpu measures the host for a job of `ranks` ranks of `threads_per_rank`
+// threads each (0: the host's cores over the ranks, at least 1, as the job's
+// default), in about a second. InvalidArgument for ranks below 1 or negative
+// threads; the measurements' errors.
+absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks, int threads_per_rank = 0);
 
 // JobRun: what the planner reads of a `train --summary_json`.
 struct JobRun {
