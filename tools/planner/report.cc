@@ -41,7 +41,13 @@ std::string RankedTable(const PlanResult& plan, int64_t rows) {
                           c.prediction.tflops_per_device, c.prediction.mfu);
   }
   absl::StrAppend(&out, plan.enumerated, " configurations: ", plan.too_large,
-                  " do not fit in memory, ", plan.simulated, " simulated\n");
+                  " do not fit in memory");
+  if (plan.smallest.has_value()) {
+    absl::StrAppend(&out, " (the least of them needs ",
+                    FormatBytes(static_cast<int64_t>(plan.smallest->memory.total())), ": ",
+                    plan.smallest->config.ToString(), ")");
+  }
+  absl::StrAppend(&out, ", ", plan.simulated, " simulated\n");
   return out;
 }
 

@@ -188,9 +188,13 @@ absl::StatusOr<PlanResult> Plan(const PlanRequest& r) {
     in.config = candidate.config;
     LOOM_ASSIGN_OR_RETURN(candidate.prediction, PredictStep(in));
     ++result.simulated;
+    // Equal steps (ZeRO 1 and 2 often tie): the one needing less memory first.
     auto at = std::upper_bound(result.ranked.begin(), result.ranked.end(), candidate,
                                [](const Candidate& a, const Candidate& b) {
-                                 return a.prediction.step_seconds < b.prediction.step_seconds;
+                                 if (a.prediction.step_seconds != b.prediction.step_seconds) {
+                                   return a.prediction.step_seconds < b.prediction.step_seconds;
+                                 }
+                                 return a.memory.total() < b.memory.total();
                                });
     result.ranked.insert(at, std::move(candidate));
     if (static_cast<int64_t>(result.ranked.size()) > r.keep) result.ranked.pop_back();

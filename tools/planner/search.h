@@ -69,7 +69,7 @@ struct PlanResult {
   int64_t enumerated = 0;         // candidates that are valid configurations
   int64_t too_large = 0;          // of those, candidates that do not fit
   int64_t simulated = 0;          // candidates PredictStep ran on
-  // The candidate needing the least memory, when none fit.
+  // Of the candidates that do not fit, the one needing the least memory.
   std::optional<Candidate> smallest;
 };
 

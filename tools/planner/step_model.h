@@ -18,10 +18,15 @@
 //    parameters before each microbatch's forward and backward, ring-priced on the
 //    link the data-parallel group spans; `dp_overlap` of it hidden behind compute;
 //  - the optimizer step: AdamW's 28 bytes per local parameter (reads of the f32
-//    master, gradient, m and v, writes of three) at the memory bandwidth.
-// What it leaves out: kernel launch and framework overheads, the embedding's
-// gather, imbalance of the first and last stages beyond the logits, and contention
-// between links (README.md, "The planner", says how far each matters).
+//    master, gradient, m and v, writes of three) at the memory bandwidth;
+//  - on a device that runs Loom's model (DeviceSpec::recomputes_stale_forwards),
+//    the forwards its stage model runs again for backwards whose microbatch is not
+//    the stage's latest forward, counted from the schedule; and the device's fitted
+//    per-step overhead.
+// What it leaves out: kernel launch overheads on a GPU, the embedding's gather,
+// imbalance of the first and last stages beyond the logits, contention between
+// links, and (on a CPU) the slower clock when every core is busy (tools/README.md,
+// "plan", says how far each matters).
 //
 // Example (the Megatron-LM paper's 39.1B row on 512 A100s):
 //   StepInput in;
