@@ -188,30 +188,29 @@ absl::Status ReadFixedChoices(PlanRequest& req) {
 absl::StatusOr<planner::DeviceSpec> CpuDeviceFor(int64_t ranks, int threads_per_rank,
                                                  const std::vector<planner::JobRun>& calibrations,
                                                  bool print) {
-  LOOM_ASSIGN_OR_RETURN(const planner::ThisCpu cpu, planner::MeasureThisCpu(ranks, threads_per_rank));
-  planner::DeviceSpec device = cpu.device;
+  LOOM_ASSIGN_OR_RETURN(const planner::FittedCpu fit,
+                        planner::MeasureAndFit(ranks, threads_per_rank, calibrations));
+  const planner::DeviceSpec& device = fit.cpu.device;
+  if (!calibrations.empty() && !fit.fitted) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no --calibration run has ", fit.cpu.threads_per_rank, " threads per rank, which each of ",
+        ranks, " ranks gets here"));
+  }
   if (print) {
-    std::cout << "this-cpu: " << cpu.cpu_model << ", " << cpu.cores << " cores, " << ranks
-              << " ranks x " << cpu.threads_per_rank << " threads; per rank "
+    std::cout << "this-cpu: " << fit.cpu.cpu_model << ", " << fit.cpu.cores << " cores, " << ranks
+              << " ranks x " << fit.cpu.threads_per_rank << " threads; per rank "
               << device.peak_f32_flops / 1e9 << " GFLOP/s f32 peak, "
               << device.memory_bandwidth / 1e9 << " GB/s memory; inproc link "
               << device.intra_node_latency * 1e6 << " us, " << device.intra_node_bandwidth / 1e9
               << " GB/s\n";
-  }
-  if (calibrations.empty()) return device;
-  for (const planner::JobRun& run : calibrations) {
-    if (run.threads_per_rank != cpu.threads_per_rank) continue;
-    LOOM_ASSIGN_OR_RETURN(device, planner::FitToJobRun(device, run));
-    if (print) {
-      std::cout << "calibrated (" << run.threads_per_rank << " threads): GEMM efficiency up to "
+    if (fit.fitted) {
+      std::cout << "calibrated (" << fit.cpu.threads_per_rank << " threads): GEMM efficiency up to "
                 << device.gemm_max_efficiency << ", attention at " << device.attention_efficiency
-                << " of it, " << device.elementwise_passes << " element-wise passes\n";
+                << " of it, " << device.elementwise_passes << " element-wise passes, "
+                << device.step_overhead_seconds * 1e3 << " ms overhead a step\n";
     }
-    return device;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "no --calibration run has ", cpu.threads_per_rank, " threads per rank, which each of ",
-      ranks, " ranks gets here"));
+  return device;
 }
 
 absl::StatusOr<std::vector<planner::JobRun>> ReadRuns(const std::string& flag,

@@ -260,5 +260,18 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   return fitted;
 }
 
+absl::StatusOr<FittedCpu> MeasureAndFit(int64_t ranks, int threads_per_rank,
+                                        const std::vector<JobRun>& calibrations) {
+  FittedCpu out;
+  LOOM_ASSIGN_OR_RETURN(out.cpu, MeasureThisCpu(ranks, threads_per_rank));
+  for (const JobRun& run : calibrations) {
+    if (run.threads_per_rank != out.cpu.threads_per_rank) continue;
+    LOOM_ASSIGN_OR_RETURN(out.cpu.device, FitToJobRun(out.cpu.device, run));
+    out.fitted = true;
+    break;
+  }
+  return out;
+}
+
 }  // namespace planner
 }  // namespace loom

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -73,6 +74,16 @@ absl::StatusOr<JobRun> ParseJobSummary(absl::string_view json);
 // rank (dp = tp = pp = cp = 1); InvalidArgument when a part of its compute is not
 // positive. (The caller checks the run had the threads its device stands for.)
 absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run);
+
+// MeasureAndFit: MeasureThisCpu, then the device fitted to the first of
+// `calibrations` that ran with the threads a rank gets (`fitted` false, and the
+// defaults kept, when none did).
+struct FittedCpu {
+  ThisCpu cpu;
+  bool fitted = false;
+};
+absl::StatusOr<FittedCpu> MeasureAndFit(int64_t ranks, int threads_per_rank,
+                                        const std::vector<JobRun>& calibrations);
 
 }  // namespace planner
 }  // namespace loom

@@ -34,15 +34,11 @@ absl::StatusOr<PlannedJob> PlanTrainJob(const TrainJobOptions& base, int64_t wor
   // The job's interleaved schedule runs two stages per rank.
   req.max_virtual_stages = 2;
   req.keep = 20;
-  LOOM_ASSIGN_OR_RETURN(const planner::ThisCpu cpu, planner::MeasureThisCpu(world));
-  req.device = cpu.device;
-  std::string fitted = "the default constants";
-  for (const planner::JobRun& run : calibrations) {
-    if (run.threads_per_rank != cpu.threads_per_rank) continue;
-    LOOM_ASSIGN_OR_RETURN(req.device, planner::FitToJobRun(req.device, run));
-    fitted = "constants fitted to a one-rank run";
-    break;
-  }
+  LOOM_ASSIGN_OR_RETURN(const planner::FittedCpu fit,
+                        planner::MeasureAndFit(world, base.threads_per_rank, calibrations));
+  req.device = fit.cpu.device;
+  const std::string fitted =
+      fit.fitted ? "constants fitted to a one-rank run" : "the default constants";
   LOOM_ASSIGN_OR_RETURN(const planner::PlanResult plan, planner::Plan(req));
   absl::Status first_refusal = absl::OkStatus();
   for (const planner::Candidate& c : plan.ranked) {
