@@ -189,10 +189,10 @@ expect train 2 "--trace=$NODIR: cannot open for writing: No such file or directo
 expect train 2 "--summary_json=$TMP/dir: cannot open for writing: Is a directory" "${T[@]}" --summary_json="$TMP/dir"
 expect train 2 "--trace=$TMP/fifo: cannot open for writing: No such device or address" "${T[@]}" --trace="$TMP/fifo"
 expect train 2 "--summary_json=$TMP/file/x: cannot open for writing: Not a directory" "${T[@]}" --summary_json="$TMP/file/x"
-expect train 2 "--plan chooses --dp; leave it out" "$TRAIN" --plan=2 --dp=2
-expect train 2 "--plan is for --transport threads" "$TRAIN" --plan=2 --transport=shm
-expect train 2 "--global_batch and --plan_calibration go with --plan" "$TRAIN" --global_batch=8
-expect train 2 "no configuration of 3 devices runs this model and batch" "$TRAIN" --plan=3 --global_batch=1
+expect train 2 "--plan chooses --dp; leave it out" "${T[@]}" --plan=2 --dp=2
+expect train 2 "--plan is for --transport threads" "${T[@]}" --plan=2 --transport=shm
+expect train 2 "--global_batch and --plan_calibration go with --plan" "${T[@]}" --global_batch=8
+expect train 2 "no configuration of 3 devices runs this model and batch" "${T[@]}" --plan=3 --global_batch=1
 expect train 2 "--trace=$NODIR: cannot open for writing" "${T[@]}" --transport=shm --trace="$NODIR"
 expect train 2 "--summary_json=$NODIR: cannot open for writing" "${T[@]}" --transport=mpi --summary_json="$NODIR"
 
