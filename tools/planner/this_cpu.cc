@@ -20,6 +20,7 @@
 #include "collectives/calibration.h"
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
+#include "core/cpu_features.h"
 #include "core/fma_peak.h"
 #include "core/status_macros.h"
 #include "topology/memory_estimate.h"
@@ -131,13 +132,16 @@ absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks, int threads_per_rank) {
                                                    " threads; it needs at least 1 rank"));
   }
   ThisCpu cpu;
-  cpu.cores = std::max(1u, std::thread::hardware_concurrency());
+  // The CPUs this process may run on, as the job counts them.
+  cpu.cores = std::max(1, UsableCpus());
   cpu.threads_per_rank = threads_per_rank > 0
                              ? threads_per_rank
                              : static_cast<int>(std::max<int64_t>(1, cpu.cores / ranks));
   LOOM_ASSIGN_OR_RETURN(const FmaPeak peak, MeasureFmaPeak(absl::Milliseconds(30)));
   cpu.cpu_model = peak.cpu_model;
-  cpu.host_memory_bandwidth = MeasureCopyBandwidth(cpu.cores, size_t{64} << 20);
+  // 64 MiB per core, far past the caches, and 1 GiB at most in all.
+  cpu.host_memory_bandwidth = MeasureCopyBandwidth(
+      cpu.cores, std::min(size_t{64} << 20, (size_t{512} << 20) / static_cast<size_t>(cpu.cores)));
   LOOM_ASSIGN_OR_RETURN(const CostModel::Constants link, MeasureInprocLink());
   // Ranks beyond the cores time-share them.
   const double share =
