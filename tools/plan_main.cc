@@ -37,6 +37,9 @@ ABSL_FLAG(int64_t, heads, 0, "Attention heads (divide --hidden).");
 ABSL_FLAG(int64_t, seq_len, 2048, "Tokens per sequence.");
 ABSL_FLAG(int64_t, vocab, 51200, "Vocabulary size.");
 ABSL_FLAG(int64_t, ffn, 0, "MLP width; 0: 4 x hidden.");
+ABSL_FLAG(int64_t, kv_heads, 0, "Key-value heads (grouped-query attention); 0: --heads.");
+ABSL_FLAG(std::string, mlp, "gelu", "gelu (two h x ffn matrices) or swiglu (three).");
+ABSL_FLAG(bool, tie_embeddings, true, "The head reuses the token embedding.");
 ABSL_FLAG(int64_t, global_batch, 0, "Sequences per optimizer step.");
 ABSL_FLAG(int64_t, gpus, 0, "Devices in the cluster (GPUs).");
 ABSL_FLAG(int64_t, ranks, 0, "The same as --gpus, for --device=this-cpu: ranks of the job.");
@@ -52,6 +55,12 @@ ABSL_FLAG(double, inter_node_gbs, 0, "Override: network between nodes, GB/s per 
 ABSL_FLAG(double, inter_node_latency_us, -1, "Override: latency between nodes, us.");
 ABSL_FLAG(double, gemm_max_efficiency, 0, "Override: the GEMM model's efficiency at wide shards.");
 ABSL_FLAG(double, dp_overlap, -1, "Override: share of data-parallel traffic hidden, 0..1.");
+ABSL_FLAG(std::string, flash_attention, "",
+          "Override: true or false, whether the attention scores are never stored "
+          "(the device's default: false on a100-80gb, as in 2021; true on h100-80gb, h200).");
+ABSL_FLAG(std::string, sequence_parallel, "",
+          "Override: true or false, whether activations split over tp (the device's "
+          "default: false on a100-80gb, true on h100-80gb, h200).");
 ABSL_FLAG(std::string, calibration, "",
           "With --device=this-cpu: `train --summary_json` files (comma-separated) of one-rank "
           "runs of this model; the one with the threads each rank gets here fits the GEMM, "
@@ -127,6 +136,18 @@ absl::Status ApplyOverrides(planner::DeviceSpec& d) {
   if (const double us = absl::GetFlag(FLAGS_inter_node_latency_us); us != -1) {
     if (us < 0) return absl::InvalidArgumentError(absl::StrCat("--inter_node_latency_us is ", us));
     d.inter_node_latency = us * 1e-6;
+  }
+  const std::pair<const char*, bool*> switches[] = {
+      {"flash_attention", &d.flash_attention}, {"sequence_parallel", &d.sequence_parallel}};
+  const std::string values[] = {absl::GetFlag(FLAGS_flash_attention),
+                                absl::GetFlag(FLAGS_sequence_parallel)};
+  for (int i = 0; i < 2; ++i) {
+    if (values[i].empty()) continue;
+    if (values[i] != "true" && values[i] != "false") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", switches[i].first, " \"", values[i], "\" is not true or false"));
+    }
+    *switches[i].second = values[i] == "true";
   }
   if (const double o = absl::GetFlag(FLAGS_dp_overlap); o != -1) {
     if (o < 0 || o > 1) {
@@ -251,6 +272,7 @@ absl::Status Compare(const std::vector<std::string>& paths,
     in.device = devices[key];
     in.gpus_per_node = ranks;
     in.config = run.config;
+    in.even_layers_only = true;
     absl::StatusOr<planner::StepPrediction> p = planner::PredictStep(in);
     if (!p.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--compare ", paths[i], ": ", p.status().message()));
@@ -307,6 +329,13 @@ absl::Status Run() {
   req.shape.seq_len = absl::GetFlag(FLAGS_seq_len);
   req.shape.vocab = absl::GetFlag(FLAGS_vocab);
   req.shape.ffn = absl::GetFlag(FLAGS_ffn);
+  req.shape.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  req.shape.tied_embeddings = absl::GetFlag(FLAGS_tie_embeddings);
+  if (const std::string mlp = absl::GetFlag(FLAGS_mlp); mlp == "swiglu") {
+    req.shape.gated_mlp = true;
+  } else if (mlp != "gelu") {
+    return absl::InvalidArgumentError(absl::StrCat("--mlp \"", mlp, "\" is not gelu or swiglu"));
+  }
   LOOM_RETURN_IF_ERROR(planner::ValidateShape(req.shape));
   req.global_batch = absl::GetFlag(FLAGS_global_batch);
   if (req.global_batch < 1) {
@@ -338,6 +367,7 @@ absl::Status Run() {
     LOOM_ASSIGN_OR_RETURN(req.device,
                           CpuDeviceFor(req.world, /*threads_per_rank=*/0, calibrations, /*print=*/true));
     req.gpus_per_node = req.world;  // one host
+    req.even_layers_only = true;    // Loom's job splits layers evenly
     if (dtype.empty()) dtype = "f32";
   } else {
     if (!calibration.empty()) {

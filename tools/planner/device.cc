@@ -16,8 +16,9 @@ namespace {
 // NVLink per GPU per direction), and the network of the clusters the published runs
 // used (8 x 200 Gb/s HDR InfiniBand per 8-GPU A100 node: 25 GB/s per GPU; 400 Gb/s NDR
 // per H100 or H200). The GEMM and element-wise constants of the A100 were fitted on
-// seven rows of the Megatron-LM paper's Table 1 (README.md); the H100 and H200 reuse
-// them, which no published table here checks.
+// rows of the Megatron-LM paper's Table 1 (tools/README.md), whose software stored
+// the attention scores; the H100 and H200 reuse them with FlashAttention, as the
+// runs published on them (Llama 3) used.
 DeviceSpec Make(const char* name, double bf16, double f32, double memory, double hbm,
                 double nvlink, double network) {
   DeviceSpec d;
@@ -36,13 +37,21 @@ DeviceSpec Make(const char* name, double bf16, double f32, double memory, double
   return d;
 }
 
+// The software of the runs published on H100s and H200s: FlashAttention and
+// sequence parallelism.
+DeviceSpec WithCurrentSoftware(DeviceSpec d) {
+  d.flash_attention = true;
+  d.sequence_parallel = true;
+  return d;
+}
+
 }  // namespace
 
 const std::vector<DeviceSpec>& KnownDevices() {
   static const std::vector<DeviceSpec>* const devices = new std::vector<DeviceSpec>{
       Make("a100-80gb", 312e12, 19.5e12, 80e9, 2.039e12, 300e9, 25e9),
-      Make("h100-80gb", 989e12, 67e12, 80e9, 3.35e12, 450e9, 50e9),
-      Make("h200", 989e12, 67e12, 141e9, 4.8e12, 450e9, 50e9),
+      WithCurrentSoftware(Make("h100-80gb", 989e12, 67e12, 80e9, 3.35e12, 450e9, 50e9)),
+      WithCurrentSoftware(Make("h200", 989e12, 67e12, 141e9, 4.8e12, 450e9, 50e9)),
   };
   return *devices;
 }

@@ -48,6 +48,15 @@ struct DeviceSpec {
   // and memory models use topology's fused-attention formula instead of
   // Korthikanti et al.'s.
   bool fused_attention = false;
+  // The s x s attention scores are never stored (FlashAttention, in the software of
+  // the H100 and H200 runs): memory and element-wise traffic by Korthikanti et al.'s
+  // formula without its 5as/h term, as under selective recompute, which then costs
+  // nothing more than no recompute.
+  bool flash_attention = false;
+  // Sequence parallelism with tp (Korthikanti et al.): the norms' and dropouts'
+  // activations split over tp too; the same bytes move (reduce-scatter and
+  // all-gather in place of each all-reduce). In the H100 and H200 runs' software.
+  bool sequence_parallel = false;
   // The share of data-parallel traffic the framework hides behind compute (0: the
   // Megatron-LM runs of 2021 reduced gradients after the backward).
   double dp_overlap = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -29,18 +30,25 @@ absl::StatusOr<double> UnfusedActivations(const StepInput& in, int64_t microbatc
   o.tp = c.tp;
   o.cp = c.cp;
   o.recompute = c.recompute;
+  o.sequence_parallel = UsesSequenceParallelism(in);
+  // Without stored scores the layer keeps what selective recompute keeps.
+  const Recompute whole = in.device.flash_attention ? Recompute::kSelective : Recompute::kNone;
+  if (in.device.flash_attention && c.recompute == Recompute::kNone) o.recompute = whole;
   LOOM_ASSIGN_OR_RETURN(const int64_t per_layer, ActivationBytesPerLayer(o));
   const int64_t v = c.schedule == PipelineScheduleKind::kZeroBubbleV ? 2 : c.virtual_stages;
   LOOM_ASSIGN_OR_RETURN(const int64_t in_flight,
                         InFlightMicrobatches(c.schedule, c.pp, 0, microbatches, v));
-  const double layers_per_chunk =
-      static_cast<double>(in.shape.layers) / static_cast<double>(c.pp * v);
+  // The busiest chunk's layers (an uneven split gives the inner stages more).
+  const std::vector<int64_t> counts = StageLayerCounts(in.shape.layers, c.pp * v);
+  int64_t most = 0;
+  for (int64_t n : counts) most = std::max(most, n);
+  const double layers_per_chunk = static_cast<double>(most);
   double bytes = static_cast<double>(per_layer) * layers_per_chunk * static_cast<double>(in_flight);
   if (c.recompute == Recompute::kFull) {
     // The layer being recomputed holds its whole state for its backward.
-    o.recompute = Recompute::kNone;
-    LOOM_ASSIGN_OR_RETURN(const int64_t whole, ActivationBytesPerLayer(o));
-    bytes += static_cast<double>(whole);
+    o.recompute = whole;
+    LOOM_ASSIGN_OR_RETURN(const int64_t layer_state, ActivationBytesPerLayer(o));
+    bytes += static_cast<double>(layer_state);
   }
   return bytes;
 }
@@ -57,7 +65,7 @@ absl::StatusOr<double> FusedActivations(const StepInput& in) {
   o.vocab = in.shape.vocab;
   o.seq_len = in.shape.seq_len;
   o.micro_batch_size = c.microbatch_size;
-  o.layers = in.shape.layers / stages;
+  const std::vector<int64_t> counts = StageLayerCounts(in.shape.layers, stages);
   o.tp = c.tp;
   o.cp = c.cp;
   o.bf16_linear_inputs = c.dtype == ComputeDtype::kBf16;
@@ -70,6 +78,7 @@ absl::StatusOr<double> FusedActivations(const StepInput& in) {
       const int64_t stage = c.schedule == PipelineScheduleKind::kZeroBubbleV && chunk == 1
                                 ? 2 * c.pp - 1 - rank
                                 : rank + chunk * c.pp;
+      o.layers = counts[static_cast<size_t>(stage)];
       o.embedding = stage == 0;
       o.head = stage == stages - 1;
       LOOM_ASSIGN_OR_RETURN(const int64_t b, EstimateFusedAttentionActivationBytes(o));
@@ -107,9 +116,7 @@ absl::StatusOr<MemoryEstimate> MemoryPerDevice(const StepInput& in) {
   mem.model_states = static_cast<double>(state_bytes.total());
   if (c.zero == 3) {
     // The layer in use and the one prefetched, whole on this tp rank.
-    const double h = static_cast<double>(in.shape.hidden);
-    const double layer = (4 * h * h + 2 * h * static_cast<double>(FfnWidth(in.shape))) /
-                         static_cast<double>(c.tp);
+    const double layer = LayerMatrixParameters(in.shape) / static_cast<double>(c.tp);
     mem.zero_buffers = 2 * layer * (bf16 ? 2 : 4);
   }
   if (in.device.fused_attention) {

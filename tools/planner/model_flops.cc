@@ -31,26 +31,39 @@ absl::Status ValidateShape(const TransformerShape& s) {
     return absl::InvalidArgumentError(absl::StrCat("model: heads ", s.heads,
                                                    " do not divide hidden ", s.hidden));
   }
+  if (s.kv_heads < 0 || (s.kv_heads > 0 && s.heads % s.kv_heads != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("model: kv_heads ", s.kv_heads,
+                                                   " do not divide the ", s.heads, " heads"));
+  }
   return absl::OkStatus();
 }
 
 int64_t FfnWidth(const TransformerShape& s) { return s.ffn > 0 ? s.ffn : 4 * s.hidden; }
 
+int64_t KvHeads(const TransformerShape& s) { return s.kv_heads > 0 ? s.kv_heads : s.heads; }
+
+double LayerMatrixParameters(const TransformerShape& s) {
+  const double h = static_cast<double>(s.hidden);
+  const double f = static_cast<double>(FfnWidth(s));
+  const double kv_share = static_cast<double>(KvHeads(s)) / static_cast<double>(s.heads);
+  return 2 * h * h + 2 * h * h * kv_share + (s.gated_mlp ? 3 : 2) * h * f;
+}
+
 double ParameterCount(const TransformerShape& s) {
   const double h = static_cast<double>(s.hidden);
   const double f = static_cast<double>(FfnWidth(s));
-  const double per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h;
-  return static_cast<double>(s.layers) * per_layer +
-         (static_cast<double>(s.vocab) + static_cast<double>(s.seq_len)) * h + 2 * h;
+  const double per_layer = LayerMatrixParameters(s) + 4 * h + f + h + 4 * h;
+  const double embeddings = (static_cast<double>(s.vocab) * (s.tied_embeddings ? 1 : 2) +
+                             static_cast<double>(s.seq_len)) * h;
+  return static_cast<double>(s.layers) * per_layer + embeddings + 2 * h;
 }
 
 double MegatronFlopsPerIteration(const TransformerShape& s, int64_t global_batch,
                                  Recompute recompute) {
   const double h = static_cast<double>(s.hidden);
-  const double f = static_cast<double>(FfnWidth(s));
   const double seq = static_cast<double>(s.seq_len);
   const double tokens = static_cast<double>(global_batch) * seq;
-  const double dense = 8 * h * h + 4 * h * f;  // per token and layer, forward
+  const double dense = 2 * LayerMatrixParameters(s);  // per token and layer, forward
   const double attention = 4 * seq * h;
   double passes_dense = 3;  // forward, and backward at twice the forward
   double passes_attention = 3;

@@ -34,25 +34,41 @@ struct TransformerShape {
   int64_t seq_len = 0;  // s
   int64_t vocab = 0;    // V
   int64_t ffn = 0;      // the MLP's inner width; 0 means 4 * hidden
+  // Grouped-query attention (Llama 2 70B, Llama 3): heads sharing each key and value
+  // head; 0 means heads (multi-head attention). Divides heads.
+  int64_t kv_heads = 0;
+  bool gated_mlp = false;       // SwiGLU: three h x ffn matrices instead of two
+  bool tied_embeddings = true;  // the head reuses the token embedding (GPT-2, Loom)
 };
 
 // ValidateShape returns InvalidArgument naming the first field out of range: a size
-// below 1 (ffn below 0), or heads not dividing hidden.
+// below 1 (ffn or kv_heads below 0), heads not dividing hidden, or kv_heads not
+// dividing heads.
 absl::Status ValidateShape(const TransformerShape& shape);
 
 // FfnWidth returns shape.ffn, or 4 * hidden when it is 0.
 int64_t FfnWidth(const TransformerShape& shape);
 
-// ParameterCount returns the parameters: per layer the attention's 4h^2 + 4h and the
-// MLP's 2 h ffn + ffn + h weights and biases and two layer norms (4h), plus the token
-// and position embeddings (V h + s h) and the final layer norm (2h).
+// KvHeads returns shape.kv_heads, or heads when it is 0.
+int64_t KvHeads(const TransformerShape& shape);
+
+// LayerMatrixParameters returns the weights of one layer's matrix products: the
+// query and output projections 2h^2, the keys and values 2h^2 kv_heads / heads, the
+// MLP 2 h ffn (3 h ffn gated). A token's forward through the layer's products is
+// twice this in FLOPs.
+double LayerMatrixParameters(const TransformerShape& shape);
+
+// ParameterCount returns the parameters: per layer the matrices above, the
+// attention's 4h and the MLP's ffn + h biases and two layer norms (4h), plus the token
+// and position embeddings (V h + s h; another V h untied) and the final layer norm
+// (2h).
 double ParameterCount(const TransformerShape& shape);
 
 // MegatronFlopsPerIteration returns the FLOPs of one iteration over `global_batch`
 // sequences as the Megatron-LM paper counts them: matrix products only, forward 2 FLOPs
 // per multiply-add, backward twice the forward, and (kFull) the forward once more.
-// Per token and layer the forward is 8h^2 + 4 h ffn (projections and MLP) + 4 s h
-// (scores and context); the logits add 2 h V per token, not recomputed. kSelective
+// Per token and layer the forward is 2 LayerMatrixParameters (8h^2 + 4 h ffn for a
+// GPT) + 4 s h (scores and context); the logits add 2 h V per token, not recomputed. kSelective
 // recomputes the attention scores and context only (4 s h per token and layer).
 double MegatronFlopsPerIteration(const TransformerShape& shape, int64_t global_batch,
                                  Recompute recompute);

@@ -52,6 +52,32 @@ TEST(ModelFlopsTest, ParameterCountAndModelFlops) {
                    l * (4 * h * h + 4 * h + 2 * h * 4096 + 4096 + h + 4 * h) + (V + seq) * h + 2 * h);
 }
 
+TEST(ModelFlopsTest, GroupedQueryAttentionAndSwiGlu) {
+  // Llama 3 405B: 126 layers, hidden 16384, 128 heads sharing 8 key-value heads,
+  // a SwiGLU MLP of 53248, vocabulary 128256, untied head: about 405B parameters.
+  TransformerShape s;
+  s.layers = 126;
+  s.hidden = 16384;
+  s.heads = 128;
+  s.kv_heads = 8;
+  s.ffn = 53248;
+  s.gated_mlp = true;
+  s.tied_embeddings = false;
+  s.seq_len = 8192;
+  s.vocab = 128256;
+  LOOM_EXPECT_OK(ValidateShape(s));
+  const double h = 16384, f = 53248;
+  EXPECT_DOUBLE_EQ(LayerMatrixParameters(s), 2 * h * h + 2 * h * h / 16 + 3 * h * f);
+  EXPECT_NEAR(ParameterCount(s) / 1e9, 405.0, 1.5);
+  // The products of a token's forward: twice the matrices.
+  EXPECT_NEAR(MegatronFlopsPerIteration(s, 1, Recompute::kNone),
+              8192 * (126 * (3 * 2 * LayerMatrixParameters(s) + 3 * 4 * 8192 * h) + 6 * h * 128256),
+              1e6);
+  s.kv_heads = 7;
+  EXPECT_THAT(ValidateShape(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("kv_heads 7 do not divide the 128 heads")));
+}
+
 TEST(ModelFlopsTest, ValidateShapeNamesTheField) {
   TransformerShape s = Megatron1p7B();
   LOOM_EXPECT_OK(ValidateShape(s));

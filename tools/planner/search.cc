@@ -72,7 +72,8 @@ std::vector<int64_t> MicrobatchSizes(const PlanRequest& r, int64_t dp) {
 
 std::vector<Recompute> Recomputes(const PlanRequest& r) {
   if (r.fixed.recompute.has_value()) return {*r.fixed.recompute};
-  if (r.device.fused_attention) return {Recompute::kNone, Recompute::kFull};
+  // Without stored scores selective recompute is no recompute.
+  if (r.device.fused_attention || r.device.flash_attention) return {Recompute::kNone, Recompute::kFull};
   return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
 }
 
@@ -129,6 +130,8 @@ absl::StatusOr<PlanResult> Plan(const PlanRequest& r) {
                 in.global_batch = r.global_batch;
                 in.device = r.device;
                 in.gpus_per_node = r.gpus_per_node;
+                in.even_layers_only = r.even_layers_only;
+    in.even_layers_only = r.even_layers_only;
                 in.config = {dp, tp, pp, cp, zero, schedule, v, mbs, recompute, r.dtype};
                 if (absl::Status s = ValidateStepInput(in); !s.ok()) {
                   if (!first_error.has_value()) first_error = s;
@@ -185,6 +188,7 @@ absl::StatusOr<PlanResult> Plan(const PlanRequest& r) {
     in.global_batch = r.global_batch;
     in.device = r.device;
     in.gpus_per_node = r.gpus_per_node;
+    in.even_layers_only = r.even_layers_only;
     in.config = candidate.config;
     LOOM_ASSIGN_OR_RETURN(candidate.prediction, PredictStep(in));
     ++result.simulated;

@@ -56,6 +56,8 @@ struct PlanRequest {
   int64_t max_virtual_stages = 8;
   // Candidates ranked (and simulated) at the most.
   int64_t keep = 20;
+  // StepInput::even_layers_only: true for Loom's job, which splits layers evenly.
+  bool even_layers_only = false;
 };
 
 struct Candidate {

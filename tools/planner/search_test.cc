@@ -159,6 +159,50 @@ TEST(SearchTest, PredictStepChecksItsInput) {
                                         HasSubstr("each must be positive")));
 }
 
+TEST(SearchTest, UnevenLayersGoToTheInnerStages) {
+  EXPECT_EQ(StageLayerCounts(126, 16),
+            (std::vector<int64_t>{7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7}));
+  EXPECT_EQ(StageLayerCounts(8, 4), (std::vector<int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(StageLayerCounts(7, 3), (std::vector<int64_t>{2, 3, 2}));
+  EXPECT_EQ(StageLayerCounts(5, 2), (std::vector<int64_t>{3, 2}));
+  // Loom's job splits evenly only.
+  StepInput in;
+  in.shape = SmallRequest().shape;
+  in.shape.layers = 25;
+  in.global_batch = 64;
+  in.device = *FindDevice("a100-80gb");
+  in.config.pp = 2;
+  LOOM_EXPECT_OK(PredictStep(in));
+  in.even_layers_only = true;
+  EXPECT_THAT(PredictStep(in), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("layers 25 do not split over pp=2")));
+}
+
+TEST(SearchTest, FlashAttentionAndSequenceParallelismShrinkActivations) {
+  StepInput in;
+  in.shape = SmallRequest().shape;
+  in.global_batch = 64;
+  in.device = *FindDevice("a100-80gb");
+  in.config.tp = 4;
+  LOOM_ASSERT_OK_AND_ASSIGN(const MemoryEstimate scores, MemoryPerDevice(in));
+  in.device.flash_attention = true;
+  LOOM_ASSERT_OK_AND_ASSIGN(const MemoryEstimate flash, MemoryPerDevice(in));
+  in.device.sequence_parallel = true;
+  LOOM_ASSERT_OK_AND_ASSIGN(const MemoryEstimate both, MemoryPerDevice(in));
+  // Korthikanti et al. per layer: sbh (10 + 24/t + 5as/(ht)) with the scores,
+  // sbh (10 + 24/t) without, 34 sbh / t with sequence parallelism too.
+  const double a = 16, s = 2048, h = 2048, t = 4;
+  EXPECT_NEAR(flash.activations / scores.activations, (10 + 24 / t) / (10 + 24 / t + 5 * a * s / (h * t)),
+              1e-9);
+  EXPECT_NEAR(both.activations / flash.activations, (34 / t) / (10 + 24 / t), 1e-9);
+  // Without stored scores, selective recompute costs nothing more than none.
+  in.config.recompute = Recompute::kSelective;
+  LOOM_ASSERT_OK_AND_ASSIGN(const StepPrediction selective, PredictStep(in));
+  in.config.recompute = Recompute::kNone;
+  LOOM_ASSERT_OK_AND_ASSIGN(const StepPrediction none, PredictStep(in));
+  EXPECT_DOUBLE_EQ(selective.step_seconds, none.step_seconds);
+}
+
 TEST(SearchTest, ThePipelineBubbleIsTheSimulators) {
   // With the rest fixed, 1F1B on pp = 4 and m microbatches idles (p-1)/(m+p-1) of the
   // device time when the stages cost the same (no logits on a tiny vocabulary) and

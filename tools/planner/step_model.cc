@@ -70,6 +70,10 @@ absl::Status ValidateStepInput(const StepInput& in) {
     return absl::InvalidArgumentError(
         absl::StrCat("tp=", c.tp, " does not divide the ", s.heads, " heads"));
   }
+  if (KvHeads(s) % c.tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp=", c.tp, " does not divide the ", KvHeads(s), " key-value heads"));
+  }
   if (FfnWidth(s) % c.tp != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tp=", c.tp, " does not divide the MLP width ", FfnWidth(s)));
@@ -78,9 +82,11 @@ absl::Status ValidateStepInput(const StepInput& in) {
     return absl::InvalidArgumentError(
         absl::StrCat("cp=", c.cp, " does not divide seq_len ", s.seq_len));
   }
-  if (s.layers % (c.pp * c.virtual_stages) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("layers ", s.layers, " do not split over pp=",
-                                                   c.pp, " x virtual_stages=", c.virtual_stages));
+  const int64_t stages = c.pp * c.virtual_stages;
+  if (in.even_layers_only ? s.layers % stages != 0 : s.layers < stages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layers ", s.layers, in.even_layers_only ? " do not split" : " are fewer than the stages",
+        " over pp=", c.pp, " x virtual_stages=", c.virtual_stages));
   }
   LOOM_ASSIGN_OR_RETURN(const int64_t m, Microbatches(in.global_batch, c));
   const absl::string_view name = PipelineScheduleName(c.schedule);
@@ -127,6 +133,15 @@ absl::Status ValidateStepInput(const StepInput& in) {
 
 namespace {
 
+}  // namespace
+
+bool UsesSequenceParallelism(const StepInput& in) {
+  const PlanConfig& c = in.config;
+  return in.device.sequence_parallel && c.tp > 1 && (in.shape.seq_len / c.cp) % c.tp == 0;
+}
+
+namespace {
+
 // Activation bytes one layer moves through memory per microbatch, once.
 absl::StatusOr<double> LayerActivationBytes(const StepInput& in) {
   const TransformerShape& s = in.shape;
@@ -153,10 +168,27 @@ absl::StatusOr<double> LayerActivationBytes(const StepInput& in) {
   o.layers = 1;
   o.tp = c.tp;
   o.cp = c.cp;
+  // Without stored scores the layer keeps what selective recompute keeps.
+  if (in.device.flash_attention) o.recompute = Recompute::kSelective;
+  o.sequence_parallel = UsesSequenceParallelism(in);
   LOOM_ASSIGN_OR_RETURN(int64_t bytes, ActivationBytesPerLayer(o));
   // Korthikanti et al. count 16-bit activations.
   return static_cast<double>(bytes) * (c.dtype == ComputeDtype::kF32 ? 2 : 1);
 }
+
+}  // namespace
+
+std::vector<int64_t> StageLayerCounts(int64_t layers, int64_t stages) {
+  std::vector<int64_t> counts(static_cast<size_t>(stages), layers / stages);
+  int64_t extra = layers % stages;
+  // Inner stages first: the first holds the embedding, the last the head.
+  for (int64_t i = 1; i + 1 < stages && extra > 0; ++i, --extra) ++counts[static_cast<size_t>(i)];
+  if (extra > 0) ++counts.front(), --extra;
+  if (extra > 0) ++counts.back();
+  return counts;
+}
+
+namespace {
 
 // StaleBackwards counts, per stage, the backwards (B or I) whose microbatch is not
 // the stage's latest forward when they run: a model that keeps one forward's state
@@ -250,7 +282,6 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   const double peak = bf16 ? d.peak_bf16_flops : d.peak_f32_flops;
   const double elem_bytes = bf16 ? 2 : 4;
   const double h = static_cast<double>(s.hidden);
-  const double f = static_cast<double>(FfnWidth(s));
   const double tp = static_cast<double>(c.tp);
   const double tokens = static_cast<double>(c.microbatch_size * s.seq_len / c.cp);
 
@@ -261,7 +292,7 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   const double width = h / tp;
   p.gemm_efficiency = d.gemm_max_efficiency * width / (width + d.gemm_half_width);
   const double gemm_rate = peak * p.gemm_efficiency;
-  const double dense_seconds = tokens * (8 * h * h + 4 * h * f) / tp / gemm_rate;
+  const double dense_seconds = tokens * 2 * LayerMatrixParameters(s) / tp / gemm_rate;
   const double attention_seconds = tokens * 4 * static_cast<double>(s.seq_len) * h / tp /
                                    (gemm_rate * d.attention_efficiency);
   LOOM_ASSIGN_OR_RETURN(const double activation_bytes, LayerActivationBytes(in));
@@ -291,7 +322,7 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
     backward += forward;
     backward_tp += 2 * tp_all_reduce;
     backward_cp += cp_forward;
-  } else if (c.recompute == Recompute::kSelective) {
+  } else if (c.recompute == Recompute::kSelective && !d.flash_attention) {
     backward += attention_seconds;
   }
   p.layer_forward_seconds = forward;
@@ -309,15 +340,17 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
                         v_shape ? StageLayout::VShape(c.pp)
                                 : StageLayout::Loop(c.pp, c.virtual_stages));
   const int64_t stages = layout.num_stages();
-  const double layers_per_stage = static_cast<double>(s.layers) / static_cast<double>(stages);
-  StageCosts layer_stage;
-  layer_stage.forward = layers_per_stage * (forward + 2 * tp_all_reduce + cp_forward);
-  layer_stage.backward = layers_per_stage * (backward + backward_tp + backward_cp);
-  // Zero-bubble split: the weight gradients are the forward's dense products again.
-  layer_stage.backward_weight = layers_per_stage * dense_seconds;
-  layer_stage.backward_input = layer_stage.backward - layer_stage.backward_weight;
   SimulationCosts costs;
-  costs.per_stage.assign(static_cast<size_t>(stages), layer_stage);
+  for (const int64_t layers : StageLayerCounts(s.layers, stages)) {
+    StageCosts sc;
+    const double n = static_cast<double>(layers);
+    sc.forward = n * (forward + 2 * tp_all_reduce + cp_forward);
+    sc.backward = n * (backward + backward_tp + backward_cp);
+    // Zero-bubble split: the weight gradients are the forward's dense products again.
+    sc.backward_weight = n * dense_seconds;
+    sc.backward_input = sc.backward - sc.backward_weight;
+    costs.per_stage.push_back(sc);
+  }
   StageCosts& last = costs.per_stage.back();
   last.forward += p.logits_seconds / 3;
   last.backward += 2 * p.logits_seconds / 3;

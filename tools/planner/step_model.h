@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tools/planner/device.h"
@@ -77,7 +78,20 @@ struct StepInput {
   DeviceSpec device;
   int64_t gpus_per_node = 8;
   PlanConfig config;
+  // Layers split evenly over the stages only (Loom's job). Otherwise a split that does
+  // not divide gives the extra layers to the inner stages first (StageLayerCounts),
+  // as Megatron-LM's uneven first and last stages and Llama 3's runs do.
+  bool even_layers_only = false;
 };
+
+// UsesSequenceParallelism: the device's software splits activations over tp
+// (DeviceSpec::sequence_parallel), tp > 1, and the local sequence splits over tp.
+bool UsesSequenceParallelism(const StepInput& input);
+
+// StageLayerCounts returns the layers of each of `stages` stages: layers / stages
+// each, the rest one more each to the inner stages first, then to the first stage,
+// then to the last (126 over 16: 7, then 8 fourteen times, then 7).
+std::vector<int64_t> StageLayerCounts(int64_t layers, int64_t stages);
 
 // StepPrediction: the predicted step and its parts, in seconds.
 struct StepPrediction {
@@ -109,8 +123,9 @@ struct StepPrediction {
 
 // PredictStep returns the prediction. InvalidArgument naming the value for a bad
 // shape (ValidateShape), a degree below 1, a batch that does not split into whole
-// microbatches over dp, heads or vocabulary not splitting over tp, the sequence not
-// splitting over cp, layers not splitting over pp * virtual_stages, a zero stage
+// microbatches over dp, heads, key-value heads or the MLP not splitting over tp, the
+// sequence not splitting over cp, fewer layers than stages (or, even_layers_only,
+// layers not splitting over pp * virtual_stages), a zero stage
 // outside 0..3, or a device with a rate that is not positive; the schedule
 // generators' and simulator's errors (e.g. interleaved-1f1b with microbatches not a
 // multiple of pp).

@@ -230,7 +230,6 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   }
   const TransformerShape& s = run.shape;
   const double h = static_cast<double>(s.hidden);
-  const double f = static_cast<double>(FfnWidth(s));
   const double seq = static_cast<double>(s.seq_len);
   const double layers = static_cast<double>(s.layers);
   const double tokens = static_cast<double>(run.global_batch) * seq;
@@ -240,7 +239,7 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
 
   DeviceSpec fitted = device;
   const double gemm_flops =
-      tokens * (layers * (8 * h * h + 4 * h * f) * passes + 3 * 2 * h * static_cast<double>(s.vocab));
+      tokens * (layers * 2 * LayerMatrixParameters(s) * passes + 3 * 2 * h * static_cast<double>(s.vocab));
   const double efficiency = gemm_flops / (run.gemm_seconds * peak);
   fitted.gemm_max_efficiency = efficiency * (h + device.gemm_half_width) / h;
   const double attention_flops = tokens * layers * 4 * seq * h * passes;
