@@ -23,13 +23,13 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <initializer_list>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -45,9 +45,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "collectives/cost_model.h"
 #include "collectives/transport/heartbeat.h"
@@ -68,12 +68,13 @@
 #include "tools/job_files.h"
 #include "tools/launcher.h"
 #include "tools/mesh_report.h"
+#include "tools/planner/this_cpu.h"
 #include "tools/training/atomic_file.h"
 #include "tools/training/compute_report.h"
 #include "tools/training/cp_comm_choice.h"
 #include "tools/training/job_checkpoint.h"
-#include "tools/training/job_plan.h"
 #include "tools/training/job_mesh.h"
+#include "tools/training/job_plan.h"
 #include "tools/training/loss_plot.h"
 #include "tools/training/metrics_log.h"
 #include "tools/training/offload_mapping.h"
@@ -600,8 +601,6 @@ int LaunchRanks(const TrainJobOptions& o, int argc, char** argv) {
   return result->last.ExitCode();
 }
 
-// Run holds an MPI rank's session in `*mpi` so that main can end the job on a
-// failure: MPI_Finalize would wait for peers that still wait on this rank.
 // PlanFromFlags: --plan=N replaces the mesh, ZeRO stage, schedule, microbatching and
 // recompute of `options` by the planner's first choice (training/job_plan.h) and
 // prints it as the job's first line.
@@ -660,6 +659,8 @@ absl::Status PlanFromFlags(int argc, char** argv, const std::string& transport,
   return absl::OkStatus();
 }
 
+// Run holds an MPI rank's session in `*mpi` so that main can end the job on a
+// failure: MPI_Finalize would wait for peers that still wait on this rank.
 absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSession>* mpi) {
   // Every flag is checked here, before any rank, process or mpirun starts.
   absl::StatusOr<TrainJobOptions> options = OptionsFromFlags();
