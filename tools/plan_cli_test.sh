@@ -53,6 +53,8 @@ expect_error "tp=3 does not divide the 8 devices" "${small[@]}" --gpus=8 --tp=3
 expect_error "--global_batch is 0" --layers=24 --hidden=2048 --heads=16 --gpus=8
 expect_error "--recompute \"some\" is not none, selective or full" "${small[@]}" --gpus=8 --recompute=some
 expect_error "--calibration goes with --device=this-cpu" "${small[@]}" --gpus=8 --calibration=x.json
+expect_error "interleaved-1f1b needs virtual_stages >= 2 (got 1)" "${small[@]}" --gpus=8 --pp=2 --schedule=interleaved-1f1b --virtual_stages=1
+expect_error "kv_heads 5 do not divide the 16 heads" "${small[@]}" --gpus=8 --kv_heads=5
 help="$("$PLAN" --help 2>&1 || true)"
 for flag in layers hidden heads seq_len vocab global_batch gpus ranks device dp tp pp cp zero \
             schedule microbatch_size recompute dtype explain json calibration compare; do

@@ -48,14 +48,16 @@ std::vector<std::pair<PipelineScheduleKind, int64_t>> Schedules(const PlanReques
         PipelineScheduleKind::kInterleaved1F1B, PipelineScheduleKind::kZeroBubbleH1,
         PipelineScheduleKind::kZeroBubbleV}) {
     if (!Allowed(r.fixed.schedule, kind)) continue;
-    if (kind == PipelineScheduleKind::kInterleaved1F1B) {
-      const int64_t most = std::max<int64_t>(r.max_virtual_stages, r.fixed.virtual_stages.value_or(0));
-      for (int64_t v = 2; v <= most; ++v) {
-        if (Allowed(r.fixed.virtual_stages, v)) out.push_back({kind, v});
+    if (r.fixed.virtual_stages.has_value()) {
+      // As given: a count the schedule cannot run is refused by name.
+      if (r.fixed.schedule.has_value() || kind == PipelineScheduleKind::kInterleaved1F1B ||
+          *r.fixed.virtual_stages == (kind == PipelineScheduleKind::kZeroBubbleV ? 2 : 1)) {
+        out.push_back({kind, *r.fixed.virtual_stages});
       }
+    } else if (kind == PipelineScheduleKind::kInterleaved1F1B) {
+      for (int64_t v = 2; v <= r.max_virtual_stages; ++v) out.push_back({kind, v});
     } else {
-      const int64_t v = kind == PipelineScheduleKind::kZeroBubbleV ? 2 : 1;
-      if (Allowed(r.fixed.virtual_stages, v)) out.push_back({kind, v});
+      out.push_back({kind, kind == PipelineScheduleKind::kZeroBubbleV ? 2 : 1});
     }
   }
   return out;

@@ -92,17 +92,23 @@ absl::Status ValidateStepInput(const StepInput& in) {
   const absl::string_view name = PipelineScheduleName(c.schedule);
   switch (c.schedule) {
     case PipelineScheduleKind::kInterleaved1F1B:
-      if (c.virtual_stages < 2 || m % c.pp != 0) {
+      if (c.virtual_stages < 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " needs virtual_stages >= 2 (got ", c.virtual_stages, ")"));
+      }
+      if (m % c.pp != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            name, " needs virtual_stages >= 2 (got ", c.virtual_stages,
-            ") and microbatches a multiple of pp=", c.pp, " (got ", m, ")"));
+            name, " needs microbatches a multiple of pp=", c.pp, " (got ", m, ")"));
       }
       break;
     case PipelineScheduleKind::kZeroBubbleV:
-      if (c.virtual_stages != 2 || m < c.pp) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, " needs virtual_stages 2 (got ", c.virtual_stages, ") and at least pp=", c.pp,
-            " microbatches (got ", m, ")"));
+      if (c.virtual_stages != 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " needs virtual_stages 2 (got ", c.virtual_stages, ")"));
+      }
+      if (m < c.pp) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs at least pp=", c.pp,
+                                                       " microbatches (got ", m, ")"));
       }
       break;
     default:
