@@ -6,10 +6,10 @@
 // fused-attention formula per stage model, which no in-flight count multiplies.
 // The last pipeline rank also holds the logits of a microbatch in f32.
 //
-// Example (the 1.7B row of the Megatron-LM paper, mbs 1, full recompute, bf16):
+// Example (the 1.7B row of the Megatron-LM paper, dp 32, mbs 1, full recompute, bf16):
 //   MemoryEstimate mem = *MemoryPerDevice(input);
-//   mem.total();            // about 29e9: 26.4e9 of model states (16 bytes per
-//                           // parameter, dp 32 at ZeRO 0), 2.4e9 of activations
+//   mem.ToString();         // "27.7 GB = states 26.4 GB + activations 890.2 MB +
+//                           //  logits 419.4 MB" (16 bytes per parameter at ZeRO 0)
 //   mem.Fits(input.device); // true on an 80 GB A100
 #ifndef LOOM_TOOLS_PLANNER_MEMORY_MODEL_H_
 #define LOOM_TOOLS_PLANNER_MEMORY_MODEL_H_
@@ -30,7 +30,7 @@ struct MemoryEstimate {
   double total() const { return model_states + zero_buffers + activations + logits; }
   // Fits is true when the total is at most the device's memory.
   bool Fits(const DeviceSpec& device) const { return total() <= device.memory_bytes; }
-  // ToString: "29.1 GB = states 26.4 GB + activations 2.4 GB + logits 0.4 GB".
+  // ToString: "27.7 GB = states 26.4 GB + activations 890.2 MB + logits 419.4 MB".
   std::string ToString() const;
 };
 
