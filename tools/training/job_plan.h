@@ -5,13 +5,14 @@
 // recompute; everything else stays as the flags say.
 //
 // Example:
+//   // calibrations: ParseJobSummary of one-rank `train --summary_json` runs
 //   LOOM_ASSIGN_OR_RETURN(PlannedJob job, PlanTrainJob(options, /*world=*/2,
-//                                                       /*global_batch=*/16, {}));
+//                                                       /*global_batch=*/16, calibrations));
 //   job.line;   // "plan: dp=2 tp=1 pp=1 cp=1 zero=1 1f1b microbatches=8 micro_batch=1
 //               //  recompute=none, ranked first of 98 configurations for 2 ranks of this
 //               //  CPU by tools/planner with constants fitted to a one-rank run
 //               //  (predicted 0.216 s a step, 9486 tokens/s)" (train's 4-layer,
-//               //  hidden-256 model, --plan_calibration given)
+//               //  hidden-256 model)
 //   job.options.dp;   // 2
 #ifndef LOOM_TOOLS_TRAINING_JOB_PLAN_H_
 #define LOOM_TOOLS_TRAINING_JOB_PLAN_H_
