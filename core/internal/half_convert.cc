@@ -138,12 +138,7 @@ constexpr Kernels kScalar = {&F32ToBF16Scalar, &BF16ToF32Scalar, &F32ToF16Scalar
 
 bool IsaSupported(CpuIsa isa) { return CpuSupports(isa); }
 
-CpuIsa ActiveIsa() {
-  static const CpuIsa isa = IsaSupported(CpuIsa::kAvx512) ? CpuIsa::kAvx512
-                            : IsaSupported(CpuIsa::kAvx2) ? CpuIsa::kAvx2
-                                                          : CpuIsa::kScalar;
-  return isa;
-}
+CpuIsa ActiveIsa() { return BestCpuIsa(); }
 
 const Kernels& KernelsFor(CpuIsa isa) {
   const Kernels* simd = core_internal::SimdTableFor(isa, &N_AVX2::kKernels, &N_AVX3::kKernels);

@@ -216,12 +216,7 @@ namespace codecs_internal {
 
 bool IsaSupported(Isa isa) { return CpuSupports(isa); }
 
-Isa ActiveIsa() {
-  static const Isa isa = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
-                         : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
-                                                    : Isa::kScalar;
-  return isa;
-}
+Isa ActiveIsa() { return BestCpuIsa(); }
 
 const Kernels& KernelsFor(Isa isa) {
   static constexpr Kernels kScalar = {&QuantizeInt8Scalar, &DequantizeInt8Scalar, &Shuffle4Scalar,
