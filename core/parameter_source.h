@@ -32,6 +32,8 @@
 #ifndef LOOM_CORE_PARAMETER_SOURCE_H_
 #define LOOM_CORE_PARAMETER_SOURCE_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -41,6 +43,18 @@
 namespace loom {
 
 enum class ParameterPass { kForward, kBackward, kRegather, kGradients };
+
+// ParameterUnit: parameters [first, end) (in the model's Parameters() order) that
+// the model uses together, so a source gathers, releases, offloads and keeps them
+// whole or sharded as one (FSDP2's fully_shard(module)). The model declares its
+// units (e.g. GptModel::Units()); a source is laid out from them, never from
+// parameter names. Units cover the parameters in order, each at least one.
+struct ParameterUnit {
+  std::string name;  // e.g. "blocks.3", "embed", "head" (the final norm with the head)
+  int first = 0;
+  int end = 0;
+  int size() const { return end - first; }
+};
 
 class ParameterSource {
  public:

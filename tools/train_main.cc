@@ -55,6 +55,7 @@
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/build_info.h"
+#include "core/byte_size.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/fma_peak.h"
@@ -143,6 +144,10 @@ ABSL_FLAG(std::string, offload_grads, "none",
           "(on disk under --nvme_dir, added into by each reduce-scatter, read by the step).");
 ABSL_FLAG(int64_t, prefetch_depth, 2,
           "With --zero=3: units gathered ahead of the one in use, in [0, 64].");
+ABSL_FLAG(std::string, persist_below, "0",
+          "With --zero=1, 2 or 3: a unit of the model (a block, the embeddings, the final norm "
+          "with the head) whose parameters take fewer f32 bytes than this stays whole on every "
+          "rank instead of sharded, e.g. 64K; 0: every unit is sharded.");
 ABSL_FLAG(std::string, offload_config, "",
           "The offload library's spec (offload/offload_config.h) instead of --offload, "
           "--offload_params, --offload_grads, --nvme_dir and --prefetch_depth (and its threads: "
@@ -334,6 +339,18 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
         absl::StrCat("--prefetch_depth ", prefetch, " is not in [0, 64]"));
   }
   o.prefetch_depth = static_cast<int>(prefetch);
+  {
+    absl::StatusOr<size_t> persist = ParseByteSize(absl::GetFlag(FLAGS_persist_below));
+    if (!persist.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--persist_below: ", persist.status().message()));
+    }
+    if (*persist > (size_t{1} << 50)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--persist_below ", *persist, " bytes is above 1P"));
+    }
+    o.persist_below_bytes = static_cast<int64_t>(*persist);
+  }
   const int64_t threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
   if (threads_per_rank < 0 || threads_per_rank > 1024) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -183,6 +183,29 @@ absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
   return per_position * positions;
 }
 
+absl::StatusOr<FusedAttentionStageBytes> EstimateFusedAttentionStageBytes(
+    const FusedAttentionActivationOptions& o) {
+  FusedAttentionStageBytes bytes;
+  LOOM_ASSIGN_OR_RETURN(bytes.forward_peak, EstimateFusedAttentionActivationBytes(o));
+  const int64_t h = o.hidden_size, t = o.tp;
+  const int64_t positions = CeilDiv(o.seq_len, o.cp) * o.micro_batch_size;
+  bytes.context = bytes.forward_peak;
+  if (o.recompute == Recompute::kFull) {
+    const int64_t linear_in = o.bf16_linear_inputs ? 2 : 4;
+    const int64_t head = o.head ? 4 * h + 8 + linear_in * h + 4 * o.vocab / t + 8 : 0;
+    bytes.context = ((o.embedding ? 8 : 0) + 4 * h * o.layers + head) * positions;
+  }
+  const int64_t in = o.bf16_linear_inputs ? 2 : 4;    // a kept linear input element
+  const int64_t grad = o.bf16_linear_inputs ? 2 : 4;  // a kept output-gradient element
+  const int64_t block_per_position = in * (2 * h + 5 * h / t) + grad * (2 * h + 7 * h / t);
+  const int64_t block_fixed = 16 * h + (o.bf16_linear_inputs ? 4 * (2 * h + 7 * h / t) : 0);
+  int64_t work = o.layers * (block_per_position * positions + block_fixed);
+  if (o.head) work += (in * h + grad * o.vocab / t) * positions + 8 * h;
+  if (o.embedding) work += (8 + 4 * h) * positions;
+  bytes.weight_work = work;
+  return bytes;
+}
+
 absl::StatusOr<int64_t> InFlightMicrobatches(PipelineScheduleKind schedule, int64_t pp,
                                              int64_t rank, int64_t num_microbatches,
                                              int64_t virtual_stages) {

@@ -124,9 +124,9 @@ absl::StatusOr<int64_t> EstimateActivationBytes(const ActivationOptions& options
 // FusedAttentionActivationOptions: a GPT stage as Loom's models/gpt keeps it for its
 // backward, which Korthikanti et al.'s formula does not fit: f32 activations, no
 // dropout, fused attention (the s x s scores are recomputed; each head keeps only its
-// output and log-sum-exp), and one forward's state per stage model at a time (a
-// microbatch other than the latest is recomputed, so the schedule's in-flight count
-// does not multiply it). Bytes per local position and layer, with t = tp, a = heads:
+// output and log-sum-exp); one microbatch of one stage model (a schedule holds as
+// many as it keeps in flight: FusedAttentionStageBytes below). Bytes per local
+// position and layer, with t = tp, a = heads:
 //   16h + 16 + (52h + 4a) / t         f32 linear inputs
 //   12h + 16 + (42h + 4a) / t         bf16 linear inputs (GemmPrecision::kBf16)
 // (block input and mid-block residual 4h each, their layer-norm mean and rstd 16;
@@ -167,6 +167,32 @@ struct FusedAttentionActivationOptions {
 // below 0), heads or vocabulary not splitting over tp, seq_len below cp, or
 // Recompute::kSelective (Loom's model has none).
 absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
+    const FusedAttentionActivationOptions& options);
+
+// FusedAttentionStageBytes: what one microbatch of a stage model holds at each
+// point a schedule may stop it at (GptStageModule keeps every in-flight
+// microbatch's state in a context of its own):
+//   forward_peak  the most during its forward (EstimateFusedAttentionActivationBytes);
+//   context       what it keeps from its forward to its backward: forward_peak,
+//                 except under Recompute::kFull, where it is the blocks' inputs, the
+//                 token ids and the head's state (no block's state);
+//   weight_work   what a split backward (zero-bubble schedules) keeps from its
+//                 input-gradient pass to its weight pass, per local position: each
+//                 linear layer's input and output gradient (f32, or bf16 under
+//                 bf16_linear_inputs): a block L(2h + 5h/t) + G(2h + 7h/t), the
+//                 head L h + G V/t, the embedding 8 + 4h (ids and f32 gradient);
+//                 per block also its layer norms' gradients 16h and, in bf16, its
+//                 biases' 4(2h + 7h/t); the final norm's 8h.
+// A schedule's peak on a rank walks its actions: a forward adds context (peaking
+// at forward_peak above what is held), a backward removes it (peaking at
+// forward_peak under recompute), an input-gradient pass trades it for weight_work,
+// the weight pass removes that. InvalidArgument as EstimateFusedAttentionActivationBytes.
+struct FusedAttentionStageBytes {
+  int64_t forward_peak = 0;
+  int64_t context = 0;
+  int64_t weight_work = 0;
+};
+absl::StatusOr<FusedAttentionStageBytes> EstimateFusedAttentionStageBytes(
     const FusedAttentionActivationOptions& options);
 
 // InFlightMicrobatches returns, for pipeline rank `rank` of `pp`, the most

@@ -81,10 +81,25 @@ absl::StatusOr<Partition> Partition::Create(std::vector<ParamSpec> params,
     slot.name = std::move(params[i].name);
     slot.shape = std::move(params[i].shape);
     slot.numel = *numel;
-    slot.persistent = *numel <= options.persistence_threshold;
     partition.flat_offsets_.push_back(flat);
     flat += *numel;
     partition.slots_.push_back(std::move(slot));
+  }
+  // Persistence: a unit is kept whole or sharded as one, by its total size; a
+  // parameter outside units by its own.
+  for (size_t i = 0; i < partition.slots_.size();) {
+    size_t end = i + 1;
+    int64_t numel = partition.slots_[i].numel;
+    if (units[i] >= 0) {
+      while (end < units.size() && units[end] == units[i]) {
+        numel += partition.slots_[end].numel;
+        ++end;
+      }
+    }
+    for (size_t j = i; j < end; ++j) {
+      partition.slots_[j].persistent = numel <= options.persistence_threshold;
+    }
+    i = end;
   }
 
   // Pack sharded parameters into buckets in order; persistent ones into their block.

@@ -9,10 +9,13 @@
 // layout of an all-gather output and of a reduce-scatter input, so a bucket is
 // gathered or its gradients reduced by one collective call, in place.
 //
-// Parameters with at most `persistence_threshold` elements (biases, norms) are not
-// sharded: every rank keeps them whole (as DeepSpeed's
+// Small parameters are not sharded: every rank keeps them whole (as DeepSpeed's
 // stage3_param_persistence_threshold), which saves a collective per tiny tensor at
-// the price of replicated bytes, reported by PersistentNumel().
+// the price of replicated bytes, reported by PersistentNumel(). The threshold
+// applies to whole units: a unit (ParamSpec::unit >= 0, declared by the model) whose
+// parameters total at most `persistence_threshold` elements stays whole, a larger
+// one is sharded whole, so a unit is never split between the two; a parameter
+// outside units goes by its own size.
 //
 // Example (dp = 2, three parameters, a 4-element threshold):
 //   PartitionOptions options;
@@ -53,7 +56,7 @@ struct ParamSpec {
 struct PartitionOptions {
   int dp_size = 1;                      // >= 1
   int64_t bucket_numel = 1 << 20;       // >= 1: target elements per bucket
-  int64_t persistence_threshold = 0;    // >= 0: params with numel <= this stay whole
+  int64_t persistence_threshold = 0;    // >= 0: units (or lone params) of numel <= this stay whole
   int64_t align_numel = 16;             // >= 1: each shard's length is a multiple of it
 };
 

@@ -55,22 +55,41 @@ TEST(PartitionTest, TheHeaderExample) {
             "persistent: ln.g [8] | 8\n");
 }
 
-// Units: a unit's sharded parameters share one bucket whatever bucket_numel says
-// (a 64-element bucket over a 20-element target), its persistent ones stay
-// persistent, and unit-less parameters never join a unit's bucket.
+// Units: a unit's parameters share one bucket whatever bucket_numel says (a
+// 66-element bucket over a 20-element target), its small parameters included (the
+// threshold goes by the unit's total, so a unit is never split between persistent
+// and sharded), and unit-less parameters never join a unit's bucket.
 TEST(PartitionTest, AUnitIsOneBucketOfItsOwn) {
   std::vector<ParamSpec> specs = {{"a.w", {4, 8}, 0}, {"a.b", {2}, 0}, {"a.v", {4, 8}, 0},
                                   {"b.w", {4, 4}, 1}, {"free", {4, 2}, -1}, {"free2", {4, 2}, -1}};
   LOOM_ASSERT_OK_AND_ASSIGN(const Partition p, Partition::Create(specs, Options(2, 20, 2)));
   ASSERT_EQ(p.num_buckets(), 3);
-  EXPECT_EQ(p.bucket(0).params, std::vector<int>({0, 2}));
-  EXPECT_EQ(p.bucket(0).numel, 64);
+  EXPECT_EQ(p.bucket(0).params, std::vector<int>({0, 1, 2}));
+  EXPECT_EQ(p.bucket(0).numel, 66);
   EXPECT_EQ(p.bucket(0).unit, 0);
-  EXPECT_TRUE(p.slot(1).persistent);
+  EXPECT_FALSE(p.slot(1).persistent);
   EXPECT_EQ(p.bucket(1).params, std::vector<int>({3}));
   EXPECT_EQ(p.bucket(1).unit, 1);
   EXPECT_EQ(p.bucket(2).params, std::vector<int>({4, 5}));
   EXPECT_EQ(p.bucket(2).unit, -1);
+  EXPECT_EQ(p.PersistentNumel(), 0);
+}
+
+// The threshold keeps a whole unit when its parameters total at most the
+// threshold, even where each is larger than nothing else would keep, and shards a
+// unit above it whole, with its tiny parameters: the final norm and the head of a
+// GPT are one unit, so no pass ever asks for one of them after releasing the other.
+TEST(PartitionTest, PersistenceGoesByTheWholeUnit) {
+  std::vector<ParamSpec> specs = {{"ln.g", {8}, 0},      {"ln.b", {8}, 0},  {"head.w", {8, 8}, 0},
+                                  {"small.g", {6}, 1},   {"small.b", {6}, 1}, {"lone", {3}, -1}};
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition p, Partition::Create(specs, Options(2, 1000, 12)));
+  ASSERT_EQ(p.num_buckets(), 1);
+  EXPECT_EQ(p.bucket(0).params, std::vector<int>({0, 1, 2}));  // 80 elements > 12
+  EXPECT_FALSE(p.slot(0).persistent);
+  EXPECT_TRUE(p.slot(3).persistent);  // the unit totals 12 <= 12
+  EXPECT_TRUE(p.slot(4).persistent);
+  EXPECT_TRUE(p.slot(5).persistent);  // 3 <= 12 on its own
+  EXPECT_EQ(p.PersistentNumel(), 15);
 }
 
 // Every element of every sharded parameter is owned by exactly one rank, the

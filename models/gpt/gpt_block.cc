@@ -111,37 +111,37 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
                                                    h, "] (f32)"));
   }
   LOOM_RETURN_IF_ERROR(CheckWeights("Forward"));
-  has_forward_ = false;
-  shape_ = x.shape();
+  state_.valid = false;
+  state_.shape = x.shape();
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> xv, Values(x));
-  x0_.assign(xv.begin(), xv.end());
-  const size_t rows = x0_.size() / static_cast<size_t>(h);
+  state_.x0.assign(xv.begin(), xv.end());
+  const size_t rows = state_.x0.size() / static_cast<size_t>(h);
   // Each pass writes into the next layer's input tensor (no copy).
-  mean1_.resize(rows);
-  rstd1_.resize(rows);
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln1_out, NewActivation(shape_));
-  LOOM_RETURN_IF_ERROR(LayerNormForward(x0_, Norm(kLn1Gamma), Norm(kLn1Beta),
+  state_.mean1.resize(rows);
+  state_.rstd1.resize(rows);
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln1_out, NewActivation(state_.shape));
+  LOOM_RETURN_IF_ERROR(LayerNormForward(state_.x0, Norm(kLn1Gamma), Norm(kLn1Beta),
                                         config_.layer_norm_eps, ln1_out.values,
-                                        absl::MakeSpan(mean1_), absl::MakeSpan(rstd1_)));
+                                        absl::MakeSpan(state_.mean1), absl::MakeSpan(state_.rstd1)));
   LOOM_ASSIGN_OR_RETURN(Tensor attn_out, attn_.Forward(ln1_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> av, Values(attn_out));
-  x1_ = Add(x0_, av);
-  mean2_.resize(rows);
-  rstd2_.resize(rows);
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln2_out, NewActivation(shape_));
-  LOOM_RETURN_IF_ERROR(LayerNormForward(x1_, Norm(kLn2Gamma), Norm(kLn2Beta),
+  state_.x1 = Add(state_.x0, av);
+  state_.mean2.resize(rows);
+  state_.rstd2.resize(rows);
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln2_out, NewActivation(state_.shape));
+  LOOM_RETURN_IF_ERROR(LayerNormForward(state_.x1, Norm(kLn2Gamma), Norm(kLn2Beta),
                                         config_.layer_norm_eps, ln2_out.values,
-                                        absl::MakeSpan(mean2_), absl::MakeSpan(rstd2_)));
+                                        absl::MakeSpan(state_.mean2), absl::MakeSpan(state_.rstd2)));
   LOOM_ASSIGN_OR_RETURN(Tensor fc_out, fc_.Forward(ln2_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> fv, Values(fc_out));
-  pre_gelu_.assign(fv.begin(), fv.end());
+  state_.pre_gelu.assign(fv.begin(), fv.end());
   LOOM_ASSIGN_OR_RETURN(train_internal::Activation gelu_out, NewActivation(fc_out.shape()));
-  LOOM_RETURN_IF_ERROR(GeluForward(pre_gelu_, gelu_out.values));
+  LOOM_RETURN_IF_ERROR(GeluForward(state_.pre_gelu, gelu_out.values));
   LOOM_ASSIGN_OR_RETURN(Tensor mlp_out, proj_.Forward(gelu_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> mv, Values(mlp_out));
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation y, NewActivation(shape_));
-  Add(x1_, mv, y.values);
-  has_forward_ = true;
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation y, NewActivation(state_.shape));
+  Add(state_.x1, mv, y.values);
+  state_.valid = true;
   return std::move(y.tensor);
 }
 
@@ -158,14 +158,14 @@ absl::StatusOr<Tensor> GptBlock::Backward(const Tensor& dy) {
 }
 
 absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightGradWork& work) {
-  if (!has_forward_) {
+  if (!state_.valid) {
     return absl::FailedPreconditionError(
         absl::StrCat("GptBlock ", index_, ": Backward without a Forward since the last one"));
   }
-  if (dy.shape() != shape_ || dy.dtype() != DType::kF32) {
+  if (dy.shape() != state_.shape || dy.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("GptBlock ", index_, ": gradient shape ",
                                                    ShapeString(dy.shape()),
-                                                   " must be the output's ", ShapeString(shape_)));
+                                                   " must be the output's ", ShapeString(state_.shape)));
   }
   LOOM_RETURN_IF_ERROR(CheckWeights("Backward"));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dyv, Values(dy));
@@ -173,19 +173,19 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.BackwardInput(dy, work.proj));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dgv, Values(d_gelu_out));
   LOOM_ASSIGN_OR_RETURN(train_internal::Activation d_fc_out, NewActivation(d_gelu_out.shape()));
-  LOOM_RETURN_IF_ERROR(GeluBackward(pre_gelu_, dgv, d_fc_out.values));
+  LOOM_RETURN_IF_ERROR(GeluBackward(state_.pre_gelu, dgv, d_fc_out.values));
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out.tensor, work.fc));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
-  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln2, LayerNormBackward(x1_, Norm(kLn2Gamma), mean2_, rstd2_, dl2));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln2, LayerNormBackward(state_.x1, Norm(kLn2Gamma), state_.mean2, state_.rstd2, dl2));
   work.ln2_dgamma = std::move(ln2.dgamma);
   work.ln2_dbeta = std::move(ln2.dbeta);
   // dx1 = dy + ln2's dx, in the tensor the attention's backward takes.
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation dx1, NewActivation(shape_));
+  LOOM_ASSIGN_OR_RETURN(train_internal::Activation dx1, NewActivation(state_.shape));
   Add(dyv, ln2.dx, dx1.values);
   // Attention branch: x1 = x0 + attn(ln1(x0)).
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(dx1.tensor, work.attn));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl1, Values(d_ln1_out));
-  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(x0_, Norm(kLn1Gamma), mean1_, rstd1_, dl1));
+  LOOM_ASSIGN_OR_RETURN(LayerNormGrads ln1, LayerNormBackward(state_.x0, Norm(kLn1Gamma), state_.mean1, state_.rstd1, dl1));
   work.ln1_dgamma = std::move(ln1.dgamma);
   work.ln1_dbeta = std::move(ln1.dbeta);
   ReleaseActivations();
@@ -229,22 +229,35 @@ absl::Status GptBlock::BackwardWeight(const GptBlockWeightGradWork& work) {
 }
 
 void GptBlock::ReleaseActivations() {
-  for (std::vector<float>* v : {&x0_, &mean1_, &rstd1_, &x1_, &mean2_, &rstd2_, &pre_gelu_}) {
-    Free(*v);
-  }
+  state_ = OwnState();
   attn_.ReleaseActivations();
   fc_.ReleaseActivations();
   proj_.ReleaseActivations();
-  has_forward_ = false;
 }
 
-size_t GptBlock::saved_activation_bytes() const {
-  size_t bytes = attn_.saved_activation_bytes() + fc_.saved_activation_bytes() +
-                 proj_.saved_activation_bytes();
-  for (const std::vector<float>* v : {&x0_, &mean1_, &rstd1_, &x1_, &mean2_, &rstd2_, &pre_gelu_}) {
+size_t GptBlock::OwnState::bytes() const {
+  size_t bytes = 0;
+  for (const std::vector<float>* v : {&x0, &mean1, &rstd1, &x1, &mean2, &rstd2, &pre_gelu}) {
     bytes += Bytes(*v);
   }
   return bytes;
+}
+
+size_t GptBlock::saved_activation_bytes() const {
+  return state_.bytes() + attn_.saved_activation_bytes() + fc_.saved_activation_bytes() +
+         proj_.saved_activation_bytes();
+}
+
+GptBlock::ForwardState GptBlock::TakeForwardState() {
+  return ForwardState{std::exchange(state_, OwnState()), attn_.TakeForwardState(),
+                      fc_.TakeForwardState(), proj_.TakeForwardState()};
+}
+
+void GptBlock::RestoreForwardState(ForwardState state) {
+  state_ = std::move(state.own);
+  attn_.RestoreForwardState(std::move(state.attn));
+  fc_.RestoreForwardState(std::move(state.fc));
+  proj_.RestoreForwardState(std::move(state.proj));
 }
 
 void GptBlock::AppendParameters(train_internal::ParameterList& out) {

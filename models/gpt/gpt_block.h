@@ -115,6 +115,29 @@ class GptBlock {
   // saved_activation_bytes returns the bytes the block holds for Backward.
   size_t saved_activation_bytes() const;
 
+  // ForwardState: what one Forward keeps for its Backward (the block's and its
+  // layers'), a microbatch's context. TakeForwardState moves it out, leaving the
+  // block as after ReleaseActivations; RestoreForwardState puts one back, so a
+  // pipeline stage with several microbatches in flight runs any one's backward
+  // without running its forward again (GptModel::TakeActivations).
+  // OwnState: the block's own part (the layer-norm inputs with their statistics,
+  // the GELU input); the layers keep theirs.
+  struct OwnState {
+    std::vector<float> x0, mean1, rstd1, x1, mean2, rstd2, pre_gelu;
+    std::vector<int64_t> shape;
+    bool valid = false;
+    size_t bytes() const;
+  };
+  struct ForwardState {
+    OwnState own;
+    ParallelSelfAttention::ForwardState attn;
+    ColumnParallelLinear::ForwardState fc;
+    RowParallelLinear::ForwardState proj;
+    size_t bytes() const { return own.bytes() + attn.bytes() + fc.bytes() + proj.bytes(); }
+  };
+  ForwardState TakeForwardState();
+  void RestoreForwardState(ForwardState state);
+
   // AppendParameters appends the block's parameters, in a fixed order, named
   // "blocks.<index>.<ln1|attn|ln2|mlp>.<...>", with views of the values the block
   // was created with (empty after DropOwnedWeights): the model copies them into
@@ -186,10 +209,7 @@ class GptBlock {
   // gradients hold one Backward's only).
   train_internal::GradAccumulator qkv_w_grad_, qkv_b_grad_, out_w_grad_, out_b_grad_;
   train_internal::GradAccumulator fc_w_grad_, fc_b_grad_, proj_w_grad_, proj_b_grad_;
-  // Forward state: the layer-norm inputs with their statistics, the GELU input.
-  std::vector<float> x0_, mean1_, rstd1_, x1_, mean2_, rstd2_, pre_gelu_;
-  std::vector<int64_t> shape_;
-  bool has_forward_ = false;
+  OwnState state_;  // the block's part of the live forward state
 };
 
 }  // namespace loom

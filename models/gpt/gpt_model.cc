@@ -449,6 +449,65 @@ void GptModel::ReleaseForwardState() {
   has_forward_ = false;
 }
 
+size_t GptActivations::bytes() const {
+  size_t total = embedding.bytes() + Bytes(final_x) + Bytes(final_mean) + Bytes(final_rstd) +
+                 head.bytes() + cross_entropy.bytes();
+  for (const GptBlock::ForwardState& block : blocks) total += block.bytes();
+  for (const Tensor& t : checkpoints) total += t.size_bytes();
+  return total;
+}
+
+GptActivations GptModel::TakeActivations() {
+  GptActivations a;
+  a.valid = has_forward_;
+  a.batch = batch_;
+  if (token_embedding_.has_value()) a.embedding = token_embedding_->TakeForwardState();
+  a.blocks.reserve(blocks_.size());
+  for (GptBlock& block : blocks_) a.blocks.push_back(block.TakeForwardState());
+  a.checkpoints = std::exchange(checkpoints_, {});
+  a.final_x = std::exchange(final_x_, {});
+  a.final_mean = std::exchange(final_mean_, {});
+  a.final_rstd = std::exchange(final_rstd_, {});
+  if (lm_head_.has_value()) a.head = lm_head_->TakeForwardState();
+  if (cross_entropy_.has_value()) a.cross_entropy = cross_entropy_->TakeForwardState();
+  has_forward_ = false;
+  return a;
+}
+
+absl::Status GptModel::RestoreActivations(GptActivations activations) {
+  if (has_forward_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kName, ": RestoreActivations while the model holds a forward's state (blocks [",
+        options_.first_block, ", ", options_.end_block, "))"));
+  }
+  if (!activations.valid) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kName, ": RestoreActivations of an empty context (taken with no forward)"));
+  }
+  if (activations.blocks.size() != blocks_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kName, ": RestoreActivations of a piece with ", activations.blocks.size(),
+        " blocks into one with ", blocks_.size()));
+  }
+  batch_ = activations.batch;
+  if (token_embedding_.has_value()) {
+    token_embedding_->RestoreForwardState(std::move(activations.embedding));
+  }
+  for (size_t k = 0; k < blocks_.size(); ++k) {
+    blocks_[k].RestoreForwardState(std::move(activations.blocks[k]));
+  }
+  checkpoints_ = std::move(activations.checkpoints);
+  final_x_ = std::move(activations.final_x);
+  final_mean_ = std::move(activations.final_mean);
+  final_rstd_ = std::move(activations.final_rstd);
+  if (lm_head_.has_value()) lm_head_->RestoreForwardState(std::move(activations.head));
+  if (cross_entropy_.has_value()) {
+    cross_entropy_->RestoreForwardState(std::move(activations.cross_entropy));
+  }
+  has_forward_ = true;
+  return absl::OkStatus();
+}
+
 size_t GptModel::held_activation_bytes() const {
   size_t bytes = Bytes(final_x_) + Bytes(final_mean_) + Bytes(final_rstd_);
   if (token_embedding_.has_value()) bytes += token_embedding_->saved_activation_bytes();
@@ -508,6 +567,18 @@ int GptModel::BlockBase(size_t k) const {
 }
 
 int GptModel::HeadBase() const { return BlockBase(blocks_.size()); }
+
+std::vector<ParameterUnit> GptModel::Units() const {
+  std::vector<ParameterUnit> units;
+  if (options_.embedding) units.push_back({"embed", 0, 2});
+  for (size_t k = 0; k < blocks_.size(); ++k) {
+    const int base = BlockBase(k);
+    units.push_back({absl::StrCat("blocks.", options_.first_block + static_cast<int64_t>(k)),
+                     base, base + GptBlock::kNumParameters});
+  }
+  if (options_.head) units.push_back({"head", HeadBase(), HeadBase() + 3});
+  return units;
+}
 
 absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int param,
                             absl::Span<const float> grad) {

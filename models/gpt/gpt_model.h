@@ -112,6 +112,25 @@ struct GptWeightGradWork {
   size_t bytes() const;
 };
 
+// GptActivations: what one ForwardStage keeps for its backward (every layer's
+// forward state, the blocks' checkpoints under Recompute::kFull, the final layer
+// norm's input and statistics): one microbatch's context. A pipeline stage with
+// several microbatches in flight takes each one's out after its forward
+// (GptModel::TakeActivations) and puts it back for its backward
+// (RestoreActivations), so no forward runs twice (gpt_stage_module.h). Moving one
+// copies no activation.
+struct GptActivations {
+  VocabParallelEmbedding::ForwardState embedding;
+  std::vector<GptBlock::ForwardState> blocks;
+  std::vector<Tensor> checkpoints;
+  std::vector<float> final_x, final_mean, final_rstd;
+  ColumnParallelLinear::ForwardState head;
+  VocabParallelCrossEntropy::ForwardState cross_entropy;
+  int64_t batch = 0;
+  bool valid = false;  // a forward's state (not an empty context)
+  size_t bytes() const;
+};
+
 class GptModel {
  public:
   // Create builds this rank's piece with seeded parameters and zero gradients.
@@ -166,6 +185,14 @@ class GptModel {
   // stay valid for the model's lifetime (values until UseParameterSource).
   std::vector<GptParameter> Parameters();
 
+  // Units returns how the model uses its parameters, in Parameters() order: "embed"
+  // (embed.token, embed.position; with the embeddings), "blocks.<k>" (a block's
+  // twelve), "head" (final_ln.gamma, final_ln.beta, head.weight; with the head).
+  // Each unit's parameters are borrowed together (the Lend* helpers below), so a
+  // parameter source laid out from these units (zero3's Partition) never sees a
+  // unit's parameters asked for apart, in either pass direction.
+  std::vector<ParameterUnit> Units() const;
+
   // ZeroGrad sets every gradient to 0.
   void ZeroGrad();
 
@@ -193,6 +220,15 @@ class GptModel {
   enum class GradientHome { kSource, kModel };
   absl::Status UseParameterSource(ParameterSource* source, GradientHome grads);
   bool borrows_weights() const { return own_store_ == nullptr; }
+
+  // TakeActivations moves the last ForwardStage's state out (the model then holds
+  // none, as after a backward); RestoreActivations makes `activations` the state
+  // the next BackwardStage or BackwardStageInput uses. FailedPrecondition when the
+  // model holds a forward's state already, or for an empty context (one taken
+  // with no forward held); InvalidArgument for the state of another piece (another
+  // block count). held_activation_bytes() counts only the state inside the model.
+  GptActivations TakeActivations();
+  absl::Status RestoreActivations(GptActivations activations);
 
   // ReleaseActivations drops any forward state and stops counting the works out
   // (e.g. after a failed step, whose works the caller drops).

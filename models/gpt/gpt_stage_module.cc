@@ -68,7 +68,6 @@ absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
                           GptModel::Create(config, tp, model_options));
     module->models_[stage] = std::move(model);
-    module->live_[stage] = -1;
     module->stages_.push_back(stage);
   }
   module->BeginStep(0);
@@ -177,16 +176,19 @@ absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t micr
     in.targets = batch->targets;
   }
   LOOM_ASSIGN_OR_RETURN(Tensor out, models_.at(stage)->ForwardStage(in));
-  live_[stage] = microbatch;
+  if (!forward_only_) ++training_forwards_;
   return ToF32Tensor(out);
 }
 
 template <typename Call>
 auto GptStageModule::Tracked(int64_t stage, Call call) -> decltype(call()) {
+  // The other stages' live state and every microbatch context held apart (the
+  // called stage's own live state is in its model's peak).
   size_t others = 0;
   for (const auto& [s, model] : models_) {
     if (s != stage) others += model->held_activation_bytes();
   }
+  for (const auto& [key, context] : contexts_) others += context.bytes();
   GptModel& model = *models_.at(stage);
   model.ResetPeakActivationBytes();
   auto result = call();
@@ -202,12 +204,19 @@ absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microba
     return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
       absl::StatusOr<F32Tensor> output = RunForward(stage, microbatch, input);
       models_.at(stage)->ReleaseActivations();
-      live_[stage] = -1;
       return output;
     });
   }
-  const F32Tensor& saved = inputs_[{stage, microbatch}] = input;
-  return Tracked(stage, [&] { return RunForward(stage, microbatch, saved); });
+  if (contexts_.count({stage, microbatch}) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(kName, ": Forward of stage ", stage,
+                                                      " microbatch ", microbatch,
+                                                      " again before its backward"));
+  }
+  LOOM_ASSIGN_OR_RETURN(F32Tensor output,
+                        Tracked(stage, [&] { return RunForward(stage, microbatch, input); }));
+  // The microbatch's saved state goes into its own context until its backward.
+  contexts_[{stage, microbatch}] = models_.at(stage)->TakeActivations();
+  return output;
 }
 
 absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t stage,
@@ -219,20 +228,19 @@ absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t
         kName, ": ", what, " of stage ", stage, " microbatch ", microbatch,
         " in a forward-only run (BeginForwardOnly); BeginStep starts a training step"));
   }
-  if (inputs_.count({stage, microbatch}) == 0) {
+  auto it = contexts_.find({stage, microbatch});
+  if (it == contexts_.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
         kName, ": ", what, " of stage ", stage, " microbatch ", microbatch, " before its Forward"));
   }
-  if (live_[stage] != microbatch) {
-    LOOM_RETURN_IF_ERROR(RunForward(stage, microbatch, inputs_.at({stage, microbatch})).status());
-    ++recomputed_;
-  }
-  return ToTensor(output_grad);
+  LOOM_ASSIGN_OR_RETURN(Tensor grad, ToTensor(output_grad));
+  GptActivations context = std::move(it->second);
+  contexts_.erase(it);
+  LOOM_RETURN_IF_ERROR(models_.at(stage)->RestoreActivations(std::move(context)));
+  return grad;
 }
 
-F32Tensor GptStageModule::FinishBackward(int64_t stage, int64_t microbatch, const Tensor& dx) {
-  live_[stage] = -1;
-  inputs_.erase({stage, microbatch});
+F32Tensor GptStageModule::FinishBackward(int64_t stage, const Tensor& dx) {
   if (stage == 0) return F32Tensor::Zeros({0});
   return ToF32Tensor(dx);
 }
@@ -240,24 +248,23 @@ F32Tensor GptStageModule::FinishBackward(int64_t stage, int64_t microbatch, cons
 absl::StatusOr<F32Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
                                                    const F32Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  LOOM_ASSIGN_OR_RETURN(Tensor grad, PrepareBackward("Backward", stage, microbatch, output_grad));
   return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
-    LOOM_ASSIGN_OR_RETURN(Tensor grad,
-                          PrepareBackward("Backward", stage, microbatch, output_grad));
     LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
-    return FinishBackward(stage, microbatch, dx);
+    return FinishBackward(stage, dx);
   });
 }
 
 absl::StatusOr<F32Tensor> GptStageModule::BackwardInput(int64_t stage, int64_t microbatch,
                                                         const F32Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
+  LOOM_ASSIGN_OR_RETURN(Tensor grad,
+                        PrepareBackward("BackwardInput", stage, microbatch, output_grad));
   return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
-    LOOM_ASSIGN_OR_RETURN(Tensor grad,
-                          PrepareBackward("BackwardInput", stage, microbatch, output_grad));
     GptWeightGradWork work;
     LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStageInput(grad, work));
     works_[{stage, microbatch}] = std::move(work);
-    return FinishBackward(stage, microbatch, dx);
+    return FinishBackward(stage, dx);
   });
 }
 
@@ -276,11 +283,8 @@ absl::Status GptStageModule::BackwardWeight(int64_t stage, int64_t microbatch) {
 
 void GptStageModule::Reset(int64_t step) {
   step_ = step;
-  for (auto& [stage, model] : models_) {
-    model->ReleaseActivations();
-    live_[stage] = -1;
-  }
-  inputs_.clear();
+  for (auto& [stage, model] : models_) model->ReleaseActivations();
+  contexts_.clear();
   works_.clear();
   batches_.clear();
   losses_.assign(static_cast<size_t>(options_.num_microbatches), 0.0f);
@@ -306,6 +310,13 @@ std::vector<GptParameter> GptStageModule::Parameters() {
     for (GptParameter& p : models_.at(stage)->Parameters()) params.push_back(std::move(p));
   }
   return params;
+}
+
+size_t GptStageModule::held_activation_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [stage, model] : models_) bytes += model->held_activation_bytes();
+  for (const auto& [key, context] : contexts_) bytes += context.bytes();
+  return bytes;
 }
 
 float GptStageModule::loss() const {

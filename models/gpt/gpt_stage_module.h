@@ -12,12 +12,14 @@
 // are those of the mean loss over all its tokens, summed microbatch by microbatch in
 // ascending order (the order every schedule's backwards come in, see stage_module.h).
 //
-// Forward state: the tensor-parallel layers keep one forward's state each, so a
-// stage's model holds the state of its latest forward only. The module keeps every
-// in-flight microbatch's stage input, and a Backward for a microbatch other than
-// the latest forward recomputes that stage's forward first (counted by
-// recomputed_forwards()). The recomputation is the same arithmetic, so gradients
-// are bitwise those of running the microbatches one after another.
+// Forward state: every microbatch in flight has a context of its own
+// (GptActivations, keyed by stage and microbatch): after a stage's Forward the
+// module moves the state the model saved into the microbatch's context, and its
+// Backward (or BackwardInput) puts that context back and frees it, so no forward
+// runs twice whatever the schedule (recompute is the model's Recompute option, never
+// a side effect of the schedule). A stage holds as many contexts as its schedule
+// keeps in flight: 1F1B's first stage p, GPipe's every microbatch. Gradients are
+// bitwise those of running the microbatches one after another.
 //
 // Evaluation: BeginForwardOnly, then a forward-only schedule on the same layout
 // (MakeForwardOnlySchedule(layout, m)) on the training mesh. Its forwards keep
@@ -157,13 +159,18 @@ class GptStageModule : public StageModule {
   // during each call, which matters when a rank holds two stages (interleaved
   // 1F1B, ZB-V).
   size_t peak_activation_bytes() const { return peak_bytes_; }
+  // held_activation_bytes returns the activation bytes held now: the stage
+  // models' (weight-gradient works included) and every microbatch context's.
+  size_t held_activation_bytes() const;
 
-  // recomputed_forwards counts the forwards run again since Create because a
-  // backward's microbatch was not its stage's latest forward.
-  int64_t recomputed_forwards() const { return recomputed_; }
-  // SavedInputs counts the (stage, microbatch) inputs still held (0 after a step);
-  // PendingWeightWorks the BackwardInputs whose BackwardWeight has not run.
-  int64_t SavedInputs() const { return static_cast<int64_t>(inputs_.size()); }
+  // training_forwards counts the stage forwards the models ran in training steps
+  // since Create (not in forward-only runs). A backward runs none, so a step adds
+  // this rank's stages x num_microbatches: what a job reports as forwards run
+  // again is the difference (0).
+  int64_t training_forwards() const { return training_forwards_; }
+  // SavedContexts counts the (stage, microbatch) contexts still held (0 after a
+  // step); PendingWeightWorks the BackwardInputs whose BackwardWeight has not run.
+  int64_t SavedContexts() const { return static_cast<int64_t>(contexts_.size()); }
   int64_t PendingWeightWorks() const { return static_cast<int64_t>(works_.size()); }
 
  private:
@@ -180,15 +187,15 @@ class GptStageModule : public StageModule {
   absl::StatusOr<F32Tensor> RunForward(int64_t stage, int64_t microbatch, const F32Tensor& input);
   // Reset drops the forward state, the batches and the losses, for `step`.
   void Reset(int64_t step);
-  // PrepareBackward checks a backward's arguments and makes (stage, microbatch)
-  // its stage's live forward, recomputing it when another forward ran since.
+  // PrepareBackward checks a backward's arguments and restores (stage,
+  // microbatch)'s context into its stage's model.
   absl::StatusOr<Tensor> PrepareBackward(const char* what, int64_t stage, int64_t microbatch,
                                          const F32Tensor& output_grad);
   // Tracked runs `call` on `stage`'s model and updates peak_bytes_.
   template <typename Call>
   auto Tracked(int64_t stage, Call call) -> decltype(call());
-  // FinishBackward drops the forward's input and returns dx as the executor takes it.
-  F32Tensor FinishBackward(int64_t stage, int64_t microbatch, const Tensor& dx);
+  // FinishBackward returns dx as the executor takes it.
+  F32Tensor FinishBackward(int64_t stage, const Tensor& dx);
 
   // SeqRows: the positions of a sequence this rank holds (seq_len without cp).
   int64_t SeqRows() const { return static_cast<int64_t>(positions_.size()); }
@@ -201,8 +208,9 @@ class GptStageModule : public StageModule {
   const GptStageModuleOptions options_;
   std::vector<int64_t> stages_;
   std::map<int64_t, std::unique_ptr<GptModel>> models_;
-  std::map<int64_t, int64_t> live_;  // stage -> microbatch of its model's forward state
-  std::map<std::pair<int64_t, int64_t>, F32Tensor> inputs_;
+  // (stage, microbatch) -> the microbatch's saved state, from its Forward to its
+  // backward.
+  std::map<std::pair<int64_t, int64_t>, GptActivations> contexts_;
   std::map<std::pair<int64_t, int64_t>, GptWeightGradWork> works_;
   std::map<int64_t, GptBatch> batches_;
   std::vector<float> losses_;
@@ -210,7 +218,7 @@ class GptStageModule : public StageModule {
   bool forward_only_ = false;
   GptMicrobatchFn eval_data_;  // BeginForwardOnly's data; empty: data_
   int64_t step_ = 0;
-  int64_t recomputed_ = 0;
+  int64_t training_forwards_ = 0;
   size_t peak_bytes_ = 0;
 };
 

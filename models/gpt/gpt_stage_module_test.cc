@@ -3,8 +3,8 @@
 // microbatch on one rank: the same loss and the same gradients, bit for bit.
 // Bitwise holds because a stage runs the whole model's arithmetic on the same
 // values (activations cross ranks as raw f32), the backwards of each stage come in
-// ascending microbatch order (stage_module.h), and a recomputed forward repeats the
-// original exactly.
+// ascending microbatch order (stage_module.h), and each microbatch's backward uses
+// the state its own forward saved (its context), with no forward run twice.
 #include "models/gpt/gpt_stage_module.h"
 
 #include <cmath>
@@ -124,7 +124,7 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
   std::vector<absl::Status> status(2);
   std::vector<float> losses(2, -1.0f);
   std::vector<std::map<std::string, std::vector<float>>> grads(2);
-  std::vector<int64_t> recomputed(2), saved(2), pending(2);
+  std::vector<int64_t> forwards(2), stages(2), saved(2), pending(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -143,8 +143,9 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
         for (const GptParameter& p : module->Parameters()) {
           grads[r][p.name].assign(p.grad.begin(), p.grad.end());
         }
-        recomputed[r] = module->recomputed_forwards();
-        saved[r] = module->SavedInputs();
+        forwards[r] = module->training_forwards();
+        stages[r] = static_cast<int64_t>(module->stages().size());
+        saved[r] = module->SavedContexts();
         pending[r] = module->PendingWeightWorks();
         return absl::OkStatus();
       })[0];
@@ -164,13 +165,11 @@ TEST_P(GptPipelineTest, TwoRanksEqualTheWholeModelBitwise) {
   for (const auto& [name, g] : expected.grads) {
     EXPECT_EQ(got[name], g) << name;
   }
-  EXPECT_EQ(saved[0] + saved[1], 0) << "every saved input was consumed";
+  EXPECT_EQ(saved[0] + saved[1], 0) << "every microbatch context was consumed";
   EXPECT_EQ(pending[0] + pending[1], 0) << "every weight-gradient work was consumed";
-  if (kind == Kind::kGPipe) {
-    // All forwards before any backward: every backward but the last one's
-    // microbatch recomputes on each stage.
-    EXPECT_GT(recomputed[0], 0);
-  }
+  // Every schedule (GPipe's all forwards first included) runs each stage's forward
+  // once per microbatch: backwards restore their microbatch's context.
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(forwards[r], stages[r] * kMicrobatches) << "rank " << r;
 }
 
 const char* KindName(Kind kind) {
@@ -269,7 +268,7 @@ TEST_P(GptForwardOnlyTest, ForwardOnlyRunLeavesTrainingAlone) {
         record.eval_microbatch_losses = module->microbatch_losses();
         LOOM_RETURN_IF_ERROR(eval.Run(*endpoint, *module).status());
         record.eval_again_loss = module->loss();
-        record.saved_after_eval = module->SavedInputs();
+        record.saved_after_eval = module->SavedContexts();
         record.held_after_eval = 0;
         for (const int64_t stage : module->stages()) {
           record.held_after_eval += module->model(stage).held_activation_bytes();
@@ -423,13 +422,18 @@ TEST(GptStageModuleTest, ShapesAndErrors) {
                                    "BackwardInput")));
     // I then W holds the work in between, counted as held activations.
     LOOM_RETURN_IF_ERROR(first->Forward(0, 1, input).status());
-    const size_t after_forward = first->model(0).held_activation_bytes();
+    // The forward's state is in microbatch 1's context, not in the model.
+    EXPECT_EQ(first->SavedContexts(), 1);
+    EXPECT_EQ(first->model(0).held_activation_bytes(), 0u);
+    const size_t after_forward = first->held_activation_bytes();
+    EXPECT_GT(after_forward, 0u);
     LOOM_ASSIGN_OR_RETURN(const F32Tensor dx,
                           first->BackwardInput(0, 1, F32Tensor::Zeros({8, 2, 32})));
     EXPECT_EQ(dx.values.size(), 0u) << "stage 0 has no input gradient";
     EXPECT_EQ(first->PendingWeightWorks(), 1);
-    EXPECT_GT(first->model(0).held_activation_bytes(), 0u);
-    EXPECT_LT(first->model(0).held_activation_bytes(), after_forward);
+    EXPECT_EQ(first->SavedContexts(), 0);
+    EXPECT_GT(first->held_activation_bytes(), 0u);
+    EXPECT_LT(first->held_activation_bytes(), after_forward);
     LOOM_RETURN_IF_ERROR(first->BackwardWeight(0, 1));
     EXPECT_EQ(first->PendingWeightWorks(), 0);
     EXPECT_EQ(first->model(0).held_activation_bytes(), 0u);

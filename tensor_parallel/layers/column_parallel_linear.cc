@@ -118,23 +118,23 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
     LOOM_ASSIGN_OR_RETURN(std::vector<float> whole,
                           AllGatherV(*tp_, x, ShardCounts(options_.sequence_length, tp_->size(),
                                                           options_.rule, per_position * in_), tally_));
-    LOOM_ASSIGN_OR_RETURN(saved_input_, KeepOperand(std::move(whole), gemm_precision()));
+    LOOM_ASSIGN_OR_RETURN(state_.input, KeepOperand(std::move(whole), gemm_precision()));
   } else {
-    LOOM_ASSIGN_OR_RETURN(saved_input_, KeepOperand(x, gemm_precision()));
+    LOOM_ASSIGN_OR_RETURN(state_.input, KeepOperand(x, gemm_precision()));
   }
-  rows_ = 1;
-  for (size_t d = 0; d + 1 < full_shape.size(); ++d) rows_ *= full_shape[d];
-  const int64_t rows = rows_;
+  state_.rows = 1;
+  for (size_t d = 0; d + 1 < full_shape.size(); ++d) state_.rows *= full_shape[d];
+  const int64_t rows = state_.rows;
   const int64_t out_local = out_features_local();
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
-  input_shape_ = input.shape();
-  output_shape_ = full_shape;
-  output_shape_.back() = out_local;
+  state_.input_shape = input.shape();
+  state_.output_shape = full_shape;
+  state_.output_shape.back() = out_local;
   // The product goes straight into the output tensor (no copy) unless it is gathered.
-  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output local, NewOutput(output_shape_));
-  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), saved_input_.View(rows, in_), Transpose::kNo,
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output local, NewOutput(state_.output_shape));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), state_.input.View(rows, in_), Transpose::kNo,
                                WeightInput(gemm_precision(), borrowed_, Dense(w, out_local, in_)),
                                Transpose::kYes, Dense(local.values, rows, out_local)));
   if (has_bias_) {
@@ -146,28 +146,28 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   if (options_.gather_output) {
     LOOM_ASSIGN_OR_RETURN(std::vector<float> y,
                           GatherLastDim(*tp_, local.values, rows, out_widths_, tally_));
-    output_shape_.back() = 0;
-    for (int64_t width : out_widths_) output_shape_.back() += width;
-    has_forward_ = true;
-    return ToTensor(output_shape_, y);
+    state_.output_shape.back() = 0;
+    for (int64_t width : out_widths_) state_.output_shape.back() += width;
+    state_.valid = true;
+    return ToTensor(state_.output_shape, y);
   }
-  has_forward_ = true;
+  state_.valid = true;
   return std::move(local.tensor);
 }
 
 absl::StatusOr<absl::Span<const float>> ColumnParallelLinear::LocalGradient(
     const Tensor& grad_output, std::vector<float>& storage) const {
   LOOM_RETURN_IF_ERROR(
-      tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
+      tp_layers_internal::CheckGradient(kName, state_.valid, grad_output, state_.output_shape));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g_all, grad_output.As<float>());
   if (!options_.gather_output) return g_all;
   // The gather's backward: keep this rank's columns (no communication).
   const int64_t out_local = out_features_local();
   int64_t col = 0;
   for (int r = 0; r < rank_; ++r) col += out_widths_[static_cast<size_t>(r)];
-  const int64_t width = output_shape_.back();
-  storage.resize(static_cast<size_t>(rows_ * out_local));
-  for (int64_t i = 0; i < rows_; ++i) {
+  const int64_t width = state_.output_shape.back();
+  storage.resize(static_cast<size_t>(state_.rows * out_local));
+  for (int64_t i = 0; i < state_.rows; ++i) {
     std::copy_n(g_all.begin() + i * width + col, out_local, storage.begin() + i * out_local);
   }
   return absl::Span<const float>(storage);
@@ -193,13 +193,13 @@ absl::Status ColumnParallelLinear::WeightGradient(const GemmBf16Input& g, const 
 
 absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(const GemmBf16Input& g) {
   const int64_t out_local = out_features_local();
-  const int64_t rows = rows_;
+  const int64_t rows = state_.rows;
   // dx = g W_local: this rank's share of the input gradient, summed over ranks.
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
   const std::vector<int64_t> whole_shape =
-      options_.sequence_parallel ? std::vector<int64_t>{rows, in_} : input_shape_;
+      options_.sequence_parallel ? std::vector<int64_t>{rows, in_} : state_.input_shape;
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dx, NewOutput(whole_shape));
   LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kNo,
                                WeightInput(gemm_precision(), borrowed_, Dense(w, out_local, in_)),
@@ -211,7 +211,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::InputGradient(const GemmBf16Input& 
                                          ShardCounts(options_.sequence_length, tp_->size(),
                                                      options_.rule, per_position * in_),
                                          tally_));
-    return ToTensor(input_shape_, mine);
+    return ToTensor(state_.input_shape, mine);
   }
   LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, dx.values, tally_));
   return std::move(dx.tensor);
@@ -224,9 +224,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& grad_output)
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, LocalGradient(grad_output, storage));
   std::vector<BFloat16> g16;
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
-                        RoundedOperand(g, rows_, out_features_local(), gemm_precision(), g16));
+                        RoundedOperand(g, state_.rows, out_features_local(), gemm_precision(), g16));
   LOOM_RETURN_IF_ERROR(
-      WeightGradient(product_g, saved_input_.View(rows_, in_), BiasGradient(g)));
+      WeightGradient(product_g, state_.input.View(state_.rows, in_), BiasGradient(g)));
   return InputGradient(product_g);
 }
 
@@ -236,10 +236,10 @@ absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_ou
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, LocalGradient(grad_output, storage));
   std::vector<BFloat16> g16;
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
-                        RoundedOperand(g, rows_, out_features_local(), gemm_precision(), g16));
+                        RoundedOperand(g, state_.rows, out_features_local(), gemm_precision(), g16));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
-  work = tp_layers_internal::LinearWork(std::move(saved_input_), g, storage, std::move(g16),
-                                        has_bias_ ? out_features_local() : 0, rows_);
+  work = tp_layers_internal::LinearWork(std::move(state_.input), g, storage, std::move(g16),
+                                        has_bias_ ? out_features_local() : 0, state_.rows);
   ReleaseActivations();
   return dx;
 }

@@ -162,31 +162,31 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
   const int64_t s = qkv.dim(0), b = qkv.dim(1), d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> qkv_span, qkv.As<float>());
-  qkv_values_.assign(qkv_span.begin(), qkv_span.end());
+  state_.qkv_values.assign(qkv_span.begin(), qkv_span.end());
   LOOM_RETURN_IF_ERROR(CoreForward(s, b));
-  seq_ = s;
-  batch_ = b;
-  has_forward_ = true;
-  LOOM_ASSIGN_OR_RETURN(Tensor ctx_tensor, tp_layers_internal::ToTensor({s, b, L}, ctx_));
+  state_.seq = s;
+  state_.batch = b;
+  state_.valid = true;
+  LOOM_ASSIGN_OR_RETURN(Tensor ctx_tensor, tp_layers_internal::ToTensor({s, b, L}, state_.ctx));
   return out_.Forward(ctx_tensor);
 }
 
 absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
   const int64_t d = head_dim_, local = heads_.length, L = local * d;
-  ctx_.assign(static_cast<size_t>(s * b * L), 0.0f);
-  lse_.assign(static_cast<size_t>(b * local * s), 0.0f);
+  state_.ctx.assign(static_cast<size_t>(s * b * L), 0.0f);
+  state_.lse.assign(static_cast<size_t>(b * local * s), 0.0f);
   const ScopedComputeTimer timer(ComputeKind::kAttention);  // the job's step breakdown
   const auto lse_of = [&](int64_t pair) {
-    return absl::MakeSpan(lse_).subspan(static_cast<size_t>(pair * s), static_cast<size_t>(s));
+    return absl::MakeSpan(state_.lse).subspan(static_cast<size_t>(pair * s), static_cast<size_t>(s));
   };
   if (ContextParallel()) {
     std::vector<RingAttentionHead> heads;
     heads.reserve(static_cast<size_t>(b * local));
     for (int64_t pair = 0; pair < b * local; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
-      const AttentionBlock block = HeadBlock(qkv_values_, s, b, L, bi, j * d, d);
+      const AttentionBlock block = HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d);
       heads.push_back(RingAttentionHead{block.q, block.k, block.v,
-                                        HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d),
+                                        HeadView(absl::MakeSpan(state_.ctx), s, b, L, bi, j * d, d),
                                         lse_of(pair)});
     }
     if (options_.cp_comm == CpComm::kAllToAll) {
@@ -197,14 +197,14 @@ absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
     return RingAttentionForward(*options_.context_parallel, heads, options_.cp_sequence_length,
                                 RingOptions(options_), &ThreadRingBuffers());
   }
-  // The (batch, head) pairs are independent and write disjoint columns of ctx_ and
-  // rows of lse_: they run on the rank's threads, with the same bits at any count.
+  // The (batch, head) pairs are independent and write disjoint columns of state_.ctx and
+  // rows of state_.lse: they run on the rank's threads, with the same bits at any count.
   return ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
     for (int64_t pair = first; pair < end; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
       LOOM_RETURN_IF_ERROR(FlashAttentionForward(
-          HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
-          HeadView(absl::MakeSpan(ctx_), s, b, L, bi, j * d, d), lse_of(pair),
+          HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d),
+          HeadView(absl::MakeSpan(state_.ctx), s, b, L, bi, j * d, d), lse_of(pair),
           FlashOptions(options_)));
     }
     return absl::OkStatus();
@@ -212,7 +212,7 @@ absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
 }
 
 absl::StatusOr<Tensor> ParallelSelfAttention::Backward(const Tensor& grad_output) {
-  if (!has_forward_) {
+  if (!state_.valid) {
     return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
   }
   LOOM_ASSIGN_OR_RETURN(Tensor grad_ctx, out_.Backward(grad_output));  // [s, b, L]
@@ -222,7 +222,7 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Backward(const Tensor& grad_output
 
 absl::StatusOr<Tensor> ParallelSelfAttention::BackwardInput(const Tensor& grad_output,
                                                             AttentionWeightGradWork& work) {
-  if (!has_forward_) {
+  if (!state_.valid) {
     return absl::FailedPreconditionError(absl::StrCat(kName, ": Backward before Forward"));
   }
   LOOM_ASSIGN_OR_RETURN(Tensor grad_ctx, out_.BackwardInput(grad_output, work.out));
@@ -239,12 +239,12 @@ absl::Status ParallelSelfAttention::BackwardWeight(const AttentionWeightGradWork
 
 absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ctx) {
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dctx, grad_ctx.As<float>());
-  const int64_t s = seq_, b = batch_, d = head_dim_, local = heads_.length;
+  const int64_t s = state_.seq, b = state_.batch, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
   const ScopedComputeTimer timer(ComputeKind::kAttention);
-  std::vector<float> dqkv(qkv_values_.size(), 0.0f);
+  std::vector<float> dqkv(state_.qkv_values.size(), 0.0f);
   const auto lse_of = [&](int64_t pair) {
-    return absl::MakeConstSpan(lse_).subspan(static_cast<size_t>(pair * s),
+    return absl::MakeConstSpan(state_.lse).subspan(static_cast<size_t>(pair * s),
                                              static_cast<size_t>(s));
   };
   const auto grad_of = [&](int64_t bi, int64_t col) {
@@ -255,9 +255,9 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
     heads.reserve(static_cast<size_t>(b * local));
     for (int64_t pair = 0; pair < b * local; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
-      const AttentionBlock block = HeadBlock(qkv_values_, s, b, L, bi, j * d, d);
+      const AttentionBlock block = HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d);
       heads.push_back(RingAttentionHeadGrad{
-          block.q, block.k, block.v, HeadView(absl::MakeConstSpan(ctx_), s, b, L, bi, j * d, d),
+          block.q, block.k, block.v, HeadView(absl::MakeConstSpan(state_.ctx), s, b, L, bi, j * d, d),
           HeadView(dctx, s, b, L, bi, j * d, d), lse_of(pair), grad_of(bi, j * d),
           grad_of(bi, L + j * d), grad_of(bi, 2 * L + j * d)});
     }
@@ -278,8 +278,8 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
     for (int64_t pair = first; pair < end; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
       LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
-          HeadBlock(qkv_values_, s, b, L, bi, j * d, d),
-          HeadView(absl::MakeConstSpan(ctx_), s, b, L, bi, j * d, d),
+          HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d),
+          HeadView(absl::MakeConstSpan(state_.ctx), s, b, L, bi, j * d, d),
           HeadView(dctx, s, b, L, bi, j * d, d), lse_of(pair), grad_of(bi, j * d),
           grad_of(bi, L + j * d), grad_of(bi, 2 * L + j * d), FlashOptions(options_)));
     }

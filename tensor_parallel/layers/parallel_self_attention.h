@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -139,16 +140,43 @@ class ParallelSelfAttention {
   // ReleaseActivations frees them; Backward then returns FailedPrecondition until
   // the next Forward.
   size_t saved_activation_bytes() const {
-    return (qkv_values_.capacity() + ctx_.capacity() + lse_.capacity()) * sizeof(float) +
+    return (state_.qkv_values.capacity() + state_.ctx.capacity() + state_.lse.capacity()) *
+               sizeof(float) +
            qkv_.saved_activation_bytes() + out_.saved_activation_bytes();
   }
   void ReleaseActivations() {
-    std::vector<float>().swap(qkv_values_);
-    std::vector<float>().swap(ctx_);
-    std::vector<float>().swap(lse_);
+    state_ = CoreState();
     qkv_.ReleaseActivations();
     out_.ReleaseActivations();
-    has_forward_ = false;
+  }
+
+  // ForwardState: what one Forward keeps for its Backward (the core's Q, K, V,
+  // context and log-sum-exp, and the projections' states), a microbatch's context
+  // (TakeForwardState / RestoreForwardState as ColumnParallelLinear's).
+  // CoreState: the core's part; the projections keep theirs.
+  struct CoreState {
+    std::vector<float> qkv_values, ctx, lse;
+    int64_t seq = 0, batch = 0;
+    bool valid = false;
+  };
+  struct ForwardState {
+    CoreState core;
+    ColumnParallelLinear::ForwardState qkv;
+    RowParallelLinear::ForwardState out;
+    size_t bytes() const {
+      return (core.qkv_values.capacity() + core.ctx.capacity() + core.lse.capacity()) *
+                 sizeof(float) +
+             qkv.bytes() + out.bytes();
+    }
+  };
+  ForwardState TakeForwardState() {
+    return ForwardState{std::exchange(state_, CoreState()), qkv_.TakeForwardState(),
+                        out_.TakeForwardState()};
+  }
+  void RestoreForwardState(ForwardState state) {
+    state_ = std::move(state.core);
+    qkv_.RestoreForwardState(std::move(state.qkv));
+    out_.RestoreForwardState(std::move(state.out));
   }
   // comm_tally returns the projections' collective payloads since Create.
   CommTally comm_tally() const { return qkv_.comm_tally() + out_.comm_tally(); }
@@ -178,9 +206,7 @@ class ParallelSelfAttention {
   // Saved by Forward: the local Q, K, V [s, b, 3 * local_heads * head_dim], the
   // heads' context [s, b, local_heads * head_dim] and its log-sum-exp
   // [b][local head][s] (flash_attention.h).
-  std::vector<float> qkv_values_, ctx_, lse_;
-  int64_t seq_ = 0, batch_ = 0;
-  bool has_forward_ = false;
+  CoreState state_;  // the core's part of the live forward state
 };
 
 // ThisThreadRingOverlap: the overlap figures (ring_attention.h) of every ring

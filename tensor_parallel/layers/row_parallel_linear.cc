@@ -89,33 +89,33 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
                         CheckActivation(input, in_local_, sp ? options_.sequence_length : -1,
                                         kName));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> x, input.As<float>());
-  LOOM_ASSIGN_OR_RETURN(saved_input_, KeepOperand(x, gemm_precision()));
-  rows_ = rows;
-  per_position_ = 1;
-  for (int d = 1; d + 1 < input.rank(); ++d) per_position_ *= input.dim(d);
+  LOOM_ASSIGN_OR_RETURN(state_.input, KeepOperand(x, gemm_precision()));
+  state_.rows = rows;
+  state_.per_position = 1;
+  for (int d = 1; d + 1 < input.rank(); ++d) state_.per_position *= input.dim(d);
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
-  input_shape_ = input.shape();
-  output_shape_ = input.shape();
-  output_shape_.back() = out_;
+  state_.input_shape = input.shape();
+  state_.output_shape = input.shape();
+  state_.output_shape.back() = out_;
   // The partial product goes straight into the output tensor, which the all-reduce
   // sums in place (under sequence parallelism the scatter returns a new piece).
-  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output whole, NewOutput(output_shape_));
-  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), saved_input_.View(rows, in_local_),
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output whole, NewOutput(state_.output_shape));
+  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), state_.input.View(rows, in_local_),
                                Transpose::kNo,
                                WeightInput(gemm_precision(), borrowed_, Dense(w, out_, in_local_)),
                                Transpose::kYes, Dense(whole.values, rows, out_)));
   Tensor out;
   if (sp) {
-    output_shape_[0] =
+    state_.output_shape[0] =
         ShardExtentOf(options_.sequence_length, tp_->size(), rank_, options_.rule).length;
     LOOM_ASSIGN_OR_RETURN(std::vector<float> mine,
                           ReduceScatterV(*tp_, whole.values,
                                          ShardCounts(options_.sequence_length, tp_->size(),
-                                                     options_.rule, per_position_ * out_),
+                                                     options_.rule, state_.per_position * out_),
                                          tally_));
-    LOOM_ASSIGN_OR_RETURN(out, ToTensor(output_shape_, mine));
+    LOOM_ASSIGN_OR_RETURN(out, ToTensor(state_.output_shape, mine));
   } else {
     LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, whole.values, tally_));
     out = std::move(whole.tensor);
@@ -126,19 +126,19 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
                           ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
     AddBias(*out.As<float>(), b);
   }
-  has_forward_ = true;
+  state_.valid = true;
   return out;
 }
 
 absl::StatusOr<absl::Span<const float>> RowParallelLinear::WholeGradient(
     const Tensor& grad_output, std::vector<float>& storage) {
   LOOM_RETURN_IF_ERROR(
-      tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
+      tp_layers_internal::CheckGradient(kName, state_.valid, grad_output, state_.output_shape));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_output.As<float>());
   if (!options_.sequence_parallel) return g;
   LOOM_ASSIGN_OR_RETURN(storage, AllGatherV(*tp_, g,
                                             ShardCounts(options_.sequence_length, tp_->size(),
-                                                        options_.rule, per_position_ * out_),
+                                                        options_.rule, state_.per_position * out_),
                                             tally_));
   return absl::Span<const float>(storage);
 }
@@ -165,10 +165,10 @@ absl::StatusOr<Tensor> RowParallelLinear::InputGradient(const GemmBf16Input& g) 
   std::vector<float> weight_scratch;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> w,
                         ComputeValues(borrowed_, false, weight_, weight_scratch, kName));
-  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dx, NewOutput(input_shape_));
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dx, NewOutput(state_.input_shape));
   LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kNo,
                                WeightInput(gemm_precision(), borrowed_, Dense(w, out_, in_local_)),
-                               Transpose::kNo, Dense(dx.values, rows_, in_local_)));
+                               Transpose::kNo, Dense(dx.values, state_.rows, in_local_)));
   return std::move(dx.tensor);
 }
 
@@ -179,9 +179,9 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& grad_output) {
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
   std::vector<BFloat16> g16;
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
-                        RoundedOperand(g, rows_, out_, gemm_precision(), g16));
+                        RoundedOperand(g, state_.rows, out_, gemm_precision(), g16));
   LOOM_RETURN_IF_ERROR(
-      WeightGradient(product_g, saved_input_.View(rows_, in_local_), BiasGradient(g)));
+      WeightGradient(product_g, state_.input.View(state_.rows, in_local_), BiasGradient(g)));
   return InputGradient(product_g);
 }
 
@@ -191,10 +191,10 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_outpu
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
   std::vector<BFloat16> g16;
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
-                        RoundedOperand(g, rows_, out_, gemm_precision(), g16));
+                        RoundedOperand(g, state_.rows, out_, gemm_precision(), g16));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
-  work = tp_layers_internal::LinearWork(std::move(saved_input_), g, storage, std::move(g16),
-                                        has_bias_ ? out_ : 0, rows_);
+  work = tp_layers_internal::LinearWork(std::move(state_.input), g, storage, std::move(g16),
+                                        has_bias_ ? out_ : 0, state_.rows);
   ReleaseActivations();
   return dx;
 }

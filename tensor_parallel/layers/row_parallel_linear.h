@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -135,11 +136,21 @@ class RowParallelLinear {
   // ReleaseActivations frees them (activation checkpointing drops a layer's state
   // and recomputes it); Backward then returns FailedPrecondition until the next
   // Forward.
-  size_t saved_activation_bytes() const { return saved_input_.bytes(); }
-  void ReleaseActivations() {
-    saved_input_ = tp_layers_internal::LinearOperand();
-    has_forward_ = false;
-  }
+  size_t saved_activation_bytes() const { return state_.bytes(); }
+  void ReleaseActivations() { state_ = ForwardState(); }
+
+  // ForwardState: what one Forward keeps for its Backward, a microbatch's context
+  // (TakeForwardState / RestoreForwardState as ColumnParallelLinear's).
+  struct ForwardState {
+    tp_layers_internal::LinearOperand input;  // in kBf16 only its bf16 rounding
+    std::vector<int64_t> input_shape, output_shape;
+    int64_t rows = 0;          // rows of the full-sequence input
+    int64_t per_position = 1;  // rows per sequence position (the batch)
+    bool valid = false;
+    size_t bytes() const { return input.bytes(); }
+  };
+  ForwardState TakeForwardState() { return std::exchange(state_, ForwardState()); }
+  void RestoreForwardState(ForwardState state) { state_ = std::move(state); }
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }
@@ -178,11 +189,7 @@ class RowParallelLinear {
   Tensor weight_, bias_, weight_grad_, bias_grad_;
   tp_layers_internal::BorrowedWeights borrowed_;
   bool has_bias_ = false;
-  tp_layers_internal::LinearOperand saved_input_;  // in kBf16 only its bf16 rounding
-  std::vector<int64_t> input_shape_, output_shape_;
-  int64_t rows_ = 0;          // rows of the full-sequence input
-  int64_t per_position_ = 1;  // rows per sequence position (the batch)
-  bool has_forward_ = false;
+  ForwardState state_;
 };
 
 }  // namespace loom

@@ -64,14 +64,14 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
   // 2. One sum for two values per token: [target logit - max | sum of exp], so the
   // two reductions cost one call's latency.
   std::vector<float> sums(static_cast<size_t>(2 * tokens), 0.0f);
-  softmax_.assign(z.begin(), z.end());
+  state_.softmax.assign(z.begin(), z.end());
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t local_target = targets[t] - extent_.offset;
     if (local_target >= 0 && local_target < width) {
       sums[t] = z[t * width + local_target] - row_max[t];
     }
     sums[tokens + t] = ExpShiftInPlace(
-        absl::MakeSpan(softmax_).subspan(static_cast<size_t>(t * width),
+        absl::MakeSpan(state_.softmax).subspan(static_cast<size_t>(t * width),
                                          static_cast<size_t>(width)),
         row_max[t]);
   }
@@ -80,29 +80,29 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
   for (int64_t t = 0; t < tokens; ++t) {
     const float sum_exp = sums[tokens + t];
     loss[t] = std::log(sum_exp) - sums[t];
-    ScaleInPlace(absl::MakeSpan(softmax_).subspan(static_cast<size_t>(t * width),
+    ScaleInPlace(absl::MakeSpan(state_.softmax).subspan(static_cast<size_t>(t * width),
                                                   static_cast<size_t>(width)),
                  1.0f / sum_exp);
   }
-  targets_.assign(targets.begin(), targets.end());
-  logits_shape_ = logits.shape();
-  loss_shape_.assign(logits_shape_.begin(), logits_shape_.end() - 1);
-  has_forward_ = true;
-  return ToTensor(loss_shape_, loss);
+  state_.targets.assign(targets.begin(), targets.end());
+  state_.logits_shape = logits.shape();
+  state_.loss_shape.assign(state_.logits_shape.begin(), state_.logits_shape.end() - 1);
+  state_.valid = true;
+  return ToTensor(state_.loss_shape, loss);
 }
 
 absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(const Tensor& grad_loss) {
   LOOM_RETURN_IF_ERROR(
-      tp_layers_internal::CheckGradient(kName, has_forward_, grad_loss, loss_shape_, "grad_loss"));
+      tp_layers_internal::CheckGradient(kName, state_.valid, grad_loss, state_.loss_shape, "grad_loss"));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_loss.As<float>());
   const int64_t width = extent_.length;
-  std::vector<float> dz(softmax_.size());
-  for (size_t t = 0; t < targets_.size(); ++t) {
-    for (int64_t j = 0; j < width; ++j) dz[t * width + j] = softmax_[t * width + j] * g[t];
-    const int64_t local_target = targets_[t] - extent_.offset;
+  std::vector<float> dz(state_.softmax.size());
+  for (size_t t = 0; t < state_.targets.size(); ++t) {
+    for (int64_t j = 0; j < width; ++j) dz[t * width + j] = state_.softmax[t * width + j] * g[t];
+    const int64_t local_target = state_.targets[t] - extent_.offset;
     if (local_target >= 0 && local_target < width) dz[t * width + local_target] -= g[t];
   }
-  return ToTensor(logits_shape_, dz);
+  return ToTensor(state_.logits_shape, dz);
 }
 
 }  // namespace loom

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -62,14 +63,21 @@ class VocabParallelCrossEntropy {
   // saved_activation_bytes returns the bytes Forward keeps for Backward (the local
   // softmax and the targets). ReleaseActivations frees them; Backward then returns
   // FailedPrecondition until the next Forward.
-  size_t saved_activation_bytes() const {
-    return softmax_.capacity() * sizeof(float) + targets_.capacity() * sizeof(int64_t);
-  }
-  void ReleaseActivations() {
-    std::vector<float>().swap(softmax_);
-    std::vector<int64_t>().swap(targets_);
-    has_forward_ = false;
-  }
+  size_t saved_activation_bytes() const { return state_.bytes(); }
+  void ReleaseActivations() { state_ = ForwardState(); }
+
+  // ForwardState: what one Forward keeps for its Backward, a microbatch's context
+  // (TakeForwardState / RestoreForwardState as ColumnParallelLinear's).
+  struct ForwardState {
+    std::vector<float> softmax;  // [tokens, vocab_local]
+    std::vector<int64_t> targets, logits_shape, loss_shape;
+    bool valid = false;
+    size_t bytes() const {
+      return softmax.capacity() * sizeof(float) + targets.capacity() * sizeof(int64_t);
+    }
+  };
+  ForwardState TakeForwardState() { return std::exchange(state_, ForwardState()); }
+  void RestoreForwardState(ForwardState state) { state_ = std::move(state); }
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }
@@ -81,9 +89,7 @@ class VocabParallelCrossEntropy {
   CommTally tally_;
   int64_t vocab_ = 0;
   ShardExtent extent_;
-  std::vector<float> softmax_;  // [tokens, vocab_local]
-  std::vector<int64_t> targets_, logits_shape_, loss_shape_;
-  bool has_forward_ = false;
+  ForwardState state_;
 };
 
 }  // namespace loom

@@ -67,34 +67,34 @@ absl::StatusOr<Tensor> VocabParallelEmbedding::Forward(absl::Span<const int64_t>
     if (local < 0 || local >= extent_.length) continue;
     std::copy_n(table.begin() + local * hidden_, hidden_, y.begin() + i * hidden_);
   }
-  output_shape_ = shape;
-  output_shape_.push_back(hidden_);
+  state_.output_shape = shape;
+  state_.output_shape.push_back(hidden_);
   if (options_.sequence_parallel) {
     const int64_t per_position = static_cast<int64_t>(ids.size()) / std::max<int64_t>(shape[0], 1);
     LOOM_ASSIGN_OR_RETURN(
         y, ReduceScatterV(*tp_, y,
                           ShardCounts(shape[0], tp_->size(), options_.rule, per_position * hidden_), tally_));
-    output_shape_[0] = ShardExtentOf(shape[0], tp_->size(), rank_, options_.rule).length;
+    state_.output_shape[0] = ShardExtentOf(shape[0], tp_->size(), rank_, options_.rule).length;
   } else {
     LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(y), tally_));
   }
-  saved_ids_.assign(ids.begin(), ids.end());
-  ids_shape_ = std::move(shape);
-  has_forward_ = true;
-  return ToTensor(output_shape_, y);
+  state_.ids.assign(ids.begin(), ids.end());
+  state_.ids_shape = std::move(shape);
+  state_.valid = true;
+  return ToTensor(state_.output_shape, y);
 }
 
 absl::StatusOr<absl::Span<const float>> VocabParallelEmbedding::WholeGradient(
     const Tensor& grad_output, std::vector<float>& storage) {
   LOOM_RETURN_IF_ERROR(
-      tp_layers_internal::CheckGradient(kName, has_forward_, grad_output, output_shape_));
+      tp_layers_internal::CheckGradient(kName, state_.valid, grad_output, state_.output_shape));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_output.As<float>());
   if (!options_.sequence_parallel) return g;
   const int64_t per_position =
-      static_cast<int64_t>(saved_ids_.size()) / std::max<int64_t>(ids_shape_[0], 1);
+      static_cast<int64_t>(state_.ids.size()) / std::max<int64_t>(state_.ids_shape[0], 1);
   LOOM_ASSIGN_OR_RETURN(
       storage, AllGatherV(*tp_, g,
-                          ShardCounts(ids_shape_[0], tp_->size(), options_.rule,
+                          ShardCounts(state_.ids_shape[0], tp_->size(), options_.rule,
                                       per_position * hidden_),
                           tally_));
   return absl::Span<const float>(storage);
@@ -115,7 +115,7 @@ absl::Status VocabParallelEmbedding::ScatterGradient(absl::Span<const int64_t> i
 absl::Status VocabParallelEmbedding::Backward(const Tensor& grad_output) {
   std::vector<float> storage;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
-  return ScatterGradient(saved_ids_, g);
+  return ScatterGradient(state_.ids, g);
 }
 
 absl::Status VocabParallelEmbedding::BackwardInput(const Tensor& grad_output,
@@ -123,8 +123,8 @@ absl::Status VocabParallelEmbedding::BackwardInput(const Tensor& grad_output,
   std::vector<float> storage;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> g, WholeGradient(grad_output, storage));
   work = WeightGradWork();
-  work.rows = static_cast<int64_t>(saved_ids_.size());
-  work.ids = std::move(saved_ids_);
+  work.rows = static_cast<int64_t>(state_.ids.size());
+  work.ids = std::move(state_.ids);
   work.grad_output = tp_layers_internal::OwnedValues(g, storage);
   ReleaseActivations();
   return absl::OkStatus();

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -103,11 +104,18 @@ class VocabParallelEmbedding {
   // saved_activation_bytes returns the bytes Forward keeps for Backward (the ids).
   // ReleaseActivations frees them; Backward then returns FailedPrecondition until
   // the next Forward.
-  size_t saved_activation_bytes() const { return saved_ids_.capacity() * sizeof(int64_t); }
-  void ReleaseActivations() {
-    std::vector<int64_t>().swap(saved_ids_);
-    has_forward_ = false;
-  }
+  size_t saved_activation_bytes() const { return state_.bytes(); }
+  void ReleaseActivations() { state_ = ForwardState(); }
+
+  // ForwardState: what one Forward keeps for its Backward, a microbatch's context
+  // (TakeForwardState / RestoreForwardState as ColumnParallelLinear's).
+  struct ForwardState {
+    std::vector<int64_t> ids, ids_shape, output_shape;
+    bool valid = false;
+    size_t bytes() const { return ids.capacity() * sizeof(int64_t); }
+  };
+  ForwardState TakeForwardState() { return std::exchange(state_, ForwardState()); }
+  void RestoreForwardState(ForwardState state) { state_ = std::move(state); }
 
   // comm_tally returns the collective payloads this layer has issued since Create.
   const CommTally& comm_tally() const { return tally_; }
@@ -132,8 +140,7 @@ class VocabParallelEmbedding {
   ShardExtent extent_;
   Tensor weight_, weight_grad_;
   tp_layers_internal::BorrowedWeights borrowed_;
-  std::vector<int64_t> saved_ids_, ids_shape_, output_shape_;
-  bool has_forward_ = false;
+  ForwardState state_;
 };
 
 }  // namespace loom

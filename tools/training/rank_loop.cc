@@ -238,7 +238,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   LOOM_ASSIGN_OR_RETURN(const int64_t estimated_state_bytes, optimizer->EstimatedStateBytes());
   // And its activation bytes: this pipeline rank's stage models, by the flags.
   LOOM_ASSIGN_OR_RETURN(const int64_t estimated_activation_bytes,
-                        EstimatedActivationBytes(options, setup.schedule.layout, w.place.s));
+                        EstimatedActivationBytes(options, setup.schedule, w.place.s));
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
   // Clipping: tp-replicated parameters count on tp rank 0 only.
@@ -261,7 +261,10 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                                      CollectiveKind::kAllReduce};
   std::array<CollectiveCounters, 3> dp_before;
   for (int k = 0; k < 3; ++k) dp_before[k] = w.dp->Counters(dp_kinds[k]);
-  int64_t recomputed_before = module->recomputed_forwards();
+  // Forwards run again: a step's stage forwards beyond one per stage and microbatch.
+  int64_t forwards_before = module->training_forwards();
+  const int64_t forwards_per_step =
+      static_cast<int64_t>(module->stages().size()) * options.microbatches;
   int64_t kept_units_before = optimizer->KeptUnits();
   int64_t kept_numel_before = optimizer->KeptNumel();
   for (int64_t step = first_step; step < options.steps; ++step) {
@@ -360,11 +363,11 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                  delta(2, &CollectiveCounters::calls),
                  optimizer->BucketNumel(),
                  optimizer->PersistentNumel(),
-                 module->recomputed_forwards() - recomputed_before,
+                 module->training_forwards() - forwards_before - forwards_per_step,
                  optimizer->Units(),
                  optimizer->KeptUnits() - kept_units_before,
                  optimizer->KeptNumel() - kept_numel_before};
-    recomputed_before = module->recomputed_forwards();
+    forwards_before = module->training_forwards();
     kept_units_before = optimizer->KeptUnits();
     kept_numel_before = optimizer->KeptNumel();
     dp_before = dp_now;

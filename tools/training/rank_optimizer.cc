@@ -88,22 +88,29 @@ class ShardedOptimizer : public RankOptimizer {
                                                                   GptModel& model,
                                                                   Communicator* dp, DiskTier* disk,
                                                                   const std::string& disk_prefix) {
+    // The units are the model's own (GptModel::Units): a unit is one bucket,
+    // gathered, released and kept whole or sharded as one.
     std::vector<ParamSpec> specs;
     std::vector<float> initial;
-    std::string last_unit;
-    int unit = -1;
-    for (const GptParameter& p : model.Parameters()) {
-      ParamSpec spec{p.name, p.shape};
-      if (UnitOf(p.name) != last_unit) ++unit;
-      last_unit = UnitOf(p.name);
-      spec.unit = unit;
-      specs.push_back(std::move(spec));
-      initial.insert(initial.end(), p.values.begin(), p.values.end());
+    const std::vector<GptParameter> params = model.Parameters();
+    const std::vector<ParameterUnit> units = model.Units();
+    for (size_t u = 0; u < units.size(); ++u) {
+      for (int p = units[u].first; p < units[u].end; ++p) {
+        specs.push_back(ParamSpec{params[p].name, params[p].shape, static_cast<int>(u)});
+        initial.insert(initial.end(), params[p].values.begin(), params[p].values.end());
+      }
+    }
+    if (specs.size() != params.size()) {
+      return absl::InternalError(absl::StrCat("the model's ", units.size(), " units cover ",
+                                              specs.size(), " of its ", params.size(),
+                                              " parameters"));
     }
     PartitionOptions partition_options;
     partition_options.dp_size = ParameterGroupSize(options);
     partition_options.bucket_numel = 1 << 15;
-    partition_options.persistence_threshold = 256;
+    // --persist_below=BYTES: a unit of fewer f32 bytes stays whole on every rank.
+    partition_options.persistence_threshold =
+        options.persist_below_bytes > 0 ? (options.persist_below_bytes - 1) / 4 : 0;
     LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(specs, partition_options));
     Zero3Options zero;
     zero.stage = options.zero;
@@ -138,14 +145,6 @@ class ShardedOptimizer : public RankOptimizer {
                                      : GptModel::GradientHome::kSource));
     return std::unique_ptr<ShardedOptimizer>(
         new ShardedOptimizer(options, model.Parameters(), std::move(engine), grads_in_model));
-  }
-
-  // UnitOf: the unit a parameter is gathered with under block reshard: its block
-  // ("blocks.3"), or its first name component ("embed", "final_ln", "head").
-  static std::string UnitOf(const std::string& name) {
-    const size_t first = name.find('.');
-    if (name.rfind("blocks.", 0) == 0) return name.substr(0, name.find('.', first + 1));
-    return name.substr(0, first);
   }
 
   absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() override {

@@ -313,8 +313,8 @@ TEST(TrainJobTest, FullRecomputeHoldsLessAndChangesNothing) {
   LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary full, RunTrainJob(options, nullptr));
   EXPECT_EQ(Values(none), Values(full));
   EXPECT_LT(full.peak_activation_bytes_per_rank, none.peak_activation_bytes_per_rank);
-  // topology/memory_estimate's fused-attention estimate is exact for both (dp 2, tp 2,
-  // pp 2, 1F1B: each stage model holds one forward).
+  // topology/memory_estimate's fused-attention estimate, walked over the schedule, is
+  // exact for both (dp 2, tp 2, pp 2, 1F1B: stage 0 holds 2 microbatches' contexts).
   EXPECT_EQ(none.estimated_activation_bytes_per_rank, none.peak_activation_bytes_per_rank);
   EXPECT_EQ(full.estimated_activation_bytes_per_rank, full.peak_activation_bytes_per_rank);
 }

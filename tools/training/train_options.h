@@ -82,6 +82,11 @@ struct TrainJobOptions {
   int64_t param_budget = 0;
   // Zero 3: units gathered ahead of the one in use (the engine's prefetch_depth).
   int prefetch_depth = 2;
+  // Zero 1-3: a unit the model declares (GptModel::Units: a block, the embeddings,
+  // the final norm with the head) whose parameters take fewer f32 bytes than this
+  // is kept whole on every rank instead of sharded (DeepSpeed's persistence
+  // threshold, applied to whole units); 0: every unit is sharded.
+  int64_t persist_below_bytes = 0;
   Reshard reshard = Reshard::kAuto;
   ComputeDevice device = ComputeDevice::kCpu;
   // kBlock: the gradients stay in the model, summed over the microbatches, and
@@ -199,8 +204,9 @@ struct DpTraffic {
   int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
   int64_t all_gather_calls = 0, reduce_scatter_calls = 0, all_reduce_calls = 0;
   int64_t zero_bucket_numel = 0, zero_persistent_numel = 0;
-  // Forwards the stage module ran again this step because a backward's microbatch
-  // was not the one its model last ran forward (each gathers its units once more).
+  // Stage forwards this step beyond one per stage and microbatch (measured by the
+  // stage module's count): 0, since each microbatch keeps its own context for its
+  // backward; more would mean a forward ran twice (and gathered its units again).
   int64_t recomputed_forwards = 0;
   // The engines' units, and those of this step's passes that took a unit over
   // still gathered from the pass before (Zero3Stats::gathers_kept: no all-gather)
