@@ -60,11 +60,6 @@ struct DeviceSpec {
   // The share of data-parallel traffic the framework hides behind compute (0: the
   // Megatron-LM runs of 2021 reduced gradients after the backward).
   double dp_overlap = 0;
-  // Loom's stage model keeps the state of its latest forward only: a backward whose
-  // microbatch is not the stage's latest forward runs that forward again first
-  // (models/gpt/gpt_stage_module.h). The step model counts those forwards per stage
-  // from the schedule.
-  bool recomputes_stale_forwards = false;
   // Seconds a step costs beyond its compute, communication and optimizer (the job's
   // bookkeeping, loss reduction, thread hand-offs): fitted on a CPU, 0 on the GPUs.
   double step_overhead_seconds = 0;

@@ -53,9 +53,13 @@ absl::StatusOr<double> UnfusedActivations(const StepInput& in, int64_t microbatc
   return bytes;
 }
 
-// Loom's model: one forward's state per stage model; rank 0 holds the embedding's
-// stage and (zb-v) the head's, the last rank the head's otherwise.
-absl::StatusOr<double> FusedActivations(const StepInput& in) {
+// Loom's model: each in-flight microbatch keeps its own context
+// (models/gpt/gpt_stage_module.h), so a rank holds its chunks' mean state times the
+// schedule's in-flight count (InFlightMicrobatches, in chunk-microbatches); rank 0
+// holds the embedding's stage and (zb-v) the head's, the last rank the head's
+// otherwise. The job's own estimate walks the schedule's actions
+// (tools/training/activation_estimate.h); this is its closed form.
+absl::StatusOr<double> FusedActivations(const StepInput& in, int64_t microbatches) {
   const PlanConfig& c = in.config;
   const int64_t v = c.schedule == PipelineScheduleKind::kZeroBubbleV ? 2 : c.virtual_stages;
   const int64_t stages = c.pp * v;
@@ -84,6 +88,9 @@ absl::StatusOr<double> FusedActivations(const StepInput& in) {
       LOOM_ASSIGN_OR_RETURN(const int64_t b, EstimateFusedAttentionActivationBytes(o));
       bytes += static_cast<double>(b);
     }
+    LOOM_ASSIGN_OR_RETURN(const int64_t in_flight,
+                          InFlightMicrobatches(c.schedule, c.pp, rank, microbatches, v));
+    bytes = bytes / static_cast<double>(v) * static_cast<double>(in_flight);
     busiest = std::max(busiest, bytes);
   }
   return busiest;
@@ -121,7 +128,7 @@ absl::StatusOr<MemoryEstimate> MemoryPerDevice(const StepInput& in) {
   }
   if (in.device.fused_attention) {
     // The head's softmax is in the last stage model's count.
-    LOOM_ASSIGN_OR_RETURN(mem.activations, FusedActivations(in));
+    LOOM_ASSIGN_OR_RETURN(mem.activations, FusedActivations(in, m));
   } else {
     LOOM_ASSIGN_OR_RETURN(mem.activations, UnfusedActivations(in, m));
     mem.logits = 4.0 * static_cast<double>(c.microbatch_size * in.shape.seq_len / c.cp) *

@@ -196,27 +196,6 @@ std::vector<int64_t> StageLayerCounts(int64_t layers, int64_t stages) {
 
 namespace {
 
-// StaleBackwards counts, per stage, the backwards (B or I) whose microbatch is not
-// the stage's latest forward when they run: a model that keeps one forward's state
-// (DeviceSpec::recomputes_stale_forwards) runs those forwards again.
-std::vector<int64_t> StaleBackwards(const Schedule& schedule) {
-  const int64_t stages = schedule.layout.num_stages();
-  std::vector<int64_t> stale(static_cast<size_t>(stages), 0);
-  std::vector<int64_t> live(static_cast<size_t>(stages), -1);
-  for (const std::vector<Action>& program : schedule.ranks) {
-    for (const Action& a : program) {
-      const size_t s = static_cast<size_t>(a.stage);
-      if (a.kind == ActionKind::kForward) {
-        live[s] = a.microbatch;
-      } else if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) {
-        if (live[s] != a.microbatch) ++stale[s];
-        live[s] = -1;
-      }
-    }
-  }
-  return stale;
-}
-
 // Which link a group of `size` ranks spaced `stride` apart on the mesh runs on.
 Link GroupLink(const StepInput& in, int64_t stride, int64_t size) {
   const DeviceSpec& d = in.device;
@@ -267,10 +246,6 @@ std::string StepPrediction::Breakdown() const {
                         1e3 * layer_cp_seconds);
   absl::StrAppendFormat(&out, "  logits %.3g ms a microbatch; dp traffic %.4g s, %.4g s of it exposed\n",
                         1e3 * logits_seconds, dp_seconds, dp_exposed_seconds);
-  if (recomputed_forwards > 0) {
-    absl::StrAppendFormat(&out, "  %d stale forwards run again (the stage model keeps one forward's state)\n",
-                          recomputed_forwards);
-  }
   absl::StrAppendFormat(&out, "  %.4g tokens/s, %.1f TFLOP/s per device (Megatron count), MFU %.3f\n",
                         tokens_per_second, tflops_per_device, mfu);
   return out;
@@ -363,21 +338,8 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   last.backward_input += p.logits_seconds / 3;
   last.backward_weight += p.logits_seconds / 3;
   std::optional<Schedule> schedule;
-  if (simulate || d.recomputes_stale_forwards) {
+  if (simulate) {
     LOOM_ASSIGN_OR_RETURN(schedule, MakeSchedule(c.schedule, c.pp, m, c.virtual_stages));
-  }
-  if (d.recomputes_stale_forwards) {
-    // Each stale backward runs its stage's forward again: spread over the stage's
-    // m backwards, so the busy time is exact and the simulated order unchanged.
-    const std::vector<int64_t> stale = StaleBackwards(*schedule);
-    for (int64_t stage = 0; stage < stages; ++stage) {
-      StageCosts& sc = costs.per_stage[static_cast<size_t>(stage)];
-      const double extra = static_cast<double>(stale[static_cast<size_t>(stage)]) /
-                           static_cast<double>(m) * sc.forward;
-      sc.backward += extra;
-      sc.backward_input += extra;
-      p.recomputed_forwards += stale[static_cast<size_t>(stage)];
-    }
   }
   if (c.pp > 1) {
     // Neighbouring stages sit dp * cp * tp ranks apart; between nodes, Megatron

@@ -19,10 +19,7 @@
 //    link the data-parallel group spans; `dp_overlap` of it hidden behind compute;
 //  - the optimizer step: AdamW's 28 bytes per local parameter (reads of the f32
 //    master, gradient, m and v, writes of three) at the memory bandwidth;
-//  - on a device that runs Loom's model (DeviceSpec::recomputes_stale_forwards),
-//    the forwards its stage model runs again for backwards whose microbatch is not
-//    the stage's latest forward, counted from the schedule; and the device's fitted
-//    per-step overhead.
+//  - the device's fitted per-step overhead.
 // What it leaves out: kernel launch overheads on a GPU, the embedding's gather,
 // imbalance of the first and last stages beyond the logits, contention between
 // links, and (on a CPU) the slower clock when every core is busy (tools/README.md,
@@ -110,7 +107,6 @@ struct StepPrediction {
   double dp_exposed_seconds = 0;     // what of it the step waits for
   double optimizer_seconds = 0;
   double overhead_seconds = 0;       // the device's step_overhead_seconds
-  int64_t recomputed_forwards = 0;   // stale forwards run again (recomputes_stale_forwards)
   double gemm_efficiency = 0;        // the model's, for this shard width
   int64_t microbatches = 0;          // per pipeline, per step
   double tokens_per_second = 0;

@@ -120,7 +120,6 @@ DeviceSpec CpuDeviceDefaults() {
   d.elementwise_passes = 4;
   d.attention_efficiency = 0.5;
   d.fused_attention = true;
-  d.recomputes_stale_forwards = true;
   d.dp_overlap = 0;
   return d;
 }
