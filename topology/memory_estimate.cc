@@ -132,8 +132,20 @@ absl::StatusOr<int64_t> EstimateActivationBytes(const ActivationOptions& options
   return per_layer * options.layers * options.in_flight_microbatches;
 }
 
-absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
-    const FusedAttentionActivationOptions& o) {
+namespace {
+
+// FusedBytes: one microbatch of a stage model, term by term (the header's
+// formulas): the state per local position of a block, of the head and of the
+// embedding, the weight work of a block, of the head and of the embedding
+// (per position, plus what does not scale with positions), and the positions.
+struct FusedBytes {
+  int64_t positions = 0;
+  int64_t block = 0, head = 0, embedding = 0;  // forward state per position
+  int64_t checkpoint = 0;                      // a block's input, per position
+  int64_t block_work = 0, head_work = 0, embedding_work = 0;  // whole, for `positions`
+};
+
+absl::StatusOr<FusedBytes> FusedTerms(const FusedAttentionActivationOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckPositive("hidden_size", o.hidden_size));
   LOOM_RETURN_IF_ERROR(CheckPositive("num_heads", o.num_heads));
   LOOM_RETURN_IF_ERROR(CheckPositive("seq_len", o.seq_len));
@@ -164,45 +176,62 @@ absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
   }
   const int64_t h = o.hidden_size, t = o.tp;
   const int64_t linear_in = o.bf16_linear_inputs ? 2 : 4;  // bytes per saved linear input
+  FusedBytes f;
+  f.positions = CeilDiv(o.seq_len, o.cp) * o.micro_batch_size;
   // One block, per local position (see the header for each term).
   const int64_t replicated = 4 * h + 4 * h + 16 + linear_in * h * 2;
   const int64_t split = 12 * h + 4 * h + linear_in * h + 4 * o.num_heads + 16 * h +
                         linear_in * 4 * h;
-  const int64_t block = replicated + split / t;
-  const int64_t head = o.head ? 4 * h + 8 + linear_in * h + 4 * o.vocab / t + 8 : 0;
-  const int64_t embedding = o.embedding ? 8 : 0;
+  f.block = replicated + split / t;
+  f.head = o.head ? 4 * h + 8 + linear_in * h + 4 * o.vocab / t + 8 : 0;
+  f.embedding = o.embedding ? 8 : 0;
+  f.checkpoint = 4 * h;
+  // Weight works: each linear layer's input and output gradient, both kept in the
+  // products' precision.
+  f.block_work = linear_in * (4 * h + 12 * h / t) * f.positions + 16 * h +
+                 (o.bf16_linear_inputs ? 4 * (2 * h + 7 * h / t) : 0);
+  f.head_work = o.head ? linear_in * (h + o.vocab / t) * f.positions + 8 * h : 0;
+  f.embedding_work = o.embedding ? (8 + 4 * h) * f.positions : 0;
+  return f;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
+    const FusedAttentionActivationOptions& o) {
+  LOOM_ASSIGN_OR_RETURN(const FusedBytes f, FusedTerms(o));
   int64_t per_position = 0;
   if (o.recompute == Recompute::kFull) {
     // Every block's input, and one block's state (the one recomputed, or the last
     // one's forward) or the head's, whichever is larger.
-    per_position = embedding + 4 * h * o.layers + std::max(o.layers > 0 ? block : 0, head);
+    per_position = f.embedding + f.checkpoint * o.layers +
+                   std::max(o.layers > 0 ? f.block : 0, f.head);
   } else {
-    per_position = embedding + block * o.layers + head;
+    per_position = f.embedding + f.block * o.layers + f.head;
   }
-  const int64_t positions = CeilDiv(o.seq_len, o.cp) * o.micro_batch_size;
-  return per_position * positions;
+  return per_position * f.positions;
 }
 
 absl::StatusOr<FusedAttentionStageBytes> EstimateFusedAttentionStageBytes(
     const FusedAttentionActivationOptions& o) {
+  LOOM_ASSIGN_OR_RETURN(const FusedBytes f, FusedTerms(o));
   FusedAttentionStageBytes bytes;
   LOOM_ASSIGN_OR_RETURN(bytes.forward_peak, EstimateFusedAttentionActivationBytes(o));
-  const int64_t h = o.hidden_size, t = o.tp;
-  const int64_t positions = CeilDiv(o.seq_len, o.cp) * o.micro_batch_size;
+  bytes.weight_work = o.layers * f.block_work + f.head_work + f.embedding_work;
   bytes.context = bytes.forward_peak;
+  bytes.backward_input_peak = std::max(bytes.forward_peak, bytes.weight_work);
   if (o.recompute == Recompute::kFull) {
-    const int64_t linear_in = o.bf16_linear_inputs ? 2 : 4;
-    const int64_t head = o.head ? 4 * h + 8 + linear_in * h + 4 * o.vocab / t + 8 : 0;
-    bytes.context = ((o.embedding ? 8 : 0) + 4 * h * o.layers + head) * positions;
+    bytes.context = (f.embedding + f.checkpoint * o.layers + f.head) * f.positions;
+    // The split backward recomputes each block on top of the works of the blocks
+    // after it: the most is at the first block (its input and state, the token
+    // ids, every later block's work and the head's), or the whole work at the end.
+    const int64_t first_block =
+        o.layers > 0 ? (f.embedding + f.checkpoint + f.block) * f.positions +
+                           (o.layers - 1) * f.block_work + f.head_work
+                     : 0;
+    bytes.backward_input_peak =
+        std::max({bytes.context, first_block, bytes.weight_work});
   }
-  const int64_t in = o.bf16_linear_inputs ? 2 : 4;    // a kept linear input element
-  const int64_t grad = o.bf16_linear_inputs ? 2 : 4;  // a kept output-gradient element
-  const int64_t block_per_position = in * (2 * h + 5 * h / t) + grad * (2 * h + 7 * h / t);
-  const int64_t block_fixed = 16 * h + (o.bf16_linear_inputs ? 4 * (2 * h + 7 * h / t) : 0);
-  int64_t work = o.layers * (block_per_position * positions + block_fixed);
-  if (o.head) work += (in * h + grad * o.vocab / t) * positions + 8 * h;
-  if (o.embedding) work += (8 + 4 * h) * positions;
-  bytes.weight_work = work;
   return bytes;
 }
 

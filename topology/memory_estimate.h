@@ -178,19 +178,25 @@ absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
 //                 token ids and the head's state (no block's state);
 //   weight_work   what a split backward (zero-bubble schedules) keeps from its
 //                 input-gradient pass to its weight pass, per local position: each
-//                 linear layer's input and output gradient (f32, or bf16 under
-//                 bf16_linear_inputs): a block L(2h + 5h/t) + G(2h + 7h/t), the
-//                 head L h + G V/t, the embedding 8 + 4h (ids and f32 gradient);
-//                 per block also its layer norms' gradients 16h and, in bf16, its
-//                 biases' 4(2h + 7h/t); the final norm's 8h.
+//                 linear layer's input and output gradient (4 bytes an element,
+//                 2 under bf16_linear_inputs, L): a block L(4h + 12h/t), the head
+//                 L(h + V/t), the embedding 8 + 4h (ids and f32 gradient); per
+//                 block also its layer norms' gradients 16h and, in bf16, its
+//                 biases' 4(2h + 7h/t); the final norm's 8h;
+//   backward_input_peak  the most during that input-gradient pass: the larger of
+//                 forward_peak and weight_work; under Recompute::kFull the first
+//                 block recomputed on top of every later block's work and the
+//                 head's (its input and state, the token ids), if larger.
 // A schedule's peak on a rank walks its actions: a forward adds context (peaking
 // at forward_peak above what is held), a backward removes it (peaking at
-// forward_peak under recompute), an input-gradient pass trades it for weight_work,
-// the weight pass removes that. InvalidArgument as EstimateFusedAttentionActivationBytes.
+// forward_peak), an input-gradient pass trades it for weight_work (peaking at
+// backward_input_peak), the weight pass removes that. InvalidArgument as
+// EstimateFusedAttentionActivationBytes.
 struct FusedAttentionStageBytes {
   int64_t forward_peak = 0;
   int64_t context = 0;
   int64_t weight_work = 0;
+  int64_t backward_input_peak = 0;
 };
 absl::StatusOr<FusedAttentionStageBytes> EstimateFusedAttentionStageBytes(
     const FusedAttentionActivationOptions& options);

@@ -61,9 +61,8 @@ absl::StatusOr<int64_t> EstimatedActivationBytes(const TrainJobOptions& options,
         held -= b.context;
         break;
       case ActionKind::kBackwardInput:
-        peak = std::max(peak, held - b.context + b.forward_peak);
+        peak = std::max(peak, held - b.context + b.backward_input_peak);
         held += b.weight_work - b.context;
-        peak = std::max(peak, held);
         break;
       case ActionKind::kBackwardWeight:
         held -= b.weight_work;

@@ -143,18 +143,8 @@ TEST(ShapeSweepTest, EveryAcceptedDrawMatchesItsOneRankReference) {
       EXPECT_TRUE(std::isfinite(step.loss)) << "step " << step.step;
     }
     EXPECT_EQ(summary->dp_traffic.recomputed_forwards, 0);
-    const bool split_backward = options.schedule == PipelineScheduleKind::kZeroBubbleH1 ||
-                                options.schedule == PipelineScheduleKind::kZeroBubbleV;
-    if (split_backward && options.recompute == Recompute::kFull) {
-      // Not yet modelled term by term: a recomputed block's state on top of the
-      // weight works of the blocks after it (tools/README "Activation memory").
-      EXPECT_NEAR(static_cast<double>(summary->peak_activation_bytes_per_rank),
-                  static_cast<double>(summary->estimated_activation_bytes_per_rank),
-                  0.15 * static_cast<double>(summary->estimated_activation_bytes_per_rank));
-    } else {
-      EXPECT_EQ(summary->peak_activation_bytes_per_rank,
-                summary->estimated_activation_bytes_per_rank);
-    }
+    EXPECT_EQ(summary->peak_activation_bytes_per_rank,
+              summary->estimated_activation_bytes_per_rank);
   }
   std::printf("shape sweep: %lld trained, %lld refused\n", static_cast<long long>(trained),
               static_cast<long long>(refused));

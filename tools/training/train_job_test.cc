@@ -356,6 +356,15 @@ TEST(TrainJobTest, ZeroBubbleSchedulesTrainToOneFOneBsBits) {
                 std::string(PipelineScheduleName(kind)).c_str(),
                 static_cast<long long>(zb.peak_activation_bytes_per_rank),
                 static_cast<long long>(one_f_one_b.peak_activation_bytes_per_rank));
+    // The schedule-walked estimate holds the weight works between each I and W.
+    EXPECT_EQ(zb.estimated_activation_bytes_per_rank, zb.peak_activation_bytes_per_rank);
+    // With full recompute too: each block is recomputed on top of the works of the
+    // blocks after it; the same bits.
+    options.recompute = Recompute::kFull;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary full, RunTrainJob(options, nullptr));
+    EXPECT_EQ(ByName(full), ByName(one_f_one_b));
+    EXPECT_EQ(full.estimated_activation_bytes_per_rank, full.peak_activation_bytes_per_rank);
+    options.recompute = Recompute::kNone;
   }
 }
 
