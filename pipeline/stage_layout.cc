@@ -77,6 +77,25 @@ absl::StatusOr<StageLayout> StageLayout::WithEvenLayers(int64_t num_layers) cons
   return WithLayers(num_layers, std::vector<int64_t>(num_stages(), num_layers / num_stages()));
 }
 
+std::vector<int64_t> BalancedLayerCounts(int64_t layers, int64_t stages) {
+  std::vector<int64_t> counts(static_cast<size_t>(stages), layers / stages);
+  int64_t extra = layers % stages;
+  for (int64_t i = 1; i + 1 < stages && extra > 0; ++i, --extra) ++counts[static_cast<size_t>(i)];
+  if (extra > 0) ++counts.front(), --extra;
+  if (extra > 0) ++counts.back();
+  return counts;
+}
+
+absl::StatusOr<StageLayout> StageLayout::WithBalancedLayers(int64_t num_layers) const {
+  if (num_layers < num_stages()) {
+    return absl::InvalidArgumentError(absl::StrCat("num_layers=", num_layers,
+                                                   " is fewer than the ", num_stages(),
+                                                   " stages of ", ToString(),
+                                                   ": a stage would hold no layer"));
+  }
+  return WithLayers(num_layers, BalancedLayerCounts(num_layers, num_stages()));
+}
+
 int64_t StageLayout::RankOf(int64_t stage) const {
   if (stage < 0 || stage >= num_stages()) return -1;
   switch (placement_) {

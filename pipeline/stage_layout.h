@@ -43,6 +43,12 @@ namespace loom {
 
 enum class StagePlacement { kLoop, kVShape };
 
+// BalancedLayerCounts returns the layers of each of `stages` stages: layers /
+// stages each, the remainder one each to the inner stages 1, 2, ... first, then to
+// the first stage, then to the last. Example: (10, 4) -> {2, 3, 3, 2}; (7, 2) ->
+// {4, 3}. `stages` must be at least 1 and `layers` at least 0.
+std::vector<int64_t> BalancedLayerCounts(int64_t layers, int64_t stages);
+
 class StageLayout {
  public:
   // The bound keeps stage * microbatch indices and the verifier's tables small
@@ -70,6 +76,13 @@ class StageLayout {
   // WithEvenLayers splits num_layers evenly over the stages. InvalidArgument when
   // num_layers is negative or not a multiple of num_stages().
   absl::StatusOr<StageLayout> WithEvenLayers(int64_t num_layers) const;
+
+  // WithBalancedLayers splits num_layers as evenly as they go (BalancedLayerCounts):
+  // WithEvenLayers' split when num_stages() divides them, otherwise the inner
+  // stages take the extra layers first (the first stage also holds the embedding,
+  // the last the head and loss), as Llama 3's pipeline does. InvalidArgument when
+  // num_layers is below num_stages() (a stage without a layer).
+  absl::StatusOr<StageLayout> WithBalancedLayers(int64_t num_layers) const;
 
   StagePlacement placement() const { return placement_; }
   int64_t num_ranks() const { return num_ranks_; }

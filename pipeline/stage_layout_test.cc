@@ -1,5 +1,6 @@
 #include "pipeline/stage_layout.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -138,6 +139,36 @@ TEST(StageLayoutTest, EvenLayers) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("num_layers=30 does not split evenly over the 4 stages of loop "
                                  "p=4 v=1")));
+}
+
+// Balanced layers: the even split where it divides, the inner stages first
+// otherwise, every stage at least one layer, always adding up to the model.
+TEST(StageLayoutTest, BalancedLayers) {
+  LOOM_ASSERT_OK_AND_ASSIGN(StageLayout layout, StageLayout::Loop(4)->WithBalancedLayers(30));
+  EXPECT_THAT(layout.layers_per_stage(), ElementsAre(7, 8, 8, 7));
+  LOOM_ASSERT_OK_AND_ASSIGN(layout, StageLayout::Loop(2)->WithBalancedLayers(5));
+  EXPECT_THAT(layout.layers_per_stage(), ElementsAre(3, 2));
+  LOOM_ASSERT_OK_AND_ASSIGN(layout, StageLayout::VShape(2)->WithBalancedLayers(8));
+  EXPECT_THAT(layout.layers_per_stage(), ElementsAre(2, 2, 2, 2));
+  EXPECT_THAT(BalancedLayerCounts(126, 16), ElementsAre(7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8,
+                                                        8, 8, 7));
+  for (int64_t stages = 1; stages <= 9; ++stages) {
+    for (int64_t layers = stages; layers <= 40; ++layers) {
+      const std::vector<int64_t> counts = BalancedLayerCounts(layers, stages);
+      int64_t total = 0, most = 0, least = layers;
+      for (const int64_t n : counts) {
+        total += n;
+        most = std::max(most, n);
+        least = std::min(least, n);
+      }
+      EXPECT_EQ(total, layers) << layers << " over " << stages;
+      EXPECT_LE(most - least, 1) << layers << " over " << stages;
+      EXPECT_GE(least, 1) << layers << " over " << stages;
+    }
+  }
+  EXPECT_THAT(StageLayout::Loop(4)->WithBalancedLayers(3),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_layers=3 is fewer than the 4 stages of loop p=4 v=1")));
 }
 
 }  // namespace

@@ -120,7 +120,7 @@ expect_error "--eval_every needs 64 held-out sequences" --data="$0" --eval_every
 expect_error "--clip_grad_norm -1 must be a finite number >= 0" --clip_grad_norm=-1
 expect_error "--warmup_steps 9" --steps=4 --warmup_steps=9
 expect_error "--lr_min 0.5" --lr_min=0.5
-expect_error "--layers 4 is not divisible by the 3 pipeline stages" --pp=3
+expect_error "--layers 2 is fewer than the 3 pipeline stages" --pp=3 --layers=2
 expect_error "--microbatches 1 is fewer than --pp 2" --microbatches=1
 expect_error "--offload disk is not none, cpu, nvme or gpu" --offload=disk
 expect_error "--zero 4 must be 0, 1, 2 or 3" --zero=4
@@ -134,7 +134,7 @@ grep -q 'zero 2, offload nvme' <<<"$out" || fail "nvme header: $out"
 grep -Eq 'and [1-9][0-9]* on disk' <<<"$out" || fail "nvme state on disk: $out"
 [[ -z "$(ls -A "$dir/nvme")" ]] || fail "the state files were not removed: $(ls -A "$dir/nvme")"
 expect_error "heads" --tp=3
-expect_error "--layers 4 is not divisible by the 8 pipeline stages (--pp 4 x 2 stages per rank for zb-v)" \
+expect_error "--layers 4 is fewer than the 8 pipeline stages (--pp 4 x 2 stages per rank for zb-v)" \
     --pp=4 --schedule=zb-v
 
 # A zero-bubble schedule (two stages per rank, in a V) against the reference.

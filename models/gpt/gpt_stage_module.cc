@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<GptStageModule>> GptStageModule::Create(
   if (!data) return absl::InvalidArgumentError(absl::StrCat(kName, ": no data function"));
   StageLayout blocks = layout;
   if (!blocks.has_layers()) {
-    LOOM_ASSIGN_OR_RETURN(blocks, layout.WithEvenLayers(config.layers));
+    LOOM_ASSIGN_OR_RETURN(blocks, layout.WithBalancedLayers(config.layers));
   } else if (blocks.num_layers() != config.layers) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": layout ", layout.ToString(),
                                                    " has ", layout.num_layers(),

@@ -97,7 +97,8 @@ class GptStageModule : public StageModule {
  public:
   // Create builds the models of `rank`'s stages. The layout's layers, if assigned,
   // are the blocks of each stage (and must total config.layers); otherwise the
-  // blocks are split evenly. InvalidArgument naming the values for a rank outside
+  // blocks are balanced (StageLayout::WithBalancedLayers: the inner stages take
+  // what does not divide). InvalidArgument naming the values for a rank outside
   // the layout, options below 1, a missing data function, or blocks that do not
   // fit; config and model errors as GptModel::Create.
   static absl::StatusOr<std::unique_ptr<GptStageModule>> Create(

@@ -441,9 +441,16 @@ TEST(GptStageModuleTest, ShapesAndErrors) {
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("before its")));
     EXPECT_THAT(GptStageModule::Create(config, layout, 2, tp, data_fn, options),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 is outside")));
+    // 4 blocks over 3 stages: balanced, the inner stage takes the extra one.
     LOOM_ASSIGN_OR_RETURN(StageLayout three, StageLayout::Loop(3));
-    EXPECT_THAT(GptStageModule::Create(config, three, 0, tp, data_fn, options),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not split evenly over the 3 stages")));
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptStageModule> middle,
+                          GptStageModule::Create(config, three, 1, tp, data_fn, options));
+    EXPECT_EQ(middle->model(1).options().first_block, 1);
+    EXPECT_EQ(middle->model(1).options().end_block, 3);
+    LOOM_ASSIGN_OR_RETURN(StageLayout five, StageLayout::Loop(5));
+    EXPECT_THAT(GptStageModule::Create(config, five, 0, tp, data_fn, options),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("num_layers=4 is fewer than the 5 stages")));
     LOOM_ASSIGN_OR_RETURN(StageLayout uneven, layout.WithLayers(3, {1, 2}));
     EXPECT_THAT(GptStageModule::Create(config, uneven, 0, tp, data_fn, options),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 3 layers, the model 4")));

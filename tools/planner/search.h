@@ -57,7 +57,8 @@ struct PlanRequest {
   int64_t max_virtual_stages = 8;
   // Candidates ranked (and simulated) at the most.
   int64_t keep = 20;
-  // StepInput::even_layers_only: true for Loom's job, which splits layers evenly.
+  // StepInput::even_layers_only: for a framework that splits layers evenly only
+  // (Loom's job balances them: StageLayout::WithBalancedLayers).
   bool even_layers_only = false;
 };
 

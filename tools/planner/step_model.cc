@@ -185,13 +185,7 @@ absl::StatusOr<double> LayerActivationBytes(const StepInput& in) {
 }  // namespace
 
 std::vector<int64_t> StageLayerCounts(int64_t layers, int64_t stages) {
-  std::vector<int64_t> counts(static_cast<size_t>(stages), layers / stages);
-  int64_t extra = layers % stages;
-  // Inner stages first: the first holds the embedding, the last the head.
-  for (int64_t i = 1; i + 1 < stages && extra > 0; ++i, --extra) ++counts[static_cast<size_t>(i)];
-  if (extra > 0) ++counts.front(), --extra;
-  if (extra > 0) ++counts.back();
-  return counts;
+  return BalancedLayerCounts(layers, stages);
 }
 
 namespace {

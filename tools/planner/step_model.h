@@ -75,9 +75,10 @@ struct StepInput {
   DeviceSpec device;
   int64_t gpus_per_node = 8;
   PlanConfig config;
-  // Layers split evenly over the stages only (Loom's job). Otherwise a split that does
-  // not divide gives the extra layers to the inner stages first (StageLayerCounts),
-  // as Megatron-LM's uneven first and last stages and Llama 3's runs do.
+  // Layers split evenly over the stages only (a framework without uneven splits).
+  // Otherwise a split that does not divide gives the extra layers to the inner
+  // stages first (StageLayerCounts), as Megatron-LM's uneven first and last stages,
+  // Llama 3's runs and Loom's job do.
   bool even_layers_only = false;
 };
 

@@ -20,10 +20,10 @@ absl::StatusOr<int64_t> EstimatedActivationBytes(const TrainJobOptions& options,
                                                    " is outside a layout of ",
                                                    layout.num_ranks(), " ranks"));
   }
-  // The blocks as GptStageModule places them: the layout's, or spread evenly.
+  // The blocks as GptStageModule places them: the layout's, or balanced.
   StageLayout blocks = layout;
   if (!blocks.has_layers()) {
-    LOOM_ASSIGN_OR_RETURN(blocks, layout.WithEvenLayers(options.model.layers));
+    LOOM_ASSIGN_OR_RETURN(blocks, layout.WithBalancedLayers(options.model.layers));
   }
 
   const GptConfig& m = options.model;

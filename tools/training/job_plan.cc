@@ -33,7 +33,6 @@ absl::StatusOr<PlannedJob> PlanTrainJob(const TrainJobOptions& base, int64_t wor
   req.dtype = base.dtype == DType::kBF16 ? planner::ComputeDtype::kBf16 : planner::ComputeDtype::kF32;
   // The job's interleaved schedule runs two stages per rank.
   req.max_virtual_stages = 2;
-  req.even_layers_only = true;
   req.keep = 20;
   LOOM_ASSIGN_OR_RETURN(const planner::FittedCpu fit,
                         planner::MeasureAndFit(world, base.threads_per_rank, calibrations));

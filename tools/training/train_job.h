@@ -21,10 +21,9 @@
 //   LOOM_ASSIGN_OR_RETURN(TrainSummary summary,
 //       RunTrainJob(options, [](const StepReport& r) { std::cout << r.ToString(); }));
 //   summary.final_loss;               // well below log(vocab)
-//   options.dp = 3;                   // 12 ranks; layers 4 do not split into pp 3:
-//   options.pp = 3;
+//   options.pp = 5;                   // 4 layers cannot fill 5 stages:
 //   RunTrainJob(options, nullptr);
-//   // InvalidArgument: "--layers 4 is not divisible by --pp 3 ..."
+//   // InvalidArgument: "--layers 4 is fewer than the 5 pipeline stages (--pp 5)"
 //
 // The package, one concept per file: train_options.h (options and reports),
 // validate.h (the options' check), job_setup.h (schedule, data, offload disk),

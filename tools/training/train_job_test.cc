@@ -371,9 +371,10 @@ TEST(TrainJobTest, ZeroBubbleSchedulesTrainToOneFOneBsBits) {
 TEST(TrainJobTest, BadOptionsAreOneClearLine) {
   TrainJobOptions options = Small(1);
   options.pp = 3;
+  options.model.layers = 2;
   EXPECT_THAT(ValidateTrainJob(options),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--layers 4 is not divisible by the 3 pipeline stages (--pp 3)")));
+                       HasSubstr("--layers 2 is fewer than the 3 pipeline stages (--pp 3)")));
   options = Small(1);
   options.microbatches = 1;
   EXPECT_THAT(ValidateTrainJob(options),
@@ -417,11 +418,36 @@ TEST(TrainJobTest, BadOptionsAreOneClearLine) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("--nvme_dir: ")));
   options = Small(1);
   options.schedule = PipelineScheduleKind::kZeroBubbleV;
-  options.model.layers = 6;
+  options.model.layers = 3;
   EXPECT_THAT(ValidateTrainJob(options),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--layers 6 is not divisible by the 4 pipeline stages (--pp 2 x 2 "
+                       HasSubstr("--layers 3 is fewer than the 4 pipeline stages (--pp 2 x 2 "
                                  "stages per rank for zb-v)")));
+}
+
+// Layers that do not divide the stages are balanced (the inner stages take the
+// extra ones: StageLayout::WithBalancedLayers) and train to the one-rank
+// reference: 5 layers over 1F1B's 2 stages (3 + 2), 6 over interleaved 1F1B's 4
+// (1 + 2 + 2 + 1), 5 over zb-v's 4 (1 + 2 + 1 + 1). The activation estimate
+// follows the uneven stages exactly.
+TEST(TrainJobTest, UnevenLayersMatchOneRank) {
+  struct Case {
+    PipelineScheduleKind schedule;
+    int64_t layers;
+  };
+  for (const Case& c : {Case{PipelineScheduleKind::k1F1B, 5},
+                        Case{PipelineScheduleKind::kInterleaved1F1B, 6},
+                        Case{PipelineScheduleKind::kZeroBubbleV, 5}}) {
+    SCOPED_TRACE(absl::StrCat(PipelineScheduleName(c.schedule), " layers ", c.layers));
+    TrainJobOptions options = Small(3);
+    options.schedule = c.schedule;
+    options.model.layers = c.layers;
+    LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary summary, RunTrainJob(options, nullptr));
+    LOOM_ASSERT_OK_AND_ASSIGN(const ReferenceComparison reference,
+                              CompareWithReference(options, summary));
+    EXPECT_LT(reference.max_abs_param_diff, 1e-5 * reference.max_abs_param);
+    EXPECT_EQ(summary.estimated_activation_bytes_per_rank, summary.peak_activation_bytes_per_rank);
+  }
 }
 
 // Global-norm clipping counts every element of the model once across tp (its

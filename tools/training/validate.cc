@@ -165,9 +165,11 @@ absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transp
   }
   const int64_t stages_per_rank = StagesPerRank(o.schedule);
   const int64_t stages = o.pp * stages_per_rank;
-  if (o.model.layers % stages != 0) {
+  // Layers that do not divide go to the inner stages first (WithBalancedLayers);
+  // every stage needs one.
+  if (o.model.layers < stages) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--layers ", o.model.layers, " is not divisible by the ", stages, " pipeline stages (--pp ",
+        "--layers ", o.model.layers, " is fewer than the ", stages, " pipeline stages (--pp ",
         o.pp,
         stages_per_rank > 1
             ? absl::StrCat(" x 2 stages per rank for ", PipelineScheduleName(o.schedule))

@@ -4,9 +4,9 @@
 //
 // Example:
 //   TrainJobOptions options;          // dp 2, pp 2, tp 2, 4 layers
-//   options.pp = 3;
+//   options.pp = 5;
 //   ValidateTrainJob(options, "shm");
-//   // InvalidArgument: "--layers 4 is not divisible by the 3 pipeline stages (--pp 3)"
+//   // InvalidArgument: "--layers 4 is fewer than the 5 pipeline stages (--pp 5)"
 #ifndef LOOM_TOOLS_TRAINING_VALIDATE_H_
 #define LOOM_TOOLS_TRAINING_VALIDATE_H_
 
