@@ -159,13 +159,7 @@ absl::StatusOr<FusedBytes> FusedTerms(const FusedAttentionActivationOptions& o) 
     return absl::InvalidArgumentError(
         absl::StrCat("num_heads=", o.num_heads, " does not split over tp=", o.tp));
   }
-  if (o.head) {
-    LOOM_RETURN_IF_ERROR(CheckPositive("vocab", o.vocab));
-    if (o.vocab % o.tp != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("vocab=", o.vocab, " does not split over tp=", o.tp));
-    }
-  }
+  if (o.head) LOOM_RETURN_IF_ERROR(CheckPositive("vocab", o.vocab));
   if (o.seq_len < o.cp) {
     return absl::InvalidArgumentError(
         absl::StrCat("seq_len=", o.seq_len, " is shorter than cp=", o.cp));
@@ -183,14 +177,17 @@ absl::StatusOr<FusedBytes> FusedTerms(const FusedAttentionActivationOptions& o) 
   const int64_t split = 12 * h + 4 * h + linear_in * h + 4 * o.num_heads + 16 * h +
                         linear_in * 4 * h;
   f.block = replicated + split / t;
-  f.head = o.head ? 4 * h + 8 + linear_in * h + 4 * o.vocab / t + 8 : 0;
+  // The vocabulary splits over tp as evenly as it goes (VocabParallelEmbedding's
+  // balanced split, no padding rows): the busiest rank holds ceil(V / t).
+  const int64_t vocab_local = CeilDiv(o.vocab, t);
+  f.head = o.head ? 4 * h + 8 + linear_in * h + 4 * vocab_local + 8 : 0;
   f.embedding = o.embedding ? 8 : 0;
   f.checkpoint = 4 * h;
   // Weight works: each linear layer's input and output gradient, both kept in the
   // products' precision.
   f.block_work = linear_in * (4 * h + 12 * h / t) * f.positions + 16 * h +
                  (o.bf16_linear_inputs ? 4 * (2 * h + 7 * h / t) : 0);
-  f.head_work = o.head ? linear_in * (h + o.vocab / t) * f.positions + 8 * h : 0;
+  f.head_work = o.head ? linear_in * (h + vocab_local) * f.positions + 8 * h : 0;
   f.embedding_work = o.embedding ? (8 + 4 * h) * f.positions : 0;
   return f;
 }

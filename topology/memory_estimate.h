@@ -135,7 +135,8 @@ absl::StatusOr<int64_t> EstimateActivationBytes(const ActivationOptions& options
 // log-sum-exp 4a/t, the MLP's pre-GELU 16h/t and GELU output 16h/t (or 8h/t)).
 // The first stage adds its token ids (8 bytes per position); the last adds the
 // final layer norm's input and statistics 4h + 8, the head's input 4h (or 2h), the
-// local softmax 4V/t and the targets 8. Recompute::kFull keeps each block's input
+// local softmax 4V/t and the targets 8 (V/t rounded up: a vocabulary that does not
+// divide tp is split as evenly as it goes, the busiest rank holding ceil(V/t)). Recompute::kFull keeps each block's input
 // (4h) and, while a block is recomputed, one block's state.
 // Under context parallelism the busiest rank holds ceil(s / cp) positions of each
 // sequence (zigzag and contiguous layouts alike).
@@ -164,7 +165,7 @@ struct FusedAttentionActivationOptions {
 
 // EstimateFusedAttentionActivationBytes returns the peak bytes one stage model keeps
 // for its backward, by the formula above. InvalidArgument for sizes below 1 (layers
-// below 0), heads or vocabulary not splitting over tp, seq_len below cp, or
+// below 0), heads not splitting over tp, seq_len below cp, or
 // Recompute::kSelective (Loom's model has none).
 absl::StatusOr<int64_t> EstimateFusedAttentionActivationBytes(
     const FusedAttentionActivationOptions& options);

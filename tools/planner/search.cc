@@ -133,7 +133,7 @@ absl::StatusOr<PlanResult> Plan(const PlanRequest& r) {
                 in.device = r.device;
                 in.gpus_per_node = r.gpus_per_node;
                 in.even_layers_only = r.even_layers_only;
-    in.even_layers_only = r.even_layers_only;
+                in.microbatches_at_least_pp = r.microbatches_at_least_pp;
                 in.config = {dp, tp, pp, cp, zero, schedule, v, mbs, recompute, r.dtype};
                 if (absl::Status s = ValidateStepInput(in); !s.ok()) {
                   if (!first_error.has_value()) first_error = s;
@@ -191,6 +191,7 @@ absl::StatusOr<PlanResult> Plan(const PlanRequest& r) {
     in.device = r.device;
     in.gpus_per_node = r.gpus_per_node;
     in.even_layers_only = r.even_layers_only;
+    in.microbatches_at_least_pp = r.microbatches_at_least_pp;
     in.config = candidate.config;
     LOOM_ASSIGN_OR_RETURN(candidate.prediction, PredictStep(in));
     ++result.simulated;

@@ -60,6 +60,8 @@ struct PlanRequest {
   // StepInput::even_layers_only: for a framework that splits layers evenly only
   // (Loom's job balances them: StageLayout::WithBalancedLayers).
   bool even_layers_only = false;
+  // StepInput::microbatches_at_least_pp: true for Loom's job.
+  bool microbatches_at_least_pp = false;
 };
 
 struct Candidate {

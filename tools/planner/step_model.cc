@@ -116,6 +116,10 @@ absl::Status ValidateStepInput(const StepInput& in) {
         return absl::InvalidArgumentError(
             absl::StrCat(name, " runs one stage per rank; virtual_stages is ", c.virtual_stages));
       }
+      if (in.microbatches_at_least_pp && m < c.pp) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs at least pp=", c.pp,
+                                                       " microbatches here (got ", m, ")"));
+      }
       break;
   }
   const DeviceSpec& d = in.device;

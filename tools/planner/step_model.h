@@ -80,6 +80,10 @@ struct StepInput {
   // stages first (StageLayerCounts), as Megatron-LM's uneven first and last stages,
   // Llama 3's runs and Loom's job do.
   bool even_layers_only = false;
+  // Every schedule needs at least pp microbatches (Loom's job: its executor runs a
+  // schedule only once every stage has work); otherwise GPipe, 1F1B and ZB-H1 may run
+  // fewer, with the pipeline never full.
+  bool microbatches_at_least_pp = false;
 };
 
 // UsesSequenceParallelism: the device's software splits activations over tp

@@ -33,6 +33,9 @@ absl::StatusOr<PlannedJob> PlanTrainJob(const TrainJobOptions& base, int64_t wor
   req.dtype = base.dtype == DType::kBF16 ? planner::ComputeDtype::kBf16 : planner::ComputeDtype::kF32;
   // The job's interleaved schedule runs two stages per rank.
   req.max_virtual_stages = 2;
+  // The job balances uneven layers over its stages, but runs no schedule with
+  // fewer microbatches than stages.
+  req.microbatches_at_least_pp = true;
   req.keep = 20;
   LOOM_ASSIGN_OR_RETURN(const planner::FittedCpu fit,
                         planner::MeasureAndFit(world, base.threads_per_rank, calibrations));
