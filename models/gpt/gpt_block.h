@@ -115,19 +115,19 @@ class GptBlock {
   // saved_activation_bytes returns the bytes the block holds for Backward.
   size_t saved_activation_bytes() const;
 
-  // ForwardState: what one Forward keeps for its Backward (the block's and its
-  // layers'), a microbatch's context. TakeForwardState moves it out, leaving the
-  // block as after ReleaseActivations; RestoreForwardState puts one back, so a
-  // pipeline stage with several microbatches in flight runs any one's backward
-  // without running its forward again (GptModel::TakeActivations).
-  // OwnState: the block's own part (the layer-norm inputs with their statistics,
-  // the GELU input); the layers keep theirs.
+  // OwnState: the block's own part of a forward's state (the layer-norm inputs
+  // with their statistics, the GELU input); the layers keep theirs.
   struct OwnState {
     std::vector<float> x0, mean1, rstd1, x1, mean2, rstd2, pre_gelu;
     std::vector<int64_t> shape;
     bool valid = false;
     size_t bytes() const;
   };
+  // ForwardState: what one Forward keeps for its Backward (the block's and its
+  // layers'), a microbatch's context. TakeForwardState moves it out, leaving the
+  // block as after ReleaseActivations; RestoreForwardState puts one back, so a
+  // pipeline stage with several microbatches in flight runs any one's backward
+  // without running its forward again (GptModel::TakeActivations).
   struct ForwardState {
     OwnState own;
     ParallelSelfAttention::ForwardState attn;

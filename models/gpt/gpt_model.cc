@@ -474,7 +474,7 @@ GptActivations GptModel::TakeActivations() {
   return a;
 }
 
-absl::Status GptModel::RestoreActivations(GptActivations activations) {
+absl::Status GptModel::RestoreActivations(GptActivations&& activations) {
   if (has_forward_) {
     return absl::FailedPreconditionError(absl::StrCat(
         kName, ": RestoreActivations while the model holds a forward's state (blocks [",
@@ -504,6 +504,7 @@ absl::Status GptModel::RestoreActivations(GptActivations activations) {
   if (cross_entropy_.has_value()) {
     cross_entropy_->RestoreForwardState(std::move(activations.cross_entropy));
   }
+  activations.valid = false;
   has_forward_ = true;
   return absl::OkStatus();
 }

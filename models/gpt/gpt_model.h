@@ -23,7 +23,10 @@
 // backward. peak_activation_bytes() reports the high-water mark of the bytes held
 // for Backward (the blocks', the layers', the embeddings' and the head's saved
 // state, and the checkpoints), measured after every step of Forward and Backward.
-// One Forward's state is held at a time: a second Forward replaces the first.
+// The model holds one Forward's state at a time (a second Forward replaces the
+// first); TakeActivations moves it out into a GptActivations context and
+// RestoreActivations puts it back, so a caller keeps as many microbatches in flight
+// as it likes (gpt_stage_module.h keeps one context per stage and microbatch).
 //
 // Example (a whole model on one rank):
 //   GptConfig config;                       // V=64, seq=32, hidden=64, heads=4, layers=4
@@ -226,9 +229,11 @@ class GptModel {
   // the next BackwardStage or BackwardStageInput uses. FailedPrecondition when the
   // model holds a forward's state already, or for an empty context (one taken
   // with no forward held); InvalidArgument for the state of another piece (another
-  // block count). held_activation_bytes() counts only the state inside the model.
+  // block count). `activations` is moved from only on success: a refused context
+  // stays whole with its caller. held_activation_bytes() counts only the state
+  // inside the model.
   GptActivations TakeActivations();
-  absl::Status RestoreActivations(GptActivations activations);
+  absl::Status RestoreActivations(GptActivations&& activations);
 
   // ReleaseActivations drops any forward state and stops counting the works out
   // (e.g. after a failed step, whose works the caller drops).

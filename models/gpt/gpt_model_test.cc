@@ -248,6 +248,74 @@ TEST(GptModelRecomputeTest, FullRecomputeGivesIdenticalGradientsAndLowerPeak) {
   }));
 }
 
+// Microbatch contexts: two forwards taken out, their backwards run in the other
+// order (and the split backward for one of them), give bitwise the gradients of
+// running each forward just before its backward; a context moves out whole (the
+// model holds nothing after TakeActivations) and bad restores name the reason.
+TEST(GptModelContextTest, ContextsTakenOutRunBackwardsInAnyOrderBitwise) {
+  const GptConfig config;  // 4 blocks
+  ExpectAllOk(RunTp(1, [&](Communicator& tp) -> absl::Status {
+    std::vector<std::vector<int64_t>> tokens, targets;
+    for (int mb = 0; mb < 2; ++mb) {
+      tokens.push_back(SeededIds(2 * config.seq_len, config.vocab, 10 + mb));
+      targets.push_back(SeededIds(2 * config.seq_len, config.vocab, 20 + mb));
+    }
+    for (const Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+      SCOPED_TRACE(mode == Recompute::kFull ? "full recompute" : "no recompute");
+      GptModelOptions options;
+      options.recompute = mode;
+      // Reference: forward then backward, microbatch 1 first, then microbatch 0.
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> sequential,
+                            GptModel::Create(config, tp, options));
+      for (const int mb : {1, 0}) {
+        LOOM_RETURN_IF_ERROR(sequential->Forward(tokens[mb], targets[mb]).status());
+        LOOM_RETURN_IF_ERROR(sequential->Backward(0.5f));
+      }
+      // Both forwards first, each context taken out, then the backwards 1, 0; 0's
+      // split into its input and weight parts.
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model,
+                            GptModel::Create(config, tp, options));
+      std::vector<GptActivations> contexts;
+      for (int mb = 0; mb < 2; ++mb) {
+        LOOM_RETURN_IF_ERROR(model->Forward(tokens[mb], targets[mb]).status());
+        contexts.push_back(model->TakeActivations());
+        EXPECT_EQ(model->held_activation_bytes(), 0u);
+        EXPECT_GT(contexts.back().bytes(), 0u);
+      }
+      EXPECT_THAT(model->Backward(0.5f), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                  HasSubstr("without a ForwardStage")));
+      LOOM_RETURN_IF_ERROR(model->RestoreActivations(std::move(contexts[1])));
+      EXPECT_THAT(model->RestoreActivations(std::move(contexts[0])),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("while the model holds a forward's state")));
+      LOOM_RETURN_IF_ERROR(model->Backward(0.5f));
+      LOOM_RETURN_IF_ERROR(model->RestoreActivations(std::move(contexts[0])));
+      LOOM_ASSIGN_OR_RETURN(Tensor half, train_internal::ToTensor({1}, {0.5f}));
+      GptWeightGradWork work;
+      LOOM_RETURN_IF_ERROR(model->BackwardStageInput(half, work).status());
+      LOOM_RETURN_IF_ERROR(model->BackwardStageWeight(work));
+      const std::vector<GptParameter> got = model->Parameters();
+      const std::vector<GptParameter> want = sequential->Parameters();
+      for (size_t p = 0; p < want.size(); ++p) {
+        EXPECT_TRUE(std::equal(got[p].grad.begin(), got[p].grad.end(), want[p].grad.begin(),
+                               want[p].grad.end()))
+            << want[p].name;
+      }
+      // An empty context, and one of another piece.
+      EXPECT_THAT(model->RestoreActivations(model->TakeActivations()),
+                  StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("empty context")));
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> piece,
+                            GptModel::Create(config, tp, GptModelOptions::Stage(config, 0, 2)));
+      LOOM_ASSIGN_OR_RETURN(Tensor hidden, piece->ForwardStage({tokens[0], nullptr, {}}));
+      EXPECT_EQ(hidden.dim(2), config.hidden);
+      EXPECT_THAT(model->RestoreActivations(piece->TakeActivations()),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("a piece with 2 blocks into one with 4")));
+    }
+    return absl::OkStatus();
+  }));
+}
+
 // topology/memory_estimate's fused-attention formula is this model's bookkeeping:
 // the measured peak equals the estimate exactly, on tp 1 and 2, f32 and bf16 linear
 // inputs, without and with full recompute.

@@ -234,9 +234,8 @@ absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t
         kName, ": ", what, " of stage ", stage, " microbatch ", microbatch, " before its Forward"));
   }
   LOOM_ASSIGN_OR_RETURN(Tensor grad, ToTensor(output_grad));
-  GptActivations context = std::move(it->second);
+  LOOM_RETURN_IF_ERROR(models_.at(stage)->RestoreActivations(std::move(it->second)));
   contexts_.erase(it);
-  LOOM_RETURN_IF_ERROR(models_.at(stage)->RestoreActivations(std::move(context)));
   return grad;
 }
 
