@@ -161,13 +161,7 @@ class ColumnParallelLinear {
   // ReleaseActivations) and RestoreForwardState puts one back, so a caller with
   // several microbatches in flight keeps each one's state apart and runs any of
   // their backwards (models/gpt's GptActivations).
-  struct ForwardState {
-    tp_layers_internal::LinearOperand input;  // in kBf16 only its bf16 rounding
-    std::vector<int64_t> input_shape, output_shape;
-    int64_t rows = 0;  // rows of the full-sequence input
-    bool valid = false;
-    size_t bytes() const { return input.bytes(); }
-  };
+  using ForwardState = tp_layers_internal::LinearForwardState;
   ForwardState TakeForwardState() { return std::exchange(state_, ForwardState()); }
   void RestoreForwardState(ForwardState state) { state_ = std::move(state); }
 

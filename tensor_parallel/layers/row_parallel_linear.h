@@ -141,14 +141,7 @@ class RowParallelLinear {
 
   // ForwardState: what one Forward keeps for its Backward, a microbatch's context
   // (TakeForwardState / RestoreForwardState as ColumnParallelLinear's).
-  struct ForwardState {
-    tp_layers_internal::LinearOperand input;  // in kBf16 only its bf16 rounding
-    std::vector<int64_t> input_shape, output_shape;
-    int64_t rows = 0;          // rows of the full-sequence input
-    int64_t per_position = 1;  // rows per sequence position (the batch)
-    bool valid = false;
-    size_t bytes() const { return input.bytes(); }
-  };
+  using ForwardState = tp_layers_internal::LinearForwardState;
   ForwardState TakeForwardState() { return std::exchange(state_, ForwardState()); }
   void RestoreForwardState(ForwardState state) { state_ = std::move(state); }
 

@@ -58,6 +58,19 @@ struct LinearOperand {
   }
 };
 
+// LinearForwardState: what a linear layer's Forward keeps for its Backward (the
+// column- and row-parallel layers' ForwardState): its input as an operand, the
+// shapes it checks the output gradient and shapes the input gradient by, and the
+// rows of the full-sequence input.
+struct LinearForwardState {
+  LinearOperand input;
+  std::vector<int64_t> input_shape, output_shape;
+  int64_t rows = 0;          // rows of the full-sequence input
+  int64_t per_position = 1;  // row-parallel: rows per sequence position (the batch)
+  bool valid = false;
+  size_t bytes() const { return input.bytes(); }
+};
+
 // KeepOperand returns `values` (moved) as an operand of `precision`: kept for kF32,
 // rounded to bf16 (on the rank's threads; the f32 values freed) for kBf16.
 absl::StatusOr<LinearOperand> KeepOperand(std::vector<float> values, GemmPrecision precision);
