@@ -3,7 +3,7 @@
 # mesh and schedule binaries on a table of bad command lines: zero, negative, huge,
 # overflowing and non-numeric values, unknown enum values and flags, stray
 # arguments, unwritable outputs, sizes that could not be allocated. Every case must
-#   - exit 2 (usage error) or 1 (runtime failure), as tools/README.md says;
+#   - exit 2 (usage error) or 1 (runtime failure), as tools/docs/failures.md says;
 #   - print exactly one line on stderr, starting with "<tool>: ";
 #   - name the flag or the value in it (the case's expected substring);
 #   - not abort, dump core or say "terminate called" (a std::bad_alloc, a

@@ -22,7 +22,7 @@ for mesh in "--dp=2 --tp=2 --pp=1" "--dp=1 --tp=2 --pp=2"; do
   [[ -n "$relative" ]] || fail "no reference comparison ($mesh): $out"
   # tp sums partial products in another order than one rank, and Adam's normalized
   # step turns those last-place differences into up to ~1e-5 of the largest parameter
-  # in a few steps, depending on every kernel's rounding (tools/README.md, "How far
+  # in a few steps, depending on every kernel's rounding (tools/docs/correctness.md, "How far
   # the one-rank comparison holds"): tp=2 pp=2 measured 5.8e-6 before the fused
   # attention and 1.08e-5 after; tp=4 measured 1.05e-5 before and 6.4e-6 after.
   awk -v r="$relative" 'BEGIN { exit !(r < 2e-5) }' ||
