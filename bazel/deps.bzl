@@ -45,6 +45,7 @@ _SYSTEM_LIBRARIES = [
     ("gloo", "/usr", "gloo.BUILD"),
     ("highway", "/usr", "highway.BUILD"),
     ("onednn", "/usr", "onednn.BUILD"),
+    ("nlohmann_json", "/usr", "nlohmann_json.BUILD"),
     # The CUDA Toolkit and NCCL come with the machine image, not with apt. Only
     # targets built under --config=cuda reference them, so a machine without
     # /usr/local/cuda never reads this repository.

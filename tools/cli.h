@@ -1,6 +1,6 @@
 // Cli: how every command-line tool in tools/ (train, collective_bench, launch, mesh,
 // schedule) parses its flags, reports an error and picks its exit status, so bad
-// input looks and exits the same everywhere (tools/README.md, "Errors and exit
+// input looks and exits the same everywhere (tools/docs/failures.md, "Errors and exit
 // status"):
 //   - an error is one line on stderr, "<tool>: <message>", the message without a
 //     StatusCode prefix and without a second "<tool>: ";

@@ -1,7 +1,7 @@
 // plan: which dp x tp x pp x cp, ZeRO stage, pipeline schedule, microbatch size and
 // recompute to train a GPT-style model with, on a cluster of GPUs or on this CPU.
 // Prints a ranked table (tools/planner/report.h); --explain the breakdown of the
-// best two; --json the ranked list. See tools/README.md, "plan".
+// best two; --json the ranked list. See tools/docs/plan.md.
 //
 //   plan --layers=48 --hidden=8192 --heads=64 --seq_len=2048 --vocab=51200
 //        --global_batch=1536 --gpus=512 --device=a100-80gb

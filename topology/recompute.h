@@ -16,6 +16,16 @@ enum class Recompute {
   kFull,       // Only each layer's input kept; the layer is recomputed in backward.
 };
 
+// "none", "selective" or "full".
+inline const char* RecomputeName(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "unknown";
+}
+
 }  // namespace loom
 
 #endif  // LOOM_TOPOLOGY_RECOMPUTE_H_

@@ -16,7 +16,7 @@ namespace {
 // NVLink per GPU per direction), and the network of the clusters the published runs
 // used (8 x 200 Gb/s HDR InfiniBand per 8-GPU A100 node: 25 GB/s per GPU; 400 Gb/s NDR
 // per H100 or H200). The GEMM and element-wise constants of the A100 were fitted on
-// rows of the Megatron-LM paper's Table 1 (tools/README.md), whose software stored
+// rows of the Megatron-LM paper's Table 1 (tools/docs/plan.md), whose software stored
 // the attention scores; the H100 and H200 reuse them with FlashAttention, as the
 // runs published on them (Llama 3) used.
 DeviceSpec Make(const char* name, double bf16, double f32, double memory, double hbm,

@@ -6,14 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "topology/memory_estimate.h"
+#include "topology/recompute.h"
 
 namespace loom {
 namespace planner {
 namespace {
-
-const char* RecomputeName(Recompute r) {
-  return r == Recompute::kFull ? "full" : r == Recompute::kSelective ? "selective" : "none";
-}
 
 std::string ScheduleText(const PlanConfig& c) {
   std::string name(PipelineScheduleName(c.schedule));

@@ -22,8 +22,8 @@
 //  - the device's fitted per-step overhead.
 // What it leaves out: kernel launch overheads on a GPU, the embedding's gather,
 // imbalance of the first and last stages beyond the logits, contention between
-// links, and (on a CPU) the slower clock when every core is busy (tools/README.md,
-// "plan", says how far each matters).
+// links, and (on a CPU) the slower clock when every core is busy (tools/docs/plan.md,
+// "Accuracy here", says how far each matters).
 //
 // Example (the Megatron-LM paper's 39.1B row on 512 A100s):
 //   StepInput in;

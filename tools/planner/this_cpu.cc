@@ -21,6 +21,7 @@
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/cpu_features.h"
+#include "nlohmann/json.hpp"
 #include "core/fma_peak.h"
 #include "core/status_macros.h"
 #include "topology/memory_estimate.h"
@@ -80,34 +81,26 @@ absl::StatusOr<CostModel::Constants> MeasureInprocLink() {
   return models[0]->constants();
 }
 
-absl::StatusOr<double> Number(absl::string_view json, absl::string_view key) {
-  const std::string quoted = absl::StrCat("\"", key, "\":");
-  const size_t at = json.find(quoted);
-  if (at == absl::string_view::npos) {
+// Number: `object[key]` as a number; InvalidArgument naming the key otherwise.
+absl::StatusOr<double> Number(const nlohmann::json& object, absl::string_view key) {
+  const auto it = object.find(std::string(key));
+  if (it == object.end()) {
     return absl::InvalidArgumentError(absl::StrCat("job summary: no \"", key, "\""));
   }
-  const std::string rest(json.substr(at + quoted.size(), 40));
-  char* end = nullptr;
-  const double value = std::strtod(rest.c_str(), &end);
-  if (end == rest.c_str()) {
+  if (!it->is_number()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("job summary: \"", key, "\" is not a number: ", rest));
+        absl::StrCat("job summary: \"", key, "\" is not a number: ", it->dump()));
   }
-  return value;
+  return it->get<double>();
 }
 
-absl::StatusOr<std::string> Text(absl::string_view json, absl::string_view key) {
-  const std::string quoted = absl::StrCat("\"", key, "\": \"");
-  const size_t at = json.find(quoted);
-  if (at == absl::string_view::npos) {
+// Text: `object[key]` as a string; InvalidArgument naming the key otherwise.
+absl::StatusOr<std::string> Text(const nlohmann::json& object, absl::string_view key) {
+  const auto it = object.find(std::string(key));
+  if (it == object.end() || !it->is_string()) {
     return absl::InvalidArgumentError(absl::StrCat("job summary: no text \"", key, "\""));
   }
-  const size_t begin = at + quoted.size();
-  const size_t end = json.find('"', begin);
-  if (end == absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("job summary: \"", key, "\" is not closed"));
-  }
-  return std::string(json.substr(begin, end - begin));
+  return it->get<std::string>();
 }
 
 }  // namespace
@@ -164,7 +157,17 @@ absl::StatusOr<ThisCpu> MeasureThisCpu(int64_t ranks, int threads_per_rank) {
   return cpu;
 }
 
-absl::StatusOr<JobRun> ParseJobSummary(absl::string_view json) {
+absl::StatusOr<JobRun> ParseJobSummary(absl::string_view text) {
+  const nlohmann::json json =
+      nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError("job summary: not a JSON object (train --summary_json)");
+  }
+  const auto breakdown_at = json.find("step_breakdown_s");
+  if (breakdown_at == json.end() || !breakdown_at->is_object()) {
+    return absl::InvalidArgumentError("job summary: no \"step_breakdown_s\" object");
+  }
+  const nlohmann::json& breakdown = *breakdown_at;
   JobRun run;
   auto integer = [&](absl::string_view key, int64_t& out) -> absl::Status {
     LOOM_ASSIGN_OR_RETURN(const double v, Number(json, key));
@@ -205,12 +208,12 @@ absl::StatusOr<JobRun> ParseJobSummary(absl::string_view json) {
   }
   run.step_seconds =
       static_cast<double>(run.global_batch * run.shape.seq_len) / tokens_per_second;
-  LOOM_ASSIGN_OR_RETURN(run.compute_seconds, Number(json, "compute"));
-  LOOM_ASSIGN_OR_RETURN(run.gemm_seconds, Number(json, "gemm"));
-  LOOM_ASSIGN_OR_RETURN(run.attention_seconds, Number(json, "attention"));
-  LOOM_ASSIGN_OR_RETURN(run.optimizer_seconds, Number(json, "optimizer"));
-  LOOM_ASSIGN_OR_RETURN(run.dp_comm_seconds, Number(json, "dp_comm"));
-  LOOM_ASSIGN_OR_RETURN(run.pp_comm_seconds, Number(json, "pp_comm"));
+  LOOM_ASSIGN_OR_RETURN(run.compute_seconds, Number(breakdown, "compute"));
+  LOOM_ASSIGN_OR_RETURN(run.gemm_seconds, Number(breakdown, "gemm"));
+  LOOM_ASSIGN_OR_RETURN(run.attention_seconds, Number(breakdown, "attention"));
+  LOOM_ASSIGN_OR_RETURN(run.optimizer_seconds, Number(breakdown, "optimizer"));
+  LOOM_ASSIGN_OR_RETURN(run.dp_comm_seconds, Number(breakdown, "dp_comm"));
+  LOOM_ASSIGN_OR_RETURN(run.pp_comm_seconds, Number(breakdown, "pp_comm"));
   return run;
 }
 

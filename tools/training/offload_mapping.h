@@ -12,8 +12,8 @@
 //   options.offload_params;   // OffloadKind::kNvme (zero 3's parameter shards)
 //   options.prefetch_depth;   // 1
 //   // What the job cannot do is InvalidArgument naming the key, e.g.
-//   //   "--offload_config: grads=nvme: the ZeRO engine keeps its gradient shards in
-//   //    memory (grads=none or cpu)"
+//   //   "--offload_config: compression=lz4: the ZeRO engine stores its shards
+//   //    uncompressed (compression=none)"
 #ifndef LOOM_TOOLS_TRAINING_OFFLOAD_MAPPING_H_
 #define LOOM_TOOLS_TRAINING_OFFLOAD_MAPPING_H_
 
@@ -24,10 +24,11 @@
 namespace loom {
 
 // ApplyOffloadConfig sets options->offload (from optimizer), offload_params (from
-// params), nvme_dir, prefetch_depth and adamw_threads (cpu_threads; 0: one per
-// online core) from `config`. InvalidArgument naming the key for what the job does
-// not do: grads=nvme, compression other than none, an optimizer state format other
-// than f32, pinned memory (this job computes on the CPU). Otherwise the config goes
+// params), offload_grads (from grads: none, cpu or nvme), nvme_dir, prefetch_depth
+// and adamw_threads (cpu_threads; 0: one per online core) from `config`.
+// InvalidArgument naming the key for what the job does not do: compression other
+// than none, an optimizer state format other than f32, pinned memory (this job
+// computes on the CPU). Otherwise the config goes
 // through the library's PlanOffload (offload_plan.h), which validates it against
 // this machine (ValidateOffloadConfig) and each part's options; its errors come
 // back prefixed "--offload_config: ".

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,7 @@
 #include "tools/training/host_cpu.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
+#include "tools/training/step_statistics.h"
 #include "tools/training/wire.h"
 #include "tensor_parallel/tensor.h"
 
@@ -56,71 +58,63 @@ uint64_t SentBytes(const Communicator& comm) {
   return total;
 }
 
+// VisitFigures calls `visit` on each of a RankStep's fields, in one fixed order:
+// the one list Pack and Unpack share (a field added to RankStep is added here).
+template <typename Step, typename Visit>
+void VisitFigures(Step& s, Visit&& visit) {
+  visit(s.holds_loss);
+  visit(s.loss);
+  visit(s.state_bytes);
+  visit(s.estimated_state_bytes);
+  visit(s.sharded_bytes);
+  visit(s.disk_bytes);
+  visit(s.comm_bytes);
+  visit(s.peak_activation_bytes);
+  visit(s.estimated_activation_bytes);
+  visit(s.holds_eval);
+  visit(s.eval_loss);
+  for (auto* field : {&s.breakdown.compute, &s.breakdown.dp_comm, &s.breakdown.pp_comm,
+                      &s.breakdown.optimizer, &s.breakdown.other, &s.breakdown.param_wait,
+                      &s.breakdown.gemm, &s.breakdown.attention, &s.breakdown.cp_hops,
+                      &s.breakdown.cp_exposed}) {
+    visit(*field);
+  }
+  for (auto* field : {&s.dp.all_gather_bytes, &s.dp.reduce_scatter_bytes,
+                      &s.dp.all_reduce_bytes, &s.dp.all_gather_calls,
+                      &s.dp.reduce_scatter_calls, &s.dp.all_reduce_calls,
+                      &s.dp.zero_bucket_numel, &s.dp.zero_persistent_numel,
+                      &s.dp.recomputed_forwards, &s.dp.zero_units, &s.dp.zero_kept_units,
+                      &s.dp.zero_kept_numel}) {
+    visit(*field);
+  }
+}
+
 // One rank's figures for a step, gathered at world rank 0 as doubles (exact for
 // the byte counts involved, below 2^53).
-constexpr int kStepFigures = 33;
-std::array<double, kStepFigures> Pack(const RankStep& s) {
-  return {s.holds_loss ? 1.0 : 0.0,
-          s.loss,
-          static_cast<double>(s.state_bytes),
-          static_cast<double>(s.sharded_bytes),
-          static_cast<double>(s.disk_bytes),
-          static_cast<double>(s.comm_bytes),
-          static_cast<double>(s.peak_activation_bytes),
-          s.holds_eval ? 1.0 : 0.0,
-          s.eval_loss,
-          s.breakdown.compute,
-          s.breakdown.dp_comm,
-          s.breakdown.pp_comm,
-          s.breakdown.optimizer,
-          s.breakdown.other,
-          static_cast<double>(s.estimated_state_bytes),
-          s.breakdown.param_wait,
-          static_cast<double>(s.dp.all_gather_bytes),
-          static_cast<double>(s.dp.reduce_scatter_bytes),
-          static_cast<double>(s.dp.all_reduce_bytes),
-          static_cast<double>(s.dp.all_gather_calls),
-          static_cast<double>(s.dp.reduce_scatter_calls),
-          static_cast<double>(s.dp.all_reduce_calls),
-          static_cast<double>(s.dp.zero_bucket_numel),
-          static_cast<double>(s.dp.zero_persistent_numel),
-          static_cast<double>(s.dp.recomputed_forwards),
-          static_cast<double>(s.dp.zero_units),
-          static_cast<double>(s.dp.zero_kept_units),
-          static_cast<double>(s.dp.zero_kept_numel),
-          s.breakdown.gemm,
-          s.breakdown.attention,
-          s.breakdown.cp_hops,
-          s.breakdown.cp_exposed,
-          static_cast<double>(s.estimated_activation_bytes)};
+int StepFigures() {
+  RankStep step;
+  int count = 0;
+  VisitFigures(step, [&](const auto&) { ++count; });
+  return count;
 }
-RankStep Unpack(const double* f) {
+const int kStepFigures = StepFigures();
+
+std::vector<double> Pack(const RankStep& s) {
+  std::vector<double> figures;
+  figures.reserve(static_cast<size_t>(kStepFigures));
+  VisitFigures(s, [&](const auto& field) { figures.push_back(static_cast<double>(field)); });
+  return figures;
+}
+RankStep Unpack(const double* figures) {
   RankStep s;
-  s.holds_loss = f[0] != 0.0;
-  s.loss = f[1];
-  s.state_bytes = static_cast<int64_t>(f[2]);
-  s.sharded_bytes = static_cast<int64_t>(f[3]);
-  s.disk_bytes = static_cast<int64_t>(f[4]);
-  s.comm_bytes = static_cast<int64_t>(f[5]);
-  s.peak_activation_bytes = static_cast<int64_t>(f[6]);
-  s.holds_eval = f[7] != 0.0;
-  s.eval_loss = f[8];
-  s.breakdown = {f[9], f[10], f[11], f[12], f[13], f[15]};
-  s.estimated_state_bytes = static_cast<int64_t>(f[14]);
-  int64_t* const dp[] = {&s.dp.all_gather_bytes,      &s.dp.reduce_scatter_bytes,
-                         &s.dp.all_reduce_bytes,      &s.dp.all_gather_calls,
-                         &s.dp.reduce_scatter_calls,  &s.dp.all_reduce_calls,
-                         &s.dp.zero_bucket_numel,     &s.dp.zero_persistent_numel};
-  for (int i = 0; i < 8; ++i) *dp[i] = static_cast<int64_t>(f[16 + i]);
-  s.dp.recomputed_forwards = static_cast<int64_t>(f[24]);
-  s.dp.zero_units = static_cast<int64_t>(f[25]);
-  s.dp.zero_kept_units = static_cast<int64_t>(f[26]);
-  s.dp.zero_kept_numel = static_cast<int64_t>(f[27]);
-  s.breakdown.gemm = f[28];
-  s.breakdown.attention = f[29];
-  s.breakdown.cp_hops = f[30];
-  s.breakdown.cp_exposed = f[31];
-  s.estimated_activation_bytes = static_cast<int64_t>(f[32]);
+  VisitFigures(s, [&](auto& field) {
+    using Field = std::remove_reference_t<decltype(field)>;
+    if constexpr (std::is_same_v<Field, bool>) {
+      field = *figures++ != 0.0;
+    } else {
+      field = static_cast<Field>(*figures++);
+    }
+  });
   return s;
 }
 
@@ -267,6 +261,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       static_cast<int64_t>(module->stages().size()) * options.microbatches;
   int64_t kept_units_before = optimizer->KeptUnits();
   int64_t kept_numel_before = optimizer->KeptNumel();
+  // Rank 0's running totals (a run's memory stays flat over its steps).
+  StepStatistics statistics(static_cast<size_t>(std::max<int64_t>(options.step_history, 0)));
   for (int64_t step = first_step; step < options.steps; ++step) {
     // Rank 0 reads the host's CPU counters around the step (not the evaluation).
     const absl::StatusOr<HostCpuTimes> cpu_before =
@@ -372,7 +368,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     kept_numel_before = optimizer->KeptNumel();
     dp_before = dp_now;
     sent_before = sent;
-    const std::array<double, kStepFigures> mine = Pack(report);
+    const std::vector<double> mine = Pack(report);
     LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
                                          BufferView::Of(absl::MakeSpan(gathered)), 0));
     const bool halts = step + 1 == options.testing_halt_after_step;
@@ -407,16 +403,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
           std::max(summary->peak_activation_bytes_per_rank, s.peak_activation_bytes);
       summary->estimated_activation_bytes_per_rank =
           std::max(summary->estimated_activation_bytes_per_rank, s.estimated_activation_bytes);
-      line.breakdown.compute += s.breakdown.compute / world;
-      line.breakdown.dp_comm += s.breakdown.dp_comm / world;
-      line.breakdown.pp_comm += s.breakdown.pp_comm / world;
-      line.breakdown.optimizer += s.breakdown.optimizer / world;
-      line.breakdown.other += s.breakdown.other / world;
-      line.breakdown.param_wait += s.breakdown.param_wait / world;
-      line.breakdown.gemm += s.breakdown.gemm / world;
-      line.breakdown.attention += s.breakdown.attention / world;
-      line.breakdown.cp_hops += s.breakdown.cp_hops / world;
-      line.breakdown.cp_exposed += s.breakdown.cp_exposed / world;
+      line.breakdown.Add(s.breakdown, 1.0 / world);
     }
     // The last stage's tp ranks all hold the same loss, and its cp ranks a share
     // each: the sum over cp, averaged over tp and dp.
@@ -429,7 +416,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     line.host_cpu_busy =
         cpu_before.ok() && cpu_after.ok() ? BusyFraction(*cpu_before, *cpu_after) : -1.0;
     line.lr = static_cast<double>(ScheduleOf(options).LrAt(step + 1));
-    summary->steps.push_back(line);
+    statistics.Add(line);
     if (on_step) on_step(line);
     if (halts) return Halted(step + 1);
   }
@@ -455,39 +442,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   summary->trace_json = TraceEvents(trace);
   summary->uniform_loss = std::log(static_cast<double>(options.model.vocab));
   summary->entropy_rate = setup.markov.has_value() ? setup.markov->EntropyRate() : 0.0;
-  summary->final_loss = summary->steps.back().loss;
-  summary->final_eval_loss = summary->steps.back().eval_loss;
-  int64_t comm = 0;
-  for (const StepReport& line : summary->steps) {
-    summary->peak_model_state_bytes_per_rank =
-        std::max(summary->peak_model_state_bytes_per_rank, line.model_state_bytes);
-    comm += line.comm_bytes;
-  }
-  summary->comm_bytes_per_rank_per_step = comm / static_cast<int64_t>(summary->steps.size());
-  // The first step warms up (first touches, thread starts): left out when there are more.
-  const size_t skip = summary->steps.size() > 1 ? 1 : 0;
-  const double counted = static_cast<double>(summary->steps.size() - skip);
-  for (size_t i = skip; i < summary->steps.size(); ++i) {
-    const StepBreakdown& b = summary->steps[i].breakdown;
-    summary->step_breakdown_s.compute += b.compute / counted;
-    summary->step_breakdown_s.dp_comm += b.dp_comm / counted;
-    summary->step_breakdown_s.pp_comm += b.pp_comm / counted;
-    summary->step_breakdown_s.optimizer += b.optimizer / counted;
-    summary->step_breakdown_s.other += b.other / counted;
-    summary->step_breakdown_s.param_wait += b.param_wait / counted;
-    summary->step_breakdown_s.gemm += b.gemm / counted;
-    summary->step_breakdown_s.attention += b.attention / counted;
-    summary->step_breakdown_s.cp_hops += b.cp_hops / counted;
-    summary->step_breakdown_s.cp_exposed += b.cp_exposed / counted;
-  }
-  double busy_sum = 0;
-  int busy_steps = 0;
-  for (size_t i = skip; i < summary->steps.size(); ++i) {
-    if (summary->steps[i].host_cpu_busy < 0) continue;
-    busy_sum += summary->steps[i].host_cpu_busy;
-    ++busy_steps;
-  }
-  summary->host_cpu_busy = busy_steps > 0 ? busy_sum / busy_steps : -1.0;
+  statistics.FillSummary(summary);
   summary->tokens_per_second =
       static_cast<double>(setup.tokens_per_step * (options.steps - first_step)) /
       absl::ToDoubleSeconds(absl::Now() - job_start);

@@ -1,6 +1,6 @@
 // CompareWithReference: the job's check against one rank. The same model, seed and
 // global batch trained on one rank (dp = pp = tp = 1, zero 0, GPipe) must end with
-// the same parameters, up to the rounding of other summation orders (tools/README.md
+// the same parameters, up to the rounding of other summation orders (tools/docs/correctness.md
 // measures how far that holds).
 //
 // Example:

@@ -23,12 +23,38 @@ std::string StepReport::ToString() const {
       extra, saved);
 }
 
+void StepBreakdown::Add(const StepBreakdown& more, double weight) {
+  compute += weight * more.compute;
+  dp_comm += weight * more.dp_comm;
+  pp_comm += weight * more.pp_comm;
+  optimizer += weight * more.optimizer;
+  other += weight * more.other;
+  param_wait += weight * more.param_wait;
+  gemm += weight * more.gemm;
+  attention += weight * more.attention;
+  cp_hops += weight * more.cp_hops;
+  cp_exposed += weight * more.cp_exposed;
+}
+
 const char* OffloadName(OffloadKind kind) {
   switch (kind) {
     case OffloadKind::kNone: return "none";
     case OffloadKind::kCpu: return "cpu";
     case OffloadKind::kNvme: return "nvme";
     case OffloadKind::kGpu: return "gpu";
+  }
+  return "unknown";
+}
+
+const char* ComputeDeviceName(ComputeDevice device) {
+  return device == ComputeDevice::kCuda ? "cuda" : "cpu";
+}
+
+const char* RankTransportName(RankTransport transport) {
+  switch (transport) {
+    case RankTransport::kThreads: return "threads";
+    case RankTransport::kShm: return "shm";
+    case RankTransport::kMpi: return "mpi";
   }
   return "unknown";
 }

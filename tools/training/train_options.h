@@ -5,10 +5,12 @@
 #define LOOM_TOOLS_TRAINING_TRAIN_OPTIONS_H_
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "core/dtype.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
@@ -44,6 +46,9 @@ enum class Reshard { kAuto, kStep, kBlock };
 // through cuBLAS (tools/training/device_gemm.h; needs a --config=cuda build), with
 // activations, weights and the optimizer still in host memory.
 enum class ComputeDevice { kCpu, kCuda };
+
+// "cpu" or "cuda".
+const char* ComputeDeviceName(ComputeDevice device);
 
 struct TrainJobOptions {
   GptConfig model;  // models/gpt/gpt_config.h; defaults: V=64, 4 layers
@@ -142,9 +147,38 @@ struct TrainJobOptions {
   // checkpoint starts the run from step 0 (what a restarted job wants).
   std::string resume_dir;
   bool resume_required = true;
+  // The step reports TrainSummary::steps keeps (the newest); the summary's totals
+  // are running aggregates, so a run's memory does not grow with its steps.
+  int64_t step_history = 1024;
   // Test hook, never set by the flags: after this step (and its checkpoint, if
   // due) every rank stops with Aborted, as if the job had been killed.
   int64_t testing_halt_after_step = 0;
+};
+
+// How a job's ranks run: threads of one process, processes over shared memory
+// (//tools:train launches them) or the processes of an mpirun job.
+enum class RankTransport { kThreads, kShm, kMpi };
+
+// "threads", "shm" or "mpi".
+const char* RankTransportName(RankTransport transport);
+
+// TrainLaunchOptions: how //tools:train starts and watches its ranks (what they
+// train is TrainJobOptions). ValidateTrainJob checks both.
+struct TrainLaunchOptions {
+  RankTransport transport = RankTransport::kThreads;
+  // kShm: the job's id, 1 to 64 characters from [A-Za-z0-9_-] (its segments are
+  // /dev/shm/loom.<id>-*); empty: a fresh one.
+  std::string job_id;
+  // kShm and kMpi: a peer silent this long is reported and ends the job; at least
+  // 200ms, or absl::InfiniteDuration() (off).
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // kShm: restarts from the latest checkpoint after a rank fails, in [0, 100]
+  // (needs TrainJobOptions::checkpoint_dir).
+  int max_restarts = 0;
+  // With max_restarts: a restart continues with fewer dp replicas, keeping the
+  // global batch, while at least `min_ranks` ranks remain.
+  bool elastic_dp = false;
+  int min_ranks = 1;
 };
 
 // EffectiveReshard: options.reshard with kAuto resolved (kBlock at zero 3, kStep
@@ -193,13 +227,15 @@ struct StepBreakdown {
   double compute = 0, dp_comm = 0, pp_comm = 0, optimizer = 0, other = 0, param_wait = 0;
   double gemm = 0, attention = 0;  // parts of compute
   double cp_hops = 0, cp_exposed = 0;
+  // Adds `weight` times each of `more`'s figures to this one's.
+  void Add(const StepBreakdown& more, double weight = 1.0);
 };
 
 // DpTraffic: what one rank sent through its data-parallel communicator in one
 // step, by collective (bytes and calls), and the elements its ZeRO engines gather
 // and reduce: the padded buckets (units under block reshard) and the persistent
-// parameters, kept whole and all-reduced. tools/README "Reshard" gives each mode's
-// formula in these terms.
+// parameters, kept whole and all-reduced. tools/docs/memory.md, "Reshard", gives
+// each mode's formula in these terms.
 struct DpTraffic {
   int64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
   int64_t all_gather_calls = 0, reduce_scatter_calls = 0, all_reduce_calls = 0;
@@ -243,7 +279,9 @@ struct RankParameters {
 };
 
 struct TrainSummary {
-  std::vector<StepReport> steps;  // the steps this run trained
+  // The last TrainJobOptions::step_history steps this run trained (every one in a
+  // shorter run); the totals below cover all of them.
+  std::deque<StepReport> steps;
   int64_t resumed_from_step = 0;  // the checkpoint's step (0: a fresh start)
   double final_loss = 0;
   std::optional<double> final_eval_loss;  // --eval_every: after the last step

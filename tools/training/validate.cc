@@ -6,9 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "collectives/transport/heartbeat.h"
 #include "core/checked_size.h"
 #include "core/status_macros.h"
 #include "pipeline/generators.h"
+#include "tools/launcher.h"
 #include "tools/training/device_gemm.h"
 #include "tools/training/rank_optimizer.h"
 
@@ -26,9 +28,47 @@ int64_t StagesPerRank(PipelineScheduleKind schedule) {
 namespace {
 
 // RanksWord says what the job's ranks are, as the header line does.
-std::string RanksWord(absl::string_view transport) {
-  if (transport == "threads") return "thread ranks";
-  return absl::StrCat("processes over ", transport);
+std::string RanksWord(RankTransport transport) {
+  if (transport == RankTransport::kThreads) return "thread ranks";
+  return absl::StrCat("processes over ", RankTransportName(transport));
+}
+
+// ValidateLaunch: the options of how the ranks start and are watched.
+absl::Status ValidateLaunch(const TrainJobOptions& o, const TrainLaunchOptions& launch) {
+  const char* transport = RankTransportName(launch.transport);
+  if (!launch.job_id.empty()) {
+    if (launch.transport != RankTransport::kShm) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job_id ", launch.job_id, " is for --transport shm, not ", transport));
+    }
+    if (absl::Status s = ValidateJobId(launch.job_id); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--job_id: ", s.message()));
+    }
+  }
+  LOOM_RETURN_IF_ERROR(ValidateHeartbeatTimeout(launch.heartbeat_timeout, "--heartbeat_timeout"));
+  if (launch.max_restarts < 0 || launch.max_restarts > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_restarts ", launch.max_restarts, " is not in [0, 100]"));
+  }
+  if (launch.elastic_dp && launch.max_restarts == 0) {
+    return absl::InvalidArgumentError("--elastic_dp needs --max_restarts (it acts on restarts)");
+  }
+  if (launch.max_restarts > 0 && o.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_restarts ", launch.max_restarts,
+                                                   " needs --checkpoint_dir (a restart resumes "
+                                                   "from it)"));
+  }
+  if (launch.max_restarts > 0 && launch.transport != RankTransport::kShm) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_restarts is for --transport shm (train "
+                     "restarts the processes it launches), not ",
+                     transport));
+  }
+  if (launch.min_ranks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--min_ranks ", launch.min_ranks,
+                                                   " must be >= 1"));
+  }
+  return absl::OkStatus();
 }
 
 // CheckJobSizes checks, before anything is allocated, that the products of the
@@ -109,9 +149,13 @@ absl::StatusOr<ByteCorpus> OpenTrainCorpus(const TrainJobOptions& o) {
   return ByteCorpus::Open(corpus);
 }
 
-absl::Status ValidateTrainJob(const TrainJobOptions& o) { return ValidateTrainJob(o, "threads"); }
+absl::Status ValidateTrainJob(const TrainJobOptions& o) {
+  return ValidateTrainJob(o, TrainLaunchOptions());
+}
 
-absl::Status ValidateTrainJob(const TrainJobOptions& o, absl::string_view transport) {
+absl::Status ValidateTrainJob(const TrainJobOptions& o, const TrainLaunchOptions& launch) {
+  LOOM_RETURN_IF_ERROR(ValidateLaunch(o, launch));
+  const RankTransport transport = launch.transport;
   if (o.dp < 1 || o.pp < 1 || o.cp < 1 || o.tp < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--dp ", o.dp, " --pp ", o.pp, " --cp ", o.cp,
                                                    " --tp ", o.tp, ": each must be >= 1"));

@@ -5,7 +5,7 @@
 // Example:
 //   TrainJobOptions options;          // dp 2, pp 2, tp 2, 4 layers
 //   options.pp = 5;
-//   ValidateTrainJob(options, "shm");
+//   ValidateTrainJob(options, TrainLaunchOptions{.transport = RankTransport::kShm});
 //   // InvalidArgument: "--layers 4 is fewer than the 5 pipeline stages (--pp 5)"
 #ifndef LOOM_TOOLS_TRAINING_VALIDATE_H_
 #define LOOM_TOOLS_TRAINING_VALIDATE_H_
@@ -28,11 +28,13 @@ inline constexpr int64_t kMaxTrainRanks = 64;
 // InvalidArgument naming the flags and values for a bad mesh, model, schedule or
 // option, for size flags whose products overflow an int64, and for a job whose model
 // state, tokens and activations could not fit this machine's physical memory (so no
-// allocation of the run fails). `transport` ("threads", "shm", "mpi") names the ranks
+// allocation of the run fails). The launch options are checked too (a job id, the
+// heartbeat timeout, restarts and what they need); their transport names the ranks
 // in the message ("thread ranks", "processes over shm"). Files named by `data` are
-// opened (a missing, empty or too-short one is one line).
+// opened (a missing, empty or too-short one is one line). Without launch options:
+// thread ranks.
 absl::Status ValidateTrainJob(const TrainJobOptions& options);
-absl::Status ValidateTrainJob(const TrainJobOptions& options, absl::string_view transport);
+absl::Status ValidateTrainJob(const TrainJobOptions& options, const TrainLaunchOptions& launch);
 
 // StagesPerRank: interleaved 1F1B runs two model chunks per rank here, and ZB-V
 // always places two stages per rank (its V); the others one.

@@ -324,7 +324,7 @@ absl::StatusOr<std::shared_ptr<InprocGroup>> InprocGroup::Create(int size, Inpro
   }
   // Measured on the training job (8 thread ranks and their communication threads
   // on 2 CPUs): spinning waiters made the ranks wait 2.4 times as long for their
-  // gathered parameters (tools/README.md).
+  // gathered parameters (tools/docs/memory.md).
   if (std::max(size, options.host_threads) > UsableCpus()) options.spin_iterations = 0;
   return std::shared_ptr<InprocGroup>(
       new InprocGroup(std::make_shared<inproc_internal::GroupState>(size, options)));
