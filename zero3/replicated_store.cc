@@ -45,7 +45,28 @@ absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Create(
     return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: adamw_threads ",
                                                    options.adamw_threads, " not in [1, 256]"));
   }
+  if (options.grads_per_step < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: grads_per_step ",
+                                                   options.grads_per_step, " is below 1"));
+  }
   auto store = std::unique_ptr<ReplicatedStore>(new ReplicatedStore(std::move(specs), dp, options));
+  // The units: runs of consecutive parameters with one unit id (-1: alone).
+  for (int p = 0; p < static_cast<int>(store->specs_.size()); ++p) {
+    const int unit = store->specs_[static_cast<size_t>(p)].unit;
+    if (p == 0 || unit < 0 || unit != store->specs_[static_cast<size_t>(p - 1)].unit) {
+      store->unit_first_.push_back(p);
+    }
+    store->unit_of_.push_back(static_cast<int>(store->unit_first_.size()) - 1);
+  }
+  const int units = static_cast<int>(store->unit_first_.size());
+  store->unit_first_.push_back(static_cast<int>(store->specs_.size()));
+  store->grad_adds_.assign(store->specs_.size(), 0);
+  store->unit_enqueued_.assign(static_cast<size_t>(units), false);
+  store->unit_waiting_.resize(static_cast<size_t>(units));
+  for (int u = 0; u < units; ++u) {
+    store->unit_waiting_[static_cast<size_t>(u)] =
+        store->unit_first_[static_cast<size_t>(u) + 1] - store->unit_first_[static_cast<size_t>(u)];
+  }
   store->offsets_.push_back(0);
   for (const ParamSpec& spec : store->specs_) {
     int64_t numel = 1;
@@ -156,13 +177,34 @@ absl::Status ReplicatedStore::AddGrad(int param, absl::Span<const float> grad) {
                                                    spec(param).name, "\") got ", grad.size(),
                                                    " elements for ", into.size()));
   }
+  int64_t& adds = grad_adds_[static_cast<size_t>(param)];
+  if (options_.reducer != nullptr && adds >= options_.grads_per_step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ReplicatedStore: AddGrad(", param, " \"", spec(param).name, "\") a ", adds + 1,
+        "th time this step, past grads_per_step ", options_.grads_per_step,
+        ": its unit's all-reduce has started"));
+  }
   // On the rank's threads (core/parallel_for.h): each element is one addition, so the
   // bits do not depend on the split.
   ParallelForEach(static_cast<int64_t>(into.size()), kElementwiseGrain,
                   [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) into[i] += grad[i];
   });
+  if (++adds == options_.grads_per_step && options_.reducer != nullptr) {
+    const int unit = unit_of_[static_cast<size_t>(param)];
+    if (--unit_waiting_[static_cast<size_t>(unit)] == 0) EnqueueUnit(unit);
+  }
   return absl::OkStatus();
+}
+
+void ReplicatedStore::EnqueueUnit(int unit) {
+  const size_t u = static_cast<size_t>(unit);
+  unit_enqueued_[u] = true;
+  const int64_t begin = offsets_[static_cast<size_t>(unit_first_[u])];
+  const int64_t end = offsets_[static_cast<size_t>(unit_first_[u + 1])];
+  if (end == begin || dp_->size() == 1) return;
+  last_ticket_ = options_.reducer->Enqueue(
+      gradient_.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
 }
 
 absl::Status ReplicatedStore::EndPass() {
@@ -177,7 +219,16 @@ absl::Status ReplicatedStore::ReduceGradients() {
         absl::StrCat("ReplicatedStore: ReduceGradients inside a ", PassName(pass_), " pass"));
   }
   if (reduced_) return absl::OkStatus();
-  if (dp_->size() > 1) LOOM_RETURN_IF_ERROR(dp_->AllReduce(gradient_, ReduceOp::kAvg));
+  if (options_.reducer != nullptr) {
+    // The units whose gradients did not all come (fewer backward passes than
+    // grads_per_step, or parameters without one), in unit order on every rank.
+    for (int u = 0; u + 1 < static_cast<int>(unit_first_.size()); ++u) {
+      if (!unit_enqueued_[static_cast<size_t>(u)]) EnqueueUnit(u);
+    }
+    LOOM_RETURN_IF_ERROR(options_.reducer->Wait(last_ticket_));
+  } else if (dp_->size() > 1) {
+    LOOM_RETURN_IF_ERROR(dp_->AllReduce(gradient_, ReduceOp::kAvg));
+  }
   // bf16: the average of the f32 sums is rounded once into the bf16 gradient.
   if (options_.compute_dtype == DType::kBF16) {
     for (float& g : gradient_) g = ToFloat(ToBFloat16(g));
@@ -213,6 +264,11 @@ absl::StatusOr<double> ReplicatedStore::ReducedGradSquaredNorm(
 void ReplicatedStore::ZeroGradient() {
   std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   reduced_ = false;
+  std::fill(grad_adds_.begin(), grad_adds_.end(), 0);
+  std::fill(unit_enqueued_.begin(), unit_enqueued_.end(), false);
+  for (size_t u = 0; u < unit_waiting_.size(); ++u) {
+    unit_waiting_[u] = unit_first_[u + 1] - unit_first_[u];
+  }
 }
 
 absl::Status ReplicatedStore::Step(const AdamWHyper& hyper) {

@@ -16,7 +16,8 @@
 //
 // Memory per rank (StateBytes): 16 bytes per parameter in f32 (weights 4,
 // gradient 4, m 4, v 4), 22 in bf16 (the f32 master 4 and the bf16 copy 2 more). Traffic per step:
-// one all-reduce of the bucket, 2 * Psi * (dp - 1) / dp elements per rank on a ring.
+// one all-reduce of the bucket, 2 * Psi * (dp - 1) / dp elements per rank on a ring
+// (with a reducer, the same elements as one all-reduce per unit, overlapped).
 //
 // Gradients of the backward passes since the last Step are summed (a model whose
 // microbatch losses are already scaled by 1 / microbatches), then averaged over dp.
@@ -51,6 +52,7 @@
 #include "core/half.h"
 #include "core/parameter_source.h"
 #include "offload/adamw/cpu_adamw.h"
+#include "zero3/gradient_all_reducer.h"
 #include "zero3/partition.h"
 
 namespace loom {
@@ -61,6 +63,18 @@ struct ReplicatedStoreOptions {
   DType compute_dtype = DType::kF32;
   // Threads for AdamW's step (offload's CPU AdamW), in [1, 256].
   int adamw_threads = 1;
+  // Overlap (DDP's bucketed all-reduce): with a reducer over the store's `dp`, a
+  // unit's gradient (the parameters of consecutive specs with one ParamSpec::unit;
+  // a unit-less parameter alone) is all-reduced on the reducer's thread as soon as
+  // each of its parameters has had `grads_per_step` AddGrads this step (one per
+  // microbatch's backward), beside the rest of the backward; ReduceGradients then
+  // enqueues the units not yet complete and waits. A parameter given more than
+  // `grads_per_step` is FailedPrecondition (its all-reduce may be running). Null:
+  // ReduceGradients all-reduces the whole bucket at once. Either way every element
+  // is averaged by the same all-reduce operation, and at dp 2 (or with a
+  // deterministic communicator) the bits are the same.
+  std::shared_ptr<GradientAllReducer> reducer;
+  int64_t grads_per_step = 1;  // >= 1
 };
 
 class ReplicatedStore : public ParameterSource {
@@ -116,6 +130,8 @@ class ReplicatedStore : public ParameterSource {
                           absl::Span<const float> v);
 
   int num_params() const { return static_cast<int>(specs_.size()); }
+  // The units the gradient is all-reduced by (with a reducer; one call each).
+  int num_units() const { return static_cast<int>(unit_first_.size()) - 1; }
   int64_t total_numel() const { return static_cast<int64_t>(weights_.size()); }
   const ParamSpec& spec(int param) const { return specs_[static_cast<size_t>(param)]; }
   // The gradient bucket (after ReduceGradients: the averaged gradient).
@@ -131,6 +147,18 @@ class ReplicatedStore : public ParameterSource {
   absl::Span<float> Slice(absl::Span<float> flat, int param) const;
   absl::Span<const float> Slice(absl::Span<const float> flat, int param) const;
   void ZeroGradient();
+  // Overlap: the unit of `param` has all its gradients; enqueue its all-reduce.
+  void EnqueueUnit(int unit);
+
+  // Units: unit u is parameters [unit_first_[u], unit_first_[u + 1]).
+  std::vector<int> unit_first_;
+  std::vector<int> unit_of_;  // per parameter
+  // This step's AddGrads per parameter, parameters still short of grads_per_step
+  // per unit, whether each unit's all-reduce is enqueued, and the last ticket.
+  std::vector<int64_t> grad_adds_;
+  std::vector<int> unit_waiting_;
+  std::vector<bool> unit_enqueued_;
+  int64_t last_ticket_ = 0;
 
   std::vector<ParamSpec> specs_;
   std::vector<int64_t> offsets_;  // num_params() + 1: where each parameter starts

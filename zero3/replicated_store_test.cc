@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "offload/adamw/cpu_adamw.h"
+#include "zero3/gradient_all_reducer.h"
 
 namespace loom {
 namespace {
@@ -247,6 +248,74 @@ TEST(ReplicatedStoreTest, StepWithRunsTheCallersStep) {
     EXPECT_THAT(store->StepWith([](absl::Span<const absl::Span<float>>,
                                    absl::Span<const float>) { return absl::OkStatus(); }),
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("f32")));
+  });
+}
+
+// Overlap: each unit is all-reduced on the reducer's thread as soon as its last
+// gradient of the step arrives (before ReduceGradients), bitwise the whole-bucket
+// result; a parameter given too many is refused; units short of gradients are
+// reduced by ReduceGradients; every step reuses the thread.
+TEST(ReplicatedStoreTest, OverlappedUnitsEqualOneAllReduce) {
+  constexpr int kDp = 4;
+  // Three parameters in two units (fc.w with fc.b, then a unit-less one).
+  const std::vector<ParamSpec> specs = {ParamSpec{"fc.w", {2, 3}, 0}, ParamSpec{"fc.b", {4}, 0},
+                                        ParamSpec{"out", {6}, -1}};
+  std::vector<float> average(kTotal, 0.0f);
+  for (int r = 0; r < kDp; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<float> g = Grad(r, k);
+      for (int i = 0; i < kTotal; ++i) average[i] += g[i];
+    }
+  }
+  for (float& g : average) g /= kDp;
+  RunInprocRanks(kDp, [&](int rank, Communicator& comm) {
+    LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<GradientAllReducer> reducer,
+                              GradientAllReducer::Create(&comm, {}));
+    ReplicatedStoreOptions options;
+    options.reducer = reducer;
+    options.grads_per_step = 2;
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
+                              ReplicatedStore::Create(specs, &comm, Initial(), options));
+    EXPECT_EQ(store->num_units(), 2);
+    for (int step = 1; step <= 2; ++step) {
+      for (int k = 0; k < 2; ++k) {
+        const std::vector<float> g = Grad(rank, k);
+        LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kBackward));
+        LOOM_ASSERT_OK(store->AddGrad(2, absl::MakeConstSpan(g).subspan(10)));
+        LOOM_ASSERT_OK(store->AddGrad(1, absl::MakeConstSpan(g).subspan(6, 4)));
+        LOOM_ASSERT_OK(store->AddGrad(0, absl::MakeConstSpan(g).subspan(0, 6)));
+        LOOM_ASSERT_OK(store->EndPass());
+      }
+      // Both units went to the reducer during the second backward.
+      EXPECT_EQ(reducer->enqueued(), 2 * step);
+      LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kBackward));
+      EXPECT_THAT(store->AddGrad(2, absl::MakeConstSpan(Grad(rank, 0)).subspan(10)),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           HasSubstr("\"out\") a 3th time this step, past grads_per_step 2")));
+      LOOM_ASSERT_OK(store->EndPass());
+      LOOM_ASSERT_OK(store->ReduceGradients());
+      for (int i = 0; i < kTotal; ++i) ASSERT_EQ(store->gradient()[i], average[i]) << i;
+      LOOM_ASSERT_OK(store->Step(Hyper(step)));
+    }
+    // A step with one backward: no unit is complete, ReduceGradients reduces both.
+    const std::vector<float> g = Grad(rank, 0);
+    LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kBackward));
+    for (int p : {2, 1, 0}) {
+      const size_t at = p == 0 ? 0 : (p == 1 ? 6 : 10);
+      const size_t n = p == 0 ? 6 : (p == 1 ? 4 : 6);
+      LOOM_ASSERT_OK(store->AddGrad(p, absl::MakeConstSpan(g).subspan(at, n)));
+    }
+    LOOM_ASSERT_OK(store->EndPass());
+    EXPECT_EQ(reducer->enqueued(), 4);
+    LOOM_ASSERT_OK(store->ReduceGradients());
+    EXPECT_EQ(reducer->enqueued(), 6);
+    std::vector<float> one(kTotal, 0.0f);
+    for (int r = 0; r < kDp; ++r) {
+      const std::vector<float> gr = Grad(r, 0);
+      for (int i = 0; i < kTotal; ++i) one[i] += gr[i];
+    }
+    for (int i = 0; i < kTotal; ++i) EXPECT_EQ(store->gradient()[i], one[i] / kDp) << i;
+    EXPECT_EQ(comm.Counters(CollectiveKind::kAllReduce).calls, 6u);
   });
 }
 

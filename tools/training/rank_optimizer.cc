@@ -17,6 +17,7 @@
 #include "tools/training/lr_schedule.h"
 #include "topology/memory_estimate.h"
 #include "zero3/partition.h"
+#include "zero3/gradient_all_reducer.h"
 #include "zero3/replicated_store.h"
 #include "zero3/zero3_engine.h"
 
@@ -385,24 +386,40 @@ class StagedOptimizer : public RankOptimizer {
 // the device AdamW, f32 only).
 class ReplicatedOptimizer : public RankOptimizer {
  public:
+  // `reducer`: the rank's all-reduce thread over `dp`, shared by its stage models
+  // (null: one all-reduce after the backward).
   static absl::StatusOr<std::unique_ptr<ReplicatedOptimizer>> Create(
-      const TrainJobOptions& options, GptModel& model, Communicator* dp) {
+      const TrainJobOptions& options, GptModel& model, Communicator* dp,
+      std::shared_ptr<GradientAllReducer> reducer) {
     std::vector<ParamSpec> specs;
     std::vector<float> initial;
-    for (const GptParameter& p : model.Parameters()) {
+    const std::vector<GptParameter> params = model.Parameters();
+    for (const GptParameter& p : params) {
       specs.push_back(ParamSpec{p.name, p.shape});
       initial.insert(initial.end(), p.values.begin(), p.values.end());
+    }
+    // The model's units: each is all-reduced as soon as its gradients are final.
+    const std::vector<ParameterUnit> units = model.Units();
+    for (size_t u = 0; u < units.size(); ++u) {
+      for (int p = units[u].first; p < units[u].end && p < static_cast<int>(specs.size()); ++p) {
+        specs[static_cast<size_t>(p)].unit = static_cast<int>(u);
+      }
     }
     ReplicatedStoreOptions store_options;
     store_options.compute_dtype = options.dtype;
     store_options.adamw_threads =
         options.offload == OffloadKind::kCpu ? options.adamw_threads : 1;
+    // One AddGrad per parameter per microbatch's backward.
+    store_options.reducer = std::move(reducer);
+    store_options.grads_per_step = options.microbatches;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedStore> store,
                           ReplicatedStore::Create(std::move(specs), dp, initial, store_options));
     LOOM_RETURN_IF_ERROR(model.UseParameterSource(store.get(), GptModel::GradientHome::kSource));
     return std::unique_ptr<ReplicatedOptimizer>(new ReplicatedOptimizer(options, std::move(store)));
   }
 
+  // The all-reduce's units: the model's, each one call when overlapped.
+  int64_t Units() const override { return store_->num_units(); }
   absl::Status ReduceGradients() override { return store_->ReduceGradients(); }
   absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
     return store_->ReducedGradSquaredNorm(param_weight);
@@ -497,12 +514,20 @@ absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobO
                                                                  const std::string& disk_prefix) {
   std::vector<std::unique_ptr<RankOptimizer>> parts;
   std::vector<int> offsets = {0};
+  // Zero 0: one all-reduce thread over dp for every stage model of the rank, so
+  // that their all-reduces run in one order, the schedule's, on every dp rank.
+  std::shared_ptr<GradientAllReducer> reducer;
+  if (options.zero == 0 && options.overlap_grad_reduce && dp != nullptr && dp->size() > 1) {
+    GradientAllReducerOptions reducer_options;
+    reducer_options.wait_timeout = kCollectiveTimeout;
+    LOOM_ASSIGN_OR_RETURN(reducer, GradientAllReducer::Create(dp, reducer_options));
+  }
   for (const int64_t stage : module.stages()) {
     GptModel& model = module.model(stage);
     const int count = static_cast<int>(model.Parameters().size());
     if (options.zero == 0) {
       LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedOptimizer> part,
-                            ReplicatedOptimizer::Create(options, model, dp));
+                            ReplicatedOptimizer::Create(options, model, dp, reducer));
       parts.push_back(std::move(part));
     } else {
       LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> part,

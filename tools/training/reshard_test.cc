@@ -87,13 +87,15 @@ TEST(ReshardTest, PerMicrobatchBlockReshardMatchesOneRank) {
 }
 
 // The data-parallel communicator's counters for one step equal each mode's
-// formula exactly (tools/README "Reshard"), per rank, with U the padded bucket
+// formula exactly (tools/docs/memory.md, "Reshard"), per rank, with U the padded bucket
 // elements of the rank's engine, P its persistent elements (units below
 // --persist_below: here the embeddings and the final norm with the head), m
 // microbatches, r the forwards the stage module ran again (0: every microbatch
 // keeps its own context for its backward), b bytes per gathered element
 // (f32 4, bf16 2; gradients travel as f32) and q = (dp - 1) / dp:
-//   zero 0            all-reduce 1 call of the whole gradient (dp 2: 4 Psi bytes)
+//   zero 0            all-reduce of the whole gradient (dp 2: 4 Psi bytes), one call
+//                     per unit of the stage model (overlapped with the backward), or
+//                     1 call with --overlap_grad_reduce=false
 //   step              all-gather b U q once (the stage is one unit, gathered at the
 //                     first forward and handed over to every later pass: K is
 //                     (2 m + r - 1) U), reduce-scatter 4 U q once, 1 all-reduce
@@ -130,18 +132,23 @@ TEST(ReshardTest, TrafficEqualsEachModesFormula) {
     const int64_t m = options.microbatches;
     const int64_t b = c.dtype == DType::kBF16 ? 2 : 4;
     const auto q = [&](int64_t bytes) { return bytes * (c.dp - 1) / c.dp; };
-    for (int mode = 0; mode < 4; ++mode) {
+    for (int mode = -1; mode < 4; ++mode) {
       SCOPED_TRACE(absl::StrCat("dp ", c.dp, " pp ", c.pp, " ", PipelineScheduleName(c.schedule),
                                 " ", DTypeName(c.dtype), " mode ", mode));
-      options.zero = mode == 0 ? 0 : 3;
+      // Mode -1: zero 0 without the overlap.
+      options.zero = mode <= 0 ? 0 : 3;
+      options.overlap_grad_reduce = mode == 0;
       options.reshard = mode == 1 ? Reshard::kStep : Reshard::kAuto;
       options.defer_reduce_scatter = mode == 3;
-      if (mode == 0 && c.dtype == DType::kBF16) continue;  // bf16 needs zero 1-3
+      if (mode <= 0 && c.dtype == DType::kBF16) continue;  // bf16 needs zero 1-3
       LOOM_ASSERT_OK_AND_ASSIGN(const TrainSummary summary, RunTrainJob(options, nullptr));
       const DpTraffic& t = summary.dp_traffic;
       const int64_t u = t.zero_bucket_numel, p = t.zero_persistent_numel;
-      if (mode == 0) {
-        EXPECT_EQ(t.all_reduce_calls, 1);
+      if (mode <= 0) {
+        // The stage model's units: the embeddings, its blocks, the head unit.
+        const int64_t units = (c.pp == 1 ? 2 : 1) + options.model.layers / c.pp;
+        EXPECT_EQ(t.zero_units, units);
+        EXPECT_EQ(t.all_reduce_calls, mode == 0 ? units : 1);
         EXPECT_EQ(t.all_gather_calls + t.reduce_scatter_calls, 0);
         if (c.dp == 2) {
           int64_t psi = 0;

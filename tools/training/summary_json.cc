@@ -47,11 +47,6 @@ std::string TrainSummaryJson(const TrainCommand& command, const TrainSummary& s,
                              const std::optional<ReferenceComparison>& reference) {
   const TrainJobOptions& o = command.options;
   const bool on_cpu = o.device == ComputeDevice::kCpu;
-  // The products run on the GPU with --device cuda: the CPU's peak is no denominator.
-  const std::optional<double> mfu_value =
-      on_cpu ? std::optional<double>(mfu.mfu) : std::nullopt;
-  const std::optional<double> mfu_f32 =
-      on_cpu ? std::optional<double>(mfu.mfu_f32_peak) : std::nullopt;
   Json j;
   j["final_loss"] = s.final_loss;
   j["final_eval_loss"] = OrNull(s.final_eval_loss);
@@ -96,9 +91,10 @@ std::string TrainSummaryJson(const TrainCommand& command, const TrainSummary& s,
   j["peak_gflops"] = mfu.peak_flops / 1e9;
   j["peak_gflops_per_core"] = mfu.peak_flops_per_core / 1e9;
   j["cores_used"] = mfu.cores;
-  j["mfu"] = OrNull(mfu_value);
+  // The products run on the GPU with --device cuda: the CPU's peak is no denominator.
+  j["mfu"] = on_cpu ? Json(mfu.mfu) : Json(nullptr);
   j["peak_kind"] = mfu.peak_kind;
-  j["mfu_f32_peak"] = OrNull(mfu_f32);
+  j["mfu_f32_peak"] = on_cpu ? Json(mfu.mfu_f32_peak) : Json(nullptr);
   j["threads_per_rank"] = mfu.threads_per_rank;
   j["cpu_model"] = mfu.cpu_model;
   j["vector_target"] = mfu.vector_target;

@@ -77,6 +77,11 @@ ABSL_FLAG(bool, defer_reduce_scatter, false,
           "With --reshard=block: keep the gradients summed over the microbatches and "
           "reduce-scatter them once per step (the bits of --zero=0, at the memory of whole "
           "gradients); otherwise each backward reduce-scatters each block as it leaves it.");
+ABSL_FLAG(bool, overlap_grad_reduce, true,
+          "With --zero=0: all-reduce each unit's gradient (a block, the embeddings, the "
+          "head) on a communication thread as soon as the step's last backward is done with "
+          "it, beside the rest of the backward, as DDP does; false: one all-reduce after the "
+          "backward.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where the layers' matrix products run: cpu (OpenBLAS) or cuda (cuBLAS on CUDA "
           "device 0, f32; needs a build with --config=cuda). Everything else stays on the CPU.");
@@ -252,6 +257,7 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
                                                         {"step", Reshard::kStep},
                                                         {"block", Reshard::kBlock}}));
   o.defer_reduce_scatter = absl::GetFlag(FLAGS_defer_reduce_scatter);
+  o.overlap_grad_reduce = absl::GetFlag(FLAGS_overlap_grad_reduce);
   LOOM_ASSIGN_OR_RETURN(o.device,
                         ParseChoice<ComputeDevice>("--device", absl::GetFlag(FLAGS_device),
                                                    {{"cpu", ComputeDevice::kCpu},

@@ -100,6 +100,11 @@ struct TrainJobOptions {
   // block as it leaves it (no whole gradients; the microbatch sums round
   // differently, within the one-rank reference bound).
   bool defer_reduce_scatter = false;
+  // Zero 0: all-reduce each unit's gradient (a block, the embeddings, the head) on
+  // a communication thread as soon as the step's last backward has added into it,
+  // beside the rest of the backward (DDP's overlap); false: one all-reduce of the
+  // whole gradient after the backward. The same bits at dp 2.
+  bool overlap_grad_reduce = true;
   // offload nvme: where the optimizer state goes (a directory per drive, ':'
   // separated); empty: a fresh directory under $TMPDIR (or /tmp), removed after.
   std::string nvme_dir;
