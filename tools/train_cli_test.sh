@@ -41,7 +41,7 @@ grep -qE '"param_wait": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "param_wait 
 grep -qE '"gemm": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "gemm is 0: $(cat "$dir/summary.json")"
 grep -qE '"attention": [0-9.e-]*[1-9]' "$dir/summary.json" || fail "attention is 0: $(cat "$dir/summary.json")"
 # How busy the host's CPUs were: a fraction in the summary, a percentage printed.
-grep -qE '"host_cpu_busy": (0|1|0\.[0-9]+|[0-9.]+e-[0-9]+),' "$dir/summary.json" || fail "host_cpu_busy: $(cat "$dir/summary.json")"
+grep -qE '"host_cpu_busy": (0|1|0\.[0-9]+|1\.0|[0-9.]+e-[0-9]+),' "$dir/summary.json" || fail "host_cpu_busy: $(cat "$dir/summary.json")"
 grep -qE '^host CPUs busy [0-9.]+% of the step \(rank 0.s host, [1-9][0-9]* CPUs, all processes\)$' <<<"$out" || fail "host CPUs line: $out"
 # MFU: the model's FLOPs per token, the achieved rate and the measured peak, printed
 # and in the summary (a fraction in (0, 1]: the job cannot beat the FMA peak).

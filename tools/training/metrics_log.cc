@@ -17,7 +17,7 @@
 #include "absl/strings/strip.h"
 #include "core/posix.h"
 #include "core/status_macros.h"
-#include "tools/training/atomic_file.h"
+#include "core/atomic_file.h"
 
 namespace loom {
 namespace {

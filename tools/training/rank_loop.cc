@@ -131,20 +131,21 @@ bool CheckpointDue(const TrainJobOptions& o, int64_t done) {
 absl::Status Save(const TrainJobOptions& o, int64_t done, const std::vector<GptParameter>& params,
                   RankWiring& w, const RankOptimizer& optimizer) {
   RankCheckpointPart part;
-  part.params = &params;
-  part.tp_size = o.tp;
-  part.tp_rank = w.place.t;
+  absl::StatusOr<std::vector<CheckpointTensor>> tensors =
+      CheckpointTensorsOf(params, o.tp, w.place.t);
+  if (tensors.ok()) part.tensors = std::move(*tensors);
   // The first rank of the parameters' dp x cp group saves what all of them hold.
   part.saves_dp_replicated = w.place.dpcp_index == 0;
   absl::StatusOr<std::vector<StateSlice>> slices = optimizer.ReadState();
   // A rank that cannot read its state still joins the save's agreements, so that
   // every rank fails with its reason instead of waiting for it.
   if (slices.ok()) part.slices = std::move(*slices);
-  const absl::Status read = AgreeOnStatus(*w.world, slices.status());
+  const absl::Status read =
+      AgreeOnStatus(*w.world, tensors.ok() ? slices.status() : tensors.status());
   if (!read.ok()) return read;
-  JobCheckpointOptions save;
+  CheckpointOptions save;
   save.keep = o.keep_checkpoints;
-  absl::Status saved = SaveJobCheckpoint(o.checkpoint_dir, MetaOf(o, done), part, *w.world, save);
+  absl::Status saved = SaveCheckpoint(o.checkpoint_dir, MetaOf(o, done), part, *w.world, save);
   if (!saved.ok()) {
     return absl::Status(saved.code(),
                         absl::StrCat("--checkpoint_dir ", o.checkpoint_dir, ": ", saved.message()));
@@ -164,13 +165,15 @@ absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptPa
       return absl::OkStatus();  // nothing saved yet: a fresh start
     }
     if (!reader.ok()) return reader.status();
-    LOOM_RETURN_IF_ERROR(reader->CheckModel(o.model));
+    LOOM_RETURN_IF_ERROR(reader->CheckModel(GptModelFields(o.model)));
     if (reader->meta().step >= o.steps) {
       return absl::FailedPreconditionError(absl::StrCat("the checkpoint is of step ",
                                                         reader->meta().step, "; --steps ", o.steps,
                                                         " asks for no more"));
     }
-    LOOM_RETURN_IF_ERROR(optimizer.WriteState(reader->SourceFor(params, o.tp, w.place.t)));
+    LOOM_ASSIGN_OR_RETURN(std::vector<CheckpointTensor> tensors,
+                          CheckpointTensorsOf(params, o.tp, w.place.t));
+    LOOM_RETURN_IF_ERROR(optimizer.WriteState(reader->SourceFor(std::move(tensors))));
     step = reader->meta().step;
     return absl::OkStatus();
   };

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "checkpoint/optimizer_state.h"
 #include "collectives/communicator.h"
 #include "models/gpt/gpt_parameter.h"
 #include "models/gpt/gpt_stage_module.h"
@@ -40,24 +41,6 @@
 #include "tools/training/train_options.h"
 
 namespace loom {
-
-// StateSlice: the optimizer state of elements [begin, end) of one parameter's tp
-// shard (parameter `param` of the list the optimizer was made with): the f32
-// master weights and AdamW's two moments, what a checkpoint must keep to continue
-// bitwise (the AdamW step count is the job's step). `dp_replicated`: every dp rank
-// holds the same slice (zero 0; ZeRO's persistent parameters), so one saves it.
-struct StateSlice {
-  int param = 0;
-  int64_t begin = 0, end = 0;
-  bool dp_replicated = false;
-  std::vector<float> master, exp_avg, exp_avg_sq;
-};
-
-// StateSource fills the three fields of elements [begin, end) of parameter
-// `param`'s tp shard (each span has end - begin elements), e.g. from a checkpoint.
-using StateSource =
-    std::function<absl::Status(int param, int64_t begin, int64_t end, absl::Span<float> master,
-                               absl::Span<float> exp_avg, absl::Span<float> exp_avg_sq)>;
 
 class RankOptimizer {
  public:

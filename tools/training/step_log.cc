@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tools/training/atomic_file.h"
+#include "core/atomic_file.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/loss_plot.h"
 

@@ -66,7 +66,7 @@ absl::Status CheckTrainPaths(const TrainCommand& command) {
                           absl::StrCat(flag, o.resume_dir, ": ", reader.status().message()));
     }
     if (reader.ok()) {
-      if (absl::Status s = reader->CheckModel(o.model); !s.ok()) {
+      if (absl::Status s = reader->CheckModel(GptModelFields(o.model)); !s.ok()) {
         return absl::Status(s.code(), absl::StrCat(flag, o.resume_dir, ": ", s.message()));
       }
     }

@@ -15,7 +15,7 @@
 #include "tensor_parallel/layers/parallel_self_attention.h"
 #include "tensor_parallel/layers/ring_attention.h"
 #include "tools/mesh_report.h"
-#include "tools/training/atomic_file.h"
+#include "core/atomic_file.h"
 #include "tools/training/job_mesh.h"
 #include "tools/training/offload_mapping.h"
 #include "tools/training/summary_json.h"

@@ -1,17 +1,12 @@
-// How ranks' results travel to world rank 0: as bytes through the world
-// communicator, so that ranks in other processes report the same way as threads.
-// ByteWriter / ByteReader hold host-order integers and floats (every rank of a job
-// that gathers this way shares one byte order); GatherBytes collects one string per
-// rank; the encoders below are what the job gathers (final parameters, the last
-// step's pipeline execution for --trace).
+// How ranks' results travel to world rank 0: as bytes (core/byte_codec.h) gathered
+// through the world communicator (collectives/gather_bytes.h), so that ranks in other
+// processes report the same way as threads. The encoders below are what the job
+// gathers: final parameters, the last step's pipeline execution for --trace.
 //
 // Example:
-//   ByteWriter w;
-//   w.I64(42);
-//   w.Str("name");
-//   ByteReader r(w.Take());
-//   LOOM_ASSIGN_OR_RETURN(int64_t v, r.I64());   // 42
-//   r.F32s();   // DataLoss: "rank report: a count of ... with 0 bytes left"
+//   LOOM_ASSIGN_OR_RETURN(std::vector<std::string> all,
+//                         GatherBytes(world, EncodeParameters(tp_rank, params)));
+//   LOOM_ASSIGN_OR_RETURN(RankParameters rank1, DecodeParameters(all[1]));  // at rank 0
 #ifndef LOOM_TOOLS_TRAINING_WIRE_H_
 #define LOOM_TOOLS_TRAINING_WIRE_H_
 
@@ -24,46 +19,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
+#include "collectives/gather_bytes.h"
+#include "core/byte_codec.h"
 #include "models/gpt/gpt_parameter.h"
 #include "pipeline/executor/executor.h"
 #include "tools/training/train_options.h"
 
 namespace loom {
-
-class ByteWriter {
- public:
-  void I64(int64_t v) { Raw(&v, sizeof(v)); }
-  void F64(double v) { Raw(&v, sizeof(v)); }
-  void Str(absl::string_view s);
-  void I64s(absl::Span<const int64_t> v);
-  void F32s(absl::Span<const float> v);
-  std::string Take() { return std::move(out_); }
-
- private:
-  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
-  std::string out_;
-};
-
-// ByteReader reads what ByteWriter wrote; DataLoss naming the counts for a short or
-// malformed input (never an allocation larger than the input).
-class ByteReader {
- public:
-  explicit ByteReader(absl::string_view in) : in_(in) {}
-  absl::StatusOr<int64_t> I64();
-  absl::StatusOr<double> F64();
-  absl::StatusOr<std::string> Str();
-  absl::StatusOr<std::vector<int64_t>> I64s();
-  absl::StatusOr<std::vector<float>> F32s();
-  bool done() const { return in_.empty(); }
-
- private:
-  absl::StatusOr<int64_t> Count(size_t element_bytes);
-  absl::Status Raw(void* p, size_t n);
-  absl::string_view in_;
-};
-
-// GatherBytes returns every rank's `mine`, in rank order, at rank 0 (empty elsewhere).
-absl::StatusOr<std::vector<std::string>> GatherBytes(Communicator& world, const std::string& mine);
 
 // A rank's parameters (its tp shards: names, shapes, split and values).
 std::string EncodeParameters(int tp_rank, const std::vector<GptParameter>& params);

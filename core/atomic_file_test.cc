@@ -1,4 +1,4 @@
-#include "tools/training/atomic_file.h"
+#include "core/atomic_file.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

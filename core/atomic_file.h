@@ -8,8 +8,8 @@
 //   WriteFileAtomically("/no/such/dir/loss.svg", svg)
 //   // NotFound: "WriteFileAtomically /no/such/dir/loss.svg:
 //   //   open(/no/such/dir/loss.svg.tmp.4242.0): No such file or directory"
-#ifndef LOOM_TOOLS_TRAINING_ATOMIC_FILE_H_
-#define LOOM_TOOLS_TRAINING_ATOMIC_FILE_H_
+#ifndef LOOM_CORE_ATOMIC_FILE_H_
+#define LOOM_CORE_ATOMIC_FILE_H_
 
 #include <functional>
 #include <string>
@@ -33,4 +33,4 @@ absl::Status WriteFileAtomically(
 
 }  // namespace loom
 
-#endif  // LOOM_TOOLS_TRAINING_ATOMIC_FILE_H_
+#endif  // LOOM_CORE_ATOMIC_FILE_H_
