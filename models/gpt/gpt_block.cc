@@ -12,13 +12,13 @@
 
 namespace loom {
 
-using train_internal::Add;
-using train_internal::AddInto;
-using train_internal::AppendParameter;
-using train_internal::Bytes;
-using train_internal::Free;
-using train_internal::NewActivation;
-using train_internal::Values;
+using gpt_internal::Add;
+using gpt_internal::AddInto;
+using gpt_internal::AppendParameter;
+using gpt_internal::Bytes;
+using gpt_internal::Free;
+using gpt_internal::NewActivation;
+using gpt_internal::Values;
 
 namespace {
 
@@ -98,7 +98,7 @@ absl::StatusOr<GptBlock> GptBlock::Create(const GptConfig& config, int64_t index
   block.ln2_beta_ = SeededValues(config.seed, prefix + "ln2.beta", h, 0.0f);
   // Size every accumulator now, so parameter views taken before the first
   // Backward stay valid.
-  train_internal::ParameterList unused;
+  gpt_internal::ParameterList unused;
   block.AppendParameters(unused);
   return block;
 }
@@ -119,7 +119,7 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
   // Each pass writes into the next layer's input tensor (no copy).
   state_.mean1.resize(rows);
   state_.rstd1.resize(rows);
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln1_out, NewActivation(state_.shape));
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation ln1_out, NewActivation(state_.shape));
   LOOM_RETURN_IF_ERROR(LayerNormForward(state_.x0, Norm(kLn1Gamma), Norm(kLn1Beta),
                                         config_.layer_norm_eps, ln1_out.values,
                                         absl::MakeSpan(state_.mean1), absl::MakeSpan(state_.rstd1)));
@@ -128,18 +128,18 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
   state_.x1 = Add(state_.x0, av);
   state_.mean2.resize(rows);
   state_.rstd2.resize(rows);
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation ln2_out, NewActivation(state_.shape));
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation ln2_out, NewActivation(state_.shape));
   LOOM_RETURN_IF_ERROR(LayerNormForward(state_.x1, Norm(kLn2Gamma), Norm(kLn2Beta),
                                         config_.layer_norm_eps, ln2_out.values,
                                         absl::MakeSpan(state_.mean2), absl::MakeSpan(state_.rstd2)));
   LOOM_ASSIGN_OR_RETURN(Tensor fc_out, fc_.Forward(ln2_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> fv, Values(fc_out));
   state_.pre_gelu.assign(fv.begin(), fv.end());
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation gelu_out, NewActivation(fc_out.shape()));
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation gelu_out, NewActivation(fc_out.shape()));
   LOOM_RETURN_IF_ERROR(GeluForward(state_.pre_gelu, gelu_out.values));
   LOOM_ASSIGN_OR_RETURN(Tensor mlp_out, proj_.Forward(gelu_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> mv, Values(mlp_out));
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation y, NewActivation(state_.shape));
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation y, NewActivation(state_.shape));
   Add(state_.x1, mv, y.values);
   state_.valid = true;
   return std::move(y.tensor);
@@ -172,7 +172,7 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   // MLP branch: y = x1 + proj(gelu(fc(ln2(x1)))).
   LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.BackwardInput(dy, work.proj));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dgv, Values(d_gelu_out));
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation d_fc_out, NewActivation(d_gelu_out.shape()));
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation d_fc_out, NewActivation(d_gelu_out.shape()));
   LOOM_RETURN_IF_ERROR(GeluBackward(state_.pre_gelu, dgv, d_fc_out.values));
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out.tensor, work.fc));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
@@ -180,7 +180,7 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   work.ln2_dgamma = std::move(ln2.dgamma);
   work.ln2_dbeta = std::move(ln2.dbeta);
   // dx1 = dy + ln2's dx, in the tensor the attention's backward takes.
-  LOOM_ASSIGN_OR_RETURN(train_internal::Activation dx1, NewActivation(state_.shape));
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation dx1, NewActivation(state_.shape));
   Add(dyv, ln2.dx, dx1.values);
   // Attention branch: x1 = x0 + attn(ln1(x0)).
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(dx1.tensor, work.attn));
@@ -260,7 +260,7 @@ void GptBlock::RestoreForwardState(ForwardState state) {
   proj_.RestoreForwardState(std::move(state.proj));
 }
 
-void GptBlock::AppendParameters(train_internal::ParameterList& out) {
+void GptBlock::AppendParameters(gpt_internal::ParameterList& out) {
   const int64_t h = config_.hidden, f = config_.ffn_size();
   const std::string p = absl::StrCat("blocks.", index_, ".");
   const ColumnParallelLinear& qkv = attn_.qkv();
@@ -286,15 +286,15 @@ void GptBlock::AppendParameters(train_internal::ParameterList& out) {
 }
 
 void GptBlock::ZeroGrad() {
-  std::vector<train_internal::GradAccumulator*> accumulators;
+  std::vector<gpt_internal::GradAccumulator*> accumulators;
   AppendGradAccumulators(accumulators);
-  for (train_internal::GradAccumulator* g : accumulators) {
+  for (gpt_internal::GradAccumulator* g : accumulators) {
     std::fill(g->view().begin(), g->view().end(), 0.0f);
   }
 }
 
-void GptBlock::AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out) {
-  for (train_internal::GradAccumulator* g :
+void GptBlock::AppendGradAccumulators(std::vector<gpt_internal::GradAccumulator*>& out) {
+  for (gpt_internal::GradAccumulator* g :
        {&ln1_gamma_grad_, &ln1_beta_grad_, &ln2_gamma_grad_, &ln2_beta_grad_, &qkv_w_grad_,
         &qkv_b_grad_, &out_w_grad_, &out_b_grad_, &fc_w_grad_, &fc_b_grad_, &proj_w_grad_,
         &proj_b_grad_}) {
@@ -316,8 +316,8 @@ absl::Span<const float> GptBlock::Norm(int k) const {
   }
 }
 
-train_internal::GradAccumulator& GptBlock::AccumulatorOf(int k) {
-  train_internal::GradAccumulator* const by_index[kNumParameters] = {
+gpt_internal::GradAccumulator& GptBlock::AccumulatorOf(int k) {
+  gpt_internal::GradAccumulator* const by_index[kNumParameters] = {
       &ln1_gamma_grad_, &ln1_beta_grad_, &qkv_w_grad_, &qkv_b_grad_, &out_w_grad_, &out_b_grad_,
       &ln2_gamma_grad_, &ln2_beta_grad_, &fc_w_grad_,  &fc_b_grad_,  &proj_w_grad_, &proj_b_grad_};
   return *by_index[k];
@@ -401,7 +401,7 @@ absl::Status GptBlock::CheckWeights(const char* call) const {
 
 void GptBlock::SetGradSink(GradSink sink) {
   sink_ = std::move(sink);
-  for (int k = 0; k < kNumParameters; ++k) AccumulatorOf(k) = train_internal::GradAccumulator();
+  for (int k = 0; k < kNumParameters; ++k) AccumulatorOf(k) = gpt_internal::GradAccumulator();
 }
 
 }  // namespace loom

@@ -142,7 +142,7 @@ class GptBlock {
   // "blocks.<index>.<ln1|attn|ln2|mlp>.<...>", with views of the values the block
   // was created with (empty after DropOwnedWeights): the model copies them into
   // its parameter store and the block borrows from then on.
-  void AppendParameters(train_internal::ParameterList& out);
+  void AppendParameters(gpt_internal::ParameterList& out);
 
   // kNumParameters: the block's parameters, in AppendParameters order (kLn1Gamma
   // first, kProjBias last).
@@ -177,7 +177,7 @@ class GptBlock {
 
  private:
   // AppendGradAccumulators appends the block's accumulators (any order).
-  void AppendGradAccumulators(std::vector<train_internal::GradAccumulator*>& out);
+  void AppendGradAccumulators(std::vector<gpt_internal::GradAccumulator*>& out);
   GptBlock(ParallelSelfAttention attn, ColumnParallelLinear fc, RowParallelLinear proj)
       : attn_(std::move(attn)), fc_(std::move(fc)), proj_(std::move(proj)) {}
 
@@ -190,7 +190,7 @@ class GptBlock {
   // Give hands parameter k's gradient to the sink, or adds it into its accumulator.
   absl::Status Give(int k, absl::Span<const float> grad);
   absl::Status Give(int k, const Tensor& grad);
-  train_internal::GradAccumulator& AccumulatorOf(int k);
+  gpt_internal::GradAccumulator& AccumulatorOf(int k);
 
   GptConfig config_;
   int64_t index_ = 0;
@@ -200,15 +200,15 @@ class GptBlock {
   GradSink sink_;
   // Layer norms (replicated) and their gradients.
   std::vector<float> ln1_gamma_, ln1_beta_, ln2_gamma_, ln2_beta_;
-  train_internal::GradAccumulator ln1_gamma_grad_, ln1_beta_grad_, ln2_gamma_grad_,
+  gpt_internal::GradAccumulator ln1_gamma_grad_, ln1_beta_grad_, ln2_gamma_grad_,
       ln2_beta_grad_;
   ParallelSelfAttention attn_;
   ColumnParallelLinear fc_;
   RowParallelLinear proj_;
   // Gradient accumulators of the layers' weights and biases (the layers' own
   // gradients hold one Backward's only).
-  train_internal::GradAccumulator qkv_w_grad_, qkv_b_grad_, out_w_grad_, out_b_grad_;
-  train_internal::GradAccumulator fc_w_grad_, fc_b_grad_, proj_w_grad_, proj_b_grad_;
+  gpt_internal::GradAccumulator qkv_w_grad_, qkv_b_grad_, out_w_grad_, out_b_grad_;
+  gpt_internal::GradAccumulator fc_w_grad_, fc_b_grad_, proj_w_grad_, proj_b_grad_;
   OwnState state_;  // the block's part of the live forward state
 };
 

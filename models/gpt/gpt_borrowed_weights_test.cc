@@ -300,7 +300,7 @@ TEST(GptBorrowedWeightsTest, TheOwningModelBorrowsFromAStoreOfItsOwn) {
   }));
   const std::vector<float> a = {1, 2}, b = {3};
   const std::vector<absl::Span<const float>> initial = {a, b};
-  train_internal::OwnParameterStore store(initial);
+  gpt_internal::OwnParameterStore store(initial);
   EXPECT_THAT(store.Acquire(0),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside a pass")));
   LOOM_ASSERT_OK(store.BeginParameterPass(ParameterPass::kForward));

@@ -14,12 +14,12 @@
 
 namespace loom {
 
-using train_internal::AddInto;
-using train_internal::AppendParameter;
-using train_internal::Bytes;
-using train_internal::Free;
-using train_internal::ToTensor;
-using train_internal::Values;
+using gpt_internal::AddInto;
+using gpt_internal::AppendParameter;
+using gpt_internal::Bytes;
+using gpt_internal::Free;
+using gpt_internal::ToTensor;
+using gpt_internal::Values;
 
 namespace {
 
@@ -101,8 +101,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }
   // The model owns its weights through a store of its own, which the layers
   // borrow from like any other source; the layers' copies go.
-  train_internal::ParameterList list = model->ListParameters(position, final_gamma, final_beta);
-  model->own_store_ = std::make_unique<train_internal::OwnParameterStore>(list.initial);
+  gpt_internal::ParameterList list = model->ListParameters(position, final_gamma, final_beta);
+  model->own_store_ = std::make_unique<gpt_internal::OwnParameterStore>(list.initial);
   model->Borrow(model->own_store_.get(), GradientHome::kModel, std::move(list.params));
   for (size_t i = 0; i < model->params_.size(); ++i) {
     model->params_[i].values = model->own_store_->values(static_cast<int>(i));
@@ -407,11 +407,11 @@ absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGra
   return ToTensor({s, b, config_.hidden}, ln.dx);
 }
 
-train_internal::ParameterList GptModel::ListParameters(absl::Span<const float> position,
+gpt_internal::ParameterList GptModel::ListParameters(absl::Span<const float> position,
                                                       absl::Span<const float> final_gamma,
                                                       absl::Span<const float> final_beta) {
   const int64_t v = config_.vocab, h = config_.hidden;
-  train_internal::ParameterList list;
+  gpt_internal::ParameterList list;
   if (options_.embedding) {
     AppendParameter(list, "embed.token", token_embedding_->weight(), token_grad_, {v, h},
                     TpSplit::kRows);
@@ -556,9 +556,9 @@ void GptModel::Borrow(ParameterSource* source, GradientHome grads,
   if (lm_head_.has_value()) lm_head_->DropOwnedWeights();
   if (grads == GradientHome::kSource) {
     for (GptParameter& p : params_) p.grad = {};
-    for (train_internal::GradAccumulator* g :
+    for (gpt_internal::GradAccumulator* g :
          {&token_grad_, &position_grad_, &final_gamma_grad_, &final_beta_grad_, &head_grad_}) {
-      *g = train_internal::GradAccumulator();
+      *g = gpt_internal::GradAccumulator();
     }
   }
 }
@@ -581,7 +581,7 @@ std::vector<ParameterUnit> GptModel::Units() const {
   return units;
 }
 
-absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int param,
+absl::Status GptModel::Give(gpt_internal::GradAccumulator& accumulator, int param,
                             absl::Span<const float> grad) {
   if (grads_ == GradientHome::kSource) {
     return source_->AddGrad(param, grad);
@@ -589,7 +589,7 @@ absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int pa
   return AddInto(accumulator, grad);
 }
 
-absl::Status GptModel::Give(train_internal::GradAccumulator& accumulator, int param,
+absl::Status GptModel::Give(gpt_internal::GradAccumulator& accumulator, int param,
                             const Tensor& grad) {
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> values, Values(grad));
   return Give(accumulator, param, values);

@@ -263,7 +263,7 @@ class GptModel {
   // ListParameters lists the parameters with the values the layers were created
   // with (and the three that have no layer); Borrow makes `source` the home of
   // the weights, dropping the layers' own.
-  train_internal::ParameterList ListParameters(absl::Span<const float> position,
+  gpt_internal::ParameterList ListParameters(absl::Span<const float> position,
                                                absl::Span<const float> final_gamma,
                                                absl::Span<const float> final_beta);
   void Borrow(ParameterSource* source, GradientHome grads, std::vector<GptParameter> params);
@@ -290,9 +290,9 @@ class GptModel {
   int HeadBase() const;
   // Give hands a gradient of parameter `param` to the source (kSource) or adds it
   // into `accumulator`.
-  absl::Status Give(train_internal::GradAccumulator& accumulator, int param,
+  absl::Status Give(gpt_internal::GradAccumulator& accumulator, int param,
                     absl::Span<const float> grad);
-  absl::Status Give(train_internal::GradAccumulator& accumulator, int param, const Tensor& grad);
+  absl::Status Give(gpt_internal::GradAccumulator& accumulator, int param, const Tensor& grad);
   void ReleaseForwardState();
   absl::StatusOr<Tensor> RunBackward(const Tensor& output_grad, GptWeightGradWork* deferred);
   absl::Status HeadBackwardWeight(const GptWeightGradWork& work);
@@ -307,11 +307,11 @@ class GptModel {
   std::vector<int64_t> positions_;  // local_positions()
   Communicator* tp_ = nullptr;
   std::optional<VocabParallelEmbedding> token_embedding_;
-  train_internal::GradAccumulator token_grad_, position_grad_;
+  gpt_internal::GradAccumulator token_grad_, position_grad_;
   std::vector<GptBlock> blocks_;
-  train_internal::GradAccumulator final_gamma_grad_, final_beta_grad_;
+  gpt_internal::GradAccumulator final_gamma_grad_, final_beta_grad_;
   std::optional<ColumnParallelLinear> lm_head_;
-  train_internal::GradAccumulator head_grad_;
+  gpt_internal::GradAccumulator head_grad_;
   std::optional<VocabParallelCrossEntropy> cross_entropy_;
   // Forward state of the model itself.
   std::vector<Tensor> checkpoints_;  // Recompute::kFull: each block's input
@@ -320,7 +320,7 @@ class GptModel {
   bool has_forward_ = false;
   size_t pending_work_bytes_ = 0;  // works handed out by BackwardStageInput
   // Where the weights live: own_store_ until UseParameterSource, then the source.
-  std::unique_ptr<train_internal::OwnParameterStore> own_store_;
+  std::unique_ptr<gpt_internal::OwnParameterStore> own_store_;
   ParameterSource* source_ = nullptr;
   GradientHome grads_ = GradientHome::kModel;
   std::vector<GptParameter> params_;  // Parameters()

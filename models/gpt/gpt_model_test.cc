@@ -290,7 +290,7 @@ TEST(GptModelContextTest, ContextsTakenOutRunBackwardsInAnyOrderBitwise) {
                            HasSubstr("while the model holds a forward's state")));
       LOOM_RETURN_IF_ERROR(model->Backward(0.5f));
       LOOM_RETURN_IF_ERROR(model->RestoreActivations(std::move(contexts[0])));
-      LOOM_ASSIGN_OR_RETURN(Tensor half, train_internal::ToTensor({1}, {0.5f}));
+      LOOM_ASSIGN_OR_RETURN(Tensor half, gpt_internal::ToTensor({1}, {0.5f}));
       GptWeightGradWork work;
       LOOM_RETURN_IF_ERROR(model->BackwardStageInput(half, work).status());
       LOOM_RETURN_IF_ERROR(model->BackwardStageWeight(work));

@@ -8,7 +8,7 @@
 #include "core/status_macros.h"
 
 namespace loom {
-namespace train_internal {
+namespace gpt_internal {
 absl::Status GradAccumulator::Resize(size_t n) {
   if (n == view_.size()) return absl::OkStatus();
   own_.assign(n, 0.0f);
@@ -98,5 +98,5 @@ absl::StatusOr<Activation> NewActivation(std::vector<int64_t> shape) {
   return a;
 }
 
-}  // namespace train_internal
+}  // namespace gpt_internal
 }  // namespace loom

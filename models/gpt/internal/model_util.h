@@ -15,7 +15,7 @@
 #include "tensor_parallel/tensor.h"
 
 namespace loom {
-namespace train_internal {
+namespace gpt_internal {
 
 // GradAccumulator: one parameter's gradient accumulator, zeroed memory of its own.
 // view() is the floats; a move keeps it valid.
@@ -94,7 +94,7 @@ void Free(std::vector<T>& v) {
   std::vector<T>().swap(v);
 }
 
-}  // namespace train_internal
+}  // namespace gpt_internal
 }  // namespace loom
 
 #endif  // LOOM_MODELS_GPT_INTERNAL_MODEL_UTIL_H_

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace loom {
-namespace train_internal {
+namespace gpt_internal {
 
 namespace {
 constexpr char kName[] = "GptModel's own parameter store";
@@ -48,5 +48,5 @@ absl::Status OwnParameterStore::EndPass() {
   return absl::OkStatus();
 }
 
-}  // namespace train_internal
+}  // namespace gpt_internal
 }  // namespace loom

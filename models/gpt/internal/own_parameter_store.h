@@ -16,7 +16,7 @@
 #include "core/parameter_source.h"
 
 namespace loom {
-namespace train_internal {
+namespace gpt_internal {
 
 class OwnParameterStore : public ParameterSource {
  public:
@@ -42,7 +42,7 @@ class OwnParameterStore : public ParameterSource {
   std::optional<ParameterPass> pass_;
 };
 
-}  // namespace train_internal
+}  // namespace gpt_internal
 }  // namespace loom
 
 #endif  // LOOM_MODELS_GPT_INTERNAL_OWN_PARAMETER_STORE_H_
