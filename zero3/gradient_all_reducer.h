@@ -21,22 +21,21 @@
 //
 // Errors: the first failed all-reduce is returned by every later Wait (and later
 // enqueued spans are not reduced); a Wait past its deadline is DeadlineExceeded
-// naming the tickets done and asked for.
+// naming the ticket. The thread and its ordering are collectives/comm_worker.h's.
 #ifndef LOOM_ZERO3_GRADIENT_ALL_REDUCER_H_
 #define LOOM_ZERO3_GRADIENT_ALL_REDUCER_H_
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "collectives/comm_worker.h"
 #include "collectives/communicator.h"
-#include "core/mutex.h"
 #include "core/reduce_op.h"
 
 namespace loom {
@@ -57,40 +56,34 @@ class GradientAllReducer {
 
   GradientAllReducer(const GradientAllReducer&) = delete;
   GradientAllReducer& operator=(const GradientAllReducer&) = delete;
-  // Stops the thread after the all-reduce it is in (enqueued ones not started are
-  // dropped).
-  ~GradientAllReducer();
+  // Runs what was enqueued (each all-reduce bounded by the communicator's timeout),
+  // then joins the thread.
+  ~GradientAllReducer() = default;
 
   // Enqueue: all-reduce `data` in place (it must stay valid, and untouched by the
   // caller, until Wait of the returned ticket returns). Tickets count from 1.
   int64_t Enqueue(absl::Span<float> data);
 
   // Wait: until every all-reduce up to `ticket` is done; the first error of any so
-  // far. Wait(0) returns at once with that error or OK.
+  // far, up to it. Wait(0) returns OK at once.
   absl::Status Wait(int64_t ticket);
 
   // The tickets handed out so far (the last one's number).
-  int64_t enqueued() const;
+  int64_t enqueued() const { return enqueued_.load(); }
 
   // Seconds the thread spent in all-reduces since Create (communication that ran
   // beside the caller's compute, or was waited for).
-  double busy_seconds() const;
+  double busy_seconds() const { return busy_nanoseconds_.load() * 1e-9; }
 
  private:
-  GradientAllReducer(Communicator* dp, const GradientAllReducerOptions& options);
-  void Run();
+  GradientAllReducer(Communicator* dp, const GradientAllReducerOptions& options)
+      : dp_(dp), options_(options) {}
 
   Communicator* const dp_;
   const GradientAllReducerOptions options_;
-  mutable Mutex mu_;
-  CondVar changed_;
-  std::deque<absl::Span<float>> queue_ ABSL_GUARDED_BY(mu_);
-  int64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  double busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;
+  std::atomic<int64_t> enqueued_{0};
+  std::atomic<int64_t> busy_nanoseconds_{0};
+  CommWorker worker_;  // last: its destructor runs the queue while the rest lives
 };
 
 }  // namespace loom

@@ -99,11 +99,11 @@ int StepFigures() {
 }
 const int kStepFigures = StepFigures();
 
-std::vector<double> Pack(const RankStep& s) {
-  std::vector<double> figures;
-  figures.reserve(static_cast<size_t>(kStepFigures));
+// Pack writes `s`'s figures into `figures` (kStepFigures of them; its memory is
+// reused from step to step).
+void Pack(const RankStep& s, std::vector<double>& figures) {
+  figures.clear();
   VisitFigures(s, [&](const auto& field) { figures.push_back(static_cast<double>(field)); });
-  return figures;
 }
 RankStep Unpack(const double* figures) {
   RankStep s;
@@ -248,6 +248,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   };
   const int world = w.world->size();
   std::vector<double> gathered(static_cast<size_t>(world * kStepFigures));
+  std::vector<double> mine;
+  mine.reserve(static_cast<size_t>(kStepFigures));
   RankExecution last_execution;
   // The pipeline's payloads go out of the pp transport's communication memory
   // (shm: the next stage's process maps it), reused from step to step.
@@ -371,7 +373,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     kept_numel_before = optimizer->KeptNumel();
     dp_before = dp_now;
     sent_before = sent;
-    const std::vector<double> mine = Pack(report);
+    Pack(report, mine);
     LOOM_RETURN_IF_ERROR(w.world->Gather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
                                          BufferView::Of(absl::MakeSpan(gathered)), 0));
     const bool halts = step + 1 == options.testing_halt_after_step;
