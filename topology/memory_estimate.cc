@@ -64,20 +64,23 @@ absl::StatusOr<ModelStateBytes> EstimateModelStateBytes(const ModelStateOptions&
         {"buffers.gathered_units", b.gathered_units},
         {"buffers.gathered_bytes_per_element", b.gathered_bytes_per_element},
         {"buffers.gradient_units", b.gradient_units},
+        {"buffers.disk_staging_bytes_per_element", b.disk_staging_bytes_per_element},
         {"resident_bytes_per_parameter", options.resident_bytes_per_parameter}}) {
     if (value < 0 || value > (int64_t{1} << 40)) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, "=", value, " is not in [0, 2^40]"));
     }
   }
-  const bool any_buffers = b.unit_numel > 0 && (b.gathered_units > 0 || b.gradient_units > 0);
+  const bool any_buffers = b.unit_numel > 0 && (b.gathered_units > 0 || b.gradient_units > 0 ||
+                                                 b.disk_staging_bytes_per_element > 0);
   if (options.zero_stage == 0 && (any_buffers || options.resident_bytes_per_parameter > 0)) {
     return absl::InvalidArgumentError(
         "buffers and resident_bytes_per_parameter describe ZeRO (zero_stage 1-3); zero_stage=0 "
         "has none");
   }
   bytes.buffers = b.unit_numel * (b.gathered_units * b.gathered_bytes_per_element +
-                                  b.gradient_units * int64_t{4});
+                                  b.gradient_units * int64_t{4}) +
+                  CeilDiv(b.unit_numel, nd) * b.disk_staging_bytes_per_element;
   bytes.resident = options.resident_bytes_per_parameter * local;
   return bytes;
 }

@@ -60,6 +60,11 @@ struct ZeroBuffers {
   // f32 for the compute); 4 at stages 1 and 2 in bf16 (only the widening).
   int64_t gathered_bytes_per_element = 4;
   int64_t gradient_units = 0;  // whole-unit f32 gradient buffers alive at once
+  // Optimizer state on NVMe: the bytes per element of the largest unit's shard
+  // (unit_numel / dp) that the step keeps in memory to stage it: two read buffers
+  // of the stored state and one AdamW state, 24 in f32 (m, v), 32 in bf16 (m, v
+  // and the f32 master). 0 without NVMe.
+  int64_t disk_staging_bytes_per_element = 0;
 };
 
 struct ModelStateOptions {

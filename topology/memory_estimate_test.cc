@@ -68,6 +68,12 @@ TEST(MemoryEstimateTest, BuffersAndResidentWeights) {
   LOOM_ASSERT_OK_AND_ASSIGN(bytes, EstimateModelStateBytes(opts));
   EXPECT_EQ(bytes.resident, 8 * 8000);
   EXPECT_EQ(bytes.total(), 16 * 1000 + 1000 * 26 + 8 * 8000);
+  // NVMe optimizer state: its staging, per element of the largest unit's shard
+  // (1000 / 8 = 125), on top.
+  opts.buffers.disk_staging_bytes_per_element = 24;
+  LOOM_ASSERT_OK_AND_ASSIGN(bytes, EstimateModelStateBytes(opts));
+  EXPECT_EQ(bytes.buffers, 1000 * (3 * 6 + 2 * 4) + 125 * 24);
+  opts.buffers.disk_staging_bytes_per_element = 0;
   opts.zero_stage = 0;
   EXPECT_THAT(EstimateModelStateBytes(opts),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero_stage=0 has none")));

@@ -8,7 +8,9 @@
 //     `prefetch_depth` buckets past the one in use and never more than
 //     max_live_gathered_bytes of them, on the engine's communication thread, so the
 //     all-gathers overlap compute. Acquire(p) waits for p's bucket and returns the
-//     whole parameter; acquiring a later bucket releases the earlier ones.
+//     whole parameter; acquiring a later bucket releases the earlier ones, except
+//     those a lease holds (ParameterSource::LeaseUnit: a leased unit stays gathered,
+//     and its gradients unreduced, until the lease ends; see HoldUnit).
 //   - BeginPass(kBackward) gathers the buckets again in reverse order. AddGrad(p, g)
 //     accumulates p's gradient into its bucket's buffer; when the pass moves past a
 //     bucket its gradients are reduce-scattered (averaged over dp) into each rank's
@@ -72,12 +74,18 @@
 //   }
 //   engine->Acquire(3);   // outside a pass:
 //   // FailedPrecondition: "Zero3Engine rank 1: Acquire(3 \"fc.w\") outside a pass"
+//
+// The implementation is split by concern (README.md, "The engine's parts"):
+// zero3_engine.cc (making it, its figures), zero3_passes.cc (the gather/release
+// coordinator and leases), zero3_gradients.cc (the gradient reducer), zero3_step.cc
+// (the step and the state's reads and writes), internal/disk_shards.h (NVMe homes).
 #ifndef LOOM_ZERO3_ZERO3_ENGINE_H_
 #define LOOM_ZERO3_ZERO3_ENGINE_H_
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +109,7 @@ class CommWorker;  // collectives/comm_worker.h
 namespace zero3_internal {
 struct BucketState;
 struct EngineShared;
+class DiskShards;
 }  // namespace zero3_internal
 
 // kGradients: a backward pass that gathers nothing, for callers that kept the
@@ -248,6 +257,10 @@ class Zero3Engine : public ParameterSource {
   int gather_buffers() const;
   int64_t gathered_bytes_per_element() const { return BufferBytes(1); }
   int grad_buffers() const;
+  // With optimizer_disk, the bytes per element of the largest bucket's shard the
+  // step keeps to stage that state (two read buffers and one AdamW state: 24 in
+  // f32, 32 in bf16); 0 without.
+  int64_t disk_staging_bytes_per_element() const;
 
   // BeginPass starts a pass (FailedPrecondition inside one);
   // BeginParameterPass is the same for ParameterSource's pass kinds.
@@ -318,6 +331,15 @@ class Zero3Engine : public ParameterSource {
 
   Zero3Stats Stats() const;
 
+ protected:
+  // A lease (ParameterSource::LeaseUnit) pins its unit's bucket: the pass may move
+  // on past it, but its buffer stays gathered and (backward) its reduce-scatter
+  // waits until the last lease on it ends. A persistent unit pins nothing.
+  // FailedPrecondition outside an acquiring pass, or for a unit this pass already
+  // released (passed with no lease held), naming the unit and the pass.
+  absl::StatusOr<int64_t> HoldUnit(const ParameterUnit& unit) override;
+  void ReleaseUnit(const ParameterUnit& unit, int64_t ticket) override;
+
  private:
   Zero3Engine(const Partition& partition, Communicator* dp, const Zero3Options& options);
   absl::Status Init(absl::Span<const float> initial);
@@ -364,32 +386,27 @@ class Zero3Engine : public ParameterSource {
   absl::Status TakeGradBuffer(zero3_internal::BucketState& bucket);
   absl::Status AllocatePersistentGrad();
   void CountGradBuffer(int64_t bytes);
-  // The optimizer state a bucket keeps in optimizer_disk: m, v and (bf16) the f32
-  // master, `numel` floats each, in that order.
-  std::string DiskName(const zero3_internal::BucketState& bucket) const;
-  int64_t StoredNumel(const zero3_internal::BucketState& bucket) const;
-  absl::StatusOr<std::vector<float>> ReadStored(const zero3_internal::BucketState& bucket) const;
-  absl::Status WriteStored(const zero3_internal::BucketState& bucket,
-                           absl::Span<const float> stored);
-  // The parameter shard a bucket keeps in param_disk, in the compute dtype.
-  std::string ParamDiskName(const zero3_internal::BucketState& bucket) const;
-  int64_t ParamShardBytes(const zero3_internal::BucketState& bucket) const;
-  absl::Status ReadParamShard(const zero3_internal::BucketState& bucket,
-                              absl::Span<std::byte> out) const;
-  absl::Status WriteParamShard(const zero3_internal::BucketState& bucket,
-                               absl::Span<const std::byte> shard);
-  // The f32 weights of a bucket whose master is on param_disk (f32 compute).
-  absl::StatusOr<std::vector<float>> ReadParamWeights(
-      const zero3_internal::BucketState& bucket) const;
-  // The gradient shard a bucket keeps in grad_disk, in the compute dtype:
-  // ReadGradShard fills `f32` (f32 compute) or `bf16` with its `numel` elements,
-  // zeros when none is stored since the last Step; AddIntoStoredGrad adds a
-  // reduce-scatter's average into it (on the communication thread).
-  std::string GradDiskName(const zero3_internal::BucketState& bucket) const;
-  absl::Status ReadGradShard(const zero3_internal::BucketState& bucket, std::vector<float>& f32,
-                             std::vector<BFloat16>& bf16) const;
+  // AddIntoStoredGrad adds a reduce-scatter's average into the bucket's gradient
+  // shard on grad_disk (on the communication thread).
   absl::Status AddIntoStoredGrad(absl::Span<const float> average,
                                  zero3_internal::BucketState& bucket);
+  // FinishRelease gives back a bucket the pass has moved past (its buffer to the
+  // pool, or kept for the next pass when it is in the pass's last window at
+  // `position`) and, in a backward pass, submits its reduce-scatter.
+  absl::Status FinishRelease(zero3_internal::BucketState& bucket, int position,
+                             const absl::Status& gathered);
+  // The bucket holding unit `unit` (its parameters' bucket), or -1 when the unit is
+  // persistent; InvalidArgument for a unit that is not one of the partition's.
+  absl::StatusOr<int> BucketOfUnit(const ParameterUnit& unit) const;
+  // NoBufferError: FailedPrecondition for a bucket whose turn came with every
+  // pool buffer held by leases kept past their turn, naming them.
+  absl::Status NoBufferError(const zero3_internal::BucketState& bucket) const;
+  // ReadStateAhead submits the read of bucket b's optimizer state from
+  // optimizer_disk into its staging buffer on the disk thread.
+  void ReadStateAhead(int b);
+  // StepBucket runs AdamW on one bucket's shard (the step's body).
+  absl::Status StepBucket(zero3_internal::BucketState& bucket, const AdamWHyper& averaged,
+                          std::vector<float>& widened);
 
   Partition partition_;
   Communicator* dp_;
@@ -401,8 +418,19 @@ class Zero3Engine : public ParameterSource {
   std::vector<float> persistent_view_;  // bf16 compute: the persistent block widened
   std::unique_ptr<zero3_internal::EngineShared> shared_;
   std::unique_ptr<CommWorker> worker_;
+  // Where buckets' state lives on NVMe (the optimizer_disk, param_disk and
+  // grad_disk homes).
+  std::unique_ptr<zero3_internal::DiskShards> disk_;
+  // optimizer_disk: the step's disk thread and its memory, made once and reused
+  // by every step: two staging buffers (one bucket's stored state steps while the
+  // next is read into the other) and one AdamW state of the largest bucket's size.
+  std::unique_ptr<CommWorker> disk_worker_;
+  std::vector<float> nvme_stage_[2];
+  std::optional<AdamWState> nvme_adam_;
+  int64_t nvme_read_ = 0;  // disk_worker_ ticket: the read into the next staging buffer
 
   Zero3Pass pass_ = Zero3Pass::kNone;
+  int64_t pass_serial_ = 0;  // BeginPass count: a lease's ticket names its pass
   int position_ = 0;        // the pass's current bucket, as a position in pass order
   int next_gather_ = 0;     // the next position to gather
   int passes_since_step_ = 0;

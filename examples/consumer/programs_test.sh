@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the three programs and checks what they print against values worked out by
+# Runs the four programs and checks what they print against values worked out by
 # hand (the examples in Loom's headers), not against a recording of their output.
 set -euo pipefail
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -41,4 +41,19 @@ expect_line "$out" "without rank 3's first action: INVALID_ARGUMENT"
 out="$(./pipeline_schedule zb-v 2 4)"
 expect_line "$out" "verified: 48 actions on 2 ranks, every microbatch forward and backward once, no deadlock"
 if ./pipeline_schedule 1f1b 0 8 >/dev/null 2>&1; then fail "0 ranks accepted"; fi
+# Data parallelism at ZeRO stage 3: a two-layer model of the program's own on 4
+# thread ranks; each rank's loss must fall below half its first value and the ranks
+# must end with the same weights (the program checks both; here its lines). The
+# same program at stage 0 (plain data parallelism) and a bad stage.
+out="$(./train_stage3 60 3)"
+for rank in 0 1 2 3; do
+  grep -qE "^rank $rank: loss [0-9.e-]+ at step 1, [0-9.e-]+ at step 60: fell$" <<<"$out" ||
+    fail "rank $rank's loss did not fall: $out"
+done
+expect_line "$out" "every rank holds the same weights"
+expect_line "$out" "stage 3 on 4 thread ranks: PASS"
+out="$(./train_stage3 60 0)"
+expect_line "$out" "stage 0 on 4 thread ranks: PASS"
+if out="$(./train_stage3 10 7 2>&1)"; then fail "stage 7 accepted: $out"; fi
+grep -q "DataParallelOptions.stage 7 is not 0..3" <<<"$out" || fail "stage 7 not named: $out"
 echo "PASS"

@@ -428,6 +428,13 @@ gpt_internal::ParameterList GptModel::ListParameters(absl::Span<const float> pos
 
 std::vector<GptParameter> GptModel::Parameters() { return params_; }
 
+std::vector<ModelParameter> GptModel::ParameterViews() {
+  std::vector<ModelParameter> views;
+  views.reserve(params_.size());
+  for (const GptParameter& p : params_) views.push_back({p.name, p.shape, p.values, p.grad});
+  return views;
+}
+
 void GptModel::ZeroGrad() {
   for (GptParameter& p : Parameters()) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
 }
@@ -595,9 +602,20 @@ absl::Status GptModel::Give(gpt_internal::GradAccumulator& accumulator, int para
   return Give(accumulator, param, values);
 }
 
+absl::StatusOr<UnitLease> GptModel::LeaseUnit(size_t index) {
+  const std::vector<ParameterUnit> units = Units();
+  if (index >= units.size()) {
+    return absl::InternalError(
+        absl::StrCat(kName, ": unit ", index, " of a model with ", units.size()));
+  }
+  return source_->LeaseUnit(units[index]);
+}
+
 absl::Status GptModel::LendEmbedding() {
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> table, source_->Acquire(0));
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> position, source_->Acquire(1));
+  LOOM_ASSIGN_OR_RETURN(UnitLease lease, LeaseUnit(0));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> table, lease.Get(0));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> position, lease.Get(1));
+  leases_.push_back(std::move(lease));
   const size_t position_numel = static_cast<size_t>(config_.seq_len * config_.hidden);
   if (position.size() != position_numel) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": the source lent ", position.size(),
@@ -619,10 +637,11 @@ absl::StatusOr<absl::Span<const BFloat16>> GptModel::AcquireBf16(int param) {
 
 absl::Status GptModel::LendBlock(size_t k) {
   const int base = BlockBase(k);
+  LOOM_ASSIGN_OR_RETURN(UnitLease lease, LeaseUnit((options_.embedding ? 1 : 0) + k));
   std::vector<absl::Span<const float>> views;
   std::vector<absl::Span<const BFloat16>> bf16_views;
   for (int i = 0; i < GptBlock::kNumParameters; ++i) {
-    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> view, source_->Acquire(base + i));
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> view, lease.Get(base + i));
     views.push_back(view);
     // Layer norms and biases stay f32; only the four projections multiply in bf16.
     absl::Span<const BFloat16> view16;
@@ -633,14 +652,17 @@ absl::Status GptModel::LendBlock(size_t k) {
   }
   LOOM_RETURN_IF_ERROR(blocks_[k].BorrowWeights(views, bf16_views));
   lent_blocks_.push_back(k);
+  leases_.push_back(std::move(lease));
   return absl::OkStatus();
 }
 
 absl::Status GptModel::LendHead() {
   const int head = HeadBase();
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> gamma, source_->Acquire(head));
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> beta, source_->Acquire(head + 1));
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> weight, source_->Acquire(head + 2));
+  LOOM_ASSIGN_OR_RETURN(UnitLease lease,
+                        LeaseUnit((options_.embedding ? 1 : 0) + blocks_.size()));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> gamma, lease.Get(head));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> beta, lease.Get(head + 1));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> weight, lease.Get(head + 2));
   const size_t h = static_cast<size_t>(config_.hidden);
   if (gamma.size() != h || beta.size() != h) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": the source lent ", gamma.size(),
@@ -652,6 +674,7 @@ absl::Status GptModel::LendHead() {
   lent_final_gamma_ = gamma;
   lent_final_beta_ = beta;
   head_lent_ = true;
+  leases_.push_back(std::move(lease));
   return absl::OkStatus();
 }
 
@@ -662,6 +685,7 @@ void GptModel::ReturnLent() {
   lent_blocks_.clear();
   lent_position_ = lent_final_gamma_ = lent_final_beta_ = {};
   embedding_lent_ = head_lent_ = false;
+  leases_.clear();  // the units go back to the source
 }
 
 }  // namespace loom

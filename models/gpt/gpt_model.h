@@ -51,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "collectives/communicator.h"
+#include "core/borrowing_model.h"
 #include "core/parameter_source.h"
 #include "models/gpt/gpt_block.h"
 #include "models/gpt/gpt_config.h"
@@ -134,7 +135,7 @@ struct GptActivations {
   size_t bytes() const;
 };
 
-class GptModel {
+class GptModel : public BorrowingModel {
  public:
   // Create builds this rank's piece with seeded parameters and zero gradients.
   // InvalidArgument from config.Validate(tp.size()), or naming the values for a
@@ -194,7 +195,10 @@ class GptModel {
   // Each unit's parameters are borrowed together (the Lend* helpers below), so a
   // parameter source laid out from these units (zero3's Partition) never sees a
   // unit's parameters asked for apart, in either pass direction.
-  std::vector<ParameterUnit> Units() const;
+  std::vector<ParameterUnit> Units() const override;
+  // ParameterViews: Parameters() as core/borrowing_model.h lists them (name,
+  // shape, values, gradient), for zero3's DataParallelOptimizer.
+  std::vector<ModelParameter> ParameterViews() override;
 
   // ZeroGrad sets every gradient to 0.
   void ZeroGrad();
@@ -220,8 +224,8 @@ class GptModel {
   // none). Results are bitwise those of the owning model given the same values.
   // The owning model runs the same passes over its own store.
   // FailedPrecondition when called twice; InvalidArgument for a null source.
-  enum class GradientHome { kSource, kModel };
-  absl::Status UseParameterSource(ParameterSource* source, GradientHome grads);
+  using GradientHome = ::loom::GradientHome;  // core/borrowing_model.h
+  absl::Status UseParameterSource(ParameterSource* source, GradientHome grads) override;
   bool borrows_weights() const { return own_store_ == nullptr; }
 
   // TakeActivations moves the last ForwardStage's state out (the model then holds
@@ -278,6 +282,9 @@ class GptModel {
   auto InPass(ParameterPass pass, Body body) -> decltype(body());
   // Lend* borrow a unit's parameters from the source;
   // ReturnLent gives back everything lent.
+  // LeaseUnit leases unit `index` of Units() from the source: the model holds
+  // each unit it computes with under a lease, ended by ReturnLent.
+  absl::StatusOr<UnitLease> LeaseUnit(size_t index);
   absl::Status LendEmbedding();
   // AcquireBf16: the source's bf16 copy of `param` for a kBf16 model's products;
   // empty for an f32 model or a source that keeps none (the layers round then).
@@ -327,6 +334,7 @@ class GptModel {
   absl::Span<const float> lent_position_, lent_final_gamma_, lent_final_beta_;
   bool embedding_lent_ = false, head_lent_ = false;
   std::vector<size_t> lent_blocks_;
+  std::vector<UnitLease> leases_;  // the units lent now
   size_t peak_bytes_ = 0;
 };
 

@@ -6,8 +6,9 @@
 // unit sharded and with the small units kept whole, two ranks run forward and
 // backward on different batches and the engine's reduced gradient is the gradient of
 // the mean over both batches on one rank (its squared norm within 1e-5). A partition
-// that splits the head's unit apart (the old name-based units) fails at stage 3 with
-// the engine's "already released" error: the check this test exists for.
+// that splits the head's unit apart (the old name-based units) is refused at stage 3
+// at the model's first lease of that unit, naming it: the check this test exists for
+// (before leases it failed later, with the engine's "already released" error).
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -157,8 +158,11 @@ TEST(GptZero3Test, SplittingTheHeadsUnitIsTheEnginesClearError) {
     status[static_cast<size_t>(rank)] = RunRank(config, rank, dp, 3, 0, true).status();
   });
   for (const absl::Status& s : status) {
-    EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
-                            HasSubstr("was already released in this backward pass")));
+    // The model leases its units whole: a partition that split one is refused at
+    // the first lease, naming the unit and where it was split.
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                            HasSubstr("unit \"head\" is not one of the partition's units: "
+                                      "parameters 26 and 28 lie in different buckets")));
   }
 }
 

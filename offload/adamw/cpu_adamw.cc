@@ -259,6 +259,7 @@ AdamWState::AdamWState(int64_t count, StateFormat format, int64_t block_size,
                        AlignedBuffer<std::byte> m, AlignedBuffer<std::byte> v,
                        AlignedBuffer<float> m_absmax, AlignedBuffer<float> v_absmax)
     : count_(count),
+      capacity_(count),
       format_(format),
       block_size_(block_size),
       m_(std::move(m)),
@@ -294,6 +295,21 @@ absl::StatusOr<AdamWState> AdamWState::Create(int64_t count, StateFormat format,
   if (!v_absmax.ok()) return v_absmax.status();
   return AdamWState(count, format, block_size, std::move(m).value(), std::move(v).value(),
                     std::move(m_absmax).value(), std::move(v_absmax).value());
+}
+
+absl::Status AdamWState::Resize(int64_t count) {
+  if (count < 0 || count > capacity_) {
+    return absl::InvalidArgumentError(absl::StrCat("AdamWState::Resize: count ", count,
+                                                   " is not in [0, ", capacity_,
+                                                   "] (the capacity it was created with)"));
+  }
+  count_ = count;
+  return absl::OkStatus();
+}
+
+size_t AdamWState::Blocks() const {
+  return format_ == StateFormat::kBlockwise8 ? static_cast<size_t>(NumBlocks(count_, block_size_))
+                                             : 0;
 }
 
 size_t AdamWState::size_bytes() const {
@@ -341,12 +357,12 @@ absl::Status AdamWState::ReadMoments(absl::Span<float> m, absl::Span<float> v) c
       const auto* mc = reinterpret_cast<const uint8_t*>(m_.data());
       const auto* vc = reinterpret_cast<const uint8_t*>(v_.data());
       if (absl::Status status = DequantizeBlockwise8(
-              CodeMap::kSigned, block_size_, absl::MakeConstSpan(mc, n), m_absmax_.span(), m);
+              CodeMap::kSigned, block_size_, absl::MakeConstSpan(mc, n), m_absmax_.span().first(Blocks()), m);
           !status.ok()) {
         return status;
       }
       return DequantizeBlockwise8(CodeMap::kUnsigned, block_size_, absl::MakeConstSpan(vc, n),
-                                  v_absmax_.span(), v);
+                                  v_absmax_.span().first(Blocks()), v);
     }
   }
   return absl::InternalError("AdamWState::ReadMoments: unknown format");
@@ -382,12 +398,12 @@ absl::Status AdamWState::WriteMoments(absl::Span<const float> m, absl::Span<cons
       auto* mc = reinterpret_cast<uint8_t*>(m_.data());
       auto* vc = reinterpret_cast<uint8_t*>(v_.data());
       if (absl::Status status = QuantizeBlockwise8(CodeMap::kSigned, block_size_, m,
-                                                   absl::MakeSpan(mc, n), m_absmax_.span());
+                                                   absl::MakeSpan(mc, n), m_absmax_.span().first(Blocks()));
           !status.ok()) {
         return status;
       }
       return QuantizeBlockwise8(CodeMap::kUnsigned, block_size_, v, absl::MakeSpan(vc, n),
-                                v_absmax_.span());
+                                v_absmax_.span().first(Blocks()));
     }
   }
   return absl::InternalError("AdamWState::WriteMoments: unknown format");

@@ -87,6 +87,15 @@ class AdamWState {
   AdamWState& operator=(AdamWState&&) = default;
 
   int64_t count() const { return count_; }
+  // capacity: the most parameters this state's memory holds (Create's count).
+  int64_t capacity() const { return capacity_; }
+
+  // Resize makes the state hold `count` parameters in the memory it has, so that
+  // one state serves buffers of several sizes in turn (zero3's NVMe step, which
+  // reads each bucket's moments in, steps and writes them out). The moments are
+  // unspecified until WriteMoments. InvalidArgument naming both for a negative
+  // count or one above capacity().
+  absl::Status Resize(int64_t count);
   StateFormat format() const { return format_; }
   int64_t block_size() const { return block_size_; }
 
@@ -109,7 +118,11 @@ class AdamWState {
              AlignedBuffer<std::byte> v, AlignedBuffer<float> m_absmax,
              AlignedBuffer<float> v_absmax);
 
+  // The scales in use (kBlockwise8): those of count_, not of the capacity.
+  size_t Blocks() const;
+
   int64_t count_ = 0;
+  int64_t capacity_ = 0;
   StateFormat format_ = StateFormat::kF32;
   int64_t block_size_ = kDefaultBlockSize;
   AlignedBuffer<std::byte> m_;  // float, bf16 bits or codes

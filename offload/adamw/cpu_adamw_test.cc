@@ -413,6 +413,50 @@ TEST(AdamWStateTest, StartsAtZeroAndRoundTripsMoments) {
   }
 }
 
+// One state reused for several sizes (Resize) steps bitwise as a fresh state of
+// each size given the same moments, in every format, and refuses a size above its
+// capacity.
+TEST(AdamWStateTest, AResizedStateStepsLikeAFreshOne) {
+  for (const StateFormat format :
+       {StateFormat::kF32, StateFormat::kBF16, StateFormat::kBlockwise8}) {
+    LOOM_ASSERT_OK_AND_ASSIGN(AdamWState reused, AdamWState::Create(1000, format, 256));
+    EXPECT_EQ(reused.capacity(), 1000);
+    for (const int64_t n : {1000, 7, 513, 256, 0, 999}) {
+      std::vector<float> m(static_cast<size_t>(n)), v(m.size()), grads(m.size());
+      std::vector<float> params(m.size());
+      for (size_t i = 0; i < m.size(); ++i) {
+        m[i] = 0.01f * static_cast<float>((i * 7) % 13) - 0.05f;
+        v[i] = 1e-4f * static_cast<float>((i * 5) % 11);
+        grads[i] = 0.1f * static_cast<float>((i * 3 + static_cast<size_t>(n)) % 17) - 0.8f;
+        params[i] = 0.5f - 0.01f * static_cast<float>(i % 29);
+      }
+      LOOM_ASSERT_OK_AND_ASSIGN(AdamWState fresh, AdamWState::Create(n, format, 256));
+      LOOM_ASSERT_OK(reused.Resize(n));
+      EXPECT_EQ(reused.count(), n);
+      LOOM_ASSERT_OK(fresh.WriteMoments(m, v));
+      LOOM_ASSERT_OK(reused.WriteMoments(m, v));
+      AdamWHyper hyper;
+      hyper.step = 3;
+      std::vector<float> p_fresh = params, p_reused = params;
+      LOOM_ASSERT_OK(AdamWStep(hyper, absl::MakeSpan(p_fresh), grads, fresh));
+      LOOM_ASSERT_OK(AdamWStep(hyper, absl::MakeSpan(p_reused), grads, reused));
+      std::vector<float> m_fresh(m.size()), v_fresh(m.size()), m_reused(m.size()),
+          v_reused(m.size());
+      LOOM_ASSERT_OK(fresh.ReadMoments(absl::MakeSpan(m_fresh), absl::MakeSpan(v_fresh)));
+      LOOM_ASSERT_OK(reused.ReadMoments(absl::MakeSpan(m_reused), absl::MakeSpan(v_reused)));
+      for (size_t i = 0; i < m.size(); ++i) {
+        ASSERT_EQ(Bits(p_fresh[i]), Bits(p_reused[i])) << StateFormatName(format) << " n " << n;
+        ASSERT_EQ(Bits(m_fresh[i]), Bits(m_reused[i])) << StateFormatName(format) << " n " << n;
+        ASSERT_EQ(Bits(v_fresh[i]), Bits(v_reused[i])) << StateFormatName(format) << " n " << n;
+      }
+    }
+    const absl::Status over = reused.Resize(1001);
+    EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(over.message()), ::testing::HasSubstr("1001 is not in [0, 1000]"));
+    EXPECT_EQ(reused.Resize(-1).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(AdamWStateTest, CompressedFormatsRoundOnWrite) {
   const std::vector<float> m_in = {0.1f, -0.3f, 1e-3f};
   const std::vector<float> v_in = {0.01f, 1e-5f, 0.04f};

@@ -129,7 +129,7 @@ bool CheckpointDue(const TrainJobOptions& o, int64_t done) {
 }
 
 absl::Status Save(const TrainJobOptions& o, int64_t done, const std::vector<GptParameter>& params,
-                  RankWiring& w, const RankOptimizer& optimizer) {
+                  RankWiring& w, const DataParallelOptimizer& optimizer) {
   RankCheckpointPart part;
   absl::StatusOr<std::vector<CheckpointTensor>> tensors =
       CheckpointTensorsOf(params, o.tp, w.place.t);
@@ -156,7 +156,7 @@ absl::Status Save(const TrainJobOptions& o, int64_t done, const std::vector<GptP
 // Resume loads the checkpoint of --resume into the optimizer and returns its step
 // (0 for a fresh start). Every rank reads for itself; they agree on the outcome.
 absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptParameter>& params,
-                               RankWiring& w, RankOptimizer& optimizer) {
+                               RankWiring& w, DataParallelOptimizer& optimizer) {
   if (o.resume_dir.empty()) return 0;
   int64_t step = 0;
   const auto load = [&]() -> absl::Status {
@@ -223,7 +223,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                         GptStageModule::Create(options.model, setup.schedule.layout, w.place.s, *w.tp,
                                                data_fn, module_options));
   // The stage models borrow their weights from the optimizer's sources from now on.
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RankOptimizer> optimizer,
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DataParallelOptimizer> optimizer,
                         MakeRankOptimizer(options, *module, w.dp.get(), disk,
                                           absl::StrCat("train.s", w.place.s, ".t", w.place.t)));
   // The parameter list (no values: the sources hold them), for the checkpoints'
@@ -313,7 +313,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
           std::min(1.0, static_cast<double>(options.clip_grad_norm) / (grad_norm + 1e-6)));
     }
     breakdown.dp_comm += lap();
-    LOOM_RETURN_IF_ERROR(optimizer->ApplyStep(step + 1, grad_scale));
+    AdamWHyper hyper = AdamWHyperAt(options, step + 1);
+    hyper.grad_scale = grad_scale;
+    LOOM_RETURN_IF_ERROR(optimizer->Step(hyper));
     breakdown.optimizer = lap();
     double checkpoint_seconds = 0;
     if (CheckpointDue(options, step + 1)) {

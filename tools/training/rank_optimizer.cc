@@ -1,25 +1,12 @@
 #include "tools/training/rank_optimizer.h"
 
-#include <algorithm>
-#include <array>
-#include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "core/half.h"
 #include "core/status_macros.h"
 #include "models/gpt/gpt_model.h"
-#include "tensor_parallel/tensor.h"
 #include "tools/training/device_adamw.h"
-#include "tools/training/lr_schedule.h"
-#include "topology/memory_estimate.h"
-#include "zero3/partition.h"
-#include "zero3/gradient_all_reducer.h"
-#include "zero3/replicated_store.h"
-#include "zero3/zero3_engine.h"
 
 namespace loom {
 
@@ -37,507 +24,55 @@ AdamWHyper AdamWHyperAt(const TrainJobOptions& options, int64_t step) {
   return hyper;
 }
 
-namespace {
-
-// EngineState: one rank's ZeRO state as the engine's ReadShard / ReadMoments lay it
-// out: for each field (0 the f32 master, 1 and 2 AdamW's moments) the rank's
-// concatenated bucket shards and the persistent block.
-class EngineState {
- public:
-  static constexpr int kFields = 3;
-
-  explicit EngineState(const Partition& part) {
-    for (int f = 0; f < kFields; ++f) {
-      sharded_[f].resize(static_cast<size_t>(part.ShardNumel()));
-      persistent_[f].resize(static_cast<size_t>(part.PersistentNumel()));
-    }
+DataParallelOptions DataParallelOptionsOf(const TrainJobOptions& options, DiskTier* disk,
+                                          const std::string& disk_prefix) {
+  DataParallelOptions dp;
+  dp.stage = options.zero;
+  dp.compute_dtype = options.dtype;
+  dp.reshard = EffectiveReshard(options) == Reshard::kStep ? DataParallelOptions::Reshard::kStep
+                                                           : DataParallelOptions::Reshard::kBlock;
+  dp.defer_reduce_scatter = options.defer_reduce_scatter;
+  dp.prefetch_depth = options.prefetch_depth;
+  dp.max_live_gathered_bytes = options.param_budget;
+  dp.persist_below_bytes = options.persist_below_bytes;
+  // Any --offload runs ZeRO's AdamW on threads over host memory; at zero 0 only
+  // cpu does (gpu steps on the device instead).
+  dp.offload_optimizer = options.zero > 0 ? options.offload != OffloadKind::kNone
+                                          : options.offload == OffloadKind::kCpu;
+  dp.adamw_threads = options.adamw_threads;
+  if (options.zero > 0) {
+    dp.optimizer_disk = options.offload == OffloadKind::kNvme ? disk : nullptr;
+    dp.param_disk = options.offload_params == OffloadKind::kNvme ? disk : nullptr;
+    dp.grad_disk = options.offload_grads == OffloadKind::kNvme ? disk : nullptr;
   }
-
-  absl::Span<float> Whole(int field, bool persistent) {
-    return absl::MakeSpan(persistent ? persistent_[field] : sharded_[field]);
-  }
-
-  // Owned: the elements of parameter `param` that `rank` owns (OwnedRange), in
-  // field `field`.
-  absl::Span<float> Owned(const Partition& part, int param, int rank, int field) {
-    const ParamSlot& slot = part.slot(param);
-    const Partition::Range owned = part.OwnedRange(param, rank);
-    int64_t at = slot.offset + owned.begin;
-    if (!slot.persistent) {
-      at += part.ShardOffset(slot.bucket) -
-            static_cast<int64_t>(rank) * part.bucket(slot.bucket).shard_numel;
-    }
-    return Whole(field, slot.persistent)
-        .subspan(static_cast<size_t>(at), static_cast<size_t>(owned.end - owned.begin));
-  }
-
- private:
-  std::array<std::vector<float>, kFields> sharded_, persistent_;
-};
-
-// ZeRO stages 1, 2 and 3 through zero3/Zero3Engine, one engine per stage model,
-// which borrows its weights from it (GptModel::UseParameterSource), each unit (a
-// block, the embeddings, the head) one bucket. Block reshard: each unit is
-// gathered before use and released after (FSDP's reshard after forward). Step
-// reshard: the engine's window is the whole stage (prefetch depth = units - 1),
-// and a pass hands its window over to the next, so every unit is gathered at the
-// step's first forward and stays until Step (FSDP's reshard_after_forward=False);
-// the gradients stay in the model until one kGradients pass at the end.
-class ShardedOptimizer : public RankOptimizer {
- public:
-  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const TrainJobOptions& options,
-                                                                  GptModel& model,
-                                                                  Communicator* dp, DiskTier* disk,
-                                                                  const std::string& disk_prefix) {
-    // The units are the model's own (GptModel::Units): a unit is one bucket,
-    // gathered, released and kept whole or sharded as one.
-    std::vector<ParamSpec> specs;
-    std::vector<float> initial;
-    const std::vector<GptParameter> params = model.Parameters();
-    const std::vector<ParameterUnit> units = model.Units();
-    for (size_t u = 0; u < units.size(); ++u) {
-      for (int p = units[u].first; p < units[u].end; ++p) {
-        specs.push_back(ParamSpec{params[p].name, params[p].shape, static_cast<int>(u)});
-        initial.insert(initial.end(), params[p].values.begin(), params[p].values.end());
-      }
-    }
-    if (specs.size() != params.size()) {
-      return absl::InternalError(absl::StrCat("the model's ", units.size(), " units cover ",
-                                              specs.size(), " of its ", params.size(),
-                                              " parameters"));
-    }
-    PartitionOptions partition_options;
-    partition_options.dp_size = ParameterGroupSize(options);
-    partition_options.bucket_numel = 1 << 15;
-    // --persist_below=BYTES: a unit of fewer f32 bytes stays whole on every rank.
-    partition_options.persistence_threshold =
-        options.persist_below_bytes > 0 ? (options.persist_below_bytes - 1) / 4 : 0;
-    LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(specs, partition_options));
-    Zero3Options zero;
-    zero.stage = options.zero;
-    zero.compute_dtype = options.dtype;
-    zero.offload_optimizer = options.offload != OffloadKind::kNone;
-    zero.optimizer_disk = options.offload == OffloadKind::kNvme ? disk : nullptr;
-    zero.param_disk = options.offload_params == OffloadKind::kNvme ? disk : nullptr;
-    zero.grad_disk = options.offload_grads == OffloadKind::kNvme ? disk : nullptr;
-    zero.max_live_gathered_bytes = options.param_budget;
-    const bool step_reshard = EffectiveReshard(options) == Reshard::kStep;
-    // Step reshard: a window of every unit, kept from pass to pass until Step.
-    zero.prefetch_depth = step_reshard ? std::max(options.prefetch_depth,
-                                                  partition.num_buckets() - 1)
-                                       : options.prefetch_depth;
-    zero.disk_prefix = disk_prefix;
-    zero.adamw_threads = options.adamw_threads;
-    zero.timeout = kCollectiveTimeout;
-    // Every dp rank runs every block of its stage: a rank that skipped one is a
-    // bug, named at the next agreement check rather than trained around.
-    zero.require_same_use = true;
-    // One backward pass per microbatch (and stage), each the gradient of a loss
-    // already scaled by 1 / microbatches: summed, not averaged.
-    zero.average_passes = false;
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Zero3Engine> engine,
-                          Zero3Engine::Create(partition, dp, initial, zero));
-    initial = std::vector<float>();
-    // Step reshard reduces once per step, as does the deferred block mode: the
-    // gradients stay in the model until ReduceGradients.
-    const bool grads_in_model = step_reshard || options.defer_reduce_scatter;
-    LOOM_RETURN_IF_ERROR(model.UseParameterSource(
-        engine.get(), grads_in_model ? GptModel::GradientHome::kModel
-                                     : GptModel::GradientHome::kSource));
-    return std::unique_ptr<ShardedOptimizer>(
-        new ShardedOptimizer(options, model.Parameters(), std::move(engine), grads_in_model));
-  }
-
-  absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() override {
-    LOOM_ASSIGN_OR_RETURN(std::vector<float> flat, engine_->GatherAll());
-    // GatherAll gives the f32 masters; the model computes with their compute copy
-    // (bf16: rounded to nearest even, as the engine writes it).
-    if (options_.dtype == DType::kBF16) {
-      for (float& v : flat) v = ToFloat(ToBFloat16(v));
-    }
-    std::vector<std::vector<float>> weights;
-    size_t at = 0;
-    for (const GptParameter& p : params_) {
-      const size_t n = static_cast<size_t>(NumElements(p.shape));
-      weights.emplace_back(flat.begin() + at, flat.begin() + at + n);
-      at += n;
-    }
-    return weights;
-  }
-
-  absl::Status ReduceGradients() override {
-    // Gradients given to the engine per backward: the passes reduced them already.
-    if (!grads_in_model_) return engine_->ReduceGradients();
-    LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kGradients));
-    for (int p = static_cast<int>(params_.size()) - 1; p >= 0; --p) {
-      LOOM_RETURN_IF_ERROR(engine_->AddGrad(p, params_[p].grad));
-    }
-    LOOM_RETURN_IF_ERROR(engine_->EndPass());
-    return engine_->ReduceGradients();
-  }
-
-  absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
-    // The engine counts its persistent parameters on dp rank 0 only.
-    return engine_->ReducedGradSquaredNorm(param_weight);
-  }
-
-  absl::Status ApplyStep(int64_t step, float grad_scale) override {
-    AdamWHyper hyper = AdamWHyperAt(options_, step);
-    hyper.grad_scale = grad_scale;
-    return engine_->Step(hyper);
-  }
-
-  absl::StatusOr<int64_t> EstimatedStateBytes() const override {
-    ModelStateOptions estimate;
-    estimate.num_parameters = engine_->partition().TotalNumel();
-    // The engine keeps bf16 weights and gradients and an f32 master (16 bytes).
-    estimate.precision = options_.dtype == DType::kBF16 ? PrecisionPolicy::kMixedPrecisionAdam
-                                                        : PrecisionPolicy::kFp32Adam;
-    estimate.zero_stage = options_.zero;
-    estimate.dp = ParameterGroupSize(options_);
-    estimate.buffers.unit_numel = engine_->partition().MaxBucketNumel();
-    estimate.buffers.gathered_units = engine_->gather_buffers();
-    estimate.buffers.gathered_bytes_per_element = engine_->gathered_bytes_per_element();
-    estimate.buffers.gradient_units = engine_->grad_buffers();
-    // The model's f32 gradient sums when it keeps them until the step's end.
-    estimate.resident_bytes_per_parameter = grads_in_model_ ? 4 : 0;
-    LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
-    return bytes.total();
-  }
-
-  int64_t ShardedBytes() const override {
-    const Zero3Stats stats = engine_->Stats();
-    return stats.model_state_bytes + stats.persistent_state_bytes;
-  }
-  // The engine's communication buffers: the gathered units and gradient buckets.
-  int64_t BufferBytes() const override { return engine_->Stats().buffer_bytes; }
-  double WaitSeconds() const override {
-    const Zero3Stats stats = engine_->Stats();
-    return stats.gather_wait_seconds + stats.grad_buffer_wait_seconds;
-  }
-  int64_t BucketNumel() const override {
-    return engine_->partition().ShardNumel() * ParameterGroupSize(options_);
-  }
-  int64_t PersistentNumel() const override { return engine_->partition().PersistentNumel(); }
-  int64_t Units() const override { return engine_->partition().num_buckets(); }
-  int64_t KeptUnits() const override { return engine_->Stats().gathers_kept; }
-  int64_t KeptNumel() const override { return engine_->Stats().gathered_numel_kept; }
-  int64_t DiskBytes() const override { return engine_->Stats().disk_state_bytes; }
-  int64_t StateBytes() const override {
-    int64_t resident = 0;
-    for (const GptParameter& p : params_) {
-      resident += static_cast<int64_t>((p.values.size() + p.grad.size()) * sizeof(float));
-    }
-    return ShardedBytes() + BufferBytes() + resident;
-  }
-
-  absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
-    const Partition& part = engine_->partition();
-    const int rank = engine_->rank();
-    EngineState state(part);
-    LOOM_RETURN_IF_ERROR(engine_->ReadShard(state.Whole(0, false), state.Whole(0, true)));
-    LOOM_RETURN_IF_ERROR(engine_->ReadMoments(state.Whole(1, false), state.Whole(1, true),
-                                              state.Whole(2, false), state.Whole(2, true)));
-    std::vector<StateSlice> slices;
-    for (int p = 0; p < part.num_params(); ++p) {
-      const Partition::Range owned = part.OwnedRange(p, rank);
-      if (owned.begin == owned.end) continue;
-      StateSlice slice;
-      slice.param = p;
-      slice.begin = owned.begin;
-      slice.end = owned.end;
-      slice.dp_replicated = part.slot(p).persistent;
-      std::vector<float>* fields[EngineState::kFields] = {&slice.master, &slice.exp_avg,
-                                                          &slice.exp_avg_sq};
-      for (int f = 0; f < EngineState::kFields; ++f) {
-        const absl::Span<const float> from = state.Owned(part, p, rank, f);
-        fields[f]->assign(from.begin(), from.end());
-      }
-      slices.push_back(std::move(slice));
-    }
-    return slices;
-  }
-
-  absl::Status WriteState(const StateSource& source) override {
-    const Partition& part = engine_->partition();
-    const int rank = engine_->rank();
-    EngineState state(part);  // padding stays 0, as the engine keeps it
-    for (int p = 0; p < part.num_params(); ++p) {
-      const Partition::Range owned = part.OwnedRange(p, rank);
-      if (owned.begin == owned.end) continue;
-      LOOM_RETURN_IF_ERROR(source(p, owned.begin, owned.end, state.Owned(part, p, rank, 0),
-                                  state.Owned(part, p, rank, 1), state.Owned(part, p, rank, 2)));
-    }
-    LOOM_RETURN_IF_ERROR(engine_->WriteShard(state.Whole(0, false), state.Whole(0, true)));
-    return engine_->WriteMoments(state.Whole(1, false), state.Whole(1, true), state.Whole(2, false),
-                                 state.Whole(2, true));
-  }
-
- private:
-  ShardedOptimizer(const TrainJobOptions& options, std::vector<GptParameter> params,
-                   std::unique_ptr<Zero3Engine> engine, bool grads_in_model)
-      : options_(options), params_(std::move(params)), engine_(std::move(engine)),
-        grads_in_model_(grads_in_model) {}
-
-  TrainJobOptions options_;
-  std::vector<GptParameter> params_;  // the model's: no values; gradients if kept there
-  std::unique_ptr<Zero3Engine> engine_;
-  const bool grads_in_model_;  // GradientHome::kModel: one kGradients pass per step
-};
-
-// StagedOptimizer: one optimizer per pipeline stage a rank holds (block reshard:
-// an engine per stage model, so that a stage's pass gathers that stage's units
-// only), seen as one over the rank's parameters, stage after stage. The engines
-// share the dp communicator: each pass ends with its collectives done, so they
-// take turns.
-class StagedOptimizer : public RankOptimizer {
- public:
-  StagedOptimizer(std::vector<std::unique_ptr<RankOptimizer>> parts, std::vector<int> offsets)
-      : parts_(std::move(parts)), offsets_(std::move(offsets)) {}
-
-  absl::Status ReduceGradients() override {
-    for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->ReduceGradients());
-    return absl::OkStatus();
-  }
-  absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
-    double sum = 0;
-    for (size_t i = 0; i < parts_.size(); ++i) {
-      LOOM_ASSIGN_OR_RETURN(const double part,
-                            parts_[i]->GradSquaredNorm(param_weight.subspan(
-                                static_cast<size_t>(offsets_[i]),
-                                static_cast<size_t>(offsets_[i + 1] - offsets_[i]))));
-      sum += part;
-    }
-    return sum;
-  }
-  absl::Status ApplyStep(int64_t step, float grad_scale) override {
-    for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->ApplyStep(step, grad_scale));
-    return absl::OkStatus();
-  }
-  int64_t StateBytes() const override { return Sum(&RankOptimizer::StateBytes); }
-  absl::StatusOr<int64_t> EstimatedStateBytes() const override {
-    int64_t total = 0;
-    for (const auto& part : parts_) {
-      LOOM_ASSIGN_OR_RETURN(const int64_t bytes, part->EstimatedStateBytes());
-      total += bytes;
-    }
-    return total;
-  }
-  int64_t ShardedBytes() const override { return Sum(&RankOptimizer::ShardedBytes); }
-  int64_t DiskBytes() const override { return Sum(&RankOptimizer::DiskBytes); }
-  int64_t BufferBytes() const override { return Sum(&RankOptimizer::BufferBytes); }
-  double WaitSeconds() const override {
-    double total = 0;
-    for (const auto& part : parts_) total += part->WaitSeconds();
-    return total;
-  }
-  int64_t BucketNumel() const override { return Sum(&RankOptimizer::BucketNumel); }
-  int64_t PersistentNumel() const override { return Sum(&RankOptimizer::PersistentNumel); }
-  int64_t Units() const override { return Sum(&RankOptimizer::Units); }
-  int64_t KeptUnits() const override { return Sum(&RankOptimizer::KeptUnits); }
-  int64_t KeptNumel() const override { return Sum(&RankOptimizer::KeptNumel); }
-
-  absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
-    std::vector<StateSlice> all;
-    for (size_t i = 0; i < parts_.size(); ++i) {
-      LOOM_ASSIGN_OR_RETURN(std::vector<StateSlice> slices, parts_[i]->ReadState());
-      for (StateSlice& slice : slices) {
-        slice.param += offsets_[i];
-        all.push_back(std::move(slice));
-      }
-    }
-    return all;
-  }
-  absl::Status WriteState(const StateSource& source) override {
-    for (size_t i = 0; i < parts_.size(); ++i) {
-      const int offset = offsets_[i];
-      LOOM_RETURN_IF_ERROR(parts_[i]->WriteState(
-          [&source, offset](int param, int64_t begin, int64_t end, absl::Span<float> master,
-                            absl::Span<float> m, absl::Span<float> v) {
-            return source(param + offset, begin, end, master, m, v);
-          }));
-    }
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() override {
-    std::vector<std::vector<float>> all;
-    for (auto& part : parts_) {
-      LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<float>> weights, part->GatherWeights());
-      for (std::vector<float>& w : weights) all.push_back(std::move(w));
-    }
-    return all;
-  }
-
- private:
-  int64_t Sum(int64_t (RankOptimizer::*figure)() const) const {
-    int64_t total = 0;
-    for (const auto& part : parts_) total += ((*part).*figure)();
-    return total;
-  }
-
-  std::vector<std::unique_ptr<RankOptimizer>> parts_;
-  std::vector<int> offsets_;  // parts_.size() + 1: where each part's parameters start
-};
-
-// Plain data parallelism (zero 0): the stage model borrows its weights from a
-// zero3/ReplicatedStore, which keeps the whole model on every rank, sums the
-// backward passes' gradients in its all-reduce bucket, averages them over dp and
-// runs AdamW where the weights live (offload cpu: on adamw_threads; offload gpu:
-// the device AdamW, f32 only).
-class ReplicatedOptimizer : public RankOptimizer {
- public:
-  // `reducer`: the rank's all-reduce thread over `dp`, shared by its stage models
-  // (null: one all-reduce after the backward).
-  static absl::StatusOr<std::unique_ptr<ReplicatedOptimizer>> Create(
-      const TrainJobOptions& options, GptModel& model, Communicator* dp,
-      std::shared_ptr<GradientAllReducer> reducer) {
-    std::vector<ParamSpec> specs;
-    std::vector<float> initial;
-    const std::vector<GptParameter> params = model.Parameters();
-    for (const GptParameter& p : params) {
-      specs.push_back(ParamSpec{p.name, p.shape});
-      initial.insert(initial.end(), p.values.begin(), p.values.end());
-    }
-    // The model's units: each is all-reduced as soon as its gradients are final.
-    const std::vector<ParameterUnit> units = model.Units();
-    for (size_t u = 0; u < units.size(); ++u) {
-      for (int p = units[u].first; p < units[u].end && p < static_cast<int>(specs.size()); ++p) {
-        specs[static_cast<size_t>(p)].unit = static_cast<int>(u);
-      }
-    }
-    ReplicatedStoreOptions store_options;
-    store_options.compute_dtype = options.dtype;
-    store_options.adamw_threads =
-        options.offload == OffloadKind::kCpu ? options.adamw_threads : 1;
-    // One AddGrad per parameter per microbatch's backward.
-    store_options.reducer = std::move(reducer);
-    store_options.grads_per_step = options.microbatches;
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedStore> store,
-                          ReplicatedStore::Create(std::move(specs), dp, initial, store_options));
-    LOOM_RETURN_IF_ERROR(model.UseParameterSource(store.get(), GptModel::GradientHome::kSource));
-    return std::unique_ptr<ReplicatedOptimizer>(new ReplicatedOptimizer(options, std::move(store)));
-  }
-
-  // The all-reduce's units: the model's, each one call when overlapped.
-  int64_t Units() const override { return store_->num_units(); }
-  absl::Status ReduceGradients() override { return store_->ReduceGradients(); }
-  absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
-    return store_->ReducedGradSquaredNorm(param_weight);
-  }
-  absl::Status ApplyStep(int64_t step, float grad_scale) override {
-    AdamWHyper hyper = AdamWHyperAt(options_, step);
-    hyper.grad_scale = grad_scale;
-    if (options_.offload != OffloadKind::kGpu) return store_->Step(hyper);
+  dp.disk_prefix = disk_prefix;
+  dp.overlap_grad_reduce = options.overlap_grad_reduce;
+  // One backward pass per microbatch (and stage model), each the gradient of a
+  // loss already scaled by 1 / microbatches.
+  dp.backward_passes_per_step = options.microbatches;
+  if (options.zero == 0 && options.offload == OffloadKind::kGpu) {
     // --offload gpu: one GpuAdamWStep over the whole bucket, the moments on the
-    // device (made at the first step). Bitwise the CPU step.
-    if (device_adamw_ == nullptr) {
-      LOOM_ASSIGN_OR_RETURN(device_adamw_, MakeDeviceAdamW(/*device=*/0, store_->total_numel()));
-    }
-    return store_->StepWith([&](absl::Span<const absl::Span<float>> weights,
-                                absl::Span<const float> gradient) {
-      return device_adamw_->Step(hyper, weights, gradient);
-    });
+    // device. Bitwise the CPU step.
+    dp.make_replicated_step =
+        [](int64_t numel) -> absl::StatusOr<DataParallelOptions::ReplicatedStep> {
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceAdamW> made, MakeDeviceAdamW(/*device=*/0, numel));
+      std::shared_ptr<DeviceAdamW> device(std::move(made));
+      return [device](const AdamWHyper& hyper, absl::Span<const absl::Span<float>> weights,
+                      absl::Span<const float> gradient) {
+        return device->Step(hyper, weights, gradient);
+      };
+    };
   }
+  dp.timeout = kCollectiveTimeout;
+  return dp;
+}
 
-  int64_t ShardedBytes() const override { return 0; }
-  int64_t StateBytes() const override { return store_->StateBytes(); }
-  absl::StatusOr<int64_t> EstimatedStateBytes() const override {
-    ModelStateOptions estimate;
-    estimate.num_parameters = store_->total_numel();
-    // Weights and gradients in f32 storage; bf16 adds the f32 master.
-    estimate.precision = options_.dtype == DType::kBF16 ? PrecisionPolicy::kBf16InF32Adam
-                                                        : PrecisionPolicy::kFp32Adam;
-    estimate.dp = ParameterGroupSize(options_);
-    LOOM_ASSIGN_OR_RETURN(const ModelStateBytes bytes, EstimateModelStateBytes(estimate));
-    return bytes.total();
-  }
-
-  absl::StatusOr<std::vector<std::vector<float>>> GatherWeights() override {
-    std::vector<std::vector<float>> weights;
-    LOOM_RETURN_IF_ERROR(store_->BeginParameterPass(ParameterPass::kForward));
-    for (int p = 0; p < store_->num_params(); ++p) {
-      absl::StatusOr<absl::Span<const float>> w = store_->Acquire(p);
-      if (!w.ok()) {
-        (void)store_->EndPass();
-        return w.status();
-      }
-      weights.emplace_back(w->begin(), w->end());
-    }
-    LOOM_RETURN_IF_ERROR(store_->EndPass());
-    return weights;
-  }
-
-  absl::StatusOr<std::vector<StateSlice>> ReadState() const override {
-    std::vector<StateSlice> slices;
-    for (int p = 0; p < store_->num_params(); ++p) {
-      const size_t n = static_cast<size_t>(NumElements(store_->spec(p).shape));
-      StateSlice slice;
-      slice.param = p;
-      slice.end = static_cast<int64_t>(n);
-      slice.dp_replicated = true;
-      slice.master.resize(n);
-      slice.exp_avg.resize(n);
-      slice.exp_avg_sq.resize(n);
-      LOOM_RETURN_IF_ERROR(store_->ReadState(p, absl::MakeSpan(slice.master),
-                                             absl::MakeSpan(slice.exp_avg),
-                                             absl::MakeSpan(slice.exp_avg_sq)));
-      slices.push_back(std::move(slice));
-    }
-    return slices;
-  }
-
-  absl::Status WriteState(const StateSource& source) override {
-    for (int p = 0; p < store_->num_params(); ++p) {
-      const int64_t n = NumElements(store_->spec(p).shape);
-      std::vector<float> master(static_cast<size_t>(n)), m(master.size()), v(master.size());
-      LOOM_RETURN_IF_ERROR(
-          source(p, 0, n, absl::MakeSpan(master), absl::MakeSpan(m), absl::MakeSpan(v)));
-      LOOM_RETURN_IF_ERROR(store_->WriteState(p, master, m, v));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  ReplicatedOptimizer(const TrainJobOptions& options, std::unique_ptr<ReplicatedStore> store)
-      : options_(options), store_(std::move(store)) {}
-
-  TrainJobOptions options_;
-  std::unique_ptr<ReplicatedStore> store_;
-  std::unique_ptr<DeviceAdamW> device_adamw_;  // --offload gpu
-};
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<RankOptimizer>> MakeRankOptimizer(const TrainJobOptions& options,
-                                                                 GptStageModule& module,
-                                                                 Communicator* dp, DiskTier* disk,
-                                                                 const std::string& disk_prefix) {
-  std::vector<std::unique_ptr<RankOptimizer>> parts;
-  std::vector<int> offsets = {0};
-  // Zero 0: one all-reduce thread over dp for every stage model of the rank, so
-  // that their all-reduces run in one order, the schedule's, on every dp rank.
-  std::shared_ptr<GradientAllReducer> reducer;
-  if (options.zero == 0 && options.overlap_grad_reduce && dp != nullptr && dp->size() > 1) {
-    GradientAllReducerOptions reducer_options;
-    reducer_options.wait_timeout = kCollectiveTimeout;
-    LOOM_ASSIGN_OR_RETURN(reducer, GradientAllReducer::Create(dp, reducer_options));
-  }
-  for (const int64_t stage : module.stages()) {
-    GptModel& model = module.model(stage);
-    const int count = static_cast<int>(model.Parameters().size());
-    if (options.zero == 0) {
-      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedOptimizer> part,
-                            ReplicatedOptimizer::Create(options, model, dp, reducer));
-      parts.push_back(std::move(part));
-    } else {
-      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> part,
-                            ShardedOptimizer::Create(options, model, dp, disk,
-                                                     absl::StrCat(disk_prefix, ".m", stage)));
-      parts.push_back(std::move(part));
-    }
-    offsets.push_back(offsets.back() + count);
-  }
-  return std::unique_ptr<RankOptimizer>(new StagedOptimizer(std::move(parts), std::move(offsets)));
+absl::StatusOr<std::unique_ptr<DataParallelOptimizer>> MakeRankOptimizer(
+    const TrainJobOptions& options, GptStageModule& module, Communicator* dp, DiskTier* disk,
+    const std::string& disk_prefix) {
+  std::vector<BorrowingModel*> models;
+  for (const int64_t stage : module.stages()) models.push_back(&module.model(stage));
+  return MakeDataParallelOptimizer(models, dp, DataParallelOptionsOf(options, disk, disk_prefix));
 }
 
 }  // namespace loom

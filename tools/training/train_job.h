@@ -27,9 +27,9 @@
 //
 // The package, one concept per file: train_options.h (options and reports),
 // validate.h (the options' check), job_setup.h (schedule, data, offload disk),
-// rank_optimizer.h (zero 0 and ZeRO 1-3), rank_loop.h (one rank's steps), wire.h
-// (results to rank 0), reference.h (the one-rank comparison); this file wires ranks
-// as threads or processes.
+// rank_optimizer.h (the job's options for zero3/data_parallel.h), rank_loop.h (one
+// rank's steps), wire.h (results to rank 0), reference.h (the one-rank
+// comparison); this file wires ranks as threads or processes.
 #ifndef LOOM_TOOLS_TRAINING_TRAIN_JOB_H_
 #define LOOM_TOOLS_TRAINING_TRAIN_JOB_H_
 

@@ -301,7 +301,7 @@ struct TrainSummary {
   // deferred reduce-scatter the gradient sums (4).
   int64_t peak_model_state_bytes_per_rank = 0;
   // topology/memory_estimate's prediction for the same ranks (the largest over
-  // ranks), from each rank's optimizer configuration (RankOptimizer::
+  // ranks), from each rank's optimizer configuration (DataParallelOptimizer::
   // EstimatedStateBytes); memory and disk together.
   int64_t estimated_model_state_bytes_per_rank = 0;
   int64_t sharded_state_bytes_per_rank = 0;  // zero 1-3: the engine's part alone
