@@ -48,7 +48,7 @@
 #include "absl/types/span.h"
 #include "tensor_parallel/device_mesh.h"
 #include "tensor_parallel/placement.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 #include "topology/mesh.h"
 
 namespace loom {

@@ -42,7 +42,7 @@
 #include "tensor_parallel/layers/ring_attention.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 

@@ -63,7 +63,7 @@
 #include "tensor_parallel/layers/vocab_parallel_cross_entropy.h"
 #include "tensor_parallel/layers/vocab_parallel_embedding.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 #include "topology/recompute.h"
 
 namespace loom {

@@ -5,7 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "tensor_parallel/placement.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 

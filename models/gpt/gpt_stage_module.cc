@@ -5,24 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 
 namespace {
 
 constexpr char kName[] = "GptStageModule";
-
-absl::StatusOr<Tensor> ToTensor(const F32Tensor& t) {
-  return Tensor::FromValues(t.shape, t.values);
-}
-
-F32Tensor ToF32Tensor(const Tensor& t) {
-  F32Tensor out;
-  out.shape = t.shape();
-  out.values = t.ToF32();
-  return out;
-}
 
 }  // namespace
 
@@ -128,48 +117,50 @@ absl::StatusOr<const GptBatch*> GptStageModule::BatchOf(int64_t microbatch) {
   return &it->second;
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::Input(int64_t microbatch) {
+absl::StatusOr<Tensor> GptStageModule::Input(int64_t microbatch) {
   LOOM_RETURN_IF_ERROR(Check(0, microbatch));
   LOOM_ASSIGN_OR_RETURN(const GptBatch* batch, BatchOf(microbatch));
-  F32Tensor tokens;
-  tokens.shape = InputShape(0, microbatch);
-  tokens.values.assign(batch->tokens.begin(), batch->tokens.end());
-  return tokens;
+  // Token ids travel as what they are, i64.
+  return Tensor::FromInts(InputShape(0, microbatch), batch->tokens);
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::Loss(int64_t microbatch, const F32Tensor& output) {
+absl::StatusOr<Tensor> GptStageModule::Loss(int64_t microbatch, const Tensor& output) {
   LOOM_RETURN_IF_ERROR(Check(layout_.num_stages() - 1, microbatch));
-  if (output.values.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(kName, ": loss output has ",
-                                                   output.values.size(), " values, not 1"));
+  if (output.numel() != 1 || output.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": loss output is ",
+                                                   DTypeName(output.dtype()), " ",
+                                                   ShapeString(output.shape()),
+                                                   ", not one f32 value"));
   }
-  losses_[static_cast<size_t>(microbatch)] = output.values[0];
+  losses_[static_cast<size_t>(microbatch)] = output.ToF32()[0];
   has_loss_[static_cast<size_t>(microbatch)] = true;
-  F32Tensor grad;
-  grad.shape = {1};
-  grad.values = {options_.loss_gradient_scale / static_cast<float>(options_.num_microbatches)};
-  return grad;
+  return Tensor::FromValues(
+      {1}, {options_.loss_gradient_scale / static_cast<float>(options_.num_microbatches)});
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t microbatch,
-                                                     const F32Tensor& input) {
+absl::StatusOr<Tensor> GptStageModule::RunForward(int64_t stage, int64_t microbatch,
+                                                     const Tensor& input) {
   GptStageInput in;
-  std::vector<int64_t> tokens;
-  Tensor hidden;
   if (stage == 0) {
-    tokens.reserve(input.values.size());
-    for (const float v : input.values) {
-      if (!(v >= 0.0f) || v != std::floor(v)) {
+    if (input.dtype() != DType::kI64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": stage 0 takes i64 token ids, got ", DTypeName(input.dtype()), " ",
+          ShapeString(input.shape()), " for microbatch ", microbatch));
+    }
+    LOOM_ASSIGN_OR_RETURN(in.tokens, input.As<int64_t>());
+    for (const int64_t id : in.tokens) {
+      if (id < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            kName, ": stage 0 input value ", v, " of microbatch ", microbatch,
+            kName, ": stage 0 input value ", id, " of microbatch ", microbatch,
             " is not a token id"));
       }
-      tokens.push_back(static_cast<int64_t>(v));
     }
-    in.tokens = tokens;
   } else {
-    LOOM_ASSIGN_OR_RETURN(hidden, ToTensor(input));
-    in.hidden = &hidden;
+    if (input.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kName, ": stage ", stage, " takes f32 activations, got ", DTypeName(input.dtype())));
+    }
+    in.hidden = &input;
   }
   if (stage == layout_.num_stages() - 1) {
     LOOM_ASSIGN_OR_RETURN(const GptBatch* batch, BatchOf(microbatch));
@@ -177,7 +168,8 @@ absl::StatusOr<F32Tensor> GptStageModule::RunForward(int64_t stage, int64_t micr
   }
   LOOM_ASSIGN_OR_RETURN(Tensor out, models_.at(stage)->ForwardStage(in));
   if (!forward_only_) ++training_forwards_;
-  return ToF32Tensor(out);
+  if (out.dtype() != DType::kF32) return out.ConvertTo(DType::kF32);
+  return out;
 }
 
 template <typename Call>
@@ -196,13 +188,13 @@ auto GptStageModule::Tracked(int64_t stage, Call call) -> decltype(call()) {
   return result;
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microbatch,
-                                                  const F32Tensor& input) {
+absl::StatusOr<Tensor> GptStageModule::Forward(int64_t stage, int64_t microbatch,
+                                                  const Tensor& input) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
   if (forward_only_) {
     // No backward follows: nothing of this forward outlives the call.
-    return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
-      absl::StatusOr<F32Tensor> output = RunForward(stage, microbatch, input);
+    return Tracked(stage, [&]() -> absl::StatusOr<Tensor> {
+      absl::StatusOr<Tensor> output = RunForward(stage, microbatch, input);
       models_.at(stage)->ReleaseActivations();
       return output;
     });
@@ -212,7 +204,7 @@ absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microba
                                                       " microbatch ", microbatch,
                                                       " again before its backward"));
   }
-  LOOM_ASSIGN_OR_RETURN(F32Tensor output,
+  LOOM_ASSIGN_OR_RETURN(Tensor output,
                         Tracked(stage, [&] { return RunForward(stage, microbatch, input); }));
   // The microbatch's saved state goes into its own context until its backward.
   contexts_[{stage, microbatch}] = models_.at(stage)->TakeActivations();
@@ -221,7 +213,7 @@ absl::StatusOr<F32Tensor> GptStageModule::Forward(int64_t stage, int64_t microba
 
 absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t stage,
                                                        int64_t microbatch,
-                                                       const F32Tensor& output_grad) {
+                                                       const Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
   if (forward_only_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -233,37 +225,43 @@ absl::StatusOr<Tensor> GptStageModule::PrepareBackward(const char* what, int64_t
     return absl::FailedPreconditionError(absl::StrCat(
         kName, ": ", what, " of stage ", stage, " microbatch ", microbatch, " before its Forward"));
   }
-  LOOM_ASSIGN_OR_RETURN(Tensor grad, ToTensor(output_grad));
+  if (output_grad.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": ", what, " of stage ", stage,
+                                                   " takes an f32 output gradient, got ",
+                                                   DTypeName(output_grad.dtype())));
+  }
+  Tensor grad = output_grad.Clone();
   LOOM_RETURN_IF_ERROR(models_.at(stage)->RestoreActivations(std::move(it->second)));
   contexts_.erase(it);
   return grad;
 }
 
-F32Tensor GptStageModule::FinishBackward(int64_t stage, const Tensor& dx) {
-  if (stage == 0) return F32Tensor::Zeros({0});
-  return ToF32Tensor(dx);
+absl::StatusOr<Tensor> GptStageModule::FinishBackward(int64_t stage, Tensor dx) {
+  if (stage == 0) return Tensor();
+  if (dx.dtype() != DType::kF32) return dx.ConvertTo(DType::kF32);
+  return dx;
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
-                                                   const F32Tensor& output_grad) {
+absl::StatusOr<Tensor> GptStageModule::Backward(int64_t stage, int64_t microbatch,
+                                                   const Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
   LOOM_ASSIGN_OR_RETURN(Tensor grad, PrepareBackward("Backward", stage, microbatch, output_grad));
-  return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+  return Tracked(stage, [&]() -> absl::StatusOr<Tensor> {
     LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStage(grad));
-    return FinishBackward(stage, dx);
+    return FinishBackward(stage, std::move(dx));
   });
 }
 
-absl::StatusOr<F32Tensor> GptStageModule::BackwardInput(int64_t stage, int64_t microbatch,
-                                                        const F32Tensor& output_grad) {
+absl::StatusOr<Tensor> GptStageModule::BackwardInput(int64_t stage, int64_t microbatch,
+                                                        const Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(Check(stage, microbatch));
   LOOM_ASSIGN_OR_RETURN(Tensor grad,
                         PrepareBackward("BackwardInput", stage, microbatch, output_grad));
-  return Tracked(stage, [&]() -> absl::StatusOr<F32Tensor> {
+  return Tracked(stage, [&]() -> absl::StatusOr<Tensor> {
     GptWeightGradWork work;
     LOOM_ASSIGN_OR_RETURN(Tensor dx, models_.at(stage)->BackwardStageInput(grad, work));
     works_[{stage, microbatch}] = std::move(work);
-    return FinishBackward(stage, dx);
+    return FinishBackward(stage, std::move(dx));
   });
 }
 

@@ -64,7 +64,6 @@
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_parameter.h"
 #include "models/gpt/markov_data.h"
-#include "pipeline/executor/f32_tensor.h"
 #include "pipeline/executor/stage_module.h"
 #include "pipeline/stage_layout.h"
 #include "tensor_parallel/layers/gemm.h"
@@ -107,12 +106,12 @@ class GptStageModule : public StageModule {
 
   std::vector<int64_t> InputShape(int64_t stage, int64_t microbatch) const override;
   std::vector<int64_t> OutputShape(int64_t stage, int64_t microbatch) const override;
-  absl::StatusOr<F32Tensor> Input(int64_t microbatch) override;
-  absl::StatusOr<F32Tensor> Loss(int64_t microbatch, const F32Tensor& output) override;
-  absl::StatusOr<F32Tensor> Forward(int64_t stage, int64_t microbatch,
-                                    const F32Tensor& input) override;
-  absl::StatusOr<F32Tensor> Backward(int64_t stage, int64_t microbatch,
-                                     const F32Tensor& output_grad) override;
+  absl::StatusOr<Tensor> Input(int64_t microbatch) override;
+  absl::StatusOr<Tensor> Loss(int64_t microbatch, const Tensor& output) override;
+  absl::StatusOr<Tensor> Forward(int64_t stage, int64_t microbatch,
+                                    const Tensor& input) override;
+  absl::StatusOr<Tensor> Backward(int64_t stage, int64_t microbatch,
+                                     const Tensor& output_grad) override;
 
   // Zero-bubble schedules (zb-h1, zb-v): BackwardInput returns the input gradient
   // and keeps the stage's weight-gradient work (GptWeightGradWork) for
@@ -121,8 +120,8 @@ class GptStageModule : public StageModule {
   // ascending microbatch order. FailedPrecondition for a BackwardWeight without
   // its BackwardInput, or a BackwardInput before its Forward.
   bool SupportsSplitBackward() const override { return true; }
-  absl::StatusOr<F32Tensor> BackwardInput(int64_t stage, int64_t microbatch,
-                                          const F32Tensor& output_grad) override;
+  absl::StatusOr<Tensor> BackwardInput(int64_t stage, int64_t microbatch,
+                                          const Tensor& output_grad) override;
   absl::Status BackwardWeight(int64_t stage, int64_t microbatch) override;
 
   // BeginStep zeroes the gradients and losses, drops any forward state a failed
@@ -185,18 +184,18 @@ class GptStageModule : public StageModule {
 
   absl::Status Check(int64_t stage, int64_t microbatch) const;
   absl::StatusOr<const GptBatch*> BatchOf(int64_t microbatch);
-  absl::StatusOr<F32Tensor> RunForward(int64_t stage, int64_t microbatch, const F32Tensor& input);
+  absl::StatusOr<Tensor> RunForward(int64_t stage, int64_t microbatch, const Tensor& input);
   // Reset drops the forward state, the batches and the losses, for `step`.
   void Reset(int64_t step);
   // PrepareBackward checks a backward's arguments and restores (stage,
   // microbatch)'s context into its stage's model.
   absl::StatusOr<Tensor> PrepareBackward(const char* what, int64_t stage, int64_t microbatch,
-                                         const F32Tensor& output_grad);
+                                         const Tensor& output_grad);
   // Tracked runs `call` on `stage`'s model and updates peak_bytes_.
   template <typename Call>
   auto Tracked(int64_t stage, Call call) -> decltype(call());
   // FinishBackward returns dx as the executor takes it.
-  F32Tensor FinishBackward(int64_t stage, const Tensor& dx);
+  absl::StatusOr<Tensor> FinishBackward(int64_t stage, Tensor dx);
 
   // SeqRows: the positions of a sequence this rank holds (seq_len without cp).
   int64_t SeqRows() const { return static_cast<int64_t>(positions_.size()); }

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -272,7 +273,7 @@ TEST_P(GptForwardOnlyTest, ForwardOnlyRunLeavesTrainingAlone) {
         record.held_after_eval = 0;
         for (const int64_t stage : module->stages()) {
           record.held_after_eval += module->model(stage).held_activation_bytes();
-          EXPECT_THAT(module->Backward(stage, 0, F32Tensor::Zeros(module->OutputShape(stage, 0))),
+          EXPECT_THAT(module->Backward(stage, 0, *Tensor::Create(module->OutputShape(stage, 0))),
                       StatusIs(absl::StatusCode::kFailedPrecondition,
                                HasSubstr(absl::StrCat("Backward of stage ", stage,
                                                       " microbatch 0 in a forward-only run"))));
@@ -340,19 +341,19 @@ CpStepResult RunCpStep(const GptConfig& config, const MarkovData& data, int cp) 
                           LocalPositions(config.seq_len, options.context_parallel));
     module->BeginStep(0);
     for (int64_t mb = 0; mb < kMicrobatches; ++mb) {
-      LOOM_ASSIGN_OR_RETURN(const F32Tensor input, module->Input(mb));
-      EXPECT_EQ(input.shape, (std::vector<int64_t>{kMicroBatch, module->InputShape(0, mb)[1]}));
+      LOOM_ASSIGN_OR_RETURN(const Tensor input, module->Input(mb));
+      EXPECT_EQ(input.shape(), (std::vector<int64_t>{kMicroBatch, module->InputShape(0, mb)[1]}));
+      EXPECT_EQ(input.dtype(), DType::kI64);
       // The tokens are the whole sequences' at this rank's positions.
       LOOM_ASSIGN_OR_RETURN(const GptBatch whole, data_fn(0, mb));
-      std::vector<float> expected;
+      std::vector<int64_t> expected;
       for (int64_t j = 0; j < kMicroBatch; ++j) {
-        for (const int64_t p : positions) {
-          expected.push_back(static_cast<float>(whole.tokens[j * config.seq_len + p]));
-        }
+        for (const int64_t p : positions) expected.push_back(whole.tokens[j * config.seq_len + p]);
       }
-      EXPECT_EQ(input.values, expected) << "microbatch " << mb;
-      LOOM_ASSIGN_OR_RETURN(const F32Tensor out, module->Forward(0, mb, input));
-      LOOM_ASSIGN_OR_RETURN(const F32Tensor grad, module->Loss(mb, out));
+      LOOM_ASSIGN_OR_RETURN(const absl::Span<const int64_t> ids, input.As<int64_t>());
+      EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.end()), expected) << "microbatch " << mb;
+      LOOM_ASSIGN_OR_RETURN(const Tensor out, module->Forward(0, mb, input));
+      LOOM_ASSIGN_OR_RETURN(const Tensor grad, module->Loss(mb, out));
       LOOM_RETURN_IF_ERROR(module->Backward(0, mb, grad).status());
     }
     const MutexLock lock(&mu);
@@ -403,17 +404,21 @@ TEST(GptStageModuleTest, ShapesAndErrors) {
     EXPECT_EQ(first->OutputShape(1, 0), (std::vector<int64_t>{1}));
     EXPECT_FALSE(first->holds_loss());
     EXPECT_EQ(first->stages(), std::vector<int64_t>{0});
-    LOOM_ASSIGN_OR_RETURN(F32Tensor input, first->Input(1));
+    LOOM_ASSIGN_OR_RETURN(Tensor input, first->Input(1));
     LOOM_ASSIGN_OR_RETURN(GptBatch batch, data.Microbatch(Layout(), 0, 1, 0));
-    EXPECT_EQ(input.values, std::vector<float>(batch.tokens.begin(), batch.tokens.end()));
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<const int64_t> ids, std::as_const(input).As<int64_t>());
+    EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.end()), batch.tokens);
+    // Token ids are refused as floats: stage 0 takes i64.
+    EXPECT_THAT(first->Forward(0, 1, *Tensor::Create(first->InputShape(0, 1))),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes i64 token ids")));
     EXPECT_THAT(first->Forward(1, 0, input),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("stage 1 is not on rank 0")));
     EXPECT_THAT(first->Input(4), StatusIs(absl::StatusCode::kInvalidArgument,
                                           HasSubstr("microbatch 4 is outside [0, 4)")));
-    EXPECT_THAT(first->Backward(0, 0, F32Tensor::Zeros({8, 2, 32})),
+    EXPECT_THAT(first->Backward(0, 0, *Tensor::Create({8, 2, 32})),
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("before its Forward")));
     EXPECT_TRUE(first->SupportsSplitBackward());
-    EXPECT_THAT(first->BackwardInput(0, 0, F32Tensor::Zeros({8, 2, 32})),
+    EXPECT_THAT(first->BackwardInput(0, 0, *Tensor::Create({8, 2, 32})),
                 StatusIs(absl::StatusCode::kFailedPrecondition,
                          HasSubstr("BackwardInput of stage 0 microbatch 0 before its Forward")));
     EXPECT_THAT(first->BackwardWeight(0, 0),
@@ -427,9 +432,9 @@ TEST(GptStageModuleTest, ShapesAndErrors) {
     EXPECT_EQ(first->model(0).held_activation_bytes(), 0u);
     const size_t after_forward = first->held_activation_bytes();
     EXPECT_GT(after_forward, 0u);
-    LOOM_ASSIGN_OR_RETURN(const F32Tensor dx,
-                          first->BackwardInput(0, 1, F32Tensor::Zeros({8, 2, 32})));
-    EXPECT_EQ(dx.values.size(), 0u) << "stage 0 has no input gradient";
+    LOOM_ASSIGN_OR_RETURN(const Tensor dx,
+                          first->BackwardInput(0, 1, *Tensor::Create({8, 2, 32})));
+    EXPECT_EQ(dx.numel(), 0) << "stage 0 has no input gradient";
     EXPECT_EQ(first->PendingWeightWorks(), 1);
     EXPECT_EQ(first->SavedContexts(), 0);
     EXPECT_GT(first->held_activation_bytes(), 0u);

@@ -71,7 +71,7 @@ struct PendingSend {
   Action action;
   int peer = 0;
   WireHeaderWords header = {};
-  F32Tensor tensor;
+  Tensor tensor;
   CommBuffer staged;  // Empty unless the payload was staged (SendBuffers).
   std::vector<Request> requests;
 };
@@ -171,7 +171,7 @@ class RankRunner {
 
   // Take removes and returns the tensor under `key`, or FailedPrecondition saying
   // what should have produced it.
-  absl::StatusOr<F32Tensor> Take(std::map<Key, F32Tensor>& tensors, const Key& key, int64_t step,
+  absl::StatusOr<Tensor> Take(std::map<Key, Tensor>& tensors, const Key& key, int64_t step,
                                  const Action& action, absl::string_view what) {
     auto it = tensors.find(key);
     if (it == tensors.end()) {
@@ -180,12 +180,12 @@ class RankRunner {
                        " for microbatch ", key.second, " is not there (", action.ToString(),
                        " runs before the action that produces it)"));
     }
-    F32Tensor tensor = std::move(it->second);
+    Tensor tensor = std::move(it->second);
     tensors.erase(it);
     return tensor;
   }
 
-  absl::Status Put(std::map<Key, F32Tensor>& tensors, const Key& key, F32Tensor tensor,
+  absl::Status Put(std::map<Key, Tensor>& tensors, const Key& key, Tensor tensor,
                    int64_t step, const Action& action, absl::string_view what) {
     if (!tensors.emplace(key, std::move(tensor)).second) {
       return absl::FailedPreconditionError(
@@ -195,27 +195,35 @@ class RankRunner {
     return absl::OkStatus();
   }
 
-  // CheckTensor refuses a tensor the module returned malformed, or one about to
-  // enter the module with another shape than the module declared.
-  absl::Status CheckTensor(const F32Tensor& tensor, const std::vector<int64_t>& expected,
+  // CheckTensor refuses a tensor about to enter the module with another shape
+  // than the module declared.
+  absl::Status CheckTensor(const Tensor& tensor, const std::vector<int64_t>& expected,
                            int64_t step, const Action& action, absl::string_view what) {
-    absl::Status valid = tensor.Validate();
-    if (!valid.ok()) {
-      return Prefix(valid, absl::StrCat(Where(step, action), ": ", what));
-    }
-    if (tensor.shape != expected) {
+    if (tensor.shape() != expected) {
       return absl::FailedPreconditionError(absl::StrCat(
-          Where(step, action), ": ", what, " has shape ", ShapeString(tensor.shape),
+          Where(step, action), ": ", what, " has shape ", ShapeString(tensor.shape()),
           ", the stage module declares ", ShapeString(expected)));
+    }
+    return absl::OkStatus();
+  }
+
+  // CheckCrossing refuses a tensor the module returned for another stage that is
+  // not f32: what crosses ranks is f32 activations and gradients.
+  absl::Status CheckCrossing(const Tensor& tensor, int64_t step, const Action& action,
+                             absl::string_view what) {
+    if (tensor.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(step, action), ": ", what, " is ", DTypeName(tensor.dtype()),
+          " ", ShapeString(tensor.shape()), "; tensors between stages are f32"));
     }
     return absl::OkStatus();
   }
 
   absl::Status Forward(int64_t step, const Action& action) {
     const Key key = {action.stage, action.microbatch};
-    F32Tensor input;
+    Tensor input;
     if (action.stage == 0) {
-      absl::StatusOr<F32Tensor> from_source = module_.Input(action.microbatch);
+      absl::StatusOr<Tensor> from_source = module_.Input(action.microbatch);
       if (!from_source.ok()) return Prefix(from_source.status(), Where(step, action));
       input = std::move(*from_source);
     } else {
@@ -225,13 +233,12 @@ class RankRunner {
                                      step, action,
                                      absl::StrCat("stage ", action.stage, "'s input for microbatch ",
                                                   action.microbatch)));
-    absl::StatusOr<F32Tensor> output = module_.Forward(action.stage, action.microbatch, input);
+    absl::StatusOr<Tensor> output = module_.Forward(action.stage, action.microbatch, input);
     if (!output.ok()) return Prefix(output.status(), Where(step, action));
-    absl::Status valid = output->Validate();
-    if (!valid.ok()) return Prefix(valid, absl::StrCat(Where(step, action), ": Forward returned"));
+    LOOM_RETURN_IF_ERROR(CheckCrossing(*output, step, action, "Forward's output"));
 
     if (action.stage == last_stage_) {
-      absl::StatusOr<F32Tensor> gradient = module_.Loss(action.microbatch, *output);
+      absl::StatusOr<Tensor> gradient = module_.Loss(action.microbatch, *output);
       if (!gradient.ok()) return Prefix(gradient.status(), Where(step, action));
       // No backward will take the gradient: Loss ran for the loss value.
       if (forward_only_) return absl::OkStatus();
@@ -246,22 +253,19 @@ class RankRunner {
 
   absl::Status Backward(int64_t step, const Action& action) {
     const Key key = {action.stage, action.microbatch};
-    LOOM_ASSIGN_OR_RETURN(F32Tensor output_grad,
+    LOOM_ASSIGN_OR_RETURN(Tensor output_grad,
                           Take(output_grads_, key, step, action, "the output gradient"));
     LOOM_RETURN_IF_ERROR(CheckTensor(
         output_grad, module_.OutputShape(action.stage, action.microbatch), step, action,
         absl::StrCat("stage ", action.stage, "'s output gradient for microbatch ",
                      action.microbatch)));
-    absl::StatusOr<F32Tensor> input_grad =
+    absl::StatusOr<Tensor> input_grad =
         action.kind == ActionKind::kBackward
             ? module_.Backward(action.stage, action.microbatch, output_grad)
             : module_.BackwardInput(action.stage, action.microbatch, output_grad);
     if (!input_grad.ok()) return Prefix(input_grad.status(), Where(step, action));
     if (action.stage == 0) return absl::OkStatus();  // Nothing before stage 0 needs it.
-    absl::Status valid = input_grad->Validate();
-    if (!valid.ok()) {
-      return Prefix(valid, absl::StrCat(Where(step, action), ": the backward returned"));
-    }
+    LOOM_RETURN_IF_ERROR(CheckCrossing(*input_grad, step, action, "the backward's input gradient"));
     if (schedule_.layout.RankOf(action.stage - 1) == rank_) {
       return Put(output_grads_, {action.stage - 1, action.microbatch}, std::move(*input_grad),
                  step, action, "the output gradient");
@@ -302,18 +306,20 @@ class RankRunner {
         send->tensor,
         Take(activation ? outbox_forward_ : outbox_backward_, {action.stage, action.microbatch},
              step, action, activation ? "the forward output" : "the input gradient"));
-    absl::StatusOr<WireHeaderWords> header = EncodeWireHeader(action, send->tensor.shape);
+    absl::StatusOr<WireHeaderWords> header = EncodeWireHeader(action, send->tensor.shape());
     if (!header.ok()) return Prefix(header.status(), Where(step, action));
     send->header = *header;
-    absl::Span<const float> payload = send->tensor.values;
+    LOOM_ASSIGN_OR_RETURN(absl::Span<const float> values,
+                          std::as_const(send->tensor).As<float>());  // f32: CheckCrossing
+    absl::Span<const float> payload = values;
     if (send_buffers_ != nullptr) {
-      absl::StatusOr<CommBuffer> staged = send_buffers_->Stage(transport_, send->tensor.values);
+      absl::StatusOr<CommBuffer> staged = send_buffers_->Stage(transport_, values);
       if (!staged.ok()) return Prefix(staged.status(), Where(step, action));
       if (!staged->empty()) {
         send->staged = std::move(*staged);
-        payload = send->staged.As<float>().first(send->tensor.values.size());
+        payload = send->staged.As<float>().first(values.size());
         // The copy is what travels: the tensor's memory can go now.
-        std::vector<float>().swap(send->tensor.values);
+        send->tensor = Tensor();
       }
     }
     // Kept in pending_ before posting, so that an error below still cancels what
@@ -408,9 +414,12 @@ class RankRunner {
           activation ? "input" : "output gradient", " for microbatch ", action.microbatch));
     }
 
-    F32Tensor tensor = F32Tensor::Zeros(header->shape);
+    // Every byte is received into it, so no zero fill first.
+    absl::StatusOr<Tensor> made = Tensor::CreateUninitialized(header->shape);
+    if (!made.ok()) return Prefix(made.status(), context);
+    Tensor tensor = std::move(*made);
     absl::StatusOr<Request> payload_request =
-        transport_.Recv(peer, options_.tag_base + 1, AsWritableBytes(tensor.values));
+        transport_.Recv(peer, options_.tag_base + 1, AsWritableBytes(*tensor.As<float>()));
     if (!payload_request.ok()) return Prefix(payload_request.status(), context);
     status = Wait({*payload_request});
     if (!status.ok()) return Prefix(status, context);
@@ -423,7 +432,7 @@ class RankRunner {
   // CheckNothingLeft reports tensors that no action consumed: a schedule missing
   // a send or a compute (only possible when Verify was skipped).
   absl::Status CheckNothingLeft() const {
-    const std::pair<const std::map<Key, F32Tensor>*, absl::string_view> held[] = {
+    const std::pair<const std::map<Key, Tensor>*, absl::string_view> held[] = {
         {&inputs_, "an input"},
         {&output_grads_, "an output gradient"},
         {&outbox_forward_, "a forward output to send"},
@@ -451,12 +460,12 @@ class RankRunner {
 
   RankExecution execution_;
   // Inputs of F (received, or from the previous stage on this rank).
-  std::map<Key, F32Tensor> inputs_;
+  std::map<Key, Tensor> inputs_;
   // Output gradients of B or I (received, from the next stage here, or Loss).
-  std::map<Key, F32Tensor> output_grads_;
+  std::map<Key, Tensor> output_grads_;
   // Tensors waiting for their SEND_F / SEND_B, by the sending stage.
-  std::map<Key, F32Tensor> outbox_forward_;
-  std::map<Key, F32Tensor> outbox_backward_;
+  std::map<Key, Tensor> outbox_forward_;
+  std::map<Key, Tensor> outbox_backward_;
   // unique_ptr: the transport holds pointers into each entry until it completes.
   std::deque<std::unique_ptr<PendingSend>> pending_;
 };

@@ -19,7 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "pipeline/action.h"
-#include "pipeline/executor/f32_tensor.h"
+#include "core/tensor.h"
 #include "pipeline/executor/stage_module.h"
 #include "pipeline/executor/tiny_mlp.h"
 #include "pipeline/generators.h"
@@ -240,22 +240,22 @@ class LastStageOutputs : public StageModule {
   std::vector<int64_t> OutputShape(int64_t stage, int64_t microbatch) const override {
     return inner_.OutputShape(stage, microbatch);
   }
-  absl::StatusOr<F32Tensor> Input(int64_t microbatch) override { return inner_.Input(microbatch); }
-  absl::StatusOr<F32Tensor> Loss(int64_t microbatch, const F32Tensor& output) override {
-    outputs[microbatch] = output.values;
+  absl::StatusOr<Tensor> Input(int64_t microbatch) override { return inner_.Input(microbatch); }
+  absl::StatusOr<Tensor> Loss(int64_t microbatch, const Tensor& output) override {
+    outputs[microbatch] = output.ToF32();
     return inner_.Loss(microbatch, output);
   }
-  absl::StatusOr<F32Tensor> Forward(int64_t stage, int64_t microbatch,
-                                    const F32Tensor& input) override {
+  absl::StatusOr<Tensor> Forward(int64_t stage, int64_t microbatch,
+                                    const Tensor& input) override {
     return inner_.Forward(stage, microbatch, input);
   }
-  absl::StatusOr<F32Tensor> Backward(int64_t stage, int64_t microbatch,
-                                     const F32Tensor& output_grad) override {
+  absl::StatusOr<Tensor> Backward(int64_t stage, int64_t microbatch,
+                                     const Tensor& output_grad) override {
     return inner_.Backward(stage, microbatch, output_grad);
   }
   bool SupportsSplitBackward() const override { return inner_.SupportsSplitBackward(); }
-  absl::StatusOr<F32Tensor> BackwardInput(int64_t stage, int64_t microbatch,
-                                          const F32Tensor& output_grad) override {
+  absl::StatusOr<Tensor> BackwardInput(int64_t stage, int64_t microbatch,
+                                          const Tensor& output_grad) override {
     return inner_.BackwardInput(stage, microbatch, output_grad);
   }
   absl::Status BackwardWeight(int64_t stage, int64_t microbatch) override {
@@ -579,13 +579,13 @@ class WrongShapeModule : public StageModule {
     return {2, stage == 0 ? 3 : 4};
   }
   std::vector<int64_t> OutputShape(int64_t, int64_t) const override { return {2, 4}; }
-  absl::StatusOr<F32Tensor> Input(int64_t) override { return F32Tensor::Zeros({2, 3}); }
-  absl::StatusOr<F32Tensor> Loss(int64_t, const F32Tensor& y) override { return y; }
-  absl::StatusOr<F32Tensor> Forward(int64_t, int64_t, const F32Tensor&) override {
-    return F32Tensor::Zeros({2, 5});  // Not the declared [2,4].
+  absl::StatusOr<Tensor> Input(int64_t) override { return *Tensor::Create({2, 3}); }
+  absl::StatusOr<Tensor> Loss(int64_t, const Tensor& y) override { return y.Clone(); }
+  absl::StatusOr<Tensor> Forward(int64_t, int64_t, const Tensor&) override {
+    return *Tensor::Create({2, 5});  // Not the declared [2,4].
   }
-  absl::StatusOr<F32Tensor> Backward(int64_t, int64_t, const F32Tensor&) override {
-    return F32Tensor::Zeros({2, 3});
+  absl::StatusOr<Tensor> Backward(int64_t, int64_t, const Tensor&) override {
+    return *Tensor::Create({2, 3});
   }
 };
 

@@ -52,7 +52,7 @@
 #include "collectives/transport/transport.h"
 #include "core/status_macros.h"
 #include "pipeline/executor/executor.h"
-#include "pipeline/executor/f32_tensor.h"
+#include "core/tensor.h"
 #include "pipeline/executor/tiny_mlp.h"
 #include "pipeline/generators.h"
 #include "pipeline/schedule.h"
@@ -120,9 +120,9 @@ absl::StatusOr<std::vector<StageCosts>> MeasureStageCosts(const Workload& work,
   std::vector<StageCosts> costs;
   for (int64_t stage = 0; stage < layout.num_stages(); ++stage) {
     MlpStageModule& module = *modules[layout.RankOf(stage)];
-    const F32Tensor input = F32Tensor::Zeros(module.InputShape(stage, 0));
-    F32Tensor output_grad = F32Tensor::Zeros(module.OutputShape(stage, 0));
-    for (float& v : output_grad.values) v = 1e-3f;
+    const Tensor input = *Tensor::Create(module.InputShape(stage, 0));
+    Tensor output_grad = *Tensor::Create(module.OutputShape(stage, 0));
+    for (float& v : *output_grad.As<float>()) v = 1e-3f;
     std::vector<double> f, b, i, w;
     for (int64_t k = 0; k < repeats; ++k) {
       absl::Time t0 = absl::Now();

@@ -6,18 +6,18 @@
 
 namespace loom {
 
-absl::StatusOr<F32Tensor> StageModule::Input(int64_t microbatch) {
+absl::StatusOr<Tensor> StageModule::Input(int64_t microbatch) {
   return absl::UnimplementedError(
       absl::StrCat("this stage module has no Input (asked for microbatch ", microbatch, ")"));
 }
 
-absl::StatusOr<F32Tensor> StageModule::Loss(int64_t microbatch, const F32Tensor&) {
+absl::StatusOr<Tensor> StageModule::Loss(int64_t microbatch, const Tensor&) {
   return absl::UnimplementedError(
       absl::StrCat("this stage module has no Loss (asked for microbatch ", microbatch, ")"));
 }
 
-absl::StatusOr<F32Tensor> StageModule::BackwardInput(int64_t stage, int64_t microbatch,
-                                                     const F32Tensor&) {
+absl::StatusOr<Tensor> StageModule::BackwardInput(int64_t stage, int64_t microbatch,
+                                                     const Tensor&) {
   return absl::UnimplementedError(absl::StrCat("this stage module has no BackwardInput (stage ",
                                                stage, ", microbatch ", microbatch, ")"));
 }

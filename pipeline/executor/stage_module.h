@@ -38,23 +38,27 @@
 // in ascending microbatch order (executor_test checks this), so accumulating in
 // call order equals accumulating in microbatch order, whatever the schedule.
 //
+// Tensors are core/tensor.h's. What crosses ranks (activations and their
+// gradients) is f32; stage 0's Input may be of any dtype (token ids as i64), since
+// it goes from Input to the Forward of the same rank.
+//
 // Example (a stage that doubles its input, on a one-stage pipeline):
 //   class Doubler : public StageModule {
 //    public:
 //     std::vector<int64_t> InputShape(int64_t, int64_t) const override { return {2}; }
 //     std::vector<int64_t> OutputShape(int64_t, int64_t) const override { return {2}; }
-//     absl::StatusOr<F32Tensor> Input(int64_t mb) override {
-//       return F32Tensor::Create({2}, {1.0f * mb, 1});
+//     absl::StatusOr<Tensor> Input(int64_t mb) override {
+//       return Tensor::FromValues({2}, {1.0f * mb, 1});
 //     }
-//     absl::StatusOr<F32Tensor> Loss(int64_t, const F32Tensor& y) override {
-//       return y;   // loss = sum(y^2) / 2, so d loss / d y = y
+//     absl::StatusOr<Tensor> Loss(int64_t, const Tensor& y) override {
+//       return y.Clone();   // loss = sum(y^2) / 2, so d loss / d y = y
 //     }
-//     absl::StatusOr<F32Tensor> Forward(int64_t, int64_t, const F32Tensor& x) override {
-//       F32Tensor y = x;
-//       for (float& v : y.values) v *= 2;
+//     absl::StatusOr<Tensor> Forward(int64_t, int64_t, const Tensor& x) override {
+//       Tensor y = x.Clone();
+//       for (float& v : *y.As<float>()) v *= 2;
 //       return y;
 //     }
-//     absl::StatusOr<F32Tensor> Backward(int64_t, int64_t, const F32Tensor& dy) override {
+//     absl::StatusOr<Tensor> Backward(int64_t, int64_t, const Tensor& dy) override {
 //       return Forward(0, 0, dy);   // d loss / d x = 2 dy
 //     }
 //   };
@@ -67,7 +71,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "pipeline/executor/f32_tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 
@@ -85,23 +89,23 @@ class StageModule {
 
   // Input returns microbatch `microbatch`'s input to stage 0. Called only on the
   // rank that holds stage 0. The default returns Unimplemented.
-  virtual absl::StatusOr<F32Tensor> Input(int64_t microbatch);
+  virtual absl::StatusOr<Tensor> Input(int64_t microbatch);
 
   // Loss takes the last stage's forward output for `microbatch` and returns the
   // gradient of the loss with respect to it (the module records the loss value
   // itself). Called only on the rank that holds the last stage. The default
   // returns Unimplemented.
-  virtual absl::StatusOr<F32Tensor> Loss(int64_t microbatch, const F32Tensor& output);
+  virtual absl::StatusOr<Tensor> Loss(int64_t microbatch, const Tensor& output);
 
   // Forward runs `stage` on `input` and returns its output.
-  virtual absl::StatusOr<F32Tensor> Forward(int64_t stage, int64_t microbatch,
-                                            const F32Tensor& input) = 0;
+  virtual absl::StatusOr<Tensor> Forward(int64_t stage, int64_t microbatch,
+                                            const Tensor& input) = 0;
 
   // Backward takes the gradient of the loss with respect to `stage`'s output,
   // adds the stage's weight gradients for `microbatch`, and returns the gradient
   // with respect to its input.
-  virtual absl::StatusOr<F32Tensor> Backward(int64_t stage, int64_t microbatch,
-                                             const F32Tensor& output_grad) = 0;
+  virtual absl::StatusOr<Tensor> Backward(int64_t stage, int64_t microbatch,
+                                             const Tensor& output_grad) = 0;
 
   // SupportsSplitBackward is true when BackwardInput and BackwardWeight are
   // implemented; the zero-bubble schedules (I and W actions) need it. The
@@ -112,8 +116,8 @@ class StageModule {
   // BackwardInput returns the input gradient as Backward does, without the weight
   // gradient, and keeps what BackwardWeight will need. The default returns
   // Unimplemented.
-  virtual absl::StatusOr<F32Tensor> BackwardInput(int64_t stage, int64_t microbatch,
-                                                  const F32Tensor& output_grad);
+  virtual absl::StatusOr<Tensor> BackwardInput(int64_t stage, int64_t microbatch,
+                                                  const Tensor& output_grad);
 
   // BackwardWeight adds the weight gradients of (stage, microbatch), after its
   // BackwardInput. The default returns Unimplemented.

@@ -259,35 +259,37 @@ absl::Status MlpStageModule::CheckStage(int64_t stage, int64_t microbatch) const
   return absl::OkStatus();
 }
 
-absl::StatusOr<F32Tensor> MlpStageModule::Input(int64_t microbatch) {
+absl::StatusOr<Tensor> MlpStageModule::Input(int64_t microbatch) {
   LOOM_RETURN_IF_ERROR(CheckStage(0, microbatch));
-  return F32Tensor::Create({config_.rows, config_.widths.front()}, data_.inputs[microbatch]);
+  return Tensor::FromValues({config_.rows, config_.widths.front()}, data_.inputs[microbatch]);
 }
 
-absl::StatusOr<F32Tensor> MlpStageModule::Loss(int64_t microbatch, const F32Tensor& output) {
+absl::StatusOr<Tensor> MlpStageModule::Loss(int64_t microbatch, const Tensor& output) {
   LOOM_RETURN_IF_ERROR(CheckStage(layout_.num_stages() - 1, microbatch));
-  if (output.values.size() != data_.targets[microbatch].size()) {
+  const std::vector<float> values = output.ToF32();
+  if (output.dtype() != DType::kF32 || values.size() != data_.targets[microbatch].size()) {
     return absl::InvalidArgumentError(absl::StrCat("the MLP's output for microbatch ", microbatch,
-                                                   " has ", output.values.size(),
+                                                   " has ", values.size(), " ",
+                                                   DTypeName(output.dtype()),
                                                    " values, its target ",
-                                                   data_.targets[microbatch].size()));
+                                                   data_.targets[microbatch].size(), " f32"));
   }
   std::vector<float> grad;
-  losses_[microbatch] =
-      LossGrad(output.values, data_.targets[microbatch], LossScale(config_), grad);
-  return F32Tensor::Create(output.shape, std::move(grad));
+  losses_[microbatch] = LossGrad(values, data_.targets[microbatch], LossScale(config_), grad);
+  return Tensor::FromValues(output.shape(), grad);
 }
 
-absl::StatusOr<F32Tensor> MlpStageModule::Forward(int64_t stage, int64_t microbatch,
-                                                  const F32Tensor& input) {
+absl::StatusOr<Tensor> MlpStageModule::Forward(int64_t stage, int64_t microbatch,
+                                                  const Tensor& input) {
   LOOM_RETURN_IF_ERROR(CheckStage(stage, microbatch));
-  if (input.shape != InputShape(stage, microbatch) || input.Validate() != absl::OkStatus()) {
-    return absl::InvalidArgumentError(absl::StrCat("MLP stage ", stage, " takes ",
+  if (input.shape() != InputShape(stage, microbatch) || input.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("MLP stage ", stage, " takes f32 ",
                                                    ShapeString(InputShape(stage, microbatch)),
-                                                   ", got ", ShapeString(input.shape)));
+                                                   ", got ", DTypeName(input.dtype()), " ",
+                                                   ShapeString(input.shape())));
   }
   Saved saved;
-  std::vector<float> x = input.values;
+  std::vector<float> x = input.ToF32();
   const int64_t first = layout_.FirstLayer(stage);
   for (int64_t l = first; l < first + layout_.layers_per_stage()[stage]; ++l) {
     std::vector<float> h = LayerForward(x, weights_[l], biases_[l], config_.rows, Width(config_, l),
@@ -300,18 +302,18 @@ absl::StatusOr<F32Tensor> MlpStageModule::Forward(int64_t stage, int64_t microba
     return absl::FailedPreconditionError(
         absl::StrCat("stage ", stage, " ran forward twice for microbatch ", microbatch));
   }
-  return F32Tensor::Create(OutputShape(stage, microbatch), std::move(x));
+  return Tensor::FromValues(OutputShape(stage, microbatch), x);
 }
 
-absl::StatusOr<F32Tensor> MlpStageModule::InputGradient(int64_t stage, int64_t microbatch,
-                                                        const F32Tensor& output_grad) {
+absl::StatusOr<Tensor> MlpStageModule::InputGradient(int64_t stage, int64_t microbatch,
+                                                        const Tensor& output_grad) {
   LOOM_RETURN_IF_ERROR(CheckStage(stage, microbatch));
-  if (output_grad.shape != OutputShape(stage, microbatch) ||
-      output_grad.Validate() != absl::OkStatus()) {
+  if (output_grad.shape() != OutputShape(stage, microbatch) ||
+      output_grad.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(
-        absl::StrCat("MLP stage ", stage, " takes an output gradient of ",
+        absl::StrCat("MLP stage ", stage, " takes an f32 output gradient of ",
                      ShapeString(OutputShape(stage, microbatch)), ", got ",
-                     ShapeString(output_grad.shape)));
+                     DTypeName(output_grad.dtype()), " ", ShapeString(output_grad.shape())));
   }
   auto it = saved_.find({stage, microbatch});
   if (it == saved_.end() || !it->second.pre_grads.empty()) {
@@ -322,13 +324,13 @@ absl::StatusOr<F32Tensor> MlpStageModule::InputGradient(int64_t stage, int64_t m
   const int64_t first = layout_.FirstLayer(stage);
   const int64_t count = layout_.layers_per_stage()[stage];
   saved.pre_grads.resize(static_cast<size_t>(count));
-  std::vector<float> grad = output_grad.values;
+  std::vector<float> grad = output_grad.ToF32();
   for (int64_t i = count - 1; i >= 0; --i) {
     const int64_t l = first + i;
     grad = LayerInputGrad(saved.layer_outputs[i], grad, weights_[l], config_.rows,
                           Width(config_, l), Width(config_, l + 1), saved.pre_grads[i]);
   }
-  return F32Tensor::Create(InputShape(stage, microbatch), std::move(grad));
+  return Tensor::FromValues(InputShape(stage, microbatch), grad);
 }
 
 absl::Status MlpStageModule::WeightGradient(int64_t stage, int64_t microbatch) {
@@ -351,15 +353,15 @@ absl::Status MlpStageModule::WeightGradient(int64_t stage, int64_t microbatch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<F32Tensor> MlpStageModule::Backward(int64_t stage, int64_t microbatch,
-                                                   const F32Tensor& output_grad) {
-  LOOM_ASSIGN_OR_RETURN(F32Tensor input_grad, InputGradient(stage, microbatch, output_grad));
+absl::StatusOr<Tensor> MlpStageModule::Backward(int64_t stage, int64_t microbatch,
+                                                   const Tensor& output_grad) {
+  LOOM_ASSIGN_OR_RETURN(Tensor input_grad, InputGradient(stage, microbatch, output_grad));
   LOOM_RETURN_IF_ERROR(WeightGradient(stage, microbatch));
   return input_grad;
 }
 
-absl::StatusOr<F32Tensor> MlpStageModule::BackwardInput(int64_t stage, int64_t microbatch,
-                                                        const F32Tensor& output_grad) {
+absl::StatusOr<Tensor> MlpStageModule::BackwardInput(int64_t stage, int64_t microbatch,
+                                                        const Tensor& output_grad) {
   if (!split_backward_) return StageModule::BackwardInput(stage, microbatch, output_grad);
   return InputGradient(stage, microbatch, output_grad);
 }

@@ -37,7 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "pipeline/executor/f32_tensor.h"
+#include "core/tensor.h"
 #include "pipeline/executor/stage_module.h"
 #include "pipeline/stage_layout.h"
 
@@ -108,15 +108,15 @@ class MlpStageModule : public StageModule {
 
   std::vector<int64_t> InputShape(int64_t stage, int64_t microbatch) const override;
   std::vector<int64_t> OutputShape(int64_t stage, int64_t microbatch) const override;
-  absl::StatusOr<F32Tensor> Input(int64_t microbatch) override;
-  absl::StatusOr<F32Tensor> Loss(int64_t microbatch, const F32Tensor& output) override;
-  absl::StatusOr<F32Tensor> Forward(int64_t stage, int64_t microbatch,
-                                    const F32Tensor& input) override;
-  absl::StatusOr<F32Tensor> Backward(int64_t stage, int64_t microbatch,
-                                     const F32Tensor& output_grad) override;
+  absl::StatusOr<Tensor> Input(int64_t microbatch) override;
+  absl::StatusOr<Tensor> Loss(int64_t microbatch, const Tensor& output) override;
+  absl::StatusOr<Tensor> Forward(int64_t stage, int64_t microbatch,
+                                    const Tensor& input) override;
+  absl::StatusOr<Tensor> Backward(int64_t stage, int64_t microbatch,
+                                     const Tensor& output_grad) override;
   bool SupportsSplitBackward() const override { return split_backward_; }
-  absl::StatusOr<F32Tensor> BackwardInput(int64_t stage, int64_t microbatch,
-                                          const F32Tensor& output_grad) override;
+  absl::StatusOr<Tensor> BackwardInput(int64_t stage, int64_t microbatch,
+                                          const Tensor& output_grad) override;
   absl::Status BackwardWeight(int64_t stage, int64_t microbatch) override;
 
   // layers returns the model layers this rank holds, ascending.
@@ -156,8 +156,8 @@ class MlpStageModule : public StageModule {
         split_backward_(split_backward) {}
 
   absl::Status CheckStage(int64_t stage, int64_t microbatch) const;
-  absl::StatusOr<F32Tensor> InputGradient(int64_t stage, int64_t microbatch,
-                                          const F32Tensor& output_grad);
+  absl::StatusOr<Tensor> InputGradient(int64_t stage, int64_t microbatch,
+                                          const Tensor& output_grad);
   absl::Status WeightGradient(int64_t stage, int64_t microbatch);
 
   const MlpConfig config_;

@@ -81,9 +81,9 @@ TEST(TinyMlpTest, OneStageModuleEqualsTheReference) {
     EXPECT_THAT(module->InputShape(0, 0), ElementsAre(2, 3));
     EXPECT_THAT(module->OutputShape(0, 0), ElementsAre(2, 2));
     for (int64_t mb = 0; mb < config.num_microbatches; ++mb) {
-      LOOM_ASSERT_OK_AND_ASSIGN(F32Tensor x, module->Input(mb));
-      LOOM_ASSERT_OK_AND_ASSIGN(F32Tensor y, module->Forward(0, mb, x));
-      LOOM_ASSERT_OK_AND_ASSIGN(F32Tensor dy, module->Loss(mb, y));
+      LOOM_ASSERT_OK_AND_ASSIGN(Tensor x, module->Input(mb));
+      LOOM_ASSERT_OK_AND_ASSIGN(Tensor y, module->Forward(0, mb, x));
+      LOOM_ASSERT_OK_AND_ASSIGN(Tensor dy, module->Loss(mb, y));
       if (split) {
         LOOM_ASSERT_OK(module->BackwardInput(0, mb, dy).status());
         LOOM_ASSERT_OK(module->BackwardWeight(0, mb));
@@ -107,9 +107,9 @@ TEST(TinyMlpTest, EmptyStagePassesItsInputThrough) {
   LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<MlpStageModule> module,
                             MlpStageModule::Create(config, layout, 0, params, data));
   EXPECT_TRUE(module->layers().empty());
-  LOOM_ASSERT_OK_AND_ASSIGN(F32Tensor x, module->Input(1));
-  LOOM_ASSERT_OK_AND_ASSIGN(F32Tensor y, module->Forward(0, 1, x));
-  EXPECT_EQ(y, x);
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor x, module->Input(1));
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor y, module->Forward(0, 1, x));
+  EXPECT_TRUE(y.Equals(x));
 }
 
 TEST(TinyMlpTest, Errors) {
@@ -125,13 +125,17 @@ TEST(TinyMlpTest, Errors) {
       std::unique_ptr<MlpStageModule> module,
       MlpStageModule::Create(config, layout, 1, params, data, /*split_backward=*/false));
   EXPECT_FALSE(module->SupportsSplitBackward());
-  EXPECT_THAT(module->Forward(0, 0, F32Tensor::Zeros({2, 3})),
+  EXPECT_THAT(module->Forward(0, 0, *Tensor::Create({2, 3})),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has no stage 0")));
-  EXPECT_THAT(module->Forward(1, 0, F32Tensor::Zeros({2, 4})),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes [2,5], got [2,4]")));
-  EXPECT_THAT(module->BackwardInput(1, 0, F32Tensor::Zeros({2, 2})),
+  EXPECT_THAT(module->Forward(1, 0, *Tensor::Create({2, 4})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("takes f32 [2,5], got f32 [2,4]")));
+  EXPECT_THAT(module->Forward(1, 0, *Tensor::Create({2, 5}, DType::kI64)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("takes f32 [2,5], got i64 [2,5]")));
+  EXPECT_THAT(module->BackwardInput(1, 0, *Tensor::Create({2, 2})),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("no BackwardInput")));
-  EXPECT_THAT(module->Backward(1, 0, F32Tensor::Zeros({2, 2})),
+  EXPECT_THAT(module->Backward(1, 0, *Tensor::Create({2, 2})),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no forward state")));
 }
 

@@ -33,7 +33,7 @@
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/row_parallel_linear.h"
 #include "tensor_parallel/placement.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace {

@@ -17,7 +17,7 @@
 #include "collectives/communicator.h"
 #include "core/reduce_op.h"
 #include "tensor_parallel/placement.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace tensor_parallel_internal {

@@ -40,7 +40,7 @@
 #include "tensor_parallel/layers/internal/layer_math.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
 #include "tensor_parallel/placement.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 

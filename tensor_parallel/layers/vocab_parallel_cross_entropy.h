@@ -31,7 +31,7 @@
 #include "collectives/communicator.h"
 #include "tensor_parallel/layers/comm_tally.h"
 #include "tensor_parallel/placement.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 

@@ -1,5 +1,4 @@
-// The job's device pieces without CUDA (the default build): none.
-#include "tools/training/device_adamw.h"
+// The job's device piece without CUDA (the default build): none.
 #include "tools/training/device_gemm.h"
 
 #include "absl/status/status.h"
@@ -16,11 +15,5 @@ absl::StatusOr<std::unique_ptr<GemmEngine>> MakeDeviceGemmEngine(int device) {
 }
 
 int64_t DeviceGemmProducts(const GemmEngine&) { return 0; }
-
-absl::StatusOr<std::unique_ptr<DeviceAdamW>> MakeDeviceAdamW(int device, int64_t) {
-  return absl::UnimplementedError(
-      absl::StrCat("no AdamW on CUDA device ", device,
-                   ": this binary was built without CUDA (build with --config=cuda)"));
-}
 
 }  // namespace loom

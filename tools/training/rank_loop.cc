@@ -30,7 +30,7 @@
 #include "tools/training/rank_optimizer.h"
 #include "tools/training/step_statistics.h"
 #include "tools/training/wire.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "core/status_macros.h"
 #include "models/gpt/gpt_model.h"
-#include "tools/training/device_adamw.h"
+#include "offload/device_adamw.h"
 
 namespace loom {
 

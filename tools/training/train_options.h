@@ -23,7 +23,7 @@ namespace loom {
 
 // Where AdamW runs: kNone inline on the rank's thread, kCpu on `adamw_threads` CPU
 // threads, kNvme with its state on disk between steps, kGpu on CUDA device 0 with the
-// moments there (zero 0, f32; tools/training/device_adamw.h).
+// moments there (zero 0, f32; offload/device_adamw.h).
 enum class OffloadKind { kNone, kCpu, kNvme, kGpu };
 
 // "none", "cpu", "nvme" or "gpu".

@@ -8,7 +8,7 @@
 #include "core/status_matchers.h"
 #include "gtest/gtest.h"
 #include "models/gpt/gpt_init.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace train_testing {

@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "pipeline/executor/f32_tensor.h"
+#include "core/shape.h"
 
 namespace loom {
 namespace pipeline_executor_internal {

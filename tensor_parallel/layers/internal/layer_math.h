@@ -13,7 +13,7 @@
 #include "core/half.h"
 #include "tensor_parallel/layers/gemm.h"
 #include "tensor_parallel/layers/weight_grad_work.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace tp_layers_internal {

@@ -20,7 +20,7 @@
 #include "collectives/communicator.h"
 #include "tensor_parallel/layers/ring_attention.h"
 #include "tensor_parallel/placement.h"
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 namespace loom {
 namespace tp_layers_testing {

@@ -1,16 +1,16 @@
-// DeviceAdamW: the AdamW step of `train --offload=gpu` (zero 0, f32): the moments live
-// on a CUDA device, and each step uploads the rank's parameters and averaged gradient
+// DeviceAdamW: an AdamW step on a CUDA device for a rank whose weights stay on the
+// host (`train --offload=gpu`, zero 0, f32: zero3/data_parallel.h's
+// make_replicated_step): the moments live on the device, and each step uploads the rank's parameters and averaged gradient
 // (8 B per parameter), runs offload/gpu's GpuAdamWStep over all of them in one kernel
 // and downloads the new parameters (4 B). GpuAdamWStep gives the CPU step's bits
 // element by element, so the run is bitwise the run with --offload=cpu or none.
-// Built both ways, as device_gemm.h: without --config=cuda, MakeDeviceAdamW is
-// Unimplemented.
+// Built both ways: without --config=cuda, MakeDeviceAdamW is Unimplemented.
 //
 // Example:
 //   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceAdamW> adam, MakeDeviceAdamW(0, total));
 //   LOOM_RETURN_IF_ERROR(adam->Step(hyper, param_spans, flat_grad));  // params updated
-#ifndef LOOM_TOOLS_TRAINING_DEVICE_ADAMW_H_
-#define LOOM_TOOLS_TRAINING_DEVICE_ADAMW_H_
+#ifndef LOOM_OFFLOAD_DEVICE_ADAMW_H_
+#define LOOM_OFFLOAD_DEVICE_ADAMW_H_
 
 #include <cstdint>
 #include <memory>
@@ -40,4 +40,4 @@ absl::StatusOr<std::unique_ptr<DeviceAdamW>> MakeDeviceAdamW(int device, int64_t
 
 }  // namespace loom
 
-#endif  // LOOM_TOOLS_TRAINING_DEVICE_ADAMW_H_
+#endif  // LOOM_OFFLOAD_DEVICE_ADAMW_H_

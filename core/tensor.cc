@@ -1,4 +1,4 @@
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 #include <cstring>
 #include <utility>
@@ -46,7 +46,8 @@ absl::StatusOr<Tensor> Tensor::Create(std::vector<int64_t> shape, DType dtype) {
 absl::StatusOr<Tensor> Tensor::Allocate(std::vector<int64_t> shape, DType dtype, bool zero) {
   if (!SupportsDType(dtype)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Tensor: dtype ", DTypeName(dtype), " is not supported (f32 or bf16)"));
+        absl::StrCat("Tensor: dtype ", DTypeName(dtype),
+                     " is not supported (f32, bf16, i32 or i64)"));
   }
   if (shape.size() > kMaxRank) {
     return absl::InvalidArgumentError(absl::StrCat("Tensor: shape ", ShapeString(shape), " has ",
@@ -81,6 +82,24 @@ absl::StatusOr<Tensor> Tensor::FromValues(std::vector<int64_t> shape,
   LOOM_ASSIGN_OR_RETURN(Tensor t, Allocate(std::move(shape), DType::kF32, /*zero=*/false));
   if (!values.empty()) std::memcpy(t.bytes_.data(), values.data(), values.size() * sizeof(float));
   return t;
+}
+
+absl::StatusOr<Tensor> Tensor::FromInts(std::vector<int64_t> shape,
+                                        absl::Span<const int64_t> values) {
+  const int64_t n = NumElements(shape);
+  if (n != static_cast<int64_t>(values.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("Tensor::FromInts: shape ", ShapeString(shape),
+                                                   " has ", n, " elements, got ", values.size(),
+                                                   " values"));
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor t, Allocate(std::move(shape), DType::kI64, /*zero=*/false));
+  if (!values.empty()) std::memcpy(t.bytes_.data(), values.data(), values.size() * sizeof(int64_t));
+  return t;
+}
+
+bool Tensor::Equals(const Tensor& other) const {
+  return shape_ == other.shape_ && dtype_ == other.dtype_ &&
+         (size_bytes() == 0 || std::memcmp(bytes_.data(), other.bytes_.data(), size_bytes()) == 0);
 }
 
 Tensor Tensor::Clone() const {
@@ -155,6 +174,11 @@ absl::StatusOr<Tensor> Tensor::Reshape(std::vector<int64_t> shape) && {
 
 absl::StatusOr<Tensor> Tensor::ConvertTo(DType dtype) const {
   if (dtype == dtype_) return Clone();
+  if (!IsFloating(dtype_) || !IsFloating(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("ConvertTo: ", DTypeName(dtype_), " to ",
+                                                   DTypeName(dtype),
+                                                   " (only f32 and bf16 convert)"));
+  }
   LOOM_ASSIGN_OR_RETURN(Tensor out, Create(shape_, dtype));
   if (dtype_ == DType::kF32) {
     LOOM_RETURN_IF_ERROR(ConvertF32ToBF16(*As<float>(), *out.As<BFloat16>()));
@@ -166,10 +190,25 @@ absl::StatusOr<Tensor> Tensor::ConvertTo(DType dtype) const {
 
 std::vector<float> Tensor::ToF32() const {
   std::vector<float> values(static_cast<size_t>(numel()));
-  if (dtype_ == DType::kF32) {
-    if (!values.empty()) std::memcpy(values.data(), bytes_.data(), size_bytes());
-  } else {
-    ConvertBF16ToF32(*As<BFloat16>(), absl::MakeSpan(values)).IgnoreError();  // Sizes match.
+  switch (dtype_) {
+    case DType::kF32:
+      if (!values.empty()) std::memcpy(values.data(), bytes_.data(), size_bytes());
+      break;
+    case DType::kBF16:
+      ConvertBF16ToF32(*As<BFloat16>(), absl::MakeSpan(values)).IgnoreError();  // Sizes match.
+      break;
+    case DType::kI32: {
+      const absl::Span<const int32_t> ints = *As<int32_t>();
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(ints[i]);
+      break;
+    }
+    case DType::kI64: {
+      const absl::Span<const int64_t> ints = *As<int64_t>();
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(ints[i]);
+      break;
+    }
+    default:
+      break;
   }
   return values;
 }

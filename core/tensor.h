@@ -1,8 +1,10 @@
-// Tensor: a dense, row-major host tensor that owns its elements: a shape and a dtype
-// (f32 for compute; bf16 as a storage option, widened to f32 for math). It is what
-// a DistributedTensor holds as its local shard and what the parallel layers take and
-// return. Copies are explicit (Clone), so a large activation is never duplicated by
-// accident.
+// Tensor: Loom's one tensor type, a dense, row-major host tensor that owns its
+// elements (64-byte aligned): a shape and a dtype (f32 for compute; bf16 as a
+// storage option, widened to f32 for math; i32 and i64 for token ids and other
+// integers). It is what a DistributedTensor holds as its local shard, what the
+// parallel layers and the models take and return, and what a pipeline executor
+// hands between stages. Copies are explicit (Clone), so a large activation is
+// never duplicated by accident.
 //
 // Example:
 //   LOOM_ASSIGN_OR_RETURN(Tensor x, Tensor::FromValues({2, 3}, {0, 1, 2, 3, 4, 5}));
@@ -13,9 +15,10 @@
 //   // col: shape {2, 2}, values {1, 2, 4, 5}
 //   LOOM_ASSIGN_OR_RETURN(Tensor back, Tensor::Concat({x0, x1}, /*dim=*/1));
 //   LOOM_ASSIGN_OR_RETURN(Tensor half, x.ConvertTo(DType::kBF16));   // round to nearest even
+//   LOOM_ASSIGN_OR_RETURN(Tensor ids, Tensor::FromInts({2, 3}, {5, 1, 9, 9, 0, 4}));  // i64
 //   x.Slice(2, 0, 1);   // InvalidArgument: "Slice: dim 2 is out of range for shape [2,3]"
-#ifndef LOOM_TENSOR_PARALLEL_TENSOR_H_
-#define LOOM_TENSOR_PARALLEL_TENSOR_H_
+#ifndef LOOM_CORE_TENSOR_H_
+#define LOOM_CORE_TENSOR_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +40,13 @@ namespace loom {
 
 class Tensor {
  public:
-  // The dtypes a Tensor may hold: kF32 (compute) and kBF16 (storage).
-  static bool SupportsDType(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16; }
+  // The dtypes a Tensor may hold: kF32 (compute), kBF16 (storage), kI32 and kI64
+  // (integers: token ids, targets).
+  static bool SupportsDType(DType dtype) {
+    return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kI32 ||
+           dtype == DType::kI64;
+  }
+  static bool IsFloating(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16; }
 
   // Create returns a zero-filled tensor. InvalidArgument for a negative dimension,
   // more than 8 dimensions or an unsupported dtype; ResourceExhausted when the
@@ -56,6 +64,11 @@ class Tensor {
   static absl::StatusOr<Tensor> FromValues(std::vector<int64_t> shape,
                                            absl::Span<const float> values);
 
+  // FromInts returns an i64 tensor holding `values` (row-major), e.g. token ids.
+  // InvalidArgument when their count differs from the shape's.
+  static absl::StatusOr<Tensor> FromInts(std::vector<int64_t> shape,
+                                         absl::Span<const int64_t> values);
+
   // Concat joins `parts` along `dim`; every other dimension and the dtype must agree
   // (InvalidArgument naming the first part that differs). Empty parts are fine.
   static absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> parts, int dim);
@@ -68,6 +81,9 @@ class Tensor {
 
   // Clone returns a deep copy.
   Tensor Clone() const;
+  // Equals: the same shape, dtype and bytes (bitwise: -0 differs from 0, a NaN
+  // equals the same NaN).
+  bool Equals(const Tensor& other) const;
 
   const std::vector<int64_t>& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
@@ -101,10 +117,12 @@ class Tensor {
   absl::StatusOr<Tensor> Reshape(std::vector<int64_t> shape) &&;
 
   // ConvertTo returns a copy in `dtype` (f32 -> bf16 rounds to nearest even; bf16 ->
-  // f32 is exact). InvalidArgument for an unsupported dtype.
+  // f32 is exact; the same dtype clones). InvalidArgument between an integer and a
+  // floating dtype, or for an unsupported one.
   absl::StatusOr<Tensor> ConvertTo(DType dtype) const;
 
-  // ToF32 returns the values widened to f32 (a copy for bf16, a clone for f32).
+  // ToF32 returns the values as f32 (a copy for bf16, a clone for f32; integers
+  // converted, exact below 2^24).
   std::vector<float> ToF32() const;
 
  private:
@@ -122,4 +140,4 @@ class Tensor {
 
 }  // namespace loom
 
-#endif  // LOOM_TENSOR_PARALLEL_TENSOR_H_
+#endif  // LOOM_CORE_TENSOR_H_

@@ -1,6 +1,7 @@
-#include "tensor_parallel/tensor.h"
+#include "core/tensor.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -36,8 +37,10 @@ TEST(TensorTest, CreateIsZeroAndShaped) {
 TEST(TensorTest, BadShapesAndDTypesAreRefused) {
   EXPECT_THAT(Tensor::Create({2, -1}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[2,-1]")));
-  EXPECT_THAT(Tensor::Create({2}, DType::kI32),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("i32")));
+  EXPECT_THAT(Tensor::Create({2}, DType::kU8),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("u8")));
+  EXPECT_THAT(Tensor::FromInts({3}, {1, 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[3] has 3 elements, got 2")));
   EXPECT_THAT(Tensor::Create({1, 1, 1, 1, 1, 1, 1, 1, 1}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("9 dimensions")));
   EXPECT_THAT(Tensor::FromValues({2, 2}, Iota(3)),
@@ -113,6 +116,38 @@ TEST(TensorTest, CloneIsDeep) {
   (*y.As<float>())[0] = 7;
   EXPECT_THAT(x.ToF32(), ElementsAre(1, 2));
   EXPECT_THAT(y.ToF32(), ElementsAre(7, 2));
+}
+
+// Token ids: i64 tensors keep every id exactly (past float's 2^24), slice and
+// concat as the floating ones, and refuse a conversion to a floating dtype.
+TEST(TensorTest, IntegerTensorsHoldTokenIdsExactly) {
+  const std::vector<int64_t> ids = {0, 50256, (int64_t{1} << 24) + 1, -3, 7, 1};
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor t, Tensor::FromInts({2, 3}, ids));
+  EXPECT_EQ(t.dtype(), DType::kI64);
+  EXPECT_EQ(t.size_bytes(), 48u);
+  LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const int64_t> back, std::as_const(t).As<int64_t>());
+  EXPECT_THAT(back, ElementsAre(0, 50256, (int64_t{1} << 24) + 1, -3, 7, 1));
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor row, t.Slice(0, 1, 1));
+  EXPECT_THAT(*std::as_const(row).As<int64_t>(), ElementsAre(-3, 7, 1));
+  const Tensor parts[] = {row.Clone(), std::move(row)};
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor both, Tensor::Concat(parts, 0));
+  EXPECT_THAT(*std::as_const(both).As<int64_t>(), ElementsAre(-3, 7, 1, -3, 7, 1));
+  EXPECT_THAT(t.ConvertTo(DType::kF32),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("i64 to f32")));
+  EXPECT_FALSE(t.As<float>().ok());
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor i32, Tensor::Create({2}, DType::kI32));
+  EXPECT_THAT(i32.ToF32(), ElementsAre(0, 0));
+}
+
+TEST(TensorTest, EqualsIsBitwise) {
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor a, Tensor::FromValues({2}, {1.0f, 0.0f}));
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::FromValues({2}, {1.0f, -0.0f}));
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor c, Tensor::FromValues({1, 2}, {1.0f, 0.0f}));
+  EXPECT_TRUE(a.Equals(a.Clone()));
+  EXPECT_FALSE(a.Equals(b));  // -0 is another bit pattern
+  EXPECT_FALSE(a.Equals(c));  // another shape
+  LOOM_ASSERT_OK_AND_ASSIGN(Tensor d, a.ConvertTo(DType::kBF16));
+  EXPECT_FALSE(a.Equals(d));  // another dtype
 }
 
 }  // namespace
