@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,9 +9,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "pipeline/action.h"
 
 namespace loom {
@@ -20,49 +19,23 @@ namespace {
 
 constexpr int kPid = 1;
 
-std::string JsonQuote(absl::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          // Bytes from 0x80 up pass through: JSON text is UTF-8.
-          out += c;
-        }
-    }
-  }
-  out += "\"";
-  return out;
+using Json = nlohmann::ordered_json;
+
+// Dump: compact JSON; bytes that are not UTF-8 (a schedule name is the caller's
+// text) become U+FFFD instead of an exception.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-// JsonNumber writes `value` so that it reads back as the same double: whole
-// numbers without a fraction (timestamps usually are), others with the fewest
-// digits that round-trip.
-std::string JsonNumber(double value) {
-  if (value == 0) return "0";  // Also turns -0 into 0.
+// Number: a whole value (timestamps usually are) as an integer, so that it prints
+// without a fraction; others as the double, which the library prints with the
+// fewest digits that read back as the same value. -0 becomes 0.
+Json Number(double value) {
+  if (value == 0) return 0;
   if (std::fabs(value) < 9007199254740992.0 && value == std::trunc(value)) {
-    return absl::StrFormat("%.0f", value);
+    return static_cast<int64_t>(value);
   }
-  std::string text = absl::StrFormat("%.15g", value);
-  if (std::strtod(text.c_str(), nullptr) != value) text = absl::StrFormat("%.17g", value);
-  return text;
+  return value;
 }
 
 std::string Describe(const Schedule& schedule) {
@@ -109,20 +82,22 @@ absl::StatusOr<std::string> ToChromeTrace(const Schedule& schedule, const Simula
         "microseconds_per_unit=", scale, " must be a finite positive number"));
   }
 
+  // One event per line, so that a trace diffs line by line; each written by the
+  // JSON library (quoting, escaping, numbers).
   std::string out = "{\"traceEvents\": [\n";
   bool first = true;
-  const auto add = [&out, &first](const std::string& event) {
+  const auto add = [&out, &first](const Json& event) {
     if (!first) out += ",\n";
     first = false;
-    out += event;
+    out += Dump(event);
   };
-  add(absl::StrCat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", kPid,
-                   ", \"tid\": 0, \"args\": {\"name\": ", JsonQuote(Describe(schedule)), "}}"));
+  add(Json{{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", 0},
+           {"args", {{"name", Describe(schedule)}}}});
   for (int64_t rank = 0; rank < schedule.num_ranks(); ++rank) {
-    add(absl::StrCat("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": ", kPid,
-                     ", \"tid\": ", rank, ", \"args\": {\"name\": \"rank ", rank, "\"}}"));
-    add(absl::StrCat("{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": ", kPid,
-                     ", \"tid\": ", rank, ", \"args\": {\"sort_index\": ", rank, "}}"));
+    add(Json{{"name", "thread_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", rank},
+             {"args", {{"name", absl::StrCat("rank ", rank)}}}});
+    add(Json{{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", kPid}, {"tid", rank},
+             {"args", {{"sort_index", rank}}}});
   }
 
   absl::flat_hash_map<Action, Placed> computes;
@@ -131,12 +106,14 @@ absl::StatusOr<std::string> ToChromeTrace(const Schedule& schedule, const Simula
       const Action& a = timed.action;
       if (!IsCompute(a.kind)) continue;
       computes[a] = {rank, &timed};
-      add(absl::StrCat("{\"name\": \"", ActionKindName(a.kind), " s", a.stage, " mb", a.microbatch,
-                       "\", \"cat\": \"", ActionKindName(a.kind), "\", \"ph\": \"X\", \"pid\": ",
-                       kPid, ", \"tid\": ", rank, ", \"ts\": ", JsonNumber(timed.start * scale),
-                       ", \"dur\": ", JsonNumber((timed.end - timed.start) * scale),
-                       ", \"args\": {\"stage\": ", a.stage, ", \"microbatch\": ", a.microbatch,
-                       "}}"));
+      add(Json{{"name", absl::StrCat(ActionKindName(a.kind), " s", a.stage, " mb", a.microbatch)},
+               {"cat", ActionKindName(a.kind)},
+               {"ph", "X"},
+               {"pid", kPid},
+               {"tid", rank},
+               {"ts", Number(timed.start * scale)},
+               {"dur", Number((timed.end - timed.start) * scale)},
+               {"args", {{"stage", a.stage}, {"microbatch", a.microbatch}}}});
     }
   }
 
@@ -163,23 +140,29 @@ absl::StatusOr<std::string> ToChromeTrace(const Schedule& schedule, const Simula
         const std::string name =
             absl::StrCat(a.kind == ActionKind::kForward ? "activation" : "gradient", " s", a.stage,
                          " -> s", wanted->stage, " mb", a.microbatch);
-        const std::string common =
-            absl::StrCat("{\"name\": \"", name, "\", \"cat\": \"message\", \"id\": ", id,
-                         ", \"pid\": ", kPid);
-        add(absl::StrCat(common, ", \"ph\": \"s\", \"tid\": ", rank, ", \"ts\": ",
-                         JsonNumber((timed.start + timed.end) / 2 * scale), "}"));
-        add(absl::StrCat(common, ", \"ph\": \"f\", \"bp\": \"e\", \"tid\": ", consumer->second.rank,
-                         ", \"ts\": ", JsonNumber((to.start + to.end) / 2 * scale), "}"));
+        Json start{{"name", name}, {"cat", "message"}, {"id", id}, {"pid", kPid}};
+        Json finish = start;
+        start["ph"] = "s";
+        start["tid"] = rank;
+        start["ts"] = Number((timed.start + timed.end) / 2 * scale);
+        finish["ph"] = "f";
+        finish["bp"] = "e";
+        finish["tid"] = consumer->second.rank;
+        finish["ts"] = Number((to.start + to.end) / 2 * scale);
+        add(start);
+        add(finish);
       }
     }
   }
 
-  absl::StrAppend(&out, "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"schedule\": ",
-                  JsonQuote(schedule.name), ", \"layout\": ", JsonQuote(schedule.layout.ToString()),
-                  ", \"microbatches\": ", schedule.num_microbatches,
-                  ", \"microseconds_per_unit\": ", JsonNumber(scale),
-                  ", \"makespan\": ", JsonNumber(result.makespan),
-                  ", \"bubble_ratio\": ", JsonNumber(result.bubble_ratio), "}\n}\n");
+  const Json other{{"schedule", schedule.name},
+                   {"layout", schedule.layout.ToString()},
+                   {"microbatches", schedule.num_microbatches},
+                   {"microseconds_per_unit", Number(scale)},
+                   {"makespan", Number(result.makespan)},
+                   {"bubble_ratio", Number(result.bubble_ratio)}};
+  absl::StrAppend(&out, "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": ", Dump(other),
+                  "\n}\n");
   return out;
 }
 

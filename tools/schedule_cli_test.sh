@@ -54,10 +54,10 @@ grep -q '^verified: torch ' <<<"$out" || fail "pytorch csv verify: $out"
 "$SCHEDULE" --schedule=1f1b --ranks=4 --microbatches=8 --format=chrome >"$TMP/trace.json" 2>"$TMP/trace.err"
 [[ "$(head -1 "$TMP/trace.json")" == '{"traceEvents": [' ]] || fail "chrome head: $(head -3 "$TMP/trace.json")"
 [[ "$(tail -1 "$TMP/trace.json")" == '}' ]] || fail "chrome tail: $(tail -3 "$TMP/trace.json")"
-[[ "$(grep -c '"ph": "X"' "$TMP/trace.json")" == 64 ]] || fail "chrome events: $(grep -c '"ph": "X"' "$TMP/trace.json")"
-grep -qF '{"name": "F s0 mb0", "cat": "F", "ph": "X", "pid": 1, "tid": 0, "ts": 0, "dur": 1000, "args": {"stage": 0, "microbatch": 0}}' \
+[[ "$(grep -c '"ph":"X"' "$TMP/trace.json")" == 64 ]] || fail "chrome events: $(grep -c '"ph":"X"' "$TMP/trace.json")"
+grep -qF '{"name":"F s0 mb0","cat":"F","ph":"X","pid":1,"tid":0,"ts":0,"dur":1000,"args":{"stage":0,"microbatch":0}}' \
   "$TMP/trace.json" || fail "chrome first event"
-grep -qF '"args": {"name": "rank 3"}' "$TMP/trace.json" || fail "chrome thread names"
+grep -qF '"args":{"name":"rank 3"}' "$TMP/trace.json" || fail "chrome thread names"
 grep -qF 'bubble ratio 0.2727' "$TMP/trace.err" || fail "chrome summary: $(cat "$TMP/trace.err")"
 if command -v python3 >/dev/null 2>&1; then
   python3 -c 'import json, sys; json.load(sys.stdin)' <"$TMP/trace.json" || fail "chrome output is not JSON"

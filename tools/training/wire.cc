@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "core/buffer_view.h"
 #include "core/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace loom {
 
@@ -81,22 +81,27 @@ std::string TraceEvents(const std::vector<std::vector<TraceEvent>>& ranks) {
   for (const auto& events : ranks) {
     for (const TraceEvent& e : events) origin = std::min(origin, e.start_ns);
   }
-  std::string out = "{\"traceEvents\":[";
+  // Written by the JSON library (names quoted and escaped), one document.
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
   for (size_t r = 0; r < ranks.size(); ++r) {
-    absl::StrAppend(&out, r == 0 ? "" : ",",
-                    absl::StrFormat("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-                                    "\"args\":{\"name\":\"rank %d\"}}",
-                                    r, r));
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", r},
+                      {"args", {{"name", absl::StrCat("rank ", r)}}}});
     for (const TraceEvent& e : ranks[r]) {
-      absl::StrAppend(
-          &out, ",",
-          absl::StrFormat("{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,"
-                          "\"dur\":%.3f}",
-                          e.name, r, static_cast<double>(e.start_ns - origin) / 1e3,
-                          static_cast<double>(e.end_ns - e.start_ns) / 1e3));
+      // Microseconds, rounded to the nanosecond the clocks give.
+      events.push_back({{"name", e.name},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", r},
+                        {"ts", static_cast<double>(e.start_ns - origin) / 1e3},
+                        {"dur", static_cast<double>(e.end_ns - e.start_ns) / 1e3}});
     }
   }
-  absl::StrAppend(&out, "]}\n");
+  const nlohmann::ordered_json trace = {{"traceEvents", std::move(events)}};
+  std::string out =
+      trace.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   return out;
 }
 

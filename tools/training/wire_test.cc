@@ -7,6 +7,7 @@
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace loom {
 namespace {
@@ -70,12 +71,25 @@ TEST(WireTest, ParametersRoundTrip) {
 }
 
 TEST(WireTest, TraceIsChromeJsonWithOneThreadPerRank) {
-  std::vector<std::vector<TraceEvent>> ranks = {{{"F0", 1000, 3000}}, {{"B0", 2000, 5000}}};
-  const std::string json = TraceEvents(ranks);
-  EXPECT_THAT(json, HasSubstr("\"name\":\"rank 1\""));
-  EXPECT_THAT(json, HasSubstr("{\"name\":\"F0\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":0.000,"
-                              "\"dur\":2.000}"));
-  EXPECT_THAT(json, HasSubstr("\"tid\":1,\"ts\":1.000,\"dur\":3.000"));
+  // A name with a quote and a backslash: written escaped, read back whole.
+  std::vector<std::vector<TraceEvent>> ranks = {{{"F0 \"x\\", 1000, 3000}}, {{"B0", 2000, 5500}}};
+  const std::string text = TraceEvents(ranks);
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(json.is_discarded()) << text;
+  const nlohmann::json& events = json["traceEvents"];
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0]["name"], "thread_name");
+  EXPECT_EQ(events[0]["args"]["name"], "rank 0");
+  EXPECT_EQ(events[2]["args"]["name"], "rank 1");
+  // Times in microseconds from the earliest start.
+  EXPECT_EQ(events[1]["name"], "F0 \"x\\");
+  EXPECT_EQ(events[1]["ph"], "X");
+  EXPECT_EQ(events[1]["tid"], 0);
+  EXPECT_EQ(events[1]["ts"], 0.0);
+  EXPECT_EQ(events[1]["dur"], 2.0);
+  EXPECT_EQ(events[3]["tid"], 1);
+  EXPECT_EQ(events[3]["ts"], 1.0);
+  EXPECT_EQ(events[3]["dur"], 3.5);
 }
 
 }  // namespace
