@@ -58,20 +58,19 @@ class EngineState {
   std::array<std::vector<float>, kFields> sharded_, persistent_;
 };
 
-// ZeRO stages 1, 2 and 3 through zero3/Zero3Engine, one engine per stage model,
-// which borrows its weights from it (BorrowingModel::UseParameterSource), each unit (a
-// block, the embeddings, the head) one bucket. Block reshard: each unit is
-// gathered before use and released after (FSDP's reshard after forward). Step
-// reshard: the engine's window is the whole stage (prefetch depth = units - 1),
+// ZeRO stages 1, 2 and 3 through zero3/Zero3Engine, one engine per model, which
+// borrows its weights from it (BorrowingModel::UseParameterSource), each of the
+// model's units (for a GPT: a block, the embeddings, the head) one bucket. Block
+// reshard: each unit is gathered before use and released after (FSDP's reshard
+// after forward). Step reshard: the engine's window is the whole model (prefetch depth = units - 1),
 // and a pass hands its window over to the next, so every unit is gathered at the
 // step's first forward and stays until Step (FSDP's reshard_after_forward=False);
 // the gradients stay in the model until one kGradients pass at the end.
 class ShardedOptimizer : public DataParallelOptimizer {
  public:
-  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const DataParallelOptions& options,
-                                                                  BorrowingModel& model,
-                                                                  Communicator* dp,
-                                                                  const std::string& disk_prefix) {
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(
+      const DataParallelOptions& options, BorrowingModel& model, Communicator* dp,
+      const std::string& disk_prefix) {
     // The units are the model's own (BorrowingModel::Units): a unit is one bucket,
     // gathered, released and kept whole or sharded as one.
     std::vector<ParamSpec> specs;
@@ -93,7 +92,7 @@ class ShardedOptimizer : public DataParallelOptimizer {
     partition_options.dp_size = dp->size();
     // Units are one bucket each whatever their size; this packs unit-less parameters.
     partition_options.bucket_numel = 1 << 15;
-    // --persist_below=BYTES: a unit of fewer f32 bytes stays whole on every rank.
+    // persist_below_bytes: a unit of fewer f32 bytes stays whole on every rank.
     partition_options.persistence_threshold =
         options.persist_below_bytes > 0 ? (options.persist_below_bytes - 1) / 4 : 0;
     LOOM_ASSIGN_OR_RETURN(Partition partition, Partition::Create(specs, partition_options));
@@ -266,14 +265,15 @@ class ShardedOptimizer : public DataParallelOptimizer {
   const bool grads_in_model_;  // GradientHome::kModel: one kGradients pass per step
 };
 
-// StagedOptimizer: one optimizer per pipeline stage a rank holds (block reshard:
-// an engine per stage model, so that a stage's pass gathers that stage's units
-// only), seen as one over the rank's parameters, stage after stage. The engines
-// share the dp communicator: each pass ends with its collectives done, so they
-// take turns.
+// StagedOptimizer: one optimizer per model a rank holds (a pipeline rank's stages:
+// an engine per model, so that a stage's pass gathers that stage's units only),
+// seen as one over the rank's parameters, model after model. The engines share
+// the dp communicator: each pass ends with its collectives done, so they take
+// turns.
 class StagedOptimizer : public DataParallelOptimizer {
  public:
-  StagedOptimizer(std::vector<std::unique_ptr<DataParallelOptimizer>> parts, std::vector<int> offsets)
+  StagedOptimizer(std::vector<std::unique_ptr<DataParallelOptimizer>> parts,
+                  std::vector<int> offsets)
       : parts_(std::move(parts)), offsets_(std::move(offsets)) {}
 
   absl::Status ReduceGradients() override {
@@ -360,14 +360,14 @@ class StagedOptimizer : public DataParallelOptimizer {
   std::vector<int> offsets_;  // parts_.size() + 1: where each part's parameters start
 };
 
-// Plain data parallelism (zero 0): the stage model borrows its weights from a
+// Plain data parallelism (stage 0): the model borrows its weights from a
 // zero3/ReplicatedStore, which keeps the whole model on every rank, sums the
 // backward passes' gradients in its all-reduce bucket, averages them over dp and
 // runs AdamW where the weights live (offload_optimizer: on adamw_threads;
 // make_replicated_step: the caller's step, e.g. a device AdamW).
 class ReplicatedOptimizer : public DataParallelOptimizer {
  public:
-  // `reducer`: the rank's all-reduce thread over `dp`, shared by its stage models
+  // `reducer`: the rank's all-reduce thread over `dp`, shared by its models
   // (null: one all-reduce after the backward).
   static absl::StatusOr<std::unique_ptr<ReplicatedOptimizer>> Create(
       const DataParallelOptions& options, BorrowingModel& model, Communicator* dp,
