@@ -603,12 +603,14 @@ absl::Status GptModel::Give(gpt_internal::GradAccumulator& accumulator, int para
 }
 
 absl::StatusOr<UnitLease> GptModel::LeaseUnit(size_t index) {
-  const std::vector<ParameterUnit> units = Units();
-  if (index >= units.size()) {
+  // The units never change after Create: listed once, not at every lease (a
+  // lease is taken per unit per pass).
+  if (lease_units_.empty()) lease_units_ = Units();
+  if (index >= lease_units_.size()) {
     return absl::InternalError(
-        absl::StrCat(kName, ": unit ", index, " of a model with ", units.size()));
+        absl::StrCat(kName, ": unit ", index, " of a model with ", lease_units_.size()));
   }
-  return source_->LeaseUnit(units[index]);
+  return source_->LeaseUnit(lease_units_[index]);
 }
 
 absl::Status GptModel::LendEmbedding() {

@@ -335,6 +335,7 @@ class GptModel : public BorrowingModel {
   bool embedding_lent_ = false, head_lent_ = false;
   std::vector<size_t> lent_blocks_;
   std::vector<UnitLease> leases_;  // the units lent now
+  std::vector<ParameterUnit> lease_units_;  // Units(), listed at the first lease
   size_t peak_bytes_ = 0;
 };
 
