@@ -8,10 +8,27 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/mutex.h"
+#include "core/thread_priority.h"
 
 namespace loom {
 
-CommWorker::CommWorker() : thread_([this] { Loop(); }) {}
+CommWorker::CommWorker(const CommWorkerOptions& options) {
+  // The raise is the thread's own (nice is per thread); the constructor waits for
+  // it so that priority() is settled when it returns.
+  bool raised = false;
+  thread_ = std::thread([this, &raised, boost = options.priority_boost] {
+    absl::Status priority = RaiseThisThreadPriority(boost);
+    {
+      MutexLock lock(&mu_);
+      priority_ = std::move(priority);
+      raised = true;
+    }
+    done_.SignalAll();
+    Loop();
+  });
+  MutexLock lock(&mu_);
+  while (!raised) done_.Wait(&mu_);
+}
 
 CommWorker::~CommWorker() {
   {

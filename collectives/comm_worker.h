@@ -3,6 +3,11 @@
 // its collective calls in one agreed order (the order of submission). Each job's
 // completion is waited on with a deadline.
 //
+// The thread runs at a higher priority than its creator (CommWorkerOptions,
+// core/thread_priority.h): its jobs are latency-bound hand-shakes with peers that
+// need little CPU, and on a host with more busy threads than cores a wake-up at
+// the compute threads' priority waits out a time slice at every hand-shake.
+//
 // Example:
 //   CommWorker worker;
 //   CommWorker::Ticket t = worker.Submit([&] { return comm->AllGather(in, out); });
@@ -23,11 +28,18 @@
 
 namespace loom {
 
+struct CommWorkerOptions {
+  // Nice steps the thread is raised above its creator (0: the creator's priority).
+  // Where the process may not raise priorities (no CAP_SYS_NICE, RLIMIT_NICE too
+  // low) the thread keeps its creator's: priority() says so.
+  int priority_boost = 10;
+};
+
 class CommWorker {
  public:
   using Ticket = int64_t;  // jobs are numbered 1, 2, ... in submission order
 
-  CommWorker();
+  explicit CommWorker(const CommWorkerOptions& options = {});
   // The destructor runs what was submitted, then joins the thread.
   ~CommWorker();
   CommWorker(const CommWorker&) = delete;
@@ -44,10 +56,18 @@ class CommWorker {
   // WaitAll waits for everything submitted so far.
   absl::Status WaitAll(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // priority: OK once the thread runs raised by options.priority_boost (or the
+  // boost is 0); else why it was refused (core/thread_priority.h's error). The
+  // thread is raised before the constructor returns.
+  absl::Status priority() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return priority_;
+  }
+
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar work_;  // a job was queued, or stopping
   CondVar done_;  // a job finished
   std::deque<std::function<absl::Status()>> queue_ ABSL_GUARDED_BY(mu_);
@@ -56,6 +76,7 @@ class CommWorker {
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);  // sticky: later waits report it too
   Ticket first_error_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status priority_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

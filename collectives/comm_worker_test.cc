@@ -1,12 +1,15 @@
 #include "collectives/comm_worker.h"
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/status_macros.h"
 #include "core/status_matchers.h"
+#include "core/thread_priority.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -60,6 +63,36 @@ TEST(CommWorkerTest, AWaitPastItsDeadlineSaysSo) {
                        HasSubstr("collective job 1 has not finished by its deadline (0 of 1")));
   release.store(true);
   LOOM_EXPECT_OK(worker.Wait(stuck, absl::Now() + absl::Seconds(30)));
+}
+
+// The jobs run at the raised priority where the process may raise it, and at the
+// creator's where it may not, with the refusal said; a boost of 0 changes nothing.
+TEST(CommWorkerTest, JobsRunRaisedAboveTheCreatorOrTheRefusalIsSaid) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const int creator, ThisThreadNice());
+  const auto nice_of_jobs = [](CommWorker& worker) {
+    int seen = 99;
+    const CommWorker::Ticket t = worker.Submit([&seen] {
+      LOOM_ASSIGN_OR_RETURN(seen, ThisThreadNice());
+      return absl::OkStatus();
+    });
+    LOOM_EXPECT_OK(worker.Wait(t, absl::Now() + absl::Seconds(30)));
+    return seen;
+  };
+  CommWorker raised;
+  if (raised.priority().ok()) {
+    EXPECT_EQ(nice_of_jobs(raised), std::max(-20, creator - 10));
+  } else {
+    EXPECT_THAT(raised.priority(),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("setpriority")));
+    EXPECT_EQ(nice_of_jobs(raised), creator);
+  }
+  CommWorkerOptions plain_options;
+  plain_options.priority_boost = 0;
+  CommWorker plain(plain_options);
+  LOOM_EXPECT_OK(plain.priority());
+  EXPECT_EQ(nice_of_jobs(plain), creator);
+  LOOM_ASSERT_OK_AND_ASSIGN(const int creator_after, ThisThreadNice());
+  EXPECT_EQ(creator_after, creator);
 }
 
 }  // namespace

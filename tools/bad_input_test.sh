@@ -166,6 +166,7 @@ expect train 2 "--offload_grads nvme needs --zero 2 or 3 (zero 1 keeps the whole
 expect train 2 "--param_budget -5 is negative" "${T[@]}" --param_budget=-5
 expect train 2 "--prefetch_depth 65 is not in [0, 64]" "${T[@]}" --prefetch_depth=65
 expect train 2 "--persist_below: 'lots' is not a byte size" "${T[@]}" --persist_below=lots
+expect train 2 "--grad_bucket: '-1M' is not a byte size" "${T[@]}" --grad_bucket=-1M
 expect train 2 "--threads_per_rank -1 is not in [0, 1024]" "${T[@]}" --threads_per_rank=-1
 expect train 2 "--threads_per_rank 1024 with 8 ranks on this host needs 8192 CPUs" "${T[@]}" --threads_per_rank=1024
 expect train 2 "--offload_config: offload: unknown key 'bogus'" "${T[@]}" --offload_config=bogus=1

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/half.h"
 #include "core/shape.h"
 #include "core/status_macros.h"
@@ -148,14 +150,19 @@ class ShardedOptimizer : public DataParallelOptimizer {
   }
 
   absl::Status ReduceGradients() override {
+    // Once a step: a second call would hand the model's gradients over again.
+    if (reduced_) return absl::OkStatus();
     // Gradients given to the engine per backward: the passes reduced them already.
-    if (!grads_in_model_) return engine_->ReduceGradients();
-    LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kGradients));
-    for (int p = static_cast<int>(params_.size()) - 1; p >= 0; --p) {
-      LOOM_RETURN_IF_ERROR(engine_->AddGrad(p, params_[p].grad));
+    if (grads_in_model_) {
+      LOOM_RETURN_IF_ERROR(engine_->BeginPass(Zero3Pass::kGradients));
+      for (int p = static_cast<int>(params_.size()) - 1; p >= 0; --p) {
+        LOOM_RETURN_IF_ERROR(engine_->AddGrad(p, params_[p].grad));
+      }
+      LOOM_RETURN_IF_ERROR(engine_->EndPass());
     }
-    LOOM_RETURN_IF_ERROR(engine_->EndPass());
-    return engine_->ReduceGradients();
+    LOOM_RETURN_IF_ERROR(engine_->ReduceGradients());
+    reduced_ = true;
+    return absl::OkStatus();
   }
 
   absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
@@ -163,7 +170,17 @@ class ShardedOptimizer : public DataParallelOptimizer {
     return engine_->ReducedGradSquaredNorm(param_weight);
   }
 
-  absl::Status Step(const AdamWHyper& hyper) override { return engine_->Step(hyper); }
+  absl::Status Step(const AdamWHyper& hyper) override {
+    if (!reduced_) {
+      const absl::Time start = absl::Now();
+      const absl::Status reduced = ReduceGradients();
+      step_comm_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+      LOOM_RETURN_IF_ERROR(reduced);
+    }
+    reduced_ = false;
+    return engine_->Step(hyper);
+  }
+  double StepCommSeconds() const override { return step_comm_seconds_; }
 
   absl::StatusOr<int64_t> EstimatedStateBytes() const override {
     ModelStateOptions estimate;
@@ -263,6 +280,8 @@ class ShardedOptimizer : public DataParallelOptimizer {
   std::vector<ModelParameter> params_;  // the model's: no values; gradients if kept there
   std::unique_ptr<Zero3Engine> engine_;
   const bool grads_in_model_;  // GradientHome::kModel: one kGradients pass per step
+  bool reduced_ = false;       // ReduceGradients ran this step
+  double step_comm_seconds_ = 0;
 };
 
 // StagedOptimizer: one optimizer per model a rank holds (a pipeline rank's stages:
@@ -294,6 +313,11 @@ class StagedOptimizer : public DataParallelOptimizer {
   absl::Status Step(const AdamWHyper& hyper) override {
     for (auto& part : parts_) LOOM_RETURN_IF_ERROR(part->Step(hyper));
     return absl::OkStatus();
+  }
+  double StepCommSeconds() const override {
+    double total = 0;
+    for (const auto& part : parts_) total += part->StepCommSeconds();
+    return total;
   }
   int64_t StateBytes() const override { return Sum(&DataParallelOptimizer::StateBytes); }
   absl::StatusOr<int64_t> EstimatedStateBytes() const override {
@@ -392,6 +416,7 @@ class ReplicatedOptimizer : public DataParallelOptimizer {
     // One AddGrad per parameter per microbatch's backward.
     store_options.reducer = std::move(reducer);
     store_options.grads_per_step = options.backward_passes_per_step;
+    store_options.bucket_cap_bytes = options.grad_bucket_bytes;
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<ReplicatedStore> store,
                           ReplicatedStore::Create(std::move(specs), dp, initial, store_options));
     LOOM_RETURN_IF_ERROR(model.UseParameterSource(store.get(), GradientHome::kSource));
@@ -399,9 +424,13 @@ class ReplicatedOptimizer : public DataParallelOptimizer {
         new ReplicatedOptimizer(options, std::move(store), dp->size()));
   }
 
-  // The all-reduce's units: the model's, each one call when overlapped.
-  int64_t Units() const override { return store_->num_units(); }
+  // The all-reduce's buckets (the model's units, cut at grad_bucket_bytes), each
+  // one call when overlapped.
+  int64_t Units() const override { return store_->num_buckets(); }
   absl::Status ReduceGradients() override { return store_->ReduceGradients(); }
+  double StepCommSeconds() const override {
+    return store_->StepWaitSeconds() + external_reduce_seconds_;
+  }
   absl::StatusOr<double> GradSquaredNorm(absl::Span<const float> param_weight) const override {
     return store_->ReducedGradSquaredNorm(param_weight);
   }
@@ -412,6 +441,12 @@ class ReplicatedOptimizer : public DataParallelOptimizer {
     if (!external_step_) {
       LOOM_ASSIGN_OR_RETURN(external_step_, options_.make_replicated_step(store_->total_numel()));
     }
+    // The step runs over the whole bucket: reduce it all first (a no-op after
+    // ReduceGradients), timed as the step's communication.
+    const absl::Time start = absl::Now();
+    const absl::Status reduced = store_->ReduceGradients();
+    external_reduce_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+    LOOM_RETURN_IF_ERROR(reduced);
     return store_->StepWith([&](absl::Span<const absl::Span<float>> weights,
                                 absl::Span<const float> gradient) {
       return external_step_(hyper, weights, gradient);
@@ -485,6 +520,7 @@ class ReplicatedOptimizer : public DataParallelOptimizer {
   std::unique_ptr<ReplicatedStore> store_;
   int dp_size_ = 1;
   DataParallelOptions::ReplicatedStep external_step_;  // make_replicated_step's
+  double external_reduce_seconds_ = 0;  // the external step's ReduceGradients
 };
 
 }  // namespace
@@ -508,6 +544,9 @@ absl::Status ValidateDataParallelOptions(const DataParallelOptions& o) {
   }
   if (o.backward_passes_per_step < 1) {
     return bad("backward_passes_per_step ", o.backward_passes_per_step, " is not >= 1");
+  }
+  if (o.grad_bucket_bytes < 0) {
+    return bad("grad_bucket_bytes ", o.grad_bucket_bytes, " is negative");
   }
   if (o.stage == 0 && (o.optimizer_disk != nullptr || o.param_disk != nullptr ||
                        o.grad_disk != nullptr)) {

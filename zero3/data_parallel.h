@@ -86,6 +86,12 @@ struct DataParallelOptions {
   // unit's gradient is final.
   bool overlap_grad_reduce = true;
   int backward_passes_per_step = 1;
+  // Stage 0 with overlap: a unit's gradient is all-reduced in buckets of at most
+  // this many bytes, cut from its last parameter backwards (a larger parameter
+  // alone; 0: one bucket per unit), so that a block's first gradients travel while
+  // the rest of its backward runs (DDP's bucket_cap_mb). 1 MiB: one large matrix of
+  // a transformer block a bucket, the small vectors beside it together.
+  int64_t grad_bucket_bytes = int64_t{1} << 20;
   // Stage 0: a step to run in place of the CPU AdamW (a device AdamW), made once
   // for the model's element count; null: the CPU AdamW (on adamw_threads with
   // offload_optimizer).
@@ -103,7 +109,10 @@ class DataParallelOptimizer {
   virtual ~DataParallelOptimizer() = default;
 
   // After the step's backward passes: ReduceGradients averages the gradients over
-  // dp; GradSquaredNorm (optional, for clipping) is this rank's share of the
+  // dp (optional before Step, which reduces what was not; at stage 0 with overlap,
+  // leaving it to Step lets AdamW run on the units already reduced while the last
+  // ones are in flight); GradSquaredNorm (optional, for clipping, after
+  // ReduceGradients) is this rank's share of the
   // averaged gradient's squared L2 norm, each parameter's elements weighted by
   // param_weight[k] (one per parameter of every model, in order; 0 leaves out a
   // tensor-parallel replica), elements every dp rank holds counted on dp rank 0
@@ -123,11 +132,17 @@ class DataParallelOptimizer {
   // Seconds this rank's thread waited for the engines' communication threads (a
   // gathered unit, a gradient buffer) since the optimizer was made; 0 at stage 0.
   virtual double WaitSeconds() const { return 0; }
+  // Seconds Step has waited for gradient communication since the optimizer was
+  // made: stage 0 with overlap, called without ReduceGradients, steps each unit as
+  // its all-reduce finishes and waits only for those still running; the rest of
+  // Step is the optimizer's own work. 0 where Step does not wait.
+  virtual double StepCommSeconds() const { return 0; }
   // Elements the engines gather and reduce (padded buckets) and keep whole
   // (persistent units); 0 at stage 0.
   virtual int64_t BucketNumel() const { return 0; }
   virtual int64_t PersistentNumel() const { return 0; }
-  // The units, and since the optimizer was made the units a pass took over still
+  // The units (stage 0: the buckets the gradient is all-reduced by, one call
+  // each), and since the optimizer was made the units a pass took over still
   // gathered from the pass before, with their padded elements.
   virtual int64_t Units() const { return 0; }
   virtual int64_t KeptUnits() const { return 0; }

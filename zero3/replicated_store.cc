@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
 
@@ -23,6 +25,43 @@ const char* PassName(ParameterPass pass) {
     case ParameterPass::kGradients: return "kGradients";
   }
   return "unknown";
+}
+
+// The all-reduce buckets, as DDP's: runs of consecutive parameters of one unit
+// (ParamSpec::unit; -1: a parameter alone), each unit cut from its last parameter
+// backwards (the order a backward gives gradients) into buckets of at most
+// `cap_bytes` f32 bytes, a larger parameter alone (0: one bucket per unit). Returns
+// the first parameter of each bucket, then the parameter count.
+std::vector<int> AllReduceBuckets(const std::vector<ParamSpec>& specs,
+                                  const std::vector<int64_t>& offsets, int64_t cap_bytes) {
+  const int n = static_cast<int>(specs.size());
+  std::vector<int> unit_first;
+  for (int p = 0; p < n; ++p) {
+    const int unit = specs[static_cast<size_t>(p)].unit;
+    if (p == 0 || unit < 0 || unit != specs[static_cast<size_t>(p - 1)].unit) {
+      unit_first.push_back(p);
+    }
+  }
+  unit_first.push_back(n);
+  const auto bytes = [&offsets](int first, int end) {
+    return (offsets[static_cast<size_t>(end)] - offsets[static_cast<size_t>(first)]) *
+           static_cast<int64_t>(sizeof(float));
+  };
+  std::vector<int> first;
+  for (size_t u = 0; u + 1 < unit_first.size(); ++u) {
+    std::vector<int> cuts;  // this unit's bucket starts, last bucket first
+    int end = unit_first[u + 1];
+    for (int p = end - 1; p >= unit_first[u]; --p) {
+      if (cap_bytes > 0 && p + 1 < end && bytes(p, end) > cap_bytes) {
+        cuts.push_back(p + 1);
+        end = p + 1;
+      }
+    }
+    cuts.push_back(unit_first[u]);
+    first.insert(first.end(), cuts.rbegin(), cuts.rend());
+  }
+  first.push_back(n);
+  return first;
 }
 
 }  // namespace
@@ -49,24 +88,11 @@ absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Create(
     return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: grads_per_step ",
                                                    options.grads_per_step, " is below 1"));
   }
+  if (options.bucket_cap_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ReplicatedStore: bucket_cap_bytes ",
+                                                   options.bucket_cap_bytes, " is negative"));
+  }
   auto store = std::unique_ptr<ReplicatedStore>(new ReplicatedStore(std::move(specs), dp, options));
-  // The units: runs of consecutive parameters with one unit id (-1: alone).
-  for (int p = 0; p < static_cast<int>(store->specs_.size()); ++p) {
-    const int unit = store->specs_[static_cast<size_t>(p)].unit;
-    if (p == 0 || unit < 0 || unit != store->specs_[static_cast<size_t>(p - 1)].unit) {
-      store->unit_first_.push_back(p);
-    }
-    store->unit_of_.push_back(static_cast<int>(store->unit_first_.size()) - 1);
-  }
-  const int units = static_cast<int>(store->unit_first_.size());
-  store->unit_first_.push_back(static_cast<int>(store->specs_.size()));
-  store->grad_adds_.assign(store->specs_.size(), 0);
-  store->unit_enqueued_.assign(static_cast<size_t>(units), false);
-  store->unit_waiting_.resize(static_cast<size_t>(units));
-  for (int u = 0; u < units; ++u) {
-    store->unit_waiting_[static_cast<size_t>(u)] =
-        store->unit_first_[static_cast<size_t>(u) + 1] - store->unit_first_[static_cast<size_t>(u)];
-  }
   store->offsets_.push_back(0);
   for (const ParamSpec& spec : store->specs_) {
     int64_t numel = 1;
@@ -80,6 +106,22 @@ absl::StatusOr<std::unique_ptr<ReplicatedStore>> ReplicatedStore::Create(
     store->offsets_.push_back(store->offsets_.back() + numel);
     LOOM_ASSIGN_OR_RETURN(AdamWState state, AdamWState::Create(numel));
     store->states_.push_back(std::move(state));
+  }
+  store->bucket_first_ = AllReduceBuckets(store->specs_, store->offsets_, options.bucket_cap_bytes);
+  const int buckets = static_cast<int>(store->bucket_first_.size()) - 1;
+  for (int b = 0; b < buckets; ++b) {
+    for (int p = store->bucket_first_[static_cast<size_t>(b)];
+         p < store->bucket_first_[static_cast<size_t>(b) + 1]; ++p) {
+      store->bucket_of_.push_back(b);
+    }
+  }
+  store->grad_adds_.assign(store->specs_.size(), 0);
+  store->bucket_enqueued_.assign(static_cast<size_t>(buckets), false);
+  store->bucket_ticket_.assign(static_cast<size_t>(buckets), 0);
+  store->bucket_waiting_.resize(static_cast<size_t>(buckets));
+  for (int b = 0; b < buckets; ++b) {
+    store->bucket_waiting_[static_cast<size_t>(b)] =
+        store->bucket_first_[static_cast<size_t>(b) + 1] - store->bucket_first_[static_cast<size_t>(b)];
   }
   const int64_t total = store->offsets_.back();
   if (static_cast<int64_t>(initial.size()) != total) {
@@ -182,7 +224,7 @@ absl::Status ReplicatedStore::AddGrad(int param, absl::Span<const float> grad) {
     return absl::FailedPreconditionError(absl::StrCat(
         "ReplicatedStore: AddGrad(", param, " \"", spec(param).name, "\") a ", adds + 1,
         "th time this step, past grads_per_step ", options_.grads_per_step,
-        ": its unit's all-reduce has started"));
+        ": its bucket's all-reduce has started"));
   }
   // On the rank's threads (core/parallel_for.h): each element is one addition, so the
   // bits do not depend on the split.
@@ -191,20 +233,44 @@ absl::Status ReplicatedStore::AddGrad(int param, absl::Span<const float> grad) {
     for (int64_t i = begin; i < end; ++i) into[i] += grad[i];
   });
   if (++adds == options_.grads_per_step && options_.reducer != nullptr) {
-    const int unit = unit_of_[static_cast<size_t>(param)];
-    if (--unit_waiting_[static_cast<size_t>(unit)] == 0) EnqueueUnit(unit);
+    const int bucket = bucket_of_[static_cast<size_t>(param)];
+    if (--bucket_waiting_[static_cast<size_t>(bucket)] == 0) EnqueueBucket(bucket);
   }
   return absl::OkStatus();
 }
 
-void ReplicatedStore::EnqueueUnit(int unit) {
-  const size_t u = static_cast<size_t>(unit);
-  unit_enqueued_[u] = true;
-  const int64_t begin = offsets_[static_cast<size_t>(unit_first_[u])];
-  const int64_t end = offsets_[static_cast<size_t>(unit_first_[u + 1])];
+void ReplicatedStore::EnqueueBucket(int bucket) {
+  const size_t b = static_cast<size_t>(bucket);
+  bucket_enqueued_[b] = true;
+  const int64_t begin = offsets_[static_cast<size_t>(bucket_first_[b])];
+  const int64_t end = offsets_[static_cast<size_t>(bucket_first_[b + 1])];
   if (end == begin || dp_->size() == 1) return;
   last_ticket_ = options_.reducer->Enqueue(
       gradient_.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
+  bucket_ticket_[b] = last_ticket_;
+}
+
+void ReplicatedStore::EnqueueRemainingBuckets() {
+  // The buckets whose gradients did not all come (fewer backward passes than
+  // grads_per_step, or parameters without one), in bucket order on every rank.
+  for (int b = 0; b < num_buckets(); ++b) {
+    if (!bucket_enqueued_[static_cast<size_t>(b)]) EnqueueBucket(b);
+  }
+}
+
+absl::Status ReplicatedStore::WaitInStep(int64_t ticket) {
+  if (ticket == 0) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  const absl::Status status = options_.reducer->Wait(ticket);
+  step_wait_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+  return status;
+}
+
+void ReplicatedStore::RoundToBf16(int64_t begin, int64_t end) {
+  if (options_.compute_dtype != DType::kBF16) return;
+  for (int64_t i = begin; i < end; ++i) {
+    gradient_[static_cast<size_t>(i)] = ToFloat(ToBFloat16(gradient_[static_cast<size_t>(i)]));
+  }
 }
 
 absl::Status ReplicatedStore::EndPass() {
@@ -220,19 +286,13 @@ absl::Status ReplicatedStore::ReduceGradients() {
   }
   if (reduced_) return absl::OkStatus();
   if (options_.reducer != nullptr) {
-    // The units whose gradients did not all come (fewer backward passes than
-    // grads_per_step, or parameters without one), in unit order on every rank.
-    for (int u = 0; u + 1 < static_cast<int>(unit_first_.size()); ++u) {
-      if (!unit_enqueued_[static_cast<size_t>(u)]) EnqueueUnit(u);
-    }
+    EnqueueRemainingBuckets();
     LOOM_RETURN_IF_ERROR(options_.reducer->Wait(last_ticket_));
   } else if (dp_->size() > 1) {
     LOOM_RETURN_IF_ERROR(dp_->AllReduce(gradient_, ReduceOp::kAvg));
   }
   // bf16: the average of the f32 sums is rounded once into the bf16 gradient.
-  if (options_.compute_dtype == DType::kBF16) {
-    for (float& g : gradient_) g = ToFloat(ToBFloat16(g));
-  }
+  RoundToBf16(0, total_numel());
   reduced_ = true;
   return absl::OkStatus();
 }
@@ -265,18 +325,56 @@ void ReplicatedStore::ZeroGradient() {
   std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   reduced_ = false;
   std::fill(grad_adds_.begin(), grad_adds_.end(), 0);
-  std::fill(unit_enqueued_.begin(), unit_enqueued_.end(), false);
-  for (size_t u = 0; u < unit_waiting_.size(); ++u) {
-    unit_waiting_[u] = unit_first_[u + 1] - unit_first_[u];
+  std::fill(bucket_enqueued_.begin(), bucket_enqueued_.end(), false);
+  std::fill(bucket_ticket_.begin(), bucket_ticket_.end(), 0);
+  for (size_t b = 0; b < bucket_waiting_.size(); ++b) {
+    bucket_waiting_[b] = bucket_first_[b + 1] - bucket_first_[b];
   }
 }
 
 absl::Status ReplicatedStore::Step(const AdamWHyper& hyper) {
-  LOOM_RETURN_IF_ERROR(ReduceGradients());
+  if (in_pass_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReplicatedStore: Step inside a ", PassName(pass_), " pass"));
+  }
+  if (reduced_ || options_.reducer == nullptr) {
+    if (!reduced_) {
+      const absl::Time start = absl::Now();
+      const absl::Status status = ReduceGradients();
+      step_wait_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+      LOOM_RETURN_IF_ERROR(status);
+    }
+    LOOM_RETURN_IF_ERROR(StepParameters(hyper, 0, num_params()));
+    ZeroGradient();
+    return absl::OkStatus();
+  }
+  // Overlapped: each bucket is stepped as soon as its own all-reduce is done, in
+  // the order they were enqueued, while the later ones still run (buckets without
+  // a ticket, empty or at dp 1, first). AdamW is elementwise, so the bits are
+  // those of stepping after one wait for everything.
+  EnqueueRemainingBuckets();
+  std::vector<int> order(static_cast<size_t>(num_buckets()));
+  for (int b = 0; b < num_buckets(); ++b) order[static_cast<size_t>(b)] = b;
+  std::stable_sort(order.begin(), order.end(), [this](int a, int b) {
+    return bucket_ticket_[static_cast<size_t>(a)] < bucket_ticket_[static_cast<size_t>(b)];
+  });
+  for (const int b : order) {
+    const size_t bucket = static_cast<size_t>(b);
+    LOOM_RETURN_IF_ERROR(WaitInStep(bucket_ticket_[bucket]));
+    const int first = bucket_first_[bucket];
+    const int end = bucket_first_[bucket + 1];
+    RoundToBf16(offsets_[static_cast<size_t>(first)], offsets_[static_cast<size_t>(end)]);
+    LOOM_RETURN_IF_ERROR(StepParameters(hyper, first, end));
+  }
+  ZeroGradient();
+  return absl::OkStatus();
+}
+
+absl::Status ReplicatedStore::StepParameters(const AdamWHyper& hyper, int first, int end) {
   AdamWOptions adam;
   adam.threads = options_.adamw_threads;
   const bool bf16 = options_.compute_dtype == DType::kBF16;
-  for (int p = 0; p < num_params(); ++p) {
+  for (int p = first; p < end; ++p) {
     const absl::Span<const float> grad = Slice(absl::MakeConstSpan(gradient_), p);
     const absl::Span<float> weights = Slice(absl::MakeSpan(weights_), p);
     if (!bf16) {
@@ -289,7 +387,6 @@ absl::Status ReplicatedStore::Step(const AdamWHyper& hyper) {
                                    states_[static_cast<size_t>(p)], adam, half));
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = ToFloat(half[i]);
   }
-  ZeroGradient();
   return absl::OkStatus();
 }
 

@@ -17,7 +17,7 @@
 // Memory per rank (StateBytes): 16 bytes per parameter in f32 (weights 4,
 // gradient 4, m 4, v 4), 22 in bf16 (the f32 master 4 and the bf16 copy 2 more). Traffic per step:
 // one all-reduce of the bucket, 2 * Psi * (dp - 1) / dp elements per rank on a ring
-// (with a reducer, the same elements as one all-reduce per unit, overlapped).
+// (with a reducer, the same elements as one all-reduce per bucket, overlapped).
 //
 // Gradients of the backward passes since the last Step are summed (a model whose
 // microbatch losses are already scaled by 1 / microbatches), then averaged over dp.
@@ -63,18 +63,22 @@ struct ReplicatedStoreOptions {
   DType compute_dtype = DType::kF32;
   // Threads for AdamW's step (offload's CPU AdamW), in [1, 256].
   int adamw_threads = 1;
-  // Overlap (DDP's bucketed all-reduce): with a reducer over the store's `dp`, a
-  // unit's gradient (the parameters of consecutive specs with one ParamSpec::unit;
-  // a unit-less parameter alone) is all-reduced on the reducer's thread as soon as
+  // Overlap (DDP's bucketed all-reduce): with a reducer over the store's `dp`,
+  // each bucket of the gradient is all-reduced on the reducer's thread as soon as
   // each of its parameters has had `grads_per_step` AddGrads this step (one per
   // microbatch's backward), beside the rest of the backward; ReduceGradients then
-  // enqueues the units not yet complete and waits. A parameter given more than
-  // `grads_per_step` is FailedPrecondition (its all-reduce may be running). Null:
-  // ReduceGradients all-reduces the whole bucket at once. Either way every element
-  // is averaged by the same all-reduce operation, and at dp 2 (or with a
-  // deterministic communicator) the bits are the same.
+  // enqueues the buckets not yet complete and waits. A bucket is a run of
+  // consecutive parameters of one unit (specs with one ParamSpec::unit; a
+  // unit-less parameter alone), the unit cut from its last parameter backwards (the
+  // order a backward gives them) at `bucket_cap_bytes` of f32 gradient, a larger
+  // parameter alone; 0: one bucket per unit. A parameter given more than
+  // `grads_per_step` is FailedPrecondition (its all-reduce may be running). Null
+  // reducer: ReduceGradients all-reduces the whole gradient at once. Either way
+  // every element is averaged by the same all-reduce operation, and at dp 2 (or
+  // with a deterministic communicator) the bits are the same.
   std::shared_ptr<GradientAllReducer> reducer;
   int64_t grads_per_step = 1;  // >= 1
+  int64_t bucket_cap_bytes = 0;  // >= 0
 };
 
 class ReplicatedStore : public ParameterSource {
@@ -110,8 +114,15 @@ class ReplicatedStore : public ParameterSource {
   // dp group counts each element once. FailedPrecondition before ReduceGradients;
   // InvalidArgument for a wrong count.
   absl::StatusOr<double> ReducedGradSquaredNorm(absl::Span<const float> param_weight) const;
-  // Step runs AdamW on every parameter with the averaged gradient (ReduceGradients
-  // first if the caller did not) and zeroes the bucket for the next step.
+  // Step runs AdamW on every parameter with the averaged gradient and zeroes the
+  // bucket for the next step. With a reducer and no ReduceGradients before it, it
+  // steps each bucket as soon as that bucket's all-reduce is done, while the later
+  // ones still run (the optimizer overlapped with the communication, as PyTorch's
+  // optimizer-in-backward; the bits are the same); otherwise it reduces first. Call
+  // ReduceGradients first only where the whole averaged gradient is needed before
+  // the step (clipping by its norm). The collective's error; after one, the buckets
+  // not yet stepped keep their weights (the communicator is broken: end the job).
+  // FailedPrecondition inside a pass.
   absl::Status Step(const AdamWHyper& hyper);
   // ExternalStep: an optimizer that runs elsewhere (a GPU AdamW) updates `weights`
   // (one span per parameter, the f32 weights, f32 compute only) from `gradient`
@@ -130,8 +141,8 @@ class ReplicatedStore : public ParameterSource {
                           absl::Span<const float> v);
 
   int num_params() const { return static_cast<int>(specs_.size()); }
-  // The units the gradient is all-reduced by (with a reducer; one call each).
-  int num_units() const { return static_cast<int>(unit_first_.size()) - 1; }
+  // The buckets the gradient is all-reduced by (with a reducer; one call each).
+  int num_buckets() const { return static_cast<int>(bucket_first_.size()) - 1; }
   int64_t total_numel() const { return static_cast<int64_t>(weights_.size()); }
   const ParamSpec& spec(int param) const { return specs_[static_cast<size_t>(param)]; }
   // The gradient bucket (after ReduceGradients: the averaged gradient).
@@ -139,6 +150,11 @@ class ReplicatedStore : public ParameterSource {
   // Bytes held: weights, gradient bucket, moments and (bf16) the master and the
   // bf16 copy.
   int64_t StateBytes() const;
+  // Seconds Step has waited for the gradient's reduction since Create (overlapped:
+  // for the buckets' all-reduces still running, the communication neither the
+  // backward nor the step hid; else the reduction Step ran itself); the rest of
+  // Step's time is AdamW's.
+  double StepWaitSeconds() const { return step_wait_seconds_; }
 
  private:
   ReplicatedStore(std::vector<ParamSpec> specs, Communicator* dp,
@@ -147,18 +163,29 @@ class ReplicatedStore : public ParameterSource {
   absl::Span<float> Slice(absl::Span<float> flat, int param) const;
   absl::Span<const float> Slice(absl::Span<const float> flat, int param) const;
   void ZeroGradient();
-  // Overlap: the unit of `param` has all its gradients; enqueue its all-reduce.
-  void EnqueueUnit(int unit);
+  // Overlap: every parameter of `bucket` has all its gradients; enqueue its
+  // all-reduce.
+  void EnqueueBucket(int bucket);
+  // Overlap: enqueue the buckets not yet enqueued, in bucket order.
+  void EnqueueRemainingBuckets();
+  // Overlap: Step's wait for the reducer up to `ticket` (0: nothing), timed.
+  absl::Status WaitInStep(int64_t ticket);
+  // bf16: rounds elements [begin, end) of the averaged gradient once to bf16.
+  void RoundToBf16(int64_t begin, int64_t end);
+  // AdamW on parameters [first, end) with the averaged gradient.
+  absl::Status StepParameters(const AdamWHyper& hyper, int first, int end);
 
-  // Units: unit u is parameters [unit_first_[u], unit_first_[u + 1]).
-  std::vector<int> unit_first_;
-  std::vector<int> unit_of_;  // per parameter
+  // Buckets: bucket b is parameters [bucket_first_[b], bucket_first_[b + 1]).
+  std::vector<int> bucket_first_;
+  std::vector<int> bucket_of_;  // per parameter
   // This step's AddGrads per parameter, parameters still short of grads_per_step
-  // per unit, whether each unit's all-reduce is enqueued, and the last ticket.
+  // per bucket, whether each bucket's all-reduce is enqueued, and the last ticket.
   std::vector<int64_t> grad_adds_;
-  std::vector<int> unit_waiting_;
-  std::vector<bool> unit_enqueued_;
+  std::vector<int> bucket_waiting_;
+  std::vector<bool> bucket_enqueued_;
+  std::vector<int64_t> bucket_ticket_;  // the reducer's ticket of each bucket (0: none)
   int64_t last_ticket_ = 0;
+  double step_wait_seconds_ = 0;
 
   std::vector<ParamSpec> specs_;
   std::vector<int64_t> offsets_;  // num_params() + 1: where each parameter starts

@@ -8,6 +8,7 @@
 #include "collectives/collective_kind.h"
 #include "collectives/communicator.h"
 #include "collectives/inproc_ranks_testing.h"
+#include "core/float_bits_testing.h"
 #include "core/half.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -276,7 +277,7 @@ TEST(ReplicatedStoreTest, OverlappedUnitsEqualOneAllReduce) {
     options.grads_per_step = 2;
     LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
                               ReplicatedStore::Create(specs, &comm, Initial(), options));
-    EXPECT_EQ(store->num_units(), 2);
+    EXPECT_EQ(store->num_buckets(), 2);
     for (int step = 1; step <= 2; ++step) {
       for (int k = 0; k < 2; ++k) {
         const std::vector<float> g = Grad(rank, k);
@@ -316,6 +317,104 @@ TEST(ReplicatedStoreTest, OverlappedUnitsEqualOneAllReduce) {
     }
     for (int i = 0; i < kTotal; ++i) EXPECT_EQ(store->gradient()[i], one[i] / kDp) << i;
     EXPECT_EQ(comm.Counters(CollectiveKind::kAllReduce).calls, 6u);
+  });
+}
+
+// Buckets (DDP's bucket_cap): a unit is cut from its last parameter backwards at
+// bucket_cap_bytes and each bucket is all-reduced as soon as its own parameters
+// have all their gradients, before the rest of the unit; Step without
+// ReduceGradients steps each bucket as its all-reduce ends. Weights and moments
+// are bitwise those of one all-reduce per unit, reduced before the step, in f32
+// and bf16 (dp 3; the gradients are multiples of 1/64, so any fold is exact).
+TEST(ReplicatedStoreTest, BucketsTravelBeforeTheirUnitEndsAndStepAsTheyArrive) {
+  constexpr int kDp = 3;
+  // One unit: a (8 elements), b (4), c (4); a backward gives c, then b, then a.
+  const std::vector<ParamSpec> specs = {ParamSpec{"a", {8}, 0}, ParamSpec{"b", {4}, 0},
+                                        ParamSpec{"c", {4}, 0}};
+  const int64_t at[] = {0, 8, 12, 16};
+  struct Config {
+    int64_t cap_bytes;
+    bool reduce_first;
+    int buckets;
+    // reducer->enqueued() after AddGrad of c, b, a in a step's last backward.
+    int64_t enqueued_after[3];
+  };
+  const Config configs[] = {
+      {0, true, 1, {0, 0, 1}},    // the reference: one bucket, reduced, then stepped
+      {0, false, 1, {0, 0, 1}},   // one bucket, stepped as it arrives
+      {16, false, 3, {1, 2, 3}},  // every parameter alone
+      {32, false, 2, {0, 1, 2}},  // b with c (32 bytes), a alone
+  };
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    std::vector<std::vector<float>> weights(std::size(configs)), moments(std::size(configs));
+    for (size_t c = 0; c < std::size(configs); ++c) {
+      const Config& config = configs[c];
+      SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " cap " << config.cap_bytes
+                                      << (config.reduce_first ? " reduced first" : " overlapped"));
+      RunInprocRanks(kDp, [&](int rank, Communicator& comm) {
+        LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<GradientAllReducer> reducer,
+                                  GradientAllReducer::Create(&comm, {}));
+        ReplicatedStoreOptions options;
+        options.compute_dtype = dtype;
+        options.reducer = reducer;
+        options.grads_per_step = 2;
+        options.bucket_cap_bytes = config.cap_bytes;
+        LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicatedStore> store,
+                                  ReplicatedStore::Create(specs, &comm, Initial(), options));
+        EXPECT_EQ(store->num_buckets(), config.buckets);
+        for (int step = 1; step <= 2; ++step) {
+          const int64_t before = reducer->enqueued();
+          for (int k = 0; k < 2; ++k) {
+            const std::vector<float> g = Grad(rank, k);
+            LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kBackward));
+            for (const int p : {2, 1, 0}) {
+              LOOM_ASSERT_OK(store->AddGrad(
+                  p, absl::MakeConstSpan(g).subspan(static_cast<size_t>(at[p]),
+                                                    static_cast<size_t>(at[p + 1] - at[p]))));
+              if (k == 1) {
+                EXPECT_EQ(reducer->enqueued() - before, config.enqueued_after[2 - p])
+                    << "after parameter " << p;
+              }
+            }
+            LOOM_ASSERT_OK(store->EndPass());
+          }
+          if (config.reduce_first) {
+            LOOM_ASSERT_OK(store->ReduceGradients());
+          }
+          LOOM_ASSERT_OK(store->Step(Hyper(step)));
+          for (const float v : store->gradient()) ASSERT_EQ(v, 0.0f);
+        }
+        if (rank != 1) return;
+        LOOM_ASSERT_OK(store->BeginParameterPass(ParameterPass::kForward));
+        for (int p = 0; p < 3; ++p) {
+          LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, store->Acquire(p));
+          weights[c].insert(weights[c].end(), w.begin(), w.end());
+          std::vector<float> master(w.size()), m(w.size()), v(w.size());
+          LOOM_ASSERT_OK(store->ReadState(p, absl::MakeSpan(master), absl::MakeSpan(m),
+                                          absl::MakeSpan(v)));
+          for (const auto* field : {&master, &m, &v}) {
+            moments[c].insert(moments[c].end(), field->begin(), field->end());
+          }
+        }
+        LOOM_ASSERT_OK(store->EndPass());
+      });
+      ASSERT_EQ(weights[c].size(), static_cast<size_t>(kTotal));
+      for (size_t i = 0; i < weights[c].size(); ++i) {
+        EXPECT_EQ(testing_internal::FloatBits(weights[c][i]), testing_internal::FloatBits(weights[0][i])) << "weight " << i;
+      }
+      for (size_t i = 0; i < moments[c].size(); ++i) {
+        EXPECT_EQ(testing_internal::FloatBits(moments[c][i]), testing_internal::FloatBits(moments[0][i])) << "state " << i;
+      }
+    }
+  }
+}
+
+TEST(ReplicatedStoreTest, RefusesANegativeBucketCap) {
+  RunInprocRanks(1, [](int, Communicator& comm) {
+    ReplicatedStoreOptions options;
+    options.bucket_cap_bytes = -1;
+    EXPECT_THAT(ReplicatedStore::Create(Specs(), &comm, Initial(), options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bucket_cap_bytes -1")));
   });
 }
 

@@ -301,10 +301,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     breakdown.pp_comm = absl::ToDoubleSeconds(last_execution.waiting);
     breakdown.other +=
         std::max(0.0, executed - breakdown.compute - breakdown.param_wait - breakdown.pp_comm);
-    LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
     float grad_scale = 1.0f;
     double grad_norm = 0;
+    // Without clipping, Step reduces the gradients itself: at zero 0 with overlap it
+    // steps each unit as its all-reduce ends, beside the ones still in flight.
     if (options.clip_grad_norm > 0) {
+      LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
       // Every rank's share, summed over the world: each element of the model once.
       LOOM_ASSIGN_OR_RETURN(double squares, optimizer->GradSquaredNorm(norm_weights));
       LOOM_RETURN_IF_ERROR(w.world->AllReduce(absl::MakeSpan(&squares, 1), ReduceOp::kSum));
@@ -315,8 +317,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     breakdown.dp_comm += lap();
     AdamWHyper hyper = AdamWHyperAt(options, step + 1);
     hyper.grad_scale = grad_scale;
+    const double step_comm_before = optimizer->StepCommSeconds();
     LOOM_RETURN_IF_ERROR(optimizer->Step(hyper));
-    breakdown.optimizer = lap();
+    // Step's waits for gradient communication are dp communication, the rest AdamW.
+    const double step_comm = optimizer->StepCommSeconds() - step_comm_before;
+    breakdown.dp_comm += step_comm;
+    breakdown.optimizer = std::max(0.0, lap() - step_comm);
     double checkpoint_seconds = 0;
     if (CheckpointDue(options, step + 1)) {
       const absl::Time saving = absl::Now();

@@ -47,6 +47,7 @@ DataParallelOptions DataParallelOptionsOf(const TrainJobOptions& options, DiskTi
   }
   dp.disk_prefix = disk_prefix;
   dp.overlap_grad_reduce = options.overlap_grad_reduce;
+  dp.grad_bucket_bytes = options.grad_bucket_bytes;
   // One backward pass per microbatch (and stage model), each the gradient of a
   // loss already scaled by 1 / microbatches.
   dp.backward_passes_per_step = options.microbatches;

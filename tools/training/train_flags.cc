@@ -82,6 +82,11 @@ ABSL_FLAG(bool, overlap_grad_reduce, true,
           "head) on a communication thread as soon as the step's last backward is done with "
           "it, beside the rest of the backward, as DDP does; false: one all-reduce after the "
           "backward.");
+ABSL_FLAG(std::string, grad_bucket, "1M",
+          "With --zero=0 and --overlap_grad_reduce: the largest all-reduce bucket a unit's "
+          "gradient is cut into, from its last parameter backwards (a larger parameter alone), "
+          "so a block's first gradients travel while the rest of its backward runs; 0: one "
+          "bucket per unit.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where the layers' matrix products run: cpu (OpenBLAS) or cuda (cuBLAS on CUDA "
           "device 0, f32; needs a build with --config=cuda). Everything else stays on the CPU.");
@@ -206,6 +211,18 @@ ABSL_FLAG(std::string, job_id, "",
 namespace loom {
 namespace {
 
+// A byte-size flag's value ("64K", "1M", "0"), at most 1P.
+absl::StatusOr<int64_t> ByteSizeFlag(absl::string_view name, const std::string& value) {
+  absl::StatusOr<size_t> bytes = ParseByteSize(value);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", bytes.status().message()));
+  }
+  if (*bytes > (size_t{1} << 50)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " ", *bytes, " bytes is above 1P"));
+  }
+  return static_cast<int64_t>(*bytes);
+}
+
 // ParseChoice maps a flag's `value` to its choice: InvalidArgument "--flag value
 // is not a, b or c" naming every choice otherwise.
 template <typename T>
@@ -288,18 +305,10 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
         absl::StrCat("--prefetch_depth ", prefetch, " is not in [0, 64]"));
   }
   o.prefetch_depth = static_cast<int>(prefetch);
-  {
-    absl::StatusOr<size_t> persist = ParseByteSize(absl::GetFlag(FLAGS_persist_below));
-    if (!persist.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--persist_below: ", persist.status().message()));
-    }
-    if (*persist > (size_t{1} << 50)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--persist_below ", *persist, " bytes is above 1P"));
-    }
-    o.persist_below_bytes = static_cast<int64_t>(*persist);
-  }
+  LOOM_ASSIGN_OR_RETURN(o.persist_below_bytes,
+                        ByteSizeFlag("persist_below", absl::GetFlag(FLAGS_persist_below)));
+  LOOM_ASSIGN_OR_RETURN(o.grad_bucket_bytes,
+                        ByteSizeFlag("grad_bucket", absl::GetFlag(FLAGS_grad_bucket)));
   const int64_t threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank);
   if (threads_per_rank < 0 || threads_per_rank > 1024) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -105,6 +105,10 @@ struct TrainJobOptions {
   // beside the rest of the backward (DDP's overlap); false: one all-reduce of the
   // whole gradient after the backward. The same bits at dp 2.
   bool overlap_grad_reduce = true;
+  // Zero 0 with overlap: the largest all-reduce bucket a unit is cut into (a
+  // larger parameter alone; 0: one bucket per unit); DataParallelOptions's
+  // grad_bucket_bytes.
+  int64_t grad_bucket_bytes = int64_t{1} << 20;
   // offload nvme: where the optimizer state goes (a directory per drive, ':'
   // separated); empty: a fresh directory under $TMPDIR (or /tmp), removed after.
   std::string nvme_dir;
