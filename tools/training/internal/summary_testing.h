@@ -30,6 +30,33 @@ inline std::map<std::pair<int, std::string>, std::vector<float>> ByName(const Tr
   return out;
 }
 
+// RankValues returns every rank's final values, rank after rank, parameter after
+// parameter: equal on two jobs that stepped to the same bits on one mesh.
+inline std::vector<std::vector<float>> RankValues(const TrainSummary& summary) {
+  std::vector<std::vector<float>> out;
+  for (const RankParameters& rank : summary.final_params) {
+    out.insert(out.end(), rank.values.begin(), rank.values.end());
+  }
+  return out;
+}
+
+// SmallJob: the job's default mesh and model (dp 2, tp 2, pp 2, zero 3, cpu
+// offload, hidden 64) for `steps` steps. SmallPlainJob: plain data parallelism
+// (zero 0, the optimizer in memory) on dp 2 x pp 2, tp 1, the baseline the ZeRO
+// stages are held to bitwise.
+inline TrainJobOptions SmallJob(int64_t steps) {
+  TrainJobOptions options;
+  options.steps = steps;
+  return options;
+}
+inline TrainJobOptions SmallPlainJob(int64_t steps) {
+  TrainJobOptions options = SmallJob(steps);
+  options.tp = 1;
+  options.zero = 0;
+  options.offload = OffloadKind::kNone;
+  return options;
+}
+
 }  // namespace training_testing
 }  // namespace loom
 
