@@ -44,6 +44,7 @@
 #include "tools/internal/janitor.h"
 #include "tools/job_files.h"
 #include "tools/launcher.h"
+#include "tools/training/malloc_policy.h"
 #include "tools/training/compute_report.h"
 #include "tools/training/reference.h"
 #include "tools/training/step_log.h"
@@ -165,6 +166,8 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
 }  // namespace loom
 
 int main(int argc, char** argv) {
+  // Before any thread starts: every step's temporaries reuse the last step's pages.
+  loom::ReuseFreedMemory();
   absl::SetProgramUsageMessage(loom::TrainUsage());
   const absl::StatusOr<std::vector<char*>> args = loom::cli::ParseFlags(argc, argv);
   if (!args.ok()) return loom::cli::Fail("train", args.status());

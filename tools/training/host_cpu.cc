@@ -1,5 +1,7 @@
 #include "tools/training/host_cpu.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -13,6 +15,12 @@
 #include "absl/strings/str_split.h"
 
 namespace loom {
+
+int64_t ProcessPageFaults() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return -1;
+  return static_cast<int64_t>(usage.ru_minflt) + static_cast<int64_t>(usage.ru_majflt);
+}
 
 absl::StatusOr<HostCpuTimes> ParseHostCpuTimes(absl::string_view proc_stat) {
   for (const absl::string_view line : absl::StrSplit(proc_stat, '\n')) {

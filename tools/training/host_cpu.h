@@ -37,6 +37,12 @@ absl::StatusOr<HostCpuTimes> ParseHostCpuTimes(absl::string_view proc_stat);
 // ReadHostCpuTimes reads /proc/stat now. Unavailable when it cannot be read.
 absl::StatusOr<HostCpuTimes> ReadHostCpuTimes();
 
+// ProcessPageFaults returns the page faults this process has taken since it
+// started, minor and major (getrusage): a step that touches memory it has not
+// touched before (a fresh allocation of pages the allocator got from the kernel)
+// takes one per page. -1 where getrusage fails.
+int64_t ProcessPageFaults();
+
 // BusyFraction returns the share of the CPUs' time between the two readings that
 // was not idle, in [0, 1]; 0 when no tick passed (or the readings are reversed).
 double BusyFraction(const HostCpuTimes& before, const HostCpuTimes& after);

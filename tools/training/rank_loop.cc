@@ -272,6 +272,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     // Rank 0 reads the host's CPU counters around the step (not the evaluation).
     const absl::StatusOr<HostCpuTimes> cpu_before =
         summary != nullptr ? ReadHostCpuTimes() : absl::StatusOr<HostCpuTimes>(HostCpuTimes());
+    // And its process's page faults over the training work (not a checkpoint's save).
+    const int64_t faults_before = summary != nullptr ? ProcessPageFaults() : -1;
     const absl::Time start = absl::Now();
     StepBreakdown breakdown;
     absl::Time mark = start;
@@ -323,6 +325,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     const double step_comm = optimizer->StepCommSeconds() - step_comm_before;
     breakdown.dp_comm += step_comm;
     breakdown.optimizer = std::max(0.0, lap() - step_comm);
+    const int64_t faults_after = summary != nullptr ? ProcessPageFaults() : -1;
     double checkpoint_seconds = 0;
     if (CheckpointDue(options, step + 1)) {
       const absl::Time saving = absl::Now();
@@ -428,6 +431,7 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     line.checkpoint_seconds = checkpoint_seconds;
     line.host_cpu_busy =
         cpu_before.ok() && cpu_after.ok() ? BusyFraction(*cpu_before, *cpu_after) : -1.0;
+    line.page_faults = faults_before >= 0 && faults_after >= 0 ? faults_after - faults_before : -1;
     line.lr = static_cast<double>(ScheduleOf(options).LrAt(step + 1));
     statistics.Add(line);
     if (on_step) on_step(line);

@@ -23,6 +23,12 @@ void StepStatistics::Add(const StepReport& report) {
       ++later_busy_steps_;
     }
   }
+  // The last step is held back until the next one comes: it is left out.
+  if (pending_faults_ >= 0) {
+    steady_faults_ += pending_faults_;
+    ++steady_fault_steps_;
+  }
+  pending_faults_ = steps_ >= 2 ? report.page_faults : -1;
   ++steps_;
 }
 
@@ -34,6 +40,10 @@ void StepStatistics::FillSummary(TrainSummary* summary) const {
   summary->peak_model_state_bytes_per_rank =
       std::max(summary->peak_model_state_bytes_per_rank, peak_model_state_bytes_);
   summary->comm_bytes_per_rank_per_step = comm_bytes_ / steps_;
+  summary->page_faults_per_step =
+      steady_fault_steps_ > 0
+          ? static_cast<double>(steady_faults_) / static_cast<double>(steady_fault_steps_)
+          : -1.0;
   if (steps_ == 1) {
     summary->step_breakdown_s = first_breakdown_;
     summary->host_cpu_busy = first_busy_;

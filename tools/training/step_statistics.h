@@ -31,7 +31,9 @@ class StepStatistics {
   // Sets in `summary`: steps (the kept reports), final_loss and final_eval_loss
   // (the last step's), peak_model_state_bytes_per_rank (the largest over steps),
   // comm_bytes_per_rank_per_step (the mean), step_breakdown_s and host_cpu_busy
-  // (means over the steps, the first left out when there are more: it warms up).
+  // (means over the steps, the first left out when there are more: it warms up),
+  // page_faults_per_step (the mean from the third step to the one before the
+  // last: the last one's window also holds other thread ranks' end of the run).
   // With no step added, leaves them as they are.
   void FillSummary(TrainSummary* summary) const;
 
@@ -49,6 +51,11 @@ class StepStatistics {
   StepBreakdown later_breakdown_sum_;
   double later_busy_sum_ = 0;
   int64_t later_busy_steps_ = 0;
+  // Page faults of the steps from the third to the one before the last, how many
+  // steps counted them, and the last step's (-1: none, or not counted).
+  int64_t steady_faults_ = 0;
+  int64_t steady_fault_steps_ = 0;
+  int64_t pending_faults_ = -1;
 };
 
 }  // namespace loom

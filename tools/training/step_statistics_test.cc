@@ -26,6 +26,7 @@ std::vector<StepReport> Reports(int count, uint32_t seed) {
     r.breakdown.dp_comm = unit(rng);
     r.breakdown.cp_exposed = unit(rng);
     r.host_cpu_busy = i % 4 == 1 ? -1.0 : unit(rng);
+    r.page_faults = i % 5 == 3 ? -1 : static_cast<int64_t>(100 * unit(rng));
     reports.push_back(r);
   }
   return reports;
@@ -56,6 +57,15 @@ TrainSummary Reference(const std::vector<StepReport>& reports) {
     }
   }
   s.host_cpu_busy = busy_steps > 0 ? busy / busy_steps : -1.0;
+  // Page faults: the third step to the one before the last.
+  int64_t faults = 0;
+  int fault_steps = 0;
+  for (size_t i = 2; i + 1 < reports.size(); ++i) {
+    if (reports[i].page_faults < 0) continue;
+    faults += reports[i].page_faults;
+    ++fault_steps;
+  }
+  s.page_faults_per_step = fault_steps > 0 ? static_cast<double>(faults) / fault_steps : -1.0;
   return s;
 }
 
@@ -81,6 +91,7 @@ TEST(StepStatisticsTest, TotalsMatchTheWholeListAndOnlyTheNewestReportsAreKept) 
       EXPECT_NEAR(got.step_breakdown_s.dp_comm, want.step_breakdown_s.dp_comm, 1e-12);
       EXPECT_NEAR(got.step_breakdown_s.cp_exposed, want.step_breakdown_s.cp_exposed, 1e-12);
       EXPECT_NEAR(got.host_cpu_busy, want.host_cpu_busy, 1e-12);
+      EXPECT_DOUBLE_EQ(got.page_faults_per_step, want.page_faults_per_step);
       const size_t kept = std::min(history, reports.size());
       ASSERT_EQ(got.steps.size(), kept);
       for (size_t k = 0; k < kept; ++k) {

@@ -84,6 +84,8 @@ std::string TrainSummaryJson(const TrainCommand& command, const TrainSummary& s,
   j["device"] = ComputeDeviceName(o.device);
   j["device_gemm_products"] = s.device_gemm_products;
   j["host_cpu_busy"] = s.host_cpu_busy >= 0 ? Json(s.host_cpu_busy) : Json(nullptr);
+  j["page_faults_per_step"] =
+      s.page_faults_per_step >= 0 ? Json(s.page_faults_per_step) : Json(nullptr);
   // Forwards run twice in the last step (0: every microbatch kept its context).
   j["recomputed_forwards"] = s.dp_traffic.recomputed_forwards;
   j["model_flops_per_token"] = mfu.flops_per_token;

@@ -276,6 +276,9 @@ struct StepReport {
   // The share of rank 0's host's CPU time that was busy during the step (all
   // processes, /proc/stat: host_cpu.h); -1 where it cannot be read.
   double host_cpu_busy = -1;
+  // Page faults rank 0's process took during the step (host_cpu.h: every rank of
+  // a thread-rank job; rank 0 alone with processes); -1 where not counted.
+  int64_t page_faults = -1;
   std::string ToString() const;
 };
 
@@ -327,6 +330,11 @@ struct TrainSummary {
   StepBreakdown step_breakdown_s;
   // StepReport::host_cpu_busy, the mean over the same steps; -1 where unknown.
   double host_cpu_busy = -1;
+  // StepReport::page_faults, the mean over the steady steps: the third (the
+  // first two touch the buffers they keep for the run) to the one before the last
+  // (whose count, in a job of thread ranks, also holds the other ranks' end of the
+  // run); -1 where unknown or the run has fewer than four steps.
+  double page_faults_per_step = -1;
   // Final parameters of every rank.
   std::vector<RankParameters> final_params;
   // Per rank: the pipeline executions of the last step (for --trace).

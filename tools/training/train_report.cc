@@ -155,6 +155,13 @@ void PrintTrainSummary(const TrainCommand& command, const TrainSummary& s, const
         "host CPUs busy %.1f%% of the step (rank 0's host, %d CPUs, all processes)\n",
         s.host_cpu_busy * 100, std::thread::hardware_concurrency());
   }
+  if (s.page_faults_per_step >= 0) {
+    // Zero once the job's buffers are reused from step to step (STYLE 28).
+    out << absl::StrFormat(
+        "page faults per step: %.1f (the run's third step to the one before its last; rank "
+        "0's process, getrusage)\n",
+        s.page_faults_per_step);
+  }
   // On a GPU the products run there, so the CPU's peak is not the denominator.
   const bool on_cpu = o.device == ComputeDevice::kCpu;
   if (on_cpu) {
