@@ -127,9 +127,11 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   const bool prints = me.rank == 0;
   LOOM_RETURN_IF_ERROR(SetGemmThreads(threads_per_rank));
   // The MFU's denominator, measured before the ranks start (on an idle CPU).
-  FmaPeak fma_peak;
+  MeasuredPeaks peaks;
   if (prints) {
-    LOOM_ASSIGN_OR_RETURN(fma_peak, MeasureFmaPeak(absl::Milliseconds(50)));
+    LOOM_ASSIGN_OR_RETURN(
+        peaks, MeasurePeaks(o.dtype == DType::kBF16 ? GemmPrecision::kBf16 : GemmPrecision::kF32,
+                            /*products_on_cpu=*/o.device == ComputeDevice::kCpu));
   }
   // Under an mpirun the user started, rank 0 is the first to see the flags.
   if (prints && me.connect) LOOM_RETURN_IF_ERROR(CheckTrainPaths(command));
@@ -146,10 +148,10 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   } else {
     LOOM_ASSIGN_OR_RETURN(summary, RunThreads(command, log));
   }
-  const MfuReport mfu = ComputeMfu(
-      o.model, summary.tokens_per_second, fma_peak,
+  const MfuReport mfu = JobMfu(
+      o, summary, peaks,
       CoresUsed(ranks_on_host, threads_per_rank, UsableCpus(), std::max(1, me.size / ranks_on_host)),
-      threads_per_rank, /*bf16_products=*/o.dtype == DType::kBF16);
+      threads_per_rank);
   PrintTrainSummary(command, summary, mfu, std::cout);
   std::optional<ReferenceComparison> reference;
   if (command.outputs.compare_reference) {

@@ -50,6 +50,11 @@ int64_t GptConfig::ParameterCount() const {
   return vocab * h + seq_len * h + layers * block + 2 * h + vocab * h;
 }
 
+int64_t GptConfig::ProductParameterCount() const {
+  const int64_t h = hidden, f = ffn_size();
+  return layers * (4 * h * h + 2 * h * f) + vocab * h;
+}
+
 double GptConfig::TrainingFlopsPerToken() const {
   return 6.0 * static_cast<double>(ParameterCount()) +
          12.0 * static_cast<double>(layers) * static_cast<double>(seq_len) *

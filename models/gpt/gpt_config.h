@@ -59,6 +59,12 @@ struct GptConfig {
   // 21,513,216 for the model above.
   double TrainingFlopsPerToken() const;
 
+  // ProductParameterCount returns the parameters that multiply activations in a
+  // matrix product (every block's four weight matrices and the LM head): 6 times it
+  // is the GEMM share of TrainingFlopsPerToken (the rest: the attention scores'
+  // 12 L T h, and the embeddings, norms and biases, which are not products).
+  int64_t ProductParameterCount() const;
+
   // ToString returns e.g. "V=64 seq=32 hidden=64 heads=4 layers=4 ffn=256 seed=1".
   std::string ToString() const;
 };

@@ -475,14 +475,17 @@ TEST(GptModelTest, ParameterCountIsTheModelsParameters) {
     for (int tp_size : {1, 2}) {
       ExpectAllOk(RunTp(tp_size, [&](Communicator& tp) -> absl::Status {
         LOOM_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(config, tp));
-        int64_t whole = 0, local = 0;
+        int64_t whole = 0, local = 0, products = 0;
         for (const GptParameter& p : model->Parameters()) {
           int64_t n = 1;
           for (int64_t d : p.full_shape) n *= d;
           whole += n;
           local += static_cast<int64_t>(p.values.size());
+          // The matrices but the embeddings' tables (looked up, not multiplied).
+          if (p.full_shape.size() == 2 && p.name.rfind("embed.", 0) != 0) products += n;
         }
         EXPECT_EQ(config.ParameterCount(), whole) << config.ToString();
+        EXPECT_EQ(config.ProductParameterCount(), products) << config.ToString();
         if (tp_size == 1) {
           EXPECT_EQ(config.ParameterCount(), local) << config.ToString();
         }

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "tensor_parallel/layers/gemm_throughput.h"
 
 namespace loom {
 
@@ -34,7 +36,8 @@ int CoresUsed(int ranks_on_host, int threads_per_rank, int usable_cpus, int host
 }
 
 MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const FmaPeak& peak,
-                     int cores, int threads_per_rank, bool bf16_products) {
+                     int cores, int threads_per_rank, bool bf16_products,
+                     const GemmFigures& gemm) {
   MfuReport r;
   r.parameters = model.ParameterCount();
   r.flops_per_token = model.TrainingFlopsPerToken();
@@ -42,6 +45,20 @@ MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const Fma
   const bool bf16 = bf16_products && peak.bf16_flops_per_core > 0;
   r.peak_kind = bf16 ? "bf16" : "f32";
   r.peak_flops_per_core = bf16 ? peak.bf16_flops_per_core : peak.flops_per_core;
+  const double backend_per_core =
+      gemm.backend_flops_per_rank / static_cast<double>(std::max(1, threads_per_rank));
+  if (backend_per_core > r.peak_flops_per_core) {
+    r.peak_flops_per_core = backend_per_core;
+    r.peak_source = "backend";
+  }
+  r.gemm_backend = gemm.backend;
+  r.gemm_flops_per_token = 6.0 * static_cast<double>(model.ProductParameterCount());
+  const double gemm_core_seconds =
+      gemm.seconds_per_step * static_cast<double>(std::max(1, threads_per_rank));
+  if (gemm_core_seconds > 0 && r.peak_flops_per_core > 0) {
+    r.gemm_mfu = r.gemm_flops_per_token * gemm.tokens_per_step / gemm_core_seconds /
+                 r.peak_flops_per_core;
+  }
   r.cores = cores;
   r.peak_flops = r.peak_flops_per_core * cores;
   r.mfu = r.peak_flops > 0 ? r.achieved_flops / r.peak_flops : 0.0;
@@ -55,14 +72,47 @@ MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const Fma
 
 std::string MfuLine(const MfuReport& r) {
   const bool bf16 = r.peak_kind == "bf16";
-  return absl::StrFormat(
+  std::string line = absl::StrFormat(
       "compute: %.2f MFLOP per token (6N + 12LTh, N = %d), %.1f GFLOP/s; MFU %.3f of %.1f "
-      "GFLOP/s %smeasured (%d core%s x %.1f, %s, %s%s); %d GEMM thread%s per rank",
+      "GFLOP/s %smeasured (%d core%s x %.1f, %s, %s%s%s); %d GEMM thread%s per rank",
       r.flops_per_token / 1e6, r.parameters, r.achieved_flops / 1e9, r.mfu, r.peak_flops / 1e9,
       bf16 ? "bf16 peak " : "", r.cores, r.cores == 1 ? "" : "s", r.peak_flops_per_core / 1e9,
       r.vector_target, r.cpu_model,
+      r.peak_source == "backend" ? "; the backend's best product, above the instruction loop's"
+                                 : "",
       bf16 ? absl::StrFormat("; %.3f of the f32 FMA peak", r.mfu_f32_peak) : "",
       r.threads_per_rank, r.threads_per_rank == 1 ? "" : "s");
+  if (r.gemm_mfu > 0) {
+    absl::StrAppendFormat(&line,
+                          "\nGEMM share: %.2f MFLOP per token (6 x %d product parameters), MFU "
+                          "%.3f of the same peak over the GEMMs' own time",
+                          r.gemm_flops_per_token / 1e6,
+                          static_cast<int64_t>(r.gemm_flops_per_token / 6), r.gemm_mfu);
+  }
+  return line;
+}
+
+absl::StatusOr<MeasuredPeaks> MeasurePeaks(GemmPrecision precision, bool products_on_cpu) {
+  MeasuredPeaks peaks;
+  LOOM_ASSIGN_OR_RETURN(peaks.instructions, MeasureFmaPeak(absl::Milliseconds(50)));
+  if (products_on_cpu) {
+    LOOM_ASSIGN_OR_RETURN(peaks.gemm.backend_flops_per_rank,
+                          MeasureGemmThroughput(precision, absl::Milliseconds(40)));
+    peaks.gemm.backend = GemmBackendName(precision);
+  }
+  return peaks;
+}
+
+MfuReport JobMfu(const TrainJobOptions& options, const TrainSummary& summary,
+                 const MeasuredPeaks& peaks, int cores, int threads_per_rank) {
+  GemmFigures gemm = peaks.gemm;
+  // The breakdown is a mean over ranks: its sum is the job's GEMM time.
+  gemm.seconds_per_step =
+      summary.step_breakdown_s.gemm * static_cast<double>(JobWorldSize(options));
+  gemm.tokens_per_step = static_cast<double>(options.dp * options.microbatches *
+                                             options.micro_batch * options.model.seq_len);
+  return ComputeMfu(options.model, summary.tokens_per_second, peaks.instructions, cores,
+                    threads_per_rank, /*bf16_products=*/options.dtype == DType::kBF16, gemm);
 }
 
 }  // namespace loom

@@ -30,6 +30,8 @@
 #include "absl/status/statusor.h"
 #include "core/fma_peak.h"
 #include "models/gpt/gpt_config.h"
+#include "tensor_parallel/layers/gemm.h"
+#include "tools/training/train_options.h"
 
 namespace loom {
 
@@ -44,6 +46,17 @@ absl::StatusOr<int> ResolveThreadsPerRank(int requested, int ranks_on_host, int 
 // its usable CPUs and its ranks times their threads, times the hosts.
 int CoresUsed(int ranks_on_host, int threads_per_rank, int usable_cpus, int hosts);
 
+// What the job measured of its products: where they ran, the backend's best square
+// product on one rank's threads (tensor_parallel/layers/gemm_throughput.h), and the
+// step's GEMM time, for the peak of the unit the products run on and the GEMM
+// share's MFU.
+struct GemmFigures {
+  std::string backend;                // GemmBackendName of the job's precision
+  double backend_flops_per_rank = 0;  // MeasureGemmThroughput; 0: not measured
+  double seconds_per_step = 0;        // the step's GEMM time summed over ranks; 0: unknown
+  double tokens_per_step = 0;         // the global batch's tokens
+};
+
 struct MfuReport {
   int64_t parameters = 0;           // N
   double flops_per_token = 0;       // 6 N + 12 L T h
@@ -54,18 +67,47 @@ struct MfuReport {
   double mfu = 0;                   // achieved_flops / peak_flops (0 without a peak)
   std::string peak_kind = "f32";    // "f32" (FMA) or "bf16" (dot products)
   double mfu_f32_peak = 0;          // achieved over the f32 peak (= mfu for "f32")
+  // Where the peak per core came from: the instruction loop of peak_kind
+  // (core/fma_peak.h), or, where it was higher, the backend's best product per
+  // GEMM thread (a unit the loop does not measure, e.g. AMX tiles).
+  std::string peak_source = "instructions";
+  std::string gemm_backend;
+  double gemm_flops_per_token = 0;  // 6 x GptConfig::ProductParameterCount
+  // The GEMM share: its FLOPs over its time on the ranks' GEMM threads at the peak
+  // (0 where the GEMM time is unknown).
+  double gemm_mfu = 0;
   int threads_per_rank = 1;
   std::string cpu_model, vector_target;
 };
 
 // ComputeMfu fills an MfuReport from the run's figures. With bf16_products (the
-// job's products are bf16) and a measured bf16 peak, that peak is the denominator;
-// otherwise the f32 one.
+// job's products are bf16) and a measured bf16 peak, that peak is the instruction
+// peak; otherwise the f32 one. The peak per core is the larger of it and the
+// backend's best product per GEMM thread (gemm.backend_flops_per_rank over
+// threads_per_rank), so an MFU cannot pass 1 through a unit the instruction loop
+// does not measure.
 MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const FmaPeak& peak,
-                     int cores, int threads_per_rank, bool bf16_products = false);
+                     int cores, int threads_per_rank, bool bf16_products = false,
+                     const GemmFigures& gemm = {});
 
 // MfuLine formats the report as the job prints it (see the example).
 std::string MfuLine(const MfuReport& report);
+
+// The denominators a job measures before it starts, on an idle CPU: the
+// instruction peaks (core/fma_peak.h) and, where its products run on the CPU, the
+// backend's best square product of its precision on the calling thread's
+// GemmThreads() (tensor_parallel/layers/gemm_throughput.h).
+struct MeasuredPeaks {
+  FmaPeak instructions;
+  GemmFigures gemm;  // backend and backend_flops_per_rank
+};
+// MeasurePeaks: the measurement's errors.
+absl::StatusOr<MeasuredPeaks> MeasurePeaks(GemmPrecision precision, bool products_on_cpu);
+
+// JobMfu: the MFU report of a finished job of `options` from its summary (tokens/s,
+// the step's GEMM time) over `peaks`, its ranks computing on `cores` cores.
+MfuReport JobMfu(const TrainJobOptions& options, const TrainSummary& summary,
+                 const MeasuredPeaks& peaks, int cores, int threads_per_rank);
 
 }  // namespace loom
 

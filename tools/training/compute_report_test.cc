@@ -82,5 +82,53 @@ TEST(ComputeMfuTest, IsAchievedOverMeasuredPeakTimesCores) {
   EXPECT_EQ(ComputeMfu(model, 2000, FmaPeak{}, 2, 1).mfu, 0.0);
 }
 
+// Where the backend's best product per GEMM thread beats the instruction loop (a
+// unit the loop does not measure, as AMX tiles under oneDNN), it is the peak; the
+// GEMM share is its FLOPs (6 x the product parameters per token) over the GEMM time
+// on the ranks' GEMM threads at that peak.
+TEST(ComputeMfuTest, TheBackendsBestProductRaisesThePeakAndTheGemmShareUsesIt) {
+  GptConfig model;
+  model.vocab = 256;
+  model.seq_len = 128;
+  model.hidden = 256;
+  model.heads = 8;
+  model.layers = 4;
+  EXPECT_EQ(model.ProductParameterCount(), 4 * 12 * 256 * 256 + 256 * 256);
+  FmaPeak peak;
+  peak.cpu_model = "Test CPU";
+  peak.vector_target = "AVX3";
+  peak.flops_per_core = 100e9;
+  peak.bf16_flops_per_core = 250e9;
+  GemmFigures gemm;
+  gemm.backend = "oneDNN (test)";
+  gemm.backend_flops_per_rank = 2 * 1000e9;  // 1 TFLOP/s per thread, 2 threads
+  gemm.seconds_per_step = 0.5;               // summed over the ranks
+  gemm.tokens_per_step = 4096;
+  const MfuReport r = ComputeMfu(model, 2000, peak, /*cores=*/2, /*threads_per_rank=*/2,
+                                 /*bf16_products=*/true, gemm);
+  EXPECT_EQ(r.peak_kind, "bf16");
+  EXPECT_EQ(r.peak_source, "backend");
+  EXPECT_DOUBLE_EQ(r.peak_flops_per_core, 1000e9);
+  EXPECT_DOUBLE_EQ(r.mfu, 21513216.0 * 2000 / 2000e9);
+  EXPECT_DOUBLE_EQ(r.gemm_flops_per_token, 6.0 * 3211264);
+  EXPECT_DOUBLE_EQ(r.gemm_mfu, 6.0 * 3211264 * 4096 / (0.5 * 2) / 1000e9);
+  EXPECT_EQ(r.gemm_backend, "oneDNN (test)");
+  EXPECT_EQ(MfuLine(r),
+            "compute: 21.51 MFLOP per token (6N + 12LTh, N = 3323392), 43.0 GFLOP/s; MFU 0.022 "
+            "of 2000.0 GFLOP/s bf16 peak measured (2 cores x 1000.0, AVX3, Test CPU; the "
+            "backend's best product, above the instruction loop's; 0.215 of the f32 FMA peak); "
+            "2 GEMM threads per rank\n"
+            "GEMM share: 19.27 MFLOP per token (6 x 3211264 product parameters), MFU 0.079 of "
+            "the same peak over the GEMMs' own time");
+  // Below the instruction peak the backend changes nothing.
+  gemm.backend_flops_per_rank = 2 * 50e9;
+  const MfuReport f = ComputeMfu(model, 2000, peak, 2, 2, /*bf16_products=*/false, gemm);
+  EXPECT_EQ(f.peak_source, "instructions");
+  EXPECT_DOUBLE_EQ(f.peak_flops_per_core, 100e9);
+  // Without the GEMM time there is no GEMM share.
+  gemm.seconds_per_step = 0;
+  EXPECT_EQ(ComputeMfu(model, 2000, peak, 2, 2, false, gemm).gemm_mfu, 0.0);
+}
+
 }  // namespace
 }  // namespace loom

@@ -96,6 +96,9 @@ std::string TrainSummaryJson(const TrainCommand& command, const TrainSummary& s,
   // The products run on the GPU with --device cuda: the CPU's peak is no denominator.
   j["mfu"] = on_cpu ? Json(mfu.mfu) : Json(nullptr);
   j["peak_kind"] = mfu.peak_kind;
+  j["peak_source"] = mfu.peak_source;
+  j["gemm_backend"] = mfu.gemm_backend;
+  j["gemm_mfu"] = on_cpu && mfu.gemm_mfu > 0 ? Json(mfu.gemm_mfu) : Json(nullptr);
   j["mfu_f32_peak"] = on_cpu ? Json(mfu.mfu_f32_peak) : Json(nullptr);
   j["threads_per_rank"] = mfu.threads_per_rank;
   j["cpu_model"] = mfu.cpu_model;
