@@ -28,6 +28,26 @@ def loom_cc_test(name, copts = [], deps = [], tags = [], single_threaded = False
         **kwargs
     )
 
+def loom_isa_capped_tests(name, srcs, copts = [], deps = [], tags = [], **kwargs):
+    """The test `name`'s sources again, as `name`_avx2 and `name`_avx512.
+
+    Each runs on the host as a CPU of that instruction set would
+    (//core:isa_capped_test_main caps Loom's kernels, Highway, oneDNN and OpenBLAS),
+    so that a kernel chosen by ISA is tested on every ISA the host can run; a host
+    without the level skips them, saying so. Tagged `isa_capped` and
+    `single_threaded` (the sanitizer steps run the uncapped test).
+    """
+    for cap in ["avx2", "avx512"]:
+        native.cc_test(
+            name = "%s_%s" % (name, cap),
+            srcs = srcs,
+            copts = LOOM_TEST_COPTS + copts,
+            deps = deps + ["//core:isa_capped_test_main"],
+            args = ["--loom_isa_cap=" + cap],
+            tags = tags + ["isa_capped", "single_threaded"],
+            **kwargs
+        )
+
 def loom_mpi_test(name, ranks = 4, copts = [], deps = [], tags = [], args = [], **kwargs):
     """A GoogleTest test that runs as an Open MPI job of `ranks` processes.
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <thread>
 
 namespace loom {
@@ -40,20 +41,11 @@ bool Detect(CpuIsa isa) {
   return false;
 }
 
-}  // namespace
+// The cap (CapCpuIsa): the widest level reported, and whether AVX-512 BF16 is.
+std::atomic<int> max_isa{static_cast<int>(CpuIsa::kAvx512)};
+std::atomic<bool> bf16_allowed{true};
 
-int UsableCpus() {
-  cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return std::max(1, CPU_COUNT(&cpus));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-absl::Span<const CpuIsa> AllCpuIsas() {
-  static constexpr std::array<CpuIsa, 3> kIsas = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512};
-  return kIsas;
-}
-
-bool CpuSupports(CpuIsa isa) {
+bool Detected(CpuIsa isa) {
   static const bool avx2 = Detect(CpuIsa::kAvx2);
   static const bool avx512 = Detect(CpuIsa::kAvx512);
   switch (isa) {
@@ -67,16 +59,37 @@ bool CpuSupports(CpuIsa isa) {
   return false;
 }
 
+}  // namespace
+
+void CapCpuIsa(CpuIsa max, bool allow_avx512_bf16) {
+  max_isa = static_cast<int>(max);
+  bf16_allowed = allow_avx512_bf16;
+}
+
+int UsableCpus() {
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return std::max(1, CPU_COUNT(&cpus));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+absl::Span<const CpuIsa> AllCpuIsas() {
+  static constexpr std::array<CpuIsa, 3> kIsas = {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512};
+  return kIsas;
+}
+
+bool CpuSupports(CpuIsa isa) {
+  return static_cast<int>(isa) <= max_isa.load(std::memory_order_relaxed) && Detected(isa);
+}
+
 bool CpuSupportsAvx512Bf16() {
-  static const bool bf16 = CpuSupports(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
-  return bf16;
+  static const bool bf16 = Detected(CpuIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+  return bf16 && CpuSupports(CpuIsa::kAvx512) && bf16_allowed.load(std::memory_order_relaxed);
 }
 
 CpuIsa BestCpuIsa() {
-  static const CpuIsa best = CpuSupports(CpuIsa::kAvx512) ? CpuIsa::kAvx512
-                             : CpuSupports(CpuIsa::kAvx2) ? CpuIsa::kAvx2
-                                                          : CpuIsa::kScalar;
-  return best;
+  return CpuSupports(CpuIsa::kAvx512) ? CpuIsa::kAvx512
+         : CpuSupports(CpuIsa::kAvx2) ? CpuIsa::kAvx2
+                                      : CpuIsa::kScalar;
 }
 
 absl::string_view CpuIsaName(CpuIsa isa) {

@@ -42,6 +42,16 @@ CpuIsa BestCpuIsa();
 // bf16 matrix products of tensor_parallel/layers/gemm.h run on hardware. Detected once.
 bool CpuSupportsAvx512Bf16();
 
+// CapCpuIsa makes this process answer as a CPU that runs at most `max`, and AVX-512
+// BF16 only with allow_avx512_bf16: CpuSupports, BestCpuIsa and
+// CpuSupportsAvx512Bf16 report the host's features within the cap (a cap above
+// the host changes nothing). For tests that run the kernels a smaller CPU would
+// choose, on a bigger host: call it first thing in main, before any kernel has
+// chosen (some choose once). Highway's dispatch, oneDNN (ONEDNN_MAX_CPU_ISA) and
+// OpenBLAS (OPENBLAS_CORETYPE) are capped by their own means;
+// core/internal/isa_capped_test_main.cc caps all four.
+void CapCpuIsa(CpuIsa max, bool allow_avx512_bf16);
+
 // CpuIsaName returns "scalar", "avx2" or "avx512" ("unknown" outside the enum).
 absl::string_view CpuIsaName(CpuIsa isa);
 

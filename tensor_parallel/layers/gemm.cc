@@ -124,44 +124,41 @@ void Sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k
 }
 
 // OpenBlasGemm runs a checked, non-empty product through cblas_sgemm on the rank's
-// threads: C's rows (or columns, when it is wider than tall) are cut into one part
-// per thread, in multiples of kPartAlign, each part an independent single-threaded
-// call. As in OpenBLAS's own threading, the inner dimension is never split and every
-// element of C is the same k-ordered sum whichever part holds it, so the bits do not
-// depend on the thread count (gemm_test checks the GPT shapes at 1 to 3 threads); a
-// part keeps at least kMinPartMacs multiply-adds, far above the 64^3 below which
-// OpenBLAS switches to its small-matrix kernels. One part per thread (not fixed
-// blocks) packs the shared operand once per thread, so one thread costs nothing.
-// (OpenBLAS's own pool stays at one thread: its workers spin-wait for about a
-// millisecond after each product and took the cores from the rank's element-wise work
-// and attention; one team per rank now serves all three.)
-constexpr int64_t kPartAlign = 16;
+// threads: C's rows are cut into one part per thread, in multiples of kPartAlign,
+// each part an independent single-threaded call. As in OpenBLAS's own threading, the
+// inner dimension is never split, and every element of C is the same k-ordered sum
+// whichever part holds it, so the bits do not depend on the thread count (gemm_test
+// checks the GPT shapes at 1 to 3 threads, on the host's kernels and capped to
+// AVX2's and AVX-512's). That holds only where the parts line up with the kernel's
+// own blocks: OpenBLAS's Haswell and Zen sgemm (AVX2) sum the last rows of a part
+// that is not a multiple of 24 rows, and any part of C's columns (its own M) that
+// does not match its blocking of the whole, in another order; so the cut is by rows
+// only, at multiples of 24 (SkylakeX's and Cooperlake's kernels keep the bits at any
+// multiple of 16 rows and of 24). A part keeps at least kMinPartMacs multiply-adds, far above the
+// 64^3 below which OpenBLAS switches to its small-matrix kernels. One part per
+// thread (not fixed blocks) packs the shared operand once per thread. (OpenBLAS's own
+// pool stays at one thread: its workers spin-wait for about a millisecond after each
+// product and took the cores from the rank's element-wise work and attention; one
+// team per rank now serves all three.)
+constexpr int64_t kPartAlign = 24;
 constexpr int64_t kMinPartMacs = int64_t{1} << 20;
 
 void OpenBlasGemm(const ConstMatrixView& a, Transpose trans_a, const ConstMatrixView& b,
                   Transpose trans_b, const MatrixView& c, const Dims& d, float alpha, float beta) {
   ApplyBlasThreadsOnce();
-  const bool by_rows = d.m >= d.n;
-  const int64_t span = by_rows ? d.m : d.n;
+  const int64_t span = d.m;
   const int64_t parts = std::clamp<int64_t>(
       std::min({int64_t{ComputeThreads()}, span / kPartAlign, d.m * d.n * d.k / kMinPartMacs}),
       1, span);
-  // Part p covers [first(p), first(p + 1)): near-equal runs of kPartAlign-wide units.
+  // Part p covers rows [first(p), first(p + 1)): near-equal runs of kPartAlign-row units.
   const int64_t units = (span + kPartAlign - 1) / kPartAlign;
   const auto first = [&](int64_t p) { return std::min(span, p * units / parts * kPartAlign); };
   const auto part = [&](int64_t p) {
     const int64_t begin = first(p), count = first(p + 1) - begin;
-    if (by_rows) {
-      // Rows [begin, begin + count) of op(A) and of C.
-      const float* a_rows = a.data.data() + (trans_a == Transpose::kYes ? begin : begin * a.ld);
-      Sgemm(trans_a, trans_b, count, d.n, d.k, alpha, a_rows, a.ld, b.data.data(), b.ld, beta,
-            c.data.data() + begin * c.ld, c.ld);
-    } else {
-      // Columns [begin, begin + count) of op(B) and of C.
-      const float* b_cols = b.data.data() + (trans_b == Transpose::kYes ? begin * b.ld : begin);
-      Sgemm(trans_a, trans_b, d.m, count, d.k, alpha, a.data.data(), a.ld, b_cols, b.ld, beta,
-            c.data.data() + begin, c.ld);
-    }
+    // Rows [begin, begin + count) of op(A) and of C.
+    const float* a_rows = a.data.data() + (trans_a == Transpose::kYes ? begin : begin * a.ld);
+    Sgemm(trans_a, trans_b, count, d.n, d.k, alpha, a_rows, a.ld, b.data.data(), b.ld, beta,
+          c.data.data() + begin * c.ld, c.ld);
   };
   if (parts == 1) return part(0);
   // Each part writes its own piece of C, so no part can fail the others.

@@ -139,7 +139,7 @@ TEST(GemmTest, ThreadCountDoesNotChangeTheBits) {
                         {256, 256, 1024, Transpose::kNo, Transpose::kNo},
                         {1024, 256, 256, Transpose::kYes, Transpose::kNo},
                         {512, 512, 512, Transpose::kNo, Transpose::kNo},
-                        // Parts of unequal sizes, by rows and by columns.
+                        // Parts of unequal sizes; a product wider than tall.
                         {300, 200, 64, Transpose::kYes, Transpose::kYes},
                         {200, 300, 64, Transpose::kNo, Transpose::kYes}};
   const int before = GemmThreads();
