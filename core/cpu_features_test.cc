@@ -63,5 +63,25 @@ TEST(CpuFeaturesTest, LevelsAreOrderedAndNamed) {
   EXPECT_EQ(BestCpuIsa(), best);
 }
 
+// A cap makes the process answer as a smaller CPU would, never a bigger one; the
+// widest cap gives the host's answers back.
+TEST(CpuFeaturesTest, ACapAnswersAsTheSmallerCpu) {
+  const CpuIsa host_best = BestCpuIsa();
+  const bool host_bf16 = CpuSupportsAvx512Bf16();
+  CapCpuIsa(CpuIsa::kAvx2, /*allow_avx512_bf16=*/false);
+  EXPECT_FALSE(CpuSupports(CpuIsa::kAvx512));
+  EXPECT_FALSE(CpuSupportsAvx512Bf16());
+  EXPECT_EQ(BestCpuIsa(), host_best == CpuIsa::kScalar ? CpuIsa::kScalar : CpuIsa::kAvx2);
+  CapCpuIsa(CpuIsa::kAvx512, /*allow_avx512_bf16=*/false);
+  EXPECT_EQ(BestCpuIsa(), host_best);
+  EXPECT_FALSE(CpuSupportsAvx512Bf16());
+  CapCpuIsa(CpuIsa::kScalar, /*allow_avx512_bf16=*/true);
+  EXPECT_EQ(BestCpuIsa(), CpuIsa::kScalar);
+  EXPECT_FALSE(CpuSupportsAvx512Bf16());  // needs AVX-512 under it
+  CapCpuIsa(CpuIsa::kAvx512, /*allow_avx512_bf16=*/true);
+  EXPECT_EQ(BestCpuIsa(), host_best);
+  EXPECT_EQ(CpuSupportsAvx512Bf16(), host_bf16);
+}
+
 }  // namespace
 }  // namespace loom
