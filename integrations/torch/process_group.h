@@ -1,0 +1,150 @@
+// LoomProcessGroup: a c10d::ProcessGroup over Loom's Communicator, so PyTorch programs
+// (torch.distributed, DistributedDataParallel, FSDP-style loops) run their collectives
+// on Loom: shared memory between the processes of one host, two levels across hosts.
+// `import loom_torch` registers it as the backend "loom" (python/loom_torch).
+//
+// Every call is checked on the caller's thread (dense, contiguous CPU tensors of
+// matching sizes and dtypes; errors name the call and the tensor), then runs on the
+// group's progress thread (collectives/comm_worker.h) in the order the calls were made,
+// with its timeout. It returns a LoomWork (work.h) whose wait() and future report the
+// outcome; a failed call names this rank, the call and Loom's error ("shm: world rank
+// 1 (pid 4242 on host) died", "mismatched collective calls: ..."), and the calls queued
+// behind it fail with it: the group is then broken, as Loom's communicators are.
+//
+// Example (what torch.distributed does with it, in C++):
+//   c10::intrusive_ptr<LoomProcessGroup> pg = *LoomProcessGroup::Create(store, spec, {});
+//   std::vector<at::Tensor> tensors = {at::ones({1024})};
+//   pg->allreduce(tensors, c10d::AllreduceOptions())->wait();  // tensors[0] == size() everywhere
+//   pg->barrier(c10d::BarrierOptions())->wait();
+#ifndef LOOM_INTEGRATIONS_TORCH_PROCESS_GROUP_H_
+#define LOOM_INTEGRATIONS_TORCH_PROCESS_GROUP_H_
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "collectives/comm_worker.h"
+#include "collectives/transport/transport.h"
+#include "core/mutex.h"
+#include "integrations/torch/backend_options.h"
+#include "integrations/torch/rendezvous.h"
+#include "integrations/torch/work.h"
+
+namespace loom {
+namespace pytorch {
+
+class LoomProcessGroup final : public c10d::ProcessGroup {
+ public:
+  // Create connects this rank of the group (ConnectGroup, rendezvous.h) and starts
+  // its progress thread. Errors as ConnectGroup's.
+  static absl::StatusOr<c10::intrusive_ptr<LoomProcessGroup>> Create(RendezvousStore& store,
+                                                                     const GroupSpec& spec,
+                                                                     const BackendOptions& options);
+  // Only Create makes one (c10::make_intrusive needs a public constructor).
+  struct CreateKey {
+   private:
+    friend class LoomProcessGroup;
+    CreateKey() = default;
+  };
+  LoomProcessGroup(CreateKey, const GroupSpec& spec, GroupConnection connection,
+                   TagReservation p2p_tags);
+  // The destructor lets the calls already queued finish (each within its timeout).
+  ~LoomProcessGroup() override;
+
+  const std::string getBackendName() const override { return "loom"; }
+  // layout says how the group is connected (Describe(): "shm among 2 ranks on one host").
+  const GroupLayout& layout() const { return connection_.layout; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+ private:
+  // What a queued call runs on the progress thread; it may record the source rank
+  // of a receive in the work.
+  using Job = std::function<absl::Status(LoomWork& work)>;
+  class Completion;
+
+
+  // Enqueue queues `job` as the call "<name> #<sequence> (<details>)" and returns its
+  // work, completed with `outputs` when the job succeeds. `timeout` is the call's
+  // (c10d's kUnsetTimeout: the group's).
+  c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type, const char* profiling_title,
+                                         absl::string_view name, absl::string_view details,
+                                         std::vector<at::Tensor> outputs,
+                                         std::chrono::milliseconds timeout, Job job);
+  absl::Duration CallTimeout(std::chrono::milliseconds timeout) const;
+  // ErrorMessage: Loom's error of a call, naming this rank, the group and the call.
+  std::string ErrorMessage(const std::string& call, const absl::Status& status) const;
+  // RecordFailure keeps the group's first error, which the calls dropped after it
+  // report.
+  void RecordFailure(const std::string& call, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DroppedStatus() const ABSL_LOCKS_EXCLUDED(mu_);
+  // PointToPoint runs a send (or receive) of `tensor` with `peer` on the transport
+  // directly, so PyTorch's tags keep their meaning (Communicator::Send has none).
+  absl::Status PointToPoint(bool send, const at::Tensor& tensor, int peer, int tag,
+                            absl::Duration timeout);
+  // ReceiveFromAny receives `tensor` from whichever peer sends with `tag` first and
+  // returns that peer.
+  absl::StatusOr<int> ReceiveFromAny(const at::Tensor& tensor, int tag, absl::Duration timeout);
+
+  const GroupSpec spec_;
+  GroupConnection connection_;
+  TagReservation p2p_tags_;
+  mutable Mutex mu_;
+  uint64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the progress thread will be done with everything queued, at the latest.
+  absl::Time queue_done_by_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::string first_error_ ABSL_GUARDED_BY(mu_);
+  // Last member: destroyed first, so the calls it still runs find the rest alive.
+  CommWorker worker_;
+};
+
+}  // namespace pytorch
+}  // namespace loom
+
+#endif  // LOOM_INTEGRATIONS_TORCH_PROCESS_GROUP_H_
