@@ -63,10 +63,11 @@ class LoomProcessGroup::Completion {
       work_->Complete(status, status.ok() ? std::string() : group_->ErrorMessage(work_->call(), status));
     } catch (...) {
     }
+    group_->Retire(std::move(work_));
   }
 
   LoomProcessGroup* const group_;
-  const c10::intrusive_ptr<LoomWork> work_;
+  c10::intrusive_ptr<LoomWork> work_;
   bool done_ = false;  // touched by the progress thread only
 };
 
@@ -92,7 +93,22 @@ LoomProcessGroup::LoomProcessGroup(CreateKey, const GroupSpec& spec, GroupConnec
   init();
 }
 
+// worker_, the last member, is destroyed first: the calls still queued run (or are
+// dropped) while the rest is alive; retired_ then drops the works on this thread.
 LoomProcessGroup::~LoomProcessGroup() = default;
+
+void LoomProcessGroup::Retire(c10::intrusive_ptr<LoomWork> work) {
+  MutexLock lock(&mu_);
+  retired_.push_back(std::move(work));
+}
+
+void LoomProcessGroup::Abort(const std::string& reason) {
+  const absl::Status status = absl::AbortedError(reason);
+  connection_.transport->Abort(status);
+  if (const std::shared_ptr<Transport>& node = connection_.communicator->options().node_transport) {
+    node->Abort(status);
+  }
+}
 
 absl::Duration LoomProcessGroup::CallTimeout(std::chrono::milliseconds timeout) const {
   return timeout == c10d::kUnsetTimeout ? spec_.timeout : absl::FromChrono(timeout);
@@ -121,20 +137,24 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::Enqueue(c10d::OpType type,
                                                          const char* profiling_title,
                                                          absl::string_view name,
                                                          absl::string_view details,
-                                                         std::vector<at::Tensor> outputs,
+                                                         CallTensors tensors,
                                                          std::chrono::milliseconds timeout,
                                                          Job job) {
   const absl::Duration call_timeout = CallTimeout(timeout);
   std::string call;
   absl::Time finished_by;
+  // Dropped here, on the caller's thread, when this scope ends (see Retire).
+  std::vector<c10::intrusive_ptr<LoomWork>> retired;
   {
     MutexLock lock(&mu_);
+    retired.swap(retired_);
     call = absl::StrCat(name, " #", calls_++, details.empty() ? "" : " (", details,
                         details.empty() ? "" : ")");
     queue_done_by_ = std::max(queue_done_by_, absl::Now()) + call_timeout + kCallEndGrace;
     finished_by = queue_done_by_;
   }
-  auto work = c10::make_intrusive<LoomWork>(rank_, type, profiling_title, std::move(outputs),
+  auto work = c10::make_intrusive<LoomWork>(rank_, type, profiling_title,
+                                            std::move(tensors.inputs), std::move(tensors.outputs),
                                             std::move(call), finished_by);
   auto completion = std::make_shared<Completion>(this, work);
   worker_.Submit([completion, job = std::move(job)]() -> absl::Status {

@@ -63,6 +63,17 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "loom"; }
   // layout says how the group is connected (Describe(): "shm among 2 ranks on one host").
   const GroupLayout& layout() const { return connection_.layout; }
+  // communicator_options: the options its communicator runs with (deterministic, ...).
+  const CommunicatorOptions& communicator_options() const {
+    return connection_.communicator->options();
+  }
+
+  // Abort fails this rank's pending and later calls with `reason`, and, through the
+  // transports, the peers' calls that wait on this rank (Unavailable "... aborted:
+  // <reason>"), at once rather than at their timeout. For a process that ends with
+  // an error while its peers may be waiting on it (loom_torch calls it from
+  // sys.excepthook). Any thread.
+  void Abort(const std::string& reason);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -104,19 +115,31 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  // What a queued call runs on the progress thread; it may record the source rank
-  // of a receive in the work.
+  // What a queued call runs on the progress thread. It reads and writes the
+  // work's tensors (LoomWork::inputs, outputs) and owns none itself: see Retire. It
+  // may record the source rank of a receive in the work.
   using Job = std::function<absl::Status(LoomWork& work)>;
   class Completion;
+  // The tensors of a call, for its work to hold.
+  struct CallTensors {
+    std::vector<at::Tensor> inputs;
+    std::vector<at::Tensor> outputs;
+  };
 
 
   // Enqueue queues `job` as the call "<name> #<sequence> (<details>)" and returns its
-  // work, completed with `outputs` when the job succeeds. `timeout` is the call's
-  // (c10d's kUnsetTimeout: the group's).
+  // work, which holds `tensors` and completes with their outputs when the job
+  // succeeds. `timeout` is the call's (c10d's kUnsetTimeout: the group's).
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type, const char* profiling_title,
                                          absl::string_view name, absl::string_view details,
-                                         std::vector<at::Tensor> outputs,
-                                         std::chrono::milliseconds timeout, Job job);
+                                         CallTensors tensors, std::chrono::milliseconds timeout,
+                                         Job job);
+  // Retire keeps the progress thread's reference to a finished work until a caller's
+  // thread drops it (the next Enqueue, or the destructor). Freeing a tensor that
+  // Python handed over may take Python's lock, which the thread destroying this group
+  // can hold while it waits for the progress thread: so the progress thread never
+  // frees one.
+  void Retire(c10::intrusive_ptr<LoomWork> work) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Duration CallTimeout(std::chrono::milliseconds timeout) const;
   // ErrorMessage: Loom's error of a call, naming this rank, the group and the call.
   std::string ErrorMessage(const std::string& call, const absl::Status& status) const;
@@ -140,6 +163,7 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   // When the progress thread will be done with everything queued, at the latest.
   absl::Time queue_done_by_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string first_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<c10::intrusive_ptr<LoomWork>> retired_ ABSL_GUARDED_BY(mu_);
   // Last member: destroyed first, so the calls it still runs find the rest alive.
   CommWorker worker_;
 };

@@ -60,8 +60,8 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::broadcast(std::vector<at::Tenso
   const int root = static_cast<int>(opts.rootRank);
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::BROADCAST, "loom:broadcast", "broadcast",
-                 absl::StrCat(DescribeTensor(tensor), ", root ", root), {tensor}, opts.timeout,
-                 [this, tensor, view, root, timeout](LoomWork&) {
+                 absl::StrCat(DescribeTensor(tensor), ", root ", root), {{}, {tensor}},
+                 opts.timeout, [this, view, root, timeout](LoomWork&) {
                    return connection_.communicator->Broadcast(view, view, root, Timeout(timeout));
                  });
 }
@@ -83,8 +83,8 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_allgather_base(at::Tensor& out
   const BufferView out_view = MovementView(out);
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::_ALLGATHER_BASE, "loom:all_gather_into_tensor",
-                 "all_gather_into_tensor", absl::StrCat(DescribeTensor(in), " per rank"), {out},
-                 opts.timeout, [this, in, out, in_view, out_view, timeout](LoomWork&) {
+                 "all_gather_into_tensor", absl::StrCat(DescribeTensor(in), " per rank"),
+                 {{in}, {out}}, opts.timeout, [this, in_view, out_view, timeout](LoomWork&) {
                    return connection_.communicator->AllGather(in_view, out_view, Timeout(timeout));
                  });
 }
@@ -102,12 +102,13 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allgather(
   RaiseIfError(CheckAllNumel(outs, in.numel(), "all_gather", "output tensor"));
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::ALLGATHER, "loom:all_gather", "all_gather",
-                 absl::StrCat(DescribeTensor(in), " per rank"), outs, opts.timeout,
-                 [this, in, outs, timeout](LoomWork&) {
-                   const at::Tensor flat = Scratch(in, in.numel() * size_);
+                 absl::StrCat(DescribeTensor(in), " per rank"), {{in}, outs}, opts.timeout,
+                 [this, timeout](LoomWork& work) {
+                   const at::Tensor& input = work.inputs()[0];
+                   const at::Tensor flat = Scratch(input, input.numel() * size_);
                    absl::Status status = connection_.communicator->AllGather(
-                       MovementView(in), MovementView(flat), Timeout(timeout));
-                   if (status.ok()) CopyOut(flat, outs);
+                       MovementView(input), MovementView(flat), Timeout(timeout));
+                   if (status.ok()) CopyOut(flat, work.outputs());
                    return status;
                  });
 }
@@ -132,12 +133,13 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::gather(std::vector<std::vector<
   }
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::GATHER, "loom:gather", "gather",
-                 absl::StrCat(DescribeTensor(in), " per rank, root ", root), outs, opts.timeout,
-                 [this, in, outs, root, timeout](LoomWork&) {
-                   const at::Tensor flat = Scratch(in, rank_ == root ? in.numel() * size_ : 0);
+                 absl::StrCat(DescribeTensor(in), " per rank, root ", root), {{in}, outs},
+                 opts.timeout, [this, root, timeout](LoomWork& work) {
+                   const at::Tensor& input = work.inputs()[0];
+                   const at::Tensor flat = Scratch(input, rank_ == root ? input.numel() * size_ : 0);
                    absl::Status status = connection_.communicator->Gather(
-                       MovementView(in), MovementView(flat), root, Timeout(timeout));
-                   if (status.ok() && rank_ == root) CopyOut(flat, outs);
+                       MovementView(input), MovementView(flat), root, Timeout(timeout));
+                   if (status.ok() && rank_ == root) CopyOut(flat, work.outputs());
                    return status;
                  });
 }
@@ -162,10 +164,12 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::scatter(std::vector<at::Tensor>
   }
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::SCATTER, "loom:scatter", "scatter",
-                 absl::StrCat(DescribeTensor(out), " per rank, root ", root), {out}, opts.timeout,
-                 [this, ins, out, root, timeout](LoomWork&) {
-                   const at::Tensor flat = rank_ == root ? Concatenate(ins) : Scratch(out, 0);
-                   return connection_.communicator->Scatter(MovementView(flat), MovementView(out),
+                 absl::StrCat(DescribeTensor(out), " per rank, root ", root), {ins, {out}},
+                 opts.timeout, [this, root, timeout](LoomWork& work) {
+                   const at::Tensor& output = work.outputs()[0];
+                   const at::Tensor flat =
+                       rank_ == root ? Concatenate(work.inputs()) : Scratch(output, 0);
+                   return connection_.communicator->Scatter(MovementView(flat), MovementView(output),
                                                             root, Timeout(timeout));
                  });
 }
@@ -184,11 +188,12 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall_base(
       SplitCounts(out, output_split_sizes, size_, "all_to_all_single", "output"));
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::ALLTOALL_BASE, "loom:all_to_all_single", "all_to_all_single",
-                 absl::StrCat(DescribeTensor(in), " in, ", DescribeTensor(out), " out"), {out},
-                 opts.timeout, [this, in, out, send_counts, recv_counts, timeout](LoomWork&) {
-                   return connection_.communicator->AllToAllV(MovementView(in), send_counts,
-                                                              MovementView(out), recv_counts,
-                                                              Timeout(timeout));
+                 absl::StrCat(DescribeTensor(in), " in, ", DescribeTensor(out), " out"),
+                 {{in}, {out}}, opts.timeout,
+                 [this, in_view = MovementView(in), out_view = MovementView(out), send_counts,
+                  recv_counts, timeout](LoomWork&) {
+                   return connection_.communicator->AllToAllV(in_view, send_counts, out_view,
+                                                              recv_counts, Timeout(timeout));
                  });
 }
 
@@ -214,21 +219,21 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall(std::vector<at::Tensor
   return Enqueue(c10d::OpType::ALLTOALL, "loom:all_to_all", "all_to_all",
                  absl::StrCat(c10::toString(dtype), ", ", send_total, " elements in, ", recv_total,
                               " out"),
-                 outs, opts.timeout,
-                 [this, ins, outs, send_counts, recv_counts, recv_total, timeout](LoomWork&) {
-                   const at::Tensor flat_in = Concatenate(ins);
-                   const at::Tensor flat_out = Scratch(outs[0], recv_total);
+                 {ins, outs}, opts.timeout,
+                 [this, send_counts, recv_counts, recv_total, timeout](LoomWork& work) {
+                   const at::Tensor flat_in = Concatenate(work.inputs());
+                   const at::Tensor flat_out = Scratch(work.outputs()[0], recv_total);
                    absl::Status status = connection_.communicator->AllToAllV(
                        MovementView(flat_in), send_counts, MovementView(flat_out), recv_counts,
                        Timeout(timeout));
-                   if (status.ok()) CopyOut(flat_out, outs);
+                   if (status.ok()) CopyOut(flat_out, work.outputs());
                    return status;
                  });
 }
 
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::barrier(const c10d::BarrierOptions& opts) {
   const absl::Duration timeout = CallTimeout(opts.timeout);
-  return Enqueue(c10d::OpType::BARRIER, "loom:barrier", "barrier", "", {}, opts.timeout,
+  return Enqueue(c10d::OpType::BARRIER, "loom:barrier", "barrier", "", {{}, {}}, opts.timeout,
                  [this, timeout](LoomWork&) {
                    return connection_.communicator->Barrier(Timeout(timeout));
                  });

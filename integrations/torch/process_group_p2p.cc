@@ -82,9 +82,9 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::send(std::vector<at::Tensor>& t
   RaiseIfError(CheckDenseCpu(tensor, "send", "tensor"));
   const absl::Duration timeout = spec_.timeout;
   return Enqueue(c10d::OpType::SEND, "loom:send", "send",
-                 absl::StrCat(DescribeTensor(tensor), " to rank ", dst_rank, ", tag ", tag), {tensor},
-                 c10d::kUnsetTimeout, [this, tensor, dst_rank, tag, timeout](LoomWork&) {
-                   return PointToPoint(/*send=*/true, tensor, dst_rank, tag, timeout);
+                 absl::StrCat(DescribeTensor(tensor), " to rank ", dst_rank, ", tag ", tag),
+                 {{tensor}, {}}, c10d::kUnsetTimeout, [this, dst_rank, tag, timeout](LoomWork& work) {
+                   return PointToPoint(/*send=*/true, work.inputs()[0], dst_rank, tag, timeout);
                  });
 }
 
@@ -98,8 +98,9 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::recv(std::vector<at::Tensor>& t
   const absl::Duration timeout = spec_.timeout;
   return Enqueue(c10d::OpType::RECV, "loom:recv", "recv",
                  absl::StrCat(DescribeTensor(tensor), " from rank ", src_rank, ", tag ", tag),
-                 {tensor}, c10d::kUnsetTimeout, [this, tensor, src_rank, tag, timeout](LoomWork& work) {
-                   absl::Status status = PointToPoint(/*send=*/false, tensor, src_rank, tag, timeout);
+                 {{}, {tensor}}, c10d::kUnsetTimeout, [this, src_rank, tag, timeout](LoomWork& work) {
+                   absl::Status status =
+                       PointToPoint(/*send=*/false, work.outputs()[0], src_rank, tag, timeout);
                    if (status.ok()) work.SetSourceRank(src_rank);
                    return status;
                  });
@@ -113,9 +114,10 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::recvAnysource(std::vector<at::T
   RaiseIfError(CheckDenseCpu(tensor, "recv", "tensor"));
   const absl::Duration timeout = spec_.timeout;
   return Enqueue(c10d::OpType::RECVANYSOURCE, "loom:recv_any_source", "recv",
-                 absl::StrCat(DescribeTensor(tensor), " from any rank, tag ", tag), {tensor},
-                 c10d::kUnsetTimeout, [this, tensor, tag, timeout](LoomWork& work) -> absl::Status {
-                   LOOM_ASSIGN_OR_RETURN(const int source, ReceiveFromAny(tensor, tag, timeout));
+                 absl::StrCat(DescribeTensor(tensor), " from any rank, tag ", tag),
+                 {{}, {tensor}}, c10d::kUnsetTimeout, [this, tag, timeout](LoomWork& work) -> absl::Status {
+                   LOOM_ASSIGN_OR_RETURN(const int source,
+                                         ReceiveFromAny(work.outputs()[0], tag, timeout));
                    work.SetSourceRank(source);
                    return absl::OkStatus();
                  });

@@ -55,8 +55,8 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce(std::vector<at::Tenso
   const ReduceOp op = ValueOrRaise(LoomReduceOp(opts.reduceOp, "all_reduce"));
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::ALLREDUCE, "loom:all_reduce", "all_reduce",
-                 absl::StrCat(DescribeTensor(tensor), ", ", ReduceOpName(op)), {tensor}, opts.timeout,
-                 [this, tensor, view, op, timeout](LoomWork&) {
+                 absl::StrCat(DescribeTensor(tensor), ", ", ReduceOpName(op)), {{}, {tensor}},
+                 opts.timeout, [this, view, op, timeout](LoomWork&) {
                    return connection_.communicator->AllReduce(view, view, op, Timeout(timeout));
                  });
 }
@@ -77,13 +77,13 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce_coalesced(
                  "all_reduce_coalesced",
                  absl::StrCat(tensors.size(), " tensors of ", DTypeName(dtype), ", ", total,
                               " elements, ", ReduceOpName(op)),
-                 tensors, opts.timeout, [this, tensors, dtype, op, timeout](LoomWork&) {
-                   const at::Tensor flat = Flatten(tensors);
+                 {{}, tensors}, opts.timeout, [this, dtype, op, timeout](LoomWork& work) {
+                   const at::Tensor flat = Flatten(work.outputs());
                    const BufferView view(static_cast<std::byte*>(flat.data_ptr()),
                                          static_cast<size_t>(flat.numel()), dtype);
                    absl::Status status =
                        connection_.communicator->AllReduce(view, view, op, Timeout(timeout));
-                   if (status.ok()) Unflatten(flat, tensors);
+                   if (status.ok()) Unflatten(flat, work.outputs());
                    return status;
                  });
 }
@@ -102,7 +102,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce(std::vector<at::Tensor>&
   const BufferView output = rank_ == root ? view : BufferView(nullptr, 0, view.dtype());
   return Enqueue(c10d::OpType::REDUCE, "loom:reduce", "reduce",
                  absl::StrCat(DescribeTensor(tensor), ", ", ReduceOpName(op), ", root ", root),
-                 {tensor}, opts.timeout, [this, tensor, view, output, op, root, timeout](LoomWork&) {
+                 {{}, {tensor}}, opts.timeout, [this, view, output, op, root, timeout](LoomWork&) {
                    return connection_.communicator->Reduce(view, output, op, root, Timeout(timeout));
                  });
 }
@@ -125,8 +125,8 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_reduce_scatter_base(
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "loom:reduce_scatter_tensor",
                  "reduce_scatter_tensor",
-                 absl::StrCat(DescribeTensor(out), " per rank, ", ReduceOpName(op)), {out},
-                 opts.timeout, [this, in, out, in_view, out_view, op, timeout](LoomWork&) {
+                 absl::StrCat(DescribeTensor(out), " per rank, ", ReduceOpName(op)), {{in}, {out}},
+                 opts.timeout, [this, in_view, out_view, op, timeout](LoomWork&) {
                    return connection_.communicator->ReduceScatter(in_view, out_view, op,
                                                                   Timeout(timeout));
                  });
@@ -147,9 +147,9 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce_scatter(
   const ReduceOp op = ValueOrRaise(LoomReduceOp(opts.reduceOp, "reduce_scatter"));
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::REDUCE_SCATTER, "loom:reduce_scatter", "reduce_scatter",
-                 absl::StrCat(DescribeTensor(out), " per rank, ", ReduceOpName(op)), {out},
-                 opts.timeout, [this, ins, out, out_view, op, timeout](LoomWork&) {
-                   const at::Tensor flat = Flatten(ins);
+                 absl::StrCat(DescribeTensor(out), " per rank, ", ReduceOpName(op)), {ins, {out}},
+                 opts.timeout, [this, out_view, op, timeout](LoomWork& work) {
+                   const at::Tensor flat = Flatten(work.inputs());
                    const BufferView in_view(static_cast<std::byte*>(flat.data_ptr()),
                                             static_cast<size_t>(flat.numel()), out_view.dtype());
                    return connection_.communicator->ReduceScatter(in_view, out_view, op,

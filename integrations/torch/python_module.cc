@@ -7,6 +7,7 @@
 //   pg = _C.create_process_group(prefix_store, rank, size, timedelta(minutes=30),
 //                                world_rank=rank, group_name="0")
 //   _C.layout(pg)    # "shm among 2 ranks on one host"
+//   _C.describe(pg)  # "shm among 2 ranks on one host; deterministic" (with options)
 //   _C.BUILD_MODE    # "optimized" (./bazelw build --config=opt) or "unoptimized"
 // Errors (a rank that never arrives, bad options) raise RuntimeError with Loom's
 // message.
@@ -79,13 +80,30 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
   return group;
 }
 
-std::string Layout(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
-  const auto* loom_group = dynamic_cast<const LoomProcessGroup*>(group.get());
+LoomProcessGroup& AsLoom(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  auto* loom_group = dynamic_cast<LoomProcessGroup*>(group.get());
   if (loom_group == nullptr) {
     throw std::runtime_error(absl::StrCat("loom: process group of backend \"",
                                           group->getBackendName(), "\" is not Loom's"));
   }
-  return loom_group->layout().Describe();
+  return *loom_group;
+}
+
+std::string Layout(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  return AsLoom(group).layout().Describe();
+}
+
+void Abort(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::string& reason) {
+  AsLoom(group).Abort(reason);
+}
+
+// Describe: the layout and the options that change results or checks.
+std::string Describe(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  const LoomProcessGroup& loom_group = AsLoom(group);
+  const CommunicatorOptions& options = loom_group.communicator_options();
+  return absl::StrCat(loom_group.layout().Describe(),
+                      options.deterministic ? "; deterministic" : "",
+                      options.check == CommunicatorOptions::Check::kFull ? "; check full" : "");
 }
 
 }  // namespace
@@ -104,5 +122,7 @@ PYBIND11_MODULE(_C, m) {
         // The rendezvous waits on the store and on the other ranks.
         py::call_guard<py::gil_scoped_release>());
   m.def("layout", &loom::pytorch::Layout, py::arg("group"));
+  m.def("describe", &loom::pytorch::Describe, py::arg("group"));
+  m.def("abort", &loom::pytorch::Abort, py::arg("group"), py::arg("reason"));
   m.attr("BUILD_MODE") = loom::BuildMode();
 }

@@ -15,8 +15,10 @@ namespace loom {
 namespace pytorch {
 
 LoomWork::LoomWork(int rank, c10d::OpType type, const char* profiling_title,
-                   std::vector<at::Tensor> outputs, std::string call, absl::Time finished_by)
+                   std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
+                   std::string call, absl::Time finished_by)
     : c10d::Work(rank, type, profiling_title),
+      inputs_(std::move(inputs)),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       call_(std::move(call)),

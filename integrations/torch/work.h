@@ -5,7 +5,7 @@
 //
 // Example (inside the process group; `run` is the Loom call):
 //   auto work = c10::make_intrusive<LoomWork>(rank, c10d::OpType::ALLREDUCE,
-//                                             "loom:all_reduce", outputs, call, bound);
+//                                             "loom:all_reduce", inputs, outputs, call, bound);
 //   ... on the progress thread: work->Complete(status, "loom: rank 0 of 2 ...");
 //   work->wait();         // true; or throws std::runtime_error with Loom's message
 //   work->getFuture();    // completed with `outputs`, or with that error
@@ -28,12 +28,14 @@ namespace pytorch {
 
 class LoomWork final : public c10d::Work {
  public:
-  // `call` names the call in errors ("all_reduce #3 (f32, 1000 elements, sum)");
-  // `finished_by` is when the progress thread will have finished it whatever
-  // happens (every call before it and it ran into its timeout), past which a wait
-  // reports a bug rather than blocking on.
+  // `inputs` and `outputs` are the tensors the call reads and writes: the work keeps
+  // them alive until it is destroyed (the call borrows them). `call` names the call
+  // in errors ("all_reduce #3 (f32, 1000 elements, sum)"); `finished_by` is when the
+  // progress thread will have finished it whatever happens (every call before it and
+  // it ran into its timeout), past which a wait reports a bug rather than blocking on.
   LoomWork(int rank, c10d::OpType type, const char* profiling_title,
-           std::vector<at::Tensor> outputs, std::string call, absl::Time finished_by);
+           std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs, std::string call,
+           absl::Time finished_by);
 
   // wait blocks until the call has run, or `timeout` (when not zero) has passed:
   // true, or throws std::runtime_error with the call's error, or with "wait timed
@@ -50,9 +52,12 @@ class LoomWork final : public c10d::Work {
   void Complete(const absl::Status& status, const std::string& message);
   void SetSourceRank(int rank) { source_rank_.store(rank); }
   const std::string& call() const { return call_; }
+  const std::vector<at::Tensor>& inputs() const { return inputs_; }
+  const std::vector<at::Tensor>& outputs() const { return outputs_; }
 
  private:
-  std::vector<at::Tensor> outputs_;
+  const std::vector<at::Tensor> inputs_;
+  const std::vector<at::Tensor> outputs_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
   const std::string call_;
   const absl::Time finished_by_;

@@ -17,6 +17,7 @@ Example (in a driver):
 import dataclasses
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -160,8 +161,5 @@ def check_nothing_left(case, result: RunResult) -> None:
 
 def reported_pids(rank: RankResult) -> List[int]:
     """Pids a rank printed as "pid <n>" lines (the ranks a launcher started)."""
-    pids = []
-    for line in rank.stdout.splitlines():
-        if line.startswith("pid "):
-            pids.append(int(line.split()[1]))
-    return pids
+    # torchrun --tee prefixes each line with "[<role><local rank>]:".
+    return [int(m.group(1)) for m in re.finditer(r"(?:^|\]:)pid (\d+)$", rank.stdout, re.M)]

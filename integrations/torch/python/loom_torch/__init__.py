@@ -25,6 +25,8 @@ each group is created (see README.md):
 
 import dataclasses
 import os
+import sys
+import weakref
 from datetime import timedelta
 from typing import Optional
 
@@ -32,7 +34,7 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["Options", "options_from_environment", "create", "layout", "BUILD_MODE"]
+__all__ = ["Options", "options_from_environment", "create", "layout", "describe", "BUILD_MODE"]
 
 BUILD_MODE = _C.BUILD_MODE
 
@@ -99,13 +101,15 @@ def create(store, rank: int, size: int, timeout: timedelta, options: Optional[Op
         options = options_from_environment()
     if not isinstance(options, Options):
         raise TypeError(f"loom: pg_options must be loom_torch.Options, got {type(options).__name__}")
-    return _C.create_process_group(
+    group = _C.create_process_group(
         store, rank, size, timeout,
         world_rank=world_rank, group_name=group_name,
         deterministic=bool(options.deterministic), check=options.check,
         transport=options.transport, host_id=options.host_id,
         gloo_hostname=options.gloo_hostname, gloo_interface=options.gloo_interface,
         heartbeat_timeout=float(options.heartbeat_timeout))
+    _groups.add(group)
+    return group
 
 
 def layout(group=None) -> str:
@@ -113,6 +117,14 @@ def layout(group=None) -> str:
     if group is None:
         group = dist.distributed_c10d._get_default_group()
     return _C.layout(group)
+
+
+def describe(group=None) -> str:
+    """layout() and the options that change results or checks, e.g.
+    "shm among 2 ranks on one host; deterministic"."""
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    return _C.describe(group)
 
 
 def _create_extended(backend_options, pg_options):
@@ -126,6 +138,28 @@ def _create_extended(backend_options, pg_options):
                   group_name=backend_options.group_id)
 
 
+# Every Loom group of this process, for _abort_on_uncaught_exception.
+_groups = weakref.WeakSet()
+
+
+def _abort_on_uncaught_exception(exc_type, exc, tb):
+    # A rank that ends with an uncaught exception closes its groups as Python shuts
+    # down, and a peer that waits on a closed rank waits until its timeout (30
+    # minutes by default). Aborting them first fails the peers' calls at once,
+    # naming this rank and the exception.
+    if _groups:
+        reason = f"it ended with an uncaught {exc_type.__name__}: {exc}"
+        for group in list(_groups):
+            try:
+                _C.abort(group, reason)
+            except Exception:  # noqa: BLE001 - reporting the original error matters more
+                pass
+    _previous_excepthook(exc_type, exc, tb)
+
+
+_previous_excepthook = sys.excepthook
+
+
 def _register():
     if "LOOM" in dist.Backend._plugins:
         return
@@ -137,3 +171,4 @@ def _register():
 
 
 _register()
+sys.excepthook = _abort_on_uncaught_exception
