@@ -24,6 +24,15 @@ namespace loom {
 namespace pytorch {
 namespace {
 
+// A rank of a PyTorch job keeps two threads busy while a call is under way: the
+// group's progress thread, which waits in the transport, and the Python (or
+// autograd) thread, which computes meanwhile (DDP's backward overlaps its
+// all-reduces). The shm transport spins while it waits unless the busy threads
+// outnumber the CPUs; counting both makes it yield the CPU instead where they do (2
+// ranks on 2 cores), so the spinning does not take the core from the backward it
+// overlaps.
+constexpr int kBusyThreadsPerRank = 2;
+
 std::string Hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
@@ -88,7 +97,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectShm(const std::string& job_id,
   shm.world_rank = spec.world_rank;
   shm.heartbeat_timeout = options.heartbeat_timeout;
   shm.connect_timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
-  shm.host_ranks = std::max(spec.host_ranks, size);
+  shm.host_ranks = std::max(spec.host_ranks, size) * kBusyThreadsPerRank;
   absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectShmTransport(shm);
   if (!transport.ok()) {
     // A rank that failed while connecting may leave segments; every rank of the

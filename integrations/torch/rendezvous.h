@@ -53,8 +53,9 @@ struct GroupSpec {
   // Deadline of the rendezvous and default timeout of every call.
   absl::Duration timeout = absl::Minutes(30);
   // Processes sharing this host's CPUs, when more than the group's own ranks on it
-  // (the world's, for a subgroup): shm's waits yield the CPU when they outnumber it.
-  // 0: the group's ranks on this host.
+  // (the world's, for a subgroup); 0: the group's ranks on this host. Each counts as
+  // two busy threads (its progress thread and its computing thread), and shm's waits
+  // yield the CPU rather than spin where those outnumber the CPUs.
   int host_ranks = 0;
 };
 
