@@ -13,8 +13,9 @@ absl::StatusOr<TransportChoice> ParseTransportChoice(absl::string_view text) {
   if (lower == "auto") return TransportChoice::kAuto;
   if (lower == "shm") return TransportChoice::kShm;
   if (lower == "gloo") return TransportChoice::kGloo;
+  if (lower == "mpi") return TransportChoice::kMpi;
   return absl::InvalidArgumentError(
-      absl::StrCat("loom: unknown transport \"", text, "\"; expected auto, shm or gloo"));
+      absl::StrCat("loom: unknown transport \"", text, "\"; expected auto, shm, gloo or mpi"));
 }
 
 absl::string_view TransportChoiceName(TransportChoice choice) {
@@ -22,6 +23,7 @@ absl::string_view TransportChoiceName(TransportChoice choice) {
     case TransportChoice::kAuto: return "auto";
     case TransportChoice::kShm: return "shm";
     case TransportChoice::kGloo: return "gloo";
+    case TransportChoice::kMpi: return "mpi";
   }
   return "?";
 }

@@ -29,18 +29,21 @@ namespace pytorch {
 // Which transport carries a group's messages.
 enum class TransportChoice {
   // Loom's shm transport when every rank of the group is on one host; across hosts,
-  // two levels: Gloo over TCP (Loom's gloo transport) between hosts and shm inside
-  // each host.
+  // two levels: shm inside each host and, between hosts, MPI when the processes were
+  // started by mpirun, Gloo over TCP (Loom's gloo transport) otherwise.
   kAuto,
   // shm only: a group spanning hosts fails to connect, naming the hosts.
   kShm,
   // Gloo over TCP among all ranks, with no shm level, even on one host: for
   // processes that do not share /dev/shm (containers) and as a baseline.
   kGloo,
+  // As kAuto, with MPI between hosts required: a group spanning hosts fails to
+  // connect unless the processes were started by mpirun.
+  kMpi,
 };
 
-// ParseTransportChoice accepts "auto", "shm" and "gloo"; InvalidArgument naming the
-// text otherwise.
+// ParseTransportChoice accepts "auto", "shm", "gloo" and "mpi"; InvalidArgument
+// naming the text otherwise.
 absl::StatusOr<TransportChoice> ParseTransportChoice(absl::string_view text);
 absl::string_view TransportChoiceName(TransportChoice choice);
 

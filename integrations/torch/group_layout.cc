@@ -14,16 +14,18 @@ namespace loom {
 namespace pytorch {
 
 std::string FormatRankIdentity(const RankIdentity& identity) {
-  return absl::StrCat(identity.host_id, "\t", identity.hostname, "\t", identity.pid);
+  return absl::StrCat(identity.host_id, "\t", identity.hostname, "\t", identity.pid, "\t",
+                      identity.mpi_rank);
 }
 
 absl::StatusOr<RankIdentity> ParseRankIdentity(absl::string_view text) {
   const std::vector<std::string> fields = absl::StrSplit(text, '\t');
   RankIdentity identity;
-  if (fields.size() != 3 || fields[0].empty() || !absl::SimpleAtoi(fields[2], &identity.pid)) {
+  if (fields.size() != 4 || fields[0].empty() || !absl::SimpleAtoi(fields[2], &identity.pid) ||
+      !absl::SimpleAtoi(fields[3], &identity.mpi_rank)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "loom: malformed rank identity \"", absl::CEscape(text),
-        "\" in the store (expected host_id, hostname and pid separated by tabs)"));
+        "\" in the store (expected host_id, hostname, pid and MPI rank separated by tabs)"));
   }
   identity.host_id = fields[0];
   identity.hostname = fields[1];
@@ -32,11 +34,12 @@ absl::StatusOr<RankIdentity> ParseRankIdentity(absl::string_view text) {
 
 std::string GroupLayout::Describe() const {
   if (!two_level) return absl::StrCat("shm among ", local_size, " ranks on one host");
+  const char* between = mpi ? "mpi" : "gloo";
   if (ranks_per_node > 0) {
-    return absl::StrCat("gloo between ", hosts, " hosts, shm inside each (", ranks_per_node,
+    return absl::StrCat(between, " between ", hosts, " hosts, shm inside each (", ranks_per_node,
                         " ranks per host)");
   }
-  return absl::StrCat("gloo among all ranks (", hosts, hosts == 1 ? " host" : " hosts",
+  return absl::StrCat(between, " among all ranks (", hosts, hosts == 1 ? " host" : " hosts",
                       ", no shm level)");
 }
 
@@ -74,6 +77,17 @@ absl::StatusOr<GroupLayout> PlanGroupLayout(absl::Span<const RankIdentity> ranks
   }
   layout.two_level = layout.hosts > 1 || choice == TransportChoice::kGloo;
   if (!layout.two_level) return layout;
+  std::vector<int> without_mpi;
+  for (int r = 0; r < size; ++r) {
+    if (ranks[r].mpi_rank < 0) without_mpi.push_back(r);
+  }
+  if (choice == TransportChoice::kMpi && !without_mpi.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "loom: transport mpi needs every rank started by mpirun, but rank",
+        without_mpi.size() == 1 ? " " : "s ", absl::StrJoin(without_mpi, ", "),
+        " of the group ", without_mpi.size() == 1 ? "was" : "were", " not"));
+  }
+  layout.mpi = choice != TransportChoice::kGloo && without_mpi.empty();
   const int k = count[0];
   bool regular = choice != TransportChoice::kGloo && k > 1 && size % k == 0;
   for (int r = 0; regular && r < size; ++r) regular = host[r] == r / k;

@@ -2,15 +2,16 @@
 // connect them. Every rank publishes its identity (host id, hostname, pid) in the
 // group's store; from the same list each rank plans the same layout:
 //   - one host: Loom's shm transport among all ranks;
-//   - several hosts: two levels, Gloo over TCP between hosts and shm inside each
-//     host, when every host holds the same number k > 1 of consecutive ranks (the
-//     layout CommunicatorOptions::ranks_per_node describes; torchrun's is one);
-//     otherwise Gloo among all ranks, without the shm level;
+//   - several hosts: two levels, MPI (under mpirun) or Gloo over TCP between hosts
+//     and shm inside each host, when every host holds the same number k > 1 of
+//     consecutive ranks (the layout CommunicatorOptions::ranks_per_node describes;
+//     torchrun's and mpirun's by slot are); otherwise MPI or Gloo among all ranks,
+//     without the shm level;
 //   - TransportChoice::kGloo: Gloo among all ranks, without the shm level.
 //
 // Example (4 ranks, two per host):
-//   std::vector<RankIdentity> ids = {{"a", "a", 10}, {"a", "a", 11},
-//                                    {"b", "b", 20}, {"b", "b", 21}};
+//   std::vector<RankIdentity> ids = {{"a", "a", 10, -1}, {"a", "a", 11, -1},
+//                                    {"b", "b", 20, -1}, {"b", "b", 21, -1}};
 //   GroupLayout layout = *PlanGroupLayout(ids, 2, TransportChoice::kAuto);
 //   // layout.two_level == true, layout.hosts == 2, layout.ranks_per_node == 2,
 //   // layout.node == 1, layout.local_rank == 0, layout.local_size == 2
@@ -33,16 +34,20 @@ struct RankIdentity {
   std::string host_id;   // ranks with equal ids share /dev/shm
   std::string hostname;  // for messages
   int64_t pid = 0;
+  int mpi_rank = -1;     // in MPI_COMM_WORLD, when started by mpirun
 };
 
-// RankIdentity as one line of text for the store ("host_id\thostname\tpid"), and back.
+// RankIdentity as one line of text for the store ("host_id\thostname\tpid\tmpi_rank"),
+// and back.
 // ParseRankIdentity: InvalidArgument quoting the text when it is malformed.
 std::string FormatRankIdentity(const RankIdentity& identity);
 absl::StatusOr<RankIdentity> ParseRankIdentity(absl::string_view text);
 
 struct GroupLayout {
-  // Gloo between hosts (and shm inside, when ranks_per_node > 0), or shm alone.
+  // MPI or Gloo between hosts (and shm inside, when ranks_per_node > 0), or shm alone.
   bool two_level = false;
+  // Two levels: whether MPI connects the hosts (else Gloo).
+  bool mpi = false;
   // Distinct host ids, numbered in order of their first rank.
   int hosts = 1;
   // Two levels: ranks per host when every host holds that many (more than one)
@@ -59,8 +64,10 @@ struct GroupLayout {
 };
 
 // PlanGroupLayout plans rank `rank`'s view of the group whose ranks are `ranks` (in
-// group-rank order). FailedPrecondition naming the hosts when `choice` is kShm and
-// the ranks span several hosts; InvalidArgument for a rank outside the list.
+// group-rank order); MPI connects hosts when every rank has an MPI rank (mpirun
+// started them) and `choice` is kAuto or kMpi. FailedPrecondition naming the hosts
+// when `choice` is kShm and the ranks span several hosts, or kMpi and some rank was
+// not started by mpirun; InvalidArgument for a rank outside the list.
 absl::StatusOr<GroupLayout> PlanGroupLayout(absl::Span<const RankIdentity> ranks, int rank,
                                             TransportChoice choice);
 

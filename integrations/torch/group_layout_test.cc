@@ -12,10 +12,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<RankIdentity> OnHosts(const std::vector<std::string>& hosts) {
+// Ranks on `hosts`, started by mpirun (MPI rank 10 + r) when `mpi`.
+std::vector<RankIdentity> OnHosts(const std::vector<std::string>& hosts, bool mpi = false) {
   std::vector<RankIdentity> ranks;
   for (size_t r = 0; r < hosts.size(); ++r) {
-    ranks.push_back({hosts[r], hosts[r] + "-name", static_cast<int64_t>(1000 + r)});
+    ranks.push_back({hosts[r], hosts[r] + "-name", static_cast<int64_t>(1000 + r),
+                     mpi ? static_cast<int>(10 + r) : -1});
   }
   return ranks;
 }
@@ -62,6 +64,33 @@ TEST(GroupLayoutTest, UnevenOrInterleavedHostsGetGlooAlone) {
   EXPECT_EQ(layout.local_size, 2);
 }
 
+TEST(GroupLayoutTest, MpiConnectsHostsWhenMpirunStartedEveryRank) {
+  LOOM_ASSERT_OK_AND_ASSIGN(
+      GroupLayout layout,
+      PlanGroupLayout(OnHosts({"a", "a", "b", "b"}, /*mpi=*/true), 0, TransportChoice::kAuto));
+  EXPECT_TRUE(layout.mpi);
+  EXPECT_EQ(layout.Describe(), "mpi between 2 hosts, shm inside each (2 ranks per host)");
+  // One host under mpirun is still shm alone.
+  LOOM_ASSERT_OK_AND_ASSIGN(layout, PlanGroupLayout(OnHosts({"a", "a"}, /*mpi=*/true), 1,
+                                                    TransportChoice::kMpi));
+  EXPECT_FALSE(layout.two_level);
+  // transport=gloo keeps gloo under mpirun.
+  LOOM_ASSERT_OK_AND_ASSIGN(layout, PlanGroupLayout(OnHosts({"a", "b"}, /*mpi=*/true), 1,
+                                                    TransportChoice::kGloo));
+  EXPECT_FALSE(layout.mpi);
+  EXPECT_EQ(layout.Describe(), "gloo among all ranks (2 hosts, no shm level)");
+}
+
+TEST(GroupLayoutTest, MpiChoiceRefusesRanksNotStartedByMpirun) {
+  std::vector<RankIdentity> ranks = OnHosts({"a", "b", "b"}, /*mpi=*/true);
+  ranks[2].mpi_rank = -1;
+  EXPECT_THAT(PlanGroupLayout(ranks, 0, TransportChoice::kMpi),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("needs every rank started by mpirun, but rank 2 of the group was not")));
+  LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout layout, PlanGroupLayout(ranks, 0, TransportChoice::kAuto));
+  EXPECT_FALSE(layout.mpi);
+}
+
 TEST(GroupLayoutTest, GlooChoiceDropsTheShmLevelEvenOnOneHost) {
   LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout layout,
                        PlanGroupLayout(OnHosts({"a", "a"}), 0, TransportChoice::kGloo));
@@ -82,21 +111,24 @@ TEST(GroupLayoutTest, RankOutsideTheListIsRefused) {
 }
 
 TEST(GroupLayoutTest, IdentityRoundTripsAndMalformedTextIsNamed) {
-  const RankIdentity identity{"host:1234-boot", "host", 4242};
+  const RankIdentity identity{"host:1234-boot", "host", 4242, 7};
   LOOM_ASSERT_OK_AND_ASSIGN(RankIdentity back, ParseRankIdentity(FormatRankIdentity(identity)));
   EXPECT_EQ(back.host_id, identity.host_id);
   EXPECT_EQ(back.hostname, identity.hostname);
   EXPECT_EQ(back.pid, 4242);
+  EXPECT_EQ(back.mpi_rank, 7);
   EXPECT_THAT(ParseRankIdentity("host\tname"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("malformed rank identity")));
-  EXPECT_THAT(ParseRankIdentity("host\tname\tpid"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"host\\tname\\tpid\"")));
+  EXPECT_THAT(ParseRankIdentity("host\tname\tpid\t-1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"host\\tname\\tpid\\t-1\"")));
 }
 
 TEST(BackendOptionsTest, TransportNamesAndHeartbeatBound) {
   LOOM_ASSERT_OK_AND_ASSIGN(TransportChoice choice, ParseTransportChoice("GLOO"));
   EXPECT_EQ(choice, TransportChoice::kGloo);
   EXPECT_EQ(TransportChoiceName(TransportChoice::kShm), "shm");
+  LOOM_ASSERT_OK_AND_ASSIGN(choice, ParseTransportChoice("mpi"));
+  EXPECT_EQ(choice, TransportChoice::kMpi);
   EXPECT_THAT(ParseTransportChoice("nccl"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown transport \"nccl\"")));
   BackendOptions options;

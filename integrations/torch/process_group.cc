@@ -80,22 +80,44 @@ absl::StatusOr<c10::intrusive_ptr<LoomProcessGroup>> LoomProcessGroup::Create(
   if (!tags.ok()) return tags.status();
   GroupSpec resolved = spec;
   if (resolved.world_rank < 0) resolved.world_rank = resolved.rank;
-  return c10::make_intrusive<LoomProcessGroup>(CreateKey(), resolved, std::move(*connection),
-                                               std::move(*tags));
+  return c10::make_intrusive<LoomProcessGroup>(CreateKey(), resolved, options,
+                                               std::move(*connection), std::move(*tags));
 }
 
-LoomProcessGroup::LoomProcessGroup(CreateKey, const GroupSpec& spec, GroupConnection connection,
-                                   TagReservation p2p_tags)
+LoomProcessGroup::LoomProcessGroup(CreateKey, const GroupSpec& spec, const BackendOptions& options,
+                                   GroupConnection connection, TagReservation p2p_tags)
     : c10d::ProcessGroup(spec.rank, spec.size),
       spec_(spec),
+      options_(options),
+      layout_(connection.layout),
       connection_(std::move(connection)),
-      p2p_tags_(std::move(p2p_tags)) {
+      p2p_tags_(std::move(p2p_tags)),
+      worker_(std::make_unique<CommWorker>()) {
   init();
 }
 
-// worker_, the last member, is destroyed first: the calls still queued run (or are
-// dropped) while the rest is alive; retired_ then drops the works on this thread.
-LoomProcessGroup::~LoomProcessGroup() = default;
+LoomProcessGroup::~LoomProcessGroup() { Shutdown(); }
+
+void LoomProcessGroup::Shutdown() {
+  std::unique_ptr<CommWorker> worker;
+  {
+    MutexLock lock(&mu_);
+    shut_down_ = true;
+    worker = std::move(worker_);
+  }
+  if (worker == nullptr) return;  // shut down before
+  // The calls still queued run (or are dropped) while the connection is alive; the
+  // works they retire are then dropped on this thread.
+  worker.reset();
+  p2p_tags_ = TagReservation();
+  connection_.communicator.reset();
+  connection_.transport.reset();
+  std::vector<c10::intrusive_ptr<LoomWork>> retired;
+  {
+    MutexLock lock(&mu_);
+    retired.swap(retired_);
+  }
+}
 
 void LoomProcessGroup::Retire(c10::intrusive_ptr<LoomWork> work) {
   MutexLock lock(&mu_);
@@ -103,6 +125,10 @@ void LoomProcessGroup::Retire(c10::intrusive_ptr<LoomWork> work) {
 }
 
 void LoomProcessGroup::Abort(const std::string& reason) {
+  // Under mu_, so that Shutdown cannot close the transports meanwhile: Shutdown
+  // resets the worker outside it, but a shut-down group has no worker to check.
+  MutexLock lock(&mu_);
+  if (worker_ == nullptr) return;
   const absl::Status status = absl::AbortedError(reason);
   connection_.transport->Abort(status);
   if (const std::shared_ptr<Transport>& node = connection_.communicator->options().node_transport) {
@@ -145,19 +171,24 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::Enqueue(c10d::OpType type,
   absl::Time finished_by;
   // Dropped here, on the caller's thread, when this scope ends (see Retire).
   std::vector<c10::intrusive_ptr<LoomWork>> retired;
-  {
-    MutexLock lock(&mu_);
-    retired.swap(retired_);
-    call = absl::StrCat(name, " #", calls_++, details.empty() ? "" : " (", details,
-                        details.empty() ? "" : ")");
-    queue_done_by_ = std::max(queue_done_by_, absl::Now()) + call_timeout + kCallEndGrace;
-    finished_by = queue_done_by_;
+  MutexLock lock(&mu_);
+  if (shut_down_) {
+    throw std::runtime_error(absl::StrCat("loom ", name, ": the process group \"", spec_.name,
+                                          "\" was shut down"));
   }
+  retired.swap(retired_);
+  call = absl::StrCat(name, " #", calls_++, details.empty() ? "" : " (", details,
+                      details.empty() ? "" : ")");
+  queue_done_by_ = std::max(queue_done_by_, absl::Now()) + call_timeout + kCallEndGrace;
+  finished_by = queue_done_by_;
   auto work = c10::make_intrusive<LoomWork>(rank_, type, profiling_title,
                                             std::move(tensors.inputs), std::move(tensors.outputs),
                                             std::move(call), finished_by);
   auto completion = std::make_shared<Completion>(this, work);
-  worker_.Submit([completion, job = std::move(job)]() -> absl::Status {
+  // Submitted under mu_, so Shutdown never takes the worker between the check above
+  // and here. The worker's thread takes mu_ only between jobs' steps, never while
+  // holding its own lock, so this order cannot deadlock.
+  worker_->Submit([completion, job = std::move(job)]() -> absl::Status {
     absl::Status status;
     try {
       // The progress thread writes into tensors that may require grad (a module's

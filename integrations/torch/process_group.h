@@ -55,18 +55,16 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
     friend class LoomProcessGroup;
     CreateKey() = default;
   };
-  LoomProcessGroup(CreateKey, const GroupSpec& spec, GroupConnection connection,
-                   TagReservation p2p_tags);
-  // The destructor lets the calls already queued finish (each within its timeout).
+  LoomProcessGroup(CreateKey, const GroupSpec& spec, const BackendOptions& options,
+                   GroupConnection connection, TagReservation p2p_tags);
+  // The destructor shuts the group down.
   ~LoomProcessGroup() override;
 
   const std::string getBackendName() const override { return "loom"; }
   // layout says how the group is connected (Describe(): "shm among 2 ranks on one host").
-  const GroupLayout& layout() const { return connection_.layout; }
-  // communicator_options: the options its communicator runs with (deterministic, ...).
-  const CommunicatorOptions& communicator_options() const {
-    return connection_.communicator->options();
-  }
+  const GroupLayout& layout() const { return layout_; }
+  // options: the options it was created with (deterministic, check, ...).
+  const BackendOptions& options() const { return options_; }
 
   // Abort fails this rank's pending and later calls with `reason`, and, through the
   // transports, the peers' calls that wait on this rank (Unavailable "... aborted:
@@ -74,6 +72,12 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   // an error while its peers may be waiting on it (loom_torch calls it from
   // sys.excepthook). Any thread.
   void Abort(const std::string& reason);
+
+  // Shutdown lets the calls already queued finish (each within its timeout), then
+  // closes the group's transports; later calls raise "shut down". For a process
+  // that must end what the group holds while Python still references it (MPI must
+  // be finalized after every transport over it is gone). Idempotent.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -156,6 +160,9 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   absl::StatusOr<int> ReceiveFromAny(const at::Tensor& tensor, int tag, absl::Duration timeout);
 
   const GroupSpec spec_;
+  const BackendOptions options_;
+  const GroupLayout layout_;
+  // Used by the progress thread's jobs; closed by Shutdown once the worker is gone.
   GroupConnection connection_;
   TagReservation p2p_tags_;
   mutable Mutex mu_;
@@ -164,8 +171,9 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   absl::Time queue_done_by_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string first_error_ ABSL_GUARDED_BY(mu_);
   std::vector<c10::intrusive_ptr<LoomWork>> retired_ ABSL_GUARDED_BY(mu_);
-  // Last member: destroyed first, so the calls it still runs find the rest alive.
-  CommWorker worker_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Runs the calls; reset by Shutdown, before connection_ closes.
+  std::unique_ptr<CommWorker> worker_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pytorch

@@ -26,6 +26,7 @@
 #include "core/build_info.h"
 #include "integrations/torch/backend_options.h"
 #include "integrations/torch/c10d_store.h"
+#include "integrations/torch/internal/mpi_group.h"
 #include "integrations/torch/internal/raise.h"
 #include "integrations/torch/process_group.h"
 #include "integrations/torch/rendezvous.h"
@@ -97,10 +98,12 @@ void Abort(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::strin
   AsLoom(group).Abort(reason);
 }
 
+void Shutdown(const c10::intrusive_ptr<c10d::ProcessGroup>& group) { AsLoom(group).Shutdown(); }
+
 // Describe: the layout and the options that change results or checks.
 std::string Describe(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
   const LoomProcessGroup& loom_group = AsLoom(group);
-  const CommunicatorOptions& options = loom_group.communicator_options();
+  const BackendOptions& options = loom_group.options();
   return absl::StrCat(loom_group.layout().Describe(),
                       options.deterministic ? "; deterministic" : "",
                       options.check == CommunicatorOptions::Check::kFull ? "; check full" : "");
@@ -124,5 +127,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("layout", &loom::pytorch::Layout, py::arg("group"));
   m.def("describe", &loom::pytorch::Describe, py::arg("group"));
   m.def("abort", &loom::pytorch::Abort, py::arg("group"), py::arg("reason"));
+  // Waits for the group's queued calls, which may run Python callbacks chained on
+  // their futures.
+  m.def("shutdown", &loom::pytorch::Shutdown, py::arg("group"),
+        py::call_guard<py::gil_scoped_release>());
+  // MPI, when a group between hosts started it (internal/mpi_group.h); loom_torch
+  // finalizes it at exit, after the groups are gone.
+  m.def("mpi_started", &loom::pytorch_internal::MpiStarted);
+  m.def("finalize_mpi", &loom::pytorch_internal::FinalizeMpi,
+        py::call_guard<py::gil_scoped_release>());
   m.attr("BUILD_MODE") = loom::BuildMode();
 }

@@ -15,10 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "collectives/transport/gloo/gloo_transport.h"
+#include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
 #include "integrations/torch/internal/gloo_store.h"
+#include "integrations/torch/internal/mpi_group.h"
 
 namespace loom {
 namespace pytorch {
@@ -107,6 +110,17 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectShm(const std::string& job_id,
   return transport;
 }
 
+absl::StatusOr<std::unique_ptr<Transport>> ConnectMpi(absl::Span<const RankIdentity> ranks,
+                                                      const BackendOptions& options) {
+  absl::StatusOr<int> started = pytorch_internal::StartMpi();
+  if (!started.ok()) return started.status();
+  std::vector<int> world_ranks;
+  for (const RankIdentity& rank : ranks) world_ranks.push_back(rank.mpi_rank);
+  MpiTransportOptions mpi;
+  mpi.heartbeat_timeout = options.heartbeat_timeout;
+  return pytorch_internal::ConnectMpiGroup(world_ranks, mpi);
+}
+
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(RendezvousStore& store,
                                                        const std::string& prefix,
                                                        const GroupSpec& spec,
@@ -163,6 +177,7 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
   mine.host_id = options.host_id.empty() ? DefaultHostId() : options.host_id;
   mine.hostname = Hostname();
   mine.pid = getpid();
+  mine.mpi_rank = pytorch_internal::MpiWorldRankFromEnvironment();
   if (spec.rank == 0) {
     if (absl::Status set = store.Set(absl::StrCat(prefix, "job"), MakeJobId()); !set.ok()) {
       return InGroup(spec, "store", set);
@@ -189,10 +204,13 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
     if (!shm.ok()) return InGroup(spec, absl::StrCat("shm connect (job ", *job, ")"), shm.status());
     group.transport = std::move(*shm);
   } else {
-    absl::StatusOr<std::unique_ptr<Transport>> gloo =
-        ConnectGloo(store, prefix, spec, options, deadline);
-    if (!gloo.ok()) return InGroup(spec, "gloo connect", gloo.status());
-    group.transport = std::move(*gloo);
+    absl::StatusOr<std::unique_ptr<Transport>> between =
+        group.layout.mpi ? ConnectMpi(*ranks, options)
+                         : ConnectGloo(store, prefix, spec, options, deadline);
+    if (!between.ok()) {
+      return InGroup(spec, group.layout.mpi ? "mpi connect" : "gloo connect", between.status());
+    }
+    group.transport = std::move(*between);
     if (group.layout.ranks_per_node > 0) {
       const std::string node_job = absl::StrCat(*job, ".n", group.layout.node);
       GroupSpec node_spec = spec;

@@ -71,9 +71,11 @@ class RunResult:
 
 
 def run_ranks(script: str, world_size: int, args: List[str], timeout: float,
-              env: Optional[Dict[str, str]] = None, launcher: Optional[List[str]] = None) -> RunResult:
+              env: Optional[Dict[str, str]] = None, launcher: Optional[List[str]] = None,
+              launcher_takes_port: bool = True) -> RunResult:
     """Runs `script worker <args>` as `world_size` ranks (or, with `launcher`, one
-    launcher process such as torchrun that starts them itself)."""
+    launcher process such as torchrun or mpirun that starts them itself; torchrun is
+    given --master_port, mpirun's ranks find MASTER_PORT in the environment)."""
     port = free_port()
     base = dict(os.environ)
     base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -82,7 +84,8 @@ def run_ranks(script: str, world_size: int, args: List[str], timeout: float,
     base.update(env or {})
     commands = []
     if launcher is not None:
-        commands.append((0, launcher + [f"--master_port={port}", script, "worker"] + args, base))
+        port_flag = [f"--master_port={port}"] if launcher_takes_port else []
+        commands.append((0, launcher + port_flag + [script, "worker"] + args, base))
     else:
         for rank in range(world_size):
             rank_env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank))

@@ -1,7 +1,8 @@
 """The cross-host layout, on one machine: ranks given different host ids
 (LOOM_TORCH_HOST_ID) are connected as hosts are, by Loom's gloo transport (TCP,
 over loopback here) between them with Loom's shm transport inside each, and the
-collectives match the seeded references. Also transport=gloo (Gloo alone, no shm).
+collectives match the seeded references. The same under mpirun, where MPI connects
+the hosts; and transport=gloo (Gloo alone, no shm).
 
 This is an emulation: the "hosts" share one kernel, so it tests the rendezvous, the
 layout and the two transports together, not a network between machines (see
@@ -9,7 +10,9 @@ README.md, "Across hosts").
 """
 
 import os
+import shutil
 import sys
+import tempfile
 import unittest
 from datetime import timedelta
 
@@ -18,8 +21,11 @@ import torch_testing
 
 def worker(argv):
     mode, seed = argv[0], int(argv[1])
+    if mode == "mpi_two_hosts":
+        os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+        os.environ["LOCAL_RANK"] = os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
     rank = int(os.environ["RANK"])
-    if mode == "two_hosts":
+    if mode in ("two_hosts", "mpi_two_hosts"):
         os.environ["LOOM_TORCH_HOST_ID"] = f"emulated-host-{rank // 2}"
     else:
         os.environ["LOOM_TORCH_TRANSPORT"] = "gloo"
@@ -30,8 +36,9 @@ def worker(argv):
     print(f"pid {os.getpid()}", flush=True)
     dist.init_process_group("loom", timeout=timedelta(seconds=60))
     world = dist.get_world_size()
-    want = ("gloo between 2 hosts, shm inside each (2 ranks per host)" if mode == "two_hosts"
-            else "gloo among all ranks (1 host, no shm level)")
+    want = {"two_hosts": "gloo between 2 hosts, shm inside each (2 ranks per host)",
+            "mpi_two_hosts": "mpi between 2 hosts, shm inside each (2 ranks per host)",
+            "gloo_only": "gloo among all ranks (1 host, no shm level)"}[mode]
     assert loom_torch.layout() == want, loom_torch.layout()
     checks = 0
     for dtype in (torch.float32, torch.bfloat16, torch.int64):
@@ -102,6 +109,29 @@ class TwoLevelTest(unittest.TestCase):
 
     def test_gloo_transport_alone(self):
         self.run_mode("gloo_only", 2)
+
+    def test_two_emulated_hosts_under_mpirun_mpi_between(self):
+        if shutil.which("mpirun") is None:
+            self.skipTest("no mpirun (Debian's openmpi-bin, which ./bazelw installs)")
+        seed = torch_testing.test_seed()
+        # Open MPI's session directory and shared-memory segments in directories of
+        # this test's own, removed after it (as collectives/transport/mpi/mpirun.h does).
+        session = tempfile.mkdtemp(prefix="loom-mpirun-")
+        segments = tempfile.mkdtemp(prefix="loom-mpirun-", dir="/dev/shm")
+        self.addCleanup(shutil.rmtree, session, ignore_errors=True)
+        self.addCleanup(shutil.rmtree, segments, ignore_errors=True)
+        mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                  "--mca", "btl", "self,vader", "--mca", "orte_tmpdir_base", session,
+                  "--mca", "btl_vader_backing_directory", segments, "-np", "4", sys.executable]
+        result = torch_testing.run_ranks(__file__, 4, ["mpi_two_hosts", str(seed)], timeout=150,
+                                         launcher=mpirun, launcher_takes_port=False)
+        result.check_ok(self)
+        lines = [line for line in result.ranks[0].stdout.splitlines() if "checks passed" in line]
+        self.assertEqual(len(lines), 4, result.describe())
+        for line in lines:
+            self.assertIn("mpi between 2 hosts, shm inside each", line)
+            print(line, flush=True)
+        torch_testing.check_nothing_left(self, result)
 
 
 if __name__ == "__main__":

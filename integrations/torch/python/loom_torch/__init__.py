@@ -17,13 +17,15 @@ each group is created (see README.md):
 
     LOOM_TORCH_DETERMINISTIC=1     rank-order reductions: bitwise-reproducible results
     LOOM_TORCH_CHECK=full          every call's arguments compared before any data moves
-    LOOM_TORCH_TRANSPORT=auto|shm|gloo
+    LOOM_TORCH_TRANSPORT=auto|shm|gloo|mpi
     LOOM_TORCH_HOST_ID=<id>        the host this rank counts as (default: hostname + boot id)
     LOOM_TORCH_GLOO_HOSTNAME=<addr>, LOOM_TORCH_GLOO_IFNAME=<iface>   across hosts
     LOOM_TORCH_HEARTBEAT_TIMEOUT=<seconds>   a stopped peer is named within this (default 10)
 """
 
+import atexit
 import dataclasses
+import gc
 import os
 import sys
 import weakref
@@ -51,7 +53,8 @@ class Options:
     # "sequence": a mismatched call is named when its first message crosses;
     # "full": every call first compares its arguments across ranks (a round trip more).
     check: str = "sequence"
-    # "auto": shm on one host, gloo between hosts + shm inside; "shm"; "gloo" (no shm).
+    # "auto": shm on one host; between hosts MPI (under mpirun) or gloo, shm inside;
+    # "shm"; "gloo" (TCP among all ranks, no shm); "mpi" (as auto, MPI required).
     transport: str = "auto"
     # The host this rank counts as; ranks with one host id must share /dev/shm.
     host_id: str = ""
@@ -160,6 +163,22 @@ def _abort_on_uncaught_exception(exc_type, exc, tb):
 _previous_excepthook = sys.excepthook
 
 
+def _finalize_mpi_at_exit():
+    # Under mpirun, a group between hosts initialized MPI, and mpirun counts a rank
+    # that exits without MPI_Finalize as failed. Finalizing needs every transport
+    # over MPI gone first: the groups are destroyed, then MPI finalized.
+    if not _C.mpi_started():
+        return
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+    # Groups a program still references (a DDP module holds its group) are shut
+    # down: their queued calls finish, their transports close.
+    for group in list(_groups):
+        _C.shutdown(group)
+    _C.finalize_mpi()
+
+
 def _register():
     if "LOOM" in dist.Backend._plugins:
         return
@@ -172,3 +191,4 @@ def _register():
 
 _register()
 sys.excepthook = _abort_on_uncaught_exception
+atexit.register(_finalize_mpi_at_exit)
