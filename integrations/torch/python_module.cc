@@ -30,6 +30,7 @@
 #include "integrations/torch/internal/raise.h"
 #include "integrations/torch/process_group.h"
 #include "integrations/torch/rendezvous.h"
+#include "integrations/torch/shared_tensor.h"
 
 namespace loom {
 namespace pytorch {
@@ -90,6 +91,8 @@ LoomProcessGroup& AsLoom(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
   return *loom_group;
 }
 
+at::Tensor SharedTensorBytes(int64_t bytes) { return ValueOrRaise(SharedBytes(bytes)); }
+
 std::string Layout(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
   return AsLoom(group).layout().Describe();
 }
@@ -126,6 +129,7 @@ PYBIND11_MODULE(_C, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("layout", &loom::pytorch::Layout, py::arg("group"));
   m.def("describe", &loom::pytorch::Describe, py::arg("group"));
+  m.def("shared_bytes", &loom::pytorch::SharedTensorBytes, py::arg("bytes"));
   m.def("abort", &loom::pytorch::Abort, py::arg("group"), py::arg("reason"));
   // Waits for the group's queued calls, which may run Python callbacks chained on
   // their futures.

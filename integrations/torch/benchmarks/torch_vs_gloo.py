@@ -4,7 +4,9 @@ For each round it starts the same 2-process job twice, once per backend, alterna
 which goes first, and each job measures:
   - all_reduce (float32, sum) of 4 KiB .. 64 MiB: the median time of one call over
     many calls (each result checked), and the bus bandwidth that gives
-    (nccl-tests' busbw: 2 * (n - 1) / n * bytes / time);
+    (nccl-tests' busbw: 2 * (n - 1) / n * bytes / time); for Loom also on tensors
+    in its shared memory (loom_torch.empty), which peers map rather than read
+    through the kernel;
   - DistributedDataParallel steps (forward, backward with DDP's all-reduce, SGD) of
     a 16.8 M-parameter MLP: the median step time.
 The table shows each figure's median over the rounds, and Loom's bandwidth and step
@@ -42,21 +44,25 @@ def worker(backend):
         import loom_torch  # noqa: F401
     dist.init_process_group(backend)
     rank = dist.get_rank()
-    result = {"backend": backend, "all_reduce_us": {}, "ddp_step_ms": None}
-    for size in SIZES:
-        n = size // 4
-        x = torch.ones(n)
-        for _ in range(3):
-            dist.all_reduce(x)
-        samples = []
-        dist.barrier()
-        for _ in range(iterations(size)):
-            x.fill_(rank + 1.0)
-            start = time.perf_counter()
-            dist.all_reduce(x)
-            samples.append(time.perf_counter() - start)
-        assert x[0].item() == 3.0 and x[-1].item() == 3.0, f"{backend} all_reduce of {size} B is wrong"
-        result["all_reduce_us"][size] = statistics.median(samples) * 1e6
+    result = {"backend": backend, "all_reduce_us": {}, "shared_all_reduce_us": {},
+              "ddp_step_ms": None}
+    kinds = [("all_reduce_us", torch.ones)]
+    if backend == "loom":
+        kinds.append(("shared_all_reduce_us", lambda n: loom_torch.empty(n).fill_(1.0)))
+    for key, make in kinds:
+        for size in SIZES:
+            x = make(size // 4)
+            for _ in range(3):
+                dist.all_reduce(x)
+            samples = []
+            dist.barrier()
+            for _ in range(iterations(size)):
+                x.fill_(rank + 1.0)
+                start = time.perf_counter()
+                dist.all_reduce(x)
+                samples.append(time.perf_counter() - start)
+            assert x[0].item() == 3.0 and x[-1].item() == 3.0, f"{backend} all_reduce of {size} B is wrong"
+            result[key][size] = statistics.median(samples) * 1e6
 
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
@@ -139,13 +145,15 @@ def main():
     print(f"## all_reduce f32 sum, {WORLD} processes, median of {args.rounds} alternated runs "
           f"(PyTorch {torch.__version__}, loom_torch {loom_torch.BUILD_MODE})")
     print(f"{'size(B)':>10} {'gloo_us':>10} {'loom_us':>10} {'gloo_busbw':>11} {'loom_busbw':>11} "
-          f"{'loom/gloo bw':>13} {'loom/gloo time':>15}")
+          f"{'loom/gloo bw':>13} {'loom/gloo time':>15} {'shared_us':>10} {'shared_busbw':>13} "
+          f"{'shared/gloo bw':>15}")
     table = []
     for size in SIZES:
         g, l = med("gloo", "all_reduce_us", size), med("loom", "all_reduce_us", size)
+        s = med("loom", "shared_all_reduce_us", size)
         print(f"{size:>10} {g:>10.1f} {l:>10.1f} {busbw(size, g):>11.2f} {busbw(size, l):>11.2f} "
-              f"{g / l:>12.2f}x {l / g:>15.3f}")
-        table.append({"bytes": size, "gloo_us": g, "loom_us": l})
+              f"{g / l:>12.2f}x {l / g:>15.3f} {s:>10.1f} {busbw(size, s):>13.2f} {g / s:>14.2f}x")
+        table.append({"bytes": size, "gloo_us": g, "loom_us": l, "loom_shared_us": s})
     g, l = med("gloo", "ddp_step_ms"), med("loom", "ddp_step_ms")
     params = runs["loom"][0]["ddp_params"]
     print(f"## DDP step ({params / 1e6:.1f} M parameters, {LAYERS} x Linear({WIDTH}, {WIDTH}), batch "

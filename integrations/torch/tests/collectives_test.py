@@ -103,6 +103,18 @@ def worker(argv):
     all_reduce_cases(everyone, None, gloo, det, (70001,), (torch.float32, torch.bfloat16, torch.int64),
                      ("sum", "max"))
 
+    # Tensors in Loom's shared memory (loom_torch.empty): peers map them and copy
+    # directly; the results are the same.
+    for dtype, size in ((torch.float32, 300001), (torch.bfloat16, 70001)):
+        xs = [ref.make_input(seed, r, "shared", dtype, size) for r in range(world)]
+        got = loom_torch.empty(size, dtype=dtype)
+        got.copy_(xs[rank])
+        dist.all_reduce(got)
+        check_reduction(f"all_reduce of a shared-memory {dtype} x{size}", got, xs, "sum", dtype)
+        out = loom_torch.empty(world * size, dtype=dtype)
+        dist.all_gather_into_tensor(out, got)
+        expect_bitwise(f"all_gather_into_tensor into shared memory {dtype}", out, got.repeat(world))
+
     # all_reduce_coalesced.
     sizes = (5, 0, 300)
     for dtype in (torch.float32, torch.int32):

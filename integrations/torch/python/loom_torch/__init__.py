@@ -36,7 +36,8 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["Options", "options_from_environment", "create", "layout", "describe", "BUILD_MODE"]
+__all__ = ["Options", "options_from_environment", "create", "layout", "describe", "empty",
+           "BUILD_MODE"]
 
 BUILD_MODE = _C.BUILD_MODE
 
@@ -113,6 +114,26 @@ def create(store, rank: int, size: int, timeout: timedelta, options: Optional[Op
         heartbeat_timeout=float(options.heartbeat_timeout))
     _groups.add(group)
     return group
+
+
+def empty(*size, dtype=None):
+    """A new CPU tensor (uninitialized as torch.empty's, zeroed in fact) in Loom's
+    shared communication memory: over shm, peers map it and copy from it directly
+    instead of through the kernel, so collectives on it are faster beyond the caches.
+    For the buffers a program reuses; any tensor works with every call.
+
+        grads = loom_torch.empty(4 << 20)            # float32, like torch.empty
+        shard = loom_torch.empty(1024, 1024, dtype=torch.bfloat16)
+    """
+    import torch
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    count = 1
+    for d in size:
+        count *= int(d)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    return _C.shared_bytes(count * itemsize).view(dtype).view(size)
 
 
 def layout(group=None) -> str:
