@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -184,11 +185,11 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::Enqueue(c10d::OpType type,
   auto work = c10::make_intrusive<LoomWork>(rank_, type, profiling_title,
                                             std::move(tensors.inputs), std::move(tensors.outputs),
                                             std::move(call), finished_by);
-  auto completion = std::make_shared<Completion>(this, work);
-  // Submitted under mu_, so Shutdown never takes the worker between the check above
-  // and here. The worker's thread takes mu_ only between jobs' steps, never while
-  // holding its own lock, so this order cannot deadlock.
-  worker_->Submit([completion, job = std::move(job)]() -> absl::Status {
+  // The queued job holds the only reference to its Completion: were this thread to
+  // hold one too, a job the worker drops at once (after an earlier failure) could
+  // leave this thread to destroy it, and ~Completion takes mu_, held here.
+  std::function<absl::Status()> queued = [completion = std::make_shared<Completion>(this, work),
+                                          job = std::move(job)]() -> absl::Status {
     absl::Status status;
     try {
       // The progress thread writes into tensors that may require grad (a module's
@@ -202,7 +203,11 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::Enqueue(c10d::OpType type,
     }
     completion->Done(status);
     return status;
-  });
+  };
+  // Submitted under mu_, so Shutdown never takes the worker between the check above
+  // and here. The worker's thread takes mu_ only inside a job, never while holding
+  // its own lock, so this order cannot deadlock.
+  worker_->Submit(std::move(queued));
   return work;
 }
 
