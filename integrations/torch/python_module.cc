@@ -140,5 +140,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("mpi_started", &loom::pytorch_internal::MpiStarted);
   m.def("finalize_mpi", &loom::pytorch_internal::FinalizeMpi,
         py::call_guard<py::gil_scoped_release>());
+  m.def("abort_mpi_job", &loom::pytorch_internal::AbortMpiJob, py::arg("reason"),
+        py::call_guard<py::gil_scoped_release>());
   m.attr("BUILD_MODE") = loom::BuildMode();
 }

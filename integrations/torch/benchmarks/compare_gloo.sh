@@ -4,10 +4,11 @@
 # copying at once, collectives/benchmarks/membw.c), then runs torch_vs_gloo.py (2
 # processes, all_reduce 4 KiB..64 MiB and DDP steps, backends alternated, medians).
 #
-#   integrations/torch/benchmarks/compare_gloo.sh [ROUNDS]      (from the repository root)
+#   integrations/torch/benchmarks/compare_gloo.sh [ROUNDS [JSON_FILE]]   (from the repository root)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 ROUNDS="${1:-5}"
+JSON=("${2:+--json=$2}")
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -19,5 +20,5 @@ echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(uname -r)"
 echo "# loom $(git rev-parse --short HEAD 2>/dev/null || echo '?'); command: $0 $ROUNDS"
 echo "# memory bandwidth, 2 processes copying at once (read + written bytes): $("$WORK/membw" 2) GB/s"
 PYTHONPATH="$PWD/bazel-bin/integrations/torch${PYTHONPATH:+:$PYTHONPATH}" \
-  /usr/bin/python3 integrations/torch/benchmarks/torch_vs_gloo.py --rounds "$ROUNDS"
+  /usr/bin/python3 integrations/torch/benchmarks/torch_vs_gloo.py --rounds "$ROUNDS" ${JSON[@]+"${JSON[@]}"}
 echo "# memory bandwidth after the runs: $("$WORK/membw" 2) GB/s"

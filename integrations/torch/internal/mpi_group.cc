@@ -102,6 +102,15 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiGroup(absl::Span<const int>
   return ConnectMpiTransport(comm, options);
 }
 
+void AbortMpiJob(const std::string& reason) {
+  const MpiSession* session = nullptr;
+  {
+    MutexLock lock(&SessionMutex());
+    session = Session().get();
+  }
+  if (session != nullptr) session->AbortJob("loom_torch", absl::AbortedError(reason), 1);
+}
+
 void FinalizeMpi() {
   MutexLock lock(&SessionMutex());
   if (Session() == nullptr) return;

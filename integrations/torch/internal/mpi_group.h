@@ -17,6 +17,7 @@
 #define LOOM_INTEGRATIONS_TORCH_INTERNAL_MPI_GROUP_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -52,6 +53,12 @@ bool MpiStarted();
 // FinalizeMpi finalizes MPI if StartMpi started it; every transport over it must be
 // gone. A no-op otherwise and on later calls.
 void FinalizeMpi();
+
+// AbortMpiJob ends the whole mpirun job after a fatal error on this rank
+// (MpiSession::AbortJob: one line naming the rank and `reason` on stderr, then
+// MPI_Abort), rather than finalizing while peers may wait on this rank. Returns
+// only when MPI was not started.
+void AbortMpiJob(const std::string& reason);
 
 }  // namespace pytorch_internal
 }  // namespace loom

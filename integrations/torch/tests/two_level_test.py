@@ -21,6 +21,9 @@ import torch_testing
 
 def worker(argv):
     mode, seed = argv[0], int(argv[1])
+    if mode == "mpi_exception":
+        mpi_exception_worker()
+        return
     if mode == "mpi_two_hosts":
         os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
         os.environ["LOCAL_RANK"] = os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
@@ -94,6 +97,39 @@ def worker(argv):
     dist.destroy_process_group()
 
 
+def mpi_exception_worker():
+    # Two ranks as two hosts, so the world group runs over MPI; rank 0 then raises.
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    os.environ["RANK"] = str(rank)
+    os.environ["LOOM_TORCH_HOST_ID"] = f"emulated-host-{rank}"
+    import time
+    import torch
+    import torch.distributed as dist
+    import loom_torch
+    print(f"pid {os.getpid()}", flush=True)
+    dist.init_process_group("loom", timeout=timedelta(seconds=60))
+    assert loom_torch.layout() == "mpi among all ranks (2 hosts, no shm level)", loom_torch.layout()
+    dist.barrier()
+    if rank == 0:
+        raise ValueError("boom in rank 0 under mpirun")
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1 << 20))
+    except RuntimeError as e:
+        print(f"rank 1 error after {time.monotonic() - start:.2f} s: {e}", flush=True)
+    time.sleep(30)  # mpirun ends the job before this
+
+
+def mpirun_command(ranks):
+    """mpirun for this test, and the directories it leaves (removed by the caller)."""
+    session = tempfile.mkdtemp(prefix="loom-mpirun-")
+    segments = tempfile.mkdtemp(prefix="loom-mpirun-", dir="/dev/shm")
+    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "--mca", "btl", "self,vader", "--mca", "orte_tmpdir_base", session,
+               "--mca", "btl_vader_backing_directory", segments, "-np", str(ranks), sys.executable]
+    return command, [session, segments]
+
+
 class TwoLevelTest(unittest.TestCase):
     def run_mode(self, mode, world):
         seed = torch_testing.test_seed()
@@ -116,13 +152,9 @@ class TwoLevelTest(unittest.TestCase):
         seed = torch_testing.test_seed()
         # Open MPI's session directory and shared-memory segments in directories of
         # this test's own, removed after it (as collectives/transport/mpi/mpirun.h does).
-        session = tempfile.mkdtemp(prefix="loom-mpirun-")
-        segments = tempfile.mkdtemp(prefix="loom-mpirun-", dir="/dev/shm")
-        self.addCleanup(shutil.rmtree, session, ignore_errors=True)
-        self.addCleanup(shutil.rmtree, segments, ignore_errors=True)
-        mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                  "--mca", "btl", "self,vader", "--mca", "orte_tmpdir_base", session,
-                  "--mca", "btl_vader_backing_directory", segments, "-np", "4", sys.executable]
+        mpirun, dirs = mpirun_command(4)
+        for d in dirs:
+            self.addCleanup(shutil.rmtree, d, ignore_errors=True)
         result = torch_testing.run_ranks(__file__, 4, ["mpi_two_hosts", str(seed)], timeout=150,
                                          launcher=mpirun, launcher_takes_port=False)
         result.check_ok(self)
@@ -131,6 +163,24 @@ class TwoLevelTest(unittest.TestCase):
         for line in lines:
             self.assertIn("mpi between 2 hosts, shm inside each", line)
             print(line, flush=True)
+        torch_testing.check_nothing_left(self, result)
+
+    def test_uncaught_exception_under_mpirun_ends_the_job_naming_the_rank(self):
+        if shutil.which("mpirun") is None:
+            self.skipTest("no mpirun (Debian's openmpi-bin, which ./bazelw installs)")
+        mpirun, dirs = mpirun_command(2)
+        for d in dirs:
+            self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        result = torch_testing.run_ranks(__file__, 2, ["mpi_exception", "0"], timeout=120,
+                                         launcher=mpirun, launcher_takes_port=False)
+        job = result.ranks[0]
+        print(f"mpirun exit {job.returncode} after {result.seconds:.1f} s", flush=True)
+        self.assertFalse(result.timed_out, result.describe())
+        self.assertNotEqual(job.returncode, 0, result.describe())
+        self.assertRegex(job.stderr, r"loom_torch: world rank 0 of 2 \(pid \d+ on host [^)]+\) aborts "
+                                     r"the MPI job: it ended with an uncaught ValueError: boom in "
+                                     r"rank 0 under mpirun", result.describe())
+        self.assertLess(result.seconds, 60, result.describe())
         torch_testing.check_nothing_left(self, result)
 
 

@@ -171,14 +171,19 @@ def _abort_on_uncaught_exception(exc_type, exc, tb):
     # down, and a peer that waits on a closed rank waits until its timeout (30
     # minutes by default). Aborting them first fails the peers' calls at once,
     # naming this rank and the exception.
+    reason = f"it ended with an uncaught {exc_type.__name__}: {exc}"
     if _groups:
-        reason = f"it ended with an uncaught {exc_type.__name__}: {exc}"
         for group in list(_groups):
             try:
                 _C.abort(group, reason)
             except Exception:  # noqa: BLE001 - reporting the original error matters more
                 pass
     _previous_excepthook(exc_type, exc, tb)
+    # Under mpirun, finalizing MPI at exit would wait for peers that may wait on
+    # this rank: end the job instead, as Loom's MPI programs do (mpirun names us).
+    if _C.mpi_started():
+        sys.stderr.flush()
+        _C.abort_mpi_job(reason)
 
 
 _previous_excepthook = sys.excepthook
