@@ -68,6 +68,9 @@ struct BackendOptions {
   // A peer alive but not running (stopped, frozen host) fails the calls that need
   // it within this bound, whatever their timeout. At least 200 ms.
   absl::Duration heartbeat_timeout = kDefaultHeartbeatTimeout;
+  // The pipelining chunk of the ring and tree algorithms
+  // (CommunicatorOptions::chunk_bytes); 0: the Communicator's default (256 KiB).
+  size_t chunk_bytes = 0;
 };
 
 // ValidateBackendOptions: InvalidArgument naming the field and its value.

@@ -49,7 +49,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     std::chrono::milliseconds timeout, int world_rank, const std::string& group_name,
     bool deterministic, const std::string& check, const std::string& transport,
     const std::string& host_id, const std::string& gloo_hostname,
-    const std::string& gloo_interface, double heartbeat_timeout_seconds) {
+    const std::string& gloo_interface, double heartbeat_timeout_seconds, int64_t chunk_bytes) {
   BackendOptions options;
   options.deterministic = deterministic;
   if (check == "full") {
@@ -65,6 +65,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
   options.heartbeat_timeout = heartbeat_timeout_seconds > 0
                                   ? absl::Seconds(heartbeat_timeout_seconds)
                                   : absl::InfiniteDuration();
+  if (chunk_bytes < 0) {
+    throw std::runtime_error(absl::StrCat("loom: chunk_bytes ", chunk_bytes, " is negative"));
+  }
+  options.chunk_bytes = static_cast<size_t>(chunk_bytes);
   GroupSpec spec;
   spec.rank = rank;
   spec.size = size;
@@ -124,7 +128,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("group_name") = "", py::arg("deterministic") = false,
         py::arg("check") = "sequence", py::arg("transport") = "auto", py::arg("host_id") = "",
         py::arg("gloo_hostname") = "", py::arg("gloo_interface") = "",
-        py::arg("heartbeat_timeout") = 10.0,
+        py::arg("heartbeat_timeout") = 10.0, py::arg("chunk_bytes") = 0,
         // The rendezvous waits on the store and on the other ranks.
         py::call_guard<py::gil_scoped_release>());
   m.def("layout", &loom::pytorch::Layout, py::arg("group"));

@@ -197,6 +197,7 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
   CommunicatorOptions comm;
   comm.timeout = spec.timeout;
   comm.deterministic = options.deterministic;
+  if (options.chunk_bytes > 0) comm.chunk_bytes = options.chunk_bytes;
   comm.check = options.check;
   if (!group.layout.two_level) {
     absl::StatusOr<std::unique_ptr<Transport>> shm =

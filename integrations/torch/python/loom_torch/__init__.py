@@ -21,6 +21,7 @@ each group is created (see README.md):
     LOOM_TORCH_HOST_ID=<id>        the host this rank counts as (default: hostname + boot id)
     LOOM_TORCH_GLOO_HOSTNAME=<addr>, LOOM_TORCH_GLOO_IFNAME=<iface>   across hosts
     LOOM_TORCH_HEARTBEAT_TIMEOUT=<seconds>   a stopped peer is named within this (default 10)
+    LOOM_TORCH_CHUNK_BYTES=<bytes>  pipelining chunk of the ring and trees (default: Loom's)
 """
 
 import atexit
@@ -65,6 +66,8 @@ class Options:
     # Seconds within which a peer that stopped running (SIGSTOP, frozen host) is
     # named; 0 turns the check off.
     heartbeat_timeout: float = 10.0
+    # Pipelining chunk of the ring and tree algorithms, in bytes; 0: Loom's default.
+    chunk_bytes: int = 0
 
 
 def _flag(name: str, value: str) -> bool:
@@ -86,6 +89,12 @@ def options_from_environment(environ=None) -> Options:
     options.host_id = env.get("LOOM_TORCH_HOST_ID", options.host_id)
     options.gloo_hostname = env.get("LOOM_TORCH_GLOO_HOSTNAME", options.gloo_hostname)
     options.gloo_interface = env.get("LOOM_TORCH_GLOO_IFNAME", options.gloo_interface)
+    if "LOOM_TORCH_CHUNK_BYTES" in env:
+        text = env["LOOM_TORCH_CHUNK_BYTES"]
+        try:
+            options.chunk_bytes = int(text)
+        except ValueError:
+            raise ValueError(f"loom: LOOM_TORCH_CHUNK_BYTES={text!r} is not a number of bytes")
     if "LOOM_TORCH_HEARTBEAT_TIMEOUT" in env:
         text = env["LOOM_TORCH_HEARTBEAT_TIMEOUT"]
         try:
@@ -111,7 +120,7 @@ def create(store, rank: int, size: int, timeout: timedelta, options: Optional[Op
         deterministic=bool(options.deterministic), check=options.check,
         transport=options.transport, host_id=options.host_id,
         gloo_hostname=options.gloo_hostname, gloo_interface=options.gloo_interface,
-        heartbeat_timeout=float(options.heartbeat_timeout))
+        heartbeat_timeout=float(options.heartbeat_timeout), chunk_bytes=int(options.chunk_bytes))
     _groups.add(group)
     return group
 
