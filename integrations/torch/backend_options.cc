@@ -28,6 +28,16 @@ absl::string_view TransportChoiceName(TransportChoice choice) {
   return "?";
 }
 
+absl::StatusOr<ShmOptions::CopyMode> ParseShmCopy(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "staged_or_mapped") return ShmOptions::CopyMode::kStagedOrMapped;
+  if (lower == "auto") return ShmOptions::CopyMode::kAuto;
+  if (lower == "cma") return ShmOptions::CopyMode::kCma;
+  if (lower == "staged") return ShmOptions::CopyMode::kStaged;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "loom: unknown shm_copy \"", text, "\"; expected staged_or_mapped, auto, cma or staged"));
+}
+
 absl::Status ValidateBackendOptions(const BackendOptions& options) {
   LOOM_RETURN_IF_ERROR(ValidateHeartbeatTimeout(options.heartbeat_timeout, "loom: heartbeat_timeout"));
   for (const char c : options.host_id) {

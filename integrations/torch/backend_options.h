@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "collectives/communicator.h"
 #include "collectives/transport/heartbeat.h"
+#include "collectives/transport/shm/shm_transport.h"
 
 namespace loom {
 namespace pytorch {
@@ -47,6 +48,10 @@ enum class TransportChoice {
 absl::StatusOr<TransportChoice> ParseTransportChoice(absl::string_view text);
 absl::string_view TransportChoiceName(TransportChoice choice);
 
+// ParseShmCopy accepts "staged_or_mapped", "auto" (CMA where allowed), "cma" and
+// "staged" (ShmOptions::CopyMode); InvalidArgument naming the text otherwise.
+absl::StatusOr<ShmOptions::CopyMode> ParseShmCopy(absl::string_view text);
+
 struct BackendOptions {
   // Every reduction folds the ranks' contributions in rank order (Loom's
   // deterministic mode): two runs give bitwise the same results, whatever the
@@ -71,6 +76,13 @@ struct BackendOptions {
   // The pipelining chunk of the ring and tree algorithms
   // (CommunicatorOptions::chunk_bytes); 0: the Communicator's default (256 KiB).
   size_t chunk_bytes = 0;
+  // How shm moves messages above its eager size (ShmOptions::copy_mode). Default
+  // kStagedOrMapped: through the staging ring, except tensors in Loom's shared memory
+  // (loom_torch.empty), which peers map. On the 2-core AMD EPYC VM this project's
+  // figures come from, the ring all-reduce of ordinary tensors ran 1.4-2x faster
+  // staged than with CMA at 8 MiB and beyond (README.md, "Speed"); where CMA is the
+  // faster (collectives/README.md's Intel machine), kAuto.
+  ShmOptions::CopyMode shm_copy = ShmOptions::CopyMode::kStagedOrMapped;
 };
 
 // ValidateBackendOptions: InvalidArgument naming the field and its value.

@@ -131,7 +131,14 @@ TEST(BackendOptionsTest, TransportNamesAndHeartbeatBound) {
   EXPECT_EQ(choice, TransportChoice::kMpi);
   EXPECT_THAT(ParseTransportChoice("nccl"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown transport \"nccl\"")));
+  LOOM_ASSERT_OK_AND_ASSIGN(ShmOptions::CopyMode copy, ParseShmCopy("staged_or_mapped"));
+  EXPECT_EQ(copy, ShmOptions::CopyMode::kStagedOrMapped);
+  LOOM_ASSERT_OK_AND_ASSIGN(copy, ParseShmCopy("CMA"));
+  EXPECT_EQ(copy, ShmOptions::CopyMode::kCma);
+  EXPECT_THAT(ParseShmCopy("xpmem"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown shm_copy \"xpmem\"")));
   BackendOptions options;
+  EXPECT_EQ(options.shm_copy, ShmOptions::CopyMode::kStagedOrMapped);
   LOOM_EXPECT_OK(ValidateBackendOptions(options));
   options.heartbeat_timeout = absl::Milliseconds(10);
   EXPECT_THAT(ValidateBackendOptions(options),

@@ -49,7 +49,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     std::chrono::milliseconds timeout, int world_rank, const std::string& group_name,
     bool deterministic, const std::string& check, const std::string& transport,
     const std::string& host_id, const std::string& gloo_hostname,
-    const std::string& gloo_interface, double heartbeat_timeout_seconds, int64_t chunk_bytes) {
+    const std::string& gloo_interface, double heartbeat_timeout_seconds, int64_t chunk_bytes,
+    const std::string& shm_copy) {
   BackendOptions options;
   options.deterministic = deterministic;
   if (check == "full") {
@@ -69,6 +70,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     throw std::runtime_error(absl::StrCat("loom: chunk_bytes ", chunk_bytes, " is negative"));
   }
   options.chunk_bytes = static_cast<size_t>(chunk_bytes);
+  options.shm_copy = ValueOrRaise(ParseShmCopy(shm_copy));
   GroupSpec spec;
   spec.rank = rank;
   spec.size = size;
@@ -129,6 +131,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("check") = "sequence", py::arg("transport") = "auto", py::arg("host_id") = "",
         py::arg("gloo_hostname") = "", py::arg("gloo_interface") = "",
         py::arg("heartbeat_timeout") = 10.0, py::arg("chunk_bytes") = 0,
+        py::arg("shm_copy") = "staged_or_mapped",
         // The rendezvous waits on the store and on the other ranks.
         py::call_guard<py::gil_scoped_release>());
   m.def("layout", &loom::pytorch::Layout, py::arg("group"));

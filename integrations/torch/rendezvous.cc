@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectShm(const std::string& job_id,
   shm.size = size;
   shm.world_rank = spec.world_rank;
   shm.heartbeat_timeout = options.heartbeat_timeout;
+  shm.copy_mode = options.shm_copy;
   shm.connect_timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
   shm.host_ranks = std::max(spec.host_ranks, size) * kBusyThreadsPerRank;
   absl::StatusOr<std::unique_ptr<Transport>> transport = ConnectShmTransport(shm);

@@ -87,10 +87,20 @@ class Signal {
 
 class ShmModeTest : public ::testing::TestWithParam<CopyMode> {};
 
-INSTANTIATE_TEST_SUITE_P(Modes, ShmModeTest, ::testing::Values(CopyMode::kAuto, CopyMode::kStaged),
-                         [](const auto& param_info) {
-                           return param_info.param == CopyMode::kAuto ? "Auto" : "Staged";
-                         });
+std::string ModeName(CopyMode mode) {
+  switch (mode) {
+    case CopyMode::kAuto: return "Auto";
+    case CopyMode::kCma: return "Cma";
+    case CopyMode::kStaged: return "Staged";
+    case CopyMode::kStagedOrMapped: return "StagedOrMapped";
+  }
+  return "Unknown";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShmModeTest,
+                         ::testing::Values(CopyMode::kAuto, CopyMode::kStaged,
+                                           CopyMode::kStagedOrMapped),
+                         [](const auto& param_info) { return ModeName(param_info.param); });
 
 // Sizes on both sides of eager_bytes, and messages many times the staging ring, so
 // the ring wraps around while both ranks stream at once.
@@ -128,9 +138,16 @@ TEST_P(ShmModeTest, ZeroEagerBytesSendsEverythingLarge) {
 // Large sends out of SharedBuffers travel as kMapped: the receiver maps the buffer
 // once and copies with memcpy (or, where the kernel refuses the mapping, with CMA).
 // Covers a combining receive, an offset inside a buffer, reuse of a mapping, a buffer freed and another
-// allocated (new id, possibly the same fd number), and a plain buffer in between.
-TEST(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
-  ShmHarness harness(WithMode(CopyMode::kAuto));
+// allocated (new id, possibly the same fd number), and a plain buffer in between
+// (pulled with CMA under kAuto, staged under kStagedOrMapped).
+class ShmSharedBufferTest : public ::testing::TestWithParam<CopyMode> {};
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShmSharedBufferTest,
+                         ::testing::Values(CopyMode::kAuto, CopyMode::kStagedOrMapped),
+                         [](const auto& param_info) { return ModeName(param_info.param); });
+
+TEST_P(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
+  ShmHarness harness(WithMode(GetParam()));
   ExpectAllOk(harness.Run(2, [](Transport& t) -> absl::Status {
     const int peer = 1 - t.rank();
     const size_t bytes = (1 << 20) + 12;
@@ -164,7 +181,7 @@ TEST(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
         LOOM_RETURN_IF_ERROR(ExpectPayload(in, peer, t.rank(), tag));
         ++mapped_messages;
       }
-      LOOM_RETURN_IF_ERROR(Exchange(t, peer, ++tag, bytes));  // not shared: CMA
+      LOOM_RETURN_IF_ERROR(Exchange(t, peer, ++tag, bytes));  // not shared: CMA or staged
     }
     const shm_internal::MappedReceiveCounts counts = shm_internal::MappedReceives();
     if (counts.mapped + counts.fell_back != static_cast<uint64_t>(mapped_messages)) {

@@ -22,6 +22,7 @@ each group is created (see README.md):
     LOOM_TORCH_GLOO_HOSTNAME=<addr>, LOOM_TORCH_GLOO_IFNAME=<iface>   across hosts
     LOOM_TORCH_HEARTBEAT_TIMEOUT=<seconds>   a stopped peer is named within this (default 10)
     LOOM_TORCH_CHUNK_BYTES=<bytes>  pipelining chunk of the ring and trees (default: Loom's)
+    LOOM_TORCH_SHM_COPY=staged_or_mapped|auto|cma|staged   how shm moves large messages
 """
 
 import atexit
@@ -68,6 +69,10 @@ class Options:
     heartbeat_timeout: float = 10.0
     # Pipelining chunk of the ring and tree algorithms, in bytes; 0: Loom's default.
     chunk_bytes: int = 0
+    # How shm moves large messages: "staged_or_mapped" (through a staging ring;
+    # tensors from loom_torch.empty are mapped by the peers), "auto" (the kernel's
+    # process_vm_readv where allowed), "cma", "staged".
+    shm_copy: str = "staged_or_mapped"
 
 
 def _flag(name: str, value: str) -> bool:
@@ -89,6 +94,7 @@ def options_from_environment(environ=None) -> Options:
     options.host_id = env.get("LOOM_TORCH_HOST_ID", options.host_id)
     options.gloo_hostname = env.get("LOOM_TORCH_GLOO_HOSTNAME", options.gloo_hostname)
     options.gloo_interface = env.get("LOOM_TORCH_GLOO_IFNAME", options.gloo_interface)
+    options.shm_copy = env.get("LOOM_TORCH_SHM_COPY", options.shm_copy)
     if "LOOM_TORCH_CHUNK_BYTES" in env:
         text = env["LOOM_TORCH_CHUNK_BYTES"]
         try:
@@ -120,7 +126,8 @@ def create(store, rank: int, size: int, timeout: timedelta, options: Optional[Op
         deterministic=bool(options.deterministic), check=options.check,
         transport=options.transport, host_id=options.host_id,
         gloo_hostname=options.gloo_hostname, gloo_interface=options.gloo_interface,
-        heartbeat_timeout=float(options.heartbeat_timeout), chunk_bytes=int(options.chunk_bytes))
+        heartbeat_timeout=float(options.heartbeat_timeout), chunk_bytes=int(options.chunk_bytes),
+        shm_copy=options.shm_copy)
     _groups.add(group)
     return group
 
