@@ -340,6 +340,42 @@ TEST(ShmStagedTest, SenderWithdrawsMidStream) {
   ExpectAllOk(results);
 }
 
+// A sender that aborts mid-stream (a Communicator does when a third rank died)
+// withdraws its send; the receiver reports the sender's abort and its reason, not
+// a withdrawal, so the first failure reaches it by name.
+TEST(ShmStagedTest, SenderAbortedMidStreamIsReportedWithItsReason) {
+  for (const CopyMode mode : {CopyMode::kStaged, CopyMode::kStagedOrMapped}) {
+    ShmHarness harness(WithMode(mode));
+    constexpr size_t kBytes = 2 << 20;  // Twice the default staging ring.
+    const Signal aborted_signal;
+    const std::vector<absl::Status> results = harness.Run(2, [&](Transport& t) -> absl::Status {
+      std::vector<std::byte> big(kBytes, std::byte{9}), small(8, std::byte{1});
+      if (t.rank() == 0) {
+        LOOM_ASSIGN_OR_RETURN(Request s_big, t.Send(1, 1, AsBytes(big)));
+        LOOM_ASSIGN_OR_RETURN(Request s_small, t.Send(1, 2, AsBytes(small)));
+        LOOM_RETURN_IF_ERROR(t.Wait({s_small}, Soon()));
+        // Rank 1 has matched both and stopped draining: the big send is mid-stream.
+        t.Abort(absl::UnavailableError("world rank 2 (pid 7 on h) died"));
+        const absl::Status aborted = t.Wait({s_big}, Soon());
+        aborted_signal.Raise();
+        if (aborted.ok()) return absl::InternalError("the aborted send succeeded");
+        return absl::OkStatus();
+      }
+      LOOM_ASSIGN_OR_RETURN(Request r_big, t.Recv(0, 1, AsWritableBytes(big)));
+      LOOM_ASSIGN_OR_RETURN(Request r_small, t.Recv(0, 2, AsWritableBytes(small)));
+      LOOM_RETURN_IF_ERROR(t.Wait({r_small}, Soon()));
+      LOOM_RETURN_IF_ERROR(aborted_signal.Await());  // Without draining.
+      const absl::Status got = t.Wait({r_big}, Soon());
+      if (got.code() != absl::StatusCode::kUnavailable ||
+          !absl::StrContains(got.message(), "aborted: world rank 2 (pid 7 on h) died")) {
+        return absl::InternalError(absl::StrCat(ModeName(mode), ": the receive gave ", got.ToString()));
+      }
+      return absl::OkStatus();
+    });
+    ExpectAllOk(results);
+  }
+}
+
 // Eight processes on two cores: every rank exchanges with every rank, large and
 // small, several rounds. Correctness only; the waits must yield and sleep, not
 // livelock. (Most of the time goes into making and checking the payloads.)
