@@ -46,6 +46,9 @@ _SYSTEM_LIBRARIES = [
     ("highway", "/usr", "highway.BUILD"),
     ("onednn", "/usr", "onednn.BUILD"),
     ("nlohmann_json", "/usr", "nlohmann_json.BUILD"),
+    # PyTorch 1.13 (libtorch-dev, python3-torch), pybind11 and Python's headers, for
+    # //integrations/torch only.
+    ("libtorch", "/usr", "torch.BUILD"),
     # The CUDA Toolkit and NCCL come with the machine image, not with apt. Only
     # targets built under --config=cuda reference them, so a machine without
     # /usr/local/cuda never reads this repository.

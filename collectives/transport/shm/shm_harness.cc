@@ -95,6 +95,8 @@ const char* ModeName(ShmOptions::CopyMode mode) {
       return "cma";
     case ShmOptions::CopyMode::kStaged:
       return "staged";
+    case ShmOptions::CopyMode::kStagedOrMapped:
+      return "staged_or_mapped";
     case ShmOptions::CopyMode::kAuto:
       break;
   }

@@ -89,6 +89,7 @@ absl::Status ValidateOptions(const ShmOptions& options) {
     case ShmOptions::CopyMode::kAuto:
     case ShmOptions::CopyMode::kCma:
     case ShmOptions::CopyMode::kStaged:
+    case ShmOptions::CopyMode::kStagedOrMapped:
       return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
@@ -114,6 +115,7 @@ shm_internal::CmaPolicy CmaPolicyOf(ShmOptions::CopyMode mode) {
     case ShmOptions::CopyMode::kStaged:
       return shm_internal::CmaPolicy::kNever;
     case ShmOptions::CopyMode::kAuto:
+    case ShmOptions::CopyMode::kStagedOrMapped:
       break;
   }
   return shm_internal::CmaPolicy::kIfAvailable;
@@ -151,6 +153,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectShmTransport(const ShmOptions&
   config.world_size = options.size;
   config.cma = CmaPolicyOf(options.copy_mode);
   config.copy_mode = static_cast<uint32_t>(options.copy_mode);
+  config.stage_ordinary = options.copy_mode == ShmOptions::CopyMode::kStagedOrMapped;
   config.eager_bytes = options.eager_bytes;
   config.staging_bytes = options.staging_bytes;
   config.deadline = absl::Now() + options.connect_timeout;

@@ -87,10 +87,20 @@ class Signal {
 
 class ShmModeTest : public ::testing::TestWithParam<CopyMode> {};
 
-INSTANTIATE_TEST_SUITE_P(Modes, ShmModeTest, ::testing::Values(CopyMode::kAuto, CopyMode::kStaged),
-                         [](const auto& param_info) {
-                           return param_info.param == CopyMode::kAuto ? "Auto" : "Staged";
-                         });
+std::string ModeName(CopyMode mode) {
+  switch (mode) {
+    case CopyMode::kAuto: return "Auto";
+    case CopyMode::kCma: return "Cma";
+    case CopyMode::kStaged: return "Staged";
+    case CopyMode::kStagedOrMapped: return "StagedOrMapped";
+  }
+  return "Unknown";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShmModeTest,
+                         ::testing::Values(CopyMode::kAuto, CopyMode::kStaged,
+                                           CopyMode::kStagedOrMapped),
+                         [](const auto& param_info) { return ModeName(param_info.param); });
 
 // Sizes on both sides of eager_bytes, and messages many times the staging ring, so
 // the ring wraps around while both ranks stream at once.
@@ -128,9 +138,16 @@ TEST_P(ShmModeTest, ZeroEagerBytesSendsEverythingLarge) {
 // Large sends out of SharedBuffers travel as kMapped: the receiver maps the buffer
 // once and copies with memcpy (or, where the kernel refuses the mapping, with CMA).
 // Covers a combining receive, an offset inside a buffer, reuse of a mapping, a buffer freed and another
-// allocated (new id, possibly the same fd number), and a plain buffer in between.
-TEST(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
-  ShmHarness harness(WithMode(CopyMode::kAuto));
+// allocated (new id, possibly the same fd number), and a plain buffer in between
+// (pulled with CMA under kAuto, staged under kStagedOrMapped).
+class ShmSharedBufferTest : public ::testing::TestWithParam<CopyMode> {};
+
+INSTANTIATE_TEST_SUITE_P(Modes, ShmSharedBufferTest,
+                         ::testing::Values(CopyMode::kAuto, CopyMode::kStagedOrMapped),
+                         [](const auto& param_info) { return ModeName(param_info.param); });
+
+TEST_P(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
+  ShmHarness harness(WithMode(GetParam()));
   ExpectAllOk(harness.Run(2, [](Transport& t) -> absl::Status {
     const int peer = 1 - t.rank();
     const size_t bytes = (1 << 20) + 12;
@@ -164,7 +181,7 @@ TEST(ShmSharedBufferTest, SendsOutOfSharedBuffersArriveIntact) {
         LOOM_RETURN_IF_ERROR(ExpectPayload(in, peer, t.rank(), tag));
         ++mapped_messages;
       }
-      LOOM_RETURN_IF_ERROR(Exchange(t, peer, ++tag, bytes));  // not shared: CMA
+      LOOM_RETURN_IF_ERROR(Exchange(t, peer, ++tag, bytes));  // not shared: CMA or staged
     }
     const shm_internal::MappedReceiveCounts counts = shm_internal::MappedReceives();
     if (counts.mapped + counts.fell_back != static_cast<uint64_t>(mapped_messages)) {
@@ -321,6 +338,42 @@ TEST(ShmStagedTest, SenderWithdrawsMidStream) {
     return Exchange(t, 1 - t.rank(), 3, kBytes);
   });
   ExpectAllOk(results);
+}
+
+// A sender that aborts mid-stream (a Communicator does when a third rank died)
+// withdraws its send; the receiver reports the sender's abort and its reason, not
+// a withdrawal, so the first failure reaches it by name.
+TEST(ShmStagedTest, SenderAbortedMidStreamIsReportedWithItsReason) {
+  for (const CopyMode mode : {CopyMode::kStaged, CopyMode::kStagedOrMapped}) {
+    ShmHarness harness(WithMode(mode));
+    constexpr size_t kBytes = 2 << 20;  // Twice the default staging ring.
+    const Signal aborted_signal;
+    const std::vector<absl::Status> results = harness.Run(2, [&](Transport& t) -> absl::Status {
+      std::vector<std::byte> big(kBytes, std::byte{9}), small(8, std::byte{1});
+      if (t.rank() == 0) {
+        LOOM_ASSIGN_OR_RETURN(Request s_big, t.Send(1, 1, AsBytes(big)));
+        LOOM_ASSIGN_OR_RETURN(Request s_small, t.Send(1, 2, AsBytes(small)));
+        LOOM_RETURN_IF_ERROR(t.Wait({s_small}, Soon()));
+        // Rank 1 has matched both and stopped draining: the big send is mid-stream.
+        t.Abort(absl::UnavailableError("world rank 2 (pid 7 on h) died"));
+        const absl::Status aborted = t.Wait({s_big}, Soon());
+        aborted_signal.Raise();
+        if (aborted.ok()) return absl::InternalError("the aborted send succeeded");
+        return absl::OkStatus();
+      }
+      LOOM_ASSIGN_OR_RETURN(Request r_big, t.Recv(0, 1, AsWritableBytes(big)));
+      LOOM_ASSIGN_OR_RETURN(Request r_small, t.Recv(0, 2, AsWritableBytes(small)));
+      LOOM_RETURN_IF_ERROR(t.Wait({r_small}, Soon()));
+      LOOM_RETURN_IF_ERROR(aborted_signal.Await());  // Without draining.
+      const absl::Status got = t.Wait({r_big}, Soon());
+      if (got.code() != absl::StatusCode::kUnavailable ||
+          !absl::StrContains(got.message(), "aborted: world rank 2 (pid 7 on h) died")) {
+        return absl::InternalError(absl::StrCat(ModeName(mode), ": the receive gave ", got.ToString()));
+      }
+      return absl::OkStatus();
+    });
+    ExpectAllOk(results);
+  }
 }
 
 // Eight processes on two cores: every rank exchanges with every rank, large and

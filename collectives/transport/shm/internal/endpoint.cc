@@ -84,7 +84,10 @@ ShmEndpoint::ShmEndpoint(ConnectedGroup group, int spin_iterations, int host_ran
     if (peer == rank_) {
       link.large_kind = PayloadKind::kDirect;
     } else {
-      link.large_kind = group_.peer_pulls[peer] ? PayloadKind::kPull : PayloadKind::kStaged;
+      link.large_kind = group_.peer_pulls[peer] && !group_.config.stage_ordinary
+                            ? PayloadKind::kPull
+                            : PayloadKind::kStaged;
+      link.may_map = group_.peer_pulls[peer];
     }
     outboxes_.push_back(std::make_unique<Outbox>(link));
     inboxes_.push_back(std::make_unique<Inbox>(link));

@@ -267,9 +267,7 @@ bool Inbox::DrainChunks() {
                 streaming, PackSlot(op->generation, SlotState::kDone), std::memory_order_acq_rel)) {
           op->Finish(absl::OkStatus());
         } else {
-          op->Finish(absl::DeadlineExceededError(
-              absl::StrCat("shm rank ", op->self, ": ", op->Describe(), " failed: rank ",
-                           peer_.rank, " withdrew the send as its last bytes arrived")));
+          op->Finish(WithdrawnError(*op, "as its last bytes arrived"));
         }
         streaming_.erase(it);
       }
@@ -281,6 +279,19 @@ bool Inbox::DrainChunks() {
   return true;
 }
 
+absl::Status Inbox::WithdrawnError(const Operation& op, absl::string_view when) const {
+  // A sender marks itself aborted before it withdraws its sends (Endpoint::Abort, then
+  // the withdrawal in its next Wait), and this rank saw the withdrawal: the mark is
+  // visible by now.
+  if (peer_.header->aborted.load(std::memory_order_acquire) != 0) {
+    return absl::UnavailableError(absl::StrCat("shm: ", DescribePeer(peer_.identity),
+                                               " aborted: ", ReadMessage(peer_.header->abort_message)));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("shm rank ", op.self, ": ", op.Describe(),
+                                                  " failed: rank ", peer_.rank,
+                                                  " withdrew the send ", when));
+}
+
 bool Inbox::WatchStreams() {
   bool changed = false;
   for (auto it = streaming_.begin(); it != streaming_.end();) {
@@ -290,9 +301,8 @@ bool Inbox::WatchStreams() {
       ++it;
       continue;
     }
-    op->Finish(absl::DeadlineExceededError(absl::StrCat(
-        "shm rank ", op->self, ": ", op->Describe(), " failed: rank ", peer_.rank,
-        " withdrew the send after ", op->streamed, " of ", op->bytes, " bytes arrived")));
+    op->Finish(WithdrawnError(
+        *op, absl::StrCat("after ", op->streamed, " of ", op->bytes, " bytes arrived")));
     streaming_.erase(it++);
     changed = true;
   }

@@ -70,6 +70,11 @@ class Inbox {
   // Match delivers (or starts delivering) `descriptor` into `op`; false if the
   // sender withdrew the message first, which then never happened.
   bool Match(Operation* op, const MessageDescriptor& descriptor, const std::byte* payload);
+  // WithdrawnError: what a streamed receive reports when its sender took the message
+  // back (`when`: how far it got). If the sender aborted, its reason (Unavailable,
+  // as CheckPeers reports an aborted peer), so that a third rank's death that made
+  // it abort reaches this rank by name; otherwise the sender gave up at a deadline.
+  absl::Status WithdrawnError(const Operation& op, absl::string_view when) const;
   void Deliver(const MessageDescriptor& descriptor, const std::byte* payload);
   bool MatchFresh();
   bool CellArrived() const {

@@ -69,6 +69,9 @@ struct PeerLink {
   ChannelView outgoing;                           // This rank -> peer, in the peer's segment.
   ChannelView incoming;                           // Peer -> this rank, in this rank's segment.
   PayloadKind large_kind = PayloadKind::kStaged;  // For sends above eager_bytes.
+  // The peer may map this rank's SharedBuffers (it may use CMA on this rank), so a
+  // large send out of one travels kMapped whatever large_kind says.
+  bool may_map = false;
   // Set when something the peer may be waiting for changed; the endpoint then rings it.
   bool news = false;
   // Non-OK once the peer is gone (died, closed, aborted); its requests fail with it.

@@ -73,7 +73,7 @@ bool Outbox::TryPublish(Operation* op) {
     large->address = reinterpret_cast<uint64_t>(op->send_data);
     large->generation = op->generation;
     // Where CMA works, so does taking a SharedBuffer's memfd (the same permission).
-    if (op->kind == PayloadKind::kPull) {
+    if (op->kind == PayloadKind::kPull || (op->kind == PayloadKind::kStaged && peer_.may_map)) {
       if (const std::optional<SharedRegionRef> region = FindSharedRegion(op->send_data, op->bytes)) {
         op->kind = PayloadKind::kMapped;
         large->region_fd = region->fd;

@@ -215,7 +215,7 @@ absl::Status Connector::CommitStagingRings() {
   std::vector<ByteRange> rings;
   for (int peer = 0; peer < config_.world_size; ++peer) {
     if (peer == config_.rank) continue;  // Self-sends are one memcpy.
-    const bool pulled = config_.cma != CmaPolicy::kNever &&
+    const bool pulled = !config_.stage_ordinary && config_.cma != CmaPolicy::kNever &&
                         me().cma_readable_from[peer].load(std::memory_order_relaxed) != 0;
     if (!pulled) rings.push_back(group_.layout.StagingRange(peer));
   }

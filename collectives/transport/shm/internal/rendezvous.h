@@ -38,6 +38,9 @@ struct GroupConfig {
   int world_size = 1;
   CmaPolicy cma = CmaPolicy::kIfAvailable;
   uint32_t copy_mode = 0;  // ShmOptions::CopyMode, compared across ranks.
+  // kStagedOrMapped: large sends from ordinary memory go through the staging ring
+  // even where CMA works (so every peer's ring is committed).
+  bool stage_ordinary = false;
   size_t eager_bytes = 0;
   size_t staging_bytes = 0;
   absl::Time deadline = absl::InfiniteFuture();
@@ -54,7 +57,8 @@ struct ConnectedGroup {
   SegmentLayout layout{1, 0, 0};
   std::vector<Mapping> segments;  // By rank, this rank's included.
   std::vector<pid_t> pids;
-  // peer_pulls[p]: rank p reads this rank's large sends with CMA.
+  // peer_pulls[p]: rank p may read this rank's large sends with CMA (and map its
+  // SharedBuffers).
   std::vector<bool> peer_pulls;
   // The word peers read to probe CMA; it must outlive their probes.
   std::unique_ptr<uint64_t> probe_word;
