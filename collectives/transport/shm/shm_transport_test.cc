@@ -5,6 +5,7 @@
 #include "collectives/transport/shm/shm_transport.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -374,6 +375,53 @@ TEST(ShmStagedTest, SenderAbortedMidStreamIsReportedWithItsReason) {
     });
     ExpectAllOk(results);
   }
+}
+
+// A sender that withdraws mid-stream because its call failed when a third rank died
+// (an algorithm cancels its requests on the way out, before its Communicator
+// aborts) has not aborted; the receiver names the dead rank, not a withdrawal, so
+// the first failure reaches every survivor by name (integrations/torch:fault_test
+// reported the withdrawal in the first suite run at -O2).
+TEST(ShmStagedTest, WithdrawalAfterAThirdRankDiedNamesTheDeadRank) {
+  ShmHarness harness(WithMode(CopyMode::kStaged));
+  constexpr size_t kBytes = 2 << 20;  // Twice the default staging ring.
+  const Signal withdrawn_signal;
+  const std::vector<absl::Status> results = harness.Run(3, [&](Transport& t) -> absl::Status {
+    if (t.rank() == 2) raise(SIGKILL);
+    std::vector<std::byte> big(kBytes, std::byte{9}), small(8, std::byte{1});
+    if (t.rank() == 0) {
+      // Rank 0 first sees rank 2 die, as a rank whose collective then fails does.
+      std::vector<std::byte> from_dead(8);
+      LOOM_ASSIGN_OR_RETURN(Request r_dead, t.Recv(2, 0, AsWritableBytes(from_dead)));
+      const absl::Status died = t.Wait({r_dead}, Soon());
+      if (died.code() != absl::StatusCode::kUnavailable) {
+        return absl::InternalError(absl::StrCat("rank 2's death gave ", died.ToString()));
+      }
+      LOOM_ASSIGN_OR_RETURN(Request s_big, t.Send(1, 1, AsBytes(big)));
+      LOOM_ASSIGN_OR_RETURN(Request s_small, t.Send(1, 2, AsBytes(small)));
+      LOOM_RETURN_IF_ERROR(t.Wait({s_small}, Soon()));
+      // Rank 1 has matched both and stopped draining: the ring fills, the send stalls
+      // and is withdrawn at its deadline mid-stream, without an abort.
+      const absl::Status withdrawn = t.Wait({s_big}, absl::Now() + absl::Milliseconds(200));
+      withdrawn_signal.Raise();
+      if (withdrawn.ok()) return absl::InternalError("the stalled send succeeded");
+      return absl::OkStatus();
+    }
+    LOOM_ASSIGN_OR_RETURN(Request r_big, t.Recv(0, 1, AsWritableBytes(big)));
+    LOOM_ASSIGN_OR_RETURN(Request r_small, t.Recv(0, 2, AsWritableBytes(small)));
+    LOOM_RETURN_IF_ERROR(t.Wait({r_small}, Soon()));
+    LOOM_RETURN_IF_ERROR(withdrawn_signal.Await());  // Without draining.
+    const absl::Status got = t.Wait({r_big}, Soon());
+    if (got.code() != absl::StatusCode::kUnavailable ||
+        !absl::StrContains(got.message(), "world rank 2 (pid ") ||
+        !absl::StrContains(got.message(), ") died (rank 0 withdrew its send to rank 1 after")) {
+      return absl::InternalError(absl::StrCat("the receive gave ", got.ToString()));
+    }
+    return absl::OkStatus();
+  });
+  LOOM_EXPECT_OK(results[0]);
+  LOOM_EXPECT_OK(results[1]);
+  EXPECT_THAT(results[2], StatusIs(absl::StatusCode::kUnavailable, HasSubstr("killed by signal 9")));
 }
 
 // Eight processes on two cores: every rank exchanges with every rank, large and

@@ -90,7 +90,7 @@ ShmEndpoint::ShmEndpoint(ConnectedGroup group, int spin_iterations, int host_ran
       link.may_map = group_.peer_pulls[peer];
     }
     outboxes_.push_back(std::make_unique<Outbox>(link));
-    inboxes_.push_back(std::make_unique<Inbox>(link));
+    inboxes_.push_back(std::make_unique<Inbox>(link, links_));
   }
 }
 

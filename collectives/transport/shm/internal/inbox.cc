@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,7 +31,8 @@ bool Claim(SendSlot& slot, const MessageDescriptor& descriptor, SlotState to) {
 
 }  // namespace
 
-Inbox::Inbox(PeerLink& peer) : peer_(peer), mappings_(peer.pid) {}
+Inbox::Inbox(PeerLink& peer, absl::Span<const PeerLink> links)
+    : peer_(peer), links_(links), mappings_(peer.pid) {}
 
 void Inbox::Post(Operation* op) {
   op->stage = Operation::Stage::kQueued;
@@ -286,6 +288,16 @@ absl::Status Inbox::WithdrawnError(const Operation& op, absl::string_view when) 
   if (peer_.header->aborted.load(std::memory_order_acquire) != 0) {
     return absl::UnavailableError(absl::StrCat("shm: ", DescribePeer(peer_.identity),
                                                " aborted: ", ReadMessage(peer_.header->abort_message)));
+  }
+  for (const PeerLink& other : links_) {
+    if (other.rank == op.self || other.rank == peer_.rank) continue;
+    const bool aborted = other.header->aborted.load(std::memory_order_acquire) != 0;
+    if (!aborted && ProbeLiveness(&other.header->liveness) != Liveness::kDied) continue;
+    return absl::UnavailableError(absl::StrCat(
+        "shm: ", DescribePeer(other.identity),
+        aborted ? absl::StrCat(" aborted: ", ReadMessage(other.header->abort_message))
+                : std::string(" died"),
+        " (rank ", peer_.rank, " withdrew its send to rank ", op.self, " ", when, ")"));
   }
   return absl::DeadlineExceededError(absl::StrCat("shm rank ", op.self, ": ", op.Describe(),
                                                   " failed: rank ", peer_.rank,

@@ -22,6 +22,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "collectives/transport/shm/internal/layout.h"
 #include "collectives/transport/shm/internal/operation.h"
 #include "collectives/transport/shm/internal/peer_mappings.h"
@@ -31,7 +33,10 @@ namespace shm_internal {
 
 class Inbox {
  public:
-  explicit Inbox(PeerLink& peer);
+  // `peer`: the sender this inbox receives from; `links`: every peer's link, by rank
+  // (the endpoint's, never resized), read to name a rank whose death made `peer` give
+  // up a send.
+  Inbox(PeerLink& peer, absl::Span<const PeerLink> links);
 
   Inbox(const Inbox&) = delete;
   Inbox& operator=(const Inbox&) = delete;
@@ -72,8 +77,12 @@ class Inbox {
   bool Match(Operation* op, const MessageDescriptor& descriptor, const std::byte* payload);
   // WithdrawnError: what a streamed receive reports when its sender took the message
   // back (`when`: how far it got). If the sender aborted, its reason (Unavailable,
-  // as CheckPeers reports an aborted peer), so that a third rank's death that made
-  // it abort reaches this rank by name; otherwise the sender gave up at a deadline.
+  // as CheckPeers reports an aborted peer). Otherwise, if some other rank died or
+  // aborted, that rank (Unavailable): an algorithm cancels its sends as soon as a call
+  // fails, before its Communicator aborts, so a sender that saw a third rank die
+  // withdraws unmarked, and the death it saw is already visible here (a dead owner's
+  // liveness word is set before any peer can see it gone). Otherwise the sender gave
+  // up at a deadline.
   absl::Status WithdrawnError(const Operation& op, absl::string_view when) const;
   void Deliver(const MessageDescriptor& descriptor, const std::byte* payload);
   bool MatchFresh();
@@ -92,6 +101,7 @@ class Inbox {
   bool WatchStreams();
 
   PeerLink& peer_;
+  absl::Span<const PeerLink> links_;
   uint64_t cell_tail_ = 0;
   uint64_t chunk_tail_ = 0;
   std::vector<Operation*> fresh_;  // Posted since the last Progress, in order.
