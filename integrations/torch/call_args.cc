@@ -192,5 +192,20 @@ absl::StatusOr<ReduceOp> LoomReduceOp(const c10d::ReduceOp& op, absl::string_vie
       " is not supported; Loom reduces with SUM, AVG, PRODUCT, MIN and MAX"));
 }
 
+at::Tensor Flatten(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  int64_t offset = 0;
+  for (const at::Tensor& t : tensors) {
+    t.view({-1}).copy_(flat.narrow(0, offset, t.numel()));
+    offset += t.numel();
+  }
+}
+
 }  // namespace pytorch
 }  // namespace loom

@@ -93,6 +93,12 @@ std::string DescribeTensor(const at::Tensor& tensor);
 // naming the call and the op (BAND, BOR, BXOR, PREMUL_SUM) otherwise.
 absl::StatusOr<ReduceOp> LoomReduceOp(const c10d::ReduceOp& op, absl::string_view call);
 
+// Flatten: a new contiguous tensor holding `tensors` (one dtype) end to end, in order.
+at::Tensor Flatten(const std::vector<at::Tensor>& tensors);
+
+// Unflatten copies consecutive pieces of `flat` back into `tensors` (Flatten's inverse).
+void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors);
+
 }  // namespace pytorch
 }  // namespace loom
 

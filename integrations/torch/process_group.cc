@@ -141,6 +141,12 @@ absl::Duration LoomProcessGroup::CallTimeout(std::chrono::milliseconds timeout) 
   return timeout == c10d::kUnsetTimeout ? spec_.timeout : absl::FromChrono(timeout);
 }
 
+CallOptions LoomProcessGroup::CallWithin(absl::Duration timeout) {
+  CallOptions call;
+  call.timeout = timeout;
+  return call;
+}
+
 std::string LoomProcessGroup::ErrorMessage(const std::string& call,
                                            const absl::Status& status) const {
   return absl::StrCat("loom: world rank ", spec_.world_rank, " (rank ", spec_.rank, " of ",

@@ -145,6 +145,8 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   // frees one.
   void Retire(c10::intrusive_ptr<LoomWork> work) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Duration CallTimeout(std::chrono::milliseconds timeout) const;
+  // CallWithin: the Communicator's options for a call that may take `timeout`.
+  static CallOptions CallWithin(absl::Duration timeout);
   // ErrorMessage: Loom's error of a call, naming this rank, the group and the call.
   std::string ErrorMessage(const std::string& call, const absl::Status& status) const;
   // RecordFailure keeps the group's first error, which the calls dropped after it

@@ -21,31 +21,8 @@ using pytorch_internal::ValueOrRaise;
 
 namespace {
 
-CallOptions Timeout(absl::Duration timeout) {
-  CallOptions call;
-  call.timeout = timeout;
-  return call;
-}
-
 // A new contiguous tensor of `count` elements like `like` (dtype, device).
 at::Tensor Scratch(const at::Tensor& like, int64_t count) { return at::empty({count}, like.options()); }
-
-// Copies consecutive pieces of `flat` into `tensors`.
-void CopyOut(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
-  int64_t offset = 0;
-  for (const at::Tensor& t : tensors) {
-    t.view({-1}).copy_(flat.narrow(0, offset, t.numel()));
-    offset += t.numel();
-  }
-}
-
-// A new contiguous tensor holding `tensors` end to end.
-at::Tensor Concatenate(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> flat;
-  flat.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
-  return at::cat(flat);
-}
 
 }  // namespace
 
@@ -62,7 +39,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::broadcast(std::vector<at::Tenso
   return Enqueue(c10d::OpType::BROADCAST, "loom:broadcast", "broadcast",
                  absl::StrCat(DescribeTensor(tensor), ", root ", root), {{}, {tensor}},
                  opts.timeout, [this, view, root, timeout](LoomWork&) {
-                   return connection_.communicator->Broadcast(view, view, root, Timeout(timeout));
+                   return connection_.communicator->Broadcast(view, view, root, CallWithin(timeout));
                  });
 }
 
@@ -85,7 +62,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_allgather_base(at::Tensor& out
   return Enqueue(c10d::OpType::_ALLGATHER_BASE, "loom:all_gather_into_tensor",
                  "all_gather_into_tensor", absl::StrCat(DescribeTensor(in), " per rank"),
                  {{in}, {out}}, opts.timeout, [this, in_view, out_view, timeout](LoomWork&) {
-                   return connection_.communicator->AllGather(in_view, out_view, Timeout(timeout));
+                   return connection_.communicator->AllGather(in_view, out_view, CallWithin(timeout));
                  });
 }
 
@@ -107,8 +84,8 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allgather(
                    const at::Tensor& input = work.inputs()[0];
                    const at::Tensor flat = Scratch(input, input.numel() * size_);
                    absl::Status status = connection_.communicator->AllGather(
-                       MovementView(input), MovementView(flat), Timeout(timeout));
-                   if (status.ok()) CopyOut(flat, work.outputs());
+                       MovementView(input), MovementView(flat), CallWithin(timeout));
+                   if (status.ok()) Unflatten(flat, work.outputs());
                    return status;
                  });
 }
@@ -138,8 +115,8 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::gather(std::vector<std::vector<
                    const at::Tensor& input = work.inputs()[0];
                    const at::Tensor flat = Scratch(input, rank_ == root ? input.numel() * size_ : 0);
                    absl::Status status = connection_.communicator->Gather(
-                       MovementView(input), MovementView(flat), root, Timeout(timeout));
-                   if (status.ok() && rank_ == root) CopyOut(flat, work.outputs());
+                       MovementView(input), MovementView(flat), root, CallWithin(timeout));
+                   if (status.ok() && rank_ == root) Unflatten(flat, work.outputs());
                    return status;
                  });
 }
@@ -168,9 +145,9 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::scatter(std::vector<at::Tensor>
                  opts.timeout, [this, root, timeout](LoomWork& work) {
                    const at::Tensor& output = work.outputs()[0];
                    const at::Tensor flat =
-                       rank_ == root ? Concatenate(work.inputs()) : Scratch(output, 0);
+                       rank_ == root ? Flatten(work.inputs()) : Scratch(output, 0);
                    return connection_.communicator->Scatter(MovementView(flat), MovementView(output),
-                                                            root, Timeout(timeout));
+                                                            root, CallWithin(timeout));
                  });
 }
 
@@ -193,7 +170,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall_base(
                  [this, in_view = MovementView(in), out_view = MovementView(out), send_counts,
                   recv_counts, timeout](LoomWork&) {
                    return connection_.communicator->AllToAllV(in_view, send_counts, out_view,
-                                                              recv_counts, Timeout(timeout));
+                                                              recv_counts, CallWithin(timeout));
                  });
 }
 
@@ -221,12 +198,12 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::alltoall(std::vector<at::Tensor
                               " out"),
                  {ins, outs}, opts.timeout,
                  [this, send_counts, recv_counts, recv_total, timeout](LoomWork& work) {
-                   const at::Tensor flat_in = Concatenate(work.inputs());
+                   const at::Tensor flat_in = Flatten(work.inputs());
                    const at::Tensor flat_out = Scratch(work.outputs()[0], recv_total);
                    absl::Status status = connection_.communicator->AllToAllV(
                        MovementView(flat_in), send_counts, MovementView(flat_out), recv_counts,
-                       Timeout(timeout));
-                   if (status.ok()) CopyOut(flat_out, work.outputs());
+                       CallWithin(timeout));
+                   if (status.ok()) Unflatten(flat_out, work.outputs());
                    return status;
                  });
 }
@@ -235,7 +212,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::barrier(const c10d::BarrierOpti
   const absl::Duration timeout = CallTimeout(opts.timeout);
   return Enqueue(c10d::OpType::BARRIER, "loom:barrier", "barrier", "", {{}, {}}, opts.timeout,
                  [this, timeout](LoomWork&) {
-                   return connection_.communicator->Barrier(Timeout(timeout));
+                   return connection_.communicator->Barrier(CallWithin(timeout));
                  });
 }
 

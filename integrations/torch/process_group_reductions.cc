@@ -19,33 +19,6 @@ namespace pytorch {
 using pytorch_internal::RaiseIfError;
 using pytorch_internal::ValueOrRaise;
 
-namespace {
-
-CallOptions Timeout(absl::Duration timeout) {
-  CallOptions call;
-  call.timeout = timeout;
-  return call;
-}
-
-// Flatten copies `tensors` (one dtype) into one new contiguous tensor, in order.
-at::Tensor Flatten(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> flat;
-  flat.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
-  return at::cat(flat);
-}
-
-// Unflatten copies consecutive pieces of `flat` back into `tensors`.
-void Unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
-  int64_t offset = 0;
-  for (const at::Tensor& t : tensors) {
-    t.view({-1}).copy_(flat.narrow(0, offset, t.numel()));
-    offset += t.numel();
-  }
-}
-
-}  // namespace
-
 c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   RaiseIfError(CheckCount(tensors.size(), 1, "all_reduce", "tensor"));
@@ -57,7 +30,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce(std::vector<at::Tenso
   return Enqueue(c10d::OpType::ALLREDUCE, "loom:all_reduce", "all_reduce",
                  absl::StrCat(DescribeTensor(tensor), ", ", ReduceOpName(op)), {{}, {tensor}},
                  opts.timeout, [this, view, op, timeout](LoomWork&) {
-                   return connection_.communicator->AllReduce(view, view, op, Timeout(timeout));
+                   return connection_.communicator->AllReduce(view, view, op, CallWithin(timeout));
                  });
 }
 
@@ -82,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::allreduce_coalesced(
                    const BufferView view(static_cast<std::byte*>(flat.data_ptr()),
                                          static_cast<size_t>(flat.numel()), dtype);
                    absl::Status status =
-                       connection_.communicator->AllReduce(view, view, op, Timeout(timeout));
+                       connection_.communicator->AllReduce(view, view, op, CallWithin(timeout));
                    if (status.ok()) Unflatten(flat, work.outputs());
                    return status;
                  });
@@ -103,7 +76,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce(std::vector<at::Tensor>&
   return Enqueue(c10d::OpType::REDUCE, "loom:reduce", "reduce",
                  absl::StrCat(DescribeTensor(tensor), ", ", ReduceOpName(op), ", root ", root),
                  {{}, {tensor}}, opts.timeout, [this, view, output, op, root, timeout](LoomWork&) {
-                   return connection_.communicator->Reduce(view, output, op, root, Timeout(timeout));
+                   return connection_.communicator->Reduce(view, output, op, root, CallWithin(timeout));
                  });
 }
 
@@ -128,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::_reduce_scatter_base(
                  absl::StrCat(DescribeTensor(out), " per rank, ", ReduceOpName(op)), {{in}, {out}},
                  opts.timeout, [this, in_view, out_view, op, timeout](LoomWork&) {
                    return connection_.communicator->ReduceScatter(in_view, out_view, op,
-                                                                  Timeout(timeout));
+                                                                  CallWithin(timeout));
                  });
 }
 
@@ -153,7 +126,7 @@ c10::intrusive_ptr<c10d::Work> LoomProcessGroup::reduce_scatter(
                    const BufferView in_view(static_cast<std::byte*>(flat.data_ptr()),
                                             static_cast<size_t>(flat.numel()), out_view.dtype());
                    return connection_.communicator->ReduceScatter(in_view, out_view, op,
-                                                                  Timeout(timeout));
+                                                                  CallWithin(timeout));
                  });
 }
 
