@@ -1,6 +1,7 @@
 #include "tools/training/compute_report.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -113,6 +114,33 @@ MfuReport JobMfu(const TrainJobOptions& options, const TrainSummary& summary,
                                              options.micro_batch * options.model.seq_len);
   return ComputeMfu(options.model, summary.tokens_per_second, peaks.instructions, cores,
                     threads_per_rank, /*bf16_products=*/options.dtype == DType::kBF16, gemm);
+}
+
+DeviceMfu ComputeDeviceMfu(const GptConfig& model, const TrainSummary& summary) {
+  DeviceMfu out;
+  std::vector<double> rates;
+  const size_t first = summary.steps.size() > 1 ? 1 : 0;
+  for (size_t i = first; i < summary.steps.size(); ++i) {
+    rates.push_back(summary.steps[i].tokens_per_second);
+  }
+  if (rates.empty()) return out;
+  std::sort(rates.begin(), rates.end());
+  const size_t n = rates.size();
+  out.tokens_per_second = n % 2 == 1 ? rates[n / 2] : 0.5 * (rates[n / 2 - 1] + rates[n / 2]);
+  out.flops_per_token = model.TrainingFlopsPerToken();
+  out.achieved_flops = out.flops_per_token * out.tokens_per_second;
+  out.mfu = out.achieved_flops / kH100Bf16DenseFlops;
+  return out;
+}
+
+std::string DeviceMfuLine(const GptConfig& model, const TrainSummary& summary) {
+  const DeviceMfu m = ComputeDeviceMfu(model, summary);
+  const size_t steps = summary.steps.size();
+  return absl::StrFormat(
+      "GPU: %.4g GFLOP per token (6N + 12LTh, N = %d), median %.0f tokens/s over the last %d "
+      "steps, %.1f TFLOP/s; MFU %.3f of 989 TFLOP/s (H100 SXM dense bf16 peak)",
+      m.flops_per_token / 1e9, model.ParameterCount(), m.tokens_per_second,
+      steps > 1 ? steps - 1 : steps, m.achieved_flops / 1e12, m.mfu);
 }
 
 }  // namespace loom

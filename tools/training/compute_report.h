@@ -109,6 +109,23 @@ absl::StatusOr<MeasuredPeaks> MeasurePeaks(GemmPrecision precision, bool product
 MfuReport JobMfu(const TrainJobOptions& options, const TrainSummary& summary,
                  const MeasuredPeaks& peaks, int cores, int threads_per_rank);
 
+// A job that trained on the GPU (TrainSummary::device_description set): its steady
+// throughput (the median step's tokens/s, the first step, which warms up, left out
+// when there are more) and the MFU against the H100 SXM's dense bf16 peak, the
+// datasheet's 989 TFLOP/s (the H200's is the same). The model FLOPs are
+// GptConfig::TrainingFlopsPerToken, as for the CPU.
+inline constexpr double kH100Bf16DenseFlops = 989e12;
+struct DeviceMfu {
+  double tokens_per_second = 0;
+  double flops_per_token = 0;
+  double achieved_flops = 0;
+  double mfu = 0;  // achieved over kH100Bf16DenseFlops
+};
+DeviceMfu ComputeDeviceMfu(const GptConfig& model, const TrainSummary& summary);
+// "GPU: 1.06 GFLOP per token (6N + 12LTh, N = ...), median 123,456 tokens/s over
+// steps 2-20, 131.2 TFLOP/s; MFU 0.133 of 989 TFLOP/s (H100 SXM dense bf16 peak)"
+std::string DeviceMfuLine(const GptConfig& model, const TrainSummary& summary);
+
 }  // namespace loom
 
 #endif  // LOOM_TOOLS_TRAINING_COMPUTE_REPORT_H_

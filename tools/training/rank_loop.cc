@@ -25,6 +25,7 @@
 #include "tensor_parallel/layers/parallel_self_attention.h"
 #include "tools/training/activation_estimate.h"
 #include "tools/training/device_gemm.h"
+#include "tools/training/device_trainer.h"
 #include "tools/training/host_cpu.h"
 #include "tools/training/job_checkpoint.h"
 #include "tools/training/rank_optimizer.h"
@@ -186,6 +187,16 @@ absl::StatusOr<int64_t> Resume(const TrainJobOptions& o, const std::vector<GptPa
   return step;
 }
 
+// Whether --device cuda trains the whole model on the device (device_trainer.h): one
+// rank, the optimizer state in host memory (not on disk, not --offload gpu's), no
+// recompute. Otherwise only the products go to the GPU (device_gemm.h).
+bool DeviceResident(const TrainJobOptions& o) {
+  return o.device == ComputeDevice::kCuda && o.dp * o.tp * o.pp * o.cp == 1 &&
+         (o.offload == OffloadKind::kNone || o.offload == OffloadKind::kCpu) &&
+         o.offload_params != OffloadKind::kNvme && o.offload_grads != OffloadKind::kNvme &&
+         o.recompute == Recompute::kNone;
+}
+
 absl::Status Halted(int64_t step) {
   return absl::AbortedError(absl::StrCat("halted after step ", step, " (test hook)"));
 }
@@ -197,8 +208,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                      TrainSummary* summary) {
   const absl::Time job_start = absl::Now();
   // --device cuda: this thread's matrix products go to the GPU, for the whole rank.
+  const bool resident = DeviceResident(options);
   std::unique_ptr<GemmEngine> device_gemm;
-  if (options.device == ComputeDevice::kCuda) {
+  if (options.device == ComputeDevice::kCuda && !resident) {
     LOOM_ASSIGN_OR_RETURN(device_gemm, MakeDeviceGemmEngine(/*device=*/0));
   }
   ScopedGemmEngine on_device(device_gemm.get());  // nullptr: OpenBLAS
@@ -238,6 +250,16 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                         EstimatedActivationBytes(options, setup.schedule, w.place.s));
   LOOM_ASSIGN_OR_RETURN(const int64_t first_step, Resume(options, params, w, *optimizer));
   if (summary != nullptr) summary->resumed_from_step = first_step;
+  // --device cuda on one rank: the device holds the training state from here on;
+  // the optimizer above is the checkpoints' mirror (fresh or resumed, it fills it).
+  std::unique_ptr<DeviceTrainer> trainer;
+  if (resident) {
+    LOOM_ASSIGN_OR_RETURN(trainer, MakeDeviceTrainer(options.model, options.micro_batch,
+                                                     options.dtype == DType::kBF16));
+    LOOM_ASSIGN_OR_RETURN(const std::vector<StateSlice> state, optimizer->ReadState());
+    LOOM_RETURN_IF_ERROR(trainer->Load(params, state));
+    if (summary != nullptr) summary->device_description = trainer->Describe();
+  }
   // Clipping: tp-replicated parameters count on tp rank 0 only.
   std::vector<float> norm_weights;
   for (const GptParameter& p : params) {
@@ -284,6 +306,13 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       mark = now;
       return seconds;
     };
+    // The device path's step loss (the module's otherwise).
+    double device_loss = 0;
+    if (trainer != nullptr) {
+      const DeviceBatchFn batch_of = [&](int64_t mb) { return setup.Microbatch(step, mb, d); };
+      LOOM_ASSIGN_OR_RETURN(device_loss, trainer->ForwardBackward(batch_of, options.microbatches));
+      breakdown.compute = lap();
+    } else {
     module->BeginStep(step);
     const double waited_before = optimizer->WaitSeconds();
     const double gemm_before = ThreadComputeSeconds(ComputeKind::kGemm);
@@ -303,8 +332,21 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     breakdown.pp_comm = absl::ToDoubleSeconds(last_execution.waiting);
     breakdown.other +=
         std::max(0.0, executed - breakdown.compute - breakdown.param_wait - breakdown.pp_comm);
+    }
     float grad_scale = 1.0f;
     double grad_norm = 0;
+    if (trainer != nullptr) {
+      if (options.clip_grad_norm > 0) {
+        LOOM_ASSIGN_OR_RETURN(const double squares, trainer->GradSquaredNorm());
+        grad_norm = std::sqrt(squares);
+        grad_scale = static_cast<float>(
+            std::min(1.0, static_cast<double>(options.clip_grad_norm) / (grad_norm + 1e-6)));
+      }
+      AdamWHyper hyper = AdamWHyperAt(options, step + 1);
+      hyper.grad_scale = grad_scale;
+      LOOM_RETURN_IF_ERROR(trainer->Step(hyper));
+      breakdown.optimizer = lap();
+    } else {
     // Without clipping, Step reduces the gradients itself: at zero 0 with overlap it
     // steps each unit as its all-reduce ends, beside the ones still in flight.
     if (options.clip_grad_norm > 0) {
@@ -325,10 +367,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     const double step_comm = optimizer->StepCommSeconds() - step_comm_before;
     breakdown.dp_comm += step_comm;
     breakdown.optimizer = std::max(0.0, lap() - step_comm);
+    }
     const int64_t faults_after = summary != nullptr ? ProcessPageFaults() : -1;
     double checkpoint_seconds = 0;
     if (CheckpointDue(options, step + 1)) {
       const absl::Time saving = absl::Now();
+      if (trainer != nullptr) LOOM_RETURN_IF_ERROR(trainer->MirrorInto(*optimizer));
       LOOM_RETURN_IF_ERROR(Save(options, step + 1, params, w, *optimizer));
       checkpoint_seconds = absl::ToDoubleSeconds(absl::Now() - saving);
     }
@@ -337,10 +381,15 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
         summary != nullptr ? ReadHostCpuTimes() : absl::StatusOr<HostCpuTimes>(HostCpuTimes());
     breakdown.other += lap();
     // The step's training loss, before an evaluation replaces the module's.
-    const bool holds_loss = module->holds_loss();
-    const double train_loss = holds_loss ? static_cast<double>(module->loss()) : 0.0;
+    const bool holds_loss = trainer != nullptr || module->holds_loss();
+    const double train_loss =
+        trainer != nullptr ? device_loss
+                           : (holds_loss ? static_cast<double>(module->loss()) : 0.0);
     std::optional<double> eval_loss;
-    if (EvalDue(options, step + 1)) {
+    if (trainer != nullptr && EvalDue(options, step + 1)) {
+      const DeviceBatchFn batch_of = [&](int64_t mb) { return setup.EvalMicrobatch(mb, d); };
+      LOOM_ASSIGN_OR_RETURN(eval_loss, trainer->Evaluate(batch_of, options.microbatches));
+    } else if (EvalDue(options, step + 1)) {
       // The weights the step produced, through a forward-only schedule on the
       // training mesh; the next BeginStep returns to training.
       module->BeginForwardOnly(step + 1, eval_fn);
@@ -352,12 +401,14 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
     RankStep report;
     report.holds_loss = holds_loss;
     report.loss = train_loss;
-    report.state_bytes = optimizer->StateBytes();
+    report.state_bytes = trainer != nullptr ? trainer->state_bytes() : optimizer->StateBytes();
     report.estimated_state_bytes = estimated_state_bytes;
     report.sharded_bytes = optimizer->ShardedBytes();
     report.disk_bytes = optimizer->DiskBytes();
     report.comm_bytes = static_cast<int64_t>(sent - sent_before);
-    report.peak_activation_bytes = static_cast<int64_t>(module->peak_activation_bytes());
+    report.peak_activation_bytes = trainer != nullptr
+                                       ? trainer->activation_bytes()
+                                       : static_cast<int64_t>(module->peak_activation_bytes());
     report.estimated_activation_bytes = estimated_activation_bytes;
     report.holds_eval = eval_loss.has_value();
     report.eval_loss = eval_loss.value_or(0.0);
@@ -375,7 +426,9 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
                  delta(2, &CollectiveCounters::calls),
                  optimizer->BucketNumel(),
                  optimizer->PersistentNumel(),
-                 module->training_forwards() - forwards_before - forwards_per_step,
+                 trainer != nullptr
+                     ? 0
+                     : module->training_forwards() - forwards_before - forwards_per_step,
                  optimizer->Units(),
                  optimizer->KeptUnits() - kept_units_before,
                  optimizer->KeptNumel() - kept_numel_before};
@@ -439,8 +492,12 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   }
   // The models hold no weights: the sources give them (ZeRO gathers them).
   std::vector<GptParameter> final_weights = module->Parameters();
-  LOOM_ASSIGN_OR_RETURN(std::vector<std::vector<float>> gathered_weights,
-                        optimizer->GatherWeights());
+  std::vector<std::vector<float>> gathered_weights;
+  if (trainer != nullptr) {
+    LOOM_ASSIGN_OR_RETURN(gathered_weights, trainer->Weights());
+  } else {
+    LOOM_ASSIGN_OR_RETURN(gathered_weights, optimizer->GatherWeights());
+  }
   for (size_t k = 0; k < final_weights.size(); ++k) {
     final_weights[k].values = absl::MakeSpan(gathered_weights[k]);
   }

@@ -83,6 +83,13 @@ std::string TrainSummaryJson(const TrainCommand& command, const TrainSummary& s,
   j["build"] = BuildMode();
   j["device"] = ComputeDeviceName(o.device);
   j["device_gemm_products"] = s.device_gemm_products;
+  if (!s.device_description.empty()) {
+    const DeviceMfu device = ComputeDeviceMfu(o.model, s);
+    j["device_description"] = s.device_description;
+    j["device_tokens_per_second"] = device.tokens_per_second;
+    j["device_tflops"] = device.achieved_flops / 1e12;
+    j["device_mfu_h100_bf16"] = device.mfu;
+  }
   j["host_cpu_busy"] = s.host_cpu_busy >= 0 ? Json(s.host_cpu_busy) : Json(nullptr);
   j["page_faults_per_step"] =
       s.page_faults_per_step >= 0 ? Json(s.page_faults_per_step) : Json(nullptr);

@@ -325,6 +325,9 @@ struct TrainSummary {
   double tokens_per_second = 0;
   // --device cuda: the matrix products rank 0 ran on the GPU (0 on the CPU).
   int64_t device_gemm_products = 0;
+  // --device cuda on one rank (device_trainer.h): the device and what ran there;
+  // empty when only the products went to the GPU.
+  std::string device_description;
   // Mean over ranks and steps (the first step, which warms up, left out when there
   // are more), in seconds.
   StepBreakdown step_breakdown_s;

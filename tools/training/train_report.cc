@@ -124,7 +124,9 @@ void PrintTrainSummary(const TrainCommand& command, const TrainSummary& s, const
       estimated_activations > 0
           ? static_cast<double>(s.peak_activation_bytes_per_rank) / estimated_activations
           : 0.0);
-  if (o.device == ComputeDevice::kCuda) {
+  if (o.device == ComputeDevice::kCuda && !s.device_description.empty()) {
+    out << "device: " << s.device_description << "\n" << DeviceMfuLine(o.model, s) << "\n";
+  } else if (o.device == ComputeDevice::kCuda) {
     out << absl::StrFormat(
         "device: cuda (cuBLAS f32 on device 0), %d matrix products on the GPU for rank 0\n",
         s.device_gemm_products);

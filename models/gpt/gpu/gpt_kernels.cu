@@ -1,0 +1,611 @@
+// The kernels of gpt_kernels.h. Reductions run in a fixed order (warp shuffles, then
+// per-warp partials in shared memory, then partial buffers summed in index order), so
+// a run is repeatable on one device.
+#include "models/gpt/gpu/gpt_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace loom {
+namespace gpt_gpu {
+namespace {
+
+using Bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 256;
+// Rows per partial of a column sum.
+constexpr int64_t kRowChunk = 128;
+constexpr int kSquareBlocks = 256;
+
+__device__ __forceinline__ float ToF(float x) { return x; }
+__device__ __forceinline__ float ToF(Bf16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T FromF(float x);
+template <>
+__device__ __forceinline__ float FromF<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ Bf16 FromF<Bf16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ double WarpSumD(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block-wide sum / max (blockDim.x a multiple of 32, at most 1024); every thread gets
+// the result. The leading barrier lets a block call these back to back.
+__device__ float BlockSum(float v) {
+  __shared__ float partial[32];
+  v = WarpSum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  return WarpSum(lane < warps ? partial[lane] : 0.0f);
+}
+__device__ float BlockMax(float v) {
+  __shared__ float partial[32];
+  v = WarpMax(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  return WarpMax(lane < warps ? partial[lane] : -INFINITY);
+}
+__device__ double BlockSumD(double v) {
+  __shared__ double partial[32];
+  v = WarpSumD(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  return WarpSumD(lane < warps ? partial[lane] : 0.0);
+}
+
+// Threads for a block that walks a row of n: a multiple of 32, at most kThreads.
+int RowThreads(int64_t n) {
+  const int64_t t = (n + 31) / 32 * 32;
+  return static_cast<int>(std::max<int64_t>(32, std::min<int64_t>(kThreads, t)));
+}
+// Blocks for a grid-stride loop over `count` elements.
+unsigned GridFor(int64_t count) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 65535LL * 8)));
+}
+#define LOOM_GRID_STRIDE(i, count)                                                   \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+cudaError_t Launched() { return cudaGetLastError(); }
+
+// --- Embeddings --------------------------------------------------------------------
+
+__global__ void EmbedForwardKernel(const int32_t* tokens, const float* token,
+                                   const float* position, float* x, int64_t b, int64_t s,
+                                   int64_t h) {
+  LOOM_GRID_STRIDE(i, s * b * h) {
+    const int64_t r = i / h, c = i % h, si = r / b, bi = r % b;
+    const int64_t t = tokens[bi * s + si];
+    x[i] = token[t * h + c] + position[si * h + c];
+  }
+}
+
+__global__ void PositionGradKernel(const float* dx, float* dposition, int64_t b, int64_t s,
+                                   int64_t h) {
+  LOOM_GRID_STRIDE(i, s * h) {
+    const int64_t si = i / h, c = i % h;
+    float sum = 0.0f;
+    for (int64_t bi = 0; bi < b; ++bi) sum += dx[(si * b + bi) * h + c];
+    dposition[i] += sum;
+  }
+}
+
+__global__ void TokenGradKernel(const float* dx, const int32_t* tokens, float* dtoken, int64_t b,
+                                int64_t s, int64_t h) {
+  LOOM_GRID_STRIDE(i, s * b * h) {
+    const int64_t r = i / h, c = i % h, si = r / b, bi = r % b;
+    atomicAdd(&dtoken[static_cast<int64_t>(tokens[bi * s + si]) * h + c], dx[i]);
+  }
+}
+
+// --- Layer norm --------------------------------------------------------------------
+
+template <typename T>
+__global__ void LayerNormForwardKernel(const float* x, const float* gamma, const float* beta,
+                                       float eps, T* y, float* mean, float* rstd, int64_t n) {
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * n;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += xr[j];
+  const float mu = BlockSum(sum) / static_cast<float>(n);
+  float sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float d = xr[j] - mu;
+    sq += d * d;
+  }
+  const float var = BlockSum(sq) / static_cast<float>(n);
+  const float rs = 1.0f / sqrtf(var + eps);
+  T* yr = y + row * n;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    yr[j] = FromF<T>((xr[j] - mu) * rs * gamma[j] + beta[j]);
+  }
+  if (threadIdx.x == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+template <typename T>
+__global__ void LayerNormBackwardKernel(const float* x, const float* gamma, const float* mean,
+                                        const float* rstd, const float* dy, const float* residual,
+                                        float* dx, T* dx_operand, int64_t n) {
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * n;
+  const float* dyr = dy + row * n;
+  const float mu = mean[row], rs = rstd[row];
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float g = dyr[j] * gamma[j];
+    sg += g;
+    sgx += g * (xr[j] - mu) * rs;
+  }
+  const float mg = BlockSum(sg) / static_cast<float>(n);
+  const float mgx = BlockSum(sgx) / static_cast<float>(n);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float g = dyr[j] * gamma[j];
+    const float xhat = (xr[j] - mu) * rs;
+    float v = rs * (g - mg - xhat * mgx);
+    if (residual != nullptr) v += residual[row * n + j];
+    dx[row * n + j] = v;
+    if (dx_operand != nullptr) dx_operand[row * n + j] = FromF<T>(v);
+  }
+}
+
+// Column partial sums over chunks of kRowChunk rows: block (32, 8) covers 32 columns
+// of one chunk. With mean/rstd (layer norm): partial[0] gets dy * xhat and
+// partial[1] dy; without: partial[0] gets x.
+template <typename T>
+__global__ void ColumnPartialKernel(const T* v, const float* x, const float* mean,
+                                    const float* rstd, float* partial, int64_t rows, int64_t n) {
+  __shared__ float a[8][33];
+  __shared__ float bsum[8][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * kRowChunk, r1 = min(rows, r0 + kRowChunk);
+  float sa = 0.0f, sb = 0.0f;
+  if (c < n) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+      const float value = ToF(v[r * n + c]);
+      if (mean != nullptr) {
+        sa += value * (x[r * n + c] - mean[r]) * rstd[r];
+        sb += value;
+      } else {
+        sa += value;
+      }
+    }
+  }
+  a[threadIdx.y][threadIdx.x] = sa;
+  bsum[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < n) {
+    float ta = 0.0f, tb = 0.0f;
+    for (int k = 0; k < 8; ++k) {
+      ta += a[k][threadIdx.x];
+      tb += bsum[k][threadIdx.x];
+    }
+    const int64_t chunks = gridDim.y;
+    partial[chunk * n + c] = ta;
+    if (mean != nullptr) partial[(chunks + chunk) * n + c] = tb;
+  }
+}
+
+__global__ void ColumnFinishKernel(const float* partial, int64_t chunks, int64_t n, float* out_a,
+                                   float* out_b) {
+  LOOM_GRID_STRIDE(c, n) {
+    float ta = 0.0f, tb = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) ta += partial[k * n + c];
+    out_a[c] += ta;
+    if (out_b != nullptr) {
+      for (int64_t k = 0; k < chunks; ++k) tb += partial[(chunks + k) * n + c];
+      out_b[c] += tb;
+    }
+  }
+}
+
+// --- Element-wise ------------------------------------------------------------------
+
+__global__ void BiasResidualKernel(const float* x, const float* y, const float* bias, float* out,
+                                   int64_t rows, int64_t n) {
+  LOOM_GRID_STRIDE(i, rows * n) { out[i] = x[i] + y[i] + bias[i % n]; }
+}
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+template <typename T>
+__global__ void BiasGeluKernel(float* pre, const float* bias, T* g, int64_t rows, int64_t n) {
+  LOOM_GRID_STRIDE(i, rows * n) {
+    const float x = pre[i] + bias[i % n];
+    pre[i] = x;
+    const float t = tanhf(kGeluC * (x + kGeluA * x * x * x));
+    g[i] = FromF<T>(0.5f * x * (1.0f + t));
+  }
+}
+
+template <typename T>
+__global__ void GeluBackwardKernel(const float* pre, const float* dg, T* dpre, int64_t count) {
+  LOOM_GRID_STRIDE(i, count) {
+    const float x = pre[i];
+    const float t = tanhf(kGeluC * (x + kGeluA * x * x * x));
+    const float d =
+        0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
+    dpre[i] = FromF<T>(dg[i] * d);
+  }
+}
+
+// --- Heads -------------------------------------------------------------------------
+
+template <typename T>
+__global__ void SplitQkvKernel(const float* qkv, const float* bias, T* q, T* k, T* v, int64_t s,
+                               int64_t b, int64_t heads, int64_t d) {
+  const int64_t h = heads * d, w = 3 * h;
+  LOOM_GRID_STRIDE(i, s * b * w) {
+    const int64_t r = i / w, c = i % w, si = r / b, bi = r % b;
+    const int64_t part = c / h, cc = c % h, j = cc / d, e = cc % d;
+    T* dst = part == 0 ? q : (part == 1 ? k : v);
+    dst[((bi * heads + j) * s + si) * d + e] = FromF<T>(qkv[i] + bias[c]);
+  }
+}
+
+template <typename T>
+__global__ void MergeQkvKernel(const T* dq, const T* dk, const T* dv, T* dqkv, int64_t s,
+                               int64_t b, int64_t heads, int64_t d) {
+  const int64_t h = heads * d, w = 3 * h;
+  LOOM_GRID_STRIDE(i, s * b * w) {
+    const int64_t r = i / w, c = i % w, si = r / b, bi = r % b;
+    const int64_t part = c / h, cc = c % h, j = cc / d, e = cc % d;
+    const T* src = part == 0 ? dq : (part == 1 ? dk : dv);
+    dqkv[i] = src[((bi * heads + j) * s + si) * d + e];
+  }
+}
+
+template <typename T>
+__global__ void PermuteHeadsKernel(const T* in, T* out, bool to_heads, int64_t s, int64_t b,
+                                   int64_t heads, int64_t d) {
+  const int64_t h = heads * d;
+  LOOM_GRID_STRIDE(i, s * b * h) {
+    const int64_t r = i / h, cc = i % h, si = r / b, bi = r % b, j = cc / d, e = cc % d;
+    const int64_t hidx = ((bi * heads + j) * s + si) * d + e;
+    if (to_heads) {
+      out[hidx] = in[i];
+    } else {
+      out[i] = in[hidx];
+    }
+  }
+}
+
+// --- Causal softmax ----------------------------------------------------------------
+
+template <typename T>
+__global__ void CausalSoftmaxForwardKernel(T* scores, int64_t s) {
+  const int64_t row = blockIdx.x;
+  const int64_t i = row % s;  // the query: keys 0..i are visible
+  T* p = scores + row * s;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, ToF(p[j]));
+  m = BlockMax(m);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(ToF(p[j]) - m);
+  const float inv = 1.0f / BlockSum(sum);
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+    p[j] = FromF<T>(j <= i ? expf(ToF(p[j]) - m) * inv : 0.0f);
+  }
+}
+
+template <typename T>
+__global__ void CausalSoftmaxBackwardKernel(const T* p, T* dp, int64_t s, float scale) {
+  const int64_t row = blockIdx.x;
+  const int64_t i = row % s;
+  const T* pr = p + row * s;
+  T* dr = dp + row * s;
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) dot += ToF(pr[j]) * ToF(dr[j]);
+  dot = BlockSum(dot);
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+    dr[j] = FromF<T>(j <= i ? scale * ToF(pr[j]) * (ToF(dr[j]) - dot) : 0.0f);
+  }
+}
+
+// --- Cross-entropy -----------------------------------------------------------------
+
+template <typename T>
+__global__ void CrossEntropyKernel(const float* logits, const int32_t* targets, float* row_loss,
+                                   T* dlogits, float grad_scale, int* bad_targets, int64_t b,
+                                   int64_t s, int64_t vocab) {
+  const int64_t row = blockIdx.x;  // si * b + bi
+  const int64_t si = row / b, bi = row % b;
+  const int32_t t = targets[bi * s + si];
+  const bool valid = t >= 0 && t < vocab;
+  const float* l = logits + row * vocab;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, l[j]);
+  m = BlockMax(m);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += expf(l[j] - m);
+  const float lse = m + logf(BlockSum(sum));
+  if (threadIdx.x == 0) {
+    row_loss[row] = valid ? lse - l[t] : 0.0f;
+    if (!valid) atomicAdd(bad_targets, 1);
+  }
+  if (dlogits != nullptr) {
+    T* d = dlogits + row * vocab;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+      const float softmax = expf(l[j] - lse);
+      d[j] = FromF<T>(valid ? (softmax - (j == t ? 1.0f : 0.0f)) * grad_scale : 0.0f);
+    }
+  }
+}
+
+// --- Sums --------------------------------------------------------------------------
+
+__global__ void SumIntoKernel(const float* x, int64_t count, double scale, double* out) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += x[i];
+  sum = BlockSumD(sum);
+  if (threadIdx.x == 0) *out += scale * sum;
+}
+
+__global__ void SquaresPartialKernel(const float* x, int64_t count, double* partial) {
+  double sum = 0.0;
+  LOOM_GRID_STRIDE(i, count) {
+    const double v = x[i];
+    sum += v * v;
+  }
+  sum = BlockSumD(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+__global__ void SquaresFinishKernel(const double* partial, int blocks, double* out) {
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) sum += partial[i];
+  sum = BlockSumD(sum);
+  if (threadIdx.x == 0) *out = sum;
+}
+
+__global__ void ToBf16Kernel(const float* x, Bf16* y, int64_t count) {
+  LOOM_GRID_STRIDE(i, count) { y[i] = __float2bfloat16_rn(x[i]); }
+}
+
+}  // namespace
+
+cudaError_t EmbedForward(const int32_t* tokens, const float* token, const float* position,
+                         float* x, int64_t b, int64_t s, int64_t h, cudaStream_t stream) {
+  EmbedForwardKernel<<<GridFor(s * b * h), kThreads, 0, stream>>>(tokens, token, position, x, b, s,
+                                                                  h);
+  return Launched();
+}
+
+cudaError_t EmbedBackward(const float* dx, const int32_t* tokens, float* dtoken, float* dposition,
+                          int64_t b, int64_t s, int64_t h, cudaStream_t stream) {
+  PositionGradKernel<<<GridFor(s * h), kThreads, 0, stream>>>(dx, dposition, b, s, h);
+  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+  TokenGradKernel<<<GridFor(s * b * h), kThreads, 0, stream>>>(dx, tokens, dtoken, b, s, h);
+  return Launched();
+}
+
+cudaError_t LayerNormForward(const float* x, const float* gamma, const float* beta, float eps,
+                             void* y, float* mean, float* rstd, int64_t rows, int64_t n, bool bf16,
+                             cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (bf16) {
+    LayerNormForwardKernel<<<static_cast<unsigned>(rows), RowThreads(n), 0, stream>>>(
+        x, gamma, beta, eps, static_cast<__nv_bfloat16*>(y), mean, rstd, n);
+  } else {
+    LayerNormForwardKernel<<<static_cast<unsigned>(rows), RowThreads(n), 0, stream>>>(
+        x, gamma, beta, eps, static_cast<float*>(y), mean, rstd, n);
+  }
+  return Launched();
+}
+
+cudaError_t LayerNormBackward(const float* x, const float* gamma, const float* mean,
+                              const float* rstd, const float* dy, const float* residual, float* dx,
+                              void* dx_operand, int64_t rows, int64_t n, bool bf16,
+                              cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (bf16) {
+    LayerNormBackwardKernel<<<static_cast<unsigned>(rows), RowThreads(n), 0, stream>>>(
+        x, gamma, mean, rstd, dy, residual, dx, static_cast<__nv_bfloat16*>(dx_operand), n);
+  } else {
+    LayerNormBackwardKernel<<<static_cast<unsigned>(rows), RowThreads(n), 0, stream>>>(
+        x, gamma, mean, rstd, dy, residual, dx, static_cast<float*>(dx_operand), n);
+  }
+  return Launched();
+}
+
+int64_t ColumnPartialFloats(int64_t rows, int64_t n) {
+  return 2 * std::max<int64_t>(1, (rows + kRowChunk - 1) / kRowChunk) * n;
+}
+
+cudaError_t LayerNormParamGrads(const float* x, const float* mean, const float* rstd,
+                                const float* dy, float* dgamma, float* dbeta, float* partial,
+                                int64_t rows, int64_t n, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
+  ColumnPartialKernel<float><<<grid, dim3(32, 8), 0, stream>>>(dy, x, mean, rstd, partial, rows, n);
+  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+  ColumnFinishKernel<<<GridFor(n), kThreads, 0, stream>>>(partial, chunks, n, dgamma, dbeta);
+  return Launched();
+}
+
+cudaError_t ColumnSumAdd(const void* x, bool x_bf16, float* out, float* partial, int64_t rows,
+                         int64_t n, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
+  if (x_bf16) {
+    ColumnPartialKernel<__nv_bfloat16><<<grid, dim3(32, 8), 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), nullptr, nullptr, nullptr, partial, rows, n);
+  } else {
+    ColumnPartialKernel<float><<<grid, dim3(32, 8), 0, stream>>>(
+        static_cast<const float*>(x), nullptr, nullptr, nullptr, partial, rows, n);
+  }
+  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+  ColumnFinishKernel<<<GridFor(n), kThreads, 0, stream>>>(partial, chunks, n, out, nullptr);
+  return Launched();
+}
+
+cudaError_t BiasResidual(const float* x, const float* y, const float* bias, float* out,
+                         int64_t rows, int64_t n, cudaStream_t stream) {
+  BiasResidualKernel<<<GridFor(rows * n), kThreads, 0, stream>>>(x, y, bias, out, rows, n);
+  return Launched();
+}
+
+cudaError_t BiasGeluForward(float* pre, const float* bias, void* g, int64_t rows, int64_t n,
+                            bool bf16, cudaStream_t stream) {
+  if (bf16) {
+    BiasGeluKernel<<<GridFor(rows * n), kThreads, 0, stream>>>(
+        pre, bias, static_cast<__nv_bfloat16*>(g), rows, n);
+  } else {
+    BiasGeluKernel<<<GridFor(rows * n), kThreads, 0, stream>>>(pre, bias, static_cast<float*>(g),
+                                                                rows, n);
+  }
+  return Launched();
+}
+
+cudaError_t GeluBackward(const float* pre, const float* dg, void* dpre, int64_t count, bool bf16,
+                         cudaStream_t stream) {
+  if (bf16) {
+    GeluBackwardKernel<<<GridFor(count), kThreads, 0, stream>>>(
+        pre, dg, static_cast<__nv_bfloat16*>(dpre), count);
+  } else {
+    GeluBackwardKernel<<<GridFor(count), kThreads, 0, stream>>>(pre, dg,
+                                                                 static_cast<float*>(dpre), count);
+  }
+  return Launched();
+}
+
+cudaError_t SplitQkv(const float* qkv, const float* bias, void* q, void* k, void* v, int64_t s,
+                     int64_t b, int64_t heads, int64_t head_dim, bool bf16, cudaStream_t stream) {
+  const unsigned grid = GridFor(s * b * 3 * heads * head_dim);
+  if (bf16) {
+    SplitQkvKernel<<<grid, kThreads, 0, stream>>>(
+        qkv, bias, static_cast<Bf16*>(q), static_cast<Bf16*>(k), static_cast<Bf16*>(v), s, b, heads,
+        head_dim);
+  } else {
+    SplitQkvKernel<<<grid, kThreads, 0, stream>>>(qkv, bias, static_cast<float*>(q),
+                                                  static_cast<float*>(k), static_cast<float*>(v), s,
+                                                  b, heads, head_dim);
+  }
+  return Launched();
+}
+
+cudaError_t MergeQkv(const void* dq, const void* dk, const void* dv, void* dqkv, int64_t s,
+                     int64_t b, int64_t heads, int64_t head_dim, bool bf16, cudaStream_t stream) {
+  const unsigned grid = GridFor(s * b * 3 * heads * head_dim);
+  if (bf16) {
+    MergeQkvKernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<const Bf16*>(dq), static_cast<const Bf16*>(dk), static_cast<const Bf16*>(dv),
+        static_cast<Bf16*>(dqkv), s, b, heads, head_dim);
+  } else {
+    MergeQkvKernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<const float*>(dq), static_cast<const float*>(dk),
+        static_cast<const float*>(dv), static_cast<float*>(dqkv), s, b, heads, head_dim);
+  }
+  return Launched();
+}
+
+cudaError_t PermuteHeads(const void* in, void* out, bool to_heads, int64_t s, int64_t b,
+                         int64_t heads, int64_t head_dim, bool bf16, cudaStream_t stream) {
+  const unsigned grid = GridFor(s * b * heads * head_dim);
+  if (bf16) {
+    PermuteHeadsKernel<<<grid, kThreads, 0, stream>>>(static_cast<const Bf16*>(in),
+                                                      static_cast<Bf16*>(out), to_heads, s, b,
+                                                      heads, head_dim);
+  } else {
+    PermuteHeadsKernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in),
+                                                      static_cast<float*>(out), to_heads, s, b,
+                                                      heads, head_dim);
+  }
+  return Launched();
+}
+
+cudaError_t CausalSoftmaxForward(void* scores, int64_t rows, int64_t s, bool bf16,
+                                 cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (bf16) {
+    CausalSoftmaxForwardKernel<<<static_cast<unsigned>(rows), RowThreads(s), 0, stream>>>(
+        static_cast<Bf16*>(scores), s);
+  } else {
+    CausalSoftmaxForwardKernel<<<static_cast<unsigned>(rows), RowThreads(s), 0, stream>>>(
+        static_cast<float*>(scores), s);
+  }
+  return Launched();
+}
+
+cudaError_t CausalSoftmaxBackward(const void* p, void* dp, int64_t rows, int64_t s, float scale,
+                                  bool bf16, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (bf16) {
+    CausalSoftmaxBackwardKernel<<<static_cast<unsigned>(rows), RowThreads(s), 0, stream>>>(
+        static_cast<const Bf16*>(p), static_cast<Bf16*>(dp), s, scale);
+  } else {
+    CausalSoftmaxBackwardKernel<<<static_cast<unsigned>(rows), RowThreads(s), 0, stream>>>(
+        static_cast<const float*>(p), static_cast<float*>(dp), s, scale);
+  }
+  return Launched();
+}
+
+cudaError_t CrossEntropy(const float* logits, const int32_t* targets, float* row_loss,
+                         void* dlogits, float grad_scale, int* bad_targets, int64_t b, int64_t s,
+                         int64_t vocab, bool bf16, cudaStream_t stream) {
+  const int64_t rows = b * s;
+  if (rows == 0) return cudaSuccess;
+  if (bf16) {
+    CrossEntropyKernel<<<static_cast<unsigned>(rows), RowThreads(vocab), 0, stream>>>(
+        logits, targets, row_loss, static_cast<Bf16*>(dlogits), grad_scale, bad_targets, b, s,
+        vocab);
+  } else {
+    CrossEntropyKernel<<<static_cast<unsigned>(rows), RowThreads(vocab), 0, stream>>>(
+        logits, targets, row_loss, static_cast<float*>(dlogits), grad_scale, bad_targets, b, s,
+        vocab);
+  }
+  return Launched();
+}
+
+cudaError_t SumInto(const float* x, int64_t count, double scale, double* out,
+                    cudaStream_t stream) {
+  SumIntoKernel<<<1, 1024, 0, stream>>>(x, count, scale, out);
+  return Launched();
+}
+
+int64_t SquaresPartialDoubles() { return kSquareBlocks; }
+
+cudaError_t SumSquares(const float* x, int64_t count, double* partial, double* out,
+                       cudaStream_t stream) {
+  SquaresPartialKernel<<<kSquareBlocks, kThreads, 0, stream>>>(x, count, partial);
+  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+  SquaresFinishKernel<<<1, kThreads, 0, stream>>>(partial, kSquareBlocks, out);
+  return Launched();
+}
+
+cudaError_t ToBf16(const float* x, void* y, int64_t count, cudaStream_t stream) {
+  ToBf16Kernel<<<GridFor(count), kThreads, 0, stream>>>(x, static_cast<Bf16*>(y), count);
+  return Launched();
+}
+
+}  // namespace gpt_gpu
+}  // namespace loom
