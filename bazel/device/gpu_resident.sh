@@ -7,14 +7,16 @@
 #   bazel/device/gpu_resident.sh PACK.tar.xz OUT_DIR [phases]
 #
 # phases (comma-separated, in this order by default): test (device_gpt_model_test),
-# bench (tokens/s and MFU at hidden 1024, 12 layers, seq 1024, bf16 and f32), parity
-# (100 steps against --device=cpu, f32 and bf16, loss curves compared step by step),
-# ckpt (a GPU checkpoint resumed on the CPU and back), big (hidden 2048, 24 layers),
-# suite (the other GPU tests). Every run has its own timeout; a summary ends the output.
+# bench (tokens/s and MFU at hidden 1024, 12 layers, seq 1024: bf16 with flash and with
+# materialized attention), bench_f32 (the same in f32), parity (100 steps against
+# --device=cpu, f32 and bf16, loss curves compared step by step), parity_flash (bf16,
+# head_dim 64, so flash attention runs), ckpt (a GPU checkpoint resumed on the CPU and
+# back), big (hidden 2048, 24 layers), suite (the other GPU tests). Every run has its
+# own timeout; a summary ends the output.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tarball="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; out="$2"
-phases="${3:-test,bench,parity,ckpt,big,suite}"
+phases="${3:-test,bench,bench_f32,parity,parity_flash,ckpt,big,suite}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 pack="$(mktemp -d)"; tar -C "$pack" -xJf "$tarball" || { echo "cannot unpack $tarball"; exit 1; }
 work="$(mktemp -d)"; cd "$work"
@@ -81,6 +83,10 @@ shape=(--hidden=1024 --heads=16 --layers=12 --seq_len=1024 --vocab=256 --micro_b
        --microbatches=1 --nocompare_reference)
 if has bench; then
   run bench_bf16 150 "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=12 --device=cuda
+  run bench_bf16_materialized 150 "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=12 --device=cuda \
+    --device_attention=materialized
+fi
+if has bench_f32; then
   run bench_f32 120 "${one[@]}" "${shape[@]}" --steps=5 --device=cuda
 fi
 if has parity; then
@@ -90,6 +96,12 @@ if has parity; then
   run parity_bf16_cpu 120 "${one[@]}" --dtype=bf16 --steps=100 --device=cpu --nocompare_reference
   run parity_bf16_cuda 120 "${one[@]}" --dtype=bf16 --steps=100 --device=cuda
   compare bf16 parity_bf16_cuda parity_bf16_cpu
+fi
+if has parity_flash; then
+  small=(--hidden=128 --heads=2 --seq_len=96 --layers=2 --dtype=bf16 --steps=100)
+  run parity_flash_cpu 120 "${one[@]}" "${small[@]}" --device=cpu --nocompare_reference
+  run parity_flash_cuda 120 "${one[@]}" "${small[@]}" --device=cuda
+  compare bf16_flash parity_flash_cuda parity_flash_cpu
 fi
 if has ckpt; then
   rm -rf "$work/ck_gpu" "$work/ck_cpu"

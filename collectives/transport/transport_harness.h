@@ -19,6 +19,9 @@ class TransportHarness {
  public:
   virtual ~TransportHarness() = default;
   virtual std::string name() const = 0;
+  // Whether the transport's RecvCombine delivers (a transport over device memory,
+  // NCCL's, cannot run a host combiner on it and says Unimplemented instead).
+  virtual bool combines() const { return true; }
   // Run starts `world` ranks, calls `body` with each rank's endpoint concurrently,
   // and returns every rank's result in rank order.
   virtual std::vector<absl::Status> Run(int world,

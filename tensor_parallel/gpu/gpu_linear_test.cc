@@ -152,11 +152,14 @@ absl::StatusOr<std::vector<float>> F32(const Tensor& t) {
 // 2 gamma(k + 4) (sum_p |a_ip||op(b)_pj| + |c_j|): two f32 products of k terms, plus
 // the roundings of the ranks' sum (tp <= 2) and of the bias add. a and b are the full
 // (unsharded) operands, so a sum over ranks is covered.
+// operand_rounding: the relative error of the CPU layer's operands beyond f32 (a
+// bf16-stored layer multiplies in bf16, its activations rounded too: 2^-8 for each
+// of the two operands), added to the f32 bound.
 std::vector<double> Bound(const std::vector<float>& a, int64_t rows, int64_t k,
                           const std::vector<float>& b, bool b_transposed, int64_t cols,
-                          const std::vector<float>& c) {
+                          const std::vector<float>& c, double operand_rounding) {
   std::vector<double> bound(static_cast<size_t>(rows * cols));
-  const double gamma2 = 2 * Gamma(k + 4);
+  const double gamma2 = 2 * Gamma(k + 4) + operand_rounding;
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       double s = c.empty() ? 0.0 : std::fabs(double{c[static_cast<size_t>(j)]});
@@ -203,6 +206,8 @@ struct LayerCase {
   int tp;
   DType storage;
 };
+
+double Rounding(const LayerCase& c) { return c.storage == DType::kBF16 ? 2.0 / 256 : 0.0; }
 
 std::string CaseName(const LayerCase& c) {
   return absl::StrCat("tp=", c.tp, " storage=", c.storage == DType::kF32 ? "f32" : "bf16");
@@ -280,13 +285,13 @@ absl::Status ColumnParallelRank(Communicator& tp, const LayerCase& c) {
   const std::string where = absl::StrCat(CaseName(c), " rank ", tp.rank(), " column-parallel ");
   const std::vector<float> w_all = Widened(w, {kOut, kIn}, c.storage);
   LOOM_RETURN_IF_ERROR(Expect(where + "y", y, y_cpu,
-                              Bound(x, kRows, kIn, w_local, /*b_transposed=*/true, out, b_local)));
+                              Bound(x, kRows, kIn, w_local, /*b_transposed=*/true, out, b_local, Rounding(c))));
   // dx sums every rank's dy_r W_r: the full dy times the full W.
   LOOM_RETURN_IF_ERROR(Expect(where + "dx", dx, dx_cpu,
-                              Bound(dy, kRows, kOut, w_all, /*b_transposed=*/false, kIn, {})));
+                              Bound(dy, kRows, kOut, w_all, /*b_transposed=*/false, kIn, {}, Rounding(c))));
   LOOM_RETURN_IF_ERROR(
       Expect(where + "dW", dw, dw_cpu,
-             Bound(Transposed(dy_local, kRows, out), out, kRows, x, false, kIn, {})));
+             Bound(Transposed(dy_local, kRows, out), out, kRows, x, false, kIn, {}, Rounding(c))));
   if (db != db_cpu) return absl::InternalError(where + "db differs from the CPU's SumRows");
   return absl::OkStatus();
 }
@@ -346,12 +351,12 @@ absl::Status RowParallelRank(Communicator& tp, const LayerCase& c) {
   // y sums every rank's x_r W_r^T: the full x times the full W^T, then the bias.
   const std::vector<float> w_all = Widened(w, {kOut, kIn}, c.storage);
   LOOM_RETURN_IF_ERROR(Expect(where + "y", y, y_cpu,
-                              Bound(x, kRows, kIn, w_all, /*b_transposed=*/true, kOut, b_all)));
+                              Bound(x, kRows, kIn, w_all, /*b_transposed=*/true, kOut, b_all, Rounding(c))));
   LOOM_RETURN_IF_ERROR(Expect(where + "dx", dx, dx_cpu,
-                              Bound(dy, kRows, kOut, w_local, /*b_transposed=*/false, in, {})));
+                              Bound(dy, kRows, kOut, w_local, /*b_transposed=*/false, in, {}, Rounding(c))));
   LOOM_RETURN_IF_ERROR(
       Expect(where + "dW", dw, dw_cpu,
-             Bound(Transposed(dy, kRows, kOut), kOut, kRows, x_local, false, in, {})));
+             Bound(Transposed(dy, kRows, kOut), kOut, kRows, x_local, false, in, {}, Rounding(c))));
   if (db != db_cpu) return absl::InternalError(where + "db differs from the CPU's SumRows");
   return absl::OkStatus();
 }

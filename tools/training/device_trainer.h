@@ -77,8 +77,10 @@ bool DeviceTrainingAvailable();
 // MakeDeviceTrainer allocates `config`'s model on CUDA device 0 for microbatches of
 // `micro_batch` sequences. Unimplemented in a build without CUDA; otherwise
 // DeviceGptModel::Create's errors.
+// `attention`: "auto", "materialized" or "flash" (DeviceAttention).
 absl::StatusOr<std::unique_ptr<DeviceTrainer>> MakeDeviceTrainer(const GptConfig& config,
-                                                                 int64_t micro_batch, bool bf16);
+                                                                 int64_t micro_batch, bool bf16,
+                                                                 const std::string& attention);
 
 }  // namespace loom
 

@@ -28,11 +28,13 @@ class CudaTrainer : public DeviceTrainer {
                                                      " in the device model"));
     }
     for (size_t p = 0; p < params.size(); ++p) {
-      if (params[p].name != mine[p].name ||
-          static_cast<int64_t>(params[p].values.size()) != mine[p].numel) {
+      // The host's list carries names and shapes only (its sources hold the values).
+      int64_t numel = 1;
+      for (int64_t d : params[p].shape) numel *= d;
+      if (params[p].name != mine[p].name || numel != mine[p].numel) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "DeviceTrainer::Load: parameter ", p, " is ", params[p].name, " (",
-            params[p].values.size(), " elements) on the host, ", mine[p].name, " (", mine[p].numel,
+            "DeviceTrainer::Load: parameter ", p, " is ", params[p].name, " (", numel,
+            " elements) on the host, ", mine[p].name, " (", mine[p].numel,
             ") in the device model"));
       }
     }
@@ -133,10 +135,11 @@ class CudaTrainer : public DeviceTrainer {
     (void)cudaRuntimeGetVersion(&runtime);
     return absl::StrFormat(
         "%s (device %d, %d SMs, %.1f GiB; CUDA driver API %d.%d, runtime %d.%d), the whole model "
-        "resident, %s products on cuBLAS",
+        "resident, %s products on cuBLAS, %s attention",
         name, device, prop.multiProcessorCount,
         static_cast<double>(prop.totalGlobalMem) / (1 << 30), driver / 1000, driver % 1000 / 10,
-        runtime / 1000, runtime % 1000 / 10, model_->options().bf16 ? "bf16" : "f32");
+        runtime / 1000, runtime % 1000 / 10, model_->options().bf16 ? "bf16" : "f32",
+        model_->flash() ? "flash" : "materialized");
   }
 
  private:
@@ -148,9 +151,19 @@ class CudaTrainer : public DeviceTrainer {
 bool DeviceTrainingAvailable() { return true; }
 
 absl::StatusOr<std::unique_ptr<DeviceTrainer>> MakeDeviceTrainer(const GptConfig& config,
-                                                                 int64_t micro_batch, bool bf16) {
+                                                                 int64_t micro_batch, bool bf16,
+                                                                 const std::string& attention) {
+  DeviceGptOptions options{.micro_batch = micro_batch, .bf16 = bf16};
+  if (attention == "materialized") {
+    options.attention = DeviceAttention::kMaterialized;
+  } else if (attention == "flash") {
+    options.attention = DeviceAttention::kFlash;
+  } else if (attention != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device attention ", attention, " is not auto, materialized or flash"));
+  }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceGptModel> model,
-                        DeviceGptModel::Create(config, {.micro_batch = micro_batch, .bf16 = bf16}));
+                        DeviceGptModel::Create(config, options));
   return std::unique_ptr<DeviceTrainer>(new CudaTrainer(std::move(model)));
 }
 

@@ -255,7 +255,8 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
   std::unique_ptr<DeviceTrainer> trainer;
   if (resident) {
     LOOM_ASSIGN_OR_RETURN(trainer, MakeDeviceTrainer(options.model, options.micro_batch,
-                                                     options.dtype == DType::kBF16));
+                                                     options.dtype == DType::kBF16,
+                                                     options.device_attention));
     LOOM_ASSIGN_OR_RETURN(const std::vector<StateSlice> state, optimizer->ReadState());
     LOOM_RETURN_IF_ERROR(trainer->Load(params, state));
     if (summary != nullptr) summary->device_description = trainer->Describe();

@@ -88,8 +88,14 @@ ABSL_FLAG(std::string, grad_bucket, "1M",
           "so a block's first gradients travel while the rest of its backward runs; 0: one "
           "bucket per unit.");
 ABSL_FLAG(std::string, device, "cpu",
-          "Where the layers' matrix products run: cpu (OpenBLAS) or cuda (cuBLAS on CUDA "
-          "device 0, f32; needs a build with --config=cuda). Everything else stays on the CPU.");
+          "Where the job computes: cpu, or cuda (CUDA device 0; needs a build with "
+          "--config=cuda). One rank with the optimizer state in host memory trains the whole "
+          "model on the device (parameters, gradients, moments and activations there, bf16 or "
+          "f32 products on cuBLAS); any other mesh sends only the matrix products there.");
+ABSL_FLAG(std::string, device_attention, "auto",
+          "--device=cuda on one rank: attention materialized (each head's [s, s] scores on "
+          "cuBLAS) or flash (tiled, bf16 with head_dim 64 or 128); auto: flash where it "
+          "applies.");
 ABSL_FLAG(std::string, offload, "cpu",
           "Optimizer offload: none, cpu (CPU AdamW on threads), nvme (its state on disk) or gpu "
           "(AdamW on CUDA device 0, its moments there; zero 0, f32, a --config=cuda build).");
@@ -279,6 +285,12 @@ absl::StatusOr<TrainJobOptions> OptionsFromFlags() {
                         ParseChoice<ComputeDevice>("--device", absl::GetFlag(FLAGS_device),
                                                    {{"cpu", ComputeDevice::kCpu},
                                                     {"cuda", ComputeDevice::kCuda}}));
+  o.device_attention = absl::GetFlag(FLAGS_device_attention);
+  if (o.device_attention != "auto" && o.device_attention != "materialized" &&
+      o.device_attention != "flash") {
+    return absl::InvalidArgumentError(absl::StrCat("--device_attention ", o.device_attention,
+                                                   " is not auto, materialized or flash"));
+  }
   LOOM_ASSIGN_OR_RETURN(o.offload,
                         ParseChoice<OffloadKind>("--offload", absl::GetFlag(FLAGS_offload),
                                                  {{"none", OffloadKind::kNone},

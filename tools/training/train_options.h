@@ -94,6 +94,9 @@ struct TrainJobOptions {
   int64_t persist_below_bytes = 0;
   Reshard reshard = Reshard::kAuto;
   ComputeDevice device = ComputeDevice::kCpu;
+  // --device cuda on one rank: "auto", "materialized" or "flash" (DeviceAttention of
+  // models/gpt/gpu/device_gpt_model.h, named here so a CPU build needs none of it).
+  std::string device_attention = "auto";
   // kBlock: the gradients stay in the model, summed over the microbatches, and
   // are reduce-scattered once after the last (the bits of zero 0 and kStep, at
   // the memory of whole gradients); otherwise each backward reduce-scatters its

@@ -94,6 +94,9 @@ class StagingTransport final : public Transport {
 class NcclHarness final : public TransportHarness {
  public:
   std::string name() const override { return "nccl (one device per rank, host buffers staged)"; }
+  // NcclTransport::PostRecv refuses combiners: they are host functions and its
+  // buffers device memory.
+  bool combines() const override { return false; }
 
   std::vector<absl::Status> Run(int world,
                                 const std::function<absl::Status(Transport&)>& body) override {

@@ -17,6 +17,7 @@
 #include "core/gpu/device_buffer.h"
 #include "core/half.h"
 #include "core/status_macros.h"
+#include "models/gpt/gpu/flash_attention_kernels.h"
 #include "models/gpt/gpu/gpt_kernels.h"
 #include "offload/gpu/gpu_adamw.h"
 #include "tensor_parallel/gpu/cublas_gemm.h"
@@ -33,10 +34,23 @@ constexpr int64_t kHeadroomBytes = int64_t{512} << 20;
 
 int64_t RoundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// One layer's activations kept for its backward (byte offsets into the arena).
+// One layer's activations kept for its backward (byte offsets into the arena). p:
+// the attention probabilities, or with flash attention each row's log-sum-exp.
 struct LayerBuffers {
   int64_t x0, a1, mean1, rstd1, q, k, v, p, ctx, x1, a2, mean2, rstd2, pre, g;
 };
+
+bool UsesFlash(const GptConfig& c, const DeviceGptOptions& o) {
+  switch (o.attention) {
+    case DeviceAttention::kMaterialized:
+      return false;
+    case DeviceAttention::kFlash:
+      return true;
+    case DeviceAttention::kAuto:
+      break;
+  }
+  return o.bf16 && gpt_gpu::FlashSupported(c.head_dim());
+}
 
 // The indices of one block's parameters.
 struct BlockParams {
@@ -49,9 +63,9 @@ struct Layout {
   int64_t params = 0, grads = 0, m = 0, v = 0, half = 0;
   std::vector<LayerBuffers> layers;
   int64_t x_final = 0, af = 0, meanf = 0, rstdf = 0, logits = 0, row_loss = 0;
-  int64_t qkv_raw = 0, ctx_h = 0, dlogits = 0, dres = 0, dres_t = 0, da = 0, dg = 0, dpre = 0,
+  int64_t qkv_raw = 0, scores = 0, ctx_h = 0, dlogits = 0, dres = 0, dres_t = 0, da = 0, dg = 0, dpre = 0,
           dctx = 0, dctx_h = 0, dp = 0, dq = 0, dk = 0, dv = 0, dqkv = 0, partial = 0,
-          squares = 0, doubles = 0, bad = 0, tokens = 0, targets = 0;
+          squares = 0, doubles = 0, bad = 0, tokens = 0, targets = 0, delta = 0, dq_accum = 0;
   int64_t state_end = 0, activations_end = 0, total = 0;
 };
 
@@ -117,6 +131,12 @@ absl::Status CheckShape(const GptConfig& c, const DeviceGptOptions& o) {
   const int64_t widest = std::max({c.vocab, c.ffn_size(), 3 * c.hidden, c.seq_len});
   const int64_t score_rows = o.micro_batch * c.heads * c.seq_len;
   // The column sums launch a grid row per 128 rows (at most 65535 of them).
+  if (o.attention == DeviceAttention::kFlash &&
+      (!o.bf16 || !gpt_gpu::FlashSupported(c.head_dim()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceGptModel: flash attention runs bf16 operands with head_dim 64 or 128; this model is ",
+        o.bf16 ? "bf16" : "f32", " with head_dim ", c.head_dim()));
+  }
   if (rows > INT_MAX || widest > INT_MAX || score_rows > INT_MAX || rows > 128 * 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DeviceGptModel: ", rows, " rows of up to ", widest, " (", score_rows,
@@ -148,7 +168,7 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
     lb.q = a.Take(rows * h * es);
     lb.k = a.Take(rows * h * es);
     lb.v = a.Take(rows * h * es);
-    lb.p = a.Take(bh * s * s * es);
+    lb.p = UsesFlash(c, o) ? a.Take(bh * s * 4) : a.Take(bh * s * s * es);
     lb.ctx = a.Take(rows * h * es);
     lb.x1 = a.Take(rows * h * 4);
     lb.a2 = a.Take(rows * h * es);
@@ -166,6 +186,10 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
   l.row_loss = a.Take(rows * 4);
   l.activations_end = a.end();
   l.qkv_raw = a.Take(rows * 3 * h * 4);
+  // The attention scores in f32 before the softmax (with f32 operands, in place in
+  // the probabilities' memory).
+  const bool flash = UsesFlash(c, o);
+  if (o.bf16 && !flash) l.scores = a.Take(bh * s * s * 4);
   l.ctx_h = a.Take(rows * h * es);
   l.dlogits = a.Take(rows * v * es);
   l.dres = a.Take(rows * h * 4);
@@ -175,7 +199,12 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
   l.dpre = a.Take(rows * f * es);
   l.dctx = a.Take(rows * h * es);
   l.dctx_h = a.Take(rows * h * es);
-  l.dp = a.Take(bh * s * s * es);
+  if (flash) {
+    l.delta = a.Take(bh * s * 4);
+    l.dq_accum = a.Take(rows * h * 4);
+  } else {
+    l.dp = a.Take(bh * s * s * es);
+  }
   l.dq = a.Take(rows * h * es);
   l.dk = a.Take(rows * h * es);
   l.dv = a.Take(rows * h * es);
@@ -212,6 +241,18 @@ struct DeviceGptModel::Impl {
   void* T(int64_t offset) const { return at(offset); }
 };
 
+const char* DeviceAttentionName(DeviceAttention attention) {
+  switch (attention) {
+    case DeviceAttention::kAuto:
+      return "auto";
+    case DeviceAttention::kMaterialized:
+      return "materialized";
+    case DeviceAttention::kFlash:
+      return "flash";
+  }
+  return "?";
+}
+
 absl::StatusOr<DeviceGptBytes> DeviceGptModel::BytesOf(const GptConfig& config,
                                                        const DeviceGptOptions& options) {
   LOOM_RETURN_IF_ERROR(CheckShape(config, options));
@@ -239,6 +280,7 @@ absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
   std::unique_ptr<DeviceGptModel> model(new DeviceGptModel(config, options));
   Impl& im = *model->impl_;
   model->params_ = ParameterList(config);
+  model->flash_ = UsesFlash(config, options);
   im.layout = LayoutOf(config, options, model->params_);
   const Layout& l = im.layout;
   model->bytes_ = {l.state_end, l.activations_end - l.state_end, l.total - l.activations_end};
@@ -461,7 +503,8 @@ class DeviceGptPass {
  public:
   DeviceGptPass(const GptConfig& c, const DeviceGptOptions& o,
                 const std::vector<DeviceParameter>& params, DeviceGptModel::Impl& im)
-      : c_(c), o_(o), params_(params), im_(im), l_(im.layout), gemm_{im.cublas, o.bf16} {}
+      : c_(c), o_(o), params_(params), im_(im), l_(im.layout), gemm_{im.cublas, o.bf16},
+        flash_(UsesFlash(c, o)) {}
 
   // Copies the batch's ids into the device (through a pinned slot).
   absl::Status Upload(const GptBatch& batch) {
@@ -505,12 +548,20 @@ class DeviceGptPass {
       LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::SplitQkv(F(l_.qkv_raw), P(bp.qkvb), T(lb.q), T(lb.k),
                                                     T(lb.v), s, b, heads, d, bf, st),
                                   "SplitQkv"));
-      LOOM_RETURN_IF_ERROR(gemm_(false, true, s, s, d, scale, T(lb.q), d, T(lb.k), d, 0.0f,
-                                 T(lb.p), true, s, bh, s * d, s * d, s * s));
-      LOOM_RETURN_IF_ERROR(
-          Kernel(gpt_gpu::CausalSoftmaxForward(T(lb.p), bh * s, s, bf, st), "CausalSoftmaxForward"));
-      LOOM_RETURN_IF_ERROR(gemm_(false, false, s, d, s, 1.0f, T(lb.p), s, T(lb.v), d, 0.0f,
-                                 T(l_.ctx_h), true, d, bh, s * s, s * d, s * d));
+      if (flash_) {
+        LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::FlashForward(T(lb.q), T(lb.k), T(lb.v), T(l_.ctx_h),
+                                                          F(lb.p), bh, s, d, scale, st),
+                                    "FlashForward"));
+      } else {
+        float* scores = bf ? F(l_.scores) : F(lb.p);
+        LOOM_RETURN_IF_ERROR(gemm_(false, true, s, s, d, scale, T(lb.q), d, T(lb.k), d, 0.0f,
+                                   scores, false, s, bh, s * d, s * d, s * s));
+        LOOM_RETURN_IF_ERROR(Kernel(
+            gpt_gpu::CausalSoftmaxForward(scores, T(lb.p), bh * s, s, bf, st),
+            "CausalSoftmaxForward"));
+        LOOM_RETURN_IF_ERROR(gemm_(false, false, s, d, s, 1.0f, T(lb.p), s, T(lb.v), d, 0.0f,
+                                   T(l_.ctx_h), true, d, bh, s * s, s * d, s * d));
+      }
       LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::PermuteHeads(T(l_.ctx_h), T(lb.ctx), /*to_heads=*/false,
                                                         s, b, heads, d, bf, st),
                                   "PermuteHeads"));
@@ -598,17 +649,28 @@ class DeviceGptPass {
       LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::PermuteHeads(T(l_.dctx), T(l_.dctx_h), /*to_heads=*/true,
                                                         s, b, heads, d, bf, st),
                                   "PermuteHeads"));
-      LOOM_RETURN_IF_ERROR(gemm_(true, false, s, d, s, 1.0f, T(lb.p), s, T(l_.dctx_h), d, 0.0f,
-                                 T(l_.dv), true, d, bh, s * s, s * d, s * d));
-      LOOM_RETURN_IF_ERROR(gemm_(false, true, s, s, d, 1.0f, T(l_.dctx_h), d, T(lb.v), d, 0.0f,
-                                 T(l_.dp), true, s, bh, s * d, s * d, s * s));
-      LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::CausalSoftmaxBackward(T(lb.p), T(l_.dp), bh * s, s, scale, bf, st),
-          "CausalSoftmaxBackward"));
-      LOOM_RETURN_IF_ERROR(gemm_(false, false, s, d, s, 1.0f, T(l_.dp), s, T(lb.k), d, 0.0f,
-                                 T(l_.dq), true, d, bh, s * s, s * d, s * d));
-      LOOM_RETURN_IF_ERROR(gemm_(true, false, s, d, s, 1.0f, T(l_.dp), s, T(lb.q), d, 0.0f,
-                                 T(l_.dk), true, d, bh, s * s, s * d, s * d));
+      if (flash_) {
+        LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::AttentionDelta(T(lb.ctx), T(l_.dctx), F(l_.delta), s,
+                                                            b, heads, d, st),
+                                    "AttentionDelta"));
+        LOOM_RETURN_IF_ERROR(Kernel(
+            gpt_gpu::FlashBackward(T(lb.q), T(lb.k), T(lb.v), T(l_.dctx_h), F(lb.p), F(l_.delta),
+                                   T(l_.dq), T(l_.dk), T(l_.dv), F(l_.dq_accum), bh, s, d, scale,
+                                   st),
+            "FlashBackward"));
+      } else {
+        LOOM_RETURN_IF_ERROR(gemm_(true, false, s, d, s, 1.0f, T(lb.p), s, T(l_.dctx_h), d, 0.0f,
+                                   T(l_.dv), true, d, bh, s * s, s * d, s * d));
+        LOOM_RETURN_IF_ERROR(gemm_(false, true, s, s, d, 1.0f, T(l_.dctx_h), d, T(lb.v), d, 0.0f,
+                                   T(l_.dp), true, s, bh, s * d, s * d, s * s));
+        LOOM_RETURN_IF_ERROR(Kernel(
+            gpt_gpu::CausalSoftmaxBackward(T(lb.p), T(l_.dp), bh * s, s, scale, bf, st),
+            "CausalSoftmaxBackward"));
+        LOOM_RETURN_IF_ERROR(gemm_(false, false, s, d, s, 1.0f, T(l_.dp), s, T(lb.k), d, 0.0f,
+                                   T(l_.dq), true, d, bh, s * s, s * d, s * d));
+        LOOM_RETURN_IF_ERROR(gemm_(true, false, s, d, s, 1.0f, T(l_.dp), s, T(lb.q), d, 0.0f,
+                                   T(l_.dk), true, d, bh, s * s, s * d, s * d));
+      }
       LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::MergeQkv(T(l_.dq), T(l_.dk), T(l_.dv), T(l_.dqkv), s, b,
                                                     heads, d, bf, st),
                                   "MergeQkv"));
@@ -673,6 +735,7 @@ class DeviceGptPass {
   DeviceGptModel::Impl& im_;
   const Layout& l_;
   Gemmer gemm_;
+  bool flash_;
 };
 
 absl::Status DeviceGptModel::ForwardBackward(const GptBatch& batch, float loss_weight) {

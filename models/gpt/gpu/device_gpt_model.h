@@ -12,8 +12,10 @@
 // cross-entropy over the microbatch's tokens, so a CPU model's values can be copied
 // in and its loss and gradients compared (device_gpt_model_test).
 //
-// Attention materializes each head's [s, s] probabilities (of the compute type) and
-// keeps them for the backward; everything a backward needs is kept for one
+// Attention either materializes each head's [s, s] probabilities (of the compute
+// type; the scores before the softmax in f32) and keeps them for the backward, or
+// (bf16, head_dim 64 or 128) runs tiled on the tensor cores and keeps only each
+// row's log-sum-exp (DeviceAttention). Everything a backward needs is kept for one
 // microbatch, so ForwardBackward runs each forward once.
 //
 // Example:
@@ -49,6 +51,14 @@
 
 namespace loom {
 
+// How the model attends.
+enum class DeviceAttention {
+  kAuto,          // kFlash where it applies (bf16, head_dim 64 or 128), else kMaterialized
+  kMaterialized,  // cuBLAS products over each head's [s, s] scores and probabilities, kept
+  kFlash,         // flash_attention_kernels.h: tiles, nothing of [s, s] kept
+};
+const char* DeviceAttentionName(DeviceAttention attention);
+
 struct DeviceGptOptions {
   // Sequences per ForwardBackward (the job's micro batch).
   int64_t micro_batch = 1;
@@ -57,6 +67,7 @@ struct DeviceGptOptions {
   // moments, the residual stream and every reduction stay f32 either way.
   bool bf16 = false;
   int device = 0;
+  DeviceAttention attention = DeviceAttention::kAuto;
   // How long a wait for the device may take before it is DeadlineExceeded.
   absl::Duration timeout = absl::Minutes(5);
 };
@@ -87,7 +98,8 @@ class DeviceGptModel {
 
   // Create allocates the model on `options.device`, every parameter, moment and
   // gradient zero (SetParameter gives them values). InvalidArgument for a config
-  // that fails GptConfig::Validate(1) or micro_batch < 1; ResourceExhausted naming
+  // that fails GptConfig::Validate(1), micro_batch < 1, or kFlash where it does not
+  // apply (f32, or head_dim not 64 or 128); ResourceExhausted naming
   // the bytes needed and free when the device cannot hold it; FailedPrecondition
   // without a CUDA device.
   static absl::StatusOr<std::unique_ptr<DeviceGptModel>> Create(const GptConfig& config,
@@ -98,6 +110,8 @@ class DeviceGptModel {
 
   const GptConfig& config() const { return config_; }
   const DeviceGptOptions& options() const { return options_; }
+  // Whether attention runs tiled (options().attention resolved).
+  bool flash() const { return flash_; }
   // In GptModel::Parameters() order (tp 1).
   const std::vector<DeviceParameter>& parameters() const { return params_; }
   // The index of `name`, or -1.
@@ -146,6 +160,7 @@ class DeviceGptModel {
   DeviceGptOptions options_;
   std::vector<DeviceParameter> params_;
   DeviceGptBytes bytes_;
+  bool flash_ = false;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -5,6 +5,7 @@
 // AdamW step bit for bit against the CPU step on the device's own gradients.
 #include "models/gpt/gpu/device_gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -66,7 +67,16 @@ std::vector<Case> Sweep() {
   add(37, 33, 96, 6, 3, 200, 1);   // uneven MLP width, three layers, one sequence
   add(300, 300, 128, 2, 1, 0, 2);  // vocab and sequence above a row block (256 threads)
   add(128, 64, 320, 5, 2, 0, 3);   // hidden 320, 192 rows: above the 128-row chunk
+  add(96, 80, 256, 2, 1, 0, 2);    // head_dim 128 (flash's other tile), 80 = a tile and a part
   return cases;
+}
+
+// The randomized weights' range: 0.2 at width 64, shrinking as 1 / sqrt(hidden)
+// above it, so pre-activations stay O(1) at every width as a trained model's do
+// (at 0.2 and hidden 320 the attention scores reach std 4 and the softmax saturates,
+// where bf16 operands are not a fair test of anything).
+float ScaleOf(const GptConfig& c) {
+  return 0.2f * std::min(1.0f, std::sqrt(64.0f / static_cast<float>(c.hidden)));
 }
 
 struct Reference {
@@ -88,7 +98,8 @@ absl::StatusOr<Reference> CpuReference(const Case& c, bool bf16,
                           GptModel::Create(c.config, tp, options));
     std::vector<GptParameter> params = model->Parameters();
     LOOM_RETURN_IF_ERROR(train_testing::RandomizeParameters(absl::MakeSpan(params),
-                                                            c.config.seed, 0.2f, 1, 0));
+                                                            c.config.seed, ScaleOf(c.config), 1,
+                                                            0));
     model->ZeroGrad();
     for (const GptBatch& batch : batches) {
       LOOM_ASSIGN_OR_RETURN(const float loss, model->Forward(batch.tokens, batch.targets));
@@ -114,10 +125,13 @@ GptBatch SeededBatch(const Case& c, uint64_t seed) {
   return batch;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceWith(const Case& c, bool bf16,
-                                                           const Reference& ref) {
+absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceWith(
+    const Case& c, bool bf16, const Reference& ref,
+    DeviceAttention attention = DeviceAttention::kAuto) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DeviceGptModel> model,
-                        DeviceGptModel::Create(c.config, {.micro_batch = c.micro_batch, .bf16 = bf16}));
+                        DeviceGptModel::Create(c.config, {.micro_batch = c.micro_batch,
+                                                          .bf16 = bf16,
+                                                          .attention = attention}));
   if (model->parameters().size() != ref.names.size()) {
     return absl::InternalError(absl::StrCat(model->parameters().size(), " device parameters, ",
                                             ref.names.size(), " on the CPU"));
@@ -169,12 +183,55 @@ TEST_P(DeviceGptModelTest, LossAndGradientsMatchTheCpuModelOnASweep) {
     LOOM_ASSERT_OK(model->ZeroGrad());
     LOOM_ASSERT_OK(model->ForwardBackward(batches[0], 1.0f));
     LOOM_ASSERT_OK_AND_ASSIGN(const double loss, model->TakeLoss());
-    std::printf("%s: loss device %.7f cpu %.7f\n", what.c_str(), loss, static_cast<double>(ref.loss));
+    std::printf("%s%s: loss device %.7f cpu %.7f\n", what.c_str(), model->flash() ? " flash" : "",
+                loss, static_cast<double>(ref.loss));
     ExpectMatches(*model, ref, loss, loss_rel(), grad_rel(), what);
     // A forward alone gives the same loss and leaves the gradients alone.
     LOOM_ASSERT_OK_AND_ASSIGN(const double eval, model->ForwardLoss(batches[0]));
     EXPECT_NEAR(eval, loss, 1e-6 * std::max(1.0, loss)) << what;
     ExpectMatches(*model, ref, loss, loss_rel(), grad_rel(), what + " after ForwardLoss");
+  }
+}
+
+// Flash attention against the materialized one on the same device, bf16 both, at
+// both head sizes and sequences that end inside a tile: the loss and every gradient
+// within the bf16 bound of each other, and of the CPU.
+TEST(DeviceGptFlashTest, FlashMatchesMaterializedAttention) {
+  if (!HasDevice()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t heads : {4, 2}) {  // head_dim 64, 128
+    GptConfig config;
+    config.vocab = 64;
+    config.seq_len = 200;
+    config.hidden = 256;
+    config.heads = heads;
+    config.layers = 2;
+    config.seed = kSeed + heads;
+    const Case c{config, 2};
+    const std::string what = absl::StrCat(config.ToString(), " flash vs materialized");
+    SCOPED_TRACE(what);
+    const std::vector<GptBatch> batches = {SeededBatch(c, 21)};
+    LOOM_ASSERT_OK_AND_ASSIGN(const Reference ref, CpuReference(c, true, batches, 1.0f));
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGptModel> flash,
+                              DeviceWith(c, true, ref, DeviceAttention::kFlash));
+    LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeviceGptModel> plain,
+                              DeviceWith(c, true, ref, DeviceAttention::kMaterialized));
+    ASSERT_TRUE(flash->flash());
+    ASSERT_FALSE(plain->flash());
+    Reference plain_ref = ref;
+    LOOM_ASSERT_OK(plain->ZeroGrad());
+    LOOM_ASSERT_OK(plain->ForwardBackward(batches[0], 1.0f));
+    LOOM_ASSERT_OK_AND_ASSIGN(const double plain_loss, plain->TakeLoss());
+    plain_ref.loss = static_cast<float>(plain_loss);
+    for (size_t p = 0; p < ref.names.size(); ++p) {
+      LOOM_ASSERT_OK(plain->GetGradient(static_cast<int>(p), absl::MakeSpan(plain_ref.grads[p])));
+    }
+    LOOM_ASSERT_OK(flash->ZeroGrad());
+    LOOM_ASSERT_OK(flash->ForwardBackward(batches[0], 1.0f));
+    LOOM_ASSERT_OK_AND_ASSIGN(const double loss, flash->TakeLoss());
+    std::printf("%s: loss flash %.7f materialized %.7f cpu %.7f\n", what.c_str(), loss, plain_loss,
+                static_cast<double>(ref.loss));
+    ExpectMatches(*flash, plain_ref, loss, 1e-2, 3e-2, what);
+    ExpectMatches(*flash, ref, loss, 2e-2, 6e-2, what + " (cpu)");
   }
 }
 
@@ -280,6 +337,10 @@ TEST_P(DeviceGptModelTest, BadInputIsNamed) {
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("are free")));
   EXPECT_THAT(DeviceGptModel::Create(c.config, {.micro_batch = 0}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("micro_batch 0")));
+  // head_dim 16: no flash tile for it, nor for f32.
+  EXPECT_THAT(DeviceGptModel::Create(c.config, {.micro_batch = 2, .bf16 = true,
+                                                .attention = DeviceAttention::kFlash}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("head_dim 16")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, DeviceGptModelTest, ::testing::Values(false, true),

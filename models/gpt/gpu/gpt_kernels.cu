@@ -299,19 +299,22 @@ __global__ void PermuteHeadsKernel(const T* in, T* out, bool to_heads, int64_t s
 
 // --- Causal softmax ----------------------------------------------------------------
 
+// scores and probs may be the same memory (f32): each element is read, after the
+// block's reductions, by the thread that writes it.
 template <typename T>
-__global__ void CausalSoftmaxForwardKernel(T* scores, int64_t s) {
+__global__ void CausalSoftmaxForwardKernel(const float* scores, T* probs, int64_t s) {
   const int64_t row = blockIdx.x;
   const int64_t i = row % s;  // the query: keys 0..i are visible
-  T* p = scores + row * s;
+  const float* x = scores + row * s;
+  T* p = probs + row * s;
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, ToF(p[j]));
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, x[j]);
   m = BlockMax(m);
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(ToF(p[j]) - m);
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) sum += expf(x[j] - m);
   const float inv = 1.0f / BlockSum(sum);
   for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
-    p[j] = FromF<T>(j <= i ? expf(ToF(p[j]) - m) * inv : 0.0f);
+    p[j] = FromF<T>(j <= i ? expf(x[j] - m) * inv : 0.0f);
   }
 }
 
@@ -543,15 +546,15 @@ cudaError_t PermuteHeads(const void* in, void* out, bool to_heads, int64_t s, in
   return Launched();
 }
 
-cudaError_t CausalSoftmaxForward(void* scores, int64_t rows, int64_t s, bool bf16,
+cudaError_t CausalSoftmaxForward(const float* scores, void* p, int64_t rows, int64_t s, bool bf16,
                                  cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (bf16) {
     CausalSoftmaxForwardKernel<<<static_cast<unsigned>(rows), RowThreads(s), 0, stream>>>(
-        static_cast<Bf16*>(scores), s);
+        scores, static_cast<Bf16*>(p), s);
   } else {
     CausalSoftmaxForwardKernel<<<static_cast<unsigned>(rows), RowThreads(s), 0, stream>>>(
-        static_cast<float*>(scores), s);
+        scores, static_cast<float*>(p), s);
   }
   return Launched();
 }

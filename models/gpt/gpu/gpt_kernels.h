@@ -77,9 +77,11 @@ cudaError_t MergeQkv(const void* dq, const void* dk, const void* dv, void* dqkv,
 cudaError_t PermuteHeads(const void* in, void* out, bool to_heads, int64_t s, int64_t b,
                          int64_t heads, int64_t head_dim, bool bf16, cudaStream_t stream);
 
-// In place over [rows, s] scores, rows = b * heads * s (row i of each [s, s] block
-// is query i): p = softmax over keys 0..i of the scores, 0 past i.
-cudaError_t CausalSoftmaxForward(void* scores, int64_t rows, int64_t s, bool bf16,
+// Over [rows, s] scores (f32: softmax amplifies their absolute error, so they are
+// never rounded to bf16), rows = b * heads * s (row i of each [s, s] block is query
+// i): p = softmax over keys 0..i of the scores, 0 past i (an operand; with f32 it
+// may be the scores' own memory).
+cudaError_t CausalSoftmaxForward(const float* scores, void* p, int64_t rows, int64_t s, bool bf16,
                                  cudaStream_t stream);
 // In place over dp: ds = scale * p * (dp - sum_k p_k dp_k), 0 past the diagonal.
 cudaError_t CausalSoftmaxBackward(const void* p, void* dp, int64_t rows, int64_t s, float scale,
