@@ -73,11 +73,12 @@ EOF
 
 one=(--dp=1 --tp=1 --pp=1 --zero=0 --offload=none)
 if has test; then
-  t0=$SECONDS
-  (cd "$(mktemp -d)" && TEST_TMPDIR="$PWD" timeout -k 10 200 "$pack/bin/device_gpt_model_test") \
-    > "$out/device_gpt_model_test.log" 2>&1
-  note "== device_gpt_model_test (rc=$?, $((SECONDS - t0)) s)"
-  grep -E '^\[  (PASSED|FAILED) |Failure|Expected|Which is|actual|error' "$out/device_gpt_model_test.log" | head -30 | sed 's/^/   /' | tee -a "$summary"
+  for t in gpt_kernels_test device_gpt_model_test; do
+    t0=$SECONDS
+    (cd "$(mktemp -d)" && TEST_TMPDIR="$PWD" timeout -k 10 200 "$pack/bin/$t") > "$out/$t.log" 2>&1
+    note "== $t (rc=$?, $((SECONDS - t0)) s)"
+    grep -E '^\[  (PASSED|FAILED) |Failure|Expected|Which is|actual|error' "$out/$t.log" | head -30 | sed 's/^/   /' | tee -a "$summary"
+  done
 fi
 shape=(--hidden=1024 --heads=16 --layers=12 --seq_len=1024 --vocab=256 --micro_batch=8
        --microbatches=1 --nocompare_reference)
@@ -119,7 +120,9 @@ fi
 if has suite; then
   t0=$SECONDS
   mkdir -p "$work/suite_pack/bin"; ln -s "$pack/lib" "$work/suite_pack/lib"
-  for t in "$pack"/bin/*_test; do [[ "$t" == *device_gpt_model_test ]] || ln -s "$t" "$work/suite_pack/bin/"; done
+  for t in "$pack"/bin/*_test; do
+    [[ "$t" == *device_gpt_model_test || "$t" == *gpt_kernels_test ]] || ln -s "$t" "$work/suite_pack/bin/"
+  done
   LOOM_TEST_SECONDS=90 bash "$here/gpu_suite.sh" "$work/suite_pack" "$out/suite" tests \
     > "$out/suite.log" 2>&1
   note "== gpu suite ($((SECONDS - t0)) s)"; sed 's/^/   /' "$out/suite/summary.txt" | tee -a "$summary"

@@ -106,6 +106,11 @@ absl::Status DeviceBuffer::CopyFromHost(absl::Span<const std::byte> bytes, size_
   LOOM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   LOOM_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(data_ + offset, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy returns once the bytes are staged, before the
+  // DMA has landed them, and work on a non-blocking stream does not wait for the
+  // legacy stream that carries it: wait here, so "synchronous" holds for every
+  // stream.
+  LOOM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return absl::OkStatus();
 }
 

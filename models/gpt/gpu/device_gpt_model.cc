@@ -373,17 +373,20 @@ absl::Status DeviceGptModel::SetParameter(int p, int64_t begin, absl::Span<const
           " values but a moment of ", moment.size(), " (empty leaves the moments as they are)"));
     }
   }
-  LOOM_RETURN_IF_ERROR(Synchronize());
   const Layout& l = impl_->layout;
   const int64_t at = (params_[p].offset + begin) * 4;
   const size_t bytes = values.size() * 4;
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(impl_->at(l.params + at), values.data(), bytes,
-                                       cudaMemcpyHostToDevice));
+  // On the model's stream, so the bf16 copy below reads landed values: a plain
+  // cudaMemcpy from pageable memory returns before its DMA ends, on the legacy
+  // stream, which this non-blocking stream does not wait for.
+  cudaStream_t st = impl_->stream.get();
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->at(l.params + at), values.data(), bytes,
+                                            cudaMemcpyHostToDevice, st));
   if (!m.empty()) {
     LOOM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(impl_->at(l.m + at), m.data(), bytes, cudaMemcpyHostToDevice));
+        cudaMemcpyAsync(impl_->at(l.m + at), m.data(), bytes, cudaMemcpyHostToDevice, st));
     LOOM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(impl_->at(l.v + at), v.data(), bytes, cudaMemcpyHostToDevice));
+        cudaMemcpyAsync(impl_->at(l.v + at), v.data(), bytes, cudaMemcpyHostToDevice, st));
   }
   if (options_.bf16 && !values.empty()) {
     LOOM_RETURN_IF_ERROR(Kernel(
@@ -403,19 +406,21 @@ absl::Status DeviceGptModel::GetParameter(int p, absl::Span<float> values, absl:
         "DeviceGptModel::GetParameter: ", params_[p].name, " has ", params_[p].numel,
         " elements; got spans of ", values.size(), ", ", m.size(), " and ", v.size()));
   }
-  LOOM_RETURN_IF_ERROR(impl_->stream.Synchronize(absl::Now() + options_.timeout));
   const Layout& l = impl_->layout;
   const int64_t at = params_[p].offset * 4;
   const size_t bytes = values.size() * 4;
-  LOOM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(values.data(), impl_->at(l.params + at), bytes, cudaMemcpyDeviceToHost));
+  cudaStream_t st = impl_->stream.get();
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(values.data(), impl_->at(l.params + at), bytes,
+                                            cudaMemcpyDeviceToHost, st));
   if (!m.empty()) {
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(m.data(), impl_->at(l.m + at), bytes, cudaMemcpyDeviceToHost));
+    LOOM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(m.data(), impl_->at(l.m + at), bytes, cudaMemcpyDeviceToHost, st));
   }
   if (!v.empty()) {
-    LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(v.data(), impl_->at(l.v + at), bytes, cudaMemcpyDeviceToHost));
+    LOOM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(v.data(), impl_->at(l.v + at), bytes, cudaMemcpyDeviceToHost, st));
   }
-  return absl::OkStatus();
+  return impl_->stream.Synchronize(absl::Now() + options_.timeout);
 }
 
 absl::Status DeviceGptModel::GetGradient(int p, absl::Span<float> grad) const {
@@ -425,11 +430,10 @@ absl::Status DeviceGptModel::GetGradient(int p, absl::Span<float> grad) const {
                                                    params_[p].name, " has ", params_[p].numel,
                                                    " elements; got a span of ", grad.size()));
   }
-  LOOM_RETURN_IF_ERROR(impl_->stream.Synchronize(absl::Now() + options_.timeout));
-  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpy(grad.data(),
-                                       impl_->at(impl_->layout.grads + params_[p].offset * 4),
-                                       grad.size() * 4, cudaMemcpyDeviceToHost));
-  return absl::OkStatus();
+  LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      grad.data(), impl_->at(impl_->layout.grads + params_[p].offset * 4), grad.size() * 4,
+      cudaMemcpyDeviceToHost, impl_->stream.get()));
+  return impl_->stream.Synchronize(absl::Now() + options_.timeout);
 }
 
 absl::Status DeviceGptModel::ZeroGrad() {
