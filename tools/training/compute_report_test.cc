@@ -130,5 +130,27 @@ TEST(ComputeMfuTest, TheBackendsBestProductRaisesThePeakAndTheGemmShareUsesIt) {
   EXPECT_EQ(ComputeMfu(model, 2000, peak, 2, 2, false, gemm).gemm_mfu, 0.0);
 }
 
+// The GPU job's MFU: the median step after the first (which warms up), over the
+// H100's dense bf16 peak.
+TEST(ComputeDeviceMfuTest, IsTheMedianSteadyStepOverTheH100Peak) {
+  GptConfig model;
+  TrainSummary summary;
+  for (const double rate : {10.0, 300.0, 100.0, 200.0}) {
+    StepReport step;
+    step.tokens_per_second = rate;
+    summary.steps.push_back(step);
+  }
+  const DeviceMfu mfu = ComputeDeviceMfu(model, summary);
+  EXPECT_EQ(mfu.tokens_per_second, 200.0);  // median of 300, 100, 200
+  EXPECT_EQ(mfu.flops_per_token, model.TrainingFlopsPerToken());
+  EXPECT_DOUBLE_EQ(mfu.mfu, model.TrainingFlopsPerToken() * 200.0 / 989e12);
+  EXPECT_THAT(DeviceMfuLine(model, summary), HasSubstr("median 200 tokens/s over the last 3 steps"));
+  // One step: it is all there is.
+  summary.steps.resize(1);
+  EXPECT_EQ(ComputeDeviceMfu(model, summary).tokens_per_second, 10.0);
+  summary.steps.clear();
+  EXPECT_EQ(ComputeDeviceMfu(model, summary).mfu, 0.0);
+}
+
 }  // namespace
 }  // namespace loom

@@ -116,6 +116,8 @@ TEST_F(TrainFlagsTest, BadValuesAreOneLineNamingTheFlag) {
        "--offload_config replaces --offload"},
       {{{"cp_comm", "ring"}, {"cost_model", "/x"}}, "--cost_model is for --cp_comm=auto"},
       {{{"attention_gflops", "0"}}, "--attention_gflops 0 must be > 0"},
+      {{{"device_attention", "tiled"}},
+       "--device_attention tiled is not auto, materialized or flash"},
       {{{"global_batch", "8"}}, "--global_batch and --plan_calibration go with --plan"},
       {{{"plan", "4"}, {"transport", "shm"}}, "--plan is for --transport threads"},
   };
