@@ -314,25 +314,25 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       LOOM_ASSIGN_OR_RETURN(device_loss, trainer->ForwardBackward(batch_of, options.microbatches));
       breakdown.compute = lap();
     } else {
-    module->BeginStep(step);
-    const double waited_before = optimizer->WaitSeconds();
-    const double gemm_before = ThreadComputeSeconds(ComputeKind::kGemm);
-    const double attention_before = ThreadComputeSeconds(ComputeKind::kAttention);
-    const RingOverlapStats ring_before = ThisThreadRingOverlap();
-    LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module, &send_buffers));
-    const double executed = lap();
-    breakdown.gemm = ThreadComputeSeconds(ComputeKind::kGemm) - gemm_before;
-    breakdown.attention = ThreadComputeSeconds(ComputeKind::kAttention) - attention_before;
-    const RingOverlapStats ring_after = ThisThreadRingOverlap();
-    breakdown.cp_hops = ring_after.hop_seconds - ring_before.hop_seconds;
-    breakdown.cp_exposed = ring_after.exposed_seconds - ring_before.exposed_seconds;
-    // The module's waits for the engine happen inside its compute.
-    breakdown.param_wait = optimizer->WaitSeconds() - waited_before;
-    breakdown.compute =
-        std::max(0.0, absl::ToDoubleSeconds(last_execution.compute) - breakdown.param_wait);
-    breakdown.pp_comm = absl::ToDoubleSeconds(last_execution.waiting);
-    breakdown.other +=
-        std::max(0.0, executed - breakdown.compute - breakdown.param_wait - breakdown.pp_comm);
+      module->BeginStep(step);
+      const double waited_before = optimizer->WaitSeconds();
+      const double gemm_before = ThreadComputeSeconds(ComputeKind::kGemm);
+      const double attention_before = ThreadComputeSeconds(ComputeKind::kAttention);
+      const RingOverlapStats ring_before = ThisThreadRingOverlap();
+      LOOM_ASSIGN_OR_RETURN(last_execution, setup.executor->Run(*w.pp, *module, &send_buffers));
+      const double executed = lap();
+      breakdown.gemm = ThreadComputeSeconds(ComputeKind::kGemm) - gemm_before;
+      breakdown.attention = ThreadComputeSeconds(ComputeKind::kAttention) - attention_before;
+      const RingOverlapStats ring_after = ThisThreadRingOverlap();
+      breakdown.cp_hops = ring_after.hop_seconds - ring_before.hop_seconds;
+      breakdown.cp_exposed = ring_after.exposed_seconds - ring_before.exposed_seconds;
+      // The module's waits for the engine happen inside its compute.
+      breakdown.param_wait = optimizer->WaitSeconds() - waited_before;
+      breakdown.compute =
+          std::max(0.0, absl::ToDoubleSeconds(last_execution.compute) - breakdown.param_wait);
+      breakdown.pp_comm = absl::ToDoubleSeconds(last_execution.waiting);
+      breakdown.other +=
+          std::max(0.0, executed - breakdown.compute - breakdown.param_wait - breakdown.pp_comm);
     }
     float grad_scale = 1.0f;
     double grad_norm = 0;
@@ -348,26 +348,26 @@ absl::Status RunRank(const TrainJobOptions& options, const JobSetup& setup, Rank
       LOOM_RETURN_IF_ERROR(trainer->Step(hyper));
       breakdown.optimizer = lap();
     } else {
-    // Without clipping, Step reduces the gradients itself: at zero 0 with overlap it
-    // steps each unit as its all-reduce ends, beside the ones still in flight.
-    if (options.clip_grad_norm > 0) {
-      LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
-      // Every rank's share, summed over the world: each element of the model once.
-      LOOM_ASSIGN_OR_RETURN(double squares, optimizer->GradSquaredNorm(norm_weights));
-      LOOM_RETURN_IF_ERROR(w.world->AllReduce(absl::MakeSpan(&squares, 1), ReduceOp::kSum));
-      grad_norm = std::sqrt(squares);
-      grad_scale = static_cast<float>(
-          std::min(1.0, static_cast<double>(options.clip_grad_norm) / (grad_norm + 1e-6)));
-    }
-    breakdown.dp_comm += lap();
-    AdamWHyper hyper = AdamWHyperAt(options, step + 1);
-    hyper.grad_scale = grad_scale;
-    const double step_comm_before = optimizer->StepCommSeconds();
-    LOOM_RETURN_IF_ERROR(optimizer->Step(hyper));
-    // Step's waits for gradient communication are dp communication, the rest AdamW.
-    const double step_comm = optimizer->StepCommSeconds() - step_comm_before;
-    breakdown.dp_comm += step_comm;
-    breakdown.optimizer = std::max(0.0, lap() - step_comm);
+      // Without clipping, Step reduces the gradients itself: at zero 0 with overlap it
+      // steps each unit as its all-reduce ends, beside the ones still in flight.
+      if (options.clip_grad_norm > 0) {
+        LOOM_RETURN_IF_ERROR(optimizer->ReduceGradients());
+        // Every rank's share, summed over the world: each element of the model once.
+        LOOM_ASSIGN_OR_RETURN(double squares, optimizer->GradSquaredNorm(norm_weights));
+        LOOM_RETURN_IF_ERROR(w.world->AllReduce(absl::MakeSpan(&squares, 1), ReduceOp::kSum));
+        grad_norm = std::sqrt(squares);
+        grad_scale = static_cast<float>(
+            std::min(1.0, static_cast<double>(options.clip_grad_norm) / (grad_norm + 1e-6)));
+      }
+      breakdown.dp_comm += lap();
+      AdamWHyper hyper = AdamWHyperAt(options, step + 1);
+      hyper.grad_scale = grad_scale;
+      const double step_comm_before = optimizer->StepCommSeconds();
+      LOOM_RETURN_IF_ERROR(optimizer->Step(hyper));
+      // Step's waits for gradient communication are dp communication, the rest AdamW.
+      const double step_comm = optimizer->StepCommSeconds() - step_comm_before;
+      breakdown.dp_comm += step_comm;
+      breakdown.optimizer = std::max(0.0, lap() - step_comm);
     }
     const int64_t faults_after = summary != nullptr ? ProcessPageFaults() : -1;
     double checkpoint_seconds = 0;
