@@ -366,12 +366,12 @@ absl::Status CheckRange(const std::vector<DeviceParameter>& params, int p, int64
 absl::Status DeviceGptModel::SetParameter(int p, int64_t begin, absl::Span<const float> values,
                                           absl::Span<const float> m, absl::Span<const float> v) {
   LOOM_RETURN_IF_ERROR(CheckRange(params_, p, begin, values.size(), "SetParameter"));
-  for (absl::Span<const float> moment : {m, v}) {
-    if (!moment.empty() && moment.size() != values.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DeviceGptModel::SetParameter: ", params_[p].name, ": ", values.size(),
-          " values but a moment of ", moment.size(), " (empty leaves the moments as they are)"));
-    }
+  const bool moments = !m.empty() || !v.empty();
+  if (moments && (m.size() != values.size() || v.size() != values.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DeviceGptModel::SetParameter: ", params_[p].name, ": ", values.size(),
+        " values but moments of ", m.size(), " and ", v.size(),
+        " (both the values' size, or both empty to leave the moments as they are)"));
   }
   const Layout& l = impl_->layout;
   const int64_t at = (params_[p].offset + begin) * 4;
@@ -382,7 +382,7 @@ absl::Status DeviceGptModel::SetParameter(int p, int64_t begin, absl::Span<const
   cudaStream_t st = impl_->stream.get();
   LOOM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(impl_->at(l.params + at), values.data(), bytes,
                                             cudaMemcpyHostToDevice, st));
-  if (!m.empty()) {
+  if (moments) {
     LOOM_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(impl_->at(l.m + at), m.data(), bytes, cudaMemcpyHostToDevice, st));
     LOOM_CUDA_RETURN_IF_ERROR(

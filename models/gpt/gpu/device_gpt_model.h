@@ -119,11 +119,13 @@ class DeviceGptModel {
   int64_t parameter_count() const;  // elements, all parameters
   DeviceGptBytes bytes() const { return bytes_; }
 
-  // SetParameter copies elements [begin, begin + values.size()) of parameter p, and
-  // the same range of its AdamW moments (m, v: empty for zeros... or the same size),
-  // from the host; the bf16 copy follows. GetParameter copies them back (m and v may
-  // be empty). GetGradient copies p's accumulated gradient. Synchronous.
-  // InvalidArgument / OutOfRange naming the parameter and sizes.
+  // SetParameter copies elements [begin, begin + values.size()) of parameter p from
+  // the host, and the same range of its AdamW moments m and v (both values' size, or
+  // both empty to leave the moments as they are); the bf16 copy follows. GetParameter
+  // copies a whole parameter back (m and v may be empty). GetGradient copies p's
+  // accumulated gradient. Synchronous. InvalidArgument for a parameter index out of
+  // range or spans of other sizes, OutOfRange for a range past the parameter's end,
+  // naming the parameter and the sizes.
   absl::Status SetParameter(int p, int64_t begin, absl::Span<const float> values,
                             absl::Span<const float> m, absl::Span<const float> v);
   absl::Status GetParameter(int p, absl::Span<float> values, absl::Span<float> m,

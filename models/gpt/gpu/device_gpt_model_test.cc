@@ -328,6 +328,9 @@ TEST_P(DeviceGptModelTest, BadInputIsNamed) {
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("embed.token")));
   EXPECT_THAT(model->SetParameter(999, 0, too_many, {}, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parameter 999")));
+  const std::vector<float> four(4, 0.5f);
+  EXPECT_THAT(model->SetParameter(0, 0, four, four, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("moments of 4 and 0")));
   GptConfig huge = c.config;
   huge.hidden = 16384;
   huge.heads = 128;
