@@ -24,6 +24,7 @@
 #include "collectives/transport/inproc/inproc_harness.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_macros.h"
+#include "core/sanitizers.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -84,7 +85,11 @@ std::vector<CollectiveParam> CollectiveParams() {
     std::vector<Algorithm> algorithms = AlgorithmsFor(kind);
     algorithms.push_back(Algorithm::kAuto);
     for (Algorithm algorithm : algorithms) {
-      for (int world : {1, 2, 3, 5, 8, 16}) {
+      // Under a sanitizer 8 ranks show every path 16 do (non-powers of two at 3 and 5,
+      // the deeper trees at 8), and 16 threads are its slowest cases (the suite, with
+      // no sanitizer, keeps 16).
+      for (int world : kUnderSanitizer ? std::vector<int>{1, 2, 3, 5, 8}
+                                       : std::vector<int>{1, 2, 3, 5, 8, 16}) {
         for (int count_kind = 0; count_kind < 6; ++count_kind) {
           params.emplace_back(kind, algorithm, world, count_kind);
         }
