@@ -20,14 +20,8 @@ phases="${3:-test,bench,bench_f32,parity,parity_flash,ckpt,big,suite}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 pack="$(mktemp -d)"; tar -C "$pack" -xJf "$tarball" || { echo "cannot unpack $tarball"; exit 1; }
 work="$(mktemp -d)"; cd "$work"
-cuda_libs=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d "$d" ]] && cuda_libs="$cuda_libs:$d"
-done
-for d in $(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null); do
-  cuda_libs="$cuda_libs:$d"
-done
-export LD_LIBRARY_PATH="$pack/lib${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$here/pack_env.sh"
+use_pack "$pack"
 train="$pack/bin/train"
 summary="$out/summary.txt"; : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }

@@ -11,16 +11,8 @@
 set -uo pipefail
 pack="$(cd "$1" && pwd)"; out="$2"; what="${3:-all}"; filter="${4:-}"
 mkdir -p "$out"; logs="$(mktemp -d)"
-# The CUDA libraries the binaries link (cudart, cuBLAS, NCCL): the machine's own, under
-# /usr/local/cuda, or else the ones PyTorch's wheels bring.
-cuda_libs=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d "$d" ]] && cuda_libs="$cuda_libs:$d"
-done
-for d in $(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null); do
-  cuda_libs="$cuda_libs:$d"
-done
-export LD_LIBRARY_PATH="$pack/lib${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/pack_env.sh"
+use_pack "$pack"
 {
   echo "== machine"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,pcie.link.gen.max,pcie.link.width.max --format=csv
   nvcc --version 2>/dev/null | tail -1

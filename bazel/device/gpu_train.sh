@@ -10,11 +10,8 @@
 # reorder f32 sums). Speed: one rank, a larger model, tokens/s on each device.
 set -uo pipefail
 pack="$(cd "$1" && pwd)"; out="$2"; mkdir -p "$out"
-cuda_libs=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d "$d" ]] && cuda_libs="$cuda_libs:$d"
-done
-export LD_LIBRARY_PATH="$pack/lib${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/pack_env.sh"
+use_pack "$pack"
 train="$pack/bin/train"
 run() {  # name flags...
   local name="$1"; shift
