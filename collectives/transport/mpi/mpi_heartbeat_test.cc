@@ -1,10 +1,16 @@
 // Heartbeats over MPI, in a real mpirun job of 4 processes: a stopped rank is
 // reported by the rank waiting on it within its heartbeat timeout, naming its world
 // rank and pid; a busy rank (alive, computing) is not; a rank that closed its
-// endpoint is not reported as silent. Every rank runs every test (mpi_test_main).
+// endpoint is not reported as silent; a sender whose peer stopped mid-transfer may
+// unmap its buffer once its Wait has failed. Every rank runs every test
+// (mpi_test_main).
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -133,6 +139,79 @@ TEST(MpiHeartbeatTest, ClosedRankIsNotReportedAsSilent) {
                          HasSubstr("receive from world rank 2 (pid ")));
   }
   Barrier();
+}
+
+// The receiver of the test below: it checks every piece against the sender's
+// pattern, and stops its own process (MPI lock and beat thread with it) once the
+// piece at `stop_at` has landed, so that the sender is left with pieces in flight.
+struct StoppingReceiver {
+  size_t stop_at = 0;
+  mutable std::atomic<int64_t> wrong{0};
+  mutable std::atomic<size_t> received{0};
+};
+
+std::byte Pattern(size_t offset) { return static_cast<std::byte>((offset * 131 + 7) % 251); }
+
+void CheckThenMaybeStop(const void* state, std::byte* dst, const std::byte* src, size_t offset,
+                        size_t bytes) {
+  const auto& receiver = *static_cast<const StoppingReceiver*>(state);
+  for (size_t i = 0; i < bytes; ++i) {
+    if (src[i] != Pattern(offset + i)) receiver.wrong.fetch_add(1);
+  }
+  std::memcpy(dst, src, bytes);
+  receiver.received.fetch_add(bytes);
+  if (offset == receiver.stop_at) raise(SIGSTOP);  // Rank 0 sends SIGCONT.
+}
+
+// Rank 3 stops in the middle of a 32 MiB receive from rank 0. Rank 0's Wait fails
+// on the silent peer with pieces still in MPI's hands; rank 0 then unmaps its send
+// buffer, as a caller unwinding from the error would free it, and keeps MPI
+// progressing (its endpoint's close, a barrier) while rank 3 resumes and MPI moves
+// what it still holds. The transport stages every piece it hands MPI in buffers
+// of its own, so nothing reads the unmapped pages (a read would kill rank 0, and
+// Open MPI's single-copy read from rank 3 would fail with EFAULT), and every byte
+// rank 3 gets is the sender's.
+TEST(MpiHeartbeatTest, SenderMayFreeItsBufferOnceAWaitOnASilentPeerFailed) {
+  std::unique_ptr<Transport> transport = Connect();
+  ASSERT_NE(transport, nullptr);
+  int64_t pid = getpid();
+  {
+    MutexLock lock(&mpi_internal::MpiLock());
+    MPI_Bcast(&pid, 1, MPI_INT64_T, 3, MPI_COMM_WORLD);
+  }
+  constexpr size_t kBytes = size_t{32} << 20;
+  constexpr Tag kTag = 11;
+  if (WorldRank() == 0) {
+    void* mapped = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    auto* data = static_cast<std::byte*>(mapped);
+    for (size_t i = 0; i < kBytes; ++i) data[i] = Pattern(i);
+    absl::StatusOr<Request> send = transport->Send(3, kTag, absl::MakeConstSpan(data, kBytes));
+    ASSERT_TRUE(send.ok()) << send.status();
+    const absl::Status waited = transport->Wait({*send}, absl::Now() + absl::Seconds(60));
+    ASSERT_EQ(munmap(mapped, kBytes), 0);
+    EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable,
+                                 HasSubstr("stopped responding: no heartbeat for")));
+    transport.reset();  // Its close drains MPI for a while.
+    kill(static_cast<pid_t>(pid), SIGCONT);
+  } else if (WorldRank() == 3) {
+    StoppingReceiver receiver;
+    receiver.stop_at = size_t{1} << 20;
+    std::vector<std::byte> into(kBytes);
+    Combiner combiner;
+    combiner.fn = &CheckThenMaybeStop;
+    combiner.state = &receiver;
+    absl::StatusOr<Request> receive =
+        transport->PostRecv(0, kTag, AsWritableBytes(into), combiner, Stamp{});
+    ASSERT_TRUE(receive.ok()) << receive.status();
+    // Rank 0 gives up on this rank while it is stopped, so the rest never comes:
+    // the receive ends at its deadline (or on rank 0's close), whichever it meets.
+    const absl::Status waited = transport->Wait({*receive}, absl::Now() + absl::Seconds(4));
+    EXPECT_FALSE(waited.ok());
+    EXPECT_EQ(receiver.wrong.load(), 0) << "bytes that are not the sender's";
+    EXPECT_GT(receiver.received.load(), receiver.stop_at);
+  }
+  Barrier();  // MPI progresses on every rank, rank 0's too, after the unmap.
 }
 
 }  // namespace

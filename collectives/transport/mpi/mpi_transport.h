@@ -22,12 +22,14 @@
 // - Larger messages are a rendezvous: the envelope announces the size; the receiver,
 //   once it has a matching receive of that size, posts MPI receives for the data on
 //   MPI tags of its own choosing and answers "clear to send" with them; only then does
-//   the sender hand its buffer to MPI. So a send whose deadline passes before the
-//   receiver is ready is withdrawn cleanly (MPI cannot cancel a send it was given),
-//   and a size mismatch fails both sides, as the contract asks. Copy receives take
-//   the data straight into their buffer; combining receives take it in chunks of
-//   `chunk_bytes` (into the destination itself when the combiner `lands_in_place`,
-//   otherwise into a few reused chunk buffers) and combine each as it lands.
+//   the sender hand its data to MPI, in pieces of `chunk_bytes` copied into buffers
+//   of its own (up to 16 MiB in flight; the next piece goes as one completes). So a
+//   send whose deadline passes before the receiver is ready is withdrawn cleanly (MPI
+//   cannot cancel a send it was given), and a size mismatch fails both sides, as the
+//   contract asks. Copy receives take the pieces straight into their buffer;
+//   combining receives take them into the destination itself when the combiner
+//   `lands_in_place`, otherwise into a few reused chunk buffers, and combine each as
+//   it lands.
 //
 // Waiting polls MPI (MPI_Improbe for envelopes, MPI_Testsome for data): it spins
 // `spin_iterations` polls, then yields the CPU between polls, then sleeps 50 us
@@ -50,8 +52,13 @@
 // deadline fails with DeadlineExceeded naming the peer, tag and size. Data already
 // handed to MPI (after "clear to send") cannot be withdrawn; Wait gives it
 // `withdraw_grace` to land, and if it does not, the endpoint is broken: this and
-// every later call fail with Internal, and the buffers of those transfers must stay
-// alive until MPI is finalized.
+// every later call fail with Internal. A send never leaves its buffer with MPI: its
+// pieces are copied into the endpoint's own buffers as they go (a window of 16 MiB),
+// which stay allocated while MPI holds them, so the caller may free its buffer once
+// any Wait returns. A receive lands in its destination (copies, and combiners that
+// `lands_in_place`) or in the endpoint's chunk buffers: after a break, the
+// destination of a copy receive still in flight must stay alive until MPI is
+// finalized.
 //
 // Closing an endpoint (destroying it) is local and keeps its duplicate communicator
 // until MPI_Finalize, so a late message from a peer stays there; a process connects
@@ -134,8 +141,8 @@ struct MpiTransportOptions {
   // Messages of at most this many bytes travel inside their envelope and complete
   // as buffered; in [0, 1048576]. Every rank passes the same.
   size_t eager_bytes = 16 * 1024;
-  // Chunk size of combining receives (and the most one MPI message carries is
-  // max(chunk_bytes, 1 GiB) for copies); a multiple of 4096 in [4096, 1 GiB].
+  // The bytes of one data message of a rendezvous (each piece a sender stages, and
+  // each chunk a combining receive combines); a multiple of 4096 in [4096, 1 GiB].
   // Every rank passes the same.
   size_t chunk_bytes = size_t{256} << 10;
   // Idle polls in Wait before it starts yielding the CPU.

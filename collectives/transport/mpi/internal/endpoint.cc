@@ -19,10 +19,16 @@ namespace loom {
 namespace mpi_internal {
 namespace {
 
-// The most bytes one MPI data message carries (MPI counts are ints).
+// The most bytes one MPI data message carries (MPI counts are ints; the options
+// keep chunk_bytes within it, and a clear to send naming more is refused).
 constexpr size_t kMaxPiece = size_t{1} << 30;
 // Chunks of a combining receive in flight at once, each in a buffer of its own.
 constexpr size_t kWindow = 4;
+// Bytes of a send staged and in flight at once (at least kWindow chunks).
+constexpr size_t kSendWindowBytes = size_t{16} << 20;
+// Idle slots an endpoint keeps for the next transfer (page faults and zero-fills of
+// fresh ones cost more than the copy into them).
+constexpr size_t kPooledSlots = 128;
 // Envelopes handled per poll, so one busy peer cannot starve the data requests.
 constexpr int kEnvelopesPerPoll = 64;
 
@@ -148,6 +154,11 @@ Endpoint::~Endpoint() {
     MPI_Request_free(&requests_[j]);
     // MPI may still read a control message's bytes: they stay allocated.
     if (in_flight_[j].buffer != nullptr) in_flight_[j].buffer.release();
+  }
+  // So may it a data piece's: the slots of an op MPI still holds stay allocated too.
+  for (auto& [id, op] : ops_) {
+    if (op.in_flight == 0) continue;
+    for (auto& slot : op.slots) slot.release();
   }
   // The duplicate communicator is never freed: a peer may still send to this closed
   // endpoint (an abort notice, a withdrawal), and Open MPI hands a message for a freed
@@ -296,9 +307,18 @@ uint64_t Endpoint::NewOp(Op op) {
 void Endpoint::Finish(Op& op, absl::Status status) {
   op.state = State::kDone;
   op.status = std::move(status);
-  for (auto& slot : op.slots) GiveBuffer(std::move(slot));
-  op.slots.clear();
   op.landed.clear();
+  if (op.in_flight == 0) RecycleSlots(op);
+}
+
+void Endpoint::RecycleSlots(Op& op) {
+  for (auto& slot : op.slots) {
+    // The pool keeps slots of this endpoint's piece size (every rank's chunk_bytes).
+    if (slot->size() == options_.chunk_bytes && free_slots_.size() < kPooledSlots) {
+      free_slots_.push_back(std::move(slot));
+    }
+  }
+  op.slots.clear();
 }
 
 absl::Status Endpoint::PostControl(int peer, const Envelope& envelope,
@@ -318,18 +338,23 @@ absl::Status Endpoint::PostControl(int peer, const Envelope& envelope,
   return absl::OkStatus();
 }
 
-absl::Status Endpoint::PostData(Op& op, uint64_t id, size_t piece, bool send) {
+absl::Status Endpoint::PostData(Op& op, uint64_t id, size_t piece, bool send, size_t slot) {
   const size_t offset = piece * op.piece;
   const int bytes = static_cast<int>(std::min(op.piece, op.bytes - offset));
   const int tag = DataTag(op.data_tag + piece);
   MPI_Request request;
   if (send) {
-    LOOM_MPI_RETURN_IF_ERROR(
-        MPI_Isend(op.send_data + offset, bytes, MPI_BYTE, op.peer, tag, comm_, &request),
-        "MPI_Isend");
+    // MPI never holds a sender's memory: a Wait that fails with data in flight (its
+    // peer went silent mid-transfer) lets the caller free its buffer, and MPI may
+    // read the piece long after (Open MPI's vader re-sends a piece whose
+    // single-copy read failed). The slot stays with the op while MPI holds it, and
+    // is leaked if the endpoint closes first.
+    std::byte* staged = op.slots[slot]->data();
+    std::memcpy(staged, op.send_data + offset, static_cast<size_t>(bytes));
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Isend(staged, bytes, MPI_BYTE, op.peer, tag, comm_, &request),
+                             "MPI_Isend");
   } else {
-    const bool direct = op.combiner.copies() || op.combiner.lands_in_place;
-    std::byte* into = direct ? op.recv_data + offset : op.slots[piece % op.slots.size()]->data();
+    std::byte* into = Direct(op) ? op.recv_data + offset : op.slots[slot]->data();
     LOOM_MPI_RETURN_IF_ERROR(MPI_Irecv(into, bytes, MPI_BYTE, op.peer, tag, comm_, &request),
                              "MPI_Irecv");
   }
@@ -338,6 +363,7 @@ absl::Status Endpoint::PostData(Op& op, uint64_t id, size_t piece, bool send) {
   posted.what = send ? InFlight::What::kDataSend : InFlight::What::kDataRecv;
   posted.op = id;
   posted.piece = piece;
+  posted.slot = slot;
   in_flight_.push_back(std::move(posted));
   ++op.in_flight;
   return absl::OkStatus();
@@ -351,6 +377,23 @@ uint64_t Endpoint::DataTagCounter(int peer, size_t count) {
 
 int Endpoint::DataTag(uint64_t counter) const {
   return 1 + static_cast<int>(counter % static_cast<uint64_t>(tag_ub_ - 1));
+}
+
+bool Endpoint::Direct(const Op& op) {
+  return !op.is_send && (op.combiner.copies() || op.combiner.lands_in_place);
+}
+
+size_t Endpoint::TakeSlots(Op& op, size_t window) {
+  const size_t slots = std::min(window, op.pieces);
+  for (size_t s = 0; s < slots; ++s) {
+    if (op.piece == options_.chunk_bytes && !free_slots_.empty()) {
+      op.slots.push_back(std::move(free_slots_.back()));
+      free_slots_.pop_back();
+    } else {
+      op.slots.push_back(std::make_unique<std::vector<std::byte>>(op.piece));
+    }
+  }
+  return slots;
 }
 
 std::unique_ptr<std::vector<std::byte>> Endpoint::TakeBuffer() {
@@ -401,23 +444,15 @@ absl::Status Endpoint::StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint
     Finish(op, Mismatch(op.peer, bytes, op.tag, rank_, op.bytes));
     return PostControl(op.peer, answer);
   }
-  op.piece = op.combiner.copies() ? kMaxPiece : options_.chunk_bytes;
+  op.piece = options_.chunk_bytes;
   op.pieces = (op.bytes + op.piece - 1) / op.piece;
   op.data_tag = DataTagCounter(op.peer, op.pieces);
   op.landed.assign(op.pieces, false);
   op.state = State::kTransferring;
-  const bool direct = op.combiner.copies() || op.combiner.lands_in_place;
-  size_t first_posts = op.pieces;
-  if (!direct) {
-    first_posts = std::min(kWindow, op.pieces);
-    for (size_t s = 0; s < first_posts; ++s) {
-      op.slots.push_back(TakeBuffer());
-      op.slots.back()->resize(op.piece);
-    }
-  }
+  const size_t first_posts = Direct(op) ? op.pieces : TakeSlots(op, kWindow);
   // The receives go in before "clear to send", so the data never waits unexpected.
   for (size_t piece = 0; piece < first_posts; ++piece) {
-    LOOM_RETURN_IF_ERROR(PostData(op, id, piece, /*send=*/false));
+    LOOM_RETURN_IF_ERROR(PostData(op, id, piece, /*send=*/false, /*slot=*/piece));
   }
   op.next_to_post = first_posts;
   answer.kind = Kind::kCts;
@@ -432,15 +467,19 @@ absl::Status Endpoint::CombineLanded(uint64_t id, Op& op) {
     const size_t piece = op.pieces_done;
     const size_t offset = piece * op.piece;
     const size_t bytes = std::min(op.piece, op.bytes - offset);
-    if (!op.combiner.copies()) {
-      const std::byte* from = op.combiner.lands_in_place
-                                  ? op.recv_data + offset
-                                  : op.slots[piece % op.slots.size()]->data();
-      op.combiner.Apply(op.recv_data + offset, from, offset, bytes);
+    if (Direct(op)) {
+      if (!op.combiner.copies()) {
+        op.combiner.Apply(op.recv_data + offset, op.recv_data + offset, offset, bytes);
+      }
+      ++op.pieces_done;
+      continue;
     }
+    // Pieces are combined in order, so piece + kWindow reuses this piece's slot.
+    const size_t slot = piece % op.slots.size();
+    op.combiner.Apply(op.recv_data + offset, op.slots[slot]->data(), offset, bytes);
     ++op.pieces_done;
-    if (!op.slots.empty() && op.next_to_post < op.pieces) {
-      LOOM_RETURN_IF_ERROR(PostData(op, id, op.next_to_post++, /*send=*/false));
+    if (op.next_to_post < op.pieces) {
+      LOOM_RETURN_IF_ERROR(PostData(op, id, op.next_to_post++, /*send=*/false, slot));
     }
   }
   if (op.pieces_done == op.pieces) Finish(op, absl::OkStatus());
@@ -531,14 +570,24 @@ void Endpoint::HandleCompletion(InFlight& done, const MPI_Status& status) {
   MPI_Test_cancelled(&status, &cancelled);
   if (!cancelled && op.state == State::kTransferring) {
     if (done.what == InFlight::What::kDataSend) {
-      if (++op.pieces_done == op.pieces) Finish(op, absl::OkStatus());
+      // Sends may complete out of order: the next piece goes in the slot just freed.
+      if (++op.pieces_done == op.pieces) {
+        Finish(op, absl::OkStatus());
+      } else if (op.next_to_post < op.pieces) {
+        const absl::Status posted =
+            PostData(op, done.op, op.next_to_post++, /*send=*/true, done.slot);
+        if (!posted.ok()) Break(posted);
+      }
     } else {
       op.landed[done.piece] = true;
       const absl::Status combined = CombineLanded(done.op, op);
       if (!combined.ok()) Break(combined);
     }
   }
-  if (op.waited && op.in_flight == 0 && op.state == State::kDone) ops_.erase(it);
+  if (op.in_flight == 0 && op.state == State::kDone) {
+    RecycleSlots(op);
+    if (op.waited) ops_.erase(it);
+  }
 }
 
 absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> message) {
@@ -587,18 +636,24 @@ absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> me
       // A send withdrawn at its deadline told the receiver so; nothing to do.
       if (it == ops_.end() || it->second.state != State::kAwaitingClear) return absl::OkStatus();
       Op& op = it->second;
-      if (!op.is_send || op.peer != source || envelope.piece == 0) {
-        return absl::InternalError(absl::StrCat("mpi rank ", rank_, ": a clear to send from rank ",
-                                                source, " names op ", envelope.send_id,
-                                                ", which is not a send to it"));
+      if (!op.is_send || op.peer != source || envelope.piece == 0 ||
+          envelope.piece > kMaxPiece) {
+        return absl::InternalError(absl::StrCat(
+            "mpi rank ", rank_, ": a clear to send from rank ", source, " names op ",
+            envelope.send_id, " with pieces of ", envelope.piece,
+            " bytes, which is not a send to it in pieces of 1..", kMaxPiece, " bytes"));
       }
       op.data_tag = envelope.data_tag;
       op.piece = envelope.piece;
       op.pieces = (op.bytes + op.piece - 1) / op.piece;
       op.state = State::kTransferring;
-      for (size_t piece = 0; piece < op.pieces; ++piece) {
-        LOOM_RETURN_IF_ERROR(PostData(op, envelope.send_id, piece, /*send=*/true));
+      const size_t first_posts =
+          TakeSlots(op, std::max(kWindow, kSendWindowBytes / op.piece));
+      for (size_t piece = 0; piece < first_posts; ++piece) {
+        LOOM_RETURN_IF_ERROR(
+            PostData(op, envelope.send_id, piece, /*send=*/true, /*slot=*/piece));
       }
+      op.next_to_post = first_posts;
       return absl::OkStatus();
     }
     case Kind::kNack: {
@@ -785,7 +840,8 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
           Break(absl::InternalError(absl::StrCat(
               "mpi rank ", rank_, ": ", Describe(op),
               " was handed to MPI and neither finished nor could be cancelled; this endpoint is "
-              "unusable and its buffer must stay alive until MPI_Finalize")));
+              "unusable",
+              op.is_send ? "" : " and the receive's buffer must stay alive until MPI_Finalize")));
         }
       }
       break;

@@ -87,9 +87,13 @@ class Endpoint final : public Transport {
     size_t piece = 0;         // bytes per data message
     size_t pieces = 0;        // data messages in all
     size_t pieces_done = 0;   // sends: pieces MPI has taken; receives: combined
-    size_t next_to_post = 0;  // receives through slots post a window ahead
+    size_t next_to_post = 0;  // sends, and receives through slots, post a window ahead
     std::vector<bool> landed;
-    std::vector<std::unique_ptr<std::vector<std::byte>>> slots;  // piece i uses slots[i % size]
+    // A send's pieces are staged here (MPI never holds the caller's send buffer): the
+    // next piece takes the slot its last one freed. A combining receive's piece i
+    // lands in slots[i % size]. Kept while MPI holds any (in_flight > 0), and leaked
+    // if the endpoint closes then.
+    std::vector<std::unique_ptr<std::vector<std::byte>>> slots;
     int in_flight = 0;  // MPI requests of this op not yet completed
   };
 
@@ -101,6 +105,7 @@ class Endpoint final : public Transport {
     enum class What { kControl, kDataSend, kDataRecv } what = What::kControl;
     uint64_t op = 0;
     size_t piece = 0;
+    size_t slot = 0;  // a data message's: its index in the op's slots
     std::unique_ptr<std::vector<std::byte>> buffer;  // a control send's bytes
   };
 
@@ -128,8 +133,16 @@ class Endpoint final : public Transport {
   absl::Status PostControl(int peer, const Envelope& envelope,
                            absl::Span<const std::byte> payload = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
-  absl::Status PostData(Op& op, uint64_t id, size_t piece, bool send)
+  // PostData hands MPI piece `piece` of `op` in op.slots[slot] (a send copies it in).
+  absl::Status PostData(Op& op, uint64_t id, size_t piece, bool send, size_t slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  // TakeSlots gives a transferring op up to `window` slots; returns how many.
+  size_t TakeSlots(Op& op, size_t window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  // Direct: a receive whose pieces land in the caller's buffer itself (copies, and
+  // combiners that may read their destination), all posted at once.
+  static bool Direct(const Op& op);
+  // RecycleSlots returns an op's slots to the pool, once MPI holds none of them.
+  void RecycleSlots(Op& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   uint64_t NewOp(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   void Finish(Op& op, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // Match pairs a posted receive with an arrival (eager or request to send).
@@ -188,6 +201,8 @@ class Endpoint final : public Transport {
   std::vector<MPI_Request> requests_ ABSL_GUARDED_BY(MpiLock());
   std::vector<InFlight> in_flight_ ABSL_GUARDED_BY(MpiLock());
   std::vector<std::unique_ptr<std::vector<std::byte>>> free_buffers_ ABSL_GUARDED_BY(MpiLock());
+  // Idle data slots of options_.chunk_bytes each (control buffers are another pool).
+  std::vector<std::unique_ptr<std::vector<std::byte>>> free_slots_ ABSL_GUARDED_BY(MpiLock());
   std::vector<std::byte> probe_buffer_ ABSL_GUARDED_BY(MpiLock());
   std::vector<int> done_indices_ ABSL_GUARDED_BY(MpiLock());
   std::vector<MPI_Status> done_statuses_ ABSL_GUARDED_BY(MpiLock());
