@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/status_macros.h"
@@ -38,20 +39,17 @@ absl::StatusOr<double> RoundTrip(Communicator& comm, int partner, size_t bytes, 
   return 0.0;
 }
 
-// The collectives whose curves Calibrate measures.
-constexpr CollectiveKind kCurveKinds[] = {CollectiveKind::kAllReduce,
-                                          CollectiveKind::kReduceScatter,
-                                          CollectiveKind::kAllGather, CollectiveKind::kBroadcast};
+}  // namespace
 
-// CallSeconds returns the seconds of one call of `kind` by `algorithm` moving `bytes`
-// (as CostModel::Predict counts them) in f32, as rank 0 measured it (other ranks
-// return their own; only rank 0's are kept): the lowest mean of `curve_batches`
-// batches, so that a stall of the machine or the network in one batch does not
-// price an algorithm out (a 4 KiB all-reduce measured 1.4 ms once, against 19 us
-// typical, across emulated hosts). Every rank runs the same calls: rank 0 chooses
-// their number from a first timed call and broadcasts it.
-absl::StatusOr<double> CallSeconds(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
-                                   size_t bytes, const CalibrationOptions& options) {
+absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
+                                   size_t bytes, int batches, double batch_seconds, bool warm,
+                                   int calls_per_batch) {
+  if (kind != CollectiveKind::kAllReduce && kind != CollectiveKind::kReduceScatter &&
+      kind != CollectiveKind::kAllGather && kind != CollectiveKind::kBroadcast) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MeasureCall: ", CollectiveKindName(kind),
+        " is not all_reduce, reduce_scatter, all_gather or broadcast"));
+  }
   const size_t n = static_cast<size_t>(comm.size());
   const bool blocks = kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
   const size_t count = std::max<size_t>(1, bytes / sizeof(float) / (blocks ? n : 1));
@@ -69,24 +67,28 @@ absl::StatusOr<double> CallSeconds(Communicator& comm, CollectiveKind kind, Algo
       default: return comm.Broadcast(in, out, /*root=*/0, call);
     }
   };
-  LOOM_RETURN_IF_ERROR(once());  // Warm: buffers faulted in, connections and paths set up.
-  absl::Time start = absl::Now();
-  LOOM_RETURN_IF_ERROR(once());
-  const double first = absl::ToDoubleSeconds(absl::Now() - start);
-  int64_t calls[1] = {std::clamp<int64_t>(
-      static_cast<int64_t>(std::ceil(options.curve_batch_seconds / std::max(first, 1e-9))), 1,
-      1000)};
-  CallOptions by_ring;
-  by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
-  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(calls), /*root=*/0, by_ring));
+  if (warm) LOOM_RETURN_IF_ERROR(once());  // Buffers faulted in, connections and paths set up.
+  absl::Time start;
+  int64_t calls[1] = {std::max(1, calls_per_batch)};
+  if (batch_seconds > 0) {
+    start = absl::Now();
+    LOOM_RETURN_IF_ERROR(once());
+    const double first = absl::ToDoubleSeconds(absl::Now() - start);
+    calls[0] = std::clamp<int64_t>(std::llround(batch_seconds / std::max(first, 1e-9)), 1, 1000);
+    CallOptions by_ring;
+    by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
+    LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(calls), /*root=*/0, by_ring));
+  }
   double best = std::numeric_limits<double>::infinity();
-  for (int batch = 0; batch < std::max(1, options.curve_batches); ++batch) {
+  for (int batch = 0; batch < std::max(1, batches); ++batch) {
     start = absl::Now();
     for (int64_t i = 0; i < calls[0]; ++i) LOOM_RETURN_IF_ERROR(once());
     best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(calls[0]));
   }
   return best;
 }
+
+namespace {
 
 // Candidates returns the algorithms whose curves Calibrate measures for `kind`: those
 // the selector weighs on this communicator's layout, and native where it may choose it.
@@ -102,6 +104,14 @@ std::vector<Algorithm> Candidates(const Communicator& comm, CollectiveKind kind)
 }  // namespace
 
 absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions& options) {
+  for (CollectiveKind kind : options.curve_kinds) {
+    if (kind != CollectiveKind::kAllReduce && kind != CollectiveKind::kReduceScatter &&
+        kind != CollectiveKind::kAllGather && kind != CollectiveKind::kBroadcast) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Calibrate: no curve is measured for ", CollectiveKindName(kind),
+          " (curve_kinds may name all_reduce, reduce_scatter, all_gather and broadcast)"));
+    }
+  }
   CostModel::Constants constants = CostModel::Default().constants();
   // gamma: the f32 sum kernel over a buffer too large for the caches.
   {
@@ -158,11 +168,12 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
   const bool curves = n > 1 && options.curve_sizes.size() >= 2;
   std::vector<double> measured;
   if (curves) {
-    for (CollectiveKind kind : kCurveKinds) {
+    for (CollectiveKind kind : options.curve_kinds) {
       for (Algorithm algorithm : Candidates(comm, kind)) {
         for (size_t bytes : options.curve_sizes) {
           LOOM_ASSIGN_OR_RETURN(const double seconds,
-                                CallSeconds(comm, kind, algorithm, bytes, options));
+                                MeasureCall(comm, kind, algorithm, bytes, options.curve_batches,
+                                            options.curve_batch_seconds));
           measured.push_back(seconds);
         }
       }
@@ -181,7 +192,7 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
   LOOM_ASSIGN_OR_RETURN(CostModel model, CostModel::FromConstants(constants));
   if (curves) {
     size_t next = 5;
-    for (CollectiveKind kind : kCurveKinds) {
+    for (CollectiveKind kind : options.curve_kinds) {
       for (Algorithm algorithm : Candidates(comm, kind)) {
         CostModel::Curve curve;
         for (size_t bytes : options.curve_sizes) curve.emplace_back(bytes, values[next++]);

@@ -226,11 +226,18 @@ absl::StatusOr<CommBuffer> Communicator::AllocateBuffer(size_t bytes) const {
 
 bool Communicator::HasNative() const { return transport_->native() != nullptr; }
 
+std::string Communicator::TransportName() const { return transport_->name(); }
+
 Explanation Communicator::Explain(CollectiveKind kind, size_t bytes) const {
   // The engine's own collectives compete where the transport has them and no
   // reduction order is promised.
   const bool allow_native = HasNative() && !options_.deterministic;
   return options_.cost_model.Explain(kind, bytes, size(), options_.ranks_per_node, allow_native);
+}
+
+void Communicator::SetCostModel(CostModel model) {
+  options_.cost_model = std::move(model);
+  algorithms_ = std::make_unique<AlgorithmCache>();
 }
 
 CollectiveCounters Communicator::Counters(CollectiveKind kind) const {

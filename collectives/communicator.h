@@ -215,9 +215,16 @@ class Communicator {
   // rank (see CostModel::Predict for what bytes means per kind), with the predicted
   // time of every candidate.
   Explanation Explain(CollectiveKind kind, size_t bytes) const;
+  // SetCostModel replaces the selector's model (AutoCalibrate installs a measured
+  // one) and forgets the choices made so far; later splits inherit it. Call it while
+  // no other thread calls or explains on this communicator, and on every rank with
+  // the same model, as options.cost_model is given.
+  void SetCostModel(CostModel model);
   // HasNative returns whether the transport has collectives of its own, so that
   // Algorithm::kNative can run (MPI, NCCL; not inproc, shm or a split's group).
   bool HasNative() const;
+  // TransportName returns the transport's name ("mpi", "gloo", "shm", ...).
+  std::string TransportName() const;
 
   // Counters returns this communicator's counters of one collective (kSendRecv for
   // Send and Recv).
@@ -244,7 +251,7 @@ class Communicator {
   absl::Status PointToPoint(bool send, std::byte* data, size_t count, DType dtype, int peer,
                             const CallOptions& call);
 
-  const CommunicatorOptions options_;
+  CommunicatorOptions options_;  // cost_model changes by SetCostModel only
   const uint64_t id_;  // 24 bits: the top of every tag
   // The default deadline budget of a call, CoarseResolution() + options_.timeout, in
   // nanoseconds (see Run).

@@ -74,7 +74,8 @@ std::string Explanation::ToString() const {
   for (size_t i = 0; i < predictions.size(); ++i) {
     absl::StrAppend(&out, i == 0 ? " (predicted " : (i == 1 ? "; " : ", "),
                     i == 0 ? "" : absl::StrCat(AlgorithmName(predictions[i].first), " "),
-                    FormatSeconds(predictions[i].second), i == 0 ? ")" : "");
+                    FormatSeconds(predictions[i].second),
+                    i == 0 ? (measured ? ", measured)" : ", formula)") : "");
   }
   return out;
 }
@@ -272,8 +273,9 @@ Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int
   why.ranks_per_node = ranks_per_node;
   const bool multi_node = ranks_per_node > 0 && ranks_per_node < ranks && ranks % ranks_per_node == 0;
   for (Algorithm algorithm : AlgorithmsFor(kind)) {
-    // Hierarchical only differs from the ring where there are nodes to span.
-    if (algorithm == Algorithm::kHierarchical && !multi_node) continue;
+    // Hierarchical only differs from the ring where there are nodes to span with
+    // more than one rank each (at one rank per node it is the ring between nodes).
+    if (algorithm == Algorithm::kHierarchical && (!multi_node || ranks_per_node == 1)) continue;
     absl::StatusOr<double> seconds = Predict(kind, algorithm, bytes, ranks, ranks_per_node);
     if (seconds.ok()) why.predictions.emplace_back(algorithm, *seconds);
   }
@@ -285,6 +287,7 @@ Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int
   std::stable_sort(why.predictions.begin(), why.predictions.end(),
                    [](const auto& x, const auto& y) { return x.second < y.second; });
   if (!why.predictions.empty()) why.chosen = why.predictions.front().first;
+  why.measured = !curve(kind, why.chosen, ranks, ranks_per_node).empty();
   return why;
 }
 

@@ -49,6 +49,8 @@ struct Explanation {
   int ranks = 1;
   int ranks_per_node = 0;
   Algorithm chosen = Algorithm::kRing;
+  // Whether the chosen algorithm was priced by a measured curve (else by formula).
+  bool measured = false;
   // Every candidate with its predicted seconds, fastest first.
   std::vector<std::pair<Algorithm, double>> predictions;
 

@@ -132,7 +132,7 @@ expect train 2 "--cp_comm x is not ring or a2a" "${T[@]}" --cp=2 --cp_comm=x
 expect train 2 "--cp_comm a2a needs --cp 3 to divide each tp rank's 2 heads (--heads 4 / --tp 2); use --cp_comm ring" "${T[@]}" --cp=3 --cp_comm=a2a
 expect train 2 "--attention_gflops 0 must be > 0" "${T[@]}" --cp=2 --attention_gflops=0
 expect train 2 "--cost_model /nonexistent/model.txt: " "${T[@]}" --cp=2 --cost_model=/nonexistent/model.txt
-expect train 2 "--cost_model is for --cp_comm=auto, not --cp_comm=ring" "${T[@]}" --cp=2 --cp_comm=ring --cost_model=/tmp/x
+expect train 2 "--attention_gflops is for --cp_comm=auto, not --cp_comm=ring" "${T[@]}" --cp=2 --cp_comm=ring --attention_gflops=9
 expect train 2 "= 1200 thread ranks; at most 64" "${T[@]}" --dp=300
 expect train 2 "--dp 300 x --pp 2 x --cp 1 x --tp 2 = 1200 processes over shm; at most 64" "${T[@]}" --dp=300 --transport=shm
 expect train 2 "= 1200 processes over mpi; at most 64" "${T[@]}" --dp=300 --transport=mpi

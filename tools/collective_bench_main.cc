@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "collectives/auto_calibration.h"
 #include "collectives/calibration.h"
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
@@ -77,6 +78,14 @@ ABSL_FLAG(bool, calibrate, false,
           "--min_bytes..--max_bytes in steps of 4) and let --algo=auto use it; rank 0 prints it");
 ABSL_FLAG(std::string, save_cost_model, "",
           "with --calibrate: rank 0 also writes the measured model here (for --cost_model)");
+ABSL_FLAG(bool, auto_calibrate, true,
+          "with --algo=auto and neither --cost_model nor --calibrate: a communicator across "
+          "hosts measures the cost model once per set of hosts (about 2 s) and reads it from "
+          "--cost_model_cache after that (collectives/auto_calibration.h); one host keeps the "
+          "formulas");
+ABSL_FLAG(std::string, cost_model_cache, "",
+          "the directory of --auto_calibrate's cache files; empty: $LOOM_CACHE_DIR, else "
+          "$XDG_CACHE_HOME/loom, else $HOME/.cache/loom");
 ABSL_FLAG(bool, json, false, "print JSON instead of the table");
 // A string, parsed with absl::ParseDuration: absl's Duration flags read through a
 // sequence lock whose fences ThreadSanitizer builds reject.
@@ -263,6 +272,13 @@ absl::Status RunRank(std::unique_ptr<Transport> transport, const BenchOptions& b
     }
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::Create(shared, options));
+  if (bench.algorithm == Algorithm::kAuto && absl::GetFlag(FLAGS_auto_calibrate) &&
+      !absl::GetFlag(FLAGS_calibrate) && absl::GetFlag(FLAGS_cost_model).empty()) {
+    AutoCalibrationOptions automatic;
+    automatic.cache_dir = absl::GetFlag(FLAGS_cost_model_cache);
+    LOOM_ASSIGN_OR_RETURN(const AutoCalibration calibration, AutoCalibrate(*comm, automatic));
+    absl::StrAppend(&calibrated, "# ", calibration.ToString(), "\n");
+  }
   LOOM_ASSIGN_OR_RETURN(std::vector<BenchRow> rows, RunCollectiveBench(*comm, bench));
   if (comm->rank() == 0) {
     if (!absl::GetFlag(FLAGS_json)) std::cout << calibrated;

@@ -3,19 +3,34 @@
 # per host, started with mpirun as a user with two machines would: tensor parallel
 # inside a host and data parallel across (dp=2 tp=2), then pipeline stages across
 # (pp=2 tp=2). Each ends equal to its one-rank reference (within 2e-5 of the largest
-# parameter), and nothing is left on either host. Needs root (CI runs as root).
+# parameter), and nothing is left on either host. The dp groups across hosts measure
+# their cost model the first time (collectives/auto_calibration.h) and read it from
+# the cache the next (a second dp=2 run). Needs root (CI runs as root).
 #   cross_host_train_test.sh CLUSTER_SH TRAIN
 set -euo pipefail
 source "$(dirname "$1")/cluster_testing.sh"
 cluster_test_start "$1" xtrain
 TRAIN="$(realpath "$2")"
+# The hosts' /tmp is their own: the measured cost models live beside the test's files.
+CACHE="$(mktemp -d "${TEST_TMPDIR:-$PWD}/cost-model-cache.XXXXXX")"
+trap 'cluster down; rm -rf "$CACHE"' EXIT
 
 cluster up 2 --ranks_per_host=2
-for mesh in "--dp=2 --tp=2 --pp=1" "--dp=1 --tp=2 --pp=2"; do
+# MESH|what the summary's "dp collectives:" line says (none: no line).
+for run in "--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts" "--dp=1 --tp=2 --pp=2|none" \
+           "--dp=2 --tp=2 --pp=1|cost model from cache"; do
+  mesh="${run%%|*}"
+  cost_model="${run#*|}"
   start=$SECONDS
   out="$(on h1 timeout --kill-after=10 300 mpirun $(cluster mpirun-args) -np 4 \
-         "$TRAIN" --transport=mpi $mesh --microbatches=2 --steps=3 2>&1)" ||
+         "$TRAIN" --transport=mpi $mesh --microbatches=2 --steps=3 \
+         --cost_model_cache="$CACHE" 2>&1)" ||
     fail "train $mesh across 2 hosts: $out"
+  if [[ "$cost_model" == none ]]; then
+    ! grep -q "^dp collectives:" <<<"$out" || fail "a cost model line without a dp group ($mesh): $out"
+  else
+    grep -q "^dp collectives: $cost_model" <<<"$out" || fail "'$cost_model' ($mesh): $out"
+  fi
   grep -q "^train: .* (4 processes over mpi)" <<<"$out" || fail "header ($mesh): $out"
   [[ "$(grep -c '^step ' <<<"$out")" == 3 ]] || fail "three step lines ($mesh): $out"
   relative="$(sed -n 's/.*(\([0-9.e+-]*\) of the largest parameter)$/\1/p' <<<"$out")"

@@ -47,8 +47,14 @@ ABSL_FLAG(std::string, cp_comm, "auto",
           "model predicts to leave less communication exposed, the ring's hops hidden "
           "behind attention; the header line says why).");
 ABSL_FLAG(std::string, cost_model, "",
-          "With --cp_comm=auto: the link's alpha and beta from this file (written by "
-          "collective_bench --calibrate --save_cost_model); the defaults otherwise.");
+          "The cost model the job's communicators choose their algorithms by, from this "
+          "file (written by collective_bench --calibrate --save_cost_model), and with "
+          "--cp_comm=auto the link's alpha and beta. Empty: a dp (or cp) group across "
+          "hosts measures one on its hosts, once per set of hosts, cached in "
+          "--cost_model_cache; inside one host, the formulas.");
+ABSL_FLAG(std::string, cost_model_cache, "",
+          "The directory of the cost models measured across hosts (empty: "
+          "$LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else $HOME/.cache/loom).");
 ABSL_FLAG(double, attention_gflops, 50,
           "With --cp_comm=auto: one rank's fused attention rate in GFLOP/s, which the "
           "ring's hops hide behind (50: one Zen 4 core).");
@@ -485,15 +491,18 @@ absl::StatusOr<TrainCommand> TrainCommandFromFlags(int argc, char** argv) {
   LOOM_RETURN_IF_ERROR(
       PlanFromFlags(argc, argv, launch.transport, command.options, &command.plan_line));
   LOOM_RETURN_IF_ERROR(ValidateTrainJob(command.options, launch));
+  // A file the command line names that cannot be read or parsed is a usage error.
+  command.options.cost_model = absl::GetFlag(FLAGS_cost_model);
+  command.options.cost_model_cache = absl::GetFlag(FLAGS_cost_model_cache);
+  LOOM_ASSIGN_OR_RETURN(const std::optional<CostModel> given_model,
+                        LoadJobCostModel(command.options));
   // --cp_comm auto: the variant the cost model prices lower (cp_comm_choice.h), on a
   // valid mesh; from the flags and the file alone, so every rank chooses the same.
   if (absl::GetFlag(FLAGS_cp_comm) != "auto") {
-    // The cost model's inputs decide nothing then: refused rather than ignored.
-    for (const char* flag : {"cost_model", "attention_gflops"}) {
-      if (GivenFlag(flag)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", flag, " is for --cp_comm=auto, not --cp_comm=", absl::GetFlag(FLAGS_cp_comm)));
-      }
+    // The attention rate decides nothing then: refused rather than ignored.
+    if (GivenFlag("attention_gflops")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--attention_gflops is for --cp_comm=auto, not --cp_comm=", absl::GetFlag(FLAGS_cp_comm)));
     }
   } else {
     CpCostInputs inputs;
@@ -503,15 +512,10 @@ absl::StatusOr<TrainCommand> TrainCommandFromFlags(int argc, char** argv) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--attention_gflops ", absl::GetFlag(FLAGS_attention_gflops), " must be > 0"));
     }
-    if (const std::string path = absl::GetFlag(FLAGS_cost_model); !path.empty()) {
-      absl::StatusOr<CostModel> model = CostModel::Load(path);
-      if (!model.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--cost_model ", path, ": ", model.status().message()));
-      }
-      inputs.alpha = model->constants().alpha;
-      inputs.beta = model->constants().beta;
-      inputs.source = path;
+    if (given_model.has_value()) {
+      inputs.alpha = given_model->constants().alpha;
+      inputs.beta = given_model->constants().beta;
+      inputs.source = command.options.cost_model;
     }
     absl::StatusOr<CpCommChoice> choice = ChooseCpComm(command.options, inputs);
     if (!choice.ok()) return choice.status();

@@ -114,7 +114,8 @@ TEST_F(TrainFlagsTest, BadValuesAreOneLineNamingTheFlag) {
        "--resume continues from --checkpoint_dir"},
       {{{"offload_config", "optimizer=cpu"}, {"offload", "none"}},
        "--offload_config replaces --offload"},
-      {{{"cp_comm", "ring"}, {"cost_model", "/x"}}, "--cost_model is for --cp_comm=auto"},
+      {{{"cp_comm", "ring"}, {"attention_gflops", "9"}}, "--attention_gflops is for --cp_comm=auto"},
+      {{{"cost_model", "/nonexistent/model.txt"}}, "--cost_model /nonexistent/model.txt: "},
       {{{"attention_gflops", "0"}}, "--attention_gflops 0 must be > 0"},
       {{{"device_attention", "tiled"}},
        "--device_attention tiled is not auto, materialized or flash"},
@@ -157,6 +158,21 @@ TEST_F(TrainFlagsTest, CpCommAutoSaysWhy) {
   LOOM_ASSERT_OK(command.status());
   EXPECT_EQ(command->options.cp_comm, CpComm::kAllToAll);
   EXPECT_EQ(command->cp_comm_why, "given by --cp_comm");
+}
+
+// --cost_model is the model of the job's communicators, with any --cp_comm.
+TEST_F(TrainFlagsTest, CostModelFileIsTheJobsModel) {
+  const std::string path = ::testing::TempDir() + "/train_flags_cost_model.txt";
+  LOOM_ASSERT_OK(CostModel::Default().Save(path));
+  Set({{"cost_model", path.c_str()}, {"cost_model_cache", "/somewhere"}});
+  absl::StatusOr<TrainCommand> command = Command();
+  LOOM_ASSERT_OK(command.status());
+  EXPECT_EQ(command->options.cost_model, path);
+  EXPECT_EQ(command->options.cost_model_cache, "/somewhere");
+  LOOM_ASSERT_OK_AND_ASSIGN(const std::optional<CostModel> model,
+                            LoadJobCostModel(command->options));
+  ASSERT_TRUE(model.has_value());
+  EXPECT_EQ(model->Serialize(), CostModel::Default().Serialize());
 }
 
 // The usage is generated from the flags: every flag with its real default.

@@ -14,6 +14,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/auto_calibration.h"
 #include "collectives/communicator.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_macros.h"
@@ -55,6 +56,9 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
   std::vector<RankWiring> wiring(world);
   CommunicatorOptions comm_options;
   comm_options.timeout = kCollectiveTimeout;
+  // Thread ranks share one host: a model file, or the formulas.
+  LOOM_ASSIGN_OR_RETURN(std::optional<CostModel> given, LoadJobCostModel(options));
+  if (given.has_value()) comm_options.cost_model = *given;
   for (int rank = 0; rank < world; ++rank) {
     RankWiring& w = wiring[rank];
     LOOM_ASSIGN_OR_RETURN(w.place, PlaceRank(mesh, rank));
@@ -89,6 +93,7 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
   }
 
   TrainSummary summary;
+  if (given.has_value()) summary.cost_model_source = absl::StrCat("from ", options.cost_model);
   std::vector<absl::Status> results(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -151,6 +156,8 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   const RankPlace& at = w.place;
   CommunicatorOptions comm_options;
   comm_options.timeout = kCollectiveTimeout;
+  LOOM_ASSIGN_OR_RETURN(std::optional<CostModel> given, LoadJobCostModel(options));
+  if (given.has_value()) comm_options.cost_model = *given;
   auto make = [&](absl::StatusOr<std::unique_ptr<Transport>> endpoint)
       -> absl::StatusOr<std::unique_ptr<Communicator>> {
     if (!endpoint.ok()) return endpoint.status();
@@ -168,6 +175,28 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
     LOOM_ASSIGN_OR_RETURN(w.cp, make(connect("c", at.cp_group, at.c, options.cp)));
   }
   LOOM_ASSIGN_OR_RETURN(w.pp, connect("p", at.pp_group, at.s, options.pp));
+  // Without a file, the groups that carry the gradients and cp's hops price their
+  // algorithms by what they measure across their hosts (nothing inside one host).
+  std::string cost_model_source =
+      given.has_value() ? absl::StrCat("from ", options.cost_model) : std::string();
+  if (!given.has_value()) {
+    AutoCalibrationOptions automatic;
+    automatic.cache_dir = options.cost_model_cache;
+    for (Communicator* group : {w.dp.get(), w.cp.get()}) {
+      if (group == nullptr || group->size() < 2) continue;
+      absl::StatusOr<AutoCalibration> calibrated = AutoCalibrate(*group, automatic);
+      if (!calibrated.ok()) {
+        AbortRank(w, calibrated.status());
+        return absl::Status(calibrated.status().code(),
+                            absl::StrCat("rank ", at.rank, ": calibrating the cost model: ",
+                                         calibrated.status().message()));
+      }
+      if (group == w.dp.get() &&
+          calibrated->source != AutoCalibration::Source::kFormula) {
+        cost_model_source = calibrated->ToString();
+      }
+    }
+  }
 
   std::vector<std::string> made_dirs;
   std::unique_ptr<DiskTier> disk;
@@ -176,7 +205,10 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
     RemoveDirectories(made_dirs);
   });
   std::optional<TrainSummary> summary;
-  if (at.rank == 0) summary.emplace();
+  if (at.rank == 0) {
+    summary.emplace();
+    summary->cost_model_source = cost_model_source;
+  }
   absl::Status status;
   if (UsesDisk(options)) {
     absl::StatusOr<std::unique_ptr<DiskTier>> opened =

@@ -84,4 +84,14 @@ const char* ReshardName(Reshard reshard) {
   return "unknown";
 }
 
+absl::StatusOr<std::optional<CostModel>> LoadJobCostModel(const TrainJobOptions& options) {
+  if (options.cost_model.empty()) return std::nullopt;
+  absl::StatusOr<CostModel> model = CostModel::Load(options.cost_model);
+  if (!model.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cost_model ", options.cost_model, ": ", model.status().message()));
+  }
+  return *std::move(model);
+}
+
 }  // namespace loom

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collectives/cost_model.h"
 #include "core/dtype.h"
 #include "models/gpt/gpt_config.h"
 #include "models/gpt/gpt_model.h"
@@ -112,6 +114,13 @@ struct TrainJobOptions {
   // larger parameter alone; 0: one bucket per unit); DataParallelOptions's
   // grad_bucket_bytes.
   int64_t grad_bucket_bytes = int64_t{1} << 20;
+  // The cost model the job's communicators choose their algorithms by: a file
+  // (collective_bench --calibrate --save_cost_model), read by every rank. Empty: a
+  // data-parallel (or cp) group across hosts measures one on its own hosts, once
+  // per set of hosts, and caches it in `cost_model_cache` (empty: the default,
+  // collectives/auto_calibration.h); a group inside one host keeps the formulas.
+  std::string cost_model;
+  std::string cost_model_cache;
   // offload nvme: where the optimizer state goes (a directory per drive, ':'
   // separated); empty: a fresh directory under $TMPDIR (or /tmp), removed after.
   std::string nvme_dir;
@@ -197,6 +206,10 @@ struct TrainLaunchOptions {
 // otherwise); ReshardName its flag spelling ("step", "block" or "auto").
 Reshard EffectiveReshard(const TrainJobOptions& options);
 const char* ReshardName(Reshard reshard);
+
+// LoadJobCostModel reads options.cost_model (nullopt when empty); InvalidArgument
+// naming the file when it cannot be read or parsed.
+absl::StatusOr<std::optional<CostModel>> LoadJobCostModel(const TrainJobOptions& options);
 
 // JobWorldSize: the job's ranks, dp x pp x cp x tp (ValidateTrainJob bounds it).
 int JobWorldSize(const TrainJobOptions& options);
@@ -331,6 +344,9 @@ struct TrainSummary {
   // --device cuda on one rank (device_trainer.h): the device and what ran there;
   // empty when only the products went to the GPU.
   std::string device_description;
+  // Where world rank 0's data-parallel group got its cost model (AutoCalibration's
+  // line, or the --cost_model file); empty: the formulas.
+  std::string cost_model_source;
   // Mean over ranks and steps (the first step, which warms up, left out when there
   // are more), in seconds.
   StepBreakdown step_breakdown_s;

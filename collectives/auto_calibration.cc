@@ -1,0 +1,286 @@
+#include "collectives/auto_calibration.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "collectives/calibration.h"
+#include "core/atomic_file.h"
+#include "core/status_macros.h"
+
+namespace loom {
+namespace {
+
+// The bytes of a host name as every rank sends it (longer names are cut: the key
+// stays a key, and Linux allows 64).
+constexpr size_t kHostBytes = 64;
+// The first line of a cache file names its key; the model's own text follows.
+constexpr char kKeyPrefix[] = "# key: ";
+// The seconds of the fixed measurements (round trips, the kernel), about, at 2 Gbit/s.
+constexpr double kFixedSeconds = 0.1;
+
+// FNV-1a: a short, stable file name for a key.
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::string ThisHost(const AutoCalibrationOptions& options) {
+  if (!options.host_name.empty()) return options.host_name;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
+  return host;
+}
+
+// MakeDirs creates `dir` and its parents (mode 0755).
+absl::Status MakeDirs(const std::string& dir) {
+  for (size_t slash = 1; slash != std::string::npos;) {
+    slash = dir.find('/', slash + 1);
+    const std::string prefix = dir.substr(0, slash);
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("mkdir ", prefix, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ReadCache returns the model text of `path` if it was written for `key` no longer
+// than `max_age` ago (its age in *age); empty otherwise.
+std::string ReadCache(const std::string& path, const std::string& key, absl::Duration max_age,
+                      absl::Duration* age) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) return "";
+  *age = absl::Now() - absl::FromTimeT(info.st_mtime);
+  if (*age > max_age) return "";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string contents = text.str();
+  const std::string first_line = contents.substr(0, contents.find('\n'));
+  if (first_line != absl::StrCat(kKeyPrefix, key)) return "";
+  return contents;
+}
+
+// BroadcastText gives every rank rank 0's `text` (empty included).
+absl::Status BroadcastText(Communicator& comm, std::string* text) {
+  CallOptions by_ring;
+  by_ring.algorithm = Algorithm::kRing;  // fixed: the model is what is being agreed
+  int64_t length[1] = {static_cast<int64_t>(text->size())};
+  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(length), /*root=*/0, by_ring));
+  std::vector<uint8_t> bytes(static_cast<size_t>(length[0]));
+  if (comm.rank() == 0) std::memcpy(bytes.data(), text->data(), bytes.size());
+  if (!bytes.empty()) {
+    LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(bytes), /*root=*/0, by_ring));
+  }
+  text->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return absl::OkStatus();
+}
+
+// How far past the largest curve size the finalists are measured, and how close to
+// the best there an algorithm must be to be one.
+constexpr size_t kFinalFactor = 4;
+constexpr double kFinalistSlack = 1.05;
+
+// ExtendTheFinalists adds one point at kFinalFactor x `top` to the all-reduce curves
+// of the algorithms within kFinalistSlack of the best at `top`. Where the link is
+// the limit an algorithm's losses can show only at the large sizes (halving-doubling
+// at 0.96 of the ring at 4 MiB measured 0.67 at 16 MiB over 2 Gbit/s), and the
+// curves would extend the 4 MiB figures; the others keep the extension of their last
+// segment. Two calls each, averaged, with no warm-up (each ran at `top` already):
+// the mean, since an algorithm whose time varies from call to call costs its mean
+// in a job (halving-doubling's first 16 MiB call took 71 ms, its mean 97 ms).
+absl::Status ExtendTheFinalists(Communicator& comm, size_t top, CostModel* model) {
+  const int n = comm.size();
+  const int per_node = comm.options().ranks_per_node;
+  std::vector<std::pair<Algorithm, CostModel::Curve>> curves;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& [algorithm, seconds] : model->Explain(CollectiveKind::kAllReduce, top, n,
+                                                         per_node, /*allow_native=*/true)
+                                              .predictions) {
+    const auto curve = model->curve(CollectiveKind::kAllReduce, algorithm, n, per_node);
+    if (curve.empty()) continue;
+    best = std::min(best, seconds);
+    curves.emplace_back(algorithm, CostModel::Curve(curve.begin(), curve.end()));
+  }
+  // Rank 0's model is every rank's (Calibrate broadcast it), so every rank picks
+  // the same finalists in the same order.
+  std::vector<double> seconds;
+  std::vector<Algorithm> finalists;
+  for (const auto& [algorithm, curve] : curves) {
+    if (curve.back().second > kFinalistSlack * best) continue;
+    LOOM_ASSIGN_OR_RETURN(const double took,
+                          MeasureCall(comm, CollectiveKind::kAllReduce, algorithm,
+                                      top * kFinalFactor, /*batches=*/1, /*batch_seconds=*/0,
+                                      /*warm=*/false, /*calls=*/2));
+    finalists.push_back(algorithm);
+    seconds.push_back(took);
+  }
+  if (seconds.empty()) return absl::OkStatus();
+  CallOptions by_ring;
+  by_ring.algorithm = Algorithm::kRing;
+  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(seconds), /*root=*/0, by_ring));
+  for (size_t i = 0; i < finalists.size(); ++i) {
+    for (auto& [algorithm, curve] : curves) {
+      if (algorithm != finalists[i]) continue;
+      curve.emplace_back(top * kFinalFactor, seconds[i]);
+      LOOM_RETURN_IF_ERROR(
+          model->SetCurve(CollectiveKind::kAllReduce, algorithm, n, per_node, curve));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string CostModelCacheDir() {
+  if (const char* dir = std::getenv("LOOM_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return absl::StrCat(xdg, "/loom");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return absl::StrCat(home, "/.cache/loom");
+  }
+  return "/tmp/loom-cache";
+}
+
+std::string AutoCalibration::ToString() const {
+  const std::string layout = absl::StrCat(hosts, " hosts (", key, ")");
+  switch (source) {
+    case Source::kFormula:
+      return absl::StrCat("cost model: formulas (one host, ", key, ")");
+    case Source::kCache:
+      return absl::StrCat("cost model from cache, measured ", absl::FormatDuration(
+                              absl::Floor(age, absl::Seconds(1))),
+                          " ago on ", layout, ": ", path);
+    case Source::kMeasured:
+      return absl::StrCat("cost model measured on ", layout, " in ",
+                          absl::StrFormat("%.2f s", absl::ToDoubleSeconds(took)),
+                          save_error.empty() ? absl::StrCat(", saved to ", path)
+                                             : absl::StrCat(", not saved: ", save_error));
+  }
+  return "cost model: ?";
+}
+
+absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
+                                              const AutoCalibrationOptions& options) {
+  if (options.curve_sizes.size() < 2 ||
+      *std::min_element(options.curve_sizes.begin(), options.curve_sizes.end()) < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AutoCalibrate: curve_sizes needs two or more sizes of at least 4 bytes, got {",
+        absl::StrJoin(options.curve_sizes, ", "), "}"));
+  }
+  if (options.budget <= absl::ZeroDuration() || options.max_age < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AutoCalibrate: budget ", absl::FormatDuration(options.budget),
+                     " must be positive and max_age ", absl::FormatDuration(options.max_age),
+                     " not negative"));
+  }
+  const absl::Time start = absl::Now();
+  const int n = comm.size();
+  AutoCalibration result;
+  result.model = comm.options().cost_model;
+
+  // 1. The hosts, in rank order, and the key.
+  std::vector<uint8_t> mine(kHostBytes, 0);
+  const std::string host = ThisHost(options);
+  std::memcpy(mine.data(), host.data(), std::min(host.size(), kHostBytes - 1));
+  std::vector<uint8_t> all(kHostBytes * static_cast<size_t>(n));
+  CallOptions by_ring;
+  by_ring.algorithm = Algorithm::kRing;
+  LOOM_RETURN_IF_ERROR(comm.AllGather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
+                                      BufferView::Of(absl::MakeSpan(all)), by_ring));
+  std::vector<std::string> hosts;
+  std::map<std::string, int> per_host;
+  for (int r = 0; r < n; ++r) {
+    const char* name = reinterpret_cast<const char*>(all.data() + kHostBytes * r);
+    hosts.emplace_back(name, strnlen(name, kHostBytes));
+    ++per_host[hosts.back()];
+  }
+  result.hosts = static_cast<int>(per_host.size());
+  result.ranks_per_host = per_host.begin()->second;
+  for (const auto& [name, count] : per_host) {
+    if (count != result.ranks_per_host) result.ranks_per_host = 0;
+  }
+  result.key = absl::StrCat(comm.TransportName(), " ", n, " ranks, ", result.ranks_per_host,
+                            " per host: ", absl::StrJoin(hosts, ","));
+  if (result.hosts == 1) {
+    result.took = absl::Now() - start;
+    return result;
+  }
+
+  // 2. Rank 0's cache, shared.
+  const std::string dir = options.cache_dir.empty() ? CostModelCacheDir() : options.cache_dir;
+  result.path = absl::StrFormat("%s/cost_model-%016x.txt", dir, Fnv1a(result.key));
+  std::string cached;
+  if (comm.rank() == 0) cached = ReadCache(result.path, result.key, options.max_age, &result.age);
+  LOOM_RETURN_IF_ERROR(BroadcastText(comm, &cached));
+  if (!cached.empty()) {
+    absl::StatusOr<CostModel> model = CostModel::Parse(cached);
+    // Every rank parses the same text, so every rank takes the same branch.
+    if (model.ok()) {
+      int64_t age_ms[1] = {absl::ToInt64Milliseconds(result.age)};
+      LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(age_ms), /*root=*/0, by_ring));
+      result.age = absl::Milliseconds(age_ms[0]);
+      result.source = AutoCalibration::Source::kCache;
+      result.model = *std::move(model);
+      comm.SetCostModel(result.model);
+      result.took = absl::Now() - start;
+      return result;
+    }
+  }
+
+  // 3. Measure, within the budget: the all-reduce curves of every candidate, each
+  // (algorithm, size) a warm call, a timed one and two batches; 40% of the budget goes
+  // to the batches (a batch gets a tenth of a point's share: the calls outside the
+  // batches, and the large sizes, whose one call outlasts a batch, take the rest).
+  const size_t algorithms = comm.Explain(CollectiveKind::kAllReduce, 1 << 20).predictions.size() +
+                            (comm.HasNative() && !comm.options().deterministic ? 1 : 0);
+  std::vector<size_t> sizes = options.curve_sizes;
+  std::sort(sizes.begin(), sizes.end());
+  CalibrationOptions calibration;
+  calibration.latency_round_trips = 50;
+  calibration.bandwidth_bytes = size_t{1} << 20;
+  calibration.bandwidth_round_trips = 4;
+  calibration.curve_sizes = sizes;
+  calibration.curve_kinds = {CollectiveKind::kAllReduce};
+  calibration.curve_batches = 2;
+  const double points = static_cast<double>(algorithms * sizes.size());
+  calibration.curve_batch_seconds =
+      std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.4 - kFixedSeconds) /
+      std::max(1.0, points * 2);
+  LOOM_ASSIGN_OR_RETURN(result.model, Calibrate(comm, calibration));
+  LOOM_RETURN_IF_ERROR(ExtendTheFinalists(comm, sizes.back(), &result.model));
+  comm.SetCostModel(result.model);
+  result.source = AutoCalibration::Source::kMeasured;
+  if (comm.rank() == 0) {
+    absl::Status saved = MakeDirs(dir);
+    if (saved.ok()) {
+      saved = WriteFileAtomically(result.path, absl::StrCat(kKeyPrefix, result.key, "\n",
+                                                            result.model.Serialize()));
+    }
+    if (!saved.ok()) result.save_error = std::string(saved.message());
+  }
+  result.took = absl::Now() - start;
+  return result;
+}
+
+}  // namespace loom

@@ -1,0 +1,91 @@
+// AutoCalibrate: the cost model a communicator across hosts should choose its
+// algorithms by, measured on its own hosts and links the first time, and read from a
+// per-cluster cache file after that, with no flag or file from the user.
+//
+// Across hosts the formulas miss what TCP and the MPI or gloo engine do to each
+// algorithm (a 2 Gbit/s link measured the ring at 3x halving-doubling's time where
+// the formulas priced them equal), so `auto` needs measured curves; inside one host
+// the formulas, whose constants were fitted on shared memory, stand.
+//
+// What it does (collective: every rank of the communicator calls it):
+//   1. Every rank's host name is gathered; the key is the transport, the hosts in
+//      rank order and the ranks per host. One host: nothing is measured, and the
+//      communicator keeps the model it has (source kFormula).
+//   2. Rank 0 looks for "<cache_dir>/cost_model-<key hash>.txt" written for the same
+//      key no longer than `max_age` ago. Found: every rank adopts rank 0's copy
+//      (source kCache).
+//   3. Otherwise the constants and the all-reduce curves of every algorithm (and the
+//      engine's own, where the communicator may use it) are measured at
+//      `curve_sizes`, within about `budget`; rank 0 writes the cache file (atomic;
+//      failure to write it is reported, not fatal) and every rank adopts the same
+//      model (source kMeasured).
+// Every rank ends with the same model, so every rank picks the same algorithm.
+//
+// Example (every rank):
+//   LOOM_ASSIGN_OR_RETURN(AutoCalibration calibration, AutoCalibrate(*comm));
+//   LOG(INFO) << calibration.ToString();
+//   // "cost model measured on 2 hosts (h1, h2; 1 rank per host, mpi) in 1.3 s,
+//   //  saved to /root/.cache/loom/cost_model-5d1c....txt"
+//   comm->Explain(CollectiveKind::kAllReduce, 16 << 20).ToString();  // "... (measured)"
+#ifndef LOOM_COLLECTIVES_AUTO_CALIBRATION_H_
+#define LOOM_COLLECTIVES_AUTO_CALIBRATION_H_
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collectives/communicator.h"
+#include "collectives/cost_model.h"
+
+namespace loom {
+
+struct AutoCalibrationOptions {
+  // Where cache files live. Empty: $LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else
+  // $HOME/.cache/loom (created as needed). Read and written on rank 0's host only.
+  std::string cache_dir;
+  // This rank's host name; empty: gethostname(). (Tests emulate hosts with it.)
+  std::string host_name;
+  // A cache file older than this is measured again (links and hosts change).
+  absl::Duration max_age = absl::Hours(7 * 24);
+  // Sizes (bytes per rank) of the measured all-reduce curves, latency-bound to
+  // bandwidth-bound; the model reads between them on log-log and extends the last
+  // segment beyond. Two or more, each at least 4 bytes.
+  // The algorithms within 5% of the best at the largest are also measured at 4x it.
+  std::vector<size_t> curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{1} << 20,
+                                     size_t{4} << 20};
+  // What the measurement may take; the batches are sized from it. The measurement
+  // runs each (algorithm, size) at least twice, so a slow link can take longer.
+  absl::Duration budget = absl::Seconds(2);
+};
+
+struct AutoCalibration {
+  enum class Source { kFormula, kCache, kMeasured };
+  Source source = Source::kFormula;
+  CostModel model = CostModel::Default();
+  int hosts = 1;
+  int ranks_per_host = 0;  // 0: not the same on every host
+  std::string key;         // "mpi 1:h1,h2": the transport, ranks per host, hosts
+  std::string path;        // the cache file (kCache, kMeasured)
+  absl::Duration age;      // kCache: how old the file is
+  absl::Duration took;     // the whole call, measurement included
+  std::string save_error;  // kMeasured: why the cache file could not be written, if so
+
+  // One line for logs and reports, e.g. "cost model from cache (age 2h)...".
+  std::string ToString() const;
+};
+
+// AutoCalibrate measures or loads the model as above and installs it on `comm`
+// (Communicator::SetCostModel). Errors: the communicator's (a peer that fails mid
+// measurement), InvalidArgument for bad options. A cache file that cannot be read
+// or parsed is measured over, not an error.
+absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
+                                              const AutoCalibrationOptions& options = {});
+
+// CostModelCacheDir returns the directory AutoCalibrate uses when options name none.
+std::string CostModelCacheDir();
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_AUTO_CALIBRATION_H_

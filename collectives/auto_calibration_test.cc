@@ -1,0 +1,177 @@
+#include "collectives/auto_calibration.h"
+
+#include <sys/stat.h>
+#include <utime.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/transport/inproc/inproc_transport.h"
+#include "core/status_macros.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+using Source = AutoCalibration::Source;
+
+constexpr int kRanks = 4;
+
+// Hosts are emulated by name: rank r says it runs on hosts[r].
+struct Ranks {
+  std::vector<absl::StatusOr<AutoCalibration>> results;
+  // Each rank's choice for an all-reduce at each of a few sizes, after the call.
+  std::vector<std::vector<Algorithm>> choices;
+  std::vector<std::string> explained;  // rank r's explanation at 64 MiB
+};
+
+Ranks CalibrateAll(const std::vector<std::string>& hosts, const AutoCalibrationOptions& base) {
+  Ranks run;
+  run.results.assign(kRanks, absl::UnknownError("not run"));
+  run.choices.resize(kRanks);
+  run.explained.resize(kRanks);
+  absl::StatusOr<std::shared_ptr<InprocGroup>> group = InprocGroup::Create(kRanks);
+  EXPECT_THAT(group, IsOk());
+  if (!group.ok()) return run;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<Transport>> endpoint = (*group)->Endpoint(r);
+      if (!endpoint.ok()) { run.results[r] = endpoint.status(); return; }
+      CommunicatorOptions options;
+      options.ranks_per_node = 2;
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          Communicator::Create(std::move(*endpoint), options);
+      if (!comm.ok()) { run.results[r] = comm.status(); return; }
+      AutoCalibrationOptions mine = base;
+      mine.host_name = hosts[r];
+      run.results[r] = AutoCalibrate(**comm, mine);
+      for (size_t bytes : {size_t{1} << 10, size_t{1} << 16, size_t{1} << 22, size_t{1} << 26}) {
+        run.choices[r].push_back((*comm)->Explain(CollectiveKind::kAllReduce, bytes).chosen);
+      }
+      run.explained[r] = (*comm)->Explain(CollectiveKind::kAllReduce, size_t{1} << 26).ToString();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return run;
+}
+
+class AutoCalibrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/auto_calibration_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    options_.cache_dir = dir_;
+    options_.curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{1} << 20};
+    options_.budget = absl::Milliseconds(400);
+  }
+  std::string dir_;
+  AutoCalibrationOptions options_;
+  const std::vector<std::string> two_hosts_ = {"hA", "hA", "hB", "hB"};
+};
+
+void ExpectAgreement(const Ranks& run) {
+  for (int r = 0; r < kRanks; ++r) ASSERT_THAT(run.results[r], IsOk()) << "rank " << r;
+  for (int r = 1; r < kRanks; ++r) {
+    EXPECT_EQ(run.results[r]->model.Serialize(), run.results[0]->model.Serialize()) << r;
+    EXPECT_EQ(run.results[r]->source, run.results[0]->source) << r;
+    EXPECT_EQ(run.choices[r], run.choices[0]) << "rank " << r << " chose otherwise";
+  }
+}
+
+TEST_F(AutoCalibrationTest, OneHostKeepsTheFormulasAndWritesNothing) {
+  const Ranks run = CalibrateAll({"h", "h", "h", "h"}, options_);
+  ExpectAgreement(run);
+  EXPECT_EQ(run.results[0]->source, Source::kFormula);
+  EXPECT_EQ(run.results[0]->hosts, 1);
+  EXPECT_EQ(run.results[0]->model.Serialize(), CostModel::Default().Serialize());
+  EXPECT_THAT(run.explained[0], HasSubstr("formula)"));
+  struct stat info;
+  EXPECT_NE(stat(dir_.c_str(), &info), 0) << "a one-host run made " << dir_;
+}
+
+// The first run over two hosts measures and saves; the second loads the same model
+// from the file, measuring nothing; a file too old, for other hosts, or unreadable
+// is measured over.
+TEST_F(AutoCalibrationTest, MeasuresOnceThenLoadsTheCacheUntilItIsStale) {
+  const Ranks first = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(first);
+  const AutoCalibration& measured = *first.results[0];
+  EXPECT_EQ(measured.source, Source::kMeasured) << measured.ToString();
+  EXPECT_EQ(measured.hosts, 2);
+  EXPECT_EQ(measured.ranks_per_host, 2);
+  EXPECT_THAT(measured.key, HasSubstr("hA,hA,hB,hB"));
+  EXPECT_EQ(measured.save_error, "");
+  EXPECT_THAT(measured.ToString(), HasSubstr(absl::StrCat("saved to ", measured.path)));
+  EXPECT_FALSE(measured.model.curve(CollectiveKind::kAllReduce, Algorithm::kRing, kRanks, 2).empty());
+  EXPECT_THAT(first.explained[0], HasSubstr("measured)"));
+
+  const Ranks second = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(second);
+  EXPECT_EQ(second.results[0]->source, Source::kCache) << second.results[0]->ToString();
+  EXPECT_EQ(second.results[0]->model.Serialize(), measured.model.Serialize());
+  EXPECT_EQ(second.choices[0], first.choices[0]);
+  EXPECT_EQ(second.results[0]->path, measured.path);
+
+  // Other hosts: another key, another file.
+  const Ranks other = CalibrateAll({"hA", "hA", "hC", "hC"}, options_);
+  ExpectAgreement(other);
+  EXPECT_EQ(other.results[0]->source, Source::kMeasured);
+  EXPECT_NE(other.results[0]->path, measured.path);
+
+  // Stale: the file's time set two days back, against a one-day limit.
+  AutoCalibrationOptions day = options_;
+  day.max_age = absl::Hours(24);
+  const time_t old = absl::ToTimeT(absl::Now() - absl::Hours(48));
+  struct utimbuf times = {old, old};
+  ASSERT_EQ(utime(measured.path.c_str(), &times), 0);
+  const Ranks stale = CalibrateAll(two_hosts_, day);
+  ExpectAgreement(stale);
+  EXPECT_EQ(stale.results[0]->source, Source::kMeasured);
+
+  // Damaged: measured over (and rewritten, so the next run loads it).
+  { std::ofstream(measured.path) << "# key: " << measured.key << "\nalpha banana\n"; }
+  const Ranks damaged = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(damaged);
+  EXPECT_EQ(damaged.results[0]->source, Source::kMeasured);
+  const Ranks again = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(again);
+  EXPECT_EQ(again.results[0]->source, Source::kCache);
+}
+
+// A cache directory that cannot be made is reported in the result, and the run
+// still gets its measured model.
+TEST_F(AutoCalibrationTest, AnUnwritableCacheIsReportedNotFatal) {
+  { std::ofstream(dir_) << "a file where the directory should be\n"; }
+  AutoCalibrationOptions options = options_;
+  options.cache_dir = dir_ + "/sub";
+  const Ranks run = CalibrateAll(two_hosts_, options);
+  ExpectAgreement(run);
+  EXPECT_EQ(run.results[0]->source, Source::kMeasured);
+  EXPECT_THAT(run.results[0]->save_error, HasSubstr(dir_));
+  EXPECT_THAT(run.results[0]->ToString(), HasSubstr("not saved"));
+  std::remove(dir_.c_str());
+}
+
+TEST_F(AutoCalibrationTest, BadOptionsAreRefusedNamingThem) {
+  AutoCalibrationOptions one_size = options_;
+  one_size.curve_sizes = {size_t{1} << 20};
+  EXPECT_THAT(CalibrateAll(two_hosts_, one_size).results[0],
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("{1048576}")));
+  AutoCalibrationOptions no_time = options_;
+  no_time.budget = absl::ZeroDuration();
+  EXPECT_THAT(CalibrateAll(two_hosts_, no_time).results[0],
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("budget 0")));
+}
+
+}  // namespace
+}  // namespace loom
