@@ -86,11 +86,16 @@ absl::Status BroadcastText(Communicator& comm, std::string* text) {
   by_ring.algorithm = Algorithm::kRing;  // fixed: the model is what is being agreed
   int64_t length[1] = {static_cast<int64_t>(text->size())};
   LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(length), /*root=*/0, by_ring));
+  if (length[0] == 0) {
+    text->clear();
+    return absl::OkStatus();
+  }
+  // (Never memcpy to an empty vector's null data(): the compiler may take the pointer
+  // for non-null and drop the emptiness test after it; rank 0 then ran a broadcast
+  // the others skipped.)
   std::vector<uint8_t> bytes(static_cast<size_t>(length[0]));
   if (comm.rank() == 0) std::memcpy(bytes.data(), text->data(), bytes.size());
-  if (!bytes.empty()) {
-    LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(bytes), /*root=*/0, by_ring));
-  }
+  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(bytes), /*root=*/0, by_ring));
   text->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   return absl::OkStatus();
 }
