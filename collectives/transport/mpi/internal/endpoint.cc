@@ -26,9 +26,11 @@ constexpr size_t kMaxPiece = size_t{1} << 30;
 constexpr size_t kWindow = 4;
 // Bytes of a send staged and in flight at once (at least kWindow chunks).
 constexpr size_t kSendWindowBytes = size_t{16} << 20;
-// Idle slots an endpoint keeps for the next transfer (page faults and zero-fills of
-// fresh ones cost more than the copy into them).
-constexpr size_t kPooledSlots = 128;
+// Idle slot bytes an endpoint keeps for the next transfer (page faults and
+// zero-fills of fresh ones cost more than the copy into them).
+constexpr size_t kPooledSlotBytes = size_t{64} << 20;
+// The piece of a copy receive (a combining receive's is chunk_bytes).
+constexpr size_t kCopyPiece = size_t{4} << 20;
 // Envelopes handled per poll, so one busy peer cannot starve the data requests.
 constexpr int kEnvelopesPerPoll = 64;
 
@@ -313,9 +315,9 @@ void Endpoint::Finish(Op& op, absl::Status status) {
 
 void Endpoint::RecycleSlots(Op& op) {
   for (auto& slot : op.slots) {
-    // The pool keeps slots of this endpoint's piece size (every rank's chunk_bytes).
-    if (slot->size() == options_.chunk_bytes && free_slots_.size() < kPooledSlots) {
-      free_slots_.push_back(std::move(slot));
+    if (pooled_slot_bytes_ + slot->size() <= kPooledSlotBytes) {
+      pooled_slot_bytes_ += slot->size();
+      free_slots_[slot->size()].push_back(std::move(slot));
     }
   }
   op.slots.clear();
@@ -386,9 +388,10 @@ bool Endpoint::Direct(const Op& op) {
 size_t Endpoint::TakeSlots(Op& op, size_t window) {
   const size_t slots = std::min(window, op.pieces);
   for (size_t s = 0; s < slots; ++s) {
-    if (op.piece == options_.chunk_bytes && !free_slots_.empty()) {
-      op.slots.push_back(std::move(free_slots_.back()));
-      free_slots_.pop_back();
+    if (auto it = free_slots_.find(op.piece); it != free_slots_.end() && !it->second.empty()) {
+      op.slots.push_back(std::move(it->second.back()));
+      it->second.pop_back();
+      pooled_slot_bytes_ -= op.piece;
     } else {
       op.slots.push_back(std::make_unique<std::vector<std::byte>>(op.piece));
     }
@@ -444,7 +447,10 @@ absl::Status Endpoint::StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint
     Finish(op, Mismatch(op.peer, bytes, op.tag, rank_, op.bytes));
     return PostControl(op.peer, answer);
   }
-  op.piece = options_.chunk_bytes;
+  // A copy lands in its destination whole, so its pieces are larger: fewer MPI
+  // messages (each a rendezvous of its own in Open MPI) for the same staged bytes.
+  op.piece = op.combiner.copies() ? std::max(options_.chunk_bytes, kCopyPiece)
+                                  : options_.chunk_bytes;
   op.pieces = (op.bytes + op.piece - 1) / op.piece;
   op.data_tag = DataTagCounter(op.peer, op.pieces);
   op.landed.assign(op.pieces, false);

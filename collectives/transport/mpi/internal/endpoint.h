@@ -201,8 +201,10 @@ class Endpoint final : public Transport {
   std::vector<MPI_Request> requests_ ABSL_GUARDED_BY(MpiLock());
   std::vector<InFlight> in_flight_ ABSL_GUARDED_BY(MpiLock());
   std::vector<std::unique_ptr<std::vector<std::byte>>> free_buffers_ ABSL_GUARDED_BY(MpiLock());
-  // Idle data slots of options_.chunk_bytes each (control buffers are another pool).
-  std::vector<std::unique_ptr<std::vector<std::byte>>> free_slots_ ABSL_GUARDED_BY(MpiLock());
+  // Idle data slots by size (control buffers are another pool), and their bytes.
+  std::map<size_t, std::vector<std::unique_ptr<std::vector<std::byte>>>> free_slots_
+      ABSL_GUARDED_BY(MpiLock());
+  size_t pooled_slot_bytes_ ABSL_GUARDED_BY(MpiLock()) = 0;
   std::vector<std::byte> probe_buffer_ ABSL_GUARDED_BY(MpiLock());
   std::vector<int> done_indices_ ABSL_GUARDED_BY(MpiLock());
   std::vector<MPI_Status> done_statuses_ ABSL_GUARDED_BY(MpiLock());
