@@ -254,9 +254,9 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   }
 
   // 3. Measure, within the budget: the all-reduce curves of every candidate, each
-  // (algorithm, size) a warm call, a timed one and two batches; 40% of the budget goes
-  // to the batches (a batch gets a tenth of a point's share: the calls outside the
-  // batches, and the large sizes, whose one call outlasts a batch, take the rest).
+  // (algorithm, size) a warm call, a timed one and two batches. A quarter of the
+  // budget goes to the batches; the calls outside them, the large sizes (whose one
+  // call outlasts a batch) and the finalists' larger size take the rest.
   const size_t algorithms = comm.Explain(CollectiveKind::kAllReduce, 1 << 20).predictions.size() +
                             (comm.HasNative() && !comm.options().deterministic ? 1 : 0);
   std::vector<size_t> sizes = options.curve_sizes;
@@ -270,7 +270,7 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   calibration.curve_batches = 2;
   const double points = static_cast<double>(algorithms * sizes.size());
   calibration.curve_batch_seconds =
-      std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.4 - kFixedSeconds) /
+      std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.25 - kFixedSeconds) /
       std::max(1.0, points * 2);
   LOOM_ASSIGN_OR_RETURN(result.model, Calibrate(comm, calibration));
   LOOM_RETURN_IF_ERROR(ExtendTheFinalists(comm, sizes.back(), &result.model));

@@ -53,8 +53,8 @@ struct AutoCalibrationOptions {
   // bandwidth-bound; the model reads between them on log-log and extends the last
   // segment beyond. Two or more, each at least 4 bytes.
   // The algorithms within 5% of the best at the largest are also measured at 4x it.
-  std::vector<size_t> curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{1} << 20,
-                                     size_t{4} << 20};
+  std::vector<size_t> curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{256} << 10,
+                                     size_t{1} << 20, size_t{4} << 20};
   // What the measurement may take; the batches are sized from it. The measurement
   // runs each (algorithm, size) at least twice, so a slow link can take longer.
   absl::Duration budget = absl::Seconds(2);

@@ -1,5 +1,6 @@
 #include "collectives/cost_model.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -108,6 +109,24 @@ TEST(CostModelTest, NativeCurveInterpolatesLogLog) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("(2 per node)")));
   EXPECT_NEAR(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kNative, 1 << 20, 4, 4), 4e-3,
               1e-12);  // 4 per node of 4 ranks: one node, as 0
+}
+
+// Above its last point a curve grows at least linearly (a large message's time tends
+// to beta * bytes), whatever its last segment did; below its first, at least flat.
+TEST(CostModelTest, CurveGrowsAtLeastLinearlyBeyondItsLastPoint) {
+  CostModel model = CostModel::Default();
+  // 1 -> 4 MiB rose by 3.6x only (bytes^0.92).
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kDirect, 3, 0,
+                                {{1 << 20, 7.5e-3}, {4 << 20, 27e-3}}));
+  auto at = [&](size_t bytes) {
+    return *model.Predict(CollectiveKind::kAllReduce, Algorithm::kDirect, bytes, 3, 0);
+  };
+  EXPECT_NEAR(at(2 << 20), 7.5e-3 * std::pow(27.0 / 7.5, 0.5), 1e-12);  // between: as measured
+  EXPECT_NEAR(at(64 << 20), 27e-3 * 16, 1e-12);                          // beyond: linear
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kRing, 3, 0,
+                                {{4 << 10, 2e-4}, {64 << 10, 1e-4}}));  // noise: it fell
+  EXPECT_NEAR(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kRing, 1 << 10, 3, 0), 2e-4,
+              1e-15);
 }
 
 // Native competes only where the caller allows it, and wins only where cheaper.
