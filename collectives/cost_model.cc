@@ -291,7 +291,32 @@ Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int
   }
   std::stable_sort(why.predictions.begin(), why.predictions.end(),
                    [](const auto& x, const auto& y) { return x.second < y.second; });
-  if (!why.predictions.empty()) why.chosen = why.predictions.front().first;
+  if (why.predictions.empty()) return why;
+  // Measured curves carry the noise of their measurement (an algorithm that ran fast
+  // in the calibration's calls ran 1.7x slower in the next process, across hosts):
+  // among the measured within kMeasuredTie of the fastest, the earliest in
+  // AlgorithmsFor wins, the engine's own last.
+  const std::vector<Algorithm> order = AlgorithmsFor(kind);
+  auto rank_of = [&](Algorithm algorithm) {
+    const auto it = std::find(order.begin(), order.end(), algorithm);
+    return it == order.end() ? order.size() : static_cast<size_t>(it - order.begin());
+  };
+  auto measured = [&](Algorithm algorithm) {
+    return !curve(kind, algorithm, ranks, ranks_per_node).empty();
+  };
+  size_t pick = 0;
+  if (measured(why.predictions.front().first)) {
+    const double limit = why.predictions.front().second * (1 + kMeasuredTie);
+    for (size_t i = 1; i < why.predictions.size() && why.predictions[i].second <= limit; ++i) {
+      if (measured(why.predictions[i].first) &&
+          rank_of(why.predictions[i].first) < rank_of(why.predictions[pick].first)) {
+        pick = i;
+      }
+    }
+  }
+  std::rotate(why.predictions.begin(), why.predictions.begin() + pick,
+              why.predictions.begin() + pick + 1);
+  why.chosen = why.predictions.front().first;
   why.measured = !curve(kind, why.chosen, ranks, ranks_per_node).empty();
   return why;
 }

@@ -57,6 +57,9 @@ struct Explanation {
   std::string ToString() const;
 };
 
+// How close (relative) two measured prices must be for Explain to call them a tie.
+inline constexpr double kMeasuredTie = 0.05;
+
 class CostModel {
  public:
   // The constants, in seconds and seconds per byte.
@@ -106,7 +109,10 @@ class CostModel {
   // Explain prices every algorithm that implements `kind` and can run on this
   // layout, and native too where `allow_native` and a measured native curve of
   // `kind` exist, and picks the fastest (ties go to Loom's algorithms, then to the
-  // earlier in AlgorithmsFor).
+  // earlier in AlgorithmsFor). Where the fastest is priced by a measured curve, a
+  // measured algorithm within kMeasuredTie of it that comes earlier in AlgorithmsFor
+  // (native last) is picked instead: measurements are noisy, and a choice that
+  // flips with them helps no one. The chosen one comes first in `predictions`.
   Explanation Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
                       bool allow_native = false) const;
 

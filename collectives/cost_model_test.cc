@@ -129,6 +129,31 @@ TEST(CostModelTest, CurveGrowsAtLeastLinearlyBeyondItsLastPoint) {
               1e-15);
 }
 
+// Measured prices within kMeasuredTie of the fastest are a tie, and a tie goes to
+// the earlier algorithm in AlgorithmsFor (native last); a clear win still wins.
+TEST(CostModelTest, MeasuredNearTiesGoToTheEarlierAlgorithm) {
+  CostModel model = CostModel::Default();
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kHalvingDoubling,
+                              Algorithm::kDoubleBinaryTree, Algorithm::kBinomialTree,
+                              Algorithm::kDirect}) {
+    LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, algorithm, 2, 0,
+                                  {{1 << 20, 4.4e-3}, {16 << 20, 70e-3}}));
+  }
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 2, 0,
+                                {{1 << 20, 4.3e-3}, {16 << 20, 68e-3}}));
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kDirect, 2, 0,
+                                {{1 << 20, 4.4e-3}, {16 << 20, 67.5e-3}}));
+  Explanation why = model.Explain(CollectiveKind::kAllReduce, 16 << 20, 2, 0, true);
+  EXPECT_EQ(why.chosen, Algorithm::kRing) << why.ToString();  // 3.7% over direct: a tie
+  EXPECT_EQ(why.predictions.front().first, Algorithm::kRing);
+  EXPECT_TRUE(why.measured);
+  EXPECT_THAT(why.ToString(), HasSubstr(": ring (predicted 70.00 ms, measured); direct 67.50 ms"));
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 2, 0,
+                                {{1 << 20, 3e-3}, {16 << 20, 50e-3}}));
+  EXPECT_EQ(model.Explain(CollectiveKind::kAllReduce, 16 << 20, 2, 0, true).chosen,
+            Algorithm::kNative);  // 29% faster: a win
+}
+
 // Native competes only where the caller allows it, and wins only where cheaper.
 TEST(CostModelTest, ExplainWeighsNativeOnlyWhereAllowed) {
   CostModel model = CostModel::Default();
