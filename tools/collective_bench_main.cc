@@ -229,6 +229,13 @@ absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchO
     return absl::InvalidArgumentError(
         absl::StrCat("--node_transport=shm is for --transport=mpi, not ", transport));
   }
+  // (Also the first read of these two, here on the main thread: absl fills a flag's
+  // default at its first read, and RunRank's threads reading it first race.)
+  if (!absl::GetFlag(FLAGS_cost_model_cache).empty() && !absl::GetFlag(FLAGS_auto_calibrate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cost_model_cache=", absl::GetFlag(FLAGS_cost_model_cache),
+        " is where --auto_calibrate keeps its models; it is off (--noauto_calibrate)"));
+  }
   if (!absl::GetFlag(FLAGS_save_cost_model).empty() && !absl::GetFlag(FLAGS_calibrate)) {
     return absl::InvalidArgumentError(absl::StrCat("--save_cost_model=",
                                                    absl::GetFlag(FLAGS_save_cost_model),
