@@ -23,6 +23,7 @@
 #include "collectives/internal/mismatch_suite.h"
 #include "collectives/transport/shm/internal/shared_regions.h"
 #include "collectives/transport/shm/shm_harness.h"
+#include "core/sanitizers.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -88,7 +89,9 @@ TEST(ShmMismatchTest, EveryMismatchFailsAtOnceOnBothRanksNamingBothCalls) {
 }
 
 TEST(ShmAllocatedBufferTest, CollectivesOverAllocatedBuffersAreMappedAndCorrect) {
-  for (int world : {2, 3}) {
+  // A sanitizer build checks the same paths at 3 ranks only (mixed there still has
+  // allocated and ordinary senders on every receive).
+  for (int world : kUnderSanitizer ? std::vector<int>{3} : std::vector<int>{2, 3}) {
     for (bool mixed : {false, true}) {
       ShmHarness harness;
       const std::vector<absl::Status> results = harness.Run(world, [&](Transport& t) -> absl::Status {

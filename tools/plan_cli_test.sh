@@ -36,6 +36,19 @@ grep -q '^this-cpu: .* 1 ranks x [0-9]* threads; per rank [0-9.]* GFLOP/s f32 pe
   || fail "this-cpu line: $out"
 grep -qE '^ +1 +1 +1 +1 +1 +0 1f1b' <<<"$out" || fail "this-cpu row: $out"
 
+# Two hosts like this one, one rank each, on a 0.25 GB/s link (2 Gbit/s): the dp=2
+# all-reduce of 12.7 M f32 gradients is priced on that link (2 x 1/2 x 50.9 MB at
+# 0.25 GB/s, 0.204 s), not on the in-process one.
+across=(--device=this-cpu --ranks=2 --layers=4 --hidden=512 --heads=8 --seq_len=128 --vocab=256
+        --global_batch=8 --dp=2 --tp=1 --pp=1 --cp=1 --zero=0 --explain --top=1)
+out="$("$PLAN" "${across[@]}" --ranks_per_host=1 --inter_node_gbs=0.25 --inter_node_latency_us=50)"
+grep -q '^across 2 hosts of 1 ranks: link 50 us, 0.25 GB/s' <<<"$out" || fail "hosts line: $out"
+dp_s() { sed -nE 's/.*dp traffic ([0-9.e+-]+) s.*/\1/p' <<<"$1" | head -n 1; }
+across_s="$(dp_s "$out")"
+one_host_s="$(dp_s "$("$PLAN" "${across[@]}")")"
+awk -v a="$across_s" -v o="$one_host_s" 'BEGIN { exit !(a > 0.2 && a < 0.21 && o < a / 10) }' \
+  || fail "dp across hosts ${across_s} s, on one host ${one_host_s} s: $out"
+
 expect_error() {
   local want="$1"; shift
   local err status=0
@@ -55,9 +68,15 @@ expect_error "--recompute \"some\" is not none, selective or full" "${small[@]}"
 expect_error "--calibration goes with --device=this-cpu" "${small[@]}" --gpus=8 --calibration=x.json
 expect_error "interleaved-1f1b needs virtual_stages >= 2 (got 1)" "${small[@]}" --gpus=8 --pp=2 --schedule=interleaved-1f1b --virtual_stages=1
 expect_error "kv_heads 5 do not divide the 16 heads" "${small[@]}" --gpus=8 --kv_heads=5
+expect_error "--ranks_per_host goes with --device=this-cpu" "${small[@]}" --gpus=8 --ranks_per_host=4
+expect_error "--ranks_per_host=1 puts the job's 2 ranks on 2 hosts: give the link between them, --inter_node_gbs" \
+  "${across[@]}" --ranks_per_host=1
+expect_error "--ranks_per_host=2 does not divide the job's 3 ranks" "${across[@]}" --ranks=3 --dp=3 \
+  --global_batch=9 --ranks_per_host=2 --inter_node_gbs=1
+expect_error "--ranks_per_host is -1" "${across[@]}" --ranks_per_host=-1
 help="$("$PLAN" --help 2>&1 || true)"
 for flag in layers hidden heads seq_len vocab global_batch gpus ranks device dp tp pp cp zero \
-            schedule microbatch_size recompute dtype explain json calibration compare; do
+            schedule microbatch_size recompute dtype explain json calibration compare ranks_per_host; do
   grep -q -- "--$flag (" <<<"$help" || fail "--help does not list --$flag"
 done
 echo "plan CLI: all checks passed"

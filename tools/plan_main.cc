@@ -44,6 +44,10 @@ ABSL_FLAG(int64_t, global_batch, 0, "Sequences per optimizer step.");
 ABSL_FLAG(int64_t, gpus, 0, "Devices in the cluster (GPUs).");
 ABSL_FLAG(int64_t, ranks, 0, "The same as --gpus, for --device=this-cpu: ranks of the job.");
 ABSL_FLAG(int64_t, gpus_per_node, 8, "GPUs per node (NVLink inside, the network between).");
+ABSL_FLAG(int64_t, ranks_per_host, 0,
+          "With --device=this-cpu: the job's ranks on each host, every host like this one "
+          "(0: all on this host). Fewer than the job's ranks put groups across hosts, on the "
+          "link --inter_node_gbs (needed then) and --inter_node_latency_us give.");
 ABSL_FLAG(std::string, device, "a100-80gb", "a100-80gb, h100-80gb, h200 or this-cpu (measured).");
 ABSL_FLAG(double, peak_tflops, 0, "Override: dense bf16 peak, TFLOP/s per device.");
 ABSL_FLAG(double, peak_f32_tflops, 0, "Override: f32 peak, TFLOP/s per device.");
@@ -154,6 +158,7 @@ absl::Status ApplyOverrides(planner::DeviceSpec& d) {
       return absl::InvalidArgumentError(absl::StrCat("--dp_overlap is ", o, "; it must be in [0, 1]"));
     }
     d.dp_overlap = o;
+    d.dp_overlaps_last_backward = false;
   }
   return absl::OkStatus();
 }
@@ -201,6 +206,37 @@ absl::Status ReadFixedChoices(PlanRequest& req) {
     }
   }
   return absl::OkStatus();
+}
+
+// RanksPerHost: --ranks_per_host for a this-cpu job of `ranks` ranks (all of them
+// when the flag is 0 or above them). InvalidArgument when it does not divide the
+// ranks, or the ranks span hosts and --inter_node_gbs does not say the link.
+absl::StatusOr<int64_t> RanksPerHost(int64_t ranks) {
+  const int64_t per_host = absl::GetFlag(FLAGS_ranks_per_host);
+  if (per_host < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks_per_host is ", per_host, "; 0 (all on this host) or at least 1"));
+  }
+  if (per_host == 0 || per_host >= ranks) return ranks;
+  if (ranks % per_host != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks_per_host=", per_host,
+                                                   " does not divide the job's ", ranks, " ranks"));
+  }
+  if (absl::GetFlag(FLAGS_inter_node_gbs) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ranks_per_host=", per_host, " puts the job's ", ranks, " ranks on ", ranks / per_host,
+        " hosts: give the link between them, --inter_node_gbs (GB/s each way: 0.25 for 2 "
+        "Gbit/s) and --inter_node_latency_us"));
+  }
+  return per_host;
+}
+
+// PrintHosts says which link joins the hosts of a this-cpu job, when it has several.
+void PrintHosts(int64_t ranks, int64_t per_host, const planner::DeviceSpec& d) {
+  if (per_host >= ranks) return;
+  std::cout << "across " << ranks / per_host << " hosts of " << per_host
+            << " ranks: link " << d.inter_node_latency * 1e6 << " us, "
+            << d.inter_node_bandwidth / 1e9 << " GB/s\n";
 }
 
 // CpuDeviceFor: this CPU split over `ranks` of `threads_per_rank` (0: the job's
@@ -261,16 +297,19 @@ absl::Status Compare(const std::vector<std::string>& paths,
   for (size_t i = 0; i < runs.size(); ++i) {
     const planner::JobRun& run = runs[i];
     const int64_t ranks = run.config.dp * run.config.tp * run.config.pp * run.config.cp;
-    const std::pair<int64_t, int> key(ranks, run.threads_per_rank);
+    LOOM_ASSIGN_OR_RETURN(const int64_t per_host, RanksPerHost(ranks));
+    const std::pair<int64_t, int> key(per_host, run.threads_per_rank);
     if (devices.find(key) == devices.end()) {
-      LOOM_ASSIGN_OR_RETURN(devices[key], CpuDeviceFor(ranks, run.threads_per_rank, calibrations,
-                                                       /*print=*/true));
+      LOOM_ASSIGN_OR_RETURN(devices[key], CpuDeviceFor(per_host, run.threads_per_rank,
+                                                       calibrations, /*print=*/true));
+      LOOM_RETURN_IF_ERROR(ApplyOverrides(devices[key]));
+      PrintHosts(ranks, per_host, devices[key]);
     }
     planner::StepInput in;
     in.shape = run.shape;
     in.global_batch = run.global_batch;
     in.device = devices[key];
-    in.gpus_per_node = ranks;
+    in.gpus_per_node = per_host;
     in.config = run.config;
     in.even_layers_only = true;
     absl::StatusOr<planner::StepPrediction> p = planner::PredictStep(in);
@@ -364,19 +403,25 @@ absl::Status Run() {
     if (!calibration.empty()) calibration_paths = absl::StrSplit(calibration, ',');
     LOOM_ASSIGN_OR_RETURN(const std::vector<planner::JobRun> calibrations,
                           ReadRuns("--calibration", calibration_paths));
+    LOOM_ASSIGN_OR_RETURN(const int64_t per_host, RanksPerHost(req.world));
     LOOM_ASSIGN_OR_RETURN(req.device,
-                          CpuDeviceFor(req.world, /*threads_per_rank=*/0, calibrations, /*print=*/true));
-    req.gpus_per_node = req.world;  // one host
+                          CpuDeviceFor(per_host, /*threads_per_rank=*/0, calibrations, /*print=*/true));
+    req.gpus_per_node = per_host;  // hosts like this one
     req.even_layers_only = true;    // Loom's job splits layers evenly
     if (dtype.empty()) dtype = "f32";
   } else {
     if (!calibration.empty()) {
       return absl::InvalidArgumentError("--calibration goes with --device=this-cpu");
     }
+    if (absl::GetFlag(FLAGS_ranks_per_host) != 0) {
+      return absl::InvalidArgumentError(
+          "--ranks_per_host goes with --device=this-cpu (GPUs: --gpus_per_node)");
+    }
     LOOM_ASSIGN_OR_RETURN(req.device, planner::FindDevice(device));
     if (dtype.empty()) dtype = "bf16";
   }
   LOOM_RETURN_IF_ERROR(ApplyOverrides(req.device));
+  if (device == "this-cpu") PrintHosts(req.world, req.gpus_per_node, req.device);
   if (dtype == "bf16") {
     req.dtype = planner::ComputeDtype::kBf16;
   } else if (dtype == "f32") {

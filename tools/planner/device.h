@@ -60,6 +60,12 @@ struct DeviceSpec {
   // The share of data-parallel traffic the framework hides behind compute (0: the
   // Megatron-LM runs of 2021 reduced gradients after the backward).
   double dp_overlap = 0;
+  // Whether the job all-reduces (ZeRO 0) each unit's gradient beside the step's last
+  // backward, as DDP and Loom's train (--overlap_grad_reduce) do: what that backward
+  // on the rank's first stage does not cover is exposed, and at least the last
+  // unit's share (the first block and the embeddings, reduced after the backward is
+  // done). Replaces dp_overlap at ZeRO 0.
+  bool dp_overlaps_last_backward = false;
   // Seconds a step costs beyond its compute, communication and optimizer (the job's
   // bookkeeping, loss reduction, thread hand-offs): fitted on a CPU, 0 on the GPUs.
   double step_overhead_seconds = 0;

@@ -222,6 +222,42 @@ TEST(SearchTest, ThePipelineBubbleIsTheSimulators) {
   EXPECT_NEAR(p.bubble_ratio, 3.0 / 19.0, 0.01);
 }
 
+TEST(SearchTest, GradientAllReduceHidesBehindTheLastBackward) {
+  // ZeRO 0 at dp = 2 across nodes. With dp_overlaps_last_backward, the exposed part is
+  // the all-reduce less rank 0's last backward, and never below the last unit's share
+  // (1 / (layers + 1)); with a fraction, that fraction of it; at ZeRO 1 the fraction.
+  StepInput in;
+  in.shape = SmallRequest().shape;
+  in.global_batch = 8;
+  in.device = *FindDevice("a100-80gb");
+  in.gpus_per_node = 1;
+  in.config.dp = 2;
+  in.config.zero = 0;
+  in.config.microbatch_size = 4;
+  for (const double gbs : {0.05, 100.0}) {
+    SCOPED_TRACE(gbs);
+    in.device.inter_node_bandwidth = gbs * 1e9;
+    in.device.dp_overlap = 0;
+    in.device.dp_overlaps_last_backward = false;
+    LOOM_ASSERT_OK_AND_ASSIGN(const StepPrediction none, PredictStep(in));
+    EXPECT_DOUBLE_EQ(none.dp_exposed_seconds, none.dp_seconds);
+    in.device.dp_overlap = 0.25;
+    LOOM_ASSERT_OK_AND_ASSIGN(const StepPrediction quarter, PredictStep(in));
+    EXPECT_DOUBLE_EQ(quarter.dp_exposed_seconds, 0.75 * quarter.dp_seconds);
+    in.device.dp_overlap = 0;
+    in.device.dp_overlaps_last_backward = true;
+    LOOM_ASSERT_OK_AND_ASSIGN(const StepPrediction last, PredictStep(in));
+    const double backward = 24 * last.layer_backward_seconds + 2 * last.logits_seconds / 3;
+    EXPECT_NEAR(last.dp_exposed_seconds, std::max(last.dp_seconds - backward, last.dp_seconds / 25),
+                1e-9 * last.dp_seconds);
+    EXPECT_LT(last.step_seconds, none.step_seconds);
+    in.config.zero = 1;
+    LOOM_ASSERT_OK_AND_ASSIGN(const StepPrediction zero1, PredictStep(in));
+    EXPECT_DOUBLE_EQ(zero1.dp_exposed_seconds, zero1.dp_seconds);
+    in.config.zero = 0;
+  }
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace loom

@@ -382,6 +382,20 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
       break;
   }
   p.dp_exposed_seconds = p.dp_seconds * (1 - d.dp_overlap);
+  if (c.zero == 0 && d.dp_overlaps_last_backward && p.dp_seconds > 0) {
+    // The last microbatch's backward on rank 0's stages hides the all-reduces of
+    // the units it has finished; the last unit's waits for its end.
+    const std::vector<int64_t> stage_layers = StageLayerCounts(s.layers, stages);
+    int64_t rank_layers = 0;
+    double covered = 0;
+    for (int64_t stage = 0; stage < stages; ++stage) {
+      if (layout.RankOf(stage) != 0) continue;
+      rank_layers += stage_layers[static_cast<size_t>(stage)];
+      covered += costs.ForStage(stage).backward;
+    }
+    const double last_unit = p.dp_seconds / static_cast<double>(rank_layers + 1);
+    p.dp_exposed_seconds = std::max(p.dp_seconds - covered, last_unit);
+  }
   const double optimizer_parameters =
       c.zero >= 1 ? local_parameters / static_cast<double>(c.dp) : local_parameters;
   p.optimizer_seconds = 28 * optimizer_parameters / d.memory_bandwidth;

@@ -16,7 +16,9 @@
 //  - data parallelism: the gradient all-reduce (ZeRO 0), reduce-scatter and
 //    all-gather (ZeRO 1, 2: the same bytes), and ZeRO-3's all-gathers of the
 //    parameters before each microbatch's forward and backward, ring-priced on the
-//    link the data-parallel group spans; `dp_overlap` of it hidden behind compute;
+//    link the data-parallel group spans; `dp_overlap` of it hidden behind compute,
+//    or (dp_overlaps_last_backward, ZeRO 0) what the last microbatch's backward on
+//    rank 0 does not cover, and at least the last unit's share;
 //  - the optimizer step: AdamW's 28 bytes per local parameter (reads of the f32
 //    master, gradient, m and v, writes of three) at the memory bandwidth;
 //  - the device's fitted per-step overhead.

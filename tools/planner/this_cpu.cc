@@ -113,7 +113,9 @@ DeviceSpec CpuDeviceDefaults() {
   d.elementwise_passes = 4;
   d.attention_efficiency = 0.5;
   d.fused_attention = true;
+  // Loom's train (--overlap_grad_reduce) all-reduces each unit beside the last backward.
   d.dp_overlap = 0;
+  d.dp_overlaps_last_backward = true;
   return d;
 }
 

@@ -45,7 +45,8 @@ struct ThisCpu {
 };
 
 // CpuDeviceDefaults returns the constants of a CPU device before any fit: Loom's
-// fused attention, no data-parallel overlap, a GEMM half width of 32.
+// fused attention, the gradient all-reduce beside the last backward (train's
+// --overlap_grad_reduce), a GEMM half width of 32.
 DeviceSpec CpuDeviceDefaults();
 
 // MeasureThisCpu measures the host for a job of `ranks` ranks of `threads_per_rank`
