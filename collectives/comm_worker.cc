@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/idle_wait.h"
 #include "core/mutex.h"
 #include "core/thread_priority.h"
 
@@ -17,6 +18,9 @@ CommWorker::CommWorker(const CommWorkerOptions& options) {
   // it so that priority() is settled when it returns.
   bool raised = false;
   thread_ = std::thread([this, &raised, boost = options.priority_boost] {
+    // Its jobs wait for peers beside the creator's compute: nap, never yield
+    // (core/idle_wait.h says why).
+    SetThisThreadIdleWait(IdleWait::kNap);
     absl::Status priority = RaiseThisThreadPriority(boost);
     {
       MutexLock lock(&mu_);

@@ -6,7 +6,9 @@
 // The thread runs at a higher priority than its creator (CommWorkerOptions,
 // core/thread_priority.h): its jobs are latency-bound hand-shakes with peers that
 // need little CPU, and on a host with more busy threads than cores a wake-up at
-// the compute threads' priority waits out a time slice at every hand-shake.
+// the compute threads' priority waits out a time slice at every hand-shake. For the
+// same reason its waits on a polled transport nap rather than yield once they have
+// spun (core/idle_wait.h).
 //
 // Example:
 //   CommWorker worker;

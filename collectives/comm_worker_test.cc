@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/idle_wait.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
 #include "core/thread_priority.h"
@@ -31,6 +32,19 @@ TEST(CommWorkerTest, JobsRunInSubmissionOrder) {
   LOOM_ASSERT_OK(worker.Wait(last, absl::Now() + absl::Seconds(30)));
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+// Jobs wait for peers by napping (core/idle_wait.h); the creator keeps yielding.
+TEST(CommWorkerTest, JobsNapWhenIdleTheCreatorYields) {
+  IdleWait inside = IdleWait::kYield;
+  CommWorker worker;
+  const CommWorker::Ticket t = worker.Submit([&inside] {
+    inside = ThisThreadIdleWait();
+    return absl::OkStatus();
+  });
+  LOOM_ASSERT_OK(worker.Wait(t, absl::Now() + absl::Seconds(30)));
+  EXPECT_EQ(inside, IdleWait::kNap);
+  EXPECT_EQ(ThisThreadIdleWait(), IdleWait::kYield);
 }
 
 TEST(CommWorkerTest, TheFirstErrorStaysWithLaterTicketsOnly) {

@@ -280,9 +280,19 @@ case "$COMMAND" in
   mpirun-args)
     [[ -f "$STATE/hostfile" ]] || die "cluster $NAME is not up"
     subnet="$(cat "$STATE/subnet")"
+    # Open MPI's yield in every idle poll (mpi_yield_when_idle), as mpirun decides it
+    # for one host: on when the ranks outnumber the cores, which every emulated host
+    # shares. There it lets Open MPI's own blocking calls (communicator splits, its
+    # collectives) hand the core to the rank they wait for. Otherwise off: it would
+    # hand a rank's communication thread's core to its compute thread for a whole
+    # time slice at every poll, and a gradient all-reduce beside the backward crawls
+    # (collectives/transport/mpi/mpi_transport.h).
+    slots="$(sed -nE '1s/.* slots=([0-9]+)$/\1/p' "$STATE/hostfile")"
+    yield=0
+    (($(cat "$STATE/count") * slots > $(nproc))) && yield=1
     echo "--allow-run-as-root --hostfile $STATE/hostfile --mca plm_rsh_agent $STATE/rsh" \
       "--mca btl self,vader,tcp --mca btl_tcp_if_include $subnet.0/24" \
-      "--mca oob_tcp_if_include $subnet.0/24 --bind-to none --mca mpi_yield_when_idle 1" \
+      "--mca oob_tcp_if_include $subnet.0/24 --bind-to none --mca mpi_yield_when_idle $yield" \
       "--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1" \
       "--mca oob_tcp_keepalive_probes 3" \
       "--mca orte_allowed_exit_without_sync 1"  # as RunUnderMpirun: mpirun.cc says why

@@ -33,7 +33,13 @@
 //
 // Waiting polls MPI (MPI_Improbe for envelopes, MPI_Testsome for data): it spins
 // `spin_iterations` polls, then yields the CPU between polls, then sleeps 50 us
-// between them, so more ranks than cores still progress.
+// between them, so more ranks than cores still progress. On a thread that naps
+// when idle (core/idle_wait.h: a CommWorker's, overlapping compute) it spins 20 us
+// at most, then sleeps 50 us between polls, and never yields: a yield would hand
+// the core to a compute thread for its whole time slice. For the same reason Open
+// MPI's own yield (mpi_yield_when_idle, which mpirun turns on when it oversubscribes
+// a host) stalls such transfers: tools/cluster's mpirun-args turn it off unless the
+// emulated hosts' ranks outnumber the machine's cores.
 //
 // Failure. Every error names the peer by world rank, pid and host ("world rank 3
 // (pid 4242 on h1)", with its rank in the group when that differs). Abort sends

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "core/clock.h"
+#include "core/idle_wait.h"
 #include "core/mutex.h"
 #include "core/status_macros.h"
 
@@ -52,6 +53,16 @@ int64_t Nanos(absl::Time t) {
   if (t == absl::InfinitePast()) return std::numeric_limits<int64_t>::min();
   return absl::ToUnixNanos(t);
 }
+
+// IdleWait::kNap: spin this long after the last event, then nap this long between
+// polls. A poll every 50 us keeps 12.5 KB in flight at 2 Gbit/s, far below what a
+// socket buffers, so the link stays busy.
+constexpr int64_t kNapAfterNanos = 20'000;
+constexpr long kNapNanos = 50'000;
+// IdleWait::kYield: spin at most this long (and spin_iterations polls) after the
+// last event before yielding. An MPI poll over TCP is a system call or two, so 4000
+// polls alone would spin for milliseconds on a core a peer rank may need.
+constexpr int64_t kSpinNanos = 100'000;
 
 void Relax() {
 #if defined(__x86_64__)
@@ -810,6 +821,10 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
   const int64_t deadline_nanos = Nanos(deadline);
   int64_t grace_end = -1;
   int idle = 0;
+  // A communication thread beside compute naps once it has spun a little, never
+  // yields (core/idle_wait.h); others spin, yield, then nap.
+  const bool nap = ThisThreadIdleWait() == IdleWait::kNap;
+  int64_t idle_since = NowNanos();
   for (;;) {
     const uint64_t events_before = events_;
     ProgressAll();
@@ -852,17 +867,27 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
       }
       break;
     }
-    if (events_ != events_before) idle = 0;
+    if (events_ != events_before) {
+      idle = 0;
+      idle_since = now;
+    }
     ++idle;
     // The lock is let go between polls, so Abort and other threads' endpoints get in.
     MpiLock().Unlock();
-    if (idle < options_.spin_iterations) {
+    if (nap) {
+      if (idle < options_.spin_iterations && now - idle_since < kNapAfterNanos) {
+        Relax();
+      } else {
+        const timespec nap_time = {0, kNapNanos};
+        nanosleep(&nap_time, nullptr);
+      }
+    } else if (idle < options_.spin_iterations && now - idle_since < kSpinNanos) {
       Relax();
     } else if (idle < options_.spin_iterations + 20000) {
       sched_yield();
     } else {
-      const timespec nap = {0, 50'000};
-      nanosleep(&nap, nullptr);
+      const timespec nap_time = {0, kNapNanos};
+      nanosleep(&nap_time, nullptr);
     }
     MpiLock().Lock();
   }
