@@ -309,6 +309,9 @@ absl::Status Compare(const std::vector<std::string>& paths,
     in.shape = run.shape;
     in.global_batch = run.global_batch;
     in.device = devices[key];
+    // The job hides ZeRO 0's all-reduce beside its last backward only with overlap on.
+    in.device.dp_overlaps_last_backward =
+        in.device.dp_overlaps_last_backward && run.overlap_grad_reduce;
     in.gpus_per_node = per_host;
     in.config = run.config;
     in.even_layers_only = true;

@@ -193,6 +193,12 @@ absl::StatusOr<JobRun> ParseJobSummary(absl::string_view text) {
   LOOM_RETURN_IF_ERROR(integer("global_batch", run.global_batch));
   LOOM_RETURN_IF_ERROR(integer("threads_per_rank", threads));
   run.threads_per_rank = static_cast<int>(threads);
+  if (const auto overlap = json.find("overlap_grad_reduce"); overlap != json.end()) {
+    if (!overlap->is_boolean()) {
+      return absl::InvalidArgumentError("job summary: \"overlap_grad_reduce\" is not true or false");
+    }
+    run.overlap_grad_reduce = overlap->get<bool>();
+  }
   LOOM_ASSIGN_OR_RETURN(const std::string schedule, Text(json, "schedule"));
   LOOM_ASSIGN_OR_RETURN(run.config.schedule, ParsePipelineSchedule(schedule));
   if (run.config.schedule == PipelineScheduleKind::kInterleaved1F1B ||

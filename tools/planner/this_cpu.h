@@ -61,6 +61,8 @@ struct JobRun {
   PlanConfig config;
   int64_t global_batch = 0;
   int threads_per_rank = 0;
+  // train --overlap_grad_reduce (a summary without the key: true, the default).
+  bool overlap_grad_reduce = true;
   double step_seconds = 0;  // from tokens_per_second
   double compute_seconds = 0, gemm_seconds = 0, attention_seconds = 0;
   double optimizer_seconds = 0, dp_comm_seconds = 0, pp_comm_seconds = 0;

@@ -66,6 +66,7 @@ std::string TrainSummaryJson(const TrainCommand& command, const TrainSummary& s,
   j["cp"] = o.cp;
   j["cp_comm"] = std::string(CpCommName(o.cp_comm));
   j["zero"] = o.zero;
+  j["overlap_grad_reduce"] = o.overlap_grad_reduce;
   j["schedule"] = std::string(PipelineScheduleName(o.schedule));
   j["microbatches"] = o.microbatches;
   j["micro_batch"] = o.micro_batch;

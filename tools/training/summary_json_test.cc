@@ -108,10 +108,30 @@ TEST(SummaryJsonTest, ThePlannerReadsItBack) {
   EXPECT_EQ(run.config.schedule, PipelineScheduleKind::kZeroBubbleH1);
   EXPECT_EQ(run.global_batch, 15);
   EXPECT_EQ(run.threads_per_rank, 4);
+  EXPECT_TRUE(run.overlap_grad_reduce);
   EXPECT_EQ(run.gemm_seconds, 0.125);
   EXPECT_EQ(run.attention_seconds, 0.0625);
   EXPECT_EQ(run.compute_seconds, 0.25);
   EXPECT_DOUBLE_EQ(run.step_seconds, 15.0 * 48 / 12345.678);
+}
+
+// --nooverlap_grad_reduce reaches the planner (which then prices ZeRO 0's all-reduce
+// after the backward); an older summary without the key reads as the default.
+TEST(SummaryJsonTest, ThePlannerReadsTheOverlapSwitch) {
+  TrainCommand command = Command();
+  command.options.overlap_grad_reduce = false;
+  const std::string text = TrainSummaryJson(command, Summary(), MfuReport(), std::nullopt);
+  EXPECT_FALSE(nlohmann::json::parse(text)["overlap_grad_reduce"].get<bool>());
+  LOOM_ASSERT_OK_AND_ASSIGN(planner::JobRun off, planner::ParseJobSummary(text));
+  EXPECT_FALSE(off.overlap_grad_reduce);
+  nlohmann::json older = nlohmann::json::parse(text);
+  older.erase("overlap_grad_reduce");
+  LOOM_ASSERT_OK_AND_ASSIGN(planner::JobRun defaulted, planner::ParseJobSummary(older.dump()));
+  EXPECT_TRUE(defaulted.overlap_grad_reduce);
+  older["overlap_grad_reduce"] = "no";
+  EXPECT_THAT(planner::ParseJobSummary(older.dump()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("\"overlap_grad_reduce\" is not true or false")));
 }
 
 TEST(SummaryJsonTest, ThePlannerRefusesWhatIsNotASummary) {

@@ -1,0 +1,57 @@
+#!/bin/bash
+# `train --transport=mpi` at dp=2 across 2 emulated hosts (tools/cluster, 1 rank per
+# host, links at RATE): ZeRO 0 with the gradient all-reduce beside the last backward
+# (1 microbatch of 8, 4 of 2) and after it (--nooverlap_grad_reduce), ROUNDS rounds
+# alternated. Prints each run's step (from its tokens/s), exposed dp communication
+# and compute, then the medians; the runs' --summary_json files stay in OUT for
+# `plan --compare` (tools/docs/train.md, "Across hosts"). Needs root.
+#
+#   tools/cluster/train_across_hosts.sh [ROUNDS] (default 3)
+#   RATE=2gbit OUT=$PWD/runs tools/cluster/train_across_hosts.sh 1
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS="${1:-3}"
+RATE="${RATE:-2gbit}"
+CLUSTER="$PWD/tools/cluster/cluster.sh --name=xtrain"
+# The summaries live outside /tmp, which each emulated host has its own of.
+OUT="${OUT:-$(mktemp -d "$PWD/.train_across_hosts.XXXXXX")}"
+mkdir -p "$OUT"
+trap '$CLUSTER down >/dev/null 2>&1' EXIT
+
+./bazelw build --config=opt //tools:train >&2
+TRAIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)/tools/train"
+$CLUSTER up 2 --rate="$RATE" --subnet=10.196.0 --ranks_per_host=1 >&2
+declare -A FLAGS=(
+  [1x8]="--microbatches=1 --micro_batch=8"
+  [4x2]="--microbatches=4 --micro_batch=2"
+  [4x2-no-overlap]="--microbatches=4 --micro_batch=2 --nooverlap_grad_reduce"
+)
+printf '%-16s %5s %8s %12s %10s\n' config round step_s exposed_dp_s compute_s
+for ((round = 1; round <= ROUNDS; ++round)); do
+  for config in 1x8 4x2 4x2-no-overlap; do
+    json="$OUT/$config.$round.json"
+    # shellcheck disable=SC2086  # FLAGS holds several flags
+    $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np 2 "$TRAIN" --transport=mpi --dp=2 \
+      --tp=1 --pp=1 --hidden=512 --layers=4 --threads_per_rank=1 --zero=0 --offload=none \
+      --steps=12 --nocompare_reference --cost_model_cache="$OUT" --summary_json="$json" \
+      ${FLAGS[$config]} >"$OUT/$config.$round.log" 2>&1 ||
+      { echo "$config round $round failed: $OUT/$config.$round.log" >&2; exit 1; }
+    python3 - "$json" "$config" "$round" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+b = j["step_breakdown_s"]
+step = j["global_batch"] * j["seq_len"] / j["tokens_per_second"]
+print(f"{sys.argv[2]:<16} {sys.argv[3]:>5} {step:8.3f} {b['dp_comm']:12.3f} {b['compute']:10.3f}")
+PY
+  done
+done | tee "$OUT/runs.txt"
+echo "medians:"
+python3 - "$OUT/runs.txt" <<'PY'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1]) if not line.startswith("config")]
+for config in sorted({r[0] for r in rows}):
+    step = statistics.median(float(r[2]) for r in rows if r[0] == config)
+    dp = statistics.median(float(r[3]) for r in rows if r[0] == config)
+    print(f"{config:<16} step {step:.3f} s, exposed dp {dp:.3f} s ({100 * dp / step:.0f}%)")
+PY
+echo "summaries: $OUT"
