@@ -83,6 +83,12 @@ struct BackendOptions {
   // staged than with CMA at 8 MiB and beyond (README.md, "Speed"); where CMA is the
   // faster (collectives/README.md's Intel machine), kAuto.
   ShmOptions::CopyMode shm_copy = ShmOptions::CopyMode::kStagedOrMapped;
+  // The cost model the group's algorithms are chosen by (`auto`): a file
+  // (collective_bench --calibrate --save_cost_model, or one auto-calibration cached),
+  // read by every rank. Empty: a group across hosts measures one on its hosts the
+  // first time and caches it (collectives/auto_calibration.h, in $LOOM_CACHE_DIR or
+  // the default directory); a group on one host keeps the formulas.
+  std::string cost_model;
 };
 
 // ValidateBackendOptions: InvalidArgument naming the field and its value.

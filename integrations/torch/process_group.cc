@@ -99,6 +99,13 @@ LoomProcessGroup::LoomProcessGroup(CreateKey, const GroupSpec& spec, const Backe
 
 LoomProcessGroup::~LoomProcessGroup() { Shutdown(); }
 
+absl::StatusOr<std::string> LoomProcessGroup::Explain(CollectiveKind kind, size_t bytes) const {
+  if (connection_.communicator == nullptr) {
+    return absl::FailedPreconditionError("loom: the process group was shut down");
+  }
+  return connection_.communicator->Explain(kind, bytes).ToString();
+}
+
 void LoomProcessGroup::Shutdown() {
   std::unique_ptr<CommWorker> worker;
   {

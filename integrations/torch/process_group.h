@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "collectives/collective_kind.h"
 #include "collectives/comm_worker.h"
 #include "collectives/transport/transport.h"
 #include "core/mutex.h"
@@ -65,6 +66,13 @@ class LoomProcessGroup final : public c10d::ProcessGroup {
   const GroupLayout& layout() const { return layout_; }
   // options: the options it was created with (deterministic, check, ...).
   const BackendOptions& options() const { return options_; }
+  // Where the cost model `auto` chooses by came from ("cost model from FILE",
+  // "cost model measured on 2 hosts ..."); empty: the formulas.
+  const std::string& cost_model_source() const { return connection_.cost_model_source; }
+  // Explain: the algorithm `auto` picks for a call of `kind` moving `bytes` per rank,
+  // with every candidate's predicted time (Communicator::Explain). FailedPrecondition
+  // after Shutdown. Call it from the thread that shuts the group down.
+  absl::StatusOr<std::string> Explain(CollectiveKind kind, size_t bytes) const;
 
   // Abort fails this rank's pending and later calls with `reason`, and, through the
   // transports, the peers' calls that wait on this rank (Unavailable "... aborted:

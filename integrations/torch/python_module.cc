@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "collectives/collective_kind.h"
 #include "core/build_info.h"
 #include "integrations/torch/backend_options.h"
 #include "integrations/torch/c10d_store.h"
@@ -50,7 +51,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     bool deterministic, const std::string& check, const std::string& transport,
     const std::string& host_id, const std::string& gloo_hostname,
     const std::string& gloo_interface, double heartbeat_timeout_seconds, int64_t chunk_bytes,
-    const std::string& shm_copy) {
+    const std::string& shm_copy, const std::string& cost_model) {
   BackendOptions options;
   options.deterministic = deterministic;
   if (check == "full") {
@@ -71,6 +72,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
   }
   options.chunk_bytes = static_cast<size_t>(chunk_bytes);
   options.shm_copy = ValueOrRaise(ParseShmCopy(shm_copy));
+  options.cost_model = cost_model;
   GroupSpec spec;
   spec.rank = rank;
   spec.size = size;
@@ -113,9 +115,19 @@ void Shutdown(const c10::intrusive_ptr<c10d::ProcessGroup>& group) { AsLoom(grou
 std::string Describe(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
   const LoomProcessGroup& loom_group = AsLoom(group);
   const BackendOptions& options = loom_group.options();
+  const std::string& cost_model = loom_group.cost_model_source();
   return absl::StrCat(loom_group.layout().Describe(),
                       options.deterministic ? "; deterministic" : "",
-                      options.check == CommunicatorOptions::Check::kFull ? "; check full" : "");
+                      options.check == CommunicatorOptions::Check::kFull ? "; check full" : "",
+                      cost_model.empty() ? "" : "; ", cost_model);
+}
+
+// Explain: what `auto` picks for a call of `kind` ("all_reduce", ...) of `bytes`.
+std::string Explain(const c10::intrusive_ptr<c10d::ProcessGroup>& group, const std::string& kind,
+                    int64_t bytes) {
+  if (bytes < 0) throw std::runtime_error(absl::StrCat("loom: bytes ", bytes, " is negative"));
+  const CollectiveKind parsed = ValueOrRaise(ParseCollectiveKind(kind));
+  return ValueOrRaise(AsLoom(group).Explain(parsed, static_cast<size_t>(bytes)));
 }
 
 }  // namespace
@@ -131,11 +143,12 @@ PYBIND11_MODULE(_C, m) {
         py::arg("check") = "sequence", py::arg("transport") = "auto", py::arg("host_id") = "",
         py::arg("gloo_hostname") = "", py::arg("gloo_interface") = "",
         py::arg("heartbeat_timeout") = 10.0, py::arg("chunk_bytes") = 0,
-        py::arg("shm_copy") = "staged_or_mapped",
+        py::arg("shm_copy") = "staged_or_mapped", py::arg("cost_model") = "",
         // The rendezvous waits on the store and on the other ranks.
         py::call_guard<py::gil_scoped_release>());
   m.def("layout", &loom::pytorch::Layout, py::arg("group"));
   m.def("describe", &loom::pytorch::Describe, py::arg("group"));
+  m.def("explain", &loom::pytorch::Explain, py::arg("group"), py::arg("kind"), py::arg("bytes"));
   m.def("shared_bytes", &loom::pytorch::SharedTensorBytes, py::arg("bytes"));
   m.def("abort", &loom::pytorch::Abort, py::arg("group"), py::arg("reason"));
   // Waits for the group's queued calls, which may run Python callbacks chained on

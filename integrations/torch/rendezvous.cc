@@ -16,6 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
+#include "collectives/auto_calibration.h"
+#include "collectives/cost_model.h"
 #include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/shm/shm_transport.h"
@@ -200,6 +202,12 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
   comm.deterministic = options.deterministic;
   if (options.chunk_bytes > 0) comm.chunk_bytes = options.chunk_bytes;
   comm.check = options.check;
+  if (!options.cost_model.empty()) {
+    absl::StatusOr<CostModel> model = CostModel::Load(options.cost_model);
+    if (!model.ok()) return InGroup(spec, "cost_model", model.status());
+    comm.cost_model = *std::move(model);
+    group.cost_model_source = absl::StrCat("cost model from ", options.cost_model);
+  }
   if (!group.layout.two_level) {
     absl::StatusOr<std::unique_ptr<Transport>> shm =
         ConnectShm(*job, spec.rank, spec.size, spec, options, deadline);
@@ -233,6 +241,15 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
       Communicator::Create(group.transport, std::move(comm));
   if (!communicator.ok()) return InGroup(spec, "communicator", communicator.status());
   group.communicator = std::move(*communicator);
+  // Across hosts without a file: measure (or load the cached) model on these hosts,
+  // collectively, so every rank chooses alike.
+  if (options.cost_model.empty() && group.layout.two_level && spec.size > 1) {
+    absl::StatusOr<AutoCalibration> calibrated = AutoCalibrate(*group.communicator);
+    if (!calibrated.ok()) return InGroup(spec, "calibrating the cost model", calibrated.status());
+    if (calibrated->source != AutoCalibration::Source::kFormula) {
+      group.cost_model_source = calibrated->ToString();
+    }
+  }
   return group;
 }
 

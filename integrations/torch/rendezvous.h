@@ -65,6 +65,10 @@ struct GroupConnection {
   std::shared_ptr<Transport> transport;
   std::unique_ptr<Communicator> communicator;
   GroupLayout layout;
+  // Where the communicator's cost model came from, when not the formulas: "cost
+  // model from FILE", or AutoCalibration::ToString() ("cost model measured on 2
+  // hosts ...", "cost model from cache ...").
+  std::string cost_model_source;
 };
 
 // ConnectGroup connects rank spec.rank's communicator. Errors name the group, the

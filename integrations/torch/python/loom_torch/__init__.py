@@ -23,6 +23,7 @@ each group is created (see README.md):
     LOOM_TORCH_HEARTBEAT_TIMEOUT=<seconds>   a stopped peer is named within this (default 10)
     LOOM_TORCH_CHUNK_BYTES=<bytes>  pipelining chunk of the ring and trees (default: Loom's)
     LOOM_TORCH_SHM_COPY=staged_or_mapped|auto|cma|staged   how shm moves large messages
+    LOOM_TORCH_COST_MODEL=<file>   the cost model auto chooses by (default: measured across hosts)
 """
 
 import atexit
@@ -73,6 +74,11 @@ class Options:
     # tensors from loom_torch.empty are mapped by the peers), "auto" (the kernel's
     # process_vm_readv where allowed), "cma", "staged".
     shm_copy: str = "staged_or_mapped"
+    # The cost model `auto` chooses algorithms by: a file (collective_bench
+    # --calibrate --save_cost_model). Empty: a group across hosts measures one on its
+    # hosts the first time (about 2 s) and caches it ($LOOM_CACHE_DIR, or
+    # ~/.cache/loom); a group on one host keeps the formulas. describe() says which.
+    cost_model: str = ""
 
 
 def _flag(name: str, value: str) -> bool:
@@ -95,6 +101,7 @@ def options_from_environment(environ=None) -> Options:
     options.gloo_hostname = env.get("LOOM_TORCH_GLOO_HOSTNAME", options.gloo_hostname)
     options.gloo_interface = env.get("LOOM_TORCH_GLOO_IFNAME", options.gloo_interface)
     options.shm_copy = env.get("LOOM_TORCH_SHM_COPY", options.shm_copy)
+    options.cost_model = env.get("LOOM_TORCH_COST_MODEL", options.cost_model)
     if "LOOM_TORCH_CHUNK_BYTES" in env:
         text = env["LOOM_TORCH_CHUNK_BYTES"]
         try:
@@ -127,7 +134,7 @@ def create(store, rank: int, size: int, timeout: timedelta, options: Optional[Op
         transport=options.transport, host_id=options.host_id,
         gloo_hostname=options.gloo_hostname, gloo_interface=options.gloo_interface,
         heartbeat_timeout=float(options.heartbeat_timeout), chunk_bytes=int(options.chunk_bytes),
-        shm_copy=options.shm_copy)
+        shm_copy=options.shm_copy, cost_model=options.cost_model)
     _groups.add(group)
     return group
 
@@ -165,6 +172,15 @@ def describe(group=None) -> str:
     if group is None:
         group = dist.distributed_c10d._get_default_group()
     return _C.describe(group)
+
+
+def explain(kind: str, nbytes: int, group=None) -> str:
+    """The algorithm Loom's `auto` picks for a call of `kind` ("all_reduce",
+    "all_gather", "reduce_scatter", "broadcast", ...) moving `nbytes` per rank, with
+    every candidate's predicted time and whether it was measured or a formula."""
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    return _C.explain(group, kind, int(nbytes))
 
 
 def _create_extended(backend_options, pg_options):

@@ -1,0 +1,98 @@
+"""The cost model Loom's `auto` chooses by, from a file (Options.cost_model,
+LOOM_TORCH_COST_MODEL): every rank reads it, describe() names it, explain() shows the
+choice it makes and that it was measured; calls still give the right sums. Without
+one, a group on one host keeps the formulas. A file that cannot be read fails the
+group's creation, naming the file. Two ranks on one host.
+"""
+
+import os
+import sys
+import tempfile
+import unittest
+from datetime import timedelta
+
+import torch_testing
+
+# Constants as Loom's defaults, and a measured curve that makes the direct all-reduce
+# the cheapest at 1 MiB on two ranks (1 us where every formula says tens of us).
+MODEL = """# a test's cost model
+alpha_s 2e-06
+beta_s_per_byte 2e-10
+gamma_s_per_byte 1e-10
+inter_node_alpha_s 2e-05
+inter_node_beta_s_per_byte 1e-09
+curve all_reduce direct 2 0 4096:1e-06,1048576:1e-06
+"""
+
+
+def worker(argv):
+    case = argv[0]
+    import torch
+    import torch.distributed as dist
+    import loom_torch
+    print(f"pid {os.getpid()}", flush=True)
+    if case == "missing":
+        try:
+            dist.init_process_group("loom", timeout=timedelta(seconds=60))
+        except RuntimeError as e:
+            print(f"refused: {e}", flush=True)
+            return
+        raise AssertionError("a missing cost model file was accepted")
+    dist.init_process_group("loom", timeout=timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    described = loom_torch.describe()
+    explained = loom_torch.explain("all_reduce", 1 << 20)
+    print(f"describe: {described}", flush=True)
+    print(f"explain: {explained}", flush=True)
+    # The choice runs and sums right: 1 MiB of float32, rank r adds r + 1.
+    t = torch.full((1 << 18,), float(rank + 1))
+    dist.all_reduce(t)
+    want = float(sum(range(1, world + 1)))
+    assert bool((t == want).all()), f"rank {rank}: sum {t[:4].tolist()}..., want {want}"
+    print(f"rank {rank}: sum ok", flush=True)
+    dist.destroy_process_group()
+
+
+class CostModelTest(unittest.TestCase):
+    def test_a_file_chooses_and_is_named(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.txt")
+            with open(path, "w") as f:
+                f.write(MODEL)
+            result = torch_testing.run_ranks(__file__, 2, ["file"], timeout=90,
+                                             env={"LOOM_TORCH_COST_MODEL": path})
+        result.check_ok(self)
+        for r in result.ranks:
+            self.assertIn(f"; cost model from {path}", r.stdout, result.describe())
+            self.assertIn("explain: all_reduce 1 MiB on 2 ranks: direct (predicted 1.0 us, measured)",
+                          r.stdout, result.describe())
+            self.assertIn("sum ok", r.stdout, result.describe())
+        torch_testing.check_nothing_left(self, result)
+
+    def test_one_host_keeps_the_formulas(self):
+        result = torch_testing.run_ranks(__file__, 2, ["default"], timeout=90)
+        result.check_ok(self)
+        for r in result.ranks:
+            self.assertNotIn("cost model", r.stdout, result.describe())
+            self.assertRegex(r.stdout, r"explain: all_reduce 1 MiB on 2 ranks: \w+ \(predicted [^,]+, formula\)",
+                             result.describe())
+            self.assertIn("sum ok", r.stdout, result.describe())
+        torch_testing.check_nothing_left(self, result)
+
+    def test_a_missing_file_is_named(self):
+        path = "/nonexistent/loom_cost_model.txt"
+        result = torch_testing.run_ranks(__file__, 2, ["missing"], timeout=90,
+                                         env={"LOOM_TORCH_COST_MODEL": path})
+        result.check_ok(self)
+        for r in result.ranks:
+            self.assertIn("refused: ", r.stdout, result.describe())
+            self.assertIn(path, r.stdout, result.describe())
+            self.assertIn("cost_model", r.stdout, result.describe())
+        torch_testing.check_nothing_left(self, result)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        worker(sys.argv[2:])
+    else:
+        unittest.main()
