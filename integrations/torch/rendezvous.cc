@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,6 +170,15 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
     return InGroup(spec, "options", valid);
   }
   const absl::Time deadline = absl::Now() + spec.timeout;
+  // The cost model file is read before the store is touched: a rank that cannot read
+  // it fails alone and at once, and a peer is not left waiting in the rendezvous for
+  // it (nor cut off from the store, when the failing rank is the one hosting it).
+  std::optional<CostModel> cost_model;
+  if (!options.cost_model.empty()) {
+    absl::StatusOr<CostModel> model = CostModel::Load(options.cost_model);
+    if (!model.ok()) return InGroup(spec, "cost_model", model.status());
+    cost_model = *std::move(model);
+  }
 
   // Every rank of the group adds one per connect, so the k-th connect of a prefix
   // reads k * size + 1 .. (k + 1) * size and uses round k.
@@ -202,10 +212,8 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
   comm.deterministic = options.deterministic;
   if (options.chunk_bytes > 0) comm.chunk_bytes = options.chunk_bytes;
   comm.check = options.check;
-  if (!options.cost_model.empty()) {
-    absl::StatusOr<CostModel> model = CostModel::Load(options.cost_model);
-    if (!model.ok()) return InGroup(spec, "cost_model", model.status());
-    comm.cost_model = *std::move(model);
+  if (cost_model.has_value()) {
+    comm.cost_model = *std::move(cost_model);
     group.cost_model_source = absl::StrCat("cost model from ", options.cost_model);
   }
   if (!group.layout.two_level) {

@@ -8,6 +8,7 @@ group's creation, naming the file. Two ranks on one host.
 import os
 import sys
 import tempfile
+import time
 import unittest
 from datetime import timedelta
 
@@ -36,6 +37,14 @@ def worker(argv):
             dist.init_process_group("loom", timeout=timedelta(seconds=60))
         except RuntimeError as e:
             print(f"refused: {e}", flush=True)
+            # Rank 0 hosts torch's store: it stays until every rank has been refused,
+            # or a peer still connecting would lose the store instead.
+            done = os.environ["COST_MODEL_TEST_DONE"]
+            open(os.path.join(done, os.environ["RANK"]), "w").close()
+            deadline = time.monotonic() + 60
+            while (os.environ["RANK"] == "0" and len(os.listdir(done)) < int(os.environ["WORLD_SIZE"])
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
             return
         raise AssertionError("a missing cost model file was accepted")
     dist.init_process_group("loom", timeout=timedelta(seconds=60))
@@ -81,8 +90,10 @@ class CostModelTest(unittest.TestCase):
 
     def test_a_missing_file_is_named(self):
         path = "/nonexistent/loom_cost_model.txt"
-        result = torch_testing.run_ranks(__file__, 2, ["missing"], timeout=90,
-                                         env={"LOOM_TORCH_COST_MODEL": path})
+        with tempfile.TemporaryDirectory() as done:
+            result = torch_testing.run_ranks(__file__, 2, ["missing"], timeout=90,
+                                             env={"LOOM_TORCH_COST_MODEL": path,
+                                                  "COST_MODEL_TEST_DONE": done})
         result.check_ok(self)
         for r in result.ranks:
             self.assertIn("refused: ", r.stdout, result.describe())
