@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -154,6 +155,100 @@ absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, Reduce
   return sends[1].Wait();
 }
 
+// TreeAllReduce: TreeReduce to vrank 0 and TreeBroadcast back, in one loop, so that
+// both directions of every link carry data at once: in iteration t a rank reduces
+// chunk t and sends it up, and forwards a finished chunk of the result down. Run one
+// after the other, the two would move every byte of a link twice in turn (half the
+// link's rate at two ranks).
+//
+// A rank at depth d (the number of set bits of its vrank) forwards chunk t - kLag (d + 1)
+// down in iteration t. Its parent forwarded that chunk kLag iterations earlier, which
+// needed only chunks this rank had sent up kLag iterations before: no rank waits on a
+// chunk whose sending needs what it is about to send, and kLag chunks stay in flight
+// on each link.
+absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
+                           ConstBufferView input, BufferView output) {
+  constexpr uint32_t kUpStep = 0;
+  constexpr uint32_t kDownStep = 1;
+  constexpr int kLag = 3;
+  // A chunk's result lands where its partial sum was sent from (the output), so its
+  // receive is posted once that send has left, kUpWindow - 1 iterations after it.
+  constexpr int kUpWindow = 3;
+  const size_t count = input.size();
+  const DType dtype = input.dtype();
+  const size_t width = DTypeSize(dtype);
+  const int chunks = NumChunks(ctx, count, dtype);
+  const size_t max_chunk = Block(count, chunks, 0).count;
+  const int fan_in = node.num_children;
+  if (node.is_root() && fan_in == 0) return Copy(input, output);
+  const int depth = __builtin_popcountll(static_cast<uint64_t>(node.vrank));
+  const int down_lag = kLag * (depth + 1);
+
+  // Children's chunks, double buffered: [parity][child][max_chunk].
+  absl::Span<std::byte> tmp;
+  if (fan_in > 0) {
+    LOOM_ASSIGN_OR_RETURN(tmp, ctx.scratch->Get(kTreeSlot, 2 * fan_in * max_chunk * width));
+  }
+  auto child_chunk = [&](int c, int i) {
+    const size_t offset = (static_cast<size_t>(c % 2) * fan_in + i) * max_chunk;
+    return BufferView(tmp.data() + offset * width, Block(count, chunks, c).count, dtype);
+  };
+  // Declared before the requests, so destroyed after them.
+  InFlight<kMaxChildren> child_recvs[2] = {InFlight<kMaxChildren>(ctx),
+                                           InFlight<kMaxChildren>(ctx)};
+  InFlight<kMaxChildren> down_sends[2] = {InFlight<kMaxChildren>(ctx),
+                                          InFlight<kMaxChildren>(ctx)};
+  InFlight<1> up_sends[kUpWindow] = {InFlight<1>(ctx), InFlight<1>(ctx), InFlight<1>(ctx)};
+  std::deque<InFlight<1>> down_recvs;  // one per chunk, in chunk order
+  auto post_child_recvs = [&](int c) -> absl::Status {
+    for (int i = 0; i < fan_in; ++i) {
+      LOOM_RETURN_IF_ERROR(child_recvs[c % 2].Recv(kUpStep, node.child(i), child_chunk(c, i)));
+    }
+    return absl::OkStatus();
+  };
+  LOOM_RETURN_IF_ERROR(post_child_recvs(0));
+  const int last = node.is_root() ? chunks - 1 + kLag : chunks - 1 + down_lag;
+  for (int t = 0; t <= last; ++t) {
+    if (t < chunks) {
+      const BlockRange range = Block(count, chunks, t);
+      if (t + 1 < chunks) LOOM_RETURN_IF_ERROR(post_child_recvs(t + 1));
+      LOOM_RETURN_IF_ERROR(child_recvs[t % 2].Wait());
+      ConstBufferView up = Slice(input, range);
+      if (fan_in > 0) {
+        const BufferView acc = Slice(output, range);
+        LOOM_RETURN_IF_ERROR(ReduceTo(op, up, child_chunk(t, 0), acc));
+        for (int i = 1; i < fan_in; ++i) {
+          LOOM_RETURN_IF_ERROR(ReduceInto(op, child_chunk(t, i), acc));
+        }
+        up = acc;
+      }
+      if (!node.is_root()) {
+        LOOM_RETURN_IF_ERROR(up_sends[t % kUpWindow].Send(kUpStep, node.parent(), up));
+      }
+    }
+    const int sent = t - (kUpWindow - 1);
+    if (!node.is_root() && sent >= 0 && sent < chunks) {
+      LOOM_RETURN_IF_ERROR(up_sends[sent % kUpWindow].Wait());
+      down_recvs.emplace_back(ctx);
+      LOOM_RETURN_IF_ERROR(down_recvs.back().Recv(kDownStep, node.parent(),
+                                                  Slice(output, Block(count, chunks, sent))));
+    }
+    const int s = t - (node.is_root() ? kLag : down_lag);
+    if (s < 0 || s >= chunks) continue;
+    if (!node.is_root()) {
+      LOOM_RETURN_IF_ERROR(down_recvs.front().Wait());
+      down_recvs.pop_front();
+    }
+    LOOM_RETURN_IF_ERROR(down_sends[s % 2].Wait());  // chunk s - 2
+    const ConstBufferView chunk = Slice(output, Block(count, chunks, s));
+    for (int i = node.num_children - 1; i >= 0; --i) {
+      LOOM_RETURN_IF_ERROR(down_sends[s % 2].Send(kDownStep, node.child(i), chunk));
+    }
+  }
+  LOOM_RETURN_IF_ERROR(down_sends[0].Wait());
+  return down_sends[1].Wait();
+}
+
 }  // namespace
 
 absl::Status BinomialBroadcast(const CallContext& ctx, const CollectiveArgs& args) {
@@ -185,10 +280,8 @@ absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& arg
   if (args.count == 0) return absl::OkStatus();
   // Every rank accumulates in its own output, which the broadcast then overwrites
   // with rank 0's result: the one place where each element is reduced.
-  const BinomialNode node(ctx.rank(), /*root_rank=*/0, ctx.size());
-  LOOM_RETURN_IF_ERROR(TreeReduce(ctx, node, args.op, args.input, args.output, /*step=*/0));
-  if (ctx.size() == 1) return absl::OkStatus();
-  return TreeBroadcast(ctx, node, args.output, args.output, /*step=*/1);
+  return TreeAllReduce(ctx, BinomialNode(ctx.rank(), /*root_rank=*/0, ctx.size()), args.op,
+                       args.input, args.output);
 }
 
 absl::Status BinomialGather(const CallContext& ctx, const CollectiveArgs& args) {

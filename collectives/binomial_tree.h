@@ -54,9 +54,10 @@ absl::Status BinomialBroadcast(const CallContext& ctx, const CollectiveArgs& arg
 absl::Status BinomialReduce(const CallContext& ctx, const CollectiveArgs& args);
 
 // BinomialAllReduce reduces every rank's input into every rank's output: a binomial
-// reduce to rank 0 followed by a binomial broadcast from it, so every element is
-// reduced once and every rank holds the same bits. args.root is ignored. Errors as
-// BinomialBroadcast.
+// reduce to rank 0 and a binomial broadcast from it, pipelined against each other
+// chunk by chunk (a chunk's result goes down while later chunks still go up), so
+// every element is reduced once, every rank holds the same bits, and each link
+// carries data both ways at once. args.root is ignored. Errors as BinomialBroadcast.
 absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& args);
 
 // BinomialGather concatenates every rank's input (count elements) in rank order into
