@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "collectives/algorithm_registry.h"
+#include "collectives/direct.h"
 #include "core/posix.h"
 #include "core/status_macros.h"
 
@@ -204,8 +205,14 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
           return 2 * log_p * a + 2 * (p - 1) / p * s * b + (p - 1) / p * s * g +
                  (folded ? 2 * (a + s * b) + s * g : 0.0);
         case Algorithm::kDoubleBinaryTree: return 2 * log_n * a + 2 * s * b + s * g;
-        case Algorithm::kBinomialTree: return 2 * log_n * (a + s * b) + log_n * s * g;
-        case Algorithm::kDirect: return (n - 1) * (a + s * b + s * g);
+        // The reduce and the broadcast are pipelined against each other, so the
+        // root's links carry its log n children's data both ways at once.
+        case Algorithm::kBinomialTree: return 2 * log_n * a + log_n * s * (b + g);
+        case Algorithm::kDirect:
+          if (collectives_internal::DirectAllReduceInTwoShots(ranks, bytes)) {
+            return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
+          }
+          return (n - 1) * (a + s * b + s * g);
         case Algorithm::kHierarchical: {
           if (!multi_node || ranks % ranks_per_node != 0) {
             return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;  // it runs the flat ring

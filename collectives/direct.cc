@@ -243,6 +243,12 @@ absl::Status DirectAllReduce(const CallContext& ctx, const CollectiveArgs& args)
   LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, "direct all_reduce", args.count, args.count));
   if (args.count == 0) return absl::OkStatus();
   const int n = ctx.size();
+  if (DirectAllReduceInTwoShots(n, args.count * DTypeSize(args.input.dtype()))) {
+    // Each rank folds its own block of every input, then hands it to everyone: the
+    // same folds, in the same order, as the one-shot path below.
+    LOOM_RETURN_IF_ERROR(DirectReduceScatterBlocks(ctx, args.op, args.input, args.output));
+    return DirectAllGatherBlocks(ctx, args.output);
+  }
   LOOM_ASSIGN_OR_RETURN(const Contributions contributions,
                         Contributions::Make(ctx, args.input, args.output));
   LOOM_RETURN_IF_ERROR(ExchangeWithEveryone(

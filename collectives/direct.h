@@ -1,7 +1,7 @@
 // Direct algorithms: one-shot collectives for tiny messages and deterministic mode.
 // Every rank posts all of its sends and receives at once and waits for them, so a call
 // costs one message latency whatever n, at the price of n-1 messages per rank (n-1
-// copies of the data for all-reduce). Latency-bound calls (a few KiB, barriers,
+// copies of the data for all-reduce below kDirectTwoShotBytes). Latency-bound calls (a few KiB, barriers,
 // flags, scalars) are where they win; the ring (ring.h) wins for large messages.
 //
 // Deterministic reductions. Every reduction here (all-reduce, reduce-scatter,
@@ -41,6 +41,8 @@
 #ifndef LOOM_COLLECTIVES_DIRECT_H_
 #define LOOM_COLLECTIVES_DIRECT_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "collectives/internal/call_context.h"
 #include "core/buffer_view.h"
@@ -54,7 +56,16 @@ inline constexpr int kDirectRequestsSlot = 3;
 
 // DirectAllReduce: every rank sends its whole input (count) to every rank; each rank
 // folds the n inputs in rank order into its output. In place when
-// SameMemory(input, output). Errors as above.
+// SameMemory(input, output). From kDirectTwoShotBytes on more than two ranks it runs
+// in two shots instead: DirectReduceScatterBlocks, then DirectAllGatherBlocks, so a
+// rank sends 2 (n-1)/n of the data rather than n-1 copies of it (at 3 ranks across
+// hosts, 2/3 of the link's rate became 0.9); the folds, and so the bits, are the
+// same. (At two ranks both move the data once, and one shot has one latency.)
+// Errors as above.
+inline constexpr size_t kDirectTwoShotBytes = size_t{64} << 10;
+constexpr bool DirectAllReduceInTwoShots(int ranks, size_t bytes) {
+  return ranks > 2 && bytes >= kDirectTwoShotBytes;
+}
 absl::Status DirectAllReduce(const CallContext& ctx, const CollectiveArgs& args);
 
 // DirectReduceScatter: input n * count, output count; rank r's output is the rank-order

@@ -59,7 +59,7 @@
 // handed to MPI (after "clear to send") cannot be withdrawn; Wait gives it
 // `withdraw_grace` to land, and if it does not, the endpoint is broken: this and
 // every later call fail with Internal. A send never leaves its buffer with MPI: its
-// pieces are copied into the endpoint's own buffers as they go (a window of 16 MiB),
+// pieces are copied into the endpoint's own buffers as they go (a window of 1 MiB),
 // which stay allocated while MPI holds them, so the caller may free its buffer once
 // any Wait returns. A receive lands in its destination (copies, and combiners that
 // `lands_in_place`) or in the endpoint's chunk buffers: after a break, the
