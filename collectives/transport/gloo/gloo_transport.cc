@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOption
   self.identity = SelfIdentity(options.world_rank >= 0 ? options.world_rank : options.rank);
   self.interval = HeartbeatInterval(options.heartbeat_timeout);
   std::vector<std::vector<char>> identities(options.size);
-  std::shared_ptr<gloo::rendezvous::Context> context;
+  gloo_internal::GlooContexts contexts;
   const absl::Status connected = gloo_internal::GlooCall(
       absl::StrCat("connecting rank ", options.rank, " of ", options.size, " (prefix \"",
                    options.prefix, "\")"),
@@ -129,16 +129,24 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOption
           file_store = std::make_unique<gloo::rendezvous::FileStore>(options.store_dir);
           store = file_store.get();
         }
+        const auto connect = [&](gloo::rendezvous::Store& prefixed) {
+          auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+          context->setTimeout(
+              std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout)));
+          context->connectFullMesh(prefixed, device);
+          return context;
+        };
         gloo::rendezvous::PrefixStore prefixed(options.prefix, *store);
-        context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-        context->setTimeout(
-            std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout)));
         prefixed.set(IdentityKey(options.rank), EncodeIdentity(self));
-        context->connectFullMesh(prefixed, device);
+        contexts.frames = connect(prefixed);
         // Every peer set its key before it connected, so these are there by now.
         for (int rank = 0; rank < options.size; ++rank) {
           identities[rank] = prefixed.get(IdentityKey(rank));
         }
+        gloo::rendezvous::PrefixStore upward(options.prefix + "/upward", *store);
+        contexts.upward = connect(upward);
+        gloo::rendezvous::PrefixStore downward(options.prefix + "/downward", *store);
+        contexts.downward = connect(downward);
       });
   if (!connected.ok()) return connected;
   std::vector<PeerIdentity> peers(options.size);
@@ -150,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOption
     intervals[rank] = info->interval;
   }
   return std::unique_ptr<Transport>(std::make_unique<gloo_internal::Endpoint>(
-      std::move(context), options, std::move(peers), std::move(intervals)));
+      std::move(contexts), options, std::move(peers), std::move(intervals)));
 }
 
 }  // namespace loom

@@ -31,9 +31,11 @@ std::string Endpoint::Op::Describe() const {
                       bytes, " bytes)");
 }
 
-Endpoint::Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options,
+Endpoint::Endpoint(GlooContexts contexts, const GlooOptions& options,
                    std::vector<PeerIdentity> peers, std::vector<absl::Duration> peer_intervals)
-    : context_(std::move(context)),
+    : context_(std::move(contexts.frames)),
+      upward_(std::move(contexts.upward)),
+      downward_(std::move(contexts.downward)),
       options_(options),
       rank_(options.rank),
       size_(options.size),
@@ -91,7 +93,33 @@ Endpoint::~Endpoint() {
   // Closing the pairs tells the peers' receivers that this rank is gone. Messages
   // gloo never sent, and the receive buffers, are freed after it (in_flight_,
   // abandoned_ and retired_ go before context_).
-  (void)GlooCall("closeConnections", [&] { context_->closeConnections(); });
+  (void)GlooCall("closeConnections", [&] {
+    context_->closeConnections();
+    upward_->closeConnections();
+    downward_->closeConnections();
+  });
+}
+
+std::vector<std::byte> Endpoint::TakePayloadMemory(size_t bytes) {
+  for (auto it = payload_memory_.begin(); it != payload_memory_.end(); ++it) {
+    if (it->capacity() < bytes) continue;
+    std::vector<std::byte> memory = std::move(*it);
+    payload_memory_.erase(it);
+    kept_payload_bytes_ -= memory.capacity();
+    return memory;
+  }
+  return {};
+}
+
+void Endpoint::KeepPayloadMemory(std::vector<std::byte> memory) {
+  if (kept_payload_bytes_ + memory.capacity() > kKeptPayloadBytes) return;
+  kept_payload_bytes_ += memory.capacity();
+  payload_memory_.push_back(std::move(memory));
+}
+
+gloo::Context& Endpoint::PayloadContext(int peer, bool sending) const {
+  const bool upward = sending ? rank_ < peer : peer < rank_;
+  return upward ? *upward_ : *downward_;
 }
 
 bool Endpoint::Track(size_t thread, gloo::transport::UnboundBuffer* buffer) {
@@ -110,16 +138,19 @@ void Endpoint::Retire(Retired retired) {
 
 absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope,
                                               std::vector<std::byte>* payload) {
-  payload->resize(envelope.bytes);
+  // The memory is kept from one payload to the next (ReceiveLoop): a fresh one is
+  // zeroed and faulted in page by page, which cost a 32 MiB receive about 10 ms.
+  const size_t bytes = envelope.bytes;
+  if (payload->size() < bytes) payload->resize(bytes);
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   absl::Status status = GlooCall("createUnboundBuffer", [&] {
-    buffer = context_->createUnboundBuffer(payload->data(), payload->size());
+    buffer = PayloadContext(peer, /*sending=*/false).createUnboundBuffer(payload->data(), bytes);
   });
   if (!status.ok()) return status;
   if (!Track(peer, buffer.get())) return false;
   bool completed = false;
-  status = GlooCall(absl::StrCat("receive of ", payload->size(), " bytes from rank ", peer), [&] {
-    buffer->recv(peer, kPayloadSlot, 0, payload->size());
+  status = GlooCall(absl::StrCat("receive of ", bytes, " bytes from rank ", peer), [&] {
+    buffer->recv(peer, kPayloadSlot, 0, bytes);
     completed = buffer->waitRecv(nullptr, kForever);
   });
   Track(peer, nullptr);
@@ -150,8 +181,10 @@ void Endpoint::ReceiveLoop(int peer) {
       buffers[i]->recv(peer, kEnvelopeSlot, 0, kFrameBytes);
     }
   });
+  std::vector<std::byte> separate;  // a payload too large for the frame, kept for the next
   for (uint64_t n = 0;; ++n) {
     const size_t i = n % kFramesPosted;
+    if (separate.size() > kKeptPayloadBytes) std::vector<std::byte>().swap(separate);
     Envelope envelope;
     bool received = false;
     if (status.ok() && Track(peer, buffers[i].get())) {
@@ -166,7 +199,6 @@ void Endpoint::ReceiveLoop(int peer) {
       if (decoded.ok()) envelope = *decoded;
     }
     absl::Span<const std::byte> payload;
-    std::vector<std::byte> separate;  // a payload too large for the frame
     if (status.ok() && received) {
       if (envelope.PayloadInline()) {
         payload = InlinePayload(frames[i], envelope);
@@ -174,7 +206,7 @@ void Endpoint::ReceiveLoop(int peer) {
         absl::StatusOr<bool> got = ReceivePayload(peer, envelope, &separate);
         status = got.status();
         received = got.ok() && *got;
-        payload = separate;
+        payload = absl::MakeConstSpan(separate.data(), envelope.bytes);
       }
     }
     {
@@ -227,7 +259,11 @@ void Endpoint::CompleteSends() {
     const int peer = message->peer;
     // Not sent: gloo failed it, or FailPeer gave up on it. gloo may still hold it in a
     // broken pair's queue, so it is freed only after the pairs close.
-    if (!sent) abandoned_.push_back(std::move(in_flight_.front()));
+    if (!sent) {
+      abandoned_.push_back(std::move(in_flight_.front()));
+    } else {
+      KeepPayloadMemory(std::move(message->payload));
+    }
     in_flight_.pop_front();
     changed_.SignalAll();
     if (!status.ok()) {
@@ -298,7 +334,10 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
   message->peer = peer;
   message->frame = Encode(envelope, payload);
   const bool separate = envelope.HasPayload() && !envelope.PayloadInline();
-  if (separate) message->payload.assign(payload.begin(), payload.end());
+  if (separate) {
+    message->payload = TakePayloadMemory(payload.size());
+    message->payload.assign(payload.begin(), payload.end());
+  }
   // Handed to gloo here, under the lock: the order on the wire is the posting order,
   // and nothing waits for another thread to pass the message on.
   const absl::Status status =
@@ -308,7 +347,8 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
         message->frame_buffer->send(peer, kEnvelopeSlot, 0, message->frame.size());
         if (separate) {
           message->payload_buffer =
-              context_->createUnboundBuffer(message->payload.data(), message->payload.size());
+              PayloadContext(peer, /*sending=*/true)
+                  .createUnboundBuffer(message->payload.data(), message->payload.size());
           message->payload_buffer->send(peer, kPayloadSlot, 0, message->payload.size());
         }
       });

@@ -48,18 +48,34 @@ inline constexpr int kFramesPosted = 4;
 inline constexpr uint64_t kEnvelopeSlot = (uint64_t{0x4C} << 56) | 1;
 inline constexpr uint64_t kPayloadSlot = (uint64_t{0x4C} << 56) | 2;
 
+// A receiver thread keeps the memory of its largest payload up to this size for the
+// next one; the sends keep as much of theirs in all.
+inline constexpr size_t kKeptPayloadBytes = size_t{64} << 20;
+
 // Combining receives see pieces of at most this many bytes (a multiple of
 // kCombineAlignment), so a large reduction walks the message in cache-sized steps.
 inline constexpr size_t kCombinePiece = size_t{1} << 20;
 static_assert(kCombinePiece % kCombineAlignment == 0);
 
+// GlooContexts: the endpoint's gloo contexts, each fully connected over one device,
+// so a pair of ranks has a socket in each. gloo sends a message only once the
+// receiver's "ready to receive" notice has come back, and that notice leaves behind
+// whatever data the receiver has already handed the same socket. Over one socket,
+// two ranks sending each other large payloads took turns: a 32 MiB exchange between
+// two hosts at 2 Gbit/s took 190..340 ms, not 140. So frames go over `frames`,
+// payloads from a lower rank to a higher one over `upward` and the other way over
+// `downward`: a payload socket carries data one way and only notices the other.
+struct GlooContexts {
+  std::shared_ptr<gloo::Context> frames, upward, downward;
+};
+
 class Endpoint final : public Transport {
  public:
-  // `context` is fully connected (connectFullMesh done); `peers` and `peer_intervals`
-  // hold every rank's identity and beat interval, by group rank (this one included),
-  // as the ranks told each other at connect.
-  Endpoint(std::shared_ptr<gloo::Context> context, const GlooOptions& options,
-           std::vector<PeerIdentity> peers, std::vector<absl::Duration> peer_intervals);
+  // `contexts` are fully connected (connectFullMesh done); `peers` and
+  // `peer_intervals` hold every rank's identity and beat interval, by group rank (this
+  // one included), as the ranks told each other at connect.
+  Endpoint(GlooContexts contexts, const GlooOptions& options, std::vector<PeerIdentity> peers,
+           std::vector<absl::Duration> peer_intervals);
   ~Endpoint() override;
 
   int rank() const override { return rank_; }
@@ -155,7 +171,15 @@ class Endpoint final : public Transport {
   // false when the endpoint is closing already.
   bool Track(size_t thread, gloo::transport::UnboundBuffer* buffer) ABSL_LOCKS_EXCLUDED(mu_);
 
-  const std::shared_ptr<gloo::Context> context_;
+  // Memory for a payload being sent, of capacity >= bytes when one was kept (a fresh
+  // one is faulted in page by page), and back when gloo has sent it.
+  std::vector<std::byte> TakePayloadMemory(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KeepPayloadMemory(std::vector<std::byte> memory) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The context that carries payloads between this rank and `peer`, this way.
+  gloo::Context& PayloadContext(int peer, bool sending) const;
+
+  const std::shared_ptr<gloo::Context> context_;  // frames
+  const std::shared_ptr<gloo::Context> upward_, downward_;  // payloads (GlooContexts)
   const GlooOptions options_;
   const int rank_;
   const int size_;
@@ -178,6 +202,9 @@ class Endpoint final : public Transport {
   // after the pairs close.
   std::vector<std::unique_ptr<Outgoing>> abandoned_ ABSL_GUARDED_BY(mu_);
   std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);  // see Retired
+  // Sent payloads' memory, kept for the next (at most kKeptPayloadBytes in all).
+  std::vector<std::vector<std::byte>> payload_memory_ ABSL_GUARDED_BY(mu_);
+  size_t kept_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // The destructor began (before closing_, which ends the threads).
