@@ -21,7 +21,10 @@
 // size, send id) followed by the payload when it is at most 256 KiB. Each rank keeps
 // four receives of frames posted per peer, so such a message is one gloo message that
 // lands at once. A larger payload follows its frame on a second slot, into a buffer
-// the receiver allocates when the frame arrives (gloo moves it after that round trip).
+// the receiver keeps for payloads (gloo moves it after that round trip), over one of
+// two more gloo contexts, one per direction between two ranks (internal/endpoint.h,
+// GlooContexts: gloo's "ready to receive" notice would otherwise queue behind the
+// receiver's own outgoing data, and two ranks exchanging large payloads take turns).
 // Both slots carry the prefix 0x4C, clear of the prefixes 0x01..0x08 that gloo's own
 // collectives use. The thread that posts a message hands it to gloo (under the
 // endpoint's lock, so the wire order is the posting order); one thread per peer
