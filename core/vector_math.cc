@@ -139,6 +139,142 @@ void ScaleKernel(float* x, size_t n, float factor) {
   });
 }
 
+// Sums in double: f32 values promoted into f64 lanes (half a float vector at a time),
+// two accumulators, then the lanes added in lane order, then the scalar tail. The
+// order depends only on n and the target, not on the caller's threads.
+using DD = hn::ScalableTag<double>;
+using DF = hn::Rebind<float, DD>;  // as many floats as DD has doubles
+using VD = hn::Vec<DD>;
+
+HWY_INLINE double LanesInOrder(VD v) {
+  HWY_ALIGN double lanes[hn::MaxLanes(DD())];
+  hn::Store(v, DD(), lanes);
+  double sum = 0.0;
+  for (size_t i = 0; i < hn::Lanes(DD()); ++i) sum += lanes[i];
+  return sum;
+}
+
+// Runs body(i) for i = 0, N, 2N, ... while a whole half vector fits, into two
+// accumulators alternately; returns the lanes' sum and where the tail starts.
+template <typename Term>
+HWY_INLINE double SumTerms(size_t n, const Term& term, size_t* tail) {
+  const DD dd;
+  const size_t lanes = hn::Lanes(dd);
+  VD acc0 = hn::Zero(dd), acc1 = hn::Zero(dd);
+  size_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    acc0 = hn::Add(acc0, term(i));
+    acc1 = hn::Add(acc1, term(i + lanes));
+  }
+  if (i + lanes <= n) {
+    acc0 = hn::Add(acc0, term(i));
+    i += lanes;
+  }
+  *tail = i;
+  return LanesInOrder(hn::Add(acc0, acc1));
+}
+
+double SumKernel(const float* x, size_t n) {
+  const DD dd;
+  const DF df;
+  size_t i = 0;
+  double sum = SumTerms(n, [&](size_t j) { return hn::PromoteTo(dd, hn::LoadU(df, x + j)); }, &i);
+  for (; i < n; ++i) sum += static_cast<double>(x[i]);
+  return sum;
+}
+
+double SquaredDeviationKernel(const float* x, size_t n, float mean) {
+  const DD dd;
+  const DF df;
+  const auto m = hn::Set(df, mean);
+  size_t i = 0;
+  double sum = SumTerms(n, [&](size_t j) {
+    const VD d = hn::PromoteTo(dd, hn::Sub(hn::LoadU(df, x + j), m));
+    return hn::Mul(d, d);
+  }, &i);
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(x[i] - mean);
+    sum += d * d;
+  }
+  return sum;
+}
+
+void NormGradientSumsKernel(const float* x, const float* dy, const float* gamma, size_t n,
+                            float mean, float rstd, double* sum_g, double* sum_g_xhat) {
+  const DD dd;
+  const DF df;
+  const auto m = hn::Set(df, mean);
+  const auto r = hn::Set(df, rstd);
+  size_t i = 0;
+  // g and xhat in f32, as the scalar pass computes them; their product in double.
+  double g_total = SumTerms(n, [&](size_t j) {
+    return hn::PromoteTo(dd, hn::Mul(hn::LoadU(df, dy + j), hn::LoadU(df, gamma + j)));
+  }, &i);
+  double gx_total = SumTerms(n, [&](size_t j) {
+    const VD g = hn::PromoteTo(dd, hn::Mul(hn::LoadU(df, dy + j), hn::LoadU(df, gamma + j)));
+    const VD xhat = hn::PromoteTo(dd, hn::Mul(hn::Sub(hn::LoadU(df, x + j), m), r));
+    return hn::Mul(g, xhat);
+  }, &i);
+  for (; i < n; ++i) {
+    const float xhat = (x[i] - mean) * rstd;
+    const float g = dy[i] * gamma[i];
+    g_total += static_cast<double>(g);
+    gx_total += static_cast<double>(g) * static_cast<double>(xhat);
+  }
+  *sum_g = g_total;
+  *sum_g_xhat = gx_total;
+}
+
+// y = (x - mean) * rstd * gamma + beta, in the formula's order.
+void NormalizeRowKernel(const float* x, const float* gamma, const float* beta, size_t n,
+                        float mean, float rstd, float* y) {
+  const D d;
+  const V m = hn::Set(d, mean);
+  const V r = hn::Set(d, rstd);
+  ForEachVector(n, [&](size_t i, size_t count) {
+    const V xhat = hn::Mul(hn::Sub(LoadPart(x + i, count), m), r);
+    StorePart(hn::Add(hn::Mul(xhat, LoadPart(gamma + i, count)), LoadPart(beta + i, count)),
+              y + i, count);
+  });
+}
+
+// dx = rstd * (dy * gamma - mean_g - xhat * mean_g_xhat), xhat = (x - mean) * rstd.
+void NormRowBackwardKernel(const float* x, const float* dy, const float* gamma, size_t n,
+                           float mean, float rstd, float mean_g, float mean_g_xhat, float* dx) {
+  const D d;
+  const V m = hn::Set(d, mean);
+  const V r = hn::Set(d, rstd);
+  const V mg = hn::Set(d, mean_g);
+  const V mgx = hn::Set(d, mean_g_xhat);
+  ForEachVector(n, [&](size_t i, size_t count) {
+    const V xhat = hn::Mul(hn::Sub(LoadPart(x + i, count), m), r);
+    const V g = hn::Mul(LoadPart(dy + i, count), LoadPart(gamma + i, count));
+    StorePart(hn::Mul(r, hn::Sub(hn::Sub(g, mg), hn::Mul(xhat, mgx))), dx + i, count);
+  });
+}
+
+// dgamma += dy * xhat and dbeta += dy, in double lanes, xhat in f32.
+void AccumulateNormParamGradsKernel(const float* x, const float* dy, size_t n, float mean,
+                                    float rstd, double* dgamma, double* dbeta) {
+  const DD dd;
+  const DF df;
+  const auto m = hn::Set(df, mean);
+  const auto r = hn::Set(df, rstd);
+  const size_t lanes = hn::Lanes(dd);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const VD dyd = hn::PromoteTo(dd, hn::LoadU(df, dy + i));
+    const VD xhat = hn::PromoteTo(dd, hn::Mul(hn::Sub(hn::LoadU(df, x + i), m), r));
+    hn::StoreU(hn::Add(hn::LoadU(dd, dgamma + i), hn::Mul(dyd, xhat)), dd, dgamma + i);
+    hn::StoreU(hn::Add(hn::LoadU(dd, dbeta + i), dyd), dd, dbeta + i);
+  }
+  for (; i < n; ++i) {
+    const float xhat = (x[i] - mean) * rstd;
+    dgamma[i] += static_cast<double>(dy[i]) * static_cast<double>(xhat);
+    dbeta[i] += static_cast<double>(dy[i]);
+  }
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -155,6 +291,12 @@ HWY_EXPORT(GeluBackwardKernel);
 HWY_EXPORT(MaxKernel);
 HWY_EXPORT(ExpShiftKernel);
 HWY_EXPORT(ScaleKernel);
+HWY_EXPORT(SumKernel);
+HWY_EXPORT(SquaredDeviationKernel);
+HWY_EXPORT(NormGradientSumsKernel);
+HWY_EXPORT(NormalizeRowKernel);
+HWY_EXPORT(NormRowBackwardKernel);
+HWY_EXPORT(AccumulateNormParamGradsKernel);
 HWY_EXPORT(TargetName);
 
 }  // namespace vector_math_internal
@@ -197,6 +339,68 @@ void SoftmaxInPlace(absl::Span<float> row) {
   if (row.empty()) return;
   const float sum = ExpShiftInPlace(row, MaxValue(row));
   ScaleInPlace(row, 1.0f / sum);
+}
+
+double SumAsDouble(absl::Span<const float> x) {
+  return HWY_DYNAMIC_DISPATCH(vmi::SumKernel)(x.data(), x.size());
+}
+
+double SquaredDeviationSum(absl::Span<const float> x, float mean) {
+  return HWY_DYNAMIC_DISPATCH(vmi::SquaredDeviationKernel)(x.data(), x.size(), mean);
+}
+
+absl::StatusOr<NormGradientSums> LayerNormGradientSums(absl::Span<const float> x,
+                                                       absl::Span<const float> dy,
+                                                       absl::Span<const float> gamma,
+                                                       float mean, float rstd) {
+  if (dy.size() != x.size() || gamma.size() != x.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormGradientSums: x has ", x.size(),
+                                                   " values, dy ", dy.size(), ", gamma ",
+                                                   gamma.size()));
+  }
+  NormGradientSums sums;
+  HWY_DYNAMIC_DISPATCH(vmi::NormGradientSumsKernel)(x.data(), dy.data(), gamma.data(), x.size(),
+                                                    mean, rstd, &sums.g, &sums.g_xhat);
+  return sums;
+}
+
+absl::Status NormalizeRow(absl::Span<const float> x, float mean, float rstd,
+                          absl::Span<const float> gamma, absl::Span<const float> beta,
+                          absl::Span<float> y) {
+  if (gamma.size() != x.size() || beta.size() != x.size() || y.size() != x.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("NormalizeRow: x has ", x.size(),
+                                                   " values, gamma ", gamma.size(), ", beta ",
+                                                   beta.size(), ", y ", y.size()));
+  }
+  HWY_DYNAMIC_DISPATCH(vmi::NormalizeRowKernel)(x.data(), gamma.data(), beta.data(), x.size(),
+                                                mean, rstd, y.data());
+  return absl::OkStatus();
+}
+
+absl::Status NormRowBackward(absl::Span<const float> x, absl::Span<const float> dy,
+                             absl::Span<const float> gamma, float mean, float rstd, float mean_g,
+                             float mean_g_xhat, absl::Span<float> dx) {
+  if (dy.size() != x.size() || gamma.size() != x.size() || dx.size() != x.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("NormRowBackward: x has ", x.size(),
+                                                   " values, dy ", dy.size(), ", gamma ",
+                                                   gamma.size(), ", dx ", dx.size()));
+  }
+  HWY_DYNAMIC_DISPATCH(vmi::NormRowBackwardKernel)(x.data(), dy.data(), gamma.data(), x.size(),
+                                                   mean, rstd, mean_g, mean_g_xhat, dx.data());
+  return absl::OkStatus();
+}
+
+absl::Status AccumulateNormParamGrads(absl::Span<const float> x, absl::Span<const float> dy,
+                                      float mean, float rstd, absl::Span<double> dgamma,
+                                      absl::Span<double> dbeta) {
+  if (dy.size() != x.size() || dgamma.size() != x.size() || dbeta.size() != x.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("AccumulateNormParamGrads: x has ", x.size(),
+                                                   " values, dy ", dy.size(), ", dgamma ",
+                                                   dgamma.size(), ", dbeta ", dbeta.size()));
+  }
+  HWY_DYNAMIC_DISPATCH(vmi::AccumulateNormParamGradsKernel)(x.data(), dy.data(), x.size(), mean,
+                                                            rstd, dgamma.data(), dbeta.data());
+  return absl::OkStatus();
 }
 
 absl::string_view VectorMathTarget() { return HWY_DYNAMIC_DISPATCH(vmi::TargetName)(); }

@@ -1,6 +1,6 @@
 // Vector math for the model's element-wise and row-wise passes: GELU (tanh form) and its
-// derivative, and the pieces of a numerically stable softmax (row maximum, exp of the
-// shifted row with its sum, scaling). Each kernel is written once with Google Highway
+// derivative, the pieces of a numerically stable softmax (row maximum, exp of the
+// shifted row with its sum, scaling), and layer normalization's row sums in double. Each kernel is written once with Google Highway
 // and dispatched at run time to the widest vector unit this CPU has (AVX-512, AVX2,
 // SSE4 or scalar); Highway's Tanh and Exp come from its contrib/math.
 //
@@ -26,6 +26,7 @@
 #define LOOM_CORE_VECTOR_MATH_H_
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -55,6 +56,50 @@ void ScaleInPlace(absl::Span<float> x, float factor);
 // SoftmaxInPlace replaces a row by its softmax: exp(x - max) / sum. An empty row is
 // left alone.
 void SoftmaxInPlace(absl::Span<float> row);
+
+// Row sums in double for layer normalization (models/gpt/ops.h): the values are
+// promoted to f64 lanes and summed in several accumulators, then across lanes in lane
+// order, then the scalar tail, so the bits depend on the length and the vector width
+// only (not on threads). Against a sequential double sum they differ by a few double
+// roundings, far below the one f32 rounding of the results built from them.
+//
+// SumAsDouble returns the sum of x.
+double SumAsDouble(absl::Span<const float> x);
+
+// SquaredDeviationSum returns the sum of (x_i - mean)^2, each difference rounded to f32
+// (as f32 code computes it) and squared in double.
+double SquaredDeviationSum(absl::Span<const float> x, float mean);
+
+// LayerNormGradientSums returns, with g_i = dy_i * gamma_i and xhat_i = (x_i - mean) *
+// rstd computed in f32, the sums of g_i and of g_i * xhat_i in double.
+// InvalidArgument naming the sizes when dy or gamma is not x's size.
+struct NormGradientSums {
+  double g = 0.0;
+  double g_xhat = 0.0;
+};
+absl::StatusOr<NormGradientSums> LayerNormGradientSums(absl::Span<const float> x,
+                                                       absl::Span<const float> dy,
+                                                       absl::Span<const float> gamma,
+                                                       float mean, float rstd);
+
+// The element passes of a layer norm row, in f32 lanes: each operation rounds to f32
+// as in the formula's order (where the target has fused multiply-add the compiler may
+// fuse a multiply with the add after it, one rounding fewer). InvalidArgument naming
+// the sizes when the spans differ in size.
+//
+// NormalizeRow: y_i = (x_i - mean) * rstd * gamma_i + beta_i.
+absl::Status NormalizeRow(absl::Span<const float> x, float mean, float rstd,
+                          absl::Span<const float> gamma, absl::Span<const float> beta,
+                          absl::Span<float> y);
+// NormRowBackward: dx_i = rstd * (dy_i * gamma_i - mean_g - xhat_i * mean_g_xhat),
+// xhat_i = (x_i - mean) * rstd.
+absl::Status NormRowBackward(absl::Span<const float> x, absl::Span<const float> dy,
+                             absl::Span<const float> gamma, float mean, float rstd, float mean_g,
+                             float mean_g_xhat, absl::Span<float> dx);
+// AccumulateNormParamGrads: dgamma_i += dy_i * xhat_i and dbeta_i += dy_i, in double.
+absl::Status AccumulateNormParamGrads(absl::Span<const float> x, absl::Span<const float> dy,
+                                      float mean, float rstd, absl::Span<double> dgamma,
+                                      absl::Span<double> dbeta);
 
 // VectorMathTarget names the instruction set the kernels dispatch to on this CPU
 // ("AVX3_ZEN4", "AVX3", "AVX2", "SSE4", "EMU128", ...), for reports.

@@ -165,6 +165,83 @@ TEST_P(VectorMathTest, ScaleMultipliesEveryValue) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], original[i] * 0.25f) << i;
 }
 
+// Layer norm's row sums against sequential double sums, at lengths around every vector
+// width (a tail, one or two whole accumulators, realistic widths). Both are double
+// sums of the same f32 terms, so they differ by double roundings only: a relative
+// 1e-12 of the sum of magnitudes.
+TEST_P(VectorMathTest, RowSumsMatchSequentialDoubleSums) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{8}, size_t{15}, size_t{16},
+                   size_t{17}, size_t{33}, size_t{64}, size_t{255}, size_t{768}, size_t{1027}}) {
+    const uint32_t seed = static_cast<uint32_t>(300 + n);
+    const std::vector<float> x = Inputs(n, 5.0f, seed);
+    const std::vector<float> dy = Inputs(n, 2.0f, seed + 1);
+    std::vector<float> gamma = Inputs(n, 1.5f, seed + 2);
+    const float mean = n == 0 ? 0.0f : 0.3f, rstd = 1.7f;
+    double sum = 0.0, magnitude = 0.0, sq = 0.0, sum_g = 0.0, sum_gx = 0.0, g_mag = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      sum += static_cast<double>(x[i]);
+      magnitude += std::fabs(static_cast<double>(x[i]));
+      const double d = static_cast<double>(x[i] - mean);
+      sq += d * d;
+      const float xhat = (x[i] - mean) * rstd;
+      const float g = dy[i] * gamma[i];
+      sum_g += static_cast<double>(g);
+      sum_gx += static_cast<double>(g) * static_cast<double>(xhat);
+      g_mag += std::fabs(static_cast<double>(g)) * (1.0 + std::fabs(static_cast<double>(xhat)));
+    }
+    const double bound = 1e-12 * (1.0 + magnitude + sq + g_mag);
+    EXPECT_NEAR(SumAsDouble(x), sum, bound) << "n " << n << " seed " << seed;
+    EXPECT_NEAR(SquaredDeviationSum(x, mean), sq, bound) << "n " << n << " seed " << seed;
+    LOOM_ASSERT_OK_AND_ASSIGN(const NormGradientSums sums,
+                              LayerNormGradientSums(x, dy, gamma, mean, rstd));
+    EXPECT_NEAR(sums.g, sum_g, bound) << "n " << n << " seed " << seed;
+    EXPECT_NEAR(sums.g_xhat, sum_gx, bound) << "n " << n << " seed " << seed;
+  }
+  // Exact where every partial sum is exact: integers.
+  std::vector<float> ints(1000);
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = static_cast<float>(i % 97) - 40.0f;
+  double exact = 0.0;
+  for (float v : ints) exact += static_cast<double>(v);
+  EXPECT_EQ(SumAsDouble(ints), exact);
+}
+
+// Layer norm's element passes against the same formulas in double, at lengths that
+// leave every kind of tail: each output within a few f32 roundings of its own size
+// (the kernels round each step to f32; the references do not).
+TEST_P(VectorMathTest, NormRowPassesMatchTheFormulas) {
+  for (size_t n : {size_t{1}, size_t{5}, size_t{16}, size_t{19}, size_t{64}, size_t{257}}) {
+    const uint32_t seed = static_cast<uint32_t>(400 + n);
+    const std::vector<float> x = Inputs(n, 5.0f, seed);
+    const std::vector<float> dy = Inputs(n, 2.0f, seed + 1);
+    const std::vector<float> gamma = Inputs(n, 1.5f, seed + 2);
+    const std::vector<float> beta = Inputs(n, 0.5f, seed + 3);
+    const float mean = 0.25f, rstd = 0.8f, mean_g = -0.1f, mean_gx = 0.3f;
+    std::vector<float> y(n), dx(n);
+    std::vector<double> dgamma(n, 1.0), dbeta(n, -1.0);
+    LOOM_ASSERT_OK(NormalizeRow(x, mean, rstd, gamma, beta, absl::MakeSpan(y)));
+    LOOM_ASSERT_OK(NormRowBackward(x, dy, gamma, mean, rstd, mean_g, mean_gx, absl::MakeSpan(dx)));
+    LOOM_ASSERT_OK(
+        AccumulateNormParamGrads(x, dy, mean, rstd, absl::MakeSpan(dgamma), absl::MakeSpan(dbeta)));
+    constexpr double kUlps = 8 * 6e-8;  // a few f32 roundings, relative
+    const double m = mean, r = rstd, mg = mean_g, mgx = mean_gx;
+    for (size_t i = 0; i < n; ++i) {
+      const double xi = x[i], dyi = dy[i], gi = gamma[i], bi = beta[i];
+      const double xhat = (xi - m) * r;
+      const double want_y = xhat * gi + bi;
+      const double y_scale = std::fabs(xhat * gi) + std::fabs(bi);
+      EXPECT_NEAR(y[i], want_y, kUlps * (1.0 + y_scale)) << "y " << i << " of " << n;
+      const double g = dyi * gi;
+      const double want_dx = r * (g - mg - xhat * mgx);
+      const double dx_scale = r * (std::fabs(g) + std::fabs(mg) + std::fabs(xhat * mgx));
+      EXPECT_NEAR(dx[i], want_dx, kUlps * (1.0 + dx_scale)) << "dx " << i << " of " << n;
+      // dgamma adds dy * xhat with xhat rounded to f32 once: within one f32 rounding of xhat.
+      EXPECT_NEAR(dgamma[i], 1.0 + dyi * xhat, kUlps * (1.0 + std::fabs(dyi * xhat)))
+          << "dgamma " << i << " of " << n;
+      EXPECT_EQ(dbeta[i], -1.0 + dyi) << "dbeta " << i << " of " << n;
+    }
+  }
+}
+
 // Spans at any float offset and of any length (rows of a matrix whose width is not a
 // multiple of the vector, shards of a vocabulary): the same bits as on a fresh,
 // aligned copy, and (under AddressSanitizer, where the spans end exactly at their
@@ -185,6 +262,12 @@ TEST_P(VectorMathTest, UnalignedSpansAndTailsGiveTheSameBits) {
     EXPECT_EQ(s1, s2) << n;
     EXPECT_EQ(e1[0], base[0]) << "the value before the span changed";
     EXPECT_EQ(std::vector<float>(e1.begin() + 1, e1.end()), e2) << n;
+    EXPECT_EQ(SumAsDouble(shifted), SumAsDouble(aligned)) << n;
+    EXPECT_EQ(SquaredDeviationSum(shifted, 0.5f), SquaredDeviationSum(aligned, 0.5f)) << n;
+    std::vector<float> n1(n), n2(n);
+    LOOM_ASSERT_OK(NormalizeRow(shifted, 0.5f, 2.0f, aligned, aligned, absl::MakeSpan(n1)));
+    LOOM_ASSERT_OK(NormalizeRow(aligned, 0.5f, 2.0f, aligned, aligned, absl::MakeSpan(n2)));
+    EXPECT_EQ(n1, n2) << n;
   }
 }
 
@@ -205,6 +288,19 @@ TEST(VectorMathErrorsTest, SizeMismatchesNameTheSizes) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x has 3 values, y 2")));
   EXPECT_THAT(GeluTanhBackward(x, y, absl::MakeSpan(x)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x has 3 values, dy 2, dx 3")));
+  std::vector<double> d3(3);
+  EXPECT_THAT(NormalizeRow(x, 0.0f, 1.0f, x, y, absl::MakeSpan(x)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("NormalizeRow: x has 3 values, gamma 3, beta 2, y 3")));
+  EXPECT_THAT(NormRowBackward(x, x, x, 0.0f, 1.0f, 0.0f, 0.0f, absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("NormRowBackward: x has 3 values, dy 3, gamma 3, dx 2")));
+  EXPECT_THAT(AccumulateNormParamGrads(x, y, 0.0f, 1.0f, absl::MakeSpan(d3), absl::MakeSpan(d3)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("AccumulateNormParamGrads: x has 3 values, dy 2, dgamma 3")));
+  EXPECT_THAT(LayerNormGradientSums(x, y, x, 0.0f, 1.0f),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("LayerNormGradientSums: x has 3 values, dy 2, gamma 3")));
 }
 
 }  // namespace

@@ -68,20 +68,15 @@ absl::Status LayerNormForward(absl::Span<const float> x, absl::Span<const float>
   ParallelForEach(static_cast<int64_t>(rows), RowGrain(n), [&](int64_t first, int64_t last) {
     for (size_t r = static_cast<size_t>(first); r < static_cast<size_t>(last); ++r) {
       const float* xr = x.data() + r * n;
-      double sum = 0.0;
-      for (size_t j = 0; j < n; ++j) sum += static_cast<double>(xr[j]);
-      const float row_mean = static_cast<float>(sum / static_cast<double>(n));
-      double sq = 0.0;
-      for (size_t j = 0; j < n; ++j) {
-        const double d = static_cast<double>(xr[j] - row_mean);
-        sq += d * d;
-      }
-      const float var = static_cast<float>(sq / static_cast<double>(n));
+      const absl::Span<const float> row(xr, n);
+      const float row_mean = static_cast<float>(SumAsDouble(row) / static_cast<double>(n));
+      const float var =
+          static_cast<float>(SquaredDeviationSum(row, row_mean) / static_cast<double>(n));
       const float row_rstd = 1.0f / std::sqrt(var + eps);
       mean[r] = row_mean;
       rstd[r] = row_rstd;
-      float* yr = y.data() + r * n;
-      for (size_t j = 0; j < n; ++j) yr[j] = (xr[j] - row_mean) * row_rstd * gamma[j] + beta[j];
+      // The sizes match (checked above), so this cannot fail.
+      NormalizeRow(row, row_mean, row_rstd, gamma, beta, y.subspan(r * n, n)).IgnoreError();
     }
   });
   return absl::OkStatus();
@@ -121,20 +116,16 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
     for (size_t r = static_cast<size_t>(first); r < static_cast<size_t>(last); ++r) {
       const float* xr = x.data() + r * n;
       const float* dyr = dy.data() + r * n;
-      double sum_g = 0.0, sum_gx = 0.0;
-      for (size_t j = 0; j < n; ++j) {
-        const float xhat = (xr[j] - mean[r]) * rstd[r];
-        const float g = dyr[j] * gamma[j];
-        sum_g += static_cast<double>(g);
-        sum_gx += static_cast<double>(g) * static_cast<double>(xhat);
-      }
-      const float mean_g = static_cast<float>(sum_g / static_cast<double>(n));
-      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(n));
-      float* dxr = grads.dx.data() + r * n;
-      for (size_t j = 0; j < n; ++j) {
-        const float xhat = (xr[j] - mean[r]) * rstd[r];
-        dxr[j] = rstd[r] * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
-      }
+      // The sizes match (checked above), so this cannot fail.
+      const NormGradientSums sums =
+          LayerNormGradientSums(absl::MakeConstSpan(xr, n), absl::MakeConstSpan(dyr, n), gamma,
+                                mean[r], rstd[r])
+              .value_or(NormGradientSums{});
+      const float mean_g = static_cast<float>(sums.g / static_cast<double>(n));
+      const float mean_gx = static_cast<float>(sums.g_xhat / static_cast<double>(n));
+      NormRowBackward(absl::MakeConstSpan(xr, n), absl::MakeConstSpan(dyr, n), gamma, mean[r],
+                      rstd[r], mean_g, mean_gx, absl::MakeSpan(grads.dx).subspan(r * n, n))
+          .IgnoreError();
     }
   });
   // dgamma and dbeta: sums over rows, split by columns, so each column is summed in
@@ -148,11 +139,10 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
     for (size_t r = 0; r < rows; ++r) {
       const float* xr = x.data() + r * n;
       const float* dyr = dy.data() + r * n;
-      for (size_t j = j0; j < j1; ++j) {
-        const float xhat = (xr[j] - mean[r]) * rstd[r];
-        dgamma[j - j0] += static_cast<double>(dyr[j]) * static_cast<double>(xhat);
-        dbeta[j - j0] += static_cast<double>(dyr[j]);
-      }
+      AccumulateNormParamGrads(absl::MakeConstSpan(xr + j0, j1 - j0),
+                               absl::MakeConstSpan(dyr + j0, j1 - j0), mean[r], rstd[r],
+                               absl::MakeSpan(dgamma), absl::MakeSpan(dbeta))
+          .IgnoreError();
     }
     for (size_t j = j0; j < j1; ++j) {
       grads.dgamma[j] = static_cast<float>(dgamma[j - j0]);

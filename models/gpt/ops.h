@@ -8,8 +8,8 @@
 // Its backward, with g = dy * gamma:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 //   dgamma = sum over rows of dy * xhat,  dbeta = sum over rows of dy.
-// Row sums are accumulated in double, so the result does not depend on the width's
-// rounding more than one f32 rounding per output.
+// Row sums are accumulated in double (vectorized, core/vector_math.h), so the result
+// does not depend on the width's rounding more than one f32 rounding per output.
 //
 // GELU (tanh): y = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2 / pi), vectorized
 // through core/vector_math (its accuracy bounds are stated there).
