@@ -202,8 +202,9 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
       switch (algorithm) {
         case Algorithm::kRing: return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
         case Algorithm::kHalvingDoubling:
+          // Folded: a pair swaps halves before and after (halving_doubling.h).
           return 2 * log_p * a + 2 * (p - 1) / p * s * b + (p - 1) / p * s * g +
-                 (folded ? 2 * (a + s * b) + s * g : 0.0);
+                 (folded ? 2 * (a + 0.5 * s * b) + 0.5 * s * g : 0.0);
         case Algorithm::kDoubleBinaryTree: return 2 * log_n * a + 2 * s * b + s * g;
         // The reduce and the broadcast are pipelined against each other, so the
         // root's links carry its log n children's data both ways at once.

@@ -130,6 +130,144 @@ absl::Status AllGatherByDoubling(const CallContext& ctx, const Slots& slots, Buf
   return absl::OkStatus();
 }
 
+// PairedFold: an all-reduce's ranks when n = p + r is not a power of two. Each pair
+// (2i, 2i + 1), i < r, is group rank i of the power-of-two algorithm, the even rank
+// holding the group rank's lower half of the slots and the odd one its upper half;
+// rank j >= 2r is group rank j - r alone, holding both. The pair first swaps halves
+// (each reduces the half it holds); in the first halving each half goes between its
+// holders; afterwards a group rank is the rank holding the half it keeps (the other
+// waits), and the last doubling hands each half back to its holders, who then swap
+// halves again. So a pair's ranks each move half the data in and out at the fold,
+// where handing all of it to one of them (Thakur et al.) moved all of it twice
+// through that one's link: at 3 ranks a ceiling of 2/3 of a bus-optimal schedule's
+// rate rather than 4/9.
+struct PairedFold {
+  PairedFold(int n, int rank) : fold(n, rank) {
+    if (rank < 2 * fold.r) {
+      group = rank / 2;
+      paired = true;
+      holds_upper = rank % 2 == 1;
+    } else {
+      group = rank - fold.r;
+    }
+  }
+  // The rank holding group rank g's lower or upper half.
+  int Holder(int64_t g, bool upper) const {
+    const int gi = static_cast<int>(g);
+    return gi < fold.r ? 2 * gi + (upper ? 1 : 0) : gi + fold.r;
+  }
+  // Whether group rank g keeps the upper half in the first halving.
+  bool KeepsUpper(int64_t g) const { return (g & (fold.p / 2)) != 0; }
+  // The rank that stands for group rank g between the first halving and the last
+  // doubling: the holder of the half it keeps.
+  int Keeper(int64_t g) const { return Holder(g, KeepsUpper(g)); }
+
+  Fold fold;
+  int group = 0;
+  bool paired = false;
+  bool holds_upper = false;
+};
+
+// PairedFoldAllReduce: all-reduce on n = p + r ranks, r > 0 (see PairedFold). Every
+// element is still reduced in one place and handed out from there, so every rank
+// ends with the same bits.
+absl::Status PairedFoldAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  const size_t count = args.count;
+  const DType dtype = args.input.dtype();
+  const PairedFold pf(ctx.size(), ctx.rank());
+  const Slots slots{pf.fold, count, /*per_rank=*/false};
+  const int64_t p = pf.fold.p;
+  const int64_t half = p / 2;
+  const BlockRange halves[2] = {slots.Range(0, half), slots.Range(half, p)};
+  const int64_t g = pf.group;
+  const bool keeps_upper = pf.KeepsUpper(g);
+  const int64_t partner = g ^ half;
+  // The larger of the halves (the lower one), which every receive fits.
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> receive,
+                        ctx.scratch->Get(kReceiveSlot, halves[0].count * DTypeSize(dtype)));
+  auto theirs = [&](const BlockRange& range) {
+    return BufferView(receive.data(), range.count, dtype);
+  };
+  const BlockRange keep = halves[keeps_upper ? 1 : 0];
+  const BlockRange give = halves[keeps_upper ? 0 : 1];
+  const int last_doubling = static_cast<int>(kDoublingStep) + __builtin_ctzll(static_cast<uint64_t>(p)) - 1;
+
+  if (pf.paired) {
+    // Fold in: swap halves with the other rank of the pair, each reducing its own.
+    const BlockRange mine = halves[pf.holds_upper ? 1 : 0];
+    const BlockRange other = halves[pf.holds_upper ? 0 : 1];
+    const int pair = ctx.rank() ^ 1;
+    LOOM_RETURN_IF_ERROR(
+        Exchange(ctx, kFoldInStep, pair, Slice(args.input, other), pair, theirs(mine)));
+    LOOM_RETURN_IF_ERROR(
+        ReduceTo(args.op, Slice(args.input, mine), theirs(mine), Slice(args.output, mine)));
+    if (pf.holds_upper != keeps_upper) {
+      // This rank holds the half its group rank gives away: it goes to the partner's
+      // holder of that half, and the result comes back in the last doubling.
+      LOOM_RETURN_IF_ERROR(SendTo(ctx, kHalvingStep, pf.Holder(partner, !keeps_upper),
+                                  Slice(args.output, give)));
+      LOOM_RETURN_IF_ERROR(ReceiveFrom(ctx, static_cast<uint32_t>(last_doubling),
+                                       pf.Holder(partner, !keeps_upper), Slice(args.output, give)));
+    } else {
+      LOOM_RETURN_IF_ERROR(
+          ReceiveFrom(ctx, kHalvingStep, pf.Holder(partner, keeps_upper), theirs(keep)));
+      LOOM_RETURN_IF_ERROR(
+          ReduceTo(args.op, Slice(args.output, keep), theirs(keep), Slice(args.output, keep)));
+    }
+  } else {
+    // The first halving, with the partner's two holders when it is a pair.
+    LOOM_RETURN_IF_ERROR(Exchange(ctx, kHalvingStep, pf.Holder(partner, !keeps_upper),
+                                  Slice(args.input, give), pf.Holder(partner, keeps_upper),
+                                  theirs(keep)));
+    LOOM_RETURN_IF_ERROR(
+        ReduceTo(args.op, Slice(args.input, keep), theirs(keep), Slice(args.output, keep)));
+  }
+
+  if (!pf.paired || pf.holds_upper == keeps_upper) {
+    // The power-of-two algorithm within the kept half, among the keepers.
+    int64_t low = keeps_upper ? half : 0;
+    uint32_t step = kHalvingStep + 1;
+    for (int64_t distance = half / 2; distance >= 1; distance /= 2, ++step) {
+      const bool upper = (g & distance) != 0;
+      const int64_t mid = low + distance;
+      const BlockRange k = upper ? slots.Range(mid, mid + distance) : slots.Range(low, mid);
+      const BlockRange x = upper ? slots.Range(low, mid) : slots.Range(mid, mid + distance);
+      const int peer = pf.Keeper(g ^ distance);
+      LOOM_RETURN_IF_ERROR(Exchange(ctx, step, peer, Slice(args.output, x), peer, theirs(k)));
+      LOOM_RETURN_IF_ERROR(
+          ReduceTo(args.op, Slice(args.output, k), theirs(k), Slice(args.output, k)));
+      if (upper) low = mid;
+    }
+    step = kDoublingStep;
+    for (int64_t distance = 1; distance < half; distance *= 2, ++step) {
+      const int64_t peer_g = g ^ distance;
+      const int64_t mine = g & ~(distance - 1);
+      const int64_t other = peer_g & ~(distance - 1);
+      const int peer = pf.Keeper(peer_g);
+      LOOM_RETURN_IF_ERROR(Exchange(ctx, step, peer,
+                                    Slice(args.output, slots.Range(mine, mine + distance)), peer,
+                                    Slice(args.output, slots.Range(other, other + distance))));
+    }
+    // The last doubling: the kept half to the partner's holder of it; the given half
+    // back from the partner's keeper, to this rank unless its pair holds that half.
+    if (pf.paired) {
+      LOOM_RETURN_IF_ERROR(SendTo(ctx, static_cast<uint32_t>(last_doubling),
+                                  pf.Holder(partner, keeps_upper), Slice(args.output, keep)));
+    } else {
+      LOOM_RETURN_IF_ERROR(Exchange(ctx, static_cast<uint32_t>(last_doubling),
+                                    pf.Holder(partner, keeps_upper), Slice(args.output, keep),
+                                    pf.Holder(partner, !keeps_upper), Slice(args.output, give)));
+    }
+  }
+  if (!pf.paired) return absl::OkStatus();
+  // Fold out: swap halves with the other rank of the pair again.
+  const BlockRange mine = halves[pf.holds_upper ? 1 : 0];
+  const BlockRange other = halves[pf.holds_upper ? 0 : 1];
+  const int pair = ctx.rank() ^ 1;
+  return Exchange(ctx, kFoldOutStep, pair, Slice(args.output, mine), pair,
+                  Slice(args.output, other));
+}
+
 }  // namespace
 
 absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
@@ -140,29 +278,15 @@ absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveAr
   if (ctx.size() == 1) return Copy(args.input, args.output);
 
   const Slots slots{Fold(ctx.size(), ctx.rank()), count, /*per_rank=*/false};
-  const Fold& fold = slots.fold;
-  if (fold.sender()) {
-    // Fold in: hand everything to rank + 1; fold out: take the result back.
-    LOOM_RETURN_IF_ERROR(SendTo(ctx, kFoldInStep, ctx.rank() + 1, args.input));
-    return ReceiveFrom(ctx, kFoldOutStep, ctx.rank() + 1, args.output);
-  }
-  // The first halving receives the larger half; a stand-in first receives everything.
-  const size_t receive_count = fold.stands_in() ? count : slots.Start(fold.p / 2);
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> receive,
-                        ctx.scratch->Get(kReceiveSlot, receive_count * DTypeSize(args.input.dtype())));
-  ConstBufferView source = args.input;
-  if (fold.stands_in()) {
-    const BufferView theirs(receive.data(), count, args.input.dtype());
-    LOOM_RETURN_IF_ERROR(ReceiveFrom(ctx, kFoldInStep, ctx.rank() - 1, theirs));
-    LOOM_RETURN_IF_ERROR(ReduceTo(args.op, args.input, theirs, args.output));
-    source = args.output;
-  }
+  if (slots.fold.r > 0) return PairedFoldAllReduce(ctx, args);
+  // The first halving receives the larger half.
+  LOOM_ASSIGN_OR_RETURN(
+      const absl::Span<std::byte> receive,
+      ctx.scratch->Get(kReceiveSlot, slots.Start(slots.fold.p / 2) * DTypeSize(args.input.dtype())));
   // Rabenseifner: reduce-scatter, then all-gather, both within the output.
   LOOM_RETURN_IF_ERROR(
-      ReduceScatterByHalving(ctx, slots, args.op, source, args.output, receive));
-  LOOM_RETURN_IF_ERROR(AllGatherByDoubling(ctx, slots, args.output));
-  if (fold.stands_in()) return SendTo(ctx, kFoldOutStep, ctx.rank() - 1, args.output);
-  return absl::OkStatus();
+      ReduceScatterByHalving(ctx, slots, args.op, args.input, args.output, receive));
+  return AllGatherByDoubling(ctx, slots, args.output);
 }
 
 absl::Status HalvingDoublingReduceScatter(const CallContext& ctx, const CollectiveArgs& args) {
