@@ -93,7 +93,11 @@ def worker(argv):
         assert t.tolist() == [float(sum(members))] * 5, t
         checks += 1
     dist.barrier()
-    print(f"rank {rank}: {loom_torch.layout()}: {checks} checks passed", flush=True)
+    # One write with its newline: with PYTHONUNBUFFERED, print writes the text and the
+    # newline apart, and mpirun forwarded another rank's line between the two (1 run in
+    # about 10 of the mpirun case joined two ranks' lines into one).
+    sys.stdout.write(f"rank {rank}: {loom_torch.layout()}: {checks} checks passed\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
