@@ -119,7 +119,16 @@ TEST(JobFilesTest, ReportRankFailureNamesTheFirstPeerFailure) {
   LOOM_EXPECT_OK(ReportRankFailure(absl::InternalError("outside a job")));  // no-op
   ASSERT_EQ(setenv("LOOM_JOB_DIR", dir.c_str(), 1), 0);
   ASSERT_EQ(setenv("LOOM_RANK", "2", 1), 0);
-  RecordPeerFailure({{5, 77, "h"}, PeerFault::kUnresponsive, absl::Now(), "silent"});
+  // Built field by field: GCC 12 at -O3 took the brace-initialized temporary's
+  // string for uninitialized (-Werror=maybe-uninitialized in --config=opt).
+  PeerFailure failure;
+  failure.peer.world_rank = 5;
+  failure.peer.pid = 77;
+  failure.peer.host = "h";
+  failure.fault = PeerFault::kUnresponsive;
+  failure.when = absl::Now();
+  failure.message = "silent";
+  RecordPeerFailure(failure);
   LOOM_ASSERT_OK(ReportRankFailure(absl::UnavailableError("step 3: peer silent")));
   unsetenv("LOOM_JOB_DIR");
   unsetenv("LOOM_RANK");
