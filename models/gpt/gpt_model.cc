@@ -395,16 +395,19 @@ absl::StatusOr<Tensor> GptModel::HeadBackwardInput(float loss_grad, GptWeightGra
   LOOM_ASSIGN_OR_RETURN(Tensor dlogits, cross_entropy_->Backward(grad_losses));
   LOOM_ASSIGN_OR_RETURN(Tensor dnormed, lm_head_->BackwardInput(dlogits, work.head));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dn, Values(dnormed));
-  LOOM_ASSIGN_OR_RETURN(
-      LayerNormGrads ln,
-      LayerNormBackward(final_x_, lent_final_gamma_, final_mean_, final_rstd_, dn));
-  work.final_dgamma = std::move(ln.dgamma);
-  work.final_dbeta = std::move(ln.dbeta);
+  const size_t h = static_cast<size_t>(config_.hidden);
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation dx,
+                        gpt_internal::NewActivation({s, b, config_.hidden}));
+  work.final_dgamma.resize(h);
+  work.final_dbeta.resize(h);
+  LOOM_RETURN_IF_ERROR(LayerNormBackward(final_x_, lent_final_gamma_, final_mean_, final_rstd_,
+                                         dn, dx.values, absl::MakeSpan(work.final_dgamma),
+                                         absl::MakeSpan(work.final_dbeta)));
   cross_entropy_->ReleaseActivations();
   Free(final_x_);
   Free(final_mean_);
   Free(final_rstd_);
-  return ToTensor({s, b, config_.hidden}, ln.dx);
+  return std::move(dx.tensor);
 }
 
 gpt_internal::ParameterList GptModel::ListParameters(absl::Span<const float> position,

@@ -95,11 +95,10 @@ absl::StatusOr<LayerNormOutput> LayerNormForward(absl::Span<const float> x,
   return out;
 }
 
-absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
-                                                 absl::Span<const float> gamma,
-                                                 absl::Span<const float> mean,
-                                                 absl::Span<const float> rstd,
-                                                 absl::Span<const float> dy) {
+absl::Status LayerNormBackward(absl::Span<const float> x, absl::Span<const float> gamma,
+                               absl::Span<const float> mean, absl::Span<const float> rstd,
+                               absl::Span<const float> dy, absl::Span<float> dx,
+                               absl::Span<float> dgamma_out, absl::Span<float> dbeta_out) {
   constexpr char kName[] = "LayerNormBackward";
   const size_t n = gamma.size();
   if (absl::Status s = CheckRows(kName, x.size(), n); !s.ok()) return s;
@@ -109,8 +108,12 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
         kName, ": x has ", x.size(), " values (", rows, " rows of ", n, "), dy ", dy.size(),
         ", mean ", mean.size(), ", rstd ", rstd.size()));
   }
-  LayerNormGrads grads;
-  grads.dx.resize(x.size());
+  if (dx.size() != x.size() || dgamma_out.size() != n || dbeta_out.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(kName, ": x has ", x.size(), " values, dx ",
+                                                   dx.size(), "; gamma ", n, ", dgamma ",
+                                                   dgamma_out.size(), ", dbeta ",
+                                                   dbeta_out.size()));
+  }
   // dx: rows are independent, each thread takes a range of them.
   ParallelForEach(static_cast<int64_t>(rows), RowGrain(n), [&](int64_t first, int64_t last) {
     for (size_t r = static_cast<size_t>(first); r < static_cast<size_t>(last); ++r) {
@@ -124,14 +127,12 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
       const float mean_g = static_cast<float>(sums.g / static_cast<double>(n));
       const float mean_gx = static_cast<float>(sums.g_xhat / static_cast<double>(n));
       NormRowBackward(absl::MakeConstSpan(xr, n), absl::MakeConstSpan(dyr, n), gamma, mean[r],
-                      rstd[r], mean_g, mean_gx, absl::MakeSpan(grads.dx).subspan(r * n, n))
+                      rstd[r], mean_g, mean_gx, dx.subspan(r * n, n))
           .IgnoreError();
     }
   });
   // dgamma and dbeta: sums over rows, split by columns, so each column is summed in
   // row order by one thread (the same bits at every thread count).
-  grads.dgamma.resize(n);
-  grads.dbeta.resize(n);
   ParallelForEach(static_cast<int64_t>(n), std::max<int64_t>(1, RowGrain(rows)),
                   [&](int64_t first, int64_t last) {
     const size_t j0 = static_cast<size_t>(first), j1 = static_cast<size_t>(last);
@@ -145,10 +146,26 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
           .IgnoreError();
     }
     for (size_t j = j0; j < j1; ++j) {
-      grads.dgamma[j] = static_cast<float>(dgamma[j - j0]);
-      grads.dbeta[j] = static_cast<float>(dbeta[j - j0]);
+      dgamma_out[j] = static_cast<float>(dgamma[j - j0]);
+      dbeta_out[j] = static_cast<float>(dbeta[j - j0]);
     }
   });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
+                                                 absl::Span<const float> gamma,
+                                                 absl::Span<const float> mean,
+                                                 absl::Span<const float> rstd,
+                                                 absl::Span<const float> dy) {
+  LayerNormGrads grads;
+  // Sized only when they fit together; the checks are the other overload's.
+  if (dy.size() == x.size()) grads.dx.resize(x.size());
+  grads.dgamma.resize(gamma.size());
+  grads.dbeta.resize(gamma.size());
+  LOOM_RETURN_IF_ERROR(LayerNormBackward(x, gamma, mean, rstd, dy, absl::MakeSpan(grads.dx),
+                                         absl::MakeSpan(grads.dgamma),
+                                         absl::MakeSpan(grads.dbeta)));
   return grads;
 }
 

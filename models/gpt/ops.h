@@ -68,6 +68,14 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(absl::Span<const float> x,
                                                  absl::Span<const float> rstd,
                                                  absl::Span<const float> dy);
 
+// LayerNormBackward, writing dx, dgamma and dbeta into the caller's memory (a layer's
+// activation arena: nothing allocated a step). The same errors, and InvalidArgument
+// naming the sizes when dx is not x's size or dgamma and dbeta not gamma's.
+absl::Status LayerNormBackward(absl::Span<const float> x, absl::Span<const float> gamma,
+                               absl::Span<const float> mean, absl::Span<const float> rstd,
+                               absl::Span<const float> dy, absl::Span<float> dx,
+                               absl::Span<float> dgamma, absl::Span<float> dbeta);
+
 // GeluForward returns GELU (tanh approximation) of every element.
 std::vector<float> GeluForward(absl::Span<const float> x);
 

@@ -125,6 +125,14 @@ TEST(LayerNormTest, RejectsMismatchedSizes) {
   EXPECT_THAT(LayerNormForward(x, two, two, 1e-5f, absl::MakeSpan(y6), absl::MakeSpan(rows3),
                                absl::MakeSpan(rows2)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rstd 2")));
+  std::vector<float> dgamma(2), dbeta3(3);
+  EXPECT_THAT(LayerNormBackward(x, two, rows3, rows3, x, absl::MakeSpan(y),
+                                absl::MakeSpan(dgamma), absl::MakeSpan(dgamma)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x has 6 values, dx 5; gamma 2, dgamma 2, dbeta 2")));
+  EXPECT_THAT(LayerNormBackward(x, two, rows3, rows3, x, absl::MakeSpan(y6),
+                                absl::MakeSpan(dgamma), absl::MakeSpan(dbeta3)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dbeta 3")));
   EXPECT_THAT(GeluForward(x, absl::MakeSpan(y)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x has 6 values, y 5")));
   EXPECT_THAT(GeluBackward(x, x, absl::MakeSpan(y)),
@@ -146,6 +154,15 @@ TEST(LayerNormTest, IntoCallersMemoryGivesTheSameBits) {
   EXPECT_EQ(y, ln.y);
   EXPECT_EQ(mean, ln.mean);
   EXPECT_EQ(rstd, ln.rstd);
+  const std::vector<float> dy(x.begin(), x.end());
+  LOOM_ASSERT_OK_AND_ASSIGN(LayerNormGrads grads,
+                            LayerNormBackward(x, gamma, ln.mean, ln.rstd, dy));
+  std::vector<float> ln_dx(x.size()), dgamma(kWidth), dbeta(kWidth);
+  LOOM_ASSERT_OK(LayerNormBackward(x, gamma, ln.mean, ln.rstd, dy, absl::MakeSpan(ln_dx),
+                                   absl::MakeSpan(dgamma), absl::MakeSpan(dbeta)));
+  EXPECT_EQ(ln_dx, grads.dx);
+  EXPECT_EQ(dgamma, grads.dgamma);
+  EXPECT_EQ(dbeta, grads.dbeta);
   std::vector<float> g(x.size()), dx(x.size());
   LOOM_ASSERT_OK(GeluForward(x, absl::MakeSpan(g)));
   EXPECT_EQ(g, GeluForward(x));
