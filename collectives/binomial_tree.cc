@@ -64,6 +64,41 @@ struct BinomialNode {
   int num_children = 0;
 };
 
+// Chunks: a reduction's elements cut into chunks of about ctx.chunk_bytes, and where
+// a rank's children's chunks land: scratch, double buffered by chunk parity,
+// [parity][child][max_chunk].
+struct Chunks {
+  static absl::StatusOr<Chunks> Make(const CallContext& ctx, int fan_in, size_t count,
+                                     DType dtype) {
+    Chunks c;
+    c.count = count;
+    c.dtype = dtype;
+    c.width = DTypeSize(dtype);
+    c.chunks = NumChunks(ctx, count, dtype);
+    c.max_chunk = Block(count, c.chunks, 0).count;
+    c.fan_in = fan_in;
+    if (fan_in > 0) {
+      LOOM_ASSIGN_OR_RETURN(c.children,
+                            ctx.scratch->Get(kTreeSlot, 2 * fan_in * c.max_chunk * c.width));
+    }
+    return c;
+  }
+  BlockRange Range(int c) const { return Block(count, chunks, c); }
+  // Where child i's part of chunk c lands.
+  BufferView Child(int c, int i) const {
+    const size_t offset = (static_cast<size_t>(c % 2) * fan_in + i) * max_chunk;
+    return BufferView(children.data() + offset * width, Range(c).count, dtype);
+  }
+
+  size_t count = 0;
+  DType dtype = DType::kF32;
+  size_t width = 0;
+  int chunks = 1;
+  size_t max_chunk = 0;
+  int fan_in = 0;
+  absl::Span<std::byte> children;
+};
+
 // TreeBroadcast: the root sends `source` down the tree; every other rank receives it
 // into `dest` and forwards it to its children, largest subtree first (so the deepest
 // subtree starts earliest). Chunk c + 1 is already posted while chunk c is forwarded,
@@ -103,21 +138,14 @@ absl::Status TreeBroadcast(const CallContext& ctx, const BinomialNode& node,
 // `result` holds the reduction.
 absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
                         ConstBufferView input, BufferView result, uint32_t step) {
-  const size_t count = input.size();
-  const DType dtype = input.dtype();
-  const size_t width = DTypeSize(dtype);
-  const int chunks = NumChunks(ctx, count, dtype);
-  const size_t max_chunk = Block(count, chunks, 0).count;
   const int fan_in = node.num_children;
   if (node.is_root() && fan_in == 0) return Copy(input, result);
-
-  // Children's chunks, double buffered: [parity][child][max_chunk].
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> tmp,
-                        ctx.scratch->Get(kTreeSlot, 2 * fan_in * max_chunk * width));
-  auto child_chunk = [&](int c, int i) {
-    const size_t offset = (static_cast<size_t>(c % 2) * fan_in + i) * max_chunk;
-    return BufferView(tmp.data() + offset * width, Block(count, chunks, c).count, dtype);
-  };
+  LOOM_ASSIGN_OR_RETURN(const Chunks plan, Chunks::Make(ctx, fan_in, input.size(), input.dtype()));
+  const DType dtype = plan.dtype;
+  const size_t width = plan.width;
+  const int chunks = plan.chunks;
+  const size_t max_chunk = plan.max_chunk;
+  auto child_chunk = [&](int c, int i) { return plan.Child(c, i); };
   absl::Span<std::byte> partial;  // [parity][max_chunk]
   if (result.empty() && fan_in > 0) {
     LOOM_ASSIGN_OR_RETURN(partial, ctx.scratch->Get(kAccSlot, 2 * max_chunk * width));
@@ -133,7 +161,7 @@ absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, Reduce
   };
   LOOM_RETURN_IF_ERROR(post_recvs(0));
   for (int c = 0; c < chunks; ++c) {
-    const BlockRange range = Block(count, chunks, c);
+    const BlockRange range = plan.Range(c);
     if (c + 1 < chunks) LOOM_RETURN_IF_ERROR(post_recvs(c + 1));
     LOOM_RETURN_IF_ERROR(recvs[c % 2].Wait());
     // The send of chunk c - 2 may still read this parity's partial buffer.
@@ -174,26 +202,14 @@ absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, Red
   // A chunk's result lands where its partial sum was sent from (the output), so its
   // receive is posted once that send has left, kUpWindow - 1 iterations after it.
   constexpr int kUpWindow = 3;
-  const size_t count = input.size();
-  const DType dtype = input.dtype();
-  const size_t width = DTypeSize(dtype);
-  const int chunks = NumChunks(ctx, count, dtype);
-  const size_t max_chunk = Block(count, chunks, 0).count;
   const int fan_in = node.num_children;
   if (node.is_root() && fan_in == 0) return Copy(input, output);
+  LOOM_ASSIGN_OR_RETURN(const Chunks plan, Chunks::Make(ctx, fan_in, input.size(), input.dtype()));
+  const int chunks = plan.chunks;
+  auto child_chunk = [&](int c, int i) { return plan.Child(c, i); };
   const int depth = __builtin_popcountll(static_cast<uint64_t>(node.vrank));
   const int down_lag = kLag * (depth + 1);
 
-  // Children's chunks, double buffered: [parity][child][max_chunk].
-  absl::Span<std::byte> tmp;
-  if (fan_in > 0) {
-    LOOM_ASSIGN_OR_RETURN(tmp, ctx.scratch->Get(kTreeSlot, 2 * fan_in * max_chunk * width));
-  }
-  auto child_chunk = [&](int c, int i) {
-    const size_t offset = (static_cast<size_t>(c % 2) * fan_in + i) * max_chunk;
-    return BufferView(tmp.data() + offset * width, Block(count, chunks, c).count, dtype);
-  };
-  // Declared before the requests, so destroyed after them.
   InFlight<kMaxChildren> child_recvs[2] = {InFlight<kMaxChildren>(ctx),
                                            InFlight<kMaxChildren>(ctx)};
   InFlight<kMaxChildren> down_sends[2] = {InFlight<kMaxChildren>(ctx),
@@ -210,7 +226,7 @@ absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, Red
   const int last = node.is_root() ? chunks - 1 + kLag : chunks - 1 + down_lag;
   for (int t = 0; t <= last; ++t) {
     if (t < chunks) {
-      const BlockRange range = Block(count, chunks, t);
+      const BlockRange range = plan.Range(t);
       if (t + 1 < chunks) LOOM_RETURN_IF_ERROR(post_child_recvs(t + 1));
       LOOM_RETURN_IF_ERROR(child_recvs[t % 2].Wait());
       ConstBufferView up = Slice(input, range);
@@ -231,7 +247,7 @@ absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, Red
       LOOM_RETURN_IF_ERROR(up_sends[sent % kUpWindow].Wait());
       down_recvs.emplace_back(ctx);
       LOOM_RETURN_IF_ERROR(down_recvs.back().Recv(kDownStep, node.parent(),
-                                                  Slice(output, Block(count, chunks, sent))));
+                                                  Slice(output, plan.Range(sent))));
     }
     const int s = t - (node.is_root() ? kLag : down_lag);
     if (s < 0 || s >= chunks) continue;
@@ -240,7 +256,7 @@ absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, Red
       down_recvs.pop_front();
     }
     LOOM_RETURN_IF_ERROR(down_sends[s % 2].Wait());  // chunk s - 2
-    const ConstBufferView chunk = Slice(output, Block(count, chunks, s));
+    const ConstBufferView chunk = Slice(output, plan.Range(s));
     for (int i = node.num_children - 1; i >= 0; --i) {
       LOOM_RETURN_IF_ERROR(down_sends[s % 2].Send(kDownStep, node.child(i), chunk));
     }
