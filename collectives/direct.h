@@ -1,8 +1,9 @@
 // Direct algorithms: one-shot collectives for tiny messages and deterministic mode.
 // Every rank posts all of its sends and receives at once and waits for them, so a call
 // costs one message latency whatever n, at the price of n-1 messages per rank (n-1
-// copies of the data for all-reduce below kDirectTwoShotBytes). Latency-bound calls (a few KiB, barriers,
-// flags, scalars) are where they win; the ring (ring.h) wins for large messages.
+// copies of the data for all-reduce below kDirectTwoShotBytes). Latency-bound calls (a
+// few KiB, barriers, flags, scalars) are where they win; the ring (ring.h) wins for
+// large messages.
 //
 // Deterministic reductions. Every reduction here (all-reduce, reduce-scatter,
 // reduce) gathers the n contributions first and folds them in rank order:

@@ -190,7 +190,8 @@ absl::Status PairedFoldAllReduce(const CallContext& ctx, const CollectiveArgs& a
   };
   const BlockRange keep = halves[keeps_upper ? 1 : 0];
   const BlockRange give = halves[keeps_upper ? 0 : 1];
-  const int last_doubling = static_cast<int>(kDoublingStep) + __builtin_ctzll(static_cast<uint64_t>(p)) - 1;
+  const int last_doubling =
+      static_cast<int>(kDoublingStep) + __builtin_ctzll(static_cast<uint64_t>(p)) - 1;
 
   if (pf.paired) {
     // Fold in: swap halves with the other rank of the pair, each reducing its own.
@@ -207,7 +208,8 @@ absl::Status PairedFoldAllReduce(const CallContext& ctx, const CollectiveArgs& a
       LOOM_RETURN_IF_ERROR(SendTo(ctx, kHalvingStep, pf.Holder(partner, !keeps_upper),
                                   Slice(args.output, give)));
       LOOM_RETURN_IF_ERROR(ReceiveFrom(ctx, static_cast<uint32_t>(last_doubling),
-                                       pf.Holder(partner, !keeps_upper), Slice(args.output, give)));
+                                       pf.Holder(partner, !keeps_upper),
+                                       Slice(args.output, give)));
     } else {
       LOOM_RETURN_IF_ERROR(
           ReceiveFrom(ctx, kHalvingStep, pf.Holder(partner, keeps_upper), theirs(keep)));
@@ -280,9 +282,9 @@ absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveAr
   const Slots slots{Fold(ctx.size(), ctx.rank()), count, /*per_rank=*/false};
   if (slots.fold.r > 0) return PairedFoldAllReduce(ctx, args);
   // The first halving receives the larger half.
-  LOOM_ASSIGN_OR_RETURN(
-      const absl::Span<std::byte> receive,
-      ctx.scratch->Get(kReceiveSlot, slots.Start(slots.fold.p / 2) * DTypeSize(args.input.dtype())));
+  const size_t receive_bytes = slots.Start(slots.fold.p / 2) * DTypeSize(args.input.dtype());
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> receive,
+                        ctx.scratch->Get(kReceiveSlot, receive_bytes));
   // Rabenseifner: reduce-scatter, then all-gather, both within the output.
   LOOM_RETURN_IF_ERROR(
       ReduceScatterByHalving(ctx, slots, args.op, args.input, args.output, receive));

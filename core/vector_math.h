@@ -1,8 +1,9 @@
 // Vector math for the model's element-wise and row-wise passes: GELU (tanh form) and its
 // derivative, the pieces of a numerically stable softmax (row maximum, exp of the
-// shifted row with its sum, scaling), and layer normalization's row sums in double. Each kernel is written once with Google Highway
-// and dispatched at run time to the widest vector unit this CPU has (AVX-512, AVX2,
-// SSE4 or scalar); Highway's Tanh and Exp come from its contrib/math.
+// shifted row with its sum, scaling), and layer normalization's passes (its row sums in
+// double). Each kernel is written once with Google Highway and dispatched at run time
+// to the widest vector unit this CPU has (AVX-512, AVX2, SSE4 or scalar); Highway's
+// Tanh and Exp come from its contrib/math.
 //
 // Accuracy against the scalar double-precision reference, asserted by
 // vector_math_test over the ranges that matter (|x| <= 12 for GELU, the softmax's
