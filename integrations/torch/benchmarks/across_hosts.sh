@@ -17,6 +17,7 @@ cp -rL "$(./bazelw info --config=opt bazel-bin 2>/dev/null)/integrations/torch/l
 $CLUSTER up "$HOSTS" --rate=2gbit --subnet=10.191.0 --ranks_per_host=1 >&2
 for run in 1 2; do
   echo "run $run:"
+  # shellcheck disable=SC2046  # mpirun-args prints several flags
   $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" -x MASTER_ADDR=10.191.0.1 \
     -x MASTER_PORT=$((29530 + run)) -x PYTHONPATH="$WORK" -x LOOM_CACHE_DIR="$WORK/cache" \
     -x OMP_NUM_THREADS=1 /usr/bin/python3 "$PWD/integrations/torch/benchmarks/across_hosts.py"
