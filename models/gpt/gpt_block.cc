@@ -176,25 +176,29 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   LOOM_RETURN_IF_ERROR(GeluBackward(state_.pre_gelu, dgv, d_fc_out.values));
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out.tensor, work.fc));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
+  // A norm's backward: dx into `dx`, dgamma and dbeta into the work's vectors.
+  const size_t h = static_cast<size_t>(config_.hidden);
+  auto norm_backward = [&](const std::vector<float>& x, int gamma,
+                           const std::vector<float>& mean, const std::vector<float>& rstd,
+                           absl::Span<const float> d_out, absl::Span<float> dx,
+                           std::vector<float>& dgamma, std::vector<float>& dbeta) {
+    dgamma.resize(h);
+    dbeta.resize(h);
+    return LayerNormBackward(x, Norm(gamma), mean, rstd, d_out, dx, absl::MakeSpan(dgamma),
+                             absl::MakeSpan(dbeta));
+  };
   // dx1 = dy + ln2's dx, in the tensor the attention's backward takes (ln2's dx is
   // written there first: no buffer of its own).
-  const size_t h = static_cast<size_t>(config_.hidden);
   LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation dx1, NewActivation(state_.shape));
-  work.ln2_dgamma.resize(h);
-  work.ln2_dbeta.resize(h);
-  LOOM_RETURN_IF_ERROR(LayerNormBackward(state_.x1, Norm(kLn2Gamma), state_.mean2, state_.rstd2,
-                                         dl2, dx1.values, absl::MakeSpan(work.ln2_dgamma),
-                                         absl::MakeSpan(work.ln2_dbeta)));
+  LOOM_RETURN_IF_ERROR(norm_backward(state_.x1, kLn2Gamma, state_.mean2, state_.rstd2, dl2,
+                                     dx1.values, work.ln2_dgamma, work.ln2_dbeta));
   Add(dyv, dx1.values, dx1.values);
   // Attention branch: x1 = x0 + attn(ln1(x0)).
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln1_out, attn_.BackwardInput(dx1.tensor, work.attn));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl1, Values(d_ln1_out));
   LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation ln1_dx, NewActivation(state_.shape));
-  work.ln1_dgamma.resize(h);
-  work.ln1_dbeta.resize(h);
-  LOOM_RETURN_IF_ERROR(LayerNormBackward(state_.x0, Norm(kLn1Gamma), state_.mean1, state_.rstd1,
-                                         dl1, ln1_dx.values, absl::MakeSpan(work.ln1_dgamma),
-                                         absl::MakeSpan(work.ln1_dbeta)));
+  LOOM_RETURN_IF_ERROR(norm_backward(state_.x0, kLn1Gamma, state_.mean1, state_.rstd1, dl1,
+                                     ln1_dx.values, work.ln1_dgamma, work.ln1_dbeta));
   ReleaseActivations();
   // dx = dx1 + ln1's dx, in place.
   Add(dx1.values, ln1_dx.values, dx1.values);
