@@ -5,9 +5,8 @@
 // warm-up), or when open files or memory mappings are more at the end than after
 // the warm-up.
 // Before the job kept running totals, every step's report stayed in its summary:
-// about 300 bytes a step, which this slope sees. And the steady state takes no
-// page faults: under the job's allocator policy (malloc_policy.h) each step's
-// temporaries land on pages an earlier step touched.
+// about 300 bytes a step, which this slope sees. (That the steady state takes no
+// page faults is steady_state_faults_test's, in a process of its own.)
 #include <dirent.h>
 #include <malloc.h>
 
@@ -131,33 +130,6 @@ TEST(FlatMemoryTest, ResidentMemoryFilesAndMappingsDoNotGrowPerStep) {
   EXPECT_LT(heap_slope, 64.0) << "the heap grows per step";
   EXPECT_LE(files_end, files_warm) << "open files grew over the run";
   EXPECT_LE(maps_end, maps_warm + 2) << "memory mappings grew over the run";  // malloc's arenas
-}
-
-// Issue 56's model (hidden 256, 4 blocks, 128 tokens a sequence) on one rank with
-// two threads, zero 0, f32: no page faults from the third step on (the job leaves
-// the last one out). Other configurations keep a few (tools/docs/memory.md, "Page
-// faults in the steady state"): with more thread ranks than cores OpenBLAS hands a
-// new concurrent caller a packing buffer of its pool, touched on first use; and at
-// zero 3 the engine's communication thread allocates beside the rank's, so a
-// busy host's interleaving can find the heaps a new high-water mark now and then.
-TEST(FlatMemoryTest, TheSteadyStateTakesNoPageFaults) {
-  ReuseFreedMemory();
-  TrainJobOptions options;
-  options.dp = 1;
-  options.tp = 1;
-  options.pp = 1;
-  options.zero = 0;
-  options.offload = OffloadKind::kNone;
-  options.threads_per_rank = 2;
-  options.model.vocab = 256;
-  options.model.hidden = 256;
-  options.model.heads = 8;
-  options.model.layers = 4;
-  options.model.seq_len = 128;
-  options.steps = 6;
-  absl::StatusOr<TrainSummary> summary = RunTrainJob(options, nullptr);
-  LOOM_ASSERT_OK(summary.status());
-  EXPECT_EQ(summary->page_faults_per_step, 0.0);
 }
 
 }  // namespace
