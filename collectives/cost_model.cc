@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "collectives/algorithm_registry.h"
 #include "collectives/direct.h"
+#include "collectives/halving_doubling.h"
 #include "core/posix.h"
 #include "core/status_macros.h"
 
@@ -202,6 +203,17 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
       switch (algorithm) {
         case Algorithm::kRing: return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
         case Algorithm::kHalvingDoubling:
+          if (const int m = collectives_internal::HalvingDoublingRadix(ranks, bytes); m > 1) {
+            // The radix step (halving_doubling.h): halving and doubling over blocks of
+            // n / m ranks, and direct's all-reduce of a slot on m ranks between them.
+            const int q_int = ranks / m;
+            const double q = q_int, mm = m, slot = s / q;
+            const double direct =
+                collectives_internal::DirectAllReduceInTwoShots(m, bytes / static_cast<size_t>(q_int))
+                    ? 2 * (mm - 1) * a + 2 * (mm - 1) / mm * slot * b + (mm - 1) / mm * slot * g
+                    : (mm - 1) * (a + slot * b + slot * g);
+            return 2 * CeilLog2(q_int) * a + 2 * (q - 1) / q * s * b + (q - 1) / q * s * g + direct;
+          }
           // Folded: a pair swaps halves before and after (halving_doubling.h).
           return 2 * log_p * a + 2 * (p - 1) / p * s * b + (p - 1) / p * s * g +
                  (folded ? 2 * (a + 0.5 * s * b) + 0.5 * s * g : 0.0);

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/direct.h"
+#include "collectives/group_transport.h"
 #include "collectives/internal/arg_checks.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/buffer_view.h"
@@ -270,6 +274,55 @@ absl::Status PairedFoldAllReduce(const CallContext& ctx, const CollectiveArgs& a
                   Slice(args.output, other));
 }
 
+// RadixAllReduce: all-reduce on n = p * m ranks by the power-of-two algorithm around
+// a radix-m step (halving_doubling.h). Block q is ranks q*p .. q*p + p - 1, which
+// reduce-scatter by halving and all-gather by doubling; between the two, the m ranks
+// holding slot c (ranks c, p + c, 2p + c, ...) all-reduce it directly. Consecutive
+// ranks share a node where there are several per node (topology's NodeLayout), so
+// the blocks' full-size exchanges stay within nodes and only a p-th of the data
+// crosses between them. Each phase runs on a view of the call's transport in its own
+// quarter of the call's steps, so no two phases' messages match even between the
+// same two ranks.
+absl::Status RadixAllReduce(const CallContext& ctx, const CollectiveArgs& args, int m) {
+  const int n = ctx.size();
+  const int p = n / m;
+  const int block = ctx.rank() / p;
+  const int c = ctx.rank() % p;
+  std::vector<int> block_ranks, slot_ranks;
+  for (int i = 0; i < p; ++i) block_ranks.push_back(block * p + i);
+  for (int q = 0; q < m; ++q) slot_ranks.push_back(q * p + c);
+  // The views borrow the call's transport and live only for this call.
+  const std::shared_ptr<Transport> borrowed(ctx.transport, [](Transport*) {});
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<GroupTransport> within_block,
+                        GroupTransport::Create(borrowed, block_ranks));
+  LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<GroupTransport> across_blocks,
+                        GroupTransport::Create(borrowed, slot_ranks));
+  constexpr uint32_t kPhaseSteps = kMaxSteps / 4;
+  const auto phase = [&](Transport* view, uint32_t index) {
+    CallContext phase_ctx = ctx;
+    phase_ctx.transport = view;
+    phase_ctx.tag_base = ctx.tag_base + index * kPhaseSteps;
+    return phase_ctx;
+  };
+  const Slots slots{Fold(p, c), args.count, /*per_rank=*/false};
+  const BlockRange mine = slots.Range(c, c + 1);
+  if (p == 1) return DirectAllReduce(phase(across_blocks.get(), 2), args);
+  // 1. The block reduce-scatters by halving: slot c of the output holds its sum.
+  LOOM_ASSIGN_OR_RETURN(
+      const absl::Span<std::byte> receive,
+      ctx.scratch->Get(kReceiveSlot, slots.Start(p / 2) * DTypeSize(args.input.dtype())));
+  LOOM_RETURN_IF_ERROR(ReduceScatterByHalving(phase(within_block.get(), 1), slots, args.op,
+                                              args.input, args.output, receive));
+  // 2. The m ranks holding slot c all-reduce it directly, in place.
+  CollectiveArgs slot = args;
+  slot.count = mine.count;
+  slot.input = Slice(args.output, mine);
+  slot.output = Slice(args.output, mine);
+  LOOM_RETURN_IF_ERROR(DirectAllReduce(phase(across_blocks.get(), 2), slot));
+  // 3. The block all-gathers its p slots by doubling.
+  return AllGatherByDoubling(phase(within_block.get(), 3), slots, args.output);
+}
+
 }  // namespace
 
 absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
@@ -279,6 +332,9 @@ absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveAr
   if (count == 0) return absl::OkStatus();
   if (ctx.size() == 1) return Copy(args.input, args.output);
 
+  if (const int m = HalvingDoublingRadix(ctx.size(), count * DTypeSize(args.input.dtype())); m > 1) {
+    return RadixAllReduce(ctx, args, m);
+  }
   const Slots slots{Fold(ctx.size(), ctx.rank()), count, /*per_rank=*/false};
   if (slots.fold.r > 0) return PairedFoldAllReduce(ctx, args);
   // The first halving receives the larger half.

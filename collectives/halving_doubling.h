@@ -24,8 +24,18 @@
 // straight between its holders in the first halving and the last doubling (at 3
 // ranks across hosts, 0.42..0.48 of the link became 0.62..0.66, of a ceiling of 2/3;
 // PairedFold in the .cc).
-// Both keep every element's reduction in one place, so every rank ends with the same
-// bits.
+// An all-reduce of at least kHalvingDoublingRadixBytes on n = p * m ranks, m odd and
+// 3 <= m <= kHalvingDoublingMaxRadix, instead runs a radix-m step inside the
+// power-of-two algorithm (the "recursive multiplying" of Ruefenacht et al. 2017):
+// each block of p consecutive ranks reduce-scatters by halving, the m ranks that hold
+// the same slot (one per block) all-reduce it directly (direct.h, folding in rank
+// order), and each block all-gathers by doubling. A rank then sends 2 (n-1)/n of the
+// data, as the ring does, where the fold sends more through the pair's links (at 3
+// ranks the fold's ceiling is 2/3 of that rate); and with several ranks per node the
+// full-size exchanges stay in the node. Smaller calls keep the fold's 2 log2(p) + 2
+// latencies against the radix step's 2 (m - 1) messages.
+// All of them keep every element's reduction in one place, so every rank ends with
+// the same bits.
 //
 // Example (4 ranks, rank r's input is {r, r, r, r, r, r, r, r}, count 2):
 //   CollectiveArgs args;
@@ -43,11 +53,27 @@
 #ifndef LOOM_COLLECTIVES_HALVING_DOUBLING_H_
 #define LOOM_COLLECTIVES_HALVING_DOUBLING_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "collectives/internal/call_context.h"
 
 namespace loom {
 namespace collectives_internal {
+
+// The radix step's limits (above): the largest odd part m of n it takes, and the
+// smallest all-reduce (bytes) it runs for.
+inline constexpr int kHalvingDoublingMaxRadix = 7;
+inline constexpr size_t kHalvingDoublingRadixBytes = size_t{64} << 10;
+
+// HalvingDoublingRadix returns the m of the radix step an all-reduce of `bytes` on
+// `ranks` ranks runs, or 1 when it runs the power-of-two algorithm or the fold.
+constexpr int HalvingDoublingRadix(int ranks, size_t bytes) {
+  if (ranks < 3 || bytes < kHalvingDoublingRadixBytes) return 1;
+  int m = ranks;
+  while (m % 2 == 0) m /= 2;
+  return m >= 3 && m <= kHalvingDoublingMaxRadix ? m : 1;
+}
 
 // HalvingDoublingAllReduce reduces every rank's input (count elements) with args.op
 // into every rank's output, in place or out of place (the input is never written

@@ -27,8 +27,10 @@ AlgorithmUnderTest HalvingDoubling() {
 }
 
 // The shared matrix on every world up to 8 (powers of two and not) and 16 (four
-// halvings), and every dtype x op on a power of two, a non-power of two with one rank
-// folded in and one with three, at a count that leaves uneven blocks.
+// halvings): its 65537-element all-reduces on 3, 5, 6 and 7 ranks take the radix
+// step, the smaller ones the fold. And every dtype x op on a power of two, a
+// non-power of two with one rank folded in and one with three, at a count that
+// leaves uneven blocks.
 std::vector<AlgorithmCase> Cases() {
   MatrixOptions matrix;
   matrix.worlds = {1, 2, 3, 4, 5, 6, 7, 8, 16};
@@ -36,7 +38,14 @@ std::vector<AlgorithmCase> Cases() {
   types.worlds = {4, 5, 7};
   types.counts = {1001};
   types.both_placements = false;
-  return Concat({Matrix(HalvingDoubling(), matrix), DTypeOpMatrix(HalvingDoubling(), types)});
+  // Every dtype x op through the radix step as well (at least
+  // kHalvingDoublingRadixBytes for every dtype): 6 ranks, two groups of three.
+  DTypeOpOptions radix;
+  radix.worlds = {6};
+  radix.counts = {kHalvingDoublingRadixBytes + 3};
+  radix.both_placements = false;
+  return Concat({Matrix(HalvingDoubling(), matrix), DTypeOpMatrix(HalvingDoubling(), types),
+                 DTypeOpMatrix(HalvingDoubling(), radix)});
 }
 
 class HalvingDoublingMatrixTest : public ::testing::TestWithParam<AlgorithmCase> {};
