@@ -9,6 +9,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "core/clock.h"
@@ -25,7 +26,9 @@ namespace {
 constexpr size_t kMaxPiece = size_t{1} << 30;
 // Chunks of a combining receive in flight at once, each in a buffer of its own.
 constexpr size_t kWindow = 4;
-// Bytes of a send staged and in flight at once (at least kWindow pieces). Not more:
+// Bytes of data in flight to one peer at once, over all the sends to it (at least
+// kWindow pieces; PumpSends). Per peer, not per send: a caller with several large
+// sends to one peer posted at once (direct's chunks) had a window each. Not more:
 // Open MPI's TCP BTL sends a pair's two directions over one socket, and what one
 // direction has queued delays the other's rendezvous replies behind it. With 16 MB
 // in flight, one in three 32 MiB exchanges between two hosts at 2 Gbit/s took two
@@ -109,6 +112,9 @@ Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransport
     posted_.resize(size_);
     unexpected_.resize(size_);
     next_data_tag_.assign(size_, 0);
+    sending_.resize(size_);
+    send_bytes_in_flight_.assign(size_, 0);
+    send_pieces_in_flight_.assign(size_, 0);
     peer_gone_.assign(size_, absl::OkStatus());
     peer_closed_.assign(size_, false);
     Registry().push_back(this);
@@ -384,6 +390,12 @@ absl::Status Endpoint::PostData(Op& op, uint64_t id, size_t piece, bool send, si
   posted.op = id;
   posted.piece = piece;
   posted.slot = slot;
+  if (send) {
+    posted.peer = op.peer;
+    posted.bytes = static_cast<size_t>(bytes);
+    send_bytes_in_flight_[op.peer] += posted.bytes;
+    ++send_pieces_in_flight_[op.peer];
+  }
   in_flight_.push_back(std::move(posted));
   ++op.in_flight;
   return absl::OkStatus();
@@ -510,6 +522,34 @@ absl::Status Endpoint::CombineLanded(uint64_t id, Op& op) {
   return absl::OkStatus();
 }
 
+absl::Status Endpoint::PumpSends(int peer) {
+  std::deque<uint64_t>& queue = sending_[peer];
+  while (!queue.empty()) {
+    const uint64_t id = queue.front();
+    auto it = ops_.find(id);
+    if (it == ops_.end() || it->second.state != State::kTransferring ||
+        it->second.next_to_post >= it->second.pieces) {
+      queue.pop_front();  // all posted, or finished (failed, expired) meanwhile
+      continue;
+    }
+    Op& op = it->second;
+    while (op.next_to_post < op.pieces && !op.idle_slots.empty()) {
+      const size_t bytes = std::min(op.piece, op.bytes - op.next_to_post * op.piece);
+      if (send_pieces_in_flight_[peer] >= kWindow &&
+          send_bytes_in_flight_[peer] + bytes > kSendWindowBytes) {
+        return absl::OkStatus();  // the window is full: a completion pumps again
+      }
+      const size_t slot = op.idle_slots.back();
+      op.idle_slots.pop_back();
+      LOOM_RETURN_IF_ERROR(PostData(op, id, op.next_to_post++, /*send=*/true, slot));
+    }
+    // Out of slots (all in flight, which fill the window): its completions pump.
+    if (op.next_to_post < op.pieces) return absl::OkStatus();
+    queue.pop_front();
+  }
+  return absl::OkStatus();
+}
+
 // --- Progress ----------------------------------------------------------------------
 
 void Endpoint::ProgressAll() {
@@ -586,6 +626,17 @@ void Endpoint::HandleCompletion(InFlight& done, const MPI_Status& status) {
     GiveBuffer(std::move(done.buffer));
     return;
   }
+  const bool data_send = done.what == InFlight::What::kDataSend;
+  if (data_send) {
+    send_bytes_in_flight_[done.peer] -= done.bytes;
+    --send_pieces_in_flight_[done.peer];
+  }
+  // The peer's window has room again: its sends' next pieces go (the oldest first).
+  auto pump = absl::MakeCleanup([&] {
+    if (!data_send) return;
+    const absl::Status pumped = PumpSends(done.peer);
+    if (!pumped.ok()) Break(pumped);
+  });
   auto it = ops_.find(done.op);
   if (it == ops_.end()) return;
   Op& op = it->second;
@@ -593,14 +644,12 @@ void Endpoint::HandleCompletion(InFlight& done, const MPI_Status& status) {
   int cancelled = 0;
   MPI_Test_cancelled(&status, &cancelled);
   if (!cancelled && op.state == State::kTransferring) {
-    if (done.what == InFlight::What::kDataSend) {
-      // Sends may complete out of order: the next piece goes in the slot just freed.
+    if (data_send) {
+      // Sends may complete out of order: the slot just freed takes a later piece.
       if (++op.pieces_done == op.pieces) {
         Finish(op, absl::OkStatus());
-      } else if (op.next_to_post < op.pieces) {
-        const absl::Status posted =
-            PostData(op, done.op, op.next_to_post++, /*send=*/true, done.slot);
-        if (!posted.ok()) Break(posted);
+      } else {
+        op.idle_slots.push_back(done.slot);
       }
     } else {
       op.landed[done.piece] = true;
@@ -671,14 +720,11 @@ absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> me
       op.piece = envelope.piece;
       op.pieces = (op.bytes + op.piece - 1) / op.piece;
       op.state = State::kTransferring;
-      const size_t first_posts =
-          TakeSlots(op, std::max(kWindow, kSendWindowBytes / op.piece));
-      for (size_t piece = 0; piece < first_posts; ++piece) {
-        LOOM_RETURN_IF_ERROR(
-            PostData(op, envelope.send_id, piece, /*send=*/true, /*slot=*/piece));
-      }
-      op.next_to_post = first_posts;
-      return absl::OkStatus();
+      const size_t slots = TakeSlots(op, std::max(kWindow, kSendWindowBytes / op.piece));
+      for (size_t slot = slots; slot > 0; --slot) op.idle_slots.push_back(slot - 1);
+      op.next_to_post = 0;
+      sending_[source].push_back(envelope.send_id);
+      return PumpSends(source);
     }
     case Kind::kNack: {
       auto it = ops_.find(envelope.send_id);

@@ -89,6 +89,7 @@ class Endpoint final : public Transport {
     size_t pieces_done = 0;   // sends: pieces MPI has taken; receives: combined
     size_t next_to_post = 0;  // sends, and receives through slots, post a window ahead
     std::vector<bool> landed;
+    std::vector<size_t> idle_slots;  // a send's slots MPI does not hold (PumpSends)
     // A send's pieces are staged here (MPI never holds the caller's send buffer): the
     // next piece takes the slot its last one freed. A combining receive's piece i
     // lands in slots[i % size]. Kept while MPI holds any (in_flight > 0), and leaked
@@ -106,6 +107,8 @@ class Endpoint final : public Transport {
     uint64_t op = 0;
     size_t piece = 0;
     size_t slot = 0;  // a data message's: its index in the op's slots
+    int peer = -1;    // a data send's: its peer and bytes, for the peer's send window
+    size_t bytes = 0;
     std::unique_ptr<std::vector<std::byte>> buffer;  // a control send's bytes
   };
 
@@ -151,6 +154,10 @@ class Endpoint final : public Transport {
   absl::Status StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   absl::Status CombineLanded(uint64_t id, Op& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  // PumpSends posts the pieces of the sends to `peer` that are cleared to send, oldest
+  // send first, while the peer's window has room (kSendWindowBytes, or fewer than
+  // kWindow pieces).
+  absl::Status PumpSends(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // FailPeer fails every unfinished op with `peer` (it aborted or went silent).
   void FailPeer(int peer, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // JudgePeers fails the peers of `requests` that stopped beating; an op whose data
@@ -193,6 +200,11 @@ class Endpoint final : public Transport {
   // By peer: unmatched receives and unmatched arrivals, in order.
   std::vector<std::deque<uint64_t>> posted_ ABSL_GUARDED_BY(MpiLock());
   std::vector<std::deque<Arrival>> unexpected_ ABSL_GUARDED_BY(MpiLock());
+  // By peer: sends cleared to send with pieces not yet posted, oldest first, and the
+  // data bytes and pieces posted to it that MPI has not completed (its send window).
+  std::vector<std::deque<uint64_t>> sending_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<size_t> send_bytes_in_flight_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<size_t> send_pieces_in_flight_ ABSL_GUARDED_BY(MpiLock());
   // By peer: the data tags it sends to us.
   std::vector<uint64_t> next_data_tag_ ABSL_GUARDED_BY(MpiLock());
   // By peer: set once it aborted or went silent.
