@@ -62,7 +62,9 @@ inline constexpr int kDirectRequestsSlot = 3;
 // rank sends 2 (n-1)/n of the data rather than n-1 copies of it (at 3 ranks across
 // hosts, 2/3 of the link's rate became 0.9); the folds, and so the bits, are the
 // same. (At two ranks both move the data once, and one shot has one latency.)
-// Errors as above.
+// Every exchange is cut into up to 8 chunks, folded as each lands: the transfer of
+// the rest overlaps the fold, and a transport that stages messages (gloo) stages a
+// chunk at a time. Errors as above.
 inline constexpr size_t kDirectTwoShotBytes = size_t{64} << 10;
 constexpr bool DirectAllReduceInTwoShots(int ranks, size_t bytes) {
   return ranks > 2 && bytes >= kDirectTwoShotBytes;
