@@ -26,6 +26,7 @@ constexpr int kMaxChildren = 31;
 // Scratch slots; different slots for buffers in use at the same time.
 constexpr int kTreeSlot = 0;  // children's chunks (reduce), subtree blocks (gather, scatter)
 constexpr int kAccSlot = 1;   // an interior rank's partial result (reduce)
+constexpr int kSecondTreeSlot = 2;  // the second tree's children's chunks (all-reduce)
 
 // BinomialNode: where one rank sits in the binomial tree over n ranks rooted at
 // `root`, in virtual ranks v = (rank - root + n) % n. The subtree of v is the vranks
@@ -69,7 +70,7 @@ struct BinomialNode {
 // [parity][child][max_chunk].
 struct Chunks {
   static absl::StatusOr<Chunks> Make(const CallContext& ctx, int fan_in, size_t count,
-                                     DType dtype) {
+                                     DType dtype, int slot = kTreeSlot) {
     Chunks c;
     c.count = count;
     c.dtype = dtype;
@@ -79,7 +80,7 @@ struct Chunks {
     c.fan_in = fan_in;
     if (fan_in > 0) {
       LOOM_ASSIGN_OR_RETURN(c.children,
-                            ctx.scratch->Get(kTreeSlot, 2 * fan_in * c.max_chunk * c.width));
+                            ctx.scratch->Get(slot, 2 * fan_in * c.max_chunk * c.width));
     }
     return c;
   }
@@ -183,86 +184,166 @@ absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, Reduce
   return sends[1].Wait();
 }
 
-// TreeAllReduce: TreeReduce to vrank 0 and TreeBroadcast back, in one loop, so that
-// both directions of every link carry data at once: in iteration t a rank reduces
-// chunk t and sends it up, and forwards a finished chunk of the result down. Run one
-// after the other, the two would move every byte of a link twice in turn (half the
-// link's rate at two ranks).
+// TreeAllReducePass: TreeReduce to vrank 0 and TreeBroadcast back, in one loop, so
+// that both directions of every link carry data at once: in iteration t a rank
+// reduces chunk t and sends it up, and forwards a finished chunk of the result down.
+// Run one after the other, the two would move every byte of a link twice in turn
+// (half the link's rate at two ranks).
 //
 // A rank at depth d (the number of set bits of its vrank) forwards chunk t - kLag (d + 1)
 // down in iteration t. Its parent forwarded that chunk kLag iterations earlier, which
 // needed only chunks this rank had sent up kLag iterations before: no rank waits on a
 // chunk whose sending needs what it is about to send, and kLag chunks stay in flight
-// on each link.
-absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
-                           ConstBufferView input, BufferView output) {
-  constexpr uint32_t kUpStep = 0;
-  constexpr uint32_t kDownStep = 1;
-  constexpr int kLag = 3;
-  // A chunk's result lands where its partial sum was sent from (the output), so its
-  // receive is posted once that send has left, kUpWindow - 1 iterations after it.
-  constexpr int kUpWindow = 3;
-  const int fan_in = node.num_children;
-  if (node.is_root() && fan_in == 0) return Copy(input, output);
-  LOOM_ASSIGN_OR_RETURN(const Chunks plan, Chunks::Make(ctx, fan_in, input.size(), input.dtype()));
-  const int chunks = plan.chunks;
-  auto child_chunk = [&](int c, int i) { return plan.Child(c, i); };
-  const int depth = __builtin_popcountll(static_cast<uint64_t>(node.vrank));
-  const int down_lag = kLag * (depth + 1);
+// on each link. So a wait in iteration t depends only on what other ranks do in
+// iterations up to t, and two passes can take turns iteration by iteration (two
+// trees over two halves of the data, BinomialAllReduce) without waiting on each
+// other.
+//
+// Use: Start(), then Step(t) for t = 0 .. last(), then Finish().
+class TreeAllReducePass {
+ public:
+  TreeAllReducePass(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
+                    ConstBufferView input, BufferView output, uint32_t first_step,
+                    int scratch_slot)
+      : ctx_(ctx),
+        node_(node),
+        op_(op),
+        input_(input),
+        output_(output),
+        up_step_(first_step),
+        down_step_(first_step + 1),
+        scratch_slot_(scratch_slot),
+        child_recvs_{InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)},
+        down_sends_{InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)},
+        up_sends_{InFlight<1>(ctx), InFlight<1>(ctx), InFlight<1>(ctx)} {}
+  TreeAllReducePass(const TreeAllReducePass&) = delete;
+  TreeAllReducePass& operator=(const TreeAllReducePass&) = delete;
 
-  InFlight<kMaxChildren> child_recvs[2] = {InFlight<kMaxChildren>(ctx),
-                                           InFlight<kMaxChildren>(ctx)};
-  InFlight<kMaxChildren> down_sends[2] = {InFlight<kMaxChildren>(ctx),
-                                          InFlight<kMaxChildren>(ctx)};
-  InFlight<1> up_sends[kUpWindow] = {InFlight<1>(ctx), InFlight<1>(ctx), InFlight<1>(ctx)};
-  std::deque<InFlight<1>> down_recvs;  // one per chunk, in chunk order
-  auto post_child_recvs = [&](int c) -> absl::Status {
-    for (int i = 0; i < fan_in; ++i) {
-      LOOM_RETURN_IF_ERROR(child_recvs[c % 2].Recv(kUpStep, node.child(i), child_chunk(c, i)));
-    }
-    return absl::OkStatus();
-  };
-  LOOM_RETURN_IF_ERROR(post_child_recvs(0));
-  const int last = node.is_root() ? chunks - 1 + kLag : chunks - 1 + down_lag;
-  for (int t = 0; t <= last; ++t) {
+  absl::Status Start() {
+    const int fan_in = node_.num_children;
+    LOOM_ASSIGN_OR_RETURN(plan_, Chunks::Make(ctx_, fan_in, input_.size(), input_.dtype(),
+                                              scratch_slot_));
+    const int depth = __builtin_popcountll(static_cast<uint64_t>(node_.vrank));
+    down_lag_ = node_.is_root() ? kLag : kLag * (depth + 1);
+    if (node_.is_root() && fan_in == 0) return Copy(input_, output_);
+    return PostChildRecvs(0);
+  }
+
+  // The last iteration this rank has work in.
+  int last() const {
+    if (node_.is_root() && node_.num_children == 0) return -1;
+    return plan_.chunks - 1 + down_lag_;
+  }
+
+  absl::Status Step(int t) {
+    const int chunks = plan_.chunks;
+    const int fan_in = node_.num_children;
     if (t < chunks) {
-      const BlockRange range = plan.Range(t);
-      if (t + 1 < chunks) LOOM_RETURN_IF_ERROR(post_child_recvs(t + 1));
-      LOOM_RETURN_IF_ERROR(child_recvs[t % 2].Wait());
-      ConstBufferView up = Slice(input, range);
+      const BlockRange range = plan_.Range(t);
+      if (t + 1 < chunks) LOOM_RETURN_IF_ERROR(PostChildRecvs(t + 1));
+      LOOM_RETURN_IF_ERROR(child_recvs_[t % 2].Wait());
+      ConstBufferView up = Slice(input_, range);
       if (fan_in > 0) {
-        const BufferView acc = Slice(output, range);
-        LOOM_RETURN_IF_ERROR(ReduceTo(op, up, child_chunk(t, 0), acc));
+        const BufferView acc = Slice(output_, range);
+        LOOM_RETURN_IF_ERROR(ReduceTo(op_, up, plan_.Child(t, 0), acc));
         for (int i = 1; i < fan_in; ++i) {
-          LOOM_RETURN_IF_ERROR(ReduceInto(op, child_chunk(t, i), acc));
+          LOOM_RETURN_IF_ERROR(ReduceInto(op_, plan_.Child(t, i), acc));
         }
         up = acc;
       }
-      if (!node.is_root()) {
-        LOOM_RETURN_IF_ERROR(up_sends[t % kUpWindow].Send(kUpStep, node.parent(), up));
+      if (!node_.is_root()) {
+        LOOM_RETURN_IF_ERROR(up_sends_[t % kUpWindow].Send(up_step_, node_.parent(), up));
       }
     }
     const int sent = t - (kUpWindow - 1);
-    if (!node.is_root() && sent >= 0 && sent < chunks) {
-      LOOM_RETURN_IF_ERROR(up_sends[sent % kUpWindow].Wait());
-      down_recvs.emplace_back(ctx);
-      LOOM_RETURN_IF_ERROR(down_recvs.back().Recv(kDownStep, node.parent(),
-                                                  Slice(output, plan.Range(sent))));
+    if (!node_.is_root() && sent >= 0 && sent < chunks) {
+      LOOM_RETURN_IF_ERROR(up_sends_[sent % kUpWindow].Wait());
+      down_recvs_.emplace_back(ctx_);
+      LOOM_RETURN_IF_ERROR(down_recvs_.back().Recv(down_step_, node_.parent(),
+                                                   Slice(output_, plan_.Range(sent))));
     }
-    const int s = t - (node.is_root() ? kLag : down_lag);
-    if (s < 0 || s >= chunks) continue;
-    if (!node.is_root()) {
-      LOOM_RETURN_IF_ERROR(down_recvs.front().Wait());
-      down_recvs.pop_front();
+    const int s = t - down_lag_;
+    if (s < 0 || s >= chunks) return absl::OkStatus();
+    if (!node_.is_root()) {
+      LOOM_RETURN_IF_ERROR(down_recvs_.front().Wait());
+      down_recvs_.pop_front();
     }
-    LOOM_RETURN_IF_ERROR(down_sends[s % 2].Wait());  // chunk s - 2
-    const ConstBufferView chunk = Slice(output, plan.Range(s));
-    for (int i = node.num_children - 1; i >= 0; --i) {
-      LOOM_RETURN_IF_ERROR(down_sends[s % 2].Send(kDownStep, node.child(i), chunk));
+    LOOM_RETURN_IF_ERROR(down_sends_[s % 2].Wait());  // chunk s - 2
+    const ConstBufferView chunk = Slice(output_, plan_.Range(s));
+    for (int i = node_.num_children - 1; i >= 0; --i) {
+      LOOM_RETURN_IF_ERROR(down_sends_[s % 2].Send(down_step_, node_.child(i), chunk));
     }
+    return absl::OkStatus();
   }
-  LOOM_RETURN_IF_ERROR(down_sends[0].Wait());
-  return down_sends[1].Wait();
+
+  absl::Status Finish() {
+    LOOM_RETURN_IF_ERROR(down_sends_[0].Wait());
+    return down_sends_[1].Wait();
+  }
+
+ private:
+  static constexpr int kLag = 3;
+  // A chunk's result lands where its partial sum was sent from (the output), so its
+  // receive is posted once that send has left, kUpWindow - 1 iterations after it.
+  static constexpr int kUpWindow = 3;
+
+  absl::Status PostChildRecvs(int c) {
+    for (int i = 0; i < node_.num_children; ++i) {
+      LOOM_RETURN_IF_ERROR(
+          child_recvs_[c % 2].Recv(up_step_, node_.child(i), plan_.Child(c, i)));
+    }
+    return absl::OkStatus();
+  }
+
+  const CallContext& ctx_;
+  const BinomialNode node_;
+  const ReduceOp op_;
+  const ConstBufferView input_;
+  const BufferView output_;
+  const uint32_t up_step_;
+  const uint32_t down_step_;
+  const int scratch_slot_;
+  Chunks plan_;
+  int down_lag_ = kLag;
+  InFlight<kMaxChildren> child_recvs_[2];
+  InFlight<kMaxChildren> down_sends_[2];
+  InFlight<1> up_sends_[kUpWindow];
+  std::deque<InFlight<1>> down_recvs_;  // one per chunk, in chunk order
+};
+
+// TreeAllReduce runs one pass over the whole of input.
+absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
+                           ConstBufferView input, BufferView output) {
+  TreeAllReducePass pass(ctx, node, op, input, output, /*first_step=*/0, kTreeSlot);
+  LOOM_RETURN_IF_ERROR(pass.Start());
+  for (int t = 0; t <= pass.last(); ++t) LOOM_RETURN_IF_ERROR(pass.Step(t));
+  return pass.Finish();
+}
+
+// TwoTreeAllReduce: the lower half of the elements over the tree rooted at rank 0,
+// the upper half over the one rooted at rank n - 1 (vranks shifted by one), the two
+// passes taking turns iteration by iteration. A rank with many children in one tree
+// is a leaf or near one in the other, so its link carries half the data per child
+// where one tree gave the root a whole buffer per child (3 ranks: 1.5 buffers each
+// way on the busiest link instead of 2, against the 4/3 of a bus-optimal schedule).
+absl::Status TwoTreeAllReduce(const CallContext& ctx, ReduceOp op, ConstBufferView input,
+                              BufferView output) {
+  const int n = ctx.size();
+  const BlockRange lower = Block(input.size(), 2, 0);
+  const BlockRange upper = Block(input.size(), 2, 1);
+  TreeAllReducePass first(ctx, BinomialNode(ctx.rank(), 0, n), op, Slice(input, lower),
+                          Slice(output, lower), /*first_step=*/0, kTreeSlot);
+  TreeAllReducePass second(ctx, BinomialNode(ctx.rank(), n - 1, n), op, Slice(input, upper),
+                           Slice(output, upper), /*first_step=*/2, kSecondTreeSlot);
+  LOOM_RETURN_IF_ERROR(first.Start());
+  LOOM_RETURN_IF_ERROR(second.Start());
+  const int last = std::max(first.last(), second.last());
+  for (int t = 0; t <= last; ++t) {
+    if (t <= first.last()) LOOM_RETURN_IF_ERROR(first.Step(t));
+    if (t <= second.last()) LOOM_RETURN_IF_ERROR(second.Step(t));
+  }
+  LOOM_RETURN_IF_ERROR(first.Finish());
+  return second.Finish();
 }
 
 }  // namespace
@@ -295,7 +376,10 @@ absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& arg
   LOOM_RETURN_IF_ERROR(CheckArgs(ctx, args, kName, args.count, args.count));
   if (args.count == 0) return absl::OkStatus();
   // Every rank accumulates in its own output, which the broadcast then overwrites
-  // with rank 0's result: the one place where each element is reduced.
+  // with the root's result: the one place where each element is reduced.
+  if (BinomialAllReduceOnTwoTrees(ctx.size(), args.count * DTypeSize(args.input.dtype()))) {
+    return TwoTreeAllReduce(ctx, args.op, args.input, args.output);
+  }
   return TreeAllReduce(ctx, BinomialNode(ctx.rank(), /*root_rank=*/0, ctx.size()), args.op,
                        args.input, args.output);
 }

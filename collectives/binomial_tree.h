@@ -34,6 +34,8 @@
 #ifndef LOOM_COLLECTIVES_BINOMIAL_TREE_H_
 #define LOOM_COLLECTIVES_BINOMIAL_TREE_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "collectives/internal/call_context.h"
 
@@ -58,6 +60,14 @@ absl::Status BinomialReduce(const CallContext& ctx, const CollectiveArgs& args);
 // chunk by chunk (a chunk's result goes down while later chunks still go up), so
 // every element is reduced once, every rank holds the same bits, and each link
 // carries data both ways at once. args.root is ignored. Errors as BinomialBroadcast.
+// From kBinomialTwoTreeBytes on more than two ranks the lower half of the data goes
+// over the tree rooted at rank 0 and the upper half over the one rooted at rank n - 1,
+// pipelined side by side: one tree's root, whose children share its link, is a leaf
+// of the other (at 3 hosts the busiest link's 2 buffers each way became 1.5).
+inline constexpr size_t kBinomialTwoTreeBytes = size_t{64} << 10;
+constexpr bool BinomialAllReduceOnTwoTrees(int ranks, size_t bytes) {
+  return ranks > 2 && bytes >= kBinomialTwoTreeBytes;
+}
 absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& args);
 
 // BinomialGather concatenates every rank's input (count elements) in rank order into

@@ -31,7 +31,9 @@ AlgorithmUnderTest BinomialTree() {
 
 // The shared matrix on every world up to 8 (the trees of 6 and 7 ranks are
 // incomplete) and 16, roots 0, 1 (a subtree of its own) and n-1 (rotated ranks), and
-// every dtype x op in 4 KiB chunks.
+// every dtype x op in 4 KiB chunks. Its 65537-element all-reduces on 3 ranks and more
+// run on two trees, and so does every dtype x op at kBinomialTwoTreeBytes + 3
+// elements on 5 ranks.
 std::vector<AlgorithmCase> Cases() {
   MatrixOptions matrix;
   matrix.worlds = {1, 2, 3, 4, 5, 6, 7, 8, 16};
@@ -41,7 +43,12 @@ std::vector<AlgorithmCase> Cases() {
   types.counts = {1, 1000};
   types.both_placements = false;
   types.chunk_bytes = kSmallChunkBytes;
-  return Concat({Matrix(BinomialTree(), matrix), DTypeOpMatrix(BinomialTree(), types)});
+  DTypeOpOptions two_trees;
+  two_trees.worlds = {5};
+  two_trees.counts = {kBinomialTwoTreeBytes + 3};
+  two_trees.both_placements = false;
+  return Concat({Matrix(BinomialTree(), matrix), DTypeOpMatrix(BinomialTree(), types),
+                 DTypeOpMatrix(BinomialTree(), two_trees)});
 }
 
 class BinomialTreeMatrixTest : public ::testing::TestWithParam<AlgorithmCase> {};
