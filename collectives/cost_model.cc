@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "collectives/algorithm_registry.h"
+#include "collectives/binomial_tree.h"
 #include "collectives/direct.h"
 #include "collectives/halving_doubling.h"
 #include "core/posix.h"
@@ -220,7 +221,13 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
         case Algorithm::kDoubleBinaryTree: return 2 * log_n * a + 2 * s * b + s * g;
         // The reduce and the broadcast are pipelined against each other, so the
         // root's links carry its log n children's data both ways at once.
-        case Algorithm::kBinomialTree: return 2 * log_n * a + log_n * s * (b + g);
+        case Algorithm::kBinomialTree:
+          if (collectives_internal::BinomialAllReduceOnTwoTrees(ranks, bytes)) {
+            // Two trees over half the data each (binomial_tree.h): rank 0's link
+            // carries its log n children's halves in tree one and its parent's in two.
+            return 2 * log_n * a + (log_n + 1) / 2 * s * b + log_n / 2 * s * g;
+          }
+          return 2 * log_n * a + log_n * s * (b + g);
         case Algorithm::kDirect:
           if (collectives_internal::DirectAllReduceInTwoShots(ranks, bytes)) {
             return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;

@@ -89,27 +89,58 @@ absl::Status ReceiveFrom(const CallContext& ctx, uint32_t step, int peer, Buffer
   return WaitAll(ctx, requests);
 }
 
-// ReduceScatterByHalving: the power-of-two group's reduce-scatter by recursive halving. In
-// step k the group rank exchanges with the one p / 2^(k+1) away: it sends the half of
-// its current range of slots that the partner keeps (taken from `source`, the
-// unreduced input before the first step) and reduces the half it keeps into `sums`.
-// Afterwards sums holds the full reduction of this rank's own slot; nothing else of
-// `sums` is meaningful. `receive` holds at least the larger first half.
+// Distances: the order in which the power-of-two group's exchanges take their
+// partners. Farthest first (p/2, ..., 2, 1) leaves group rank g with slot g, in rank
+// order, as reduce-scatter and all-gather need. Nearest first (1, 2, ..., p/2) leaves
+// g with the slot whose bits are g's reversed; an all-reduce does not mind, and with
+// several ranks per node (consecutive ranks share a node) its full-size first
+// exchanges then stay inside the node and only the halved later ones cross between
+// nodes (2 hosts of 2 ranks: 2 buffers each way on a host's link became 1).
+struct Distances {
+  Distances(int64_t group, bool nearest) : p(group), nearest_first(nearest) {}
+  int count() const { return __builtin_ctzll(static_cast<uint64_t>(p)); }
+  // The distance of exchange k, k in [0, count()).
+  int64_t At(int k) const { return nearest_first ? int64_t{1} << k : (p >> 1) >> k; }
+  // The slots group rank g holds after the first `k` halvings: [low, low + p >> k).
+  int64_t Low(int64_t g, int k) const {
+    int64_t low = 0, width = p;
+    for (int i = 0; i < k; ++i) {
+      width /= 2;
+      if ((g & At(i)) != 0) low += width;
+    }
+    return low;
+  }
+
+  int64_t p;
+  bool nearest_first;
+};
+
+// ReduceScatterByHalving: the power-of-two group's reduce-scatter by recursive
+// halving. In exchange k the group rank swaps with the one distances.At(k) away: it
+// sends the half of its current range of slots that the partner keeps (taken from
+// `source`, the unreduced input before the first exchange) and reduces the half it
+// keeps into `sums`. Afterwards sums holds the full reduction of this rank's slot
+// (Distances: its own, farthest first); nothing else of `sums` is meaningful.
+// `receive` holds at least the larger first half.
 absl::Status ReduceScatterByHalving(const CallContext& ctx, const Slots& slots, ReduceOp op,
                                     ConstBufferView source, BufferView sums,
-                                    absl::Span<std::byte> receive) {
+                                    absl::Span<std::byte> receive,
+                                    bool nearest_first = false) {
   const Fold& fold = slots.fold;
+  const Distances distances(fold.p, nearest_first);
   const DType dtype = sums.dtype();
-  int64_t low = 0;  // current range of slots: [low, low + 2 * distance)
-  uint32_t step = kHalvingStep;
-  for (int64_t distance = fold.p / 2; distance >= 1; distance /= 2, ++step) {
+  int64_t low = 0, width = fold.p;  // current range of slots: [low, low + width)
+  for (int k = 0; k < distances.count(); ++k) {
+    const int64_t distance = distances.At(k);
     const bool upper = (fold.group_rank & distance) != 0;
-    const int64_t mid = low + distance;
-    const BlockRange keep = upper ? slots.Range(mid, mid + distance) : slots.Range(low, mid);
-    const BlockRange give = upper ? slots.Range(low, mid) : slots.Range(mid, mid + distance);
+    width /= 2;
+    const int64_t mid = low + width;
+    const BlockRange keep = upper ? slots.Range(mid, mid + width) : slots.Range(low, mid);
+    const BlockRange give = upper ? slots.Range(low, mid) : slots.Range(mid, mid + width);
     const BufferView theirs(receive.data(), keep.count, dtype);
     const int partner = fold.RealRank(static_cast<int>(fold.group_rank ^ distance));
-    LOOM_RETURN_IF_ERROR(Exchange(ctx, step, partner, Slice(source, give), partner, theirs));
+    LOOM_RETURN_IF_ERROR(Exchange(ctx, kHalvingStep + static_cast<uint32_t>(k), partner,
+                                  Slice(source, give), partner, theirs));
     LOOM_RETURN_IF_ERROR(ReduceTo(op, Slice(source, keep), theirs, Slice(sums, keep)));
     source = sums;
     if (upper) low = mid;
@@ -117,19 +148,24 @@ absl::Status ReduceScatterByHalving(const CallContext& ctx, const Slots& slots, 
   return absl::OkStatus();
 }
 
-// AllGatherByDoubling: the power-of-two group's all-gather by recursive doubling. Before step
-// k each group rank holds the 2^k slots of its aligned group of 2^k in `data`; it
-// swaps them with the rank 2^k away, doubling what it holds.
-absl::Status AllGatherByDoubling(const CallContext& ctx, const Slots& slots, BufferView data) {
+// AllGatherByDoubling: the power-of-two group's all-gather by recursive doubling, the
+// halvings' exchanges in reverse: before each, a group rank holds the slots its
+// halvings had left it at that depth (Distances), and it swaps them with the partner
+// for their sibling range, doubling what it holds.
+absl::Status AllGatherByDoubling(const CallContext& ctx, const Slots& slots, BufferView data,
+                                 bool nearest_first = false) {
   const Fold& fold = slots.fold;
+  const Distances distances(fold.p, nearest_first);
+  const int64_t g = fold.group_rank;
   uint32_t step = kDoublingStep;
-  for (int64_t distance = 1; distance < fold.p; distance *= 2, ++step) {
-    const int64_t partner_rank = fold.group_rank ^ distance;
-    const int64_t mine = fold.group_rank & ~(distance - 1);
-    const int64_t theirs = partner_rank & ~(distance - 1);
-    const int partner = fold.RealRank(static_cast<int>(partner_rank));
-    LOOM_RETURN_IF_ERROR(Exchange(ctx, step, partner, Slice(data, slots.Range(mine, mine + distance)),
-                                  partner, Slice(data, slots.Range(theirs, theirs + distance))));
+  for (int k = distances.count() - 1; k >= 0; --k, ++step) {
+    const int64_t distance = distances.At(k);
+    const int64_t width = fold.p >> (k + 1);  // what each of the two holds now
+    const int64_t mine = distances.Low(g, k + 1);
+    const int64_t theirs = distances.Low(g ^ distance, k + 1);
+    const int partner = fold.RealRank(static_cast<int>(g ^ distance));
+    LOOM_RETURN_IF_ERROR(Exchange(ctx, step, partner, Slice(data, slots.Range(mine, mine + width)),
+                                  partner, Slice(data, slots.Range(theirs, theirs + width))));
   }
   return absl::OkStatus();
 }
@@ -304,15 +340,19 @@ absl::Status RadixAllReduce(const CallContext& ctx, const CollectiveArgs& args, 
     phase_ctx.tag_base = ctx.tag_base + index * kPhaseSteps;
     return phase_ctx;
   };
-  const Slots slots{Fold(p, c), args.count, /*per_rank=*/false};
-  const BlockRange mine = slots.Range(c, c + 1);
   if (p == 1) return DirectAllReduce(phase(across_blocks.get(), 2), args);
-  // 1. The block reduce-scatters by halving: slot c of the output holds its sum.
+  // 1. The block reduce-scatters by halving, nearest partner first: one slot of the
+  // output holds the block's sum, the same slot on every rank c of every block.
+  const Slots slots{Fold(p, c), args.count, /*per_rank=*/false};
+  const Distances distances(p, /*nearest_first=*/true);
+  const int64_t held = distances.Low(c, distances.count());
+  const BlockRange mine = slots.Range(held, held + 1);
   LOOM_ASSIGN_OR_RETURN(
       const absl::Span<std::byte> receive,
       ctx.scratch->Get(kReceiveSlot, slots.Start(p / 2) * DTypeSize(args.input.dtype())));
   LOOM_RETURN_IF_ERROR(ReduceScatterByHalving(phase(within_block.get(), 1), slots, args.op,
-                                              args.input, args.output, receive));
+                                              args.input, args.output, receive,
+                                              /*nearest_first=*/true));
   // 2. The m ranks holding slot c all-reduce it directly, in place.
   CollectiveArgs slot = args;
   slot.count = mine.count;
@@ -320,7 +360,8 @@ absl::Status RadixAllReduce(const CallContext& ctx, const CollectiveArgs& args, 
   slot.output = Slice(args.output, mine);
   LOOM_RETURN_IF_ERROR(DirectAllReduce(phase(across_blocks.get(), 2), slot));
   // 3. The block all-gathers its p slots by doubling.
-  return AllGatherByDoubling(phase(within_block.get(), 3), slots, args.output);
+  return AllGatherByDoubling(phase(within_block.get(), 3), slots, args.output,
+                             /*nearest_first=*/true);
 }
 
 }  // namespace
@@ -341,10 +382,12 @@ absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveAr
   const size_t receive_bytes = slots.Start(slots.fold.p / 2) * DTypeSize(args.input.dtype());
   LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> receive,
                         ctx.scratch->Get(kReceiveSlot, receive_bytes));
-  // Rabenseifner: reduce-scatter, then all-gather, both within the output.
-  LOOM_RETURN_IF_ERROR(
-      ReduceScatterByHalving(ctx, slots, args.op, args.input, args.output, receive));
-  return AllGatherByDoubling(ctx, slots, args.output);
+  // Rabenseifner: reduce-scatter, then all-gather, both within the output; nearest
+  // partner first, so that with several ranks per node the full-size exchanges stay
+  // in the node (Distances).
+  LOOM_RETURN_IF_ERROR(ReduceScatterByHalving(ctx, slots, args.op, args.input, args.output,
+                                              receive, /*nearest_first=*/true));
+  return AllGatherByDoubling(ctx, slots, args.output, /*nearest_first=*/true);
 }
 
 absl::Status HalvingDoublingReduceScatter(const CallContext& ctx, const CollectiveArgs& args) {
