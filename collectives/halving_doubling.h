@@ -12,7 +12,11 @@
 // All-gather by recursive doubling runs the same exchanges backwards: distance 1, 2,
 // 4, ..., each swapping everything gathered so far. All-reduce (Rabenseifner's
 // algorithm) is the one followed by the other, on the `count` elements cut into
-// blocks with Block(count, p, i).
+// blocks with Block(count, p, i), but taking its partners nearest first (1, 2, 4, ...
+// in the halving): a rank then ends the halving with a block other than its own,
+// which an all-reduce does not mind, and where consecutive ranks share a node the
+// full-size first exchanges stay inside it (2 hosts of 2 ranks: 0.67 of the link's
+// bus share became 1.1..1.2).
 //
 // n that is not a power of two: with p the largest power of two <= n and r = n - p,
 // the first 2r ranks pair up. For reduce-scatter and all-gather, as in the paper,
