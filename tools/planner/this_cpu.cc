@@ -227,11 +227,20 @@ absl::StatusOr<JobRun> ParseJobSummary(absl::string_view text) {
 
 absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run) {
   const PlanConfig& c = run.config;
-  if (c.dp != 1 || c.tp != 1 || c.pp != 1 || c.cp != 1) {
+  if (c.dp < 1 || c.tp != 1 || c.pp != 1 || c.cp != 1) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the calibration run must be on one rank; it ran dp=", c.dp, " tp=", c.tp, " pp=", c.pp,
-        " cp=", c.cp));
+        "the calibration run must be data parallel only (tp = pp = cp = 1); it ran dp=", c.dp,
+        " tp=", c.tp, " pp=", c.pp, " cp=", c.cp));
   }
+  // A data-parallel run's ranks each compute global_batch / dp sequences (rank 0's
+  // breakdown is what the summary holds), at the speed the host gives that many
+  // ranks at once.
+  if (run.global_batch % (c.dp * c.microbatch_size) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the calibration run's global batch ", run.global_batch, " is not a multiple of dp ", c.dp,
+        " x micro_batch ", c.microbatch_size));
+  }
+  const int64_t rank_batch = run.global_batch / c.dp;
   const double rest = run.compute_seconds - run.gemm_seconds - run.attention_seconds;
   if (!(run.gemm_seconds > 0) || !(run.attention_seconds > 0) || !(rest > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -242,7 +251,7 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   const double h = static_cast<double>(s.hidden);
   const double seq = static_cast<double>(s.seq_len);
   const double layers = static_cast<double>(s.layers);
-  const double tokens = static_cast<double>(run.global_batch) * seq;
+  const double tokens = static_cast<double>(rank_batch) * seq;
   const bool full = c.recompute == Recompute::kFull;
   const double passes = full ? 4 : 3;
   const double peak = c.dtype == ComputeDtype::kBf16 ? device.peak_bf16_flops : device.peak_f32_flops;
@@ -264,12 +273,14 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   o.layers = 1;
   o.bf16_linear_inputs = c.dtype == ComputeDtype::kBf16;
   LOOM_ASSIGN_OR_RETURN(const int64_t layer_bytes, EstimateFusedAttentionActivationBytes(o));
-  const double microbatches = static_cast<double>(run.global_batch / c.microbatch_size);
+  const double microbatches = static_cast<double>(rank_batch / c.microbatch_size);
   const double moved = microbatches * layers * static_cast<double>(layer_bytes) * (full ? 4.0 / 3 : 1);
   fitted.elementwise_passes = rest * device.memory_bandwidth / moved;
-  // What the step took beyond compute and the optimizer.
-  fitted.step_overhead_seconds =
-      std::max(0.0, run.step_seconds - run.compute_seconds - run.optimizer_seconds);
+  // What the step took beyond compute, the optimizer and (data parallel) the
+  // gradient communication the backward did not hide, which the step model prices
+  // on its own.
+  fitted.step_overhead_seconds = std::max(
+      0.0, run.step_seconds - run.compute_seconds - run.optimizer_seconds - run.dp_comm_seconds);
   return fitted;
 }
 

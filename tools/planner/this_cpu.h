@@ -73,9 +73,15 @@ struct JobRun {
 absl::StatusOr<JobRun> ParseJobSummary(absl::string_view json);
 
 // FitToJobRun returns `device` with gemm_max_efficiency, attention_efficiency and
-// elementwise_passes fitted to `run`. FailedPrecondition unless the run was on one
-// rank (dp = tp = pp = cp = 1); InvalidArgument when a part of its compute is not
-// positive. (The caller checks the run had the threads its device stands for.)
+// elementwise_passes fitted to `run`: a one-rank run, or a data-parallel one (dp
+// ranks on one host, tp = pp = cp = 1), whose ranks compute global_batch / dp
+// sequences each at the speed the host gives dp ranks at once. The second is the
+// better calibration for a job whose ranks share the host's cores and memory
+// bandwidth (tools/docs/train.md, "Across hosts": one rank alone computed 8
+// sequences in 258 ms, two at once 286..317 ms each). FailedPrecondition when tp, pp
+// or cp is above 1; InvalidArgument when the global batch is not dp x micro_batch x
+// microbatches or a part of its compute is not positive. (The caller checks the run
+// had the threads its device stands for.)
 absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run);
 
 // MeasureAndFit: MeasureThisCpu, then the device fitted to the first of
