@@ -223,9 +223,11 @@ TEST_P(VectorMathTest, NormRowPassesMatchTheFormulas) {
     LOOM_ASSERT_OK(
         AccumulateNormParamGrads(x, dy, mean, rstd, absl::MakeSpan(dgamma), absl::MakeSpan(dbeta)));
     constexpr double kUlps = 8 * 6e-8;  // a few f32 roundings, relative
-    const double m = mean, r = rstd, mg = mean_g, mgx = mean_gx;
+    const double m = static_cast<double>(mean), r = static_cast<double>(rstd);
+    const double mg = static_cast<double>(mean_g), mgx = static_cast<double>(mean_gx);
     for (size_t i = 0; i < n; ++i) {
-      const double xi = x[i], dyi = dy[i], gi = gamma[i], bi = beta[i];
+      const double xi = static_cast<double>(x[i]), dyi = static_cast<double>(dy[i]);
+      const double gi = static_cast<double>(gamma[i]), bi = static_cast<double>(beta[i]);
       const double xhat = (xi - m) * r;
       const double want_y = xhat * gi + bi;
       const double y_scale = std::fabs(xhat * gi) + std::fabs(bi);

@@ -122,7 +122,9 @@ absl::StatusOr<std::vector<StageCosts>> MeasureStageCosts(const Workload& work,
     MlpStageModule& module = *modules[layout.RankOf(stage)];
     const Tensor input = *Tensor::Create(module.InputShape(stage, 0));
     Tensor output_grad = *Tensor::Create(module.OutputShape(stage, 0));
-    for (float& v : *output_grad.As<float>()) v = 1e-3f;
+    // The span, not a reference into the StatusOr (a temporary the loop outlives).
+    const absl::Span<float> grad_values = *output_grad.As<float>();
+    for (float& v : grad_values) v = 1e-3f;
     std::vector<double> f, b, i, w;
     for (int64_t k = 0; k < repeats; ++k) {
       absl::Time t0 = absl::Now();

@@ -9,7 +9,6 @@
 #include <limits>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "core/clock.h"
@@ -631,12 +630,15 @@ void Endpoint::HandleCompletion(InFlight& done, const MPI_Status& status) {
     send_bytes_in_flight_[done.peer] -= done.bytes;
     --send_pieces_in_flight_[done.peer];
   }
+  HandleDataCompletion(done, status);
+  if (!data_send) return;
   // The peer's window has room again: its sends' next pieces go (the oldest first).
-  auto pump = absl::MakeCleanup([&] {
-    if (!data_send) return;
-    const absl::Status pumped = PumpSends(done.peer);
-    if (!pumped.ok()) Break(pumped);
-  });
+  const absl::Status pumped = PumpSends(done.peer);
+  if (!pumped.ok()) Break(pumped);
+}
+
+void Endpoint::HandleDataCompletion(InFlight& done, const MPI_Status& status) {
+  const bool data_send = done.what == InFlight::What::kDataSend;
   auto it = ops_.find(done.op);
   if (it == ops_.end()) return;
   Op& op = it->second;

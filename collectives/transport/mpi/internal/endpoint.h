@@ -132,6 +132,10 @@ class Endpoint final : public Transport {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   void HandleCompletion(InFlight& done, const MPI_Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  // HandleDataCompletion: a data message's op moves on (HandleCompletion did the
+  // peer's send window, and pumps it after).
+  void HandleDataCompletion(InFlight& done, const MPI_Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
 
   absl::Status PostControl(int peer, const Envelope& envelope,
                            absl::Span<const std::byte> payload = {})
