@@ -39,9 +39,9 @@ std::vector<AlgorithmCase> Cases() {
   types.counts = {1001};
   types.both_placements = false;
   // Every dtype x op through the radix step as well (at least
-  // kHalvingDoublingRadixBytes for every dtype): 6 ranks, two groups of three.
+  // kHalvingDoublingRadixBytes for every dtype) on 12 ranks; the matrix above has 6.
   DTypeOpOptions radix;
-  radix.worlds = {6};
+  radix.worlds = {12};  // blocks of 4 (two halvings, nearest first) around m = 3
   radix.counts = {kHalvingDoublingRadixBytes + 3};
   radix.both_placements = false;
   return Concat({Matrix(HalvingDoubling(), matrix), DTypeOpMatrix(HalvingDoubling(), types),
