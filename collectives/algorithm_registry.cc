@@ -25,16 +25,21 @@ struct Entry {
   CollectiveKind kind;
   Algorithm algorithm;
   AlgorithmFn fn;
+  // fn is ByNodes<flat> (hierarchical.h): node-aware on several ranks per node.
+  bool by_nodes = false;
 };
 
 // Listed per kind from the bandwidth-oriented to the latency-oriented algorithms.
+// The all-reduces that know nothing of nodes run by nodes on several ranks per node
+// (hierarchical.h, ByNodes); the ring and halving-doubling already keep the most
+// traffic inside a node when a node's ranks are consecutive.
 constexpr Entry kTable[] = {
     {CollectiveKind::kAllReduce, Algorithm::kRing, RingAllReduce},
     {CollectiveKind::kAllReduce, Algorithm::kHalvingDoubling, HalvingDoublingAllReduce},
-    {CollectiveKind::kAllReduce, Algorithm::kDoubleBinaryTree, DoubleBinaryTreeAllReduce},
+    {CollectiveKind::kAllReduce, Algorithm::kDoubleBinaryTree, ByNodes<DoubleBinaryTreeAllReduce>, true},
     {CollectiveKind::kAllReduce, Algorithm::kHierarchical, HierarchicalAllReduce},
-    {CollectiveKind::kAllReduce, Algorithm::kBinomialTree, BinomialAllReduce},
-    {CollectiveKind::kAllReduce, Algorithm::kDirect, DirectAllReduce},
+    {CollectiveKind::kAllReduce, Algorithm::kBinomialTree, ByNodes<BinomialAllReduce>, true},
+    {CollectiveKind::kAllReduce, Algorithm::kDirect, ByNodes<DirectAllReduce>, true},
     {CollectiveKind::kReduceScatter, Algorithm::kRing, RingReduceScatter},
     {CollectiveKind::kReduceScatter, Algorithm::kHalvingDoubling, HalvingDoublingReduceScatter},
     {CollectiveKind::kReduceScatter, Algorithm::kDirect, DirectReduceScatter},
@@ -94,6 +99,13 @@ absl::StatusOr<AlgorithmFn> FindAlgorithm(CollectiveKind kind, Algorithm algorit
   return absl::InvalidArgumentError(absl::StrCat(CollectiveKindName(kind), " has no ",
                                                  AlgorithmName(algorithm), " algorithm; it has ",
                                                  absl::StrJoin(names, ", ")));
+}
+
+bool AllReduceRunsByNodes(Algorithm algorithm) {
+  for (const Entry& entry : kTable) {
+    if (entry.kind == CollectiveKind::kAllReduce && entry.algorithm == algorithm) return entry.by_nodes;
+  }
+  return false;
 }
 
 }  // namespace loom

@@ -31,6 +31,11 @@ std::vector<Algorithm> AlgorithmsFor(CollectiveKind kind);
 // the selector resolves it first).
 absl::StatusOr<AlgorithmFn> FindAlgorithm(CollectiveKind kind, Algorithm algorithm);
 
+// AllReduceRunsByNodes: whether the table's all-reduce of `algorithm` takes the
+// node-aware form (hierarchical.h, ByNodes) on several ranks per node: direct, the
+// binomial tree and the double binary tree.
+bool AllReduceRunsByNodes(Algorithm algorithm);
+
 }  // namespace loom
 
 #endif  // LOOM_COLLECTIVES_ALGORITHM_REGISTRY_H_

@@ -16,6 +16,7 @@
 #include "collectives/binomial_tree.h"
 #include "collectives/direct.h"
 #include "collectives/halving_doubling.h"
+#include "collectives/hierarchical.h"
 #include "core/posix.h"
 #include "core/status_macros.h"
 
@@ -43,6 +44,55 @@ struct Link {
   double alpha;
   double beta;
 };
+
+// FlatAllReduceSeconds: the formula of `algorithm`'s all-reduce of `bytes` per rank
+// over `ranks` ranks that all see `link` (no node phases; `gamma` per reduced byte).
+double FlatAllReduceSeconds(Algorithm algorithm, size_t bytes, int ranks, Link link, double g) {
+  if (ranks <= 1) return 0.0;
+  const double n = ranks;
+  const double s = static_cast<double>(bytes);
+  const double log_n = CeilLog2(ranks);
+  const int p_int = FloorPowerOfTwo(ranks);
+  const double p = p_int;
+  const double log_p = CeilLog2(p_int);
+  const bool folded = p_int != ranks;
+  const double a = link.alpha, b = link.beta;
+  const double part = (n - 1) / n;  // the fraction of the data a rank does not own
+  switch (algorithm) {
+    case Algorithm::kHalvingDoubling:
+      if (const int m = collectives_internal::HalvingDoublingRadix(ranks, bytes); m > 1) {
+        // The radix step (halving_doubling.h): halving and doubling over blocks of
+        // n / m ranks, and direct's all-reduce of a slot on m ranks between them.
+        const int q_int = ranks / m;
+        const double q = q_int, mm = m, slot = s / q;
+        const double direct =
+            collectives_internal::DirectAllReduceInTwoShots(m, bytes / static_cast<size_t>(q_int))
+                ? 2 * (mm - 1) * a + 2 * (mm - 1) / mm * slot * b + (mm - 1) / mm * slot * g
+                : (mm - 1) * (a + slot * b + slot * g);
+        return 2 * CeilLog2(q_int) * a + 2 * (q - 1) / q * s * b + (q - 1) / q * s * g + direct;
+      }
+      // Folded: a pair swaps halves before and after (halving_doubling.h).
+      return 2 * log_p * a + 2 * (p - 1) / p * s * b + (p - 1) / p * s * g +
+             (folded ? 2 * (a + 0.5 * s * b) + 0.5 * s * g : 0.0);
+    case Algorithm::kDoubleBinaryTree: return 2 * log_n * a + 2 * s * b + s * g;
+    // The reduce and the broadcast are pipelined against each other, so the
+    // root's links carry its log n children's data both ways at once.
+    case Algorithm::kBinomialTree:
+      if (collectives_internal::BinomialAllReduceOnTwoTrees(ranks, bytes)) {
+        // Two trees over half the data each (binomial_tree.h): rank 0's link
+        // carries its log n children's halves in tree one and its parent's in two.
+        return 2 * log_n * a + (log_n + 1) / 2 * s * b + log_n / 2 * s * g;
+      }
+      return 2 * log_n * a + log_n * s * (b + g);
+    case Algorithm::kDirect:
+      if (collectives_internal::DirectAllReduceInTwoShots(ranks, bytes)) {
+        return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
+      }
+      return (n - 1) * (a + s * b + s * g);
+    case Algorithm::kRing:
+    default: return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
+  }
+}
 
 std::string FormatSeconds(double seconds) {
   if (seconds < 1e-3) return absl::StrFormat("%.1f us", seconds * 1e6);
@@ -200,53 +250,27 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
   if (ranks == 1) return 0.0;
 
   switch (kind) {
-    case CollectiveKind::kAllReduce:
-      switch (algorithm) {
-        case Algorithm::kRing: return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
-        case Algorithm::kHalvingDoubling:
-          if (const int m = collectives_internal::HalvingDoublingRadix(ranks, bytes); m > 1) {
-            // The radix step (halving_doubling.h): halving and doubling over blocks of
-            // n / m ranks, and direct's all-reduce of a slot on m ranks between them.
-            const int q_int = ranks / m;
-            const double q = q_int, mm = m, slot = s / q;
-            const double direct =
-                collectives_internal::DirectAllReduceInTwoShots(m, bytes / static_cast<size_t>(q_int))
-                    ? 2 * (mm - 1) * a + 2 * (mm - 1) / mm * slot * b + (mm - 1) / mm * slot * g
-                    : (mm - 1) * (a + slot * b + slot * g);
-            return 2 * CeilLog2(q_int) * a + 2 * (q - 1) / q * s * b + (q - 1) / q * s * g + direct;
-          }
-          // Folded: a pair swaps halves before and after (halving_doubling.h).
-          return 2 * log_p * a + 2 * (p - 1) / p * s * b + (p - 1) / p * s * g +
-                 (folded ? 2 * (a + 0.5 * s * b) + 0.5 * s * g : 0.0);
-        case Algorithm::kDoubleBinaryTree: return 2 * log_n * a + 2 * s * b + s * g;
-        // The reduce and the broadcast are pipelined against each other, so the
-        // root's links carry its log n children's data both ways at once.
-        case Algorithm::kBinomialTree:
-          if (collectives_internal::BinomialAllReduceOnTwoTrees(ranks, bytes)) {
-            // Two trees over half the data each (binomial_tree.h): rank 0's link
-            // carries its log n children's halves in tree one and its parent's in two.
-            return 2 * log_n * a + (log_n + 1) / 2 * s * b + log_n / 2 * s * g;
-          }
-          return 2 * log_n * a + log_n * s * (b + g);
-        case Algorithm::kDirect:
-          if (collectives_internal::DirectAllReduceInTwoShots(ranks, bytes)) {
-            return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;
-          }
-          return (n - 1) * (a + s * b + s * g);
-        case Algorithm::kHierarchical: {
-          if (!multi_node || ranks % ranks_per_node != 0) {
-            return 2 * (n - 1) * a + 2 * part * s * b + part * s * g;  // it runs the flat ring
-          }
-          const double k = ranks_per_node, m = n / k;
-          const double intra = (k - 1) / k;
-          const double inter = (m - 1) / m;
-          return 2 * (k - 1) * c.alpha + 2 * intra * s * c.beta + intra * s * g +
-                 2 * (m - 1) * c.inter_node_alpha + 2 * inter * (s / k) * c.inter_node_beta +
-                 inter * (s / k) * g;
-        }
-        default: break;
+    case CollectiveKind::kAllReduce: {
+      // The node-aware forms (hierarchical.h): a ring reduce-scatter and all-gather
+      // inside each node, and the all-reduce of 1 / k of the data between nodes.
+      const bool by_nodes =
+          algorithm == Algorithm::kHierarchical
+              ? multi_node && ranks % ranks_per_node == 0
+              : AllReduceRunsByNodes(algorithm) &&
+                    collectives_internal::AllReduceByNodes(ranks, ranks_per_node, bytes);
+      if (by_nodes) {
+        const double k = ranks_per_node, intra = (k - 1) / k;
+        const Algorithm across =
+            algorithm == Algorithm::kHierarchical ? Algorithm::kRing : algorithm;
+        return 2 * (k - 1) * c.alpha + 2 * intra * s * c.beta + intra * s * g +
+               FlatAllReduceSeconds(across, bytes / static_cast<size_t>(ranks_per_node),
+                                    ranks / ranks_per_node,
+                                    Link{c.inter_node_alpha, c.inter_node_beta}, g);
       }
-      break;
+      // Hierarchical on one node runs the flat ring.
+      return FlatAllReduceSeconds(
+          algorithm == Algorithm::kHierarchical ? Algorithm::kRing : algorithm, bytes, ranks, flat, g);
+    }
     case CollectiveKind::kReduceScatter:
       switch (algorithm) {
         case Algorithm::kRing: return (n - 1) * a + part * s * (b + g);

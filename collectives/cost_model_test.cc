@@ -55,6 +55,42 @@ TEST(CostModelTest, RingFormulaMatchesTheTextbook) {
   EXPECT_THAT(model.Predict(CollectiveKind::kAllReduce, Algorithm::kRing, 10, 1, 0), IsOkAndHolds(0.0));
 }
 
+// Direct, the binomial tree and the double binary tree run by nodes from 64 KiB on
+// several ranks per node (hierarchical.h, ByNodes), and are priced so: a ring
+// reduce-scatter and all-gather inside a node, their own formula between nodes on
+// 1 / k of the data over the inter-node link.
+TEST(CostModelTest, NodeBlindAllReducesArePricedByNodes) {
+  CostModel::Constants c;
+  c.alpha = 2e-6;
+  c.beta = 1e-10;
+  c.gamma = 5e-11;
+  c.inter_node_alpha = 5e-5;
+  c.inter_node_beta = 4e-9;
+  LOOM_ASSERT_OK_AND_ASSIGN(CostModel model, CostModel::FromConstants(c));
+  // 4 ranks, 2 per node, 16 MB: direct between the 2 nodes is one exchange of 8 MB.
+  const double s = 16e6, half = s / 2;
+  const double intra = 2 * c.alpha + 2 * 0.5 * s * c.beta + 0.5 * s * c.gamma;
+  const double across = c.inter_node_alpha + half * c.inter_node_beta + half * c.gamma;
+  EXPECT_THAT(model.Predict(CollectiveKind::kAllReduce, Algorithm::kDirect, 16000000, 4, 2),
+              IsOkAndHolds(::testing::DoubleNear(intra + across, 1e-12)));
+  // Below 64 KiB the flat one-shot over the inter-node link: n - 1 copies of 1 KB.
+  EXPECT_THAT(model.Predict(CollectiveKind::kAllReduce, Algorithm::kDirect, 1000, 4, 2),
+              IsOkAndHolds(::testing::DoubleNear(3 * (c.inter_node_alpha + 1000 * c.inter_node_beta +
+                                                      1000 * c.gamma),
+                                                 1e-15)));
+  // Hierarchical is the same phases with the ring between nodes; on 2 nodes the ring
+  // sends the half in two pieces and reduces one, direct sends it whole and reduces
+  // all of it: the same bytes, one more alpha, half the reduction.
+  LOOM_ASSERT_OK_AND_ASSIGN(const double hierarchical,
+                            model.Predict(CollectiveKind::kAllReduce, Algorithm::kHierarchical,
+                                          16000000, 4, 2));
+  EXPECT_NEAR(hierarchical - (intra + across), c.inter_node_alpha - 0.5 * half * c.gamma, 1e-12);
+  // The ring is not node-aware: it stays priced flat over the slow link.
+  LOOM_ASSERT_OK_AND_ASSIGN(const double ring,
+                            model.Predict(CollectiveKind::kAllReduce, Algorithm::kRing, 16000000, 4, 2));
+  EXPECT_NEAR(ring, 6 * c.inter_node_alpha + 1.5 * s * c.inter_node_beta + 0.75 * s * c.gamma, 1e-12);
+}
+
 TEST(CostModelTest, SavesAndLoads) {
   CostModel::Constants constants;
   constants.alpha = 3.5e-6;

@@ -28,14 +28,25 @@ CallContext PhaseContext(const CallContext& ctx, Transport* transport, int phase
 }  // namespace
 
 absl::Status HierarchicalAllReduce(const CallContext& ctx, const CollectiveArgs& args) {
+  const int k = ctx.ranks_per_node;
+  if (k <= 0 || k >= ctx.size()) return RingAllReduce(ctx, args);
+  return NodeAwareAllReduce(ctx, args, RingAllReduce);
+}
+
+absl::Status NodeAwareAllReduce(const CallContext& ctx, const CollectiveArgs& args,
+                                AllReduceFn across) {
   const int n = ctx.size();
   const int k = ctx.ranks_per_node;
-  if (k <= 0 || k >= n) return RingAllReduce(ctx, args);
-  if (n % k != 0) {
+  if (k < 1 || k >= n || n % k != 0) {
     return absl::InvalidArgumentError(absl::StrCat("hierarchical all-reduce over ", n,
                                                    " ranks with ", k,
                                                    " ranks per node: ", n, " is not a multiple of ",
-                                                   k));
+                                                   k, " or not more than one node"));
+  }
+  if (args.input.size() != args.count || args.output.size() != args.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hierarchical all-reduce of ", args.count, " elements: input has ", args.input.size(),
+        ", output ", args.output.size()));
   }
   const int node = ctx.rank() / k;
   const int local = ctx.rank() % k;
@@ -65,11 +76,11 @@ absl::Status HierarchicalAllReduce(const CallContext& ctx, const CollectiveArgs&
 
   // 2. Inter-node all-reduce of that block, in place.
   const BlockRange mine = Block(args.count, k, local);
-  CollectiveArgs across = args;
-  across.count = mine.count;
-  across.input = Slice(args.output, mine);
-  across.output = Slice(args.output, mine);
-  LOOM_RETURN_IF_ERROR(RingAllReduce(PhaseContext(ctx, inter.get(), 1), across));
+  CollectiveArgs between = args;
+  between.count = mine.count;
+  between.input = Slice(args.output, mine);
+  between.output = Slice(args.output, mine);
+  LOOM_RETURN_IF_ERROR(across(PhaseContext(ctx, inter.get(), 1), between));
 
   // 3. Intra-node all-gather of the k reduced blocks.
   return RingAllGatherBlocks(PhaseContext(ctx, intra, 2), args.output);
