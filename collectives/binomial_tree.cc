@@ -26,7 +26,8 @@ constexpr int kMaxChildren = 31;
 // Scratch slots; different slots for buffers in use at the same time.
 constexpr int kTreeSlot = 0;  // children's chunks (reduce), subtree blocks (gather, scatter)
 constexpr int kAccSlot = 1;   // an interior rank's partial result (reduce)
-constexpr int kSecondTreeSlot = 2;  // the second tree's children's chunks (all-reduce)
+// The children's chunks of the all-reduce's trees after the first: slots 2, 3, ...
+constexpr int kSecondTreeSlot = 2;
 
 // BinomialNode: where one rank sits in the binomial tree over n ranks rooted at
 // `root`, in virtual ranks v = (rank - root + n) % n. The subtree of v is the vranks
@@ -320,30 +321,34 @@ absl::Status TreeAllReduce(const CallContext& ctx, const BinomialNode& node, Red
   return pass.Finish();
 }
 
-// TwoTreeAllReduce: the lower half of the elements over the tree rooted at rank 0,
-// the upper half over the one rooted at rank n - 1 (vranks shifted by one), the two
-// passes taking turns iteration by iteration. A rank with many children in one tree
-// is a leaf or near one in the other, so its link carries half the data per child
-// where one tree gave the root a whole buffer per child (3 ranks: 1.5 buffers each
-// way on the busiest link instead of 2, against the 4/3 of a bus-optimal schedule).
-absl::Status TwoTreeAllReduce(const CallContext& ctx, ReduceOp op, ConstBufferView input,
-                              BufferView output) {
+// ManyTreeAllReduce: the elements cut into `trees` blocks, block t over the tree
+// rooted at rank t (n - 1) / (trees - 1), the passes taking turns iteration by
+// iteration. A rank with many children in one tree is a leaf or near one in the
+// others. Two trees (roots 0 and n - 1) leave the busiest link of 3 ranks 1.5
+// buffers each way against the 4/3 of a bus-optimal schedule; n trees, rooted at
+// every rank, put each rank once at every position of the tree, so every rank's
+// link carries 2 (n - 1) / n of the data each way, as the ring's does.
+absl::Status ManyTreeAllReduce(const CallContext& ctx, ReduceOp op, ConstBufferView input,
+                               BufferView output, int trees) {
   const int n = ctx.size();
-  const BlockRange lower = Block(input.size(), 2, 0);
-  const BlockRange upper = Block(input.size(), 2, 1);
-  TreeAllReducePass first(ctx, BinomialNode(ctx.rank(), 0, n), op, Slice(input, lower),
-                          Slice(output, lower), /*first_step=*/0, kTreeSlot);
-  TreeAllReducePass second(ctx, BinomialNode(ctx.rank(), n - 1, n), op, Slice(input, upper),
-                           Slice(output, upper), /*first_step=*/2, kSecondTreeSlot);
-  LOOM_RETURN_IF_ERROR(first.Start());
-  LOOM_RETURN_IF_ERROR(second.Start());
-  const int last = std::max(first.last(), second.last());
-  for (int t = 0; t <= last; ++t) {
-    if (t <= first.last()) LOOM_RETURN_IF_ERROR(first.Step(t));
-    if (t <= second.last()) LOOM_RETURN_IF_ERROR(second.Step(t));
+  std::deque<TreeAllReducePass> passes;  // a deque: passes are neither copied nor moved
+  int last = -1;
+  for (int t = 0; t < trees; ++t) {
+    const BlockRange block = Block(input.size(), trees, t);
+    const int root = t * (n - 1) / (trees - 1);
+    passes.emplace_back(ctx, BinomialNode(ctx.rank(), root, n), op, Slice(input, block),
+                        Slice(output, block), /*first_step=*/static_cast<uint32_t>(2 * t),
+                        t == 0 ? kTreeSlot : kSecondTreeSlot + t - 1);
+    LOOM_RETURN_IF_ERROR(passes.back().Start());
+    last = std::max(last, passes.back().last());
   }
-  LOOM_RETURN_IF_ERROR(first.Finish());
-  return second.Finish();
+  for (int i = 0; i <= last; ++i) {
+    for (TreeAllReducePass& pass : passes) {
+      if (i <= pass.last()) LOOM_RETURN_IF_ERROR(pass.Step(i));
+    }
+  }
+  for (TreeAllReducePass& pass : passes) LOOM_RETURN_IF_ERROR(pass.Finish());
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -377,8 +382,9 @@ absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& arg
   if (args.count == 0) return absl::OkStatus();
   // Every rank accumulates in its own output, which the broadcast then overwrites
   // with the root's result: the one place where each element is reduced.
-  if (BinomialAllReduceOnTwoTrees(ctx.size(), args.count * DTypeSize(args.input.dtype()))) {
-    return TwoTreeAllReduce(ctx, args.op, args.input, args.output);
+  if (const int trees = BinomialAllReduceTrees(ctx.size(), args.count * DTypeSize(args.input.dtype()));
+      trees > 1) {
+    return ManyTreeAllReduce(ctx, args.op, args.input, args.output, trees);
   }
   return TreeAllReduce(ctx, BinomialNode(ctx.rank(), /*root_rank=*/0, ctx.size()), args.op,
                        args.input, args.output);

@@ -35,6 +35,7 @@
 #define LOOM_COLLECTIVES_BINOMIAL_TREE_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "collectives/internal/call_context.h"
@@ -60,14 +61,47 @@ absl::Status BinomialReduce(const CallContext& ctx, const CollectiveArgs& args);
 // chunk by chunk (a chunk's result goes down while later chunks still go up), so
 // every element is reduced once, every rank holds the same bits, and each link
 // carries data both ways at once. args.root is ignored. Errors as BinomialBroadcast.
-// From kBinomialTwoTreeBytes on more than two ranks the lower half of the data goes
-// over the tree rooted at rank 0 and the upper half over the one rooted at rank n - 1,
-// pipelined side by side: one tree's root, whose children share its link, is a leaf
-// of the other (at 3 hosts the busiest link's 2 buffers each way became 1.5).
+// From kBinomialTwoTreeBytes on more than two ranks the data is cut into blocks, each
+// reduced over a tree of its own, the trees' pipelines taking turns. Two trees,
+// rooted at rank 0 and rank n - 1: one tree's root, whose children share its link,
+// is a leaf of the other (one tree gave the root's link a whole buffer per child:
+// at 3 hosts 2 buffers each way). Where two trees still leave some rank's link more
+// than the ring's 2 (n - 1) / n of the data each way (3, 5..8 ranks; 4 is even), and
+// n <= kBinomialMaxTrees, a tree per rank, rooted at it: every rank is then once at
+// every position of a tree, and its link carries what the ring's does.
 inline constexpr size_t kBinomialTwoTreeBytes = size_t{64} << 10;
-constexpr bool BinomialAllReduceOnTwoTrees(int ranks, size_t bytes) {
-  return ranks > 2 && bytes >= kBinomialTwoTreeBytes;
+inline constexpr int kBinomialMaxTrees = 8;
+
+// BinomialDegree: the links (children, and the parent unless it is the root) of
+// virtual rank v in a binomial tree over n ranks.
+constexpr int BinomialDegree(int v, int n) {
+  const int64_t span = v == 0 ? int64_t{1} << 31 : (v & -v);
+  int degree = v == 0 ? 0 : 1;
+  for (int64_t child = 1; child < span && v + child < n; child <<= 1) ++degree;
+  return degree;
 }
+
+// TwoTreesOverloadALink: whether, with two trees over half the data each, some rank
+// moves more than the ring's 2 (n - 1) / n of the data each way (its links in both
+// trees, half a buffer each, against 2 (n - 1) / n). Rank r is vrank r in the tree
+// rooted at 0 and vrank r + 1 in the one rooted at n - 1.
+constexpr bool TwoTreesOverloadALink(int n) {
+  for (int r = 0; r < n; ++r) {
+    if ((BinomialDegree(r, n) + BinomialDegree((r + 1) % n, n)) * n > 4 * (n - 1)) return true;
+  }
+  return false;
+}
+
+// BinomialAllReduceTrees: how many trees BinomialAllReduce runs on `ranks` ranks for
+// `bytes` per rank (1, 2, or `ranks`).
+constexpr int BinomialAllReduceTrees(int ranks, size_t bytes) {
+  if (ranks <= 2 || bytes < kBinomialTwoTreeBytes) return 1;
+  return ranks <= kBinomialMaxTrees && TwoTreesOverloadALink(ranks) ? ranks : 2;
+}
+static_assert(BinomialAllReduceTrees(3, kBinomialTwoTreeBytes) == 3);
+static_assert(BinomialAllReduceTrees(4, kBinomialTwoTreeBytes) == 2);
+static_assert(BinomialAllReduceTrees(8, kBinomialTwoTreeBytes) == 8);
+static_assert(BinomialAllReduceTrees(16, kBinomialTwoTreeBytes) == 2);
 absl::Status BinomialAllReduce(const CallContext& ctx, const CollectiveArgs& args);
 
 // BinomialGather concatenates every rank's input (count elements) in rank order into

@@ -78,10 +78,16 @@ double FlatAllReduceSeconds(Algorithm algorithm, size_t bytes, int ranks, Link l
     // The reduce and the broadcast are pipelined against each other, so the
     // root's links carry its log n children's data both ways at once.
     case Algorithm::kBinomialTree:
-      if (collectives_internal::BinomialAllReduceOnTwoTrees(ranks, bytes)) {
-        // Two trees over half the data each (binomial_tree.h): rank 0's link
-        // carries its log n children's halves in tree one and its parent's in two.
-        return 2 * log_n * a + (log_n + 1) / 2 * s * b + log_n / 2 * s * g;
+      switch (collectives_internal::BinomialAllReduceTrees(ranks, bytes)) {
+        case 1: break;
+        case 2:
+          // Two trees over half the data each (binomial_tree.h): rank 0's link
+          // carries its log n children's halves in tree one and its parent's in two.
+          return 2 * log_n * a + (log_n + 1) / 2 * s * b + log_n / 2 * s * g;
+        default:
+          // A tree rooted at every rank over 1 / n of the data: every rank is at
+          // every position once, so its link carries what the ring's does.
+          return 2 * log_n * a + 2 * part * s * b + part * s * g;
       }
       return 2 * log_n * a + log_n * s * (b + g);
     case Algorithm::kDirect:
