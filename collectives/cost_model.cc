@@ -45,19 +45,28 @@ struct Link {
   double beta;
 };
 
+// Terms: what the formulas say of `ranks` ranks and `bytes` per rank.
+struct Terms {
+  Terms(int ranks, size_t bytes)
+      : n(ranks),
+        s(static_cast<double>(bytes)),
+        log_n(CeilLog2(ranks)),
+        p(FloorPowerOfTwo(ranks)),
+        log_p(CeilLog2(FloorPowerOfTwo(ranks))),
+        folded(FloorPowerOfTwo(ranks) != ranks),
+        part((n - 1) / n) {}
+  double n, s, log_n;
+  double p, log_p;  // the largest power of two <= n, and its log
+  bool folded;      // n is not a power of two
+  double part;      // the fraction of the data a rank does not own
+};
+
 // FlatAllReduceSeconds: the formula of `algorithm`'s all-reduce of `bytes` per rank
 // over `ranks` ranks that all see `link` (no node phases; `gamma` per reduced byte).
 double FlatAllReduceSeconds(Algorithm algorithm, size_t bytes, int ranks, Link link, double g) {
   if (ranks <= 1) return 0.0;
-  const double n = ranks;
-  const double s = static_cast<double>(bytes);
-  const double log_n = CeilLog2(ranks);
-  const int p_int = FloorPowerOfTwo(ranks);
-  const double p = p_int;
-  const double log_p = CeilLog2(p_int);
-  const bool folded = p_int != ranks;
+  const auto [n, s, log_n, p, log_p, folded, part] = Terms(ranks, bytes);
   const double a = link.alpha, b = link.beta;
-  const double part = (n - 1) / n;  // the fraction of the data a rank does not own
   switch (algorithm) {
     case Algorithm::kHalvingDoubling:
       if (const int m = collectives_internal::HalvingDoublingRadix(ranks, bytes); m > 1) {
@@ -244,15 +253,8 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
   const Constants& c = constants_;
   const bool multi_node = ranks_per_node > 0 && ranks_per_node < ranks;
   const Link flat = multi_node ? Link{c.inter_node_alpha, c.inter_node_beta} : Link{c.alpha, c.beta};
-  const double n = ranks;
-  const double s = static_cast<double>(bytes);
-  const double log_n = CeilLog2(ranks);
-  const int p_int = FloorPowerOfTwo(ranks);
-  const double p = p_int;
-  const double log_p = CeilLog2(p_int);
-  const bool folded = p_int != ranks;
+  const auto [n, s, log_n, p, log_p, folded, part] = Terms(ranks, bytes);
   const double a = flat.alpha, b = flat.beta, g = c.gamma;
-  const double part = (n - 1) / n;  // the fraction of the data a rank does not own
   if (ranks == 1) return 0.0;
 
   switch (kind) {
