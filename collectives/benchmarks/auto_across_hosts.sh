@@ -1,18 +1,24 @@
 #!/bin/bash
 # `--algo=auto` across emulated hosts with no flag or file, against every algorithm
-# (tools/cluster, one rank per host, links at RATE): auto twice (the first run
+# (tools/cluster, RANKS_PER_HOST ranks per host (1), links at RATE): auto twice (the first run
 # measures the cost model, collectives/auto_calibration.h, the second reads the
 # cache), then every Loom algorithm and Open MPI's own once, all-reduce f32 at 4 KiB
-# .. 64 MiB. Prints each run's rows, then per size auto's choice, its two times, the
-# best single run and best / auto. Needs root.
+# .. 64 MiB (and hierarchical with several ranks per host). Prints each run's rows,
+# then per size auto's choice, its two times, the best single run and best / auto.
+# Needs root.
 #
 #   collectives/benchmarks/auto_across_hosts.sh [HOSTS] (default 2)
 #   RATE=2gbit ITERS=10 collectives/benchmarks/auto_across_hosts.sh 3
+#   RANKS_PER_HOST=2 collectives/benchmarks/auto_across_hosts.sh 2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
 RATE="${RATE:-2gbit}"
 ITERS="${ITERS:-10}"
+RANKS_PER_HOST="${RANKS_PER_HOST:-1}"
+RANKS=$((HOSTS * RANKS_PER_HOST))
+ALGOS="ring direct halving_doubling dbtree tree native"
+if ((RANKS_PER_HOST > 1)); then ALGOS="$ALGOS hierarchical"; fi
 CLUSTER="$PWD/tools/cluster/cluster.sh --name=xauto"
 # The cache and the rows live outside /tmp, which each emulated host has its own of.
 WORK="$(mktemp -d "$PWD/.auto_across_hosts.XXXXXX")"
@@ -20,9 +26,10 @@ trap '$CLUSTER down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 
 ./bazelw build --config=opt //tools:collective_bench >&2
 BENCH="$(./bazelw info --config=opt bazel-bin 2>/dev/null)/tools/collective_bench"
-$CLUSTER up "$HOSTS" --rate="$RATE" --subnet=10.197.0 --ranks_per_host=1 >&2
+$CLUSTER up "$HOSTS" --rate="$RATE" --subnet=10.197.0 --ranks_per_host="$RANKS_PER_HOST" >&2
 run() {  # ROUND ALGO -> "round algo bytes chosen time_us"; the calibration line on stderr
-  $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" "$BENCH" --transport=mpi \
+  # shellcheck disable=SC2046  # mpirun-args is a list of words
+  $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$RANKS" "$BENCH" --transport=mpi \
     --op=all_reduce --algo="$2" --min_bytes=4K --max_bytes=64M --step_factor=4 \
     --iters="$ITERS" --warmup=2 --timeout=5m --check --cost_model_cache="$WORK" |
     awk -v r="$1" -v a="$2" '/cost model/ { print > "/dev/stderr" }
@@ -32,7 +39,7 @@ run() {  # ROUND ALGO -> "round algo bytes chosen time_us"; the calibration line
 {
   run 1 auto
   run 2 auto
-  for algo in ring direct halving_doubling dbtree tree native; do run 0 "$algo"; done
+  for algo in $ALGOS; do run 0 "$algo"; done
 } | tee "$WORK/rows"
 python3 - "$WORK/rows" <<'PY'
 import sys
