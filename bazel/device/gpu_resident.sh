@@ -6,13 +6,15 @@
 #   tar -C PACK -cf - . | xz -T2 > PACK.tar.xz
 #   bazel/device/gpu_resident.sh PACK.tar.xz OUT_DIR [phases]
 #
-# phases (comma-separated, in this order by default): test (device_gpt_model_test),
-# bench (tokens/s and MFU at hidden 1024, 12 layers, seq 1024: bf16 with flash and with
-# materialized attention), bench_f32 (the same in f32), parity (100 steps against
-# --device=cpu, f32 and bf16, loss curves compared step by step), parity_flash (bf16,
-# head_dim 64, so flash attention runs), ckpt (a GPU checkpoint resumed on the CPU and
-# back), big (hidden 2048, 24 layers), suite (the other GPU tests). Every run has its
-# own timeout; a summary ends the output.
+# phases (comma-separated, in this order by default): test (flash_attention_kernels_test,
+# gpt_kernels_test, device_gpt_model_test), bench (tokens/s and MFU at hidden 1024, 12
+# layers, seq 1024: bf16 with flash and with materialized attention), bench_f32 (the
+# same in f32), parity (100 steps against --device=cpu, f32 and bf16, loss curves
+# compared step by step), parity_flash (bf16, head_dim 64, so flash attention runs),
+# ckpt (a GPU checkpoint resumed on the CPU and back), big (hidden 2048, 24 layers),
+# suite (the other GPU tests); and, only when named, profile (each kernel's time over
+# two bf16 steps at the bench shape, by Nsight Compute, summed by kernel). Every run has
+# its own timeout; a summary ends the output.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tarball="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; out="$2"
@@ -67,7 +69,7 @@ EOF
 
 one=(--dp=1 --tp=1 --pp=1 --zero=0 --offload=none)
 if has test; then
-  for t in gpt_kernels_test device_gpt_model_test; do
+  for t in flash_attention_kernels_test gpt_kernels_test device_gpt_model_test; do
     t0=$SECONDS
     (cd "$(mktemp -d)" && TEST_TMPDIR="$PWD" timeout -k 10 200 "$pack/bin/$t") > "$out/$t.log" 2>&1
     note "== $t (rc=$?, $((SECONDS - t0)) s)"
@@ -80,6 +82,19 @@ if has bench; then
   run bench_bf16 150 "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=12 --device=cuda
   run bench_bf16_materialized 150 "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=12 --device=cuda \
     --device_attention=materialized
+fi
+# Where a step's time goes: every kernel of two steps timed by Nsight Compute (one
+# metric, so one replay each), summed by kernel name.
+if has profile; then
+  ncu_bin="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+  for attention in flash; do
+    t0=$SECONDS
+    timeout -k 10 150 "${ncu_bin:-ncu}" --clock-control none --metrics gpu__time_duration.sum --csv \
+      "$train" "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=2 \
+      --device=cuda --device_attention=$attention > "$out/profile_$attention.csv" 2> "$out/profile_$attention.err"
+    note "== profile $attention (rc=$?, $((SECONDS - t0)) s)"
+    python3 "$here/kernel_times.py" "$out/profile_$attention.csv" 2>&1 | head -40 | sed 's/^/   /' | tee -a "$summary"
+  done
 fi
 if has bench_f32; then
   run bench_f32 120 "${one[@]}" "${shape[@]}" --steps=5 --device=cuda
@@ -115,7 +130,8 @@ if has suite; then
   t0=$SECONDS
   mkdir -p "$work/suite_pack/bin"; ln -s "$pack/lib" "$work/suite_pack/lib"
   for t in "$pack"/bin/*_test; do
-    [[ "$t" == *device_gpt_model_test || "$t" == *gpt_kernels_test ]] || ln -s "$t" "$work/suite_pack/bin/"
+    [[ "$t" == *device_gpt_model_test || "$t" == *gpt_kernels_test || "$t" == *flash_attention_kernels_test ]] ||
+      ln -s "$t" "$work/suite_pack/bin/"
   done
   LOOM_TEST_SECONDS=90 bash "$here/gpu_suite.sh" "$work/suite_pack" "$out/suite" tests \
     > "$out/suite.log" 2>&1

@@ -165,9 +165,16 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
     lb.a1 = a.Take(rows * h * es);
     lb.mean1 = a.Take(rows * 4);
     lb.rstd1 = a.Take(rows * 4);
-    lb.q = a.Take(rows * h * es);
-    lb.k = a.Take(rows * h * es);
-    lb.v = a.Take(rows * h * es);
+    if (UsesFlash(c, o)) {
+      // One [s, b, 3h] block (bf16): flash attention reads Q, K, V in place.
+      lb.q = a.Take(rows * 3 * h * es);
+      lb.k = lb.q + h * es;
+      lb.v = lb.q + 2 * h * es;
+    } else {  // head layout [b * heads, s, d] each, for the batched products
+      lb.q = a.Take(rows * h * es);
+      lb.k = a.Take(rows * h * es);
+      lb.v = a.Take(rows * h * es);
+    }
     lb.p = UsesFlash(c, o) ? a.Take(bh * s * 4) : a.Take(bh * s * s * es);
     lb.ctx = a.Take(rows * h * es);
     lb.x1 = a.Take(rows * h * 4);
@@ -190,7 +197,7 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
   // the probabilities' memory).
   const bool flash = UsesFlash(c, o);
   if (o.bf16 && !flash) l.scores = a.Take(bh * s * s * 4);
-  l.ctx_h = a.Take(rows * h * es);
+  if (!flash) l.ctx_h = a.Take(rows * h * es);
   l.dlogits = a.Take(rows * v * es);
   l.dres = a.Take(rows * h * 4);
   if (o.bf16) l.dres_t = a.Take(rows * h * es);
@@ -198,16 +205,18 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
   l.dg = a.Take(rows * f * 4);
   l.dpre = a.Take(rows * f * es);
   l.dctx = a.Take(rows * h * es);
-  l.dctx_h = a.Take(rows * h * es);
+  if (!flash) l.dctx_h = a.Take(rows * h * es);
   if (flash) {
     l.delta = a.Take(bh * s * 4);
     l.dq_accum = a.Take(rows * h * 4);
   } else {
     l.dp = a.Take(bh * s * s * es);
   }
-  l.dq = a.Take(rows * h * es);
-  l.dk = a.Take(rows * h * es);
-  l.dv = a.Take(rows * h * es);
+  if (!flash) {  // flash writes its gradients straight into dqkv
+    l.dq = a.Take(rows * h * es);
+    l.dk = a.Take(rows * h * es);
+    l.dv = a.Take(rows * h * es);
+  }
   l.dqkv = a.Take(rows * 3 * h * es);
   l.partial = a.Take(gpt_gpu::ColumnPartialFloats(rows, std::max({f, 3 * h, v})) * 4);
   l.squares = a.Take(gpt_gpu::SquaresPartialDoubles() * 8);
@@ -549,14 +558,20 @@ class DeviceGptPass {
           "LayerNormForward"));
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, 3 * h, h, 1.0f, T(lb.a1), h, W(bp.qkvw), h,
                                  0.0f, F(l_.qkv_raw), false, 3 * h));
-      LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::SplitQkv(F(l_.qkv_raw), P(bp.qkvb), T(lb.q), T(lb.k),
-                                                    T(lb.v), s, b, heads, d, bf, st),
-                                  "SplitQkv"));
       if (flash_) {
-        LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::FlashForward(T(lb.q), T(lb.k), T(lb.v), T(l_.ctx_h),
-                                                          F(lb.p), bh, s, d, scale, st),
-                                    "FlashForward"));
+        // Q, K and V stay side by side in the [s, b, 3h] rows; flash attention reads
+        // them there and writes its output straight into ctx's [s, b, h] rows.
+        LOOM_RETURN_IF_ERROR(Kernel(
+            gpt_gpu::BiasToBf16(F(l_.qkv_raw), P(bp.qkvb), T(lb.q), rows, 3 * h, st), "BiasToBf16"));
+        LOOM_RETURN_IF_ERROR(Kernel(
+            gpt_gpu::FlashForward(T(lb.q), T(lb.k), T(lb.v), gpt_gpu::RowLayout(b, 3 * h, d),
+                                  T(lb.ctx), gpt_gpu::RowLayout(b, h, d), F(lb.p), b, heads, s, d,
+                                  scale, st),
+            "FlashForward"));
       } else {
+        LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::SplitQkv(F(l_.qkv_raw), P(bp.qkvb), T(lb.q), T(lb.k),
+                                                      T(lb.v), s, b, heads, d, bf, st),
+                                    "SplitQkv"));
         float* scores = bf ? F(l_.scores) : F(lb.p);
         LOOM_RETURN_IF_ERROR(gemm_(false, true, s, s, d, scale, T(lb.q), d, T(lb.k), d, 0.0f,
                                    scores, false, s, bh, s * d, s * d, s * s));
@@ -565,10 +580,11 @@ class DeviceGptPass {
             "CausalSoftmaxForward"));
         LOOM_RETURN_IF_ERROR(gemm_(false, false, s, d, s, 1.0f, T(lb.p), s, T(lb.v), d, 0.0f,
                                    T(l_.ctx_h), true, d, bh, s * s, s * d, s * d));
+        LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::PermuteHeads(T(l_.ctx_h), T(lb.ctx),
+                                                          /*to_heads=*/false, s, b, heads, d, bf,
+                                                          st),
+                                    "PermuteHeads"));
       }
-      LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::PermuteHeads(T(l_.ctx_h), T(lb.ctx), /*to_heads=*/false,
-                                                        s, b, heads, d, bf, st),
-                                  "PermuteHeads"));
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, h, h, 1.0f, T(lb.ctx), h, W(bp.outw), h, 0.0f,
                                  F(lb.x1), false, h));
       LOOM_RETURN_IF_ERROR(Kernel(
@@ -650,19 +666,24 @@ class DeviceGptPass {
                                  G(bp.outw), false, h));
       LOOM_RETURN_IF_ERROR(gemm_(false, false, rows, h, h, 1.0f, dres_t, h, W(bp.outw), h, 0.0f,
                                  T(l_.dctx), true, h));
-      LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::PermuteHeads(T(l_.dctx), T(l_.dctx_h), /*to_heads=*/true,
-                                                        s, b, heads, d, bf, st),
-                                  "PermuteHeads"));
       if (flash_) {
+        // dctx in its [s, b, h] rows; dq, dk, dv straight into dqkv's [s, b, 3h] rows.
         LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::AttentionDelta(T(lb.ctx), T(l_.dctx), F(l_.delta), s,
                                                             b, heads, d, st),
                                     "AttentionDelta"));
+        std::byte* dqkv = im_.at(l_.dqkv);
+        const gpt_gpu::AttentionStrides qkv_rows = gpt_gpu::RowLayout(b, 3 * h, d);
         LOOM_RETURN_IF_ERROR(Kernel(
-            gpt_gpu::FlashBackward(T(lb.q), T(lb.k), T(lb.v), T(l_.dctx_h), F(lb.p), F(l_.delta),
-                                   T(l_.dq), T(l_.dk), T(l_.dv), F(l_.dq_accum), bh, s, d, scale,
-                                   st),
+            gpt_gpu::FlashBackward(T(lb.q), T(lb.k), T(lb.v), qkv_rows, T(l_.dctx),
+                                   gpt_gpu::RowLayout(b, h, d), F(lb.p), F(l_.delta), dqkv,
+                                   dqkv + h * 2, dqkv + 2 * h * 2, qkv_rows, F(l_.dq_accum), b,
+                                   heads, s, d, scale, st),
             "FlashBackward"));
       } else {
+        LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::PermuteHeads(T(l_.dctx), T(l_.dctx_h),
+                                                          /*to_heads=*/true, s, b, heads, d, bf,
+                                                          st),
+                                    "PermuteHeads"));
         LOOM_RETURN_IF_ERROR(gemm_(true, false, s, d, s, 1.0f, T(lb.p), s, T(l_.dctx_h), d, 0.0f,
                                    T(l_.dv), true, d, bh, s * s, s * d, s * d));
         LOOM_RETURN_IF_ERROR(gemm_(false, true, s, s, d, 1.0f, T(l_.dctx_h), d, T(lb.v), d, 0.0f,
@@ -674,10 +695,10 @@ class DeviceGptPass {
                                    T(l_.dq), true, d, bh, s * s, s * d, s * d));
         LOOM_RETURN_IF_ERROR(gemm_(true, false, s, d, s, 1.0f, T(l_.dp), s, T(lb.q), d, 0.0f,
                                    T(l_.dk), true, d, bh, s * s, s * d, s * d));
+        LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::MergeQkv(T(l_.dq), T(l_.dk), T(l_.dv), T(l_.dqkv), s,
+                                                      b, heads, d, bf, st),
+                                    "MergeQkv"));
       }
-      LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::MergeQkv(T(l_.dq), T(l_.dk), T(l_.dv), T(l_.dqkv), s, b,
-                                                    heads, d, bf, st),
-                                  "MergeQkv"));
       LOOM_RETURN_IF_ERROR(Kernel(
           gpt_gpu::ColumnSumAdd(T(l_.dqkv), bf, G(bp.qkvb), partial, rows, 3 * h, st),
           "ColumnSumAdd"));

@@ -89,15 +89,23 @@ unsigned GridFor(int64_t count) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// The same loop with index type I: element-wise kernels index in 32 bits wherever the
+// count allows (Fits32), since 64-bit division and remainder are long instruction
+// sequences on the GPU and these kernels compute several per element.
+#define LOOM_GRID_STRIDE_T(I, i, count)                                                \
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < static_cast<I>(count); \
+       i += static_cast<I>(gridDim.x) * blockDim.x)
+bool Fits32(int64_t count) { return count < (int64_t{1} << 31); }
+
 cudaError_t Launched() { return cudaGetLastError(); }
 
 // --- Embeddings --------------------------------------------------------------------
 
+template <typename I>
 __global__ void EmbedForwardKernel(const int32_t* tokens, const float* token,
-                                   const float* position, float* x, int64_t b, int64_t s,
-                                   int64_t h) {
-  LOOM_GRID_STRIDE(i, s * b * h) {
-    const int64_t r = i / h, c = i % h, si = r / b, bi = r % b;
+                                   const float* position, float* x, I b, I s, I h) {
+  LOOM_GRID_STRIDE_T(I, i, s * b * h) {
+    const I r = i / h, c = i % h, si = r / b, bi = r % b;
     const int64_t t = tokens[bi * s + si];
     x[i] = token[t * h + c] + position[si * h + c];
   }
@@ -113,10 +121,11 @@ __global__ void PositionGradKernel(const float* dx, float* dposition, int64_t b,
   }
 }
 
-__global__ void TokenGradKernel(const float* dx, const int32_t* tokens, float* dtoken, int64_t b,
-                                int64_t s, int64_t h) {
-  LOOM_GRID_STRIDE(i, s * b * h) {
-    const int64_t r = i / h, c = i % h, si = r / b, bi = r % b;
+template <typename I>
+__global__ void TokenGradKernel(const float* dx, const int32_t* tokens, float* dtoken, I b, I s,
+                                I h) {
+  LOOM_GRID_STRIDE_T(I, i, s * b * h) {
+    const I r = i / h, c = i % h, si = r / b, bi = r % b;
     atomicAdd(&dtoken[static_cast<int64_t>(tokens[bi * s + si]) * h + c], dx[i]);
   }
 }
@@ -212,32 +221,72 @@ __global__ void ColumnPartialKernel(const T* v, const float* x, const float* mea
   }
 }
 
+// Block (32, kFinishLanes) finishes 32 columns: lane y sums chunks y, y + kFinishLanes,
+// ..., then lane 0 adds the kFinishLanes sums in order (a fixed order; many lanes per
+// column, since a column's chunks are a dependent walk through memory).
+constexpr int kFinishLanes = 16;
 __global__ void ColumnFinishKernel(const float* partial, int64_t chunks, int64_t n, float* out_a,
                                    float* out_b) {
-  LOOM_GRID_STRIDE(c, n) {
-    float ta = 0.0f, tb = 0.0f;
-    for (int64_t k = 0; k < chunks; ++k) ta += partial[k * n + c];
-    out_a[c] += ta;
-    if (out_b != nullptr) {
-      for (int64_t k = 0; k < chunks; ++k) tb += partial[(chunks + k) * n + c];
-      out_b[c] += tb;
+  __shared__ float sa[kFinishLanes][33];
+  __shared__ float sb[kFinishLanes][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float ta = 0.0f, tb = 0.0f;
+  if (c < n) {
+    for (int64_t k = threadIdx.y; k < chunks; k += kFinishLanes) {
+      ta += partial[k * n + c];
+      if (out_b != nullptr) tb += partial[(chunks + k) * n + c];
     }
   }
+  sa[threadIdx.y][threadIdx.x] = ta;
+  sb[threadIdx.y][threadIdx.x] = tb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < n) {
+    float fa = 0.0f, fb = 0.0f;
+    for (int k = 0; k < kFinishLanes; ++k) {
+      fa += sa[k][threadIdx.x];
+      fb += sb[k][threadIdx.x];
+    }
+    out_a[c] += fa;
+    if (out_b != nullptr) out_b[c] += fb;
+  }
 }
+unsigned FinishBlocks(int64_t n) { return static_cast<unsigned>((n + 31) / 32); }
 
 // --- Element-wise ------------------------------------------------------------------
 
+template <typename I>
 __global__ void BiasResidualKernel(const float* x, const float* y, const float* bias, float* out,
-                                   int64_t rows, int64_t n) {
-  LOOM_GRID_STRIDE(i, rows * n) { out[i] = x[i] + y[i] + bias[i % n]; }
+                                   I rows, I n) {
+  LOOM_GRID_STRIDE_T(I, i, rows * n) { out[i] = x[i] + y[i] + bias[i % n]; }
+}
+
+// y = bf16(x + bias) over [rows, n], 8 columns a thread where n allows.
+__global__ void BiasCastVectorKernel(const float* x, const float* bias, Bf16* y, int64_t vectors,
+                                     int64_t n8) {
+  LOOM_GRID_STRIDE(i, vectors) {
+    const int64_t c = (i % n8) * 8;
+    const float4 a = *reinterpret_cast<const float4*>(x + i * 8);
+    const float4 b = *reinterpret_cast<const float4*>(x + i * 8 + 4);
+    const float4 ba = *reinterpret_cast<const float4*>(bias + c);
+    const float4 bb = *reinterpret_cast<const float4*>(bias + c + 4);
+    __nv_bfloat162 out[4] = {__floats2bfloat162_rn(a.x + ba.x, a.y + ba.y),
+                             __floats2bfloat162_rn(a.z + ba.z, a.w + ba.w),
+                             __floats2bfloat162_rn(b.x + bb.x, b.y + bb.y),
+                             __floats2bfloat162_rn(b.z + bb.z, b.w + bb.w)};
+    *reinterpret_cast<uint4*>(y + i * 8) = *reinterpret_cast<const uint4*>(out);
+  }
+}
+__global__ void BiasCastKernel(const float* x, const float* bias, Bf16* y, int64_t count,
+                               int64_t n) {
+  LOOM_GRID_STRIDE(i, count) { y[i] = __float2bfloat16_rn(x[i] + bias[i % n]); }
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
-template <typename T>
-__global__ void BiasGeluKernel(float* pre, const float* bias, T* g, int64_t rows, int64_t n) {
-  LOOM_GRID_STRIDE(i, rows * n) {
+template <typename I, typename T>
+__global__ void BiasGeluKernel(float* pre, const float* bias, T* g, I rows, I n) {
+  LOOM_GRID_STRIDE_T(I, i, rows * n) {
     const float x = pre[i] + bias[i % n];
     pre[i] = x;
     const float t = tanhf(kGeluC * (x + kGeluA * x * x * x));
@@ -258,37 +307,36 @@ __global__ void GeluBackwardKernel(const float* pre, const float* dg, T* dpre, i
 
 // --- Heads -------------------------------------------------------------------------
 
-template <typename T>
-__global__ void SplitQkvKernel(const float* qkv, const float* bias, T* q, T* k, T* v, int64_t s,
-                               int64_t b, int64_t heads, int64_t d) {
-  const int64_t h = heads * d, w = 3 * h;
-  LOOM_GRID_STRIDE(i, s * b * w) {
-    const int64_t r = i / w, c = i % w, si = r / b, bi = r % b;
-    const int64_t part = c / h, cc = c % h, j = cc / d, e = cc % d;
+template <typename I, typename T>
+__global__ void SplitQkvKernel(const float* qkv, const float* bias, T* q, T* k, T* v, I s, I b,
+                               I heads, I d) {
+  const I h = heads * d, w = 3 * h;
+  LOOM_GRID_STRIDE_T(I, i, s * b * w) {
+    const I r = i / w, c = i % w, si = r / b, bi = r % b;
+    const I part = c / h, cc = c % h, j = cc / d, e = cc % d;
     T* dst = part == 0 ? q : (part == 1 ? k : v);
     dst[((bi * heads + j) * s + si) * d + e] = FromF<T>(qkv[i] + bias[c]);
   }
 }
 
-template <typename T>
-__global__ void MergeQkvKernel(const T* dq, const T* dk, const T* dv, T* dqkv, int64_t s,
-                               int64_t b, int64_t heads, int64_t d) {
-  const int64_t h = heads * d, w = 3 * h;
-  LOOM_GRID_STRIDE(i, s * b * w) {
-    const int64_t r = i / w, c = i % w, si = r / b, bi = r % b;
-    const int64_t part = c / h, cc = c % h, j = cc / d, e = cc % d;
+template <typename I, typename T>
+__global__ void MergeQkvKernel(const T* dq, const T* dk, const T* dv, T* dqkv, I s, I b, I heads,
+                               I d) {
+  const I h = heads * d, w = 3 * h;
+  LOOM_GRID_STRIDE_T(I, i, s * b * w) {
+    const I r = i / w, c = i % w, si = r / b, bi = r % b;
+    const I part = c / h, cc = c % h, j = cc / d, e = cc % d;
     const T* src = part == 0 ? dq : (part == 1 ? dk : dv);
     dqkv[i] = src[((bi * heads + j) * s + si) * d + e];
   }
 }
 
-template <typename T>
-__global__ void PermuteHeadsKernel(const T* in, T* out, bool to_heads, int64_t s, int64_t b,
-                                   int64_t heads, int64_t d) {
-  const int64_t h = heads * d;
-  LOOM_GRID_STRIDE(i, s * b * h) {
-    const int64_t r = i / h, cc = i % h, si = r / b, bi = r % b, j = cc / d, e = cc % d;
-    const int64_t hidx = ((bi * heads + j) * s + si) * d + e;
+template <typename I, typename T>
+__global__ void PermuteHeadsKernel(const T* in, T* out, bool to_heads, I s, I b, I heads, I d) {
+  const I h = heads * d;
+  LOOM_GRID_STRIDE_T(I, i, s * b * h) {
+    const I r = i / h, cc = i % h, si = r / b, bi = r % b, j = cc / d, e = cc % d;
+    const I hidx = ((bi * heads + j) * s + si) * d + e;
     if (to_heads) {
       out[hidx] = in[i];
     } else {
@@ -396,8 +444,14 @@ __global__ void ToBf16Kernel(const float* x, Bf16* y, int64_t count) {
 
 cudaError_t EmbedForward(const int32_t* tokens, const float* token, const float* position,
                          float* x, int64_t b, int64_t s, int64_t h, cudaStream_t stream) {
-  EmbedForwardKernel<<<GridFor(s * b * h), kThreads, 0, stream>>>(tokens, token, position, x, b, s,
-                                                                  h);
+  if (Fits32(s * b * h)) {
+    EmbedForwardKernel<uint32_t><<<GridFor(s * b * h), kThreads, 0, stream>>>(
+        tokens, token, position, x, static_cast<uint32_t>(b), static_cast<uint32_t>(s),
+        static_cast<uint32_t>(h));
+  } else {
+    EmbedForwardKernel<int64_t><<<GridFor(s * b * h), kThreads, 0, stream>>>(tokens, token,
+                                                                           position, x, b, s, h);
+  }
   return Launched();
 }
 
@@ -405,7 +459,14 @@ cudaError_t EmbedBackward(const float* dx, const int32_t* tokens, float* dtoken,
                           int64_t b, int64_t s, int64_t h, cudaStream_t stream) {
   PositionGradKernel<<<GridFor(s * h), kThreads, 0, stream>>>(dx, dposition, b, s, h);
   if (cudaError_t e = Launched(); e != cudaSuccess) return e;
-  TokenGradKernel<<<GridFor(s * b * h), kThreads, 0, stream>>>(dx, tokens, dtoken, b, s, h);
+  if (Fits32(s * b * h)) {
+    TokenGradKernel<uint32_t><<<GridFor(s * b * h), kThreads, 0, stream>>>(
+        dx, tokens, dtoken, static_cast<uint32_t>(b), static_cast<uint32_t>(s),
+        static_cast<uint32_t>(h));
+  } else {
+    TokenGradKernel<int64_t><<<GridFor(s * b * h), kThreads, 0, stream>>>(dx, tokens, dtoken, b, s,
+                                                                         h);
+  }
   return Launched();
 }
 
@@ -450,7 +511,8 @@ cudaError_t LayerNormParamGrads(const float* x, const float* mean, const float* 
   const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
   ColumnPartialKernel<float><<<grid, dim3(32, 8), 0, stream>>>(dy, x, mean, rstd, partial, rows, n);
   if (cudaError_t e = Launched(); e != cudaSuccess) return e;
-  ColumnFinishKernel<<<GridFor(n), kThreads, 0, stream>>>(partial, chunks, n, dgamma, dbeta);
+  ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(partial, chunks, n,
+                                                                           dgamma, dbeta);
   return Launched();
 }
 
@@ -467,24 +529,59 @@ cudaError_t ColumnSumAdd(const void* x, bool x_bf16, float* out, float* partial,
         static_cast<const float*>(x), nullptr, nullptr, nullptr, partial, rows, n);
   }
   if (cudaError_t e = Launched(); e != cudaSuccess) return e;
-  ColumnFinishKernel<<<GridFor(n), kThreads, 0, stream>>>(partial, chunks, n, out, nullptr);
+  ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(partial, chunks, n,
+                                                                           out, nullptr);
   return Launched();
 }
 
 cudaError_t BiasResidual(const float* x, const float* y, const float* bias, float* out,
                          int64_t rows, int64_t n, cudaStream_t stream) {
-  BiasResidualKernel<<<GridFor(rows * n), kThreads, 0, stream>>>(x, y, bias, out, rows, n);
+  if (Fits32(rows * n)) {
+    BiasResidualKernel<uint32_t><<<GridFor(rows * n), kThreads, 0, stream>>>(
+        x, y, bias, out, static_cast<uint32_t>(rows), static_cast<uint32_t>(n));
+  } else {
+    BiasResidualKernel<int64_t><<<GridFor(rows * n), kThreads, 0, stream>>>(x, y, bias, out, rows,
+                                                                           n);
+  }
+  return Launched();
+}
+
+cudaError_t BiasToBf16(const float* x, const float* bias, void* y, int64_t rows, int64_t n,
+                       cudaStream_t stream) {
+  const int64_t count = rows * n;
+  if (count == 0) return cudaSuccess;
+  // 16-byte vectors need n a multiple of 8 and the three pointers aligned to them.
+  const bool vector = n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(bias) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  if (vector) {
+    BiasCastVectorKernel<<<GridFor(count / 8), kThreads, 0, stream>>>(
+        x, bias, static_cast<Bf16*>(y), count / 8, n / 8);
+  } else {
+    BiasCastKernel<<<GridFor(count), kThreads, 0, stream>>>(x, bias, static_cast<Bf16*>(y), count,
+                                                            n);
+  }
   return Launched();
 }
 
 cudaError_t BiasGeluForward(float* pre, const float* bias, void* g, int64_t rows, int64_t n,
                             bool bf16, cudaStream_t stream) {
+  const unsigned grid = GridFor(rows * n);
+  const uint32_t r32 = static_cast<uint32_t>(rows), n32 = static_cast<uint32_t>(n);
   if (bf16) {
-    BiasGeluKernel<<<GridFor(rows * n), kThreads, 0, stream>>>(
-        pre, bias, static_cast<__nv_bfloat16*>(g), rows, n);
+    Bf16* out = static_cast<Bf16*>(g);
+    if (Fits32(rows * n)) {
+      BiasGeluKernel<uint32_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, r32, n32);
+    } else {
+      BiasGeluKernel<int64_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, rows, n);
+    }
   } else {
-    BiasGeluKernel<<<GridFor(rows * n), kThreads, 0, stream>>>(pre, bias, static_cast<float*>(g),
-                                                                rows, n);
+    float* out = static_cast<float*>(g);
+    if (Fits32(rows * n)) {
+      BiasGeluKernel<uint32_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, r32, n32);
+    } else {
+      BiasGeluKernel<int64_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, rows, n);
+    }
   }
   return Launched();
 }
@@ -501,47 +598,59 @@ cudaError_t GeluBackward(const float* pre, const float* dg, void* dpre, int64_t 
   return Launched();
 }
 
+// Launches kernel<I, T> with I = uint32_t where `count` fits in 31 bits, else int64_t;
+// the four sizes converted to I.
+#define LOOM_LAUNCH_INDEXED(kernel, T, count, ...)                                        \
+  do {                                                                                    \
+    if (Fits32(count)) {                                                                  \
+      kernel<uint32_t, T><<<GridFor(count), kThreads, 0, stream>>>(__VA_ARGS__,           \
+                                                                   static_cast<uint32_t>(s), \
+                                                                   static_cast<uint32_t>(b), \
+                                                                   static_cast<uint32_t>(heads), \
+                                                                   static_cast<uint32_t>(head_dim)); \
+    } else {                                                                              \
+      kernel<int64_t, T><<<GridFor(count), kThreads, 0, stream>>>(__VA_ARGS__, s, b, heads, \
+                                                                  head_dim);              \
+    }                                                                                     \
+  } while (0)
+
 cudaError_t SplitQkv(const float* qkv, const float* bias, void* q, void* k, void* v, int64_t s,
                      int64_t b, int64_t heads, int64_t head_dim, bool bf16, cudaStream_t stream) {
-  const unsigned grid = GridFor(s * b * 3 * heads * head_dim);
+  const int64_t count = s * b * 3 * heads * head_dim;
   if (bf16) {
-    SplitQkvKernel<<<grid, kThreads, 0, stream>>>(
-        qkv, bias, static_cast<Bf16*>(q), static_cast<Bf16*>(k), static_cast<Bf16*>(v), s, b, heads,
-        head_dim);
+    LOOM_LAUNCH_INDEXED(SplitQkvKernel, Bf16, count, qkv, bias, static_cast<Bf16*>(q),
+                        static_cast<Bf16*>(k), static_cast<Bf16*>(v));
   } else {
-    SplitQkvKernel<<<grid, kThreads, 0, stream>>>(qkv, bias, static_cast<float*>(q),
-                                                  static_cast<float*>(k), static_cast<float*>(v), s,
-                                                  b, heads, head_dim);
+    LOOM_LAUNCH_INDEXED(SplitQkvKernel, float, count, qkv, bias, static_cast<float*>(q),
+                        static_cast<float*>(k), static_cast<float*>(v));
   }
   return Launched();
 }
 
 cudaError_t MergeQkv(const void* dq, const void* dk, const void* dv, void* dqkv, int64_t s,
                      int64_t b, int64_t heads, int64_t head_dim, bool bf16, cudaStream_t stream) {
-  const unsigned grid = GridFor(s * b * 3 * heads * head_dim);
+  const int64_t count = s * b * 3 * heads * head_dim;
   if (bf16) {
-    MergeQkvKernel<<<grid, kThreads, 0, stream>>>(
-        static_cast<const Bf16*>(dq), static_cast<const Bf16*>(dk), static_cast<const Bf16*>(dv),
-        static_cast<Bf16*>(dqkv), s, b, heads, head_dim);
+    LOOM_LAUNCH_INDEXED(MergeQkvKernel, Bf16, count, static_cast<const Bf16*>(dq),
+                        static_cast<const Bf16*>(dk), static_cast<const Bf16*>(dv),
+                        static_cast<Bf16*>(dqkv));
   } else {
-    MergeQkvKernel<<<grid, kThreads, 0, stream>>>(
-        static_cast<const float*>(dq), static_cast<const float*>(dk),
-        static_cast<const float*>(dv), static_cast<float*>(dqkv), s, b, heads, head_dim);
+    LOOM_LAUNCH_INDEXED(MergeQkvKernel, float, count, static_cast<const float*>(dq),
+                        static_cast<const float*>(dk), static_cast<const float*>(dv),
+                        static_cast<float*>(dqkv));
   }
   return Launched();
 }
 
 cudaError_t PermuteHeads(const void* in, void* out, bool to_heads, int64_t s, int64_t b,
                          int64_t heads, int64_t head_dim, bool bf16, cudaStream_t stream) {
-  const unsigned grid = GridFor(s * b * heads * head_dim);
+  const int64_t count = s * b * heads * head_dim;
   if (bf16) {
-    PermuteHeadsKernel<<<grid, kThreads, 0, stream>>>(static_cast<const Bf16*>(in),
-                                                      static_cast<Bf16*>(out), to_heads, s, b,
-                                                      heads, head_dim);
+    LOOM_LAUNCH_INDEXED(PermuteHeadsKernel, Bf16, count, static_cast<const Bf16*>(in),
+                        static_cast<Bf16*>(out), to_heads);
   } else {
-    PermuteHeadsKernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(in),
-                                                      static_cast<float*>(out), to_heads, s, b,
-                                                      heads, head_dim);
+    LOOM_LAUNCH_INDEXED(PermuteHeadsKernel, float, count, static_cast<const float*>(in),
+                        static_cast<float*>(out), to_heads);
   }
   return Launched();
 }

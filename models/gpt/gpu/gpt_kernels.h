@@ -60,6 +60,11 @@ int64_t ColumnPartialFloats(int64_t rows, int64_t n);
 cudaError_t BiasResidual(const float* x, const float* y, const float* bias, float* out,
                          int64_t rows, int64_t n, cudaStream_t stream);
 
+// y [rows, n] (bf16) = x + bias (f32 x, bias [n]): the QKV product's bias, with the
+// rows kept in place for flash attention, which reads them by stride.
+cudaError_t BiasToBf16(const float* x, const float* bias, void* y, int64_t rows, int64_t n,
+                       cudaStream_t stream);
+
 // pre += bias (in place, kept for the backward); g = GELU(pre) (operand).
 cudaError_t BiasGeluForward(float* pre, const float* bias, void* g, int64_t rows, int64_t n,
                             bool bf16, cudaStream_t stream);
