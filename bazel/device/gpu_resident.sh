@@ -13,8 +13,8 @@
 # compared step by step), parity_flash (bf16, head_dim 64, so flash attention runs),
 # ckpt (a GPU checkpoint resumed on the CPU and back), big (hidden 2048, 24 layers),
 # suite (the other GPU tests); and, only when named, profile (each kernel's time over
-# two bf16 steps at the bench shape, by Nsight Compute, summed by kernel). Every run has
-# its own timeout; a summary ends the output.
+# two bf16 steps at the bench shape, by Nsight Compute, summed by kernel) and largest
+# (a 2.5 B model). Every run has its own timeout; a summary ends the output.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tarball="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; out="$2"
@@ -125,6 +125,12 @@ fi
 if has big; then
   run big_bf16 200 "${one[@]}" --hidden=2048 --heads=16 --layers=24 --seq_len=1024 --vocab=256 \
     --micro_batch=8 --microbatches=1 --nocompare_reference --dtype=bf16 --steps=6 --device=cuda
+fi
+# The largest model measured: 2.5 B parameters (hidden 2560, 32 layers, 40 heads of 64),
+# about 45 GB of state and 24 GB of activations at micro-batch 8 with flash attention.
+if has largest; then
+  run largest_bf16 300 "${one[@]}" --hidden=2560 --heads=40 --layers=32 --seq_len=1024 --vocab=256 \
+    --micro_batch=8 --microbatches=1 --nocompare_reference --dtype=bf16 --steps=5 --device=cuda
 fi
 if has suite; then
   t0=$SECONDS

@@ -181,7 +181,7 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
     lb.a2 = a.Take(rows * h * es);
     lb.mean2 = a.Take(rows * 4);
     lb.rstd2 = a.Take(rows * 4);
-    lb.pre = a.Take(rows * f * 4);
+    lb.pre = a.Take(rows * f * es);  // the FC product in the operand type
     lb.g = a.Take(rows * f * es);
     l.layers.push_back(lb);
   }
@@ -202,7 +202,7 @@ Layout LayoutOf(const GptConfig& c, const DeviceGptOptions& o,
   l.dres = a.Take(rows * h * 4);
   if (o.bf16) l.dres_t = a.Take(rows * h * es);
   l.da = a.Take(rows * h * 4);
-  l.dg = a.Take(rows * f * 4);
+  l.dg = a.Take(rows * f * es);
   l.dpre = a.Take(rows * f * es);
   l.dctx = a.Take(rows * h * es);
   if (!flash) l.dctx_h = a.Take(rows * h * es);
@@ -595,9 +595,9 @@ class DeviceGptPass {
                                     F(lb.mean2), F(lb.rstd2), rows, h, bf, st),
           "LayerNormForward"));
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, f, h, 1.0f, T(lb.a2), h, W(bp.fcw), h, 0.0f,
-                                 F(lb.pre), false, f));
+                                 T(lb.pre), true, f));
       LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::BiasGeluForward(F(lb.pre), P(bp.fcb), T(lb.g), rows, f, bf, st),
+          gpt_gpu::BiasGeluForward(T(lb.pre), P(bp.fcb), T(lb.g), rows, f, bf, st),
           "BiasGeluForward"));
       const int64_t next = i + 1 < c_.layers ? l_.layers[i + 1].x0 : l_.x_final;
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, h, f, 1.0f, T(lb.g), f, W(bp.projw), f, 0.0f,
@@ -647,9 +647,9 @@ class DeviceGptPass {
       LOOM_RETURN_IF_ERROR(gemm_(true, false, h, f, rows, 1.0f, dres_t, h, T(lb.g), f, 1.0f,
                                  G(bp.projw), false, f));
       LOOM_RETURN_IF_ERROR(gemm_(false, false, rows, f, h, 1.0f, dres_t, h, W(bp.projw), f, 0.0f,
-                                 F(l_.dg), false, f));
+                                 T(l_.dg), true, f));
       LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::GeluBackward(F(lb.pre), F(l_.dg), T(l_.dpre), rows * f, bf, st), "GeluBackward"));
+          gpt_gpu::GeluBackward(T(lb.pre), T(l_.dg), T(l_.dpre), rows * f, bf, st), "GeluBackward"));
       LOOM_RETURN_IF_ERROR(Kernel(
           gpt_gpu::ColumnSumAdd(T(l_.dpre), bf, G(bp.fcb), partial, rows, f, st), "ColumnSumAdd"));
       LOOM_RETURN_IF_ERROR(gemm_(true, false, f, h, rows, 1.0f, T(l_.dpre), f, T(lb.a2), h, 1.0f,

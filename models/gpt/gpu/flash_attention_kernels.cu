@@ -10,7 +10,8 @@
 // the next product over those 16 columns (no trip through shared memory). Operands
 // come from shared memory through ldmatrix (.trans where the product needs the tile
 // transposed). Tiles are [64][D + 8] bf16: the 8-element pad puts the 8 rows an
-// ldmatrix phase reads on distinct banks.
+// ldmatrix phase reads on distinct banks. The tiles a loop walks (K and V forward, Q
+// and dO backward) are double-buffered: cp.async fills the next while this one is used.
 #include "models/gpt/gpu/flash_attention_kernels.h"
 
 #include <cuda_bf16.h>
@@ -76,24 +77,38 @@ template <int D>
 struct Tiles {
   static constexpr int kLd = D + 8;                // elements per shared row
   static constexpr int kElements = kTile * kLd;    // one [64][kLd] tile
-  static constexpr int kForwardBytes = 3 * kElements * 2;                  // Q, K, V
-  static constexpr int kBackwardBytes = 5 * kElements * 2 + kTile * (kTile + 8) * 2 +
-                                        2 * kTile * 4;  // K, V, Q, dO, dS, lse, delta
+  // Q, and K and V twice (the next tile loads while this one is used).
+  static constexpr int kForwardBytes = 5 * kElements * 2;
+  // K, V, Q and dO twice, dS, lse and delta twice.
+  static constexpr int kBackwardBytes = 6 * kElements * 2 + kTile * (kTile + 8) * 2 +
+                                        4 * kTile * 4;
 };
 
+// 16 bytes from global to shared memory without waiting (cp.async); zeros where
+// !valid (then nothing is read from src).
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void WaitCopies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
 // Rows [row0, row0 + 64) of an [s, D] bf16 matrix whose rows lie `ld` elements apart
-// into shared [64][D + 8], zeros past s.
+// into shared [64][D + 8], zeros past s: copies issued without waiting (CommitCopies
+// and WaitCopies complete them).
 template <int D>
-__device__ __forceinline__ void LoadTile(const Bf16* m, int64_t ld, int row0, int s, Bf16* tile) {
-  constexpr int kVectors = D / 8;  // 16-byte vectors per row
+__device__ __forceinline__ void LoadTileAsync(const Bf16* m, int64_t ld, int row0, int s,
+                                              Bf16* tile) {
+  constexpr int kVectors = D / 8;
 #pragma unroll
   for (int i = threadIdx.x; i < kTile * kVectors; i += kThreads) {
     const int r = i / kVectors, c = (i % kVectors) * 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (row0 + r < s) {
-      value = __ldg(reinterpret_cast<const uint4*>(m + (row0 + r) * ld + c));
-    }
-    *reinterpret_cast<uint4*>(tile + r * Tiles<D>::kLd + c) = value;
+    const bool valid = row0 + r < s;
+    CopyAsync16(tile + r * Tiles<D>::kLd + c, valid ? m + (row0 + r) * ld + c : m, valid);
   }
 }
 
@@ -141,19 +156,18 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = T::kLd;
   extern __shared__ __align__(128) unsigned char smem[];
   Bf16* qs = reinterpret_cast<Bf16*>(smem);
-  Bf16* ks = qs + T::kElements;
-  Bf16* vs = ks + T::kElements;
+  Bf16* kv = qs + T::kElements;  // K then V, two buffers of each: kv + (2 * buffer + 0 / 1) E
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y;
   const int tiles = (s + kTile - 1) / kTile;
   const int qt = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
   const int q0 = qt * kTile;
   const int64_t base = HeadOffset(in, bh, heads), obase = HeadOffset(os, bh, heads);
-  LoadTile<D>(q + base, in.row, q0, s, qs);
-  __syncthreads();
+  LoadTileAsync<D>(q + base, in.row, q0, s, qs);
+  LoadTileAsync<D>(k + base, in.row, 0, s, kv);
+  LoadTileAsync<D>(v + base, in.row, 0, s, kv + T::kElements);
+  CommitCopies();
   uint32_t qa[D / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) LoadA<kLd>(qa[kk], qs, warp * 16, kk, lane);
   // This lane's two rows (g and g + 8 of the warp's 16).
   const int row_lo = q0 + warp * 16 + g, row_hi = row_lo + 8;
   const float scale2 = scale * kLog2e;  // scores in log2 units
@@ -163,10 +177,22 @@ __global__ void __launch_bounds__(kThreads)
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   for (int kt = 0; kt <= qt; ++kt) {
     const int k0 = kt * kTile;
-    __syncthreads();  // the previous K and V tiles are no longer read
-    LoadTile<D>(k + base, in.row, k0, s, ks);
-    LoadTile<D>(v + base, in.row, k0, s, vs);
-    __syncthreads();
+    const Bf16* ks = kv + 2 * (kt & 1) * T::kElements;
+    const Bf16* vs = ks + T::kElements;
+    if (kt < qt) {  // the next K and V into the other buffers, read two iterations ago
+      Bf16* next = kv + 2 * ((kt + 1) & 1) * T::kElements;
+      LoadTileAsync<D>(k + base, in.row, k0 + kTile, s, next);
+      LoadTileAsync<D>(v + base, in.row, k0 + kTile, s, next + T::kElements);
+      CommitCopies();
+      WaitCopies<1>();  // all but the group just issued
+    } else {
+      WaitCopies<0>();
+    }
+    __syncthreads();  // every thread's copies of this tile (and of Q) have landed
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) LoadA<kLd>(qa[kk], qs, warp * 16, kk, lane);
+    }
     float sc[8][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
@@ -240,6 +266,7 @@ __global__ void __launch_bounds__(kThreads)
         Mma(o[n + 1], pa, b[2], b[3]);
       }
     }
+    __syncthreads();  // this K and V are no longer read: the next iteration refills them
   }
 #pragma unroll
   for (int mask = 1; mask <= 2; mask <<= 1) {
@@ -285,11 +312,9 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem[];
   Bf16* ks = reinterpret_cast<Bf16*>(smem);
   Bf16* vs = ks + T::kElements;
-  Bf16* qs = vs + T::kElements;
-  Bf16* dos = qs + T::kElements;
-  Bf16* dss = dos + T::kElements;  // dS^T: [key][query]
-  float* lse_s = reinterpret_cast<float*>(dss + kTile * kDsLd);
-  float* delta_s = lse_s + kTile;
+  Bf16* qdo = vs + T::kElements;  // Q then dO, two buffers of each: qdo + (2 * buffer + 0 / 1) E
+  Bf16* dss = qdo + 4 * T::kElements;  // dS^T: [key][query]
+  float* stats = reinterpret_cast<float*>(dss + kTile * kDsLd);  // [buffer][lse, delta][64]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t bh = blockIdx.y;
   const int kt = blockIdx.x, k0 = kt * kTile;  // blockIdx.x 0 has the most query tiles
@@ -297,8 +322,24 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t gbase = HeadOffset(gs, bh, heads), abase = bh * s * D;  // dq_accum: head layout
   const int tiles = (s + kTile - 1) / kTile;
   const float scale2 = scale * kLog2e;
-  LoadTile<D>(k + base, in.row, k0, s, ks);
-  LoadTile<D>(v + base, in.row, k0, s, vs);
+  // Fills buffer `buffer` with query tile qt: Q and dO by cp.async, lse (in log2 units)
+  // and delta by plain loads (visible after the next barrier).
+  const auto load_queries = [&](int qt, int buffer) {
+    const int q0 = qt * kTile;
+    Bf16* qb = qdo + 2 * buffer * T::kElements;
+    LoadTileAsync<D>(q + base, in.row, q0, s, qb);
+    LoadTileAsync<D>(dout + obase, os.row, q0, s, qb + T::kElements);
+    CommitCopies();
+    float* st = stats + buffer * 2 * kTile;
+    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+      const int row = q0 + i;
+      st[i] = row < s ? lse[bh * s + row] * kLog2e : 0.0f;
+      st[kTile + i] = row < s ? delta[bh * s + row] : 0.0f;
+    }
+  };
+  LoadTileAsync<D>(k + base, in.row, k0, s, ks);
+  LoadTileAsync<D>(v + base, in.row, k0, s, vs);
+  load_queries(kt, 0);  // one group with K and V
   const int key_lo = k0 + warp * 16 + g, key_hi = key_lo + 8;
   float dka[D / 8][4], dva[D / 8][4];
 #pragma unroll
@@ -308,15 +349,18 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int qt = kt; qt < tiles; ++qt) {
     const int q0 = qt * kTile;
-    __syncthreads();  // the previous query tile and dS are no longer read
-    LoadTile<D>(q + base, in.row, q0, s, qs);
-    LoadTile<D>(dout + obase, os.row, q0, s, dos);
-    for (int i = threadIdx.x; i < kTile; i += kThreads) {
-      const int row = q0 + i;
-      lse_s[i] = row < s ? lse[bh * s + row] * kLog2e : 0.0f;
-      delta_s[i] = row < s ? delta[bh * s + row] : 0.0f;
+    const int buffer = (qt - kt) & 1;
+    const Bf16* qs = qdo + 2 * buffer * T::kElements;
+    const Bf16* dos = qs + T::kElements;
+    const float* lse_s = stats + buffer * 2 * kTile;
+    const float* delta_s = lse_s + kTile;
+    if (qt + 1 < tiles) {  // the next query tile into the other buffer, read two tiles ago
+      load_queries(qt + 1, buffer ^ 1);
+      WaitCopies<1>();
+    } else {
+      WaitCopies<0>();
     }
-    __syncthreads();
+    __syncthreads();  // this tile's copies (and K and V) have landed everywhere
     float st[8][4], dpt[8][4];  // [query block j]: rows = the warp's keys
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -414,6 +458,7 @@ __global__ void __launch_bounds__(kThreads)
         atomicAdd(dst + 1, dq[n][3]);
       }
     }
+    __syncthreads();  // this tile's buffers and dS are no longer read
   }
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {

@@ -157,6 +157,61 @@ __global__ void LayerNormForwardKernel(const float* x, const float* gamma, const
   }
 }
 
+// A warp per row for rows of n = 4 * n4 <= 128 * kMaxVec floats: the row stays in
+// registers between its two reductions and its output (the block-per-row kernel above
+// walks it three times and waits on two block-wide barriers).
+__device__ __forceinline__ void StoreNormalized4(float* y, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(y) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void StoreNormalized4(Bf16* y, const float (&v)[4]) {
+  __nv_bfloat162 pairs[2] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3])};
+  *reinterpret_cast<uint2*>(y) = *reinterpret_cast<const uint2*>(pairs);
+}
+template <typename T, int kMaxVec>
+__global__ void LayerNormForwardWarpKernel(const float* x, const float* gamma, const float* beta,
+                                           float eps, T* y, float* mean, float* rstd,
+                                           int64_t rows, int n4) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const float4* xr = reinterpret_cast<const float4*>(x + row * n4 * 4);
+  float4 v[kMaxVec];
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    const int j = lane + 32 * k;
+    v[k] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+  }
+  const float n = static_cast<float>(n4 * 4);
+  const float mu = WarpSum(sum) / n;
+  float sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    if (lane + 32 * k < n4) {
+      const float a = v[k].x - mu, b = v[k].y - mu, c = v[k].z - mu, d = v[k].w - mu;
+      sq += (a * a + b * b) + (c * c + d * d);
+    }
+  }
+  const float rs = 1.0f / sqrtf(WarpSum(sq) / n + eps);
+  const float4* g4 = reinterpret_cast<const float4*>(gamma);
+  const float4* b4 = reinterpret_cast<const float4*>(beta);
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    const int j = lane + 32 * k;
+    if (j < n4) {
+      const float4 g = g4[j], b = b4[j];
+      const float out[4] = {(v[k].x - mu) * rs * g.x + b.x, (v[k].y - mu) * rs * g.y + b.y,
+                            (v[k].z - mu) * rs * g.z + b.z, (v[k].w - mu) * rs * g.w + b.w};
+      StoreNormalized4(y + row * n4 * 4 + j * 4, out);
+    }
+  }
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
 template <typename T>
 __global__ void LayerNormBackwardKernel(const float* x, const float* gamma, const float* mean,
                                         const float* rstd, const float* dy, const float* residual,
@@ -284,24 +339,78 @@ __global__ void BiasCastKernel(const float* x, const float* bias, Bf16* y, int64
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
-template <typename I, typename T>
-__global__ void BiasGeluKernel(float* pre, const float* bias, T* g, I rows, I n) {
-  LOOM_GRID_STRIDE_T(I, i, rows * n) {
-    const float x = pre[i] + bias[i % n];
-    pre[i] = x;
-    const float t = tanhf(kGeluC * (x + kGeluA * x * x * x));
-    g[i] = FromF<T>(0.5f * x * (1.0f + t));
-  }
+__device__ __forceinline__ float Gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kGeluC * (x + kGeluA * x * x * x)));
+}
+__device__ __forceinline__ float GeluGrad(float x) {
+  const float t = tanhf(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
 }
 
-template <typename T>
-__global__ void GeluBackwardKernel(const float* pre, const float* dg, T* dpre, int64_t count) {
-  LOOM_GRID_STRIDE(i, count) {
-    const float x = pre[i];
-    const float t = tanhf(kGeluC * (x + kGeluA * x * x * x));
-    const float d =
-        0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
-    dpre[i] = FromF<T>(dg[i] * d);
+// Eight consecutive elements as floats, and back (16- or 32-byte aligned).
+__device__ __forceinline__ void Load8(const float* p, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void Load8(const Bf16* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void Store8(float* p, const float (&v)[8]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void Store8(Bf16* p, const float (&v)[8]) {
+  uint4 raw;
+  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// pre (the FC product, in the operand type T) += bias; g = GELU(pre).
+template <typename I, typename T>
+__global__ void BiasGeluKernel(T* pre, const float* bias, T* g, I rows, I n) {
+  LOOM_GRID_STRIDE_T(I, i, rows * n) {
+    const T x = FromF<T>(ToF(pre[i]) + bias[i % n]);
+    pre[i] = x;
+    g[i] = FromF<T>(Gelu(ToF(x)));
+  }
+}
+// The same, 8 elements a thread (n a multiple of 8; n8 = n / 8).
+template <typename I, typename T>
+__global__ void BiasGeluVectorKernel(T* pre, const float* bias, T* g, I vectors, I n8) {
+  LOOM_GRID_STRIDE_T(I, i, vectors) {
+    float x[8], b[8], y[8];
+    Load8(pre + i * 8, x);
+    Load8(bias + (i % n8) * 8, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = ToF(FromF<T>(x[e] + b[e]));  // as stored
+    Store8(pre + i * 8, x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = Gelu(x[e]);
+    Store8(g + i * 8, y);
+  }
+}
+template <typename I, typename T>
+__global__ void GeluBackwardKernel(const T* pre, const T* dg, T* dpre, I count) {
+  LOOM_GRID_STRIDE_T(I, i, count) { dpre[i] = FromF<T>(ToF(dg[i]) * GeluGrad(ToF(pre[i]))); }
+}
+template <typename I, typename T>
+__global__ void GeluBackwardVectorKernel(const T* pre, const T* dg, T* dpre, I vectors) {
+  LOOM_GRID_STRIDE_T(I, i, vectors) {
+    float x[8], d[8];
+    Load8(pre + i * 8, x);
+    Load8(dg + i * 8, d);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) d[e] *= GeluGrad(x[e]);
+    Store8(dpre + i * 8, d);
   }
 }
 
@@ -470,10 +579,41 @@ cudaError_t EmbedBackward(const float* dx, const int32_t* tokens, float* dtoken,
   return Launched();
 }
 
+namespace {
+
+template <typename T>
+bool LayerNormByWarps(const float* x, const float* gamma, const float* beta, float eps, T* y,
+                      float* mean, float* rstd, int64_t rows, int64_t n, cudaStream_t stream) {
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(gamma) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(beta) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(y) % 8 == 0;
+  if (n % 4 != 0 || n > 2048 || !aligned) return false;
+  constexpr int kRowsPerBlock = kThreads / 32;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (blocks > INT32_MAX) return false;
+  const int n4 = static_cast<int>(n / 4);
+  if (n <= 1024) {
+    LayerNormForwardWarpKernel<T, 8><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        x, gamma, beta, eps, y, mean, rstd, rows, n4);
+  } else {
+    LayerNormForwardWarpKernel<T, 16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        x, gamma, beta, eps, y, mean, rstd, rows, n4);
+  }
+  return true;
+}
+
+}  // namespace
+
 cudaError_t LayerNormForward(const float* x, const float* gamma, const float* beta, float eps,
                              void* y, float* mean, float* rstd, int64_t rows, int64_t n, bool bf16,
                              cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
+  const bool by_warps =
+      bf16 ? LayerNormByWarps(x, gamma, beta, eps, static_cast<Bf16*>(y), mean, rstd, rows, n, stream)
+           : LayerNormByWarps(x, gamma, beta, eps, static_cast<float*>(y), mean, rstd, rows, n,
+                              stream);
+  if (by_warps) return Launched();
   if (bf16) {
     LayerNormForwardKernel<<<static_cast<unsigned>(rows), RowThreads(n), 0, stream>>>(
         x, gamma, beta, eps, static_cast<__nv_bfloat16*>(y), mean, rstd, n);
@@ -564,38 +704,73 @@ cudaError_t BiasToBf16(const float* x, const float* bias, void* y, int64_t rows,
   return Launched();
 }
 
-cudaError_t BiasGeluForward(float* pre, const float* bias, void* g, int64_t rows, int64_t n,
-                            bool bf16, cudaStream_t stream) {
-  const unsigned grid = GridFor(rows * n);
-  const uint32_t r32 = static_cast<uint32_t>(rows), n32 = static_cast<uint32_t>(n);
-  if (bf16) {
-    Bf16* out = static_cast<Bf16*>(g);
-    if (Fits32(rows * n)) {
-      BiasGeluKernel<uint32_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, r32, n32);
+namespace {
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T>
+cudaError_t BiasGeluAs(T* pre, const float* bias, T* g, int64_t rows, int64_t n,
+                       cudaStream_t stream) {
+  const int64_t count = rows * n;
+  if (count == 0) return cudaSuccess;
+  if (n % 8 == 0 && Aligned16(pre) && Aligned16(bias) && Aligned16(g)) {
+    const int64_t vectors = count / 8;
+    if (Fits32(count)) {
+      BiasGeluVectorKernel<uint32_t, T><<<GridFor(vectors), kThreads, 0, stream>>>(
+          pre, bias, g, static_cast<uint32_t>(vectors), static_cast<uint32_t>(n / 8));
     } else {
-      BiasGeluKernel<int64_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, rows, n);
+      BiasGeluVectorKernel<int64_t, T><<<GridFor(vectors), kThreads, 0, stream>>>(pre, bias, g,
+                                                                                 vectors, n / 8);
     }
+  } else if (Fits32(count)) {
+    BiasGeluKernel<uint32_t, T><<<GridFor(count), kThreads, 0, stream>>>(
+        pre, bias, g, static_cast<uint32_t>(rows), static_cast<uint32_t>(n));
   } else {
-    float* out = static_cast<float*>(g);
-    if (Fits32(rows * n)) {
-      BiasGeluKernel<uint32_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, r32, n32);
-    } else {
-      BiasGeluKernel<int64_t><<<grid, kThreads, 0, stream>>>(pre, bias, out, rows, n);
-    }
+    BiasGeluKernel<int64_t, T><<<GridFor(count), kThreads, 0, stream>>>(pre, bias, g, rows, n);
   }
   return Launched();
 }
 
-cudaError_t GeluBackward(const float* pre, const float* dg, void* dpre, int64_t count, bool bf16,
-                         cudaStream_t stream) {
-  if (bf16) {
-    GeluBackwardKernel<<<GridFor(count), kThreads, 0, stream>>>(
-        pre, dg, static_cast<__nv_bfloat16*>(dpre), count);
+template <typename T>
+cudaError_t GeluBackwardAs(const T* pre, const T* dg, T* dpre, int64_t count,
+                           cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (count % 8 == 0 && Aligned16(pre) && Aligned16(dg) && Aligned16(dpre)) {
+    const int64_t vectors = count / 8;
+    if (Fits32(count)) {
+      GeluBackwardVectorKernel<uint32_t, T><<<GridFor(vectors), kThreads, 0, stream>>>(
+          pre, dg, dpre, static_cast<uint32_t>(vectors));
+    } else {
+      GeluBackwardVectorKernel<int64_t, T><<<GridFor(vectors), kThreads, 0, stream>>>(pre, dg, dpre,
+                                                                                     vectors);
+    }
+  } else if (Fits32(count)) {
+    GeluBackwardKernel<uint32_t, T><<<GridFor(count), kThreads, 0, stream>>>(
+        pre, dg, dpre, static_cast<uint32_t>(count));
   } else {
-    GeluBackwardKernel<<<GridFor(count), kThreads, 0, stream>>>(pre, dg,
-                                                                 static_cast<float*>(dpre), count);
+    GeluBackwardKernel<int64_t, T><<<GridFor(count), kThreads, 0, stream>>>(pre, dg, dpre, count);
   }
   return Launched();
+}
+
+}  // namespace
+
+cudaError_t BiasGeluForward(void* pre, const float* bias, void* g, int64_t rows, int64_t n,
+                            bool bf16, cudaStream_t stream) {
+  if (bf16) {
+    return BiasGeluAs(static_cast<Bf16*>(pre), bias, static_cast<Bf16*>(g), rows, n, stream);
+  }
+  return BiasGeluAs(static_cast<float*>(pre), bias, static_cast<float*>(g), rows, n, stream);
+}
+
+cudaError_t GeluBackward(const void* pre, const void* dg, void* dpre, int64_t count, bool bf16,
+                         cudaStream_t stream) {
+  if (bf16) {
+    return GeluBackwardAs(static_cast<const Bf16*>(pre), static_cast<const Bf16*>(dg),
+                          static_cast<Bf16*>(dpre), count, stream);
+  }
+  return GeluBackwardAs(static_cast<const float*>(pre), static_cast<const float*>(dg),
+                        static_cast<float*>(dpre), count, stream);
 }
 
 // Launches kernel<I, T> with I = uint32_t where `count` fits in 31 bits, else int64_t;

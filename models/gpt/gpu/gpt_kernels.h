@@ -65,11 +65,12 @@ cudaError_t BiasResidual(const float* x, const float* y, const float* bias, floa
 cudaError_t BiasToBf16(const float* x, const float* bias, void* y, int64_t rows, int64_t n,
                        cudaStream_t stream);
 
-// pre += bias (in place, kept for the backward); g = GELU(pre) (operand).
-cudaError_t BiasGeluForward(float* pre, const float* bias, void* g, int64_t rows, int64_t n,
+// pre += bias (in place, in the operand type: the FC product's output, kept for the
+// backward); g = GELU(pre) (operand).
+cudaError_t BiasGeluForward(void* pre, const float* bias, void* g, int64_t rows, int64_t n,
                             bool bf16, cudaStream_t stream);
-// dpre = dg * GELU'(pre) (operand).
-cudaError_t GeluBackward(const float* pre, const float* dg, void* dpre, int64_t count, bool bf16,
+// dpre = dg * GELU'(pre), all three in the operand type.
+cudaError_t GeluBackward(const void* pre, const void* dg, void* dpre, int64_t count, bool bf16,
                          cudaStream_t stream);
 
 // qkv [s, b, 3h] (f32, a product's output) + bias -> q, k, v in head layout (operands).

@@ -1,6 +1,7 @@
 // The kernels of gpt_kernels.h and the cuBLAS products DeviceGptModel makes, each
 // against a double-precision host reference, f32 and bf16, at widths below, at and
-// above a row block (64, 256, 320) and rows above a column-sum chunk.
+// above a row block (64, 256, 320), the layer norm's warp-per-row widths (up to 1024
+// and 2048) and past them (2050), and rows above a column-sum chunk.
 #include "models/gpt/gpu/gpt_kernels.h"
 
 #include <cublas_v2.h>
@@ -103,7 +104,8 @@ class GptKernelsTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(GptKernelsTest, LayerNormForwardAndBackward) {
-  for (const int64_t n : {64, 256, 320}) {
+  // Up to 1024 and 2048 (a warp a row, two register widths), and 2050 (a block a row).
+  for (const int64_t n : {64, 256, 320, 1536, 2050}) {
     const int64_t rows = 160;
     const std::string what = absl::StrCat("n=", n, bf16() ? " bf16" : " f32");
     const std::vector<float> x = Random(rows * n, kSeed + n, -2, 3);
@@ -187,26 +189,32 @@ TEST_P(GptKernelsTest, HeadsSplitAndMergeAreInverse) {
 }
 
 TEST_P(GptKernelsTest, BiasGeluAndItsGradient) {
-  const int64_t rows = 160, n = 1024;
-  const std::vector<float> pre = Random(rows * n, kSeed + 5, -4, 4), bias = Random(n, 6);
-  const std::vector<float> dg = Random(rows * n, kSeed + 7);
-  Dev dpre(pre, false), dbias(bias, false), g(rows * n, bf16()), ddg(dg, false),
-      dout(rows * n, bf16());
-  ASSERT_EQ(gpt_gpu::BiasGeluForward(dpre.f(), dbias.f(), g.p, rows, n, bf16(), nullptr),
-            cudaSuccess);
-  ASSERT_EQ(gpt_gpu::GeluBackward(dpre.f(), ddg.f(), dout.p, rows * n, bf16(), nullptr),
-            cudaSuccess);
-  std::vector<double> want_g(rows * n), want_d(rows * n);
-  for (int64_t i = 0; i < rows * n; ++i) {
-    const double x = static_cast<double>(pre[i]) + static_cast<double>(bias[i % n]);
-    const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
-    want_g[i] = 0.5 * x * (1 + t);
-    want_d[i] = static_cast<double>(dg[i]) * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x));
+  // n = 1024 runs 8 elements a thread; 1000 (not a multiple of 8) one.
+  for (const int64_t n : {1024, 1000}) {
+    const int64_t rows = 160;
+    const std::string what = absl::StrCat("n=", n, bf16() ? " bf16" : " f32");
+    const std::vector<float> pre = Random(rows * n, kSeed + 5, -4, 4), bias = Random(n, 6);
+    const std::vector<float> dg = Random(rows * n, kSeed + 7);
+    // The product's output and the incoming gradient come in the operand type.
+    Dev dpre(pre, bf16()), dbias(bias, false), g(rows * n, bf16()), ddg(dg, bf16()),
+        dout(rows * n, bf16());
+    ASSERT_EQ(gpt_gpu::BiasGeluForward(dpre.p, dbias.f(), g.p, rows, n, bf16(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(gpt_gpu::GeluBackward(dpre.p, ddg.p, dout.p, rows * n, bf16(), nullptr),
+              cudaSuccess);
+    const auto as_stored = [&](double x) { return bf16() ? double{RoundBf16(static_cast<float>(x))} : x; };
+    std::vector<double> want_g(rows * n), want_d(rows * n), want_pre(rows * n);
+    for (int64_t i = 0; i < rows * n; ++i) {
+      const double x = as_stored(as_stored(pre[i]) + static_cast<double>(bias[i % n]));
+      const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
+      want_pre[i] = x;
+      want_g[i] = 0.5 * x * (1 + t);
+      want_d[i] = as_stored(dg[i]) * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x));
+    }
+    ExpectNear(dpre.Get(), want_pre, out_rel() + 1e-5, what + " pre + bias", bf16() ? 1e-3 : 1.0);
+    ExpectNear(g.Get(), want_g, out_rel() + 1e-5, what + " gelu", bf16() ? 1e-3 : 1.0);
+    ExpectNear(dout.Get(), want_d, out_rel() + 1e-5, what + " gelu'", bf16() ? 1e-3 : 1.0);
   }
-  ExpectNear(g.Get(), want_g, out_rel() + 1e-5, bf16() ? "gelu bf16" : "gelu f32",
-             bf16() ? 1e-3 : 1.0);
-  ExpectNear(dout.Get(), want_d, out_rel() + 1e-5, bf16() ? "gelu' bf16" : "gelu' f32",
-             bf16() ? 1e-3 : 1.0);
 }
 
 // The products DeviceGptModel makes (row-major C = op(A) op(B) through cuBLAS's
