@@ -21,7 +21,7 @@ tarball="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; out="$2"
 phases="${3:-test,bench,bench_f32,parity,parity_flash,ckpt,big,suite}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 pack="$(mktemp -d)"; tar -C "$pack" -xJf "$tarball" || { echo "cannot unpack $tarball"; exit 1; }
-work="$(mktemp -d)"; cd "$work"
+work="$(mktemp -d)"; cd "$work" || exit 1
 source "$here/pack_env.sh"
 use_pack "$pack"
 train="$pack/bin/train"
@@ -86,15 +86,13 @@ fi
 # Where a step's time goes: every kernel of two steps timed by Nsight Compute (one
 # metric, so one replay each), summed by kernel name.
 if has profile; then
-  ncu_bin="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
-  for attention in flash; do
-    t0=$SECONDS
-    timeout -k 10 150 "${ncu_bin:-ncu}" --clock-control none --metrics gpu__time_duration.sum --csv \
-      "$train" "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=2 \
-      --device=cuda --device_attention=$attention > "$out/profile_$attention.csv" 2> "$out/profile_$attention.err"
-    note "== profile $attention (rc=$?, $((SECONDS - t0)) s)"
-    python3 "$here/kernel_times.py" "$out/profile_$attention.csv" 2>&1 | head -40 | sed 's/^/   /' | tee -a "$summary"
-  done
+  ncu_bin="$(command -v ncu || find /usr/local/cuda/bin /opt/nvidia -name ncu -type f 2>/dev/null | head -1)"
+  t0=$SECONDS
+  timeout -k 10 150 "${ncu_bin:-ncu}" --clock-control none --metrics gpu__time_duration.sum --csv \
+    "$train" "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=2 --device=cuda \
+    > "$out/profile_flash.csv" 2> "$out/profile_flash.err"
+  note "== profile flash (rc=$?, $((SECONDS - t0)) s)"
+  python3 "$here/kernel_times.py" "$out/profile_flash.csv" 2>&1 | head -40 | sed 's/^/   /' | tee -a "$summary"
 fi
 if has bench_f32; then
   run bench_f32 120 "${one[@]}" "${shape[@]}" --steps=5 --device=cuda
