@@ -43,7 +43,8 @@ def main():
     print(f"{sum(count.values())} launches, {whole:.2f} ms of kernels over {steps} steps "
           f"({whole / steps:.2f} ms a step)")
     for name, ms in total.most_common():
-        print(f"{ms / steps:8.3f} ms/step {100 * ms / whole:5.1f}% {count[name] // steps:5d}x  {name}")
+        print(f"{ms / steps:8.3f} ms/step {100 * ms / whole:5.1f}% "
+              f"{count[name] // steps:5d}x  {name}")
 
 
 if __name__ == "__main__":

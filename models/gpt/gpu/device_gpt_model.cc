@@ -561,8 +561,9 @@ class DeviceGptPass {
       if (flash_) {
         // Q, K and V stay side by side in the [s, b, 3h] rows; flash attention reads
         // them there and writes its output straight into ctx's [s, b, h] rows.
-        LOOM_RETURN_IF_ERROR(Kernel(
-            gpt_gpu::BiasToBf16(F(l_.qkv_raw), P(bp.qkvb), T(lb.q), rows, 3 * h, st), "BiasToBf16"));
+        LOOM_RETURN_IF_ERROR(
+            Kernel(gpt_gpu::BiasToBf16(F(l_.qkv_raw), P(bp.qkvb), T(lb.q), rows, 3 * h, st),
+                   "BiasToBf16"));
         LOOM_RETURN_IF_ERROR(Kernel(
             gpt_gpu::FlashForward(T(lb.q), T(lb.k), T(lb.v), gpt_gpu::RowLayout(b, 3 * h, d),
                                   T(lb.ctx), gpt_gpu::RowLayout(b, h, d), F(lb.p), b, heads, s, d,
@@ -648,8 +649,9 @@ class DeviceGptPass {
                                  G(bp.projw), false, f));
       LOOM_RETURN_IF_ERROR(gemm_(false, false, rows, f, h, 1.0f, dres_t, h, W(bp.projw), f, 0.0f,
                                  T(l_.dg), true, f));
-      LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::GeluBackward(T(lb.pre), T(l_.dg), T(l_.dpre), rows * f, bf, st), "GeluBackward"));
+      LOOM_RETURN_IF_ERROR(
+          Kernel(gpt_gpu::GeluBackward(T(lb.pre), T(l_.dg), T(l_.dpre), rows * f, bf, st),
+                 "GeluBackward"));
       LOOM_RETURN_IF_ERROR(Kernel(
           gpt_gpu::ColumnSumAdd(T(l_.dpre), bf, G(bp.fcb), partial, rows, f, st), "ColumnSumAdd"));
       LOOM_RETURN_IF_ERROR(gemm_(true, false, f, h, rows, 1.0f, T(l_.dpre), f, T(lb.a2), h, 1.0f,

@@ -594,7 +594,9 @@ cudaError_t FlashForward(const void* q, const void* k, const void* v,
   if (bh == 0 || s == 0) return cudaSuccess;
   if (!Fits(bh, s, qkv_strides) || !Fits(bh, s, out_strides)) return cudaErrorInvalidValue;
   const int h = static_cast<int>(heads);
-  if (d == 64) return Forward<64>(q, k, v, qkv_strides, out, out_strides, lse, bh, h, s, scale, stream);
+  if (d == 64) {
+    return Forward<64>(q, k, v, qkv_strides, out, out_strides, lse, bh, h, s, scale, stream);
+  }
   if (d == 128) {
     return Forward<128>(q, k, v, qkv_strides, out, out_strides, lse, bh, h, s, scale, stream);
   }

@@ -41,7 +41,9 @@ std::vector<float> RandomBf16(size_t n, uint64_t seed, float lo, float hi) {
 
 struct Device {
   void* p = nullptr;
-  explicit Device(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 1)), cudaSuccess); }
+  explicit Device(size_t bytes) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 1)), cudaSuccess);
+  }
   ~Device() { cudaFree(p); }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;

@@ -610,7 +610,8 @@ cudaError_t LayerNormForward(const float* x, const float* gamma, const float* be
                              cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const bool by_warps =
-      bf16 ? LayerNormByWarps(x, gamma, beta, eps, static_cast<Bf16*>(y), mean, rstd, rows, n, stream)
+      bf16 ? LayerNormByWarps(x, gamma, beta, eps, static_cast<Bf16*>(y), mean, rstd, rows, n,
+                              stream)
            : LayerNormByWarps(x, gamma, beta, eps, static_cast<float*>(y), mean, rstd, rows, n,
                               stream);
   if (by_warps) return Launched();
@@ -775,18 +776,16 @@ cudaError_t GeluBackward(const void* pre, const void* dg, void* dpre, int64_t co
 
 // Launches kernel<I, T> with I = uint32_t where `count` fits in 31 bits, else int64_t;
 // the four sizes converted to I.
-#define LOOM_LAUNCH_INDEXED(kernel, T, count, ...)                                        \
-  do {                                                                                    \
-    if (Fits32(count)) {                                                                  \
-      kernel<uint32_t, T><<<GridFor(count), kThreads, 0, stream>>>(__VA_ARGS__,           \
-                                                                   static_cast<uint32_t>(s), \
-                                                                   static_cast<uint32_t>(b), \
-                                                                   static_cast<uint32_t>(heads), \
-                                                                   static_cast<uint32_t>(head_dim)); \
-    } else {                                                                              \
-      kernel<int64_t, T><<<GridFor(count), kThreads, 0, stream>>>(__VA_ARGS__, s, b, heads, \
-                                                                  head_dim);              \
-    }                                                                                     \
+#define LOOM_LAUNCH_INDEXED(kernel, T, count, ...)                                   \
+  do {                                                                               \
+    if (Fits32(count)) {                                                             \
+      kernel<uint32_t, T><<<GridFor(count), kThreads, 0, stream>>>(                  \
+          __VA_ARGS__, static_cast<uint32_t>(s), static_cast<uint32_t>(b),           \
+          static_cast<uint32_t>(heads), static_cast<uint32_t>(head_dim));            \
+    } else {                                                                         \
+      kernel<int64_t, T><<<GridFor(count), kThreads, 0, stream>>>(__VA_ARGS__, s, b, \
+                                                                  heads, head_dim);  \
+    }                                                                                \
   } while (0)
 
 cudaError_t SplitQkv(const float* qkv, const float* bias, void* q, void* k, void* v, int64_t s,

@@ -202,14 +202,17 @@ TEST_P(GptKernelsTest, BiasGeluAndItsGradient) {
               cudaSuccess);
     ASSERT_EQ(gpt_gpu::GeluBackward(dpre.p, ddg.p, dout.p, rows * n, bf16(), nullptr),
               cudaSuccess);
-    const auto as_stored = [&](double x) { return bf16() ? double{RoundBf16(static_cast<float>(x))} : x; };
+    const auto as_stored = [&](double x) {
+      return bf16() ? double{RoundBf16(static_cast<float>(x))} : x;
+    };
     std::vector<double> want_g(rows * n), want_d(rows * n), want_pre(rows * n);
     for (int64_t i = 0; i < rows * n; ++i) {
       const double x = as_stored(as_stored(pre[i]) + static_cast<double>(bias[i % n]));
       const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
       want_pre[i] = x;
       want_g[i] = 0.5 * x * (1 + t);
-      want_d[i] = as_stored(dg[i]) * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x));
+      want_d[i] = as_stored(dg[i]) *
+                  (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x));
     }
     ExpectNear(dpre.Get(), want_pre, out_rel() + 1e-5, what + " pre + bias", bf16() ? 1e-3 : 1.0);
     ExpectNear(g.Get(), want_g, out_rel() + 1e-5, what + " gelu", bf16() ? 1e-3 : 1.0);
