@@ -146,6 +146,20 @@ __device__ __forceinline__ int64_t HeadOffset(const AttentionStrides& st, int64_
   return (bh / heads) * st.batch + (bh % heads) * st.head;
 }
 
+// acc[n] += a B(kk, n) for every n-block of a [64][Ld] tile whose rows are the k index
+// (V in P V, K in dS K): the A operand held, the B operands streamed by columns.
+template <int D, int Ld>
+__device__ __forceinline__ void MmaAcrossColumns(float (&acc)[D / 8][4], const uint32_t (&a)[4],
+                                                 const Bf16* tile, int kk, int lane) {
+#pragma unroll
+  for (int n = 0; n < D / 8; n += 2) {
+    uint32_t b[4];
+    LoadBCols<Ld>(b, tile, kk, n, lane);
+    Mma(acc[n], a, b[0], b[1]);
+    Mma(acc[n + 1], a, b[2], b[3]);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     FlashForwardKernel(const Bf16* __restrict__ q, const Bf16* __restrict__ k,
@@ -258,13 +272,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t pa[4];
       AFromC(pa, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b[4];
-        LoadBCols<kLd>(b, vs, kk, n, lane);
-        Mma(o[n], pa, b[0], b[1]);
-        Mma(o[n + 1], pa, b[2], b[3]);
-      }
+      MmaAcrossColumns<D, kLd>(o, pa, vs, kk, lane);
     }
     __syncthreads();  // this K and V are no longer read: the next iteration refills them
   }
@@ -435,13 +443,7 @@ __global__ void __launch_bounds__(kThreads)
       uint32_t a[4];
       const int m = lane / 8;
       LoadMatrix4T(a, dss + (16 * kk + lane % 8 + (m >> 1) * 8) * kDsLd + warp * 16 + (m & 1) * 8);
-#pragma unroll
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b[4];
-        LoadBCols<kLd>(b, ks, kk, n, lane);
-        Mma(dq[n], a, b[0], b[1]);
-        Mma(dq[n + 1], a, b[2], b[3]);
-      }
+      MmaAcrossColumns<D, kLd>(dq, a, ks, kk, lane);
     }
     const int qrow_lo = q0 + warp * 16 + g, qrow_hi = qrow_lo + 8;
 #pragma unroll
