@@ -221,7 +221,8 @@ struct DTypeOpOptions {
 
 // DTypeOpMatrix: for every reducing collective `algorithm` has (all_reduce,
 // reduce_scatter, reduce; not the blocks), every dtype x op (sum, prod, min, max) on
-// the worlds x counts of `options`; rooted at n-1.
+// the worlds x counts of `options`; rooted at n-1. Under a sanitizer (core/sanitizers.h)
+// each dtype with one op, the four ops in turn.
 std::vector<AlgorithmCase> DTypeOpMatrix(const AlgorithmUnderTest& algorithm,
                                          const DTypeOpOptions& options);
 
