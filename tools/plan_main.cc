@@ -66,9 +66,11 @@ ABSL_FLAG(std::string, sequence_parallel, "",
           "Override: true or false, whether activations split over tp (the device's "
           "default: false on a100-80gb, true on h100-80gb, h200).");
 ABSL_FLAG(std::string, calibration, "",
-          "With --device=this-cpu: `train --summary_json` files (comma-separated) of one-rank "
-          "runs of this model; the one with the threads each rank gets here fits the GEMM, "
-          "attention and element-wise constants.");
+          "With --device=this-cpu: `train --summary_json` files (comma-separated) of "
+          "data-parallel runs of this model; the first with the threads each rank gets here "
+          "fits the GEMM, attention and element-wise constants, and the later ones like it "
+          "(same dp, width, sequence, dtype) at other microbatch sizes fit how the products "
+          "slow at fewer rows and what each microbatch's gradient accumulation costs.");
 ABSL_FLAG(std::vector<std::string>, compare, {},
           "With --device=this-cpu: `train --summary_json` files of runs to predict and compare "
           "with: each run's model, batch and configuration are taken from its file, its "
@@ -265,6 +267,11 @@ absl::StatusOr<planner::DeviceSpec> CpuDeviceFor(int64_t ranks, int threads_per_
                 << device.gemm_max_efficiency << ", attention at " << device.attention_efficiency
                 << " of it, " << device.elementwise_passes << " element-wise passes, "
                 << device.step_overhead_seconds * 1e3 << " ms overhead a step\n";
+      if (fit.runs_fitted > 1) {
+        std::cout << "  from " << fit.runs_fitted << " runs: GEMM efficiency half at "
+                  << device.gemm_half_rows << " rows, weight gradients "
+                  << device.grad_accumulate_passes << " passes a microbatch\n";
+      }
     }
   }
   return device;

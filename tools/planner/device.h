@@ -37,6 +37,17 @@ struct DeviceSpec {
   // keep fewer tensor cores busy and spend more of their time loading operands.
   double gemm_max_efficiency = 0.7;
   double gemm_half_width = 300;
+  // And times rows / (rows + gemm_half_rows), rows = the microbatch's tokens (over
+  // cp): a product of few rows reuses each loaded weight less. 0: rows do not
+  // matter (the GPU presets, whose microbatches are wide); fitted on a CPU from two
+  // calibration runs of different microbatch sizes (this_cpu.h).
+  double gemm_half_rows = 0;
+  // Each microbatch's backward adds its weight gradients into the step's
+  // accumulators: the stage's f32 gradients move this many times through memory per
+  // microbatch, at memory_bandwidth (Loom's CPU layers write a fresh gradient
+  // tensor and add it in). 0 where the products accumulate in place (Megatron's
+  // gradient-accumulation fusion); fitted like gemm_half_rows.
+  double grad_accumulate_passes = 0;
   // The element-wise model: layer norms, softmax, dropout, GELU and residuals move
   // their activations this many times through memory (forward, recompute and
   // backward), at memory_bandwidth.

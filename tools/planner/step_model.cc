@@ -133,7 +133,8 @@ absl::Status ValidateStepInput(const StepInput& in) {
           "; each must be positive"));
     }
   }
-  if (d.gemm_half_width < 0 || d.elementwise_passes < 0 || d.intra_node_latency < 0 ||
+  if (d.gemm_half_width < 0 || d.gemm_half_rows < 0 || d.elementwise_passes < 0 ||
+      d.grad_accumulate_passes < 0 || d.intra_node_latency < 0 ||
       d.inter_node_latency < 0 || d.dp_overlap < 0 || d.dp_overlap > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "device ", d.name, ": a latency, half width, pass count or overlap is out of range"));
@@ -242,6 +243,10 @@ std::string StepPrediction::Breakdown() const {
                         1e3 * layer_gemm_seconds, 100 * gemm_efficiency,
                         1e3 * layer_elementwise_seconds, 1e3 * layer_tp_seconds,
                         1e3 * layer_cp_seconds);
+  if (layer_grad_accumulate_seconds > 0) {
+    absl::StrAppendFormat(&out, "  of that backward: %.3g ms adding the weight gradients into the accumulators\n",
+                          1e3 * layer_grad_accumulate_seconds);
+  }
   absl::StrAppendFormat(&out, "  logits %.3g ms a microbatch; dp traffic %.4g s, %.4g s of it exposed\n",
                         1e3 * logits_seconds, dp_seconds, dp_exposed_seconds);
   absl::StrAppendFormat(&out, "  %.4g tokens/s, %.1f TFLOP/s per device (Megatron count), MFU %.3f\n",
@@ -270,12 +275,16 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   // dimension is h / tp: the efficiency model's width.
   const double width = h / tp;
   p.gemm_efficiency = d.gemm_max_efficiency * width / (width + d.gemm_half_width);
+  if (d.gemm_half_rows > 0) p.gemm_efficiency *= tokens / (tokens + d.gemm_half_rows);
   const double gemm_rate = peak * p.gemm_efficiency;
   const double dense_seconds = tokens * 2 * LayerMatrixParameters(s) / tp / gemm_rate;
   const double attention_seconds = tokens * 4 * static_cast<double>(s.seq_len) * h / tp /
                                    (gemm_rate * d.attention_efficiency);
   LOOM_ASSIGN_OR_RETURN(const double activation_bytes, LayerActivationBytes(in));
   const double elementwise = d.elementwise_passes * activation_bytes / d.memory_bandwidth;
+  // One microbatch adding one layer's weight gradients (f32) into the accumulators.
+  const double grad_accumulate =
+      d.grad_accumulate_passes * 4 * LayerMatrixParameters(s) / tp / d.memory_bandwidth;
 
   // Tensor parallelism: two all-reduces of the layer's output per pass.
   const Link tp_link = GroupLink(in, 1, c.tp);
@@ -294,7 +303,7 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   }
 
   const double forward = dense_seconds + attention_seconds + elementwise / 3;
-  double backward = 2 * (dense_seconds + attention_seconds) + 2 * elementwise / 3;
+  double backward = 2 * (dense_seconds + attention_seconds) + 2 * elementwise / 3 + grad_accumulate;
   double backward_tp = 2 * tp_all_reduce;
   double backward_cp = cp_backward;
   if (c.recompute == Recompute::kFull) {
@@ -308,6 +317,7 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
   p.layer_backward_seconds = backward;
   p.layer_gemm_seconds = 3 * (dense_seconds + attention_seconds);
   p.layer_elementwise_seconds = elementwise;
+  p.layer_grad_accumulate_seconds = grad_accumulate;
   p.layer_tp_seconds = 2 * tp_all_reduce + backward_tp;
   p.layer_cp_seconds = cp_forward + backward_cp;
   // The head: logits over the vocabulary (vocab-parallel over tp), not recomputed.
@@ -326,7 +336,7 @@ absl::StatusOr<StepPrediction> Predict(const StepInput& in, bool simulate) {
     sc.forward = n * (forward + 2 * tp_all_reduce + cp_forward);
     sc.backward = n * (backward + backward_tp + backward_cp);
     // Zero-bubble split: the weight gradients are the forward's dense products again.
-    sc.backward_weight = n * dense_seconds;
+    sc.backward_weight = n * (dense_seconds + grad_accumulate);
     sc.backward_input = sc.backward - sc.backward_weight;
     costs.per_stage.push_back(sc);
   }

@@ -106,6 +106,7 @@ struct StepPrediction {
   double layer_backward_seconds = 0; // with the recomputed forward
   double layer_gemm_seconds = 0;     // of those: the products, forward + backward
   double layer_elementwise_seconds = 0;
+  double layer_grad_accumulate_seconds = 0;  // one layer, one microbatch (in backward)
   double layer_tp_seconds = 0;       // one layer, one microbatch: tp all-reduces
   double layer_cp_seconds = 0;       // one layer, one microbatch: exposed ring hops
   double logits_seconds = 0;         // the last stage's head, one microbatch

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -225,7 +226,20 @@ absl::StatusOr<JobRun> ParseJobSummary(absl::string_view text) {
   return run;
 }
 
-absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run) {
+namespace {
+
+// RunTerms: what the fit reads of one calibration run, per rank.
+struct RunTerms {
+  double rows = 0;              // a microbatch's tokens: the products' rows
+  double microbatches = 0;      // per rank, per step
+  double gemm_efficiency = 0;   // the products' FLOPs over their seconds at peak
+  double attention_flops = 0;
+  double rest = 0;              // compute beyond the products and the attention, s
+  double activation_bytes = 0;  // what the element-wise model moves per pass
+  double gradient_bytes = 0;    // the layers' f32 weight gradients, once per microbatch
+};
+
+absl::StatusOr<RunTerms> TermsOf(const DeviceSpec& device, const JobRun& run) {
   const PlanConfig& c = run.config;
   if (c.dp < 1 || c.tp != 1 || c.pp != 1 || c.cp != 1) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -235,17 +249,18 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   // A data-parallel run's ranks each compute global_batch / dp sequences (rank 0's
   // breakdown is what the summary holds), at the speed the host gives that many
   // ranks at once.
-  if (run.global_batch % (c.dp * c.microbatch_size) != 0) {
+  if (c.microbatch_size < 1 || run.global_batch % (c.dp * c.microbatch_size) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the calibration run's global batch ", run.global_batch, " is not a multiple of dp ", c.dp,
         " x micro_batch ", c.microbatch_size));
   }
   const int64_t rank_batch = run.global_batch / c.dp;
-  const double rest = run.compute_seconds - run.gemm_seconds - run.attention_seconds;
-  if (!(run.gemm_seconds > 0) || !(run.attention_seconds > 0) || !(rest > 0)) {
+  RunTerms t;
+  t.rest = run.compute_seconds - run.gemm_seconds - run.attention_seconds;
+  if (!(run.gemm_seconds > 0) || !(run.attention_seconds > 0) || !(t.rest > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the calibration run's compute does not split: gemm ", run.gemm_seconds, " s, attention ",
-        run.attention_seconds, " s, the rest ", rest, " s"));
+        run.attention_seconds, " s, the rest ", t.rest, " s"));
   }
   const TransformerShape& s = run.shape;
   const double h = static_cast<double>(s.hidden);
@@ -255,14 +270,12 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   const bool full = c.recompute == Recompute::kFull;
   const double passes = full ? 4 : 3;
   const double peak = c.dtype == ComputeDtype::kBf16 ? device.peak_bf16_flops : device.peak_f32_flops;
-
-  DeviceSpec fitted = device;
   const double gemm_flops =
       tokens * (layers * 2 * LayerMatrixParameters(s) * passes + 3 * 2 * h * static_cast<double>(s.vocab));
-  const double efficiency = gemm_flops / (run.gemm_seconds * peak);
-  fitted.gemm_max_efficiency = efficiency * (h + device.gemm_half_width) / h;
-  const double attention_flops = tokens * layers * 4 * seq * h * passes;
-  fitted.attention_efficiency = attention_flops / (run.attention_seconds * peak * efficiency);
+  t.gemm_efficiency = gemm_flops / (run.gemm_seconds * peak);
+  t.attention_flops = tokens * layers * 4 * seq * h * passes;
+  t.rows = static_cast<double>(c.microbatch_size) * seq;
+  t.microbatches = static_cast<double>(rank_batch / c.microbatch_size);
 
   FusedAttentionActivationOptions o;
   o.hidden_size = s.hidden;
@@ -273,12 +286,108 @@ absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& r
   o.layers = 1;
   o.bf16_linear_inputs = c.dtype == ComputeDtype::kBf16;
   LOOM_ASSIGN_OR_RETURN(const int64_t layer_bytes, EstimateFusedAttentionActivationBytes(o));
-  const double microbatches = static_cast<double>(rank_batch / c.microbatch_size);
-  const double moved = microbatches * layers * static_cast<double>(layer_bytes) * (full ? 4.0 / 3 : 1);
-  fitted.elementwise_passes = rest * device.memory_bandwidth / moved;
-  // What the step took beyond compute, the optimizer and (data parallel) the
-  // gradient communication the backward did not hide, which the step model prices
-  // on its own.
+  t.activation_bytes = t.microbatches * layers * static_cast<double>(layer_bytes) * (full ? 4.0 / 3 : 1);
+  t.gradient_bytes = t.microbatches * layers * 4 * LayerMatrixParameters(s);
+  return t;
+}
+
+// FitLine returns (intercept, slope) of the least-squares line through (x, y); false
+// when the x do not differ.
+bool FitLine(const std::vector<double>& x, const std::vector<double>& y, double& a, double& b) {
+  const double n = static_cast<double>(x.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    sx += x[i];
+    sy += y[i];
+    sxx += x[i] * x[i];
+    sxy += x[i] * y[i];
+  }
+  const double det = n * sxx - sx * sx;
+  if (!(std::abs(det) > 1e-12 * std::max(1.0, n * sxx))) return false;
+  b = (n * sxy - sx * sy) / det;
+  a = (sy - b * sx) / n;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run) {
+  return FitToJobRuns(device, {run});
+}
+
+absl::StatusOr<DeviceSpec> FitToJobRuns(const DeviceSpec& device, const std::vector<JobRun>& runs) {
+  if (runs.empty()) return absl::InvalidArgumentError("no calibration run to fit");
+  std::vector<RunTerms> terms;
+  for (const JobRun& run : runs) {
+    if (run.config.dp != runs[0].config.dp || run.threads_per_rank != runs[0].threads_per_rank ||
+        run.shape.hidden != runs[0].shape.hidden || run.shape.seq_len != runs[0].shape.seq_len ||
+        run.config.dtype != runs[0].config.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibration runs fitted together must share dp, threads per rank, hidden, sequence "
+          "and dtype: dp ", runs[0].config.dp, " and ", run.config.dp, ", threads ",
+          runs[0].threads_per_rank, " and ", run.threads_per_rank, ", hidden ",
+          runs[0].shape.hidden, " and ", run.shape.hidden, ", sequence ", runs[0].shape.seq_len,
+          " and ", run.shape.seq_len));
+    }
+    LOOM_ASSIGN_OR_RETURN(RunTerms t, TermsOf(device, run));
+    terms.push_back(t);
+  }
+  const double h = static_cast<double>(runs[0].shape.hidden);
+  const double width = h / (h + device.gemm_half_width);
+  const double bandwidth = device.memory_bandwidth;
+  DeviceSpec fitted = device;
+
+  // The products: 1 / efficiency = 1 / E + (R / E) / rows over the runs' microbatch
+  // sizes (E the wide-row efficiency, R the half rows), when they differ and the
+  // line says efficiency grows with rows; else one efficiency, R kept.
+  std::vector<double> inverse_rows, inverse_efficiency;
+  for (const RunTerms& t : terms) {
+    inverse_rows.push_back(1 / t.rows);
+    inverse_efficiency.push_back(1 / t.gemm_efficiency);
+  }
+  double a = 0, b = 0;
+  if (FitLine(inverse_rows, inverse_efficiency, a, b) && a > 0 && b >= 0) {
+    fitted.gemm_half_rows = b / a;
+    fitted.gemm_max_efficiency = 1 / a / width;
+  } else {
+    const RunTerms& t = terms[0];
+    const double rows = fitted.gemm_half_rows > 0 ? t.rows / (t.rows + fitted.gemm_half_rows) : 1;
+    fitted.gemm_max_efficiency = t.gemm_efficiency / width / rows;
+  }
+  // The attention at the first run's product efficiency, as the step model prices it.
+  const RunTerms& first = terms[0];
+  const double first_rows =
+      fitted.gemm_half_rows > 0 ? first.rows / (first.rows + fitted.gemm_half_rows) : 1;
+  const double first_efficiency = fitted.gemm_max_efficiency * width * first_rows;
+  const double peak = runs[0].config.dtype == ComputeDtype::kBf16 ? device.peak_bf16_flops
+                                                                  : device.peak_f32_flops;
+  fitted.attention_efficiency =
+      first.attention_flops / (runs[0].attention_seconds * peak * first_efficiency);
+
+  // The rest of compute: element-wise passes over the activations, and (where the
+  // runs' microbatch counts differ) passes over the weight gradients per microbatch:
+  //   rest = P * activation_bytes / bw + G * gradient_bytes / bw.
+  // The activations' bytes scale with the tokens, alike in runs of the same batch;
+  // the gradients' with the microbatches: the line of rest / activations against
+  // gradients / activations separates them.
+  std::vector<double> ratio, rest_per_byte;
+  for (const RunTerms& t : terms) {
+    ratio.push_back(t.gradient_bytes / t.activation_bytes);
+    rest_per_byte.push_back(t.rest * bandwidth / t.activation_bytes);
+  }
+  double p = 0, g = 0;
+  if (FitLine(ratio, rest_per_byte, p, g) && p > 0 && g >= 0) {
+    fitted.elementwise_passes = p;
+    fitted.grad_accumulate_passes = g;
+  } else {
+    fitted.elementwise_passes = std::max(
+        0.0, (first.rest * bandwidth - fitted.grad_accumulate_passes * first.gradient_bytes) /
+                 first.activation_bytes);
+  }
+  // What the first run's step took beyond compute, the optimizer and (data parallel)
+  // the gradient communication the backward did not hide, which the step model
+  // prices on its own.
+  const JobRun& run = runs[0];
   fitted.step_overhead_seconds = std::max(
       0.0, run.step_seconds - run.compute_seconds - run.optimizer_seconds - run.dp_comm_seconds);
   return fitted;
@@ -288,12 +397,23 @@ absl::StatusOr<FittedCpu> MeasureAndFit(int64_t ranks, int threads_per_rank,
                                         const std::vector<JobRun>& calibrations) {
   FittedCpu out;
   LOOM_ASSIGN_OR_RETURN(out.cpu, MeasureThisCpu(ranks, threads_per_rank));
+  // The first run with the rank's threads, and every later one like it (the same dp,
+  // width, sequence and dtype): several microbatch sizes fit the row and
+  // per-microbatch terms too.
+  std::vector<JobRun> alike;
   for (const JobRun& run : calibrations) {
     if (run.threads_per_rank != out.cpu.threads_per_rank) continue;
-    LOOM_ASSIGN_OR_RETURN(out.cpu.device, FitToJobRun(out.cpu.device, run));
-    out.fitted = true;
-    break;
+    if (!alike.empty() &&
+        (run.config.dp != alike[0].config.dp || run.shape.hidden != alike[0].shape.hidden ||
+         run.shape.seq_len != alike[0].shape.seq_len || run.config.dtype != alike[0].config.dtype)) {
+      continue;
+    }
+    alike.push_back(run);
   }
+  if (alike.empty()) return out;
+  LOOM_ASSIGN_OR_RETURN(out.cpu.device, FitToJobRuns(out.cpu.device, alike));
+  out.fitted = true;
+  out.runs_fitted = static_cast<int>(alike.size());
   return out;
 }
 

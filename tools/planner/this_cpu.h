@@ -84,12 +84,25 @@ absl::StatusOr<JobRun> ParseJobSummary(absl::string_view json);
 // had the threads its device stands for.)
 absl::StatusOr<DeviceSpec> FitToJobRun(const DeviceSpec& device, const JobRun& run);
 
-// MeasureAndFit: MeasureThisCpu, then the device fitted to the first of
-// `calibrations` that ran with the threads a rank gets (`fitted` false, and the
-// defaults kept, when none did).
+// FitToJobRuns: the same over several runs of one dp, threads per rank, width,
+// sequence and dtype (InvalidArgument naming them otherwise) whose microbatch sizes
+// differ: it also fits gemm_half_rows (the products' efficiency falls as a
+// microbatch has fewer rows) and grad_accumulate_passes (each microbatch adds its
+// weight gradients into the accumulators), which one run cannot separate from the
+// products' and the element-wise work. Attention and the step's overhead come from
+// the first run. A single run, or runs whose microbatch sizes agree, fit as
+// FitToJobRun with those two kept. Measured on 2 AMD EPYC cores (tools/docs/train.md):
+// 4 microbatches of 2 sequences computed 1.01 s against 0.77 s for 1 of 8.
+absl::StatusOr<DeviceSpec> FitToJobRuns(const DeviceSpec& device, const std::vector<JobRun>& runs);
+
+// MeasureAndFit: MeasureThisCpu, then the device fitted (FitToJobRuns) to the first of
+// `calibrations` that ran with the threads a rank gets and every later one of the
+// same dp, width, sequence and dtype (`fitted` false, and the defaults kept, when
+// none did).
 struct FittedCpu {
   ThisCpu cpu;
   bool fitted = false;
+  int runs_fitted = 0;  // the calibration runs FitToJobRuns used
 };
 absl::StatusOr<FittedCpu> MeasureAndFit(int64_t ranks, int threads_per_rank,
                                         const std::vector<JobRun>& calibrations);

@@ -41,7 +41,9 @@ absl::StatusOr<PlannedJob> PlanTrainJob(const TrainJobOptions& base, int64_t wor
                         planner::MeasureAndFit(world, base.threads_per_rank, calibrations));
   req.device = fit.cpu.device;
   const std::string fitted =
-      fit.fitted ? "constants fitted to a one-rank run" : "the default constants";
+      fit.fitted ? absl::StrCat("constants fitted to ", fit.runs_fitted, " calibration run",
+                                fit.runs_fitted == 1 ? "" : "s")
+                 : std::string("the default constants");
   LOOM_ASSIGN_OR_RETURN(const planner::PlanResult plan, planner::Plan(req));
   absl::Status first_refusal = absl::OkStatus();
   for (const planner::Candidate& c : plan.ranked) {
