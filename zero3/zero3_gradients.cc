@@ -72,10 +72,15 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
     // widen them to f32 on the wire anyway (it rounds once, at the end), so
     // rounding them first would only add a rounding. The average is rounded once,
     // into the bf16 shard.
-    std::vector<float> mine(static_cast<size_t>(state->numel));
+    // In place: the average lands in this rank's block of the bucket's buffer (no
+    // shard-sized vector per bucket and step: above glibc's mmap threshold each
+    // one was fresh pages, zeroed, faulted in and unmapped again).
+    const size_t shard = static_cast<size_t>(state->numel);
+    const absl::Span<float> mine =
+        state->grad_buffer.subspan(static_cast<size_t>(dp->rank()) * shard, shard);
     absl::Status status =
         dp->ReduceScatter(ConstBufferView::Of(absl::MakeConstSpan(state->grad_buffer)),
-                          BufferView::Of(absl::MakeSpan(mine)), ReduceOp::kAvg);
+                          BufferView::Of(mine), ReduceOp::kAvg);
     if (status.ok()) {
       if (state->grads_on_disk) {
         status = AddIntoStoredGrad(mine, *state);
