@@ -55,8 +55,10 @@ int64_t GptConfig::ProductParameterCount() const {
   return layers * (4 * h * h + 2 * h * f) + vocab * h;
 }
 
+int64_t GptConfig::EmbeddingTableParameterCount() const { return (vocab + seq_len) * hidden; }
+
 double GptConfig::TrainingFlopsPerToken() const {
-  return 6.0 * static_cast<double>(ParameterCount()) +
+  return 6.0 * static_cast<double>(ParameterCount() - EmbeddingTableParameterCount()) +
          12.0 * static_cast<double>(layers) * static_cast<double>(seq_len) *
              static_cast<double>(hidden);
 }

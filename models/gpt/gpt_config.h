@@ -51,12 +51,19 @@ struct GptConfig {
   // the head (no bias). 3,323,392 for V=256 seq=128 hidden=256 layers=4.
   int64_t ParameterCount() const;
 
+  // EmbeddingTableParameterCount returns the token and position tables' parameters
+  // (V h + T h): looked up, not multiplied. 98,304 for the model above.
+  int64_t EmbeddingTableParameterCount() const;
+
   // TrainingFlopsPerToken returns the model FLOPs of one trained token, the figure
-  // MFU is computed from (as in PaLM's appendix B and Megatron): 6 N for the matrix
-  // products of forward (2 N) and backward (4 N), plus 12 L T h for attention's
-  // scores and weighted sums (QK^T and PV, forward and backward, T = seq_len).
-  // Recomputation is not counted: it is work the hardware does, not the model.
-  // 21,513,216 for the model above.
+  // MFU is computed from (PaLM's appendix B): 6 N for the matrix products of forward
+  // (2 N) and backward (4 N), plus 12 L T h for attention's scores and weighted sums
+  // (QK^T and PV, forward and backward, T = seq_len). N leaves out the embedding
+  // tables, as Megatron's count does (its V / (12 h L) term is the head alone): a
+  // lookup is no arithmetic, and counting it let a large vocabulary push MFU past 1
+  // (1.02 at V = 32768, hidden 512, 2 layers on 2 AVX2 cores). Recomputation is not
+  // counted: it is work the hardware does, not the model. 20,923,392 for the model
+  // above.
   double TrainingFlopsPerToken() const;
 
   // ProductParameterCount returns the parameters that multiply activations in a

@@ -78,8 +78,16 @@ double MegatronFlopsPerIteration(const TransformerShape& s, int64_t global_batch
   return tokens * (layers * (passes_dense * dense + passes_attention * attention) + logits);
 }
 
+double EmbeddingTableParameters(const TransformerShape& s) {
+  // A tied table is the head as well, a product: only the positions are left out.
+  const double tables = static_cast<double>(s.seq_len) +
+                        (s.tied_embeddings ? 0.0 : static_cast<double>(s.vocab));
+  return tables * static_cast<double>(s.hidden);
+}
+
 double ModelFlopsPerToken(const TransformerShape& s) {
-  return 6 * ParameterCount(s) + 12 * static_cast<double>(s.layers) *
+  return 6 * (ParameterCount(s) - EmbeddingTableParameters(s)) +
+         12 * static_cast<double>(s.layers) *
                                       static_cast<double>(s.hidden) *
                                       static_cast<double>(s.seq_len);
 }

@@ -38,7 +38,7 @@ struct TransformerShape {
   // head; 0 means heads (multi-head attention). Divides heads.
   int64_t kv_heads = 0;
   bool gated_mlp = false;       // SwiGLU: three h x ffn matrices instead of two
-  bool tied_embeddings = true;  // the head reuses the token embedding (GPT-2, Loom)
+  bool tied_embeddings = true;  // the head reuses the token embedding (GPT-2; not Loom's GptModel)
 };
 
 // ValidateShape returns InvalidArgument naming the first field out of range: a size
@@ -73,8 +73,15 @@ double ParameterCount(const TransformerShape& shape);
 double MegatronFlopsPerIteration(const TransformerShape& shape, int64_t global_batch,
                                  Recompute recompute);
 
-// ModelFlopsPerToken returns 6 N + 12 l h s: the FLOPs a step needs per token, with no
-// recomputation counted (the MFU numerator).
+// EmbeddingTableParameters returns the parameters a token looks up rather than
+// multiplies: the position table (s h) and, untied, the token table (V h; tied, the
+// table is also the head, a product).
+double EmbeddingTableParameters(const TransformerShape& shape);
+
+// ModelFlopsPerToken returns 6 N + 12 l h s with N = ParameterCount less
+// EmbeddingTableParameters (as Megatron's count, whose V / (12 h l) term is the head
+// alone): the FLOPs a step needs per token, with no recomputation counted (the MFU
+// numerator; //tools:train's is the same, GptConfig::TrainingFlopsPerToken).
 double ModelFlopsPerToken(const TransformerShape& shape);
 
 }  // namespace planner

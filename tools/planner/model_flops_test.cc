@@ -45,7 +45,17 @@ TEST(ModelFlopsTest, ParameterCountAndModelFlops) {
   const double l = 24, h = 2304, V = 51200, seq = 2048;
   const double n = l * (12 * h * h + 13 * h) + (V + seq) * h + 2 * h;
   EXPECT_DOUBLE_EQ(ParameterCount(s), n);
-  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(s), 6 * n + 12 * l * h * seq);
+  // The position table is looked up, not multiplied; the tied token table is the
+  // head as well, a product.
+  EXPECT_DOUBLE_EQ(EmbeddingTableParameters(s), seq * h);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(s), 6 * (n - seq * h) + 12 * l * h * seq);
+  // Untied, the token table is a lookup and the head a product of its own: the
+  // model FLOPs gain the head (6 V h), not the table.
+  TransformerShape untied = s;
+  untied.tied_embeddings = false;
+  EXPECT_DOUBLE_EQ(ParameterCount(untied), n + V * h);
+  EXPECT_DOUBLE_EQ(EmbeddingTableParameters(untied), (V + seq) * h);
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(untied), ModelFlopsPerToken(s));
   // A narrower MLP: 2 h ffn + ffn + h in place of 8h^2 + 5h.
   s.ffn = 4096;
   EXPECT_DOUBLE_EQ(ParameterCount(s),

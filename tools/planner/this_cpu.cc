@@ -183,6 +183,7 @@ absl::StatusOr<JobRun> ParseJobSummary(absl::string_view text) {
   LOOM_RETURN_IF_ERROR(integer("seq_len", run.shape.seq_len));
   LOOM_RETURN_IF_ERROR(integer("vocab", run.shape.vocab));
   LOOM_RETURN_IF_ERROR(integer("ffn", run.shape.ffn));
+  run.shape.tied_embeddings = false;  // the job's GptModel: its head is its own matrix
   LOOM_RETURN_IF_ERROR(integer("dp", run.config.dp));
   LOOM_RETURN_IF_ERROR(integer("tp", run.config.tp));
   LOOM_RETURN_IF_ERROR(integer("pp", run.config.pp));

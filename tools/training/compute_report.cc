@@ -40,7 +40,7 @@ MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const Fma
                      int cores, int threads_per_rank, bool bf16_products,
                      const GemmFigures& gemm) {
   MfuReport r;
-  r.parameters = model.ParameterCount();
+  r.parameters = model.ParameterCount() - model.EmbeddingTableParameterCount();
   r.flops_per_token = model.TrainingFlopsPerToken();
   r.achieved_flops = r.flops_per_token * tokens_per_second;
   const bool bf16 = bf16_products && peak.bf16_flops_per_core > 0;
@@ -74,7 +74,8 @@ MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const Fma
 std::string MfuLine(const MfuReport& r) {
   const bool bf16 = r.peak_kind == "bf16";
   std::string line = absl::StrFormat(
-      "compute: %.2f MFLOP per token (6N + 12LTh, N = %d), %.1f GFLOP/s; MFU %.3f of %.1f "
+      "compute: %.2f MFLOP per token (6N + 12LTh, N = %d besides the embedding tables), "
+      "%.1f GFLOP/s; MFU %.3f of %.1f "
       "GFLOP/s %smeasured (%d core%s x %.1f, %s, %s%s%s); %d GEMM thread%s per rank",
       r.flops_per_token / 1e6, r.parameters, r.achieved_flops / 1e9, r.mfu, r.peak_flops / 1e9,
       bf16 ? "bf16 peak " : "", r.cores, r.cores == 1 ? "" : "s", r.peak_flops_per_core / 1e9,
@@ -137,9 +138,11 @@ std::string DeviceMfuLine(const GptConfig& model, const TrainSummary& summary) {
   const DeviceMfu m = ComputeDeviceMfu(model, summary);
   const size_t steps = summary.steps.size();
   return absl::StrFormat(
-      "GPU: %.4g GFLOP per token (6N + 12LTh, N = %d), median %.0f tokens/s over the last %d "
+      "GPU: %.4g GFLOP per token (6N + 12LTh, N = %d besides the embedding tables), median "
+      "%.0f tokens/s over the last %d "
       "steps, %.1f TFLOP/s; MFU %.3f of 989 TFLOP/s (H100 SXM dense bf16 peak)",
-      m.flops_per_token / 1e9, model.ParameterCount(), m.tokens_per_second,
+      m.flops_per_token / 1e9,
+      model.ParameterCount() - model.EmbeddingTableParameterCount(), m.tokens_per_second,
       steps > 1 ? steps - 1 : steps, m.achieved_flops / 1e12, m.mfu);
 }
 

@@ -12,11 +12,12 @@
 //   const int cores = CoresUsed(/*ranks_on_host=*/1, threads, /*usable_cpus=*/2, 1);  // 2
 //   MfuReport mfu = ComputeMfu(model, /*tokens_per_second=*/4000, peak, cores, threads);
 //   MfuLine(mfu);
-//   // "compute: 21.51 MFLOP per token (6N + 12LTh, N = 3323392), 86.1 GFLOP/s; MFU 0.367 of
-//   //  234.5 GFLOP/s measured (2 cores x 117.2, AVX3, AMD EPYC); 2 GEMM threads per rank"
+//   // "compute: 20.92 MFLOP per token (6N + 12LTh, N = 3225088 besides the embedding
+//   //  tables), 83.7 GFLOP/s; MFU 0.357 of 234.5 GFLOP/s measured (2 cores x 117.2, AVX3,
+//   //  AMD EPYC); 2 GEMM threads per rank"
 //   MfuLine(ComputeMfu(model, 6000, peak, cores, threads, /*bf16_products=*/true));
-//   // "compute: 21.51 MFLOP per token (...), 129.1 GFLOP/s; MFU 0.275 of 469.0 GFLOP/s bf16
-//   //  peak measured (2 cores x 234.5, AVX3, AMD EPYC; 0.550 of the f32 FMA peak); 2 GEMM
+//   // "compute: 20.92 MFLOP per token (...), 125.5 GFLOP/s; MFU 0.268 of 469.0 GFLOP/s bf16
+//   //  peak measured (2 cores x 234.5, AVX3, AMD EPYC; 0.535 of the f32 FMA peak); 2 GEMM
 //   //  threads per rank"
 //   ResolveThreadsPerRank(2, /*ranks_on_host=*/2, /*usable_cpus=*/2);
 //   // InvalidArgument: "--threads_per_rank 2 with 2 ranks on this host needs 4 CPUs; it
@@ -58,7 +59,7 @@ struct GemmFigures {
 };
 
 struct MfuReport {
-  int64_t parameters = 0;           // N
+  int64_t parameters = 0;           // N, the embedding tables left out
   double flops_per_token = 0;       // 6 N + 12 L T h
   double achieved_flops = 0;        // flops_per_token x tokens per second
   double peak_flops_per_core = 0;   // measured
@@ -122,7 +123,7 @@ struct DeviceMfu {
   double mfu = 0;  // achieved over kH100Bf16DenseFlops
 };
 DeviceMfu ComputeDeviceMfu(const GptConfig& model, const TrainSummary& summary);
-// "GPU: 1.06 GFLOP per token (6N + 12LTh, N = ...), median 123,456 tokens/s over
+// "GPU: 1.06 GFLOP per token (6N + 12LTh, N = ... besides the embedding tables), median 123,456 tokens/s over
 // steps 2-20, 131.2 TFLOP/s; MFU 0.133 of 989 TFLOP/s (H100 SXM dense bf16 peak)"
 std::string DeviceMfuLine(const GptConfig& model, const TrainSummary& summary);
 

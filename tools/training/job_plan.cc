@@ -27,6 +27,7 @@ absl::StatusOr<PlannedJob> PlanTrainJob(const TrainJobOptions& base, int64_t wor
   req.shape.seq_len = base.model.seq_len;
   req.shape.vocab = base.model.vocab;
   req.shape.ffn = base.model.ffn_size();
+  req.shape.tied_embeddings = false;  // GptModel's head is a matrix of its own
   req.global_batch = global_batch;
   req.world = world;
   req.gpus_per_node = world;
