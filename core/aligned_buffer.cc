@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/large_block_cache.h"
+
 namespace loom {
 namespace aligned_buffer_internal {
 
@@ -16,13 +18,23 @@ absl::StatusOr<std::unique_ptr<void, FreeDeleter>> AllocateAlignedBytes(size_t b
     return absl::InvalidArgumentError(
         absl::StrCat(bytes, " bytes rounded up to alignment ", alignment, " overflows size_t"));
   }
-  void* memory = std::aligned_alloc(alignment, rounded);
+  void* memory = large_block_cache_internal::TakeBlock(rounded, alignment);
+  if (memory == nullptr) memory = std::aligned_alloc(alignment, rounded);
+  if (memory == nullptr && rounded >= kLargeBlockBytes) {
+    // The cache's blocks may be what the system lacks: give them back, once.
+    ReleaseLargeBlockCache();
+    memory = std::aligned_alloc(alignment, rounded);
+  }
   if (memory == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("aligned_alloc(", alignment, ", ", rounded,
                                                      ") failed: out of host memory"));
   }
   if (zero) std::memset(memory, 0, rounded);
-  return std::unique_ptr<void, FreeDeleter>(memory);
+  return std::unique_ptr<void, FreeDeleter>(memory, FreeDeleter{rounded});
+}
+
+void FreeDeleter::operator()(void* p) const {
+  if (!large_block_cache_internal::GiveBlock(p, bytes)) std::free(p);
 }
 
 }  // namespace aligned_buffer_internal

@@ -28,13 +28,17 @@ namespace loom {
 inline constexpr size_t kDefaultAlignment = 64;
 
 namespace aligned_buffer_internal {
+// Frees a block from AllocateAlignedBytes: one of kLargeBlockBytes or more goes
+// back to core/large_block_cache.h's cache where that is on.
 struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+  size_t bytes = 0;  // the block's size as allocated (rounded to the alignment)
+  void operator()(void* p) const;
 };
 
 // AllocateAlignedBytes returns memory of at least `bytes` bytes (rounded up to the
 // alignment, as std::aligned_alloc requires) aligned to `alignment`, zeroed when
-// `zero` is set.
+// `zero` is set: a block of the same size from core/large_block_cache.h's cache
+// where it is on and holds one, else from std::aligned_alloc.
 absl::StatusOr<std::unique_ptr<void, FreeDeleter>> AllocateAlignedBytes(size_t bytes,
                                                                        size_t alignment,
                                                                        bool zero = true);

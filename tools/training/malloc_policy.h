@@ -5,9 +5,12 @@
 // on first touch. The layers make per-call temporaries of the same sizes every
 // step, so the job tells malloc to keep what it frees for its next allocations:
 // blocks up to glibc's largest threshold (32 MiB on 64-bit) come from the heaps,
-// which are never trimmed. The steady state then takes no page faults (the job
-// reports them per step) and keeps resident what its largest step needed, which
-// the next step needs again.
+// which are never trimmed. Larger blocks glibc maps and unmaps whatever it is told;
+// those of core/aligned_buffer.h (every Tensor) go to core/large_block_cache.h's
+// cache on free, which the policy turns on, bounded by a quarter of the host's
+// memory. The steady state then takes no page faults (the job reports them per
+// step) and keeps resident what its largest step needed, which the next step needs
+// again.
 //
 // Example (first thing in main, before any thread starts):
 //   loom::ReuseFreedMemory();
