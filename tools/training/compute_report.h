@@ -70,7 +70,9 @@ struct MfuReport {
   double mfu_f32_peak = 0;          // achieved over the f32 peak (= mfu for "f32")
   // Where the peak per core came from: the instruction loop of peak_kind
   // (core/fma_peak.h), or, where it was higher, the backend's best product per
-  // GEMM thread (a unit the loop does not measure, e.g. AMX tiles).
+  // GEMM thread (a unit the loop does not measure, e.g. AMX tiles: "backend"), or,
+  // where the job's own GEMMs ran faster than both (measured in a slow moment of a
+  // busy or throttled host), their rate ("gemms"): MFU never passes 1 for it.
   std::string peak_source = "instructions";
   std::string gemm_backend;
   double gemm_flops_per_token = 0;  // 6 x GptConfig::ProductParameterCount

@@ -132,6 +132,41 @@ TEST(ComputeMfuTest, TheBackendsBestProductRaisesThePeakAndTheGemmShareUsesIt) {
   EXPECT_EQ(ComputeMfu(model, 2000, peak, 2, 2, false, gemm).gemm_mfu, 0.0);
 }
 
+// The job's own products faster than both measurements (taken in a slow moment of a
+// busy host): their rate is the peak, so neither ratio passes 1, and the line says so.
+TEST(ComputeMfuTest, GemmsFasterThanTheMeasuredPeakBecomeThePeak) {
+  GptConfig model;
+  model.vocab = 256;
+  model.seq_len = 128;
+  model.hidden = 256;
+  model.heads = 8;
+  model.layers = 4;
+  FmaPeak peak;
+  peak.cpu_model = "Test CPU";
+  peak.vector_target = "AVX2";
+  peak.flops_per_core = 100e9;
+  GemmFigures gemm;
+  gemm.backend = "OpenBLAS (test)";
+  gemm.backend_flops_per_rank = 2 * 90e9;
+  gemm.seconds_per_step = 0.25;  // 6 x 3211264 x 4096 FLOP on 2 threads: 157.8 GFLOP/s each
+  gemm.tokens_per_step = 4096;
+  const MfuReport r = ComputeMfu(model, 2000, peak, /*cores=*/2, /*threads_per_rank=*/2,
+                                 /*bf16_products=*/false, gemm);
+  const double per_core = 6.0 * 3211264 * 4096 / (0.25 * 2);
+  EXPECT_EQ(r.peak_source, "gemms");
+  EXPECT_DOUBLE_EQ(r.peak_flops_per_core, per_core);
+  EXPECT_DOUBLE_EQ(r.gemm_mfu, 1.0);
+  EXPECT_DOUBLE_EQ(r.mfu, 20923392.0 * 2000 / (2 * per_core));
+  EXPECT_LE(r.mfu, 1.0);
+  EXPECT_THAT(MfuLine(r), HasSubstr("this job's own products, above both measurements"));
+  // Slower products leave the measured peak.
+  gemm.seconds_per_step = 1.0;
+  const MfuReport slow = ComputeMfu(model, 2000, peak, 2, 2, false, gemm);
+  EXPECT_EQ(slow.peak_source, "instructions");
+  EXPECT_DOUBLE_EQ(slow.peak_flops_per_core, 100e9);
+  EXPECT_LT(slow.gemm_mfu, 1.0);
+}
+
 // The GPU job's MFU: the median step after the first (which warms up), over the
 // H100's dense bf16 peak.
 TEST(ComputeDeviceMfuTest, IsTheMedianSteadyStepOverTheH100Peak) {
