@@ -238,8 +238,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_ou
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
                         RoundedOperand(g, state_.rows, out_features_local(), gemm_precision(), g16));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
-  work = tp_layers_internal::LinearWork(std::move(state_.input), g, storage, std::move(g16),
-                                        has_bias_ ? out_features_local() : 0, state_.rows);
+  LOOM_ASSIGN_OR_RETURN(work, tp_layers_internal::LinearWork(std::move(state_.input), g,
+                                                              std::move(g16), has_bias_ ? out_features_local() : 0,
+                                                              state_.rows));
   ReleaseActivations();
   return dx;
 }

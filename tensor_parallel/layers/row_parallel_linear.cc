@@ -193,8 +193,9 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_outpu
   LOOM_ASSIGN_OR_RETURN(const GemmBf16Input product_g,
                         RoundedOperand(g, state_.rows, out_, gemm_precision(), g16));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, InputGradient(product_g));
-  work = tp_layers_internal::LinearWork(std::move(state_.input), g, storage, std::move(g16),
-                                        has_bias_ ? out_ : 0, state_.rows);
+  LOOM_ASSIGN_OR_RETURN(work, tp_layers_internal::LinearWork(std::move(state_.input), g,
+                                                              std::move(g16), has_bias_ ? out_ : 0,
+                                                              state_.rows));
   ReleaseActivations();
   return dx;
 }

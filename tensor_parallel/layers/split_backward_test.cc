@@ -319,8 +319,11 @@ TEST(SplitBackwardErrors, WorkOfAnotherShapeOrLayerIsRefused) {
         fc.BackwardInput(RandomTensor({3, fc.out_features_local()}, 44), work).status());
     EXPECT_EQ(work.rows, 3);
     EXPECT_EQ(work.bytes(), (3 * kIn + 3 * fc.out_features_local()) * sizeof(float));
-    WeightGradWork short_work = work;
-    short_work.grad_output.pop_back();
+    WeightGradWork short_work;
+    short_work.rows = work.rows;
+    short_work.input = work.input;
+    LOOM_ASSIGN_OR_RETURN(short_work.grad_output,
+                          AlignedBuffer<float>::Create(work.grad_output.size() - 1));
     EXPECT_THAT(fc.BackwardWeight(short_work),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr(absl::StrCat("ColumnParallelLinear: weight-gradient work of 3 "

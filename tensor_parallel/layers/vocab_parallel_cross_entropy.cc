@@ -64,14 +64,15 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
   // 2. One sum for two values per token: [target logit - max | sum of exp], so the
   // two reductions cost one call's latency.
   std::vector<float> sums(static_cast<size_t>(2 * tokens), 0.0f);
-  state_.softmax.assign(z.begin(), z.end());
+  LOOM_ASSIGN_OR_RETURN(state_.softmax, AlignedBuffer<float>::CreateUninitialized(z.size()));
+  std::copy(z.begin(), z.end(), state_.softmax.data());
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t local_target = targets[t] - extent_.offset;
     if (local_target >= 0 && local_target < width) {
       sums[t] = z[t * width + local_target] - row_max[t];
     }
     sums[tokens + t] = ExpShiftInPlace(
-        absl::MakeSpan(state_.softmax).subspan(static_cast<size_t>(t * width),
+        state_.softmax.span().subspan(static_cast<size_t>(t * width),
                                          static_cast<size_t>(width)),
         row_max[t]);
   }
@@ -80,7 +81,7 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
   for (int64_t t = 0; t < tokens; ++t) {
     const float sum_exp = sums[tokens + t];
     loss[t] = std::log(sum_exp) - sums[t];
-    ScaleInPlace(absl::MakeSpan(state_.softmax).subspan(static_cast<size_t>(t * width),
+    ScaleInPlace(state_.softmax.span().subspan(static_cast<size_t>(t * width),
                                                   static_cast<size_t>(width)),
                  1.0f / sum_exp);
   }
@@ -96,13 +97,15 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Backward(const Tensor& grad_lo
       tp_layers_internal::CheckGradient(kName, state_.valid, grad_loss, state_.loss_shape, "grad_loss"));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> g, grad_loss.As<float>());
   const int64_t width = extent_.length;
-  std::vector<float> dz(state_.softmax.size());
+  // Written straight into the returned tensor (every element, so uninitialized).
+  LOOM_ASSIGN_OR_RETURN(Tensor out, Tensor::CreateUninitialized(state_.logits_shape, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<float> dz, out.As<float>());
   for (size_t t = 0; t < state_.targets.size(); ++t) {
     for (int64_t j = 0; j < width; ++j) dz[t * width + j] = state_.softmax[t * width + j] * g[t];
     const int64_t local_target = state_.targets[t] - extent_.offset;
     if (local_target >= 0 && local_target < width) dz[t * width + local_target] -= g[t];
   }
-  return ToTensor(state_.logits_shape, dz);
+  return out;
 }
 
 }  // namespace loom

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "core/half.h"
 
 namespace loom {
@@ -36,7 +37,9 @@ struct WeightGradWork {
   std::vector<int64_t> ids;
   // The output gradient this rank's weight needs, [rows, out] (this rank's
   // features for a column-parallel layer, gathered under sequence parallelism).
-  std::vector<float> grad_output;
+  // An AlignedBuffer: the LM head's is [tokens, vocab], whose large block the job's
+  // core/large_block_cache.h reuses (a std::vector's glibc maps and unmaps anew).
+  AlignedBuffer<float> grad_output;
   // A linear layer that multiplies in bf16 keeps its input and output gradient only
   // as their bf16 rounding (what its weight product would round them to, in half
   // the memory): these, with `input` and `grad_output` then empty.
@@ -49,7 +52,7 @@ struct WeightGradWork {
   // bytes returns the memory held until BackwardWeight.
   size_t bytes() const {
     return input.capacity() * sizeof(float) + ids.capacity() * sizeof(int64_t) +
-           grad_output.capacity() * sizeof(float) +
+           grad_output.size_bytes() +
            (input_bf16.capacity() + grad_output_bf16.capacity()) * sizeof(BFloat16) +
            bias_grad.capacity() * sizeof(float);
   }

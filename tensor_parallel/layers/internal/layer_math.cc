@@ -233,19 +233,21 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
   return absl::OkStatus();
 }
 
-std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>& storage) {
-  if (view.data() == storage.data() && view.size() == storage.size()) return std::move(storage);
-  return std::vector<float>(view.begin(), view.end());
+absl::StatusOr<AlignedBuffer<float>> OwnedValues(absl::Span<const float> view) {
+  LOOM_ASSIGN_OR_RETURN(AlignedBuffer<float> out,
+                        AlignedBuffer<float>::CreateUninitialized(view.size()));
+  std::copy(view.begin(), view.end(), out.data());
+  return out;
 }
 
-WeightGradWork LinearWork(LinearOperand input, absl::Span<const float> g,
-                          std::vector<float>& storage, std::vector<BFloat16> g16,
-                          int64_t bias_cols, int64_t rows) {
+absl::StatusOr<WeightGradWork> LinearWork(LinearOperand input, absl::Span<const float> g,
+                                          std::vector<BFloat16> g16, int64_t bias_cols,
+                                          int64_t rows) {
   WeightGradWork work;
   work.input = std::move(input.f32);
   work.input_bf16 = std::move(input.bf16);
   if (g16.empty()) {
-    work.grad_output = OwnedValues(g, storage);
+    LOOM_ASSIGN_OR_RETURN(work.grad_output, OwnedValues(g));
   } else {
     // The work keeps no f32 gradient, so its bias gradient is summed now.
     if (bias_cols > 0) work.bias_grad = SumRows(g, bias_cols);

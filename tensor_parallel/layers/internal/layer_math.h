@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/aligned_buffer.h"
 #include "core/dtype.h"
 #include "core/half.h"
 #include "tensor_parallel/layers/gemm.h"
@@ -163,20 +164,22 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
                            const std::vector<int64_t>& forward_shape,
                            const std::string& name = "grad_output");
 
-// OwnedValues returns `view` as a vector of its own: `storage` itself (moved)
-// when view is its data, a copy otherwise. The gradient helpers return a view of
-// the caller's tensor when they need no copy, so a plain Backward copies nothing,
-// and a split backward copies only what its work must keep.
-std::vector<float> OwnedValues(absl::Span<const float> view, std::vector<float>& storage);
+// OwnedValues returns a copy of `view` a work can keep. The gradient helpers
+// return a view of the caller's tensor when they need no copy (or of `storage`,
+// gathered), so a plain Backward copies nothing, and a split backward copies only
+// what its work must keep, into an AlignedBuffer (large ones reused step after step
+// where core/large_block_cache.h is on). Where view is storage's data (a gathered
+// gradient) the copy is one more than a move was; `storage` is left as it was.
+absl::StatusOr<AlignedBuffer<float>> OwnedValues(absl::Span<const float> view);
 
 // LinearWork returns the work a linear layer's BackwardInput leaves: its saved
 // input (moved in), and the output gradient `g` [rows, bias_cols-wide or not] as its
-// products used it: f32, owned (`storage` moved when g is its data, else a copy),
-// or, when `g16` holds g's bf16 rounding (non-empty), that, with the bias gradient
-// (bias_cols wide; 0: no bias) summed from the f32 g now.
-WeightGradWork LinearWork(LinearOperand input, absl::Span<const float> g,
-                          std::vector<float>& storage, std::vector<BFloat16> g16,
-                          int64_t bias_cols, int64_t rows);
+// products used it: f32, owned (OwnedValues), or, when `g16` holds g's bf16
+// rounding (non-empty), that, with the bias gradient (bias_cols wide; 0: no bias)
+// summed from the f32 g now. ResourceExhausted when the copy cannot be allocated.
+absl::StatusOr<WeightGradWork> LinearWork(LinearOperand input, absl::Span<const float> g,
+                                          std::vector<BFloat16> g16, int64_t bias_cols,
+                                          int64_t rows);
 
 // WorkBiasGradient returns a work's bias gradient (bias_cols wide; 0: none): summed
 // already with a bf16 gradient, from the f32 gradient otherwise.
