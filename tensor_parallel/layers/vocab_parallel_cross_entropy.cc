@@ -73,7 +73,7 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
     }
     sums[tokens + t] = ExpShiftInPlace(
         state_.softmax.span().subspan(static_cast<size_t>(t * width),
-                                         static_cast<size_t>(width)),
+                                      static_cast<size_t>(width)),
         row_max[t]);
   }
   LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, absl::MakeSpan(sums), tally_));
@@ -82,7 +82,7 @@ absl::StatusOr<Tensor> VocabParallelCrossEntropy::Forward(const Tensor& logits,
     const float sum_exp = sums[tokens + t];
     loss[t] = std::log(sum_exp) - sums[t];
     ScaleInPlace(state_.softmax.span().subspan(static_cast<size_t>(t * width),
-                                                  static_cast<size_t>(width)),
+                                               static_cast<size_t>(width)),
                  1.0f / sum_exp);
   }
   state_.targets.assign(targets.begin(), targets.end());
