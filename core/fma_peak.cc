@@ -120,11 +120,14 @@ __attribute__((target("avx512f,avx512bf16"))) double Bf16DotChains(int64_t itera
 }
 #endif
 
-// BestRate returns the best FLOP/s of five rounds of `chains` (FLOP done for a count
-// of iterations) lasting about `duration` in all, after sizing the rounds.
+// BestRate returns the best FLOP/s of twenty rounds of `chains` (FLOP done for a
+// count of iterations) lasting about `duration` in all, after sizing the rounds.
+// Many short rounds, because a shared host slows the core in spells: on a 2-core
+// KVM guest (AMD EPYC, Zen 1) five rounds in 50 ms measured 40.3 to 47.4 GFLOP/s
+// over six runs (two more than 10% low), twenty in 250 ms 46.2 to 47.4 over eight.
 template <typename Chains>
 double BestRate(absl::Duration duration, const Chains& chains, float* sink) {
-  constexpr int kRounds = 5;
+  constexpr int kRounds = 20;
   const double round_seconds = absl::ToDoubleSeconds(duration) / kRounds;
   // Calibrate: grow the iteration count until a run takes a tenth of a round, then
   // size the rounds from that run's rate.

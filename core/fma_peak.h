@@ -39,7 +39,7 @@ struct FmaPeak {
   double bf16_flops_per_core = 0;
 };
 
-// MeasureFmaPeak measures for about `duration` per peak (best of five rounds) on the
+// MeasureFmaPeak measures for about `duration` per peak (best of twenty rounds) on the
 // calling thread: the f32 one, and the bf16 one where the CPU has AVX512_BF16. InvalidArgument naming it when duration is not positive or above
 // 10 s.
 absl::StatusOr<FmaPeak> MeasureFmaPeak(absl::Duration duration);

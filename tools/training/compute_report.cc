@@ -58,7 +58,7 @@ MfuReport ComputeMfu(const GptConfig& model, double tokens_per_second, const Fma
       gemm.seconds_per_step * static_cast<double>(std::max(1, threads_per_rank));
   if (gemm_core_seconds > 0 && r.peak_flops_per_core > 0) {
     // The job's own products faster than both measurements: those were taken in a
-    // slow moment (a busy or throttled host; 50 ms before the ranks start), and a
+    // slow moment (a busy or throttled host; 250 ms before the ranks start), and a
     // ratio above 1 would say nothing true. The products' own rate is the peak.
     const double gemm_per_core =
         r.gemm_flops_per_token * gemm.tokens_per_step / gemm_core_seconds;
@@ -105,7 +105,7 @@ std::string MfuLine(const MfuReport& r) {
 
 absl::StatusOr<MeasuredPeaks> MeasurePeaks(GemmPrecision precision, bool products_on_cpu) {
   MeasuredPeaks peaks;
-  LOOM_ASSIGN_OR_RETURN(peaks.instructions, MeasureFmaPeak(absl::Milliseconds(50)));
+  LOOM_ASSIGN_OR_RETURN(peaks.instructions, MeasureFmaPeak(absl::Milliseconds(250)));
   if (products_on_cpu) {
     LOOM_ASSIGN_OR_RETURN(peaks.gemm.backend_flops_per_rank,
                           MeasureGemmThroughput(precision, absl::Milliseconds(40)));
