@@ -40,13 +40,19 @@ TEST(CoresUsedTest, CountsBusyCoresPerHostTimesHosts) {
   EXPECT_EQ(CoresUsed(2, 4, 16, 3), 24);
 }
 
-TEST(ComputeMfuTest, IsAchievedOverMeasuredPeakTimesCores) {
+// Issue 56's model: V=256, 128 tokens a sequence, hidden 256, 8 heads, 4 blocks.
+GptConfig IssueModel() {
   GptConfig model;
   model.vocab = 256;
   model.seq_len = 128;
   model.hidden = 256;
   model.heads = 8;
   model.layers = 4;
+  return model;
+}
+
+TEST(ComputeMfuTest, IsAchievedOverMeasuredPeakTimesCores) {
+  const GptConfig model = IssueModel();
   FmaPeak peak;
   peak.cpu_model = "Test CPU";
   peak.vector_target = "AVX3";
@@ -88,12 +94,7 @@ TEST(ComputeMfuTest, IsAchievedOverMeasuredPeakTimesCores) {
 // GEMM share is its FLOPs (6 x the product parameters per token) over the GEMM time
 // on the ranks' GEMM threads at that peak.
 TEST(ComputeMfuTest, TheBackendsBestProductRaisesThePeakAndTheGemmShareUsesIt) {
-  GptConfig model;
-  model.vocab = 256;
-  model.seq_len = 128;
-  model.hidden = 256;
-  model.heads = 8;
-  model.layers = 4;
+  const GptConfig model = IssueModel();
   EXPECT_EQ(model.ProductParameterCount(), 4 * 12 * 256 * 256 + 256 * 256);
   FmaPeak peak;
   peak.cpu_model = "Test CPU";
@@ -135,12 +136,7 @@ TEST(ComputeMfuTest, TheBackendsBestProductRaisesThePeakAndTheGemmShareUsesIt) {
 // The job's own products faster than both measurements (taken in a slow moment of a
 // busy host): their rate is the peak, so neither ratio passes 1, and the line says so.
 TEST(ComputeMfuTest, GemmsFasterThanTheMeasuredPeakBecomeThePeak) {
-  GptConfig model;
-  model.vocab = 256;
-  model.seq_len = 128;
-  model.hidden = 256;
-  model.heads = 8;
-  model.layers = 4;
+  const GptConfig model = IssueModel();
   FmaPeak peak;
   peak.cpu_model = "Test CPU";
   peak.vector_target = "AVX2";

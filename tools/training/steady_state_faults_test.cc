@@ -9,6 +9,8 @@
 // and those the earlier job's dozens of threads left settle more slowly. Alone, the
 // same load gave no fault in 30 runs, nor in 72 runs of this job repeated in one
 // process.
+#include <cstdint>
+
 #include "core/status_matchers.h"
 #include "gtest/gtest.h"
 #include "tools/training/malloc_policy.h"
@@ -24,21 +26,28 @@ namespace {
 // new concurrent caller a packing buffer of its pool, touched on first use; and at
 // zero 3 the engine's communication thread allocates beside the rank's, so a
 // busy host's interleaving can find the heaps a new high-water mark now and then.
-TEST(SteadyStateFaultsTest, TheSteadyStateTakesNoPageFaults) {
-  ASSERT_TRUE(ReuseFreedMemory());
+// One rank with two threads, f32, no offload, at `zero` and the model's size.
+TrainJobOptions OneRank(int zero, int64_t hidden, int64_t layers, int64_t seq_len, int steps) {
   TrainJobOptions options;
   options.dp = 1;
   options.tp = 1;
   options.pp = 1;
-  options.zero = 0;
+  options.zero = zero;
   options.offload = OffloadKind::kNone;
   options.threads_per_rank = 2;
   options.model.vocab = 256;
-  options.model.hidden = 256;
+  options.model.hidden = hidden;
   options.model.heads = 8;
-  options.model.layers = 4;
-  options.model.seq_len = 128;
-  options.steps = 6;
+  options.model.layers = layers;
+  options.model.seq_len = seq_len;
+  options.steps = steps;
+  return options;
+}
+
+TEST(SteadyStateFaultsTest, TheSteadyStateTakesNoPageFaults) {
+  ASSERT_TRUE(ReuseFreedMemory());
+  const TrainJobOptions options = OneRank(/*zero=*/0, /*hidden=*/256, /*layers=*/4,
+                                          /*seq_len=*/128, /*steps=*/6);
   absl::StatusOr<TrainSummary> summary = RunTrainJob(options, nullptr);
   LOOM_ASSERT_OK(summary.status());
   EXPECT_EQ(summary->page_faults_per_step, 0.0);
@@ -54,19 +63,8 @@ TEST(SteadyStateFaultsTest, TheSteadyStateTakesNoPageFaults) {
 // (above), not for a bucket's worth.
 TEST(SteadyStateFaultsTest, ZeroThreeBucketsAboveTheHeapLimitTakeNoFreshPages) {
   ASSERT_TRUE(ReuseFreedMemory());
-  TrainJobOptions options;
-  options.dp = 1;
-  options.tp = 1;
-  options.pp = 1;
-  options.zero = 3;
-  options.offload = OffloadKind::kNone;
-  options.threads_per_rank = 2;
-  options.model.vocab = 256;
-  options.model.hidden = 1024;
-  options.model.heads = 8;
-  options.model.layers = 1;
-  options.model.seq_len = 16;
-  options.steps = 5;
+  const TrainJobOptions options = OneRank(/*zero=*/3, /*hidden=*/1024, /*layers=*/1,
+                                          /*seq_len=*/16, /*steps=*/5);
   absl::StatusOr<TrainSummary> summary = RunTrainJob(options, nullptr);
   LOOM_ASSERT_OK(summary.status());
   EXPECT_LT(summary->page_faults_per_step, 1000.0);
