@@ -361,6 +361,12 @@ bool Zero3Engine::UsesBuffers() const {
   return options_.stage == 3 || options_.compute_dtype == DType::kBF16;
 }
 
+bool Zero3Engine::LendsShard(const BucketState& bucket) const {
+  return options_.stage == 3 && options_.compute_dtype == DType::kF32 && dp_->size() == 1 &&
+         !bucket.params_on_disk &&
+         bucket.weights.size() >= static_cast<size_t>(bucket.padded_numel);
+}
+
 int64_t Zero3Engine::BufferBytes(int64_t numel) const {
   const bool bf16 = options_.compute_dtype == DType::kBF16;
   if (options_.stage < 3) return bf16 ? numel * 4 : 0;

@@ -355,6 +355,11 @@ class Zero3Engine : public ParameterSource {
   int PositionOf(int bucket) const;
   bool Reducing() const;  // a kBackward or kGradients pass
   bool UsesBuffers() const;
+  // LendsShard: whether Acquire lends `bucket`'s own f32 shard instead of a gathered
+  // copy: stage 3, f32 compute, one rank (its shard is the whole bucket), the shard
+  // in memory. The pool buffer is still taken and freed, so the window's bookkeeping
+  // and every rank's calls stay as they are; it is just never written.
+  bool LendsShard(const zero3_internal::BucketState& bucket) const;
   int64_t BufferBytes(int64_t numel) const;  // one pool buffer's bytes for `numel`
   void EnqueueGathers();
   // KeepForNextPass marks the buckets of the pass's last window as kept: still

@@ -447,6 +447,23 @@ TEST(Zero3EngineTest, MemoryAndTrafficMatchTheFormulas) {
   }
 }
 
+// One rank's shard is the whole model: stage 3 lends it (f32) or widens it (bf16)
+// for the passes instead of all-gathering a copy, and trains to the same bits.
+TEST(Zero3EngineTest, OneRankUsesItsShardWithoutAllGathers) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(1)));
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const int passes : {1, 3}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " passes ", passes));
+      Zero3Options options;
+      options.compute_dtype = dtype;
+      const RunResult run = Train(partition, options, 3, passes, UseAll);
+      EXPECT_EQ(run.params[0], Reference(partition, dtype, 3, passes, UseAll));
+      EXPECT_EQ(run.gathers[0].calls, 0u);
+      EXPECT_EQ(run.gathers[0].bytes_sent, 0u);
+    }
+  }
+}
+
 // Stages 1 and 2 train to the same bits as their references: stage 2's gradients
 // are reduced as stage 3's, stage 1's once per step (see Reference).
 TEST(Zero3EngineTest, Stages1And2EqualTheirReferencesBitwise) {

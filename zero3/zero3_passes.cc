@@ -130,6 +130,12 @@ void Zero3Engine::EnqueueGathers() {
     Communicator* dp = dp_;
     BucketState* state = &bucket;
     if (bucket.params_on_disk) ++stats_.param_disk_reads;
+    if (LendsShard(bucket)) {
+      // Nothing to gather: Acquire lends the shard itself.
+      bucket.gather_waited = true;
+      ++next_gather_;
+      continue;
+    }
     bucket.gather_ticket =
         worker_->Submit([this, dp, state, &buffer, bf16, gather, padded]() -> absl::Status {
           if (!gather) {
@@ -151,6 +157,11 @@ void Zero3Engine::EnqueueGathers() {
                     ? absl::MakeConstSpan(reinterpret_cast<const BFloat16*>(shard.data()),
                                           shard.size() / sizeof(BFloat16))
                     : absl::MakeConstSpan(state->compute);
+            if (dp->size() == 1) {
+              // One rank: its shard is the bucket; widened straight from it.
+              return ConvertBF16ToF32(in.first(padded),
+                                      absl::MakeSpan(buffer.widened).first(padded));
+            }
             const absl::Span<BFloat16> gathered = absl::MakeSpan(buffer.bf16).first(padded);
             LOOM_RETURN_IF_ERROR(
                 dp->AllGather(ConstBufferView::Of(in), BufferView::Of(gathered)));
@@ -381,8 +392,9 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
     bucket.gather_waited = true;
   }
   const GatherBuffer& buffer = shared_->pool[bucket.buffer];
-  const float* base = options_.compute_dtype == DType::kBF16 ? buffer.widened.data()
-                                                             : buffer.f32.data();
+  const float* base = LendsShard(bucket)                              ? bucket.weights.data()
+                      : options_.compute_dtype == DType::kBF16 ? buffer.widened.data()
+                                                               : buffer.f32.data();
   return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
 }
 
