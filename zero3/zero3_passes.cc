@@ -157,7 +157,7 @@ void Zero3Engine::EnqueueGathers() {
                     ? absl::MakeConstSpan(reinterpret_cast<const BFloat16*>(shard.data()),
                                           shard.size() / sizeof(BFloat16))
                     : absl::MakeConstSpan(state->compute);
-            if (dp->size() == 1) {
+            if (dp->size() == 1 && in.size() >= padded) {
               // One rank: its shard is the bucket; widened straight from it.
               return ConvertBF16ToF32(in.first(padded),
                                       absl::MakeSpan(buffer.widened).first(padded));
@@ -392,7 +392,8 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
     bucket.gather_waited = true;
   }
   const GatherBuffer& buffer = shared_->pool[bucket.buffer];
-  const float* base = LendsShard(bucket)                              ? bucket.weights.data()
+  // One rank lends its shard (LendsShard); otherwise the gathered (bf16: widened) copy.
+  const float* base = LendsShard(bucket)                         ? bucket.weights.data()
                       : options_.compute_dtype == DType::kBF16 ? buffer.widened.data()
                                                                : buffer.f32.data();
   return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
