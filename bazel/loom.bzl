@@ -180,7 +180,12 @@ def loom_cross_host_test(name, srcs, args = [], data = [], size = "medium", **kw
         size = size,
         srcs = srcs,
         args = ["$(location //tools/cluster:cluster.sh)"] + args,
-        data = data + ["//tools/cluster:cluster.sh", "//tools/cluster:cluster_testing.sh"],
+        # The delay line beside cluster.sh in the runfiles, for `up --delay`.
+        data = data + [
+            "//tools/cluster:cluster.sh",
+            "//tools/cluster:cluster_testing.sh",
+            "//tools/cluster:delay_line",
+        ],
         tags = ["cross_host", "exclusive", "mpi", "no_tsan"],
         **kwargs
     )

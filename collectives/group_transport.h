@@ -55,6 +55,12 @@ class GroupTransport final : public Transport {
     return parent_->AllocateBuffer(bytes);
   }
 
+  // EstimatePath is the parent's, for the peer's parent rank.
+  PathEstimate EstimatePath(int peer) const override {
+    if (peer < 0 || peer >= size()) return {};
+    return parent_->EstimatePath(ranks_[peer]);
+  }
+
   // ParentRank maps a rank of this view to the parent's numbering.
   int ParentRank(int rank) const { return ranks_[rank]; }
   const std::vector<int>& ranks() const { return ranks_; }

@@ -26,23 +26,26 @@ constexpr uint32_t kAllGatherStep = 1;
 constexpr uint32_t kGatherStep = 2;
 constexpr uint32_t kBroadcastStep = 3;
 
-// Chunks a rank keeps posted in each direction. Two is double buffering: the next
-// chunk arrives while this one is reduced, so a received chunk is reduced about one
-// chunk's time after it arrived, while it is still in cache. More would only let
-// neighbours drift further apart and hold more staging memory.
-constexpr int kChunksInFlight = 2;
+// Chunks a rank keeps posted in each direction, at least. Two is double buffering:
+// the next chunk arrives while this one is reduced, so a received chunk is reduced
+// about one chunk's time after it arrived, while it is still in cache. More would
+// only let neighbours drift further apart and hold more staging memory, except over
+// a long link, whose bandwidth-delay product two chunks do not fill: there the
+// window grows with the measured path (ChunksInFlight, up to kMaxChunksInFlight).
+constexpr int kMinChunksInFlight = 2;
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 // RequestQueue: one direction's posted requests (sends, or receives), oldest first,
-// at most kChunksInFlight, held on the stack. Destroying a queue that still holds
+// at most `capacity` (<= kMaxChunksInFlight), held on the stack. Destroying a queue that still holds
 // requests (an early return on an error) cancels them: Wait with a deadline in the
 // past finishes, fails or withdraws each one (transport.h), after which no peer
 // touches their buffers. Cancelling at once rather than at the deadline returns the
 // error promptly; the call has failed anyway.
 class RequestQueue {
  public:
-  explicit RequestQueue(const CallContext& ctx) : ctx_(ctx) {}
+  RequestQueue(const CallContext& ctx, int capacity)
+      : ctx_(ctx), capacity_(std::clamp(capacity, 1, kMaxChunksInFlight)) {}
   RequestQueue(const RequestQueue&) = delete;
   RequestQueue& operator=(const RequestQueue&) = delete;
   ~RequestQueue() {
@@ -55,12 +58,12 @@ class RequestQueue {
   // (after cancelling it) when the queue is full.
   absl::Status Push(absl::StatusOr<Request> posted) {
     if (!posted.ok()) return posted.status();
-    if (size_ == kChunksInFlight) {
+    if (size_ == capacity_) {
       ctx_.transport->Wait({*posted}, absl::InfinitePast()).IgnoreError();
       return absl::InternalError(
-          absl::StrCat("ring: more than ", kChunksInFlight, " requests in flight"));
+          absl::StrCat("ring: more than ", capacity_, " requests in flight"));
     }
-    requests_[(head_ + size_) % kChunksInFlight] = *posted;
+    requests_[(head_ + size_) % capacity_] = *posted;
     ++size_;
     return absl::OkStatus();
   }
@@ -79,13 +82,14 @@ class RequestQueue {
  private:
   Request Pop() {
     const Request oldest = requests_[head_];
-    head_ = (head_ + 1) % kChunksInFlight;
+    head_ = (head_ + 1) % capacity_;
     --size_;
     return oldest;
   }
 
   const CallContext& ctx_;
-  std::array<Request, kChunksInFlight> requests_{};
+  const int capacity_;
+  std::array<Request, kMaxChunksInFlight> requests_{};
   int head_ = 0;
   int size_ = 0;
 };
@@ -107,7 +111,6 @@ struct RingPlan {
   }
   // Block 0 is a longest block and its chunk 0 a longest chunk.
   size_t max_chunk() const { return Block(Block(count, n, 0).count, chunks, 0).count; }
-  int window() const { return std::min(kChunksInFlight, chunks); }
 
   int n;
   size_t count;
@@ -137,23 +140,27 @@ struct RingRecv {
 // chunks has that item finished before the send is posted, and has the send of item
 // j - chunks complete before item j's receive may overwrite what it read. A send is
 // waited for only when its place in the window is needed again, so a slow right
-// neighbour does not hold up what the left one sent.
+// neighbour does not hold up what the left one sent. `most_in_flight` caps the window
+// further (see RingReduce).
 template <typename SendChunk, typename RecvChunk>
 absl::Status RunRingPhase(const CallContext& ctx, uint32_t step, const RingPlan& plan,
-                          SendChunk send_chunk, RecvChunk recv_chunk) {
+                          SendChunk send_chunk, RecvChunk recv_chunk,
+                          int most_in_flight = kMaxChunksInFlight) {
   const int right = Mod(ctx.rank() + 1, plan.n);
   const int left = Mod(ctx.rank() - 1, plan.n);
   const int64_t items = int64_t{plan.n - 1} * plan.chunks;
-  const int window = plan.window();
+  const int window = std::min(
+      {ChunksInFlight(ctx, ctx.chunk_bytes, {left, right}, kMinChunksInFlight), plan.chunks,
+       std::max(most_in_flight, 1)});
   const auto item_at = [&](int64_t i) {
     return RingItem{static_cast<int>(i / plan.chunks), static_cast<int>(i % plan.chunks),
                     static_cast<int>(i % window)};
   };
   // One Delivery per slot: a slot is reused only after its receive was waited for.
   // Declared before the queues, whose destructors may still cancel receives.
-  std::array<Delivery, kChunksInFlight> deliveries;
-  RequestQueue sends(ctx);
-  RequestQueue recvs(ctx);
+  std::array<Delivery, kMaxChunksInFlight> deliveries;
+  RequestQueue sends(ctx, window);
+  RequestQueue recvs(ctx, window);
   int64_t posted = 0;
   for (int64_t done = 0; done < items; ++done) {
     for (; posted < items && posted < done + window; ++posted) {
@@ -179,7 +186,7 @@ absl::Status RunRingPhase(const CallContext& ctx, uint32_t step, const RingPlan&
 // buffer, in place or not, and the output is never copied from the input first.
 template <typename Accumulator>
 absl::Status ReduceScatterPass(const CallContext& ctx, ReduceOp op, ConstBufferView input,
-                               Accumulator accumulator) {
+                               Accumulator accumulator, int most_in_flight = kMaxChunksInFlight) {
   const RingPlan plan(ctx, input.size(), input.dtype());
   const int n = plan.n;
   const int r = ctx.rank();
@@ -202,7 +209,8 @@ absl::Status ReduceScatterPass(const CallContext& ctx, ReduceOp op, ConstBufferV
       [&](const RingItem& item) {
         return RingRecv{acc_chunk(item.step, item.chunk),
                         Delivery::Reduce(op, input_chunk(recv_block(item.step), item.chunk))};
-      });
+      },
+      most_in_flight);
 }
 
 }  // namespace
@@ -299,19 +307,28 @@ absl::Status RingReduce(const CallContext& ctx, const CollectiveArgs& args) {
     if (is_root) return Slice(args.output, range);
     return Slice(partial, (s % 2) * max_block, range.count);
   };
-  LOOM_RETURN_IF_ERROR(ReduceScatterPass(ctx, args.op, args.input, accumulator));
+  // A non-root's step s+2 reduces into the scratch block that step s+1 forwards
+  // from, but blocks differ in length by one element, so their chunk c ends differ
+  // and step s+2's chunk c overlaps step s+1's chunk c+1: that send must be complete
+  // before the receive is posted, which a window of fewer than `chunks` items keeps
+  // (RunRingPhase's argument, one chunk later). Found when the window first went
+  // past two chunks; with two it held for three chunks or more.
+  const int most_in_flight = is_root ? kMaxChunksInFlight
+                                     : std::max(1, RingPlan(ctx, count, dtype).chunks - 1);
+  LOOM_RETURN_IF_ERROR(
+      ReduceScatterPass(ctx, args.op, args.input, accumulator, most_in_flight));
 
   // 2. Gather: every rank sends its reduced block to the root, which takes at most
-  //    kChunksInFlight of them at a time.
+  //    kMinChunksInFlight of them at a time.
   if (!is_root) {
-    RequestQueue send(ctx);
+    RequestQueue send(ctx, 1);
     LOOM_RETURN_IF_ERROR(send.Push(PostSend(ctx, kGatherStep, args.root, accumulator(n - 2, r))));
     return send.WaitAll();
   }
-  RequestQueue recvs(ctx);
+  RequestQueue recvs(ctx, kMinChunksInFlight);
   for (int k = 1; k < n; ++k) {
     const int peer = Mod(r + k, n);
-    if (recvs.size() == kChunksInFlight) LOOM_RETURN_IF_ERROR(recvs.WaitOldest());
+    if (recvs.size() == kMinChunksInFlight) LOOM_RETURN_IF_ERROR(recvs.WaitOldest());
     LOOM_RETURN_IF_ERROR(
         recvs.Push(PostRecv(ctx, kGatherStep, peer, Slice(args.output, Block(count, n, peer)))));
   }
@@ -338,11 +355,12 @@ absl::Status RingBroadcast(const CallContext& ctx, const CollectiveArgs& args) {
   const int left = Mod(r - 1, n);
   const int right = Mod(r + 1, n);
   const int chunks = NumChunks(ctx, count, args.output.dtype());
-  const int window = std::min(kChunksInFlight, chunks);
+  const int window =
+      std::min(ChunksInFlight(ctx, ctx.chunk_bytes, {left, right}, kMinChunksInFlight), chunks);
   const auto chunk = [&](int c) { return Block(count, chunks, c); };
   const ConstBufferView source = is_root ? args.input : ConstBufferView(args.output);
-  RequestQueue sends(ctx);
-  RequestQueue recvs(ctx);
+  RequestQueue sends(ctx, window);
+  RequestQueue recvs(ctx, window);
   int posted = 0;
   for (int c = 0; c < chunks; ++c) {
     if (receives) {

@@ -51,6 +51,60 @@ std::vector<AlgorithmCase> Cases() {
   return Concat({Matrix(Ring(), matrix), DTypeOpMatrix(Ring(), types), tiny_chunks});
 }
 
+// Over a long path (a 4 ms round trip at 250 MB/s, and a shorter one) the ring keeps
+// up to kMaxChunksInFlight chunks in flight; every collective it has, on 2, 3 and 5
+// ranks, in chunks of 4 KiB so that 65537 elements are many windows long, with one
+// rank's window different from the others' (the ring does not need them alike).
+std::vector<AlgorithmCase> LongPathCases() {
+  std::vector<AlgorithmCase> cases;
+  const PathEstimate paths[] = {{absl::Milliseconds(4), 250e6}, {absl::Microseconds(100), 1e8}};
+  for (const AlgorithmCase& base : Matrix(Ring())) {
+    if (base.world != 2 && base.world != 3 && base.world != 5) continue;
+    if (base.count < 1000 || base.dtype != DType::kF32) continue;
+    for (const PathEstimate& path : paths) {
+      AlgorithmCase c = base;
+      c.chunk_bytes = 4096;
+      c.path = path;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+TEST(RingTest, ALongPathWidensTheWindowToItsBandwidthDelayProduct) {
+  const int world = 3;
+  const PathEstimate path = {absl::Microseconds(100), 1e8};  // 10,000 bytes in flight
+  std::vector<absl::Status> statuses = RunAlgorithmRanks(
+      *WithPath(MakeInprocHarness(), path), world, [&](const CallContext& ctx) -> absl::Status {
+        const int right = (ctx.rank() + 1) % world;
+        // 2 x 10,000 bytes over 4 KiB chunks, rounded up, and one more.
+        if (ChunksInFlight(ctx, 4096, {right}, 2) != 6) {
+          return absl::InternalError(absl::StrCat("window ", ChunksInFlight(ctx, 4096, {right}, 2)));
+        }
+        if (ChunksInFlight(ctx, 1 << 20, {right}, 2) != 2) return absl::InternalError("1 MiB");
+        if (ChunksInFlight(ctx, 16, {right}, 2) != kMaxChunksInFlight) {
+          return absl::InternalError("16 bytes");
+        }
+        // Itself: nothing measured.
+        if (ChunksInFlight(ctx, 4096, {ctx.rank()}, 3) != 3) return absl::InternalError("self");
+        return absl::OkStatus();
+      });
+  LOOM_EXPECT_OK(AllOk(statuses));
+  // Without a path estimate the window is the least one.
+  LOOM_EXPECT_OK(AllOk(RunAlgorithmRanks(*MakeInprocHarness(), world, [&](const CallContext& ctx) {
+    return ChunksInFlight(ctx, 16, {(ctx.rank() + 1) % world}, 2) == 2
+               ? absl::OkStatus()
+               : absl::InternalError("no path, yet a wider window");
+  })));
+}
+
+class RingLongPathTest : public ::testing::TestWithParam<AlgorithmCase> {};
+
+TEST_P(RingLongPathTest, MatchesTheReference) { LOOM_EXPECT_OK(CheckCase(Ring(), GetParam())); }
+
+INSTANTIATE_TEST_SUITE_P(LongPath, RingLongPathTest, ::testing::ValuesIn(LongPathCases()),
+                         CaseName);
+
 class RingMatrixTest : public ::testing::TestWithParam<AlgorithmCase> {};
 
 TEST_P(RingMatrixTest, MatchesTheReference) { LOOM_EXPECT_OK(CheckCase(Ring(), GetParam())); }

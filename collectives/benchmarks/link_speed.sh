@@ -5,6 +5,7 @@
 #
 #   collectives/benchmarks/link_speed.sh [HOSTS] (default 2)
 #   RATE=2gbit ROUNDS=2 collectives/benchmarks/link_speed.sh 3
+#   DELAY=2ms ALGOS="ring native" collectives/benchmarks/link_speed.sh 2   # a long link
 #
 # Prints "round algorithm bytes time_us busbw_GB/s" per row; bus bandwidth is
 # collective_bench's (2(n-1)/n of the bytes per second), to compare with the rate.
@@ -13,22 +14,27 @@ cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
 RATE="${RATE:-2gbit}"
 ROUNDS="${ROUNDS:-2}"
+# One-way delay of the link (cluster.sh --delay, the delay line); empty: none.
+DELAY="${DELAY:-}"
+ALGOS="${ALGOS:-ring ring:1M ring:4M dbtree direct halving_doubling tree native}"
 CLUSTER="$PWD/tools/cluster/cluster.sh --name=xlink"
 trap '$CLUSTER down' EXIT
 
-./bazelw build --config=opt //tools:collective_bench >&2
-BENCH="$(./bazelw info --config=opt bazel-bin 2>/dev/null)/tools/collective_bench"
-$CLUSTER up "$HOSTS" --rate="$RATE" --subnet=10.196.0 --ranks_per_host=1 >&2
+./bazelw build --config=opt //tools:collective_bench //tools/cluster:delay_line >&2
+BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
+BENCH="$BIN/tools/collective_bench"
+LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up "$HOSTS" --rate="$RATE" \
+  ${DELAY:+--delay="$DELAY"} --subnet=10.196.0 --ranks_per_host=1 >&2
 $CLUSTER exec h2 -- python3 "$PWD/collectives/benchmarks/tcp_stream.py" server 10.196.0.2 5001 268435456 &
 sleep 1
 $CLUSTER exec h1 -- python3 "$PWD/collectives/benchmarks/tcp_stream.py" client 10.196.0.2 5001 268435456
 wait
 for ((round = 1; round <= ROUNDS; ++round)); do
-  for spec in ring ring:1M ring:4M dbtree direct halving_doubling tree native; do
+  for spec in $ALGOS; do
     algo="${spec%%:*}"
     chunk=256K
     [[ "$spec" == *:* ]] && chunk="${spec#*:}"
-    $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" "$BENCH" --transport=mpi \
+    $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" ${MPI_EXTRA:-} "$BENCH" --transport=mpi \
       --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M --max_bytes=64M \
       --step_factor=4 --iters=5 --warmup=2 --timeout=5m |
       awk -v spec="$spec" -v round="$round" \

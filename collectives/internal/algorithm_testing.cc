@@ -110,7 +110,66 @@ std::string Show(T value) {
   }
 }
 
+// PathTransport: `inner` with `path` as its estimate of every path.
+class PathTransport final : public Transport {
+ public:
+  PathTransport(Transport& inner, PathEstimate path) : inner_(inner), path_(path) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string name() const override { return inner_.name(); }
+  absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
+                                   const Stamp& stamp) override {
+    return inner_.PostSend(peer, tag, data, stamp);
+  }
+  absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
+                                   Combiner combiner, const Stamp& stamp) override {
+    return inner_.PostRecv(peer, tag, data, combiner, stamp);
+  }
+  absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override {
+    return inner_.Wait(requests, deadline);
+  }
+  void Abort(const absl::Status& reason) override { inner_.Abort(reason); }
+  absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) override {
+    return inner_.AllocateBuffer(bytes);
+  }
+  absl::StatusOr<TagReservation> ReserveTags(Tag first, Tag last,
+                                             absl::string_view user) override {
+    return inner_.ReserveTags(first, last, user);
+  }
+  PathEstimate EstimatePath(int peer) const override {
+    return peer == rank() || peer < 0 || peer >= size() ? PathEstimate{} : path_;
+  }
+
+ private:
+  Transport& inner_;
+  const PathEstimate path_;
+};
+
+class PathHarness final : public TransportHarness {
+ public:
+  PathHarness(std::unique_ptr<TransportHarness> inner, PathEstimate path)
+      : inner_(std::move(inner)), path_(path) {}
+  std::string name() const override { return inner_->name() + "+path"; }
+  bool combines() const override { return inner_->combines(); }
+  std::vector<absl::Status> Run(int world,
+                                const std::function<absl::Status(Transport&)>& body) override {
+    return inner_->Run(world, [&](Transport& transport) {
+      PathTransport wrapped(transport, path_);
+      return body(wrapped);
+    });
+  }
+
+ private:
+  std::unique_ptr<TransportHarness> inner_;
+  const PathEstimate path_;
+};
+
 }  // namespace
+
+std::unique_ptr<TransportHarness> WithPath(std::unique_ptr<TransportHarness> inner,
+                                           PathEstimate path) {
+  return std::make_unique<PathHarness>(std::move(inner), path);
+}
 
 std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world,
                                             const RankBody& body, size_t chunk_bytes,
@@ -362,11 +421,14 @@ std::string Name(const AlgorithmCase& c) {
   absl::StrAppend(&name, c.in_place ? "_inplace" : "_outofplace");
   if (Rooted(c.kind)) absl::StrAppend(&name, "_root", c.root);
   absl::StrAppend(&name, "_chunk", c.chunk_bytes);
+  if (c.path.BytesInFlight() > 0) absl::StrAppend(&name, "_path", c.path.BytesInFlight());
   return name;
 }
 
 absl::Status RunRanks(const AlgorithmCase& c, const RankBody& body) {
-  return AllOk(RunAlgorithmRanks(*MakeInprocHarness(), c.world, body, c.chunk_bytes));
+  std::unique_ptr<TransportHarness> harness = MakeInprocHarness();
+  if (c.path.BytesInFlight() > 0) harness = WithPath(std::move(harness), c.path);
+  return AllOk(RunAlgorithmRanks(*harness, c.world, body, c.chunk_bytes));
 }
 
 CollectiveArgs ArgsOf(const AlgorithmCase& c) {

@@ -70,6 +70,11 @@ std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world
                                             size_t chunk_bytes = size_t{256} << 10,
                                             absl::Duration timeout = absl::Seconds(60));
 
+// WithPath wraps `inner` so that every rank's transport reports `path` as its
+// estimate of the path to each peer (Transport::EstimatePath) and forwards the rest.
+std::unique_ptr<TransportHarness> WithPath(std::unique_ptr<TransportHarness> inner,
+                                           PathEstimate path);
+
 // AllOk folds per-rank statuses into one, naming the first failing rank.
 absl::Status AllOk(const std::vector<absl::Status>& statuses);
 
@@ -133,6 +138,10 @@ struct AlgorithmCase {
   int root = 0;
   size_t chunk_bytes = kDefaultChunkBytes;
   bool blocks = false;
+  // What every rank's transport reports of the path to each peer (EstimatePath):
+  // a long one makes the pipelined algorithms keep more chunks in flight
+  // (ChunksInFlight). Zeros: the inproc transport's own (nothing measured).
+  PathEstimate path = {};
 
   uint64_t seed() const;
 };

@@ -39,6 +39,19 @@ int NumChunks(const CallContext& ctx, size_t count, DType dtype) {
   return static_cast<int>(std::clamp<size_t>(chunks, 1, std::max<size_t>(count, 1)));
 }
 
+int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_list<int> peers,
+                   int least) {
+  size_t path_bytes = 0;
+  for (const int peer : peers) {
+    path_bytes = std::max(path_bytes, ctx.transport->EstimatePath(peer).BytesInFlight());
+  }
+  const size_t chunk = std::max<size_t>(chunk_bytes, 1);
+  const size_t wanted = std::min<size_t>((2 * path_bytes + chunk - 1) / chunk + 1,
+                                         static_cast<size_t>(kMaxChunksInFlight));
+  return std::clamp(static_cast<int>(wanted), std::min(least, kMaxChunksInFlight),
+                    kMaxChunksInFlight);
+}
+
 absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer,
                                  ConstBufferView data) {
   const absl::Span<const std::byte> bytes = data.bytes();

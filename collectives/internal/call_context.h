@@ -14,6 +14,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -180,6 +181,20 @@ inline bool SameMemory(ConstBufferView a, ConstBufferView b) { return a.data() =
 // NumChunks returns how many chunks of about ctx.chunk_bytes a block of `count`
 // elements of `dtype` is cut into (at least 1).
 int NumChunks(const CallContext& ctx, size_t count, DType dtype);
+
+// kMaxChunksInFlight bounds ChunksInFlight (and the staging a window holds).
+inline constexpr int kMaxChunksInFlight = 32;
+
+// ChunksInFlight returns how many chunks of `chunk_bytes` a pipelined algorithm keeps
+// posted towards `peers`: `least`, or more where the transport has measured a path
+// whose bandwidth-delay product they would not fill (Transport::EstimatePath). Each
+// chunk is a message whose handshake costs a round trip before its data moves, so a
+// window of w chunks keeps the link busy when (w - 1) chunks cover about two
+// bandwidth-delay products. At most kMaxChunksInFlight. Every rank of a call must
+// agree on the window where the algorithm pairs slots across ranks: the ring does not
+// (each side's window is its own).
+int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_list<int> peers,
+                   int least);
 
 // Delivery: how a receive writes what arrives (a Combiner for the transport; see
 // transport.h). kCopy: dst = theirs, the transport's own copy. kReduce:

@@ -276,6 +276,50 @@ TEST_P(TransportConformanceTest, ManyLargeSendsToOnePeerAllArrive) {
   });
 }
 
+// EstimatePath after 1 MiB messages to the next rank: a backend that measures
+// paths has a round trip and a rate for it (sane ones: within a minute, above 1 KB/s),
+// one that does not has zeros; a peer outside the group has zeros either way.
+TEST_P(TransportConformanceTest, PathEstimatesAfterLargeMessagesAreSane) {
+  const bool measures = std::get<0>(GetParam())()->measures_paths();
+  RunAll([&](Transport& t) -> absl::Status {
+    const int next = (t.rank() + 1) % t.size();
+    const int prev = (t.rank() + t.size() - 1) % t.size();
+    const size_t bytes = size_t{1} << 20;
+    const std::vector<std::byte> out = transport_conformance::Payload(t.rank(), next, 30, bytes);
+    std::vector<std::byte> in(bytes);
+    for (int round = 0; round < 3; ++round) {
+      LOOM_ASSIGN_OR_RETURN(Request s, t.Send(next, 30, out));
+      LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(prev, 30, absl::MakeSpan(in)));
+      LOOM_RETURN_IF_ERROR(t.Wait({s, r}, transport_conformance::Soon()));
+      LOOM_RETURN_IF_ERROR(transport_conformance::ExpectPayload(in, prev, t.rank(), 30));
+    }
+    for (int outside : {-1, t.size()}) {
+      const PathEstimate none = t.EstimatePath(outside);
+      if (none.round_trip != absl::ZeroDuration() || none.bytes_per_second != 0) {
+        return absl::InternalError(absl::StrCat("peer ", outside, " has a path estimate"));
+      }
+    }
+    if (t.size() == 1) return absl::OkStatus();
+    // The round trip is a send's (to next), the rate a receive's (from prev).
+    const PathEstimate to_next = t.EstimatePath(next);
+    const PathEstimate from_prev = t.EstimatePath(prev);
+    const std::string seen = absl::StrCat("rank ", t.rank(), ": round trip to ", next, " ",
+                                          absl::FormatDuration(to_next.round_trip), ", rate from ",
+                                          prev, " ", from_prev.bytes_per_second, " B/s");
+    if (!measures) {
+      if (to_next.round_trip != absl::ZeroDuration() || from_prev.bytes_per_second != 0) {
+        return absl::InternalError(absl::StrCat(seen, ", from a backend that does not measure"));
+      }
+      return absl::OkStatus();
+    }
+    if (to_next.round_trip <= absl::ZeroDuration() || to_next.round_trip > absl::Minutes(1) ||
+        from_prev.bytes_per_second < 1e3) {
+      return absl::InternalError(absl::StrCat(seen, ": not measured, or not sane"));
+    }
+    return absl::OkStatus();
+  });
+}
+
 // A receive of the wrong size fails on both sides, naming both sizes. The send is
 // 1 MiB, above any backend's buffered (eager) size, so its sender learns it too.
 TEST_P(TransportConformanceTest, SizeMismatchFailsBothSides) {

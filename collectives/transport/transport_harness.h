@@ -22,6 +22,9 @@ class TransportHarness {
   // Whether the transport's RecvCombine delivers (a transport over device memory,
   // NCCL's, cannot run a host combiner on it and says Unimplemented instead).
   virtual bool combines() const { return true; }
+  // Whether the transport measures the paths to its peers (Transport::EstimatePath:
+  // MPI's round trips and rates); the others report zeros.
+  virtual bool measures_paths() const { return false; }
   // Run starts `world` ranks, calls `body` with each rank's endpoint concurrently,
   // and returns every rank's result in rank order.
   virtual std::vector<absl::Status> Run(int world,

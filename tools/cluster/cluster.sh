@@ -7,7 +7,9 @@
 #   - a network namespace NAME-hN with one interface, eth0, at SUBNET.N/24, joined
 #     to the other hosts through a bridge in a namespace of its own (NAME-sw); with
 #     --rate, eth0 sends at most that rate (tc tbf, its bucket 4 ms of the rate), so
-#     the link is slower than memory;
+#     the link is slower than memory; with --delay, eth0 is instead a tap of the
+#     delay line (tools/cluster/delay_line.h, a hub that hands each frame on DELAY
+#     after it arrived: a long link, where the kernel has no netem);
 #   - its own UTS namespace (hostname hN, so Open MPI and Loom see distinct nodes),
 #     IPC namespace, and mount namespace with a private /dev/shm and /tmp (tmpfs), so
 #     shared memory and temporary files never cross a host boundary by accident.
@@ -18,7 +20,8 @@
 # State lives in /run/loom-cluster-NAME (outside /tmp, which is private per host) (holder pids, the mpirun agent, the hostfile).
 #
 # Usage (NAME defaults to "loom"; letters and digits, at most 8):
-#   cluster.sh [--name=NAME] up COUNT [--rate=2gbit] [--subnet=10.199.0] [--ranks_per_host=R]
+#   cluster.sh [--name=NAME] up COUNT [--rate=2gbit] [--delay=2ms] [--subnet=10.199.0]
+#                                     [--ranks_per_host=R]
 #   cluster.sh [--name=NAME] exec hN -- CMD [ARGS...]   run CMD on host hN
 #   cluster.sh [--name=NAME] addr hN                   hN's address
 #   cluster.sh [--name=NAME] hosts                     h1 h2 ... (one per line)
@@ -128,7 +131,8 @@ do_down() {
   done
   if [[ -d "$STATE" ]]; then
     local file
-    for file in "$STATE"/h*.pid; do
+    # The delay line's taps vanish with it.
+    for file in "$STATE"/h*.pid "$STATE"/delay_line.pid; do
       [[ -f "$file" ]] && kill -KILL "$(cat "$file")" 2>/dev/null || true
     done
   fi
@@ -162,17 +166,47 @@ tbf_burst() {
   echo "$bytes"
 }
 
+# delay_line_binary: the delay line's path: $LOOM_DELAY_LINE, beside this script
+# (Bazel runfiles: //tools/cluster:cluster and the cross-host tests carry it), or
+# the workspace's bazel-bin.
+delay_line_binary() {
+  local here candidate
+  here="$(dirname "${BASH_SOURCE[0]}")"
+  for candidate in "${LOOM_DELAY_LINE:-}" "$here/delay_line" "$here/../../bazel-bin/tools/cluster/delay_line"; do
+    [[ -n "$candidate" && -x "$candidate" ]] && { echo "$candidate"; return 0; }
+  done
+  die "--delay needs the delay line: ./bazelw build //tools/cluster:delay_line (or set LOOM_DELAY_LINE to its path)"
+}
+
+# start_delay_line COUNT DELAY: starts the delay line with taps NAME-h1t..NAME-hCOUNTt
+# in this (the root) namespace and waits for them; do_up moves each into its host.
+start_delay_line() {
+  local count="$1" delay="$2" binary taps="" n
+  binary="$(delay_line_binary)"
+  for ((n = 1; n <= count; ++n)); do taps="$taps${taps:+,}$NAME-h${n}t"; done
+  setsid "$binary" --taps="$taps" --delay="$delay" </dev/null >"$STATE/delay_line.log" 2>&1 &
+  echo $! >"$STATE/delay_line.pid"
+  local waited=0
+  until ip link show "$NAME-h${count}t" >/dev/null 2>&1; do
+    kill -0 "$(cat "$STATE/delay_line.pid")" 2>/dev/null ||
+      die "the delay line exited: $(cat "$STATE/delay_line.log")"
+    ((waited++ < 100)) || die "the delay line's taps did not appear"
+    sleep 0.05
+  done
+}
+
 do_up() {
   require_root
-  [[ $# -ge 1 ]] || die "up COUNT [--rate=RATE] [--subnet=A.B.C] [--ranks_per_host=R]"
+  [[ $# -ge 1 ]] || die "up COUNT [--rate=RATE] [--delay=DELAY] [--subnet=A.B.C] [--ranks_per_host=R]"
   local count="$1"
   shift
   [[ "$count" =~ ^[0-9]+$ ]] && ((count >= 1 && count <= 32)) || die "up $count: COUNT is 1..32"
-  local rate="" subnet="10.199.0" slots=1
+  local rate="" delay="" subnet="10.199.0" slots=1
   local arg
   for arg in "$@"; do
     case "$arg" in
       --rate=*) rate="${arg#--rate=}" ;;
+      --delay=*) delay="${arg#--delay=}" ;;
       --subnet=*) subnet="${arg#--subnet=}" ;;
       --ranks_per_host=*) slots="${arg#--ranks_per_host=}" ;;
       *) die "up: unknown option $arg" ;;
@@ -181,23 +215,34 @@ do_up() {
   [[ "$subnet" =~ ^10\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || die "--subnet=$subnet: give the first three parts of a 10.x.y.0/24 network"
   [[ "$slots" =~ ^[1-9][0-9]*$ ]] || die "--ranks_per_host=$slots: a positive number of ranks per host (the hostfile's slots)"
   [[ -z "$rate" || "$rate" =~ ^[0-9]+(k|m|g)?bit$ ]] || die "--rate=$rate: a tc rate such as 2gbit or 500mbit"
+  [[ -z "$delay" || "$delay" =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "--delay=$delay: a one-way delay such as 2ms or 500us"
+  [[ -z "$delay" ]] || ((count >= 2)) || die "--delay joins 2 or more hosts, not $count"
   do_down
   mkdir -p "$STATE"
   echo "$count" >"$STATE/count"
   echo "$subnet" >"$STATE/subnet"
 
-  ip netns add "$SWITCH"
-  ip -n "$SWITCH" link add br0 type bridge
-  ip -n "$SWITCH" link set br0 up
+  if [[ -n "$delay" ]]; then
+    start_delay_line "$count" "$delay"
+  else
+    ip netns add "$SWITCH"
+    ip -n "$SWITCH" link add br0 type bridge
+    ip -n "$SWITCH" link set br0 up
+  fi
   local n
   for ((n = 1; n <= count; ++n)); do
     local ns="$NAME-h$n"
     ip netns add "$ns"
-    # The pair is made in the root namespace, then each end moves into its own.
-    ip link add "$NAME-h${n}a" type veth peer name "$NAME-h${n}b"
-    ip link set "$NAME-h${n}a" netns "$ns"
-    ip link set "$NAME-h${n}b" netns "$SWITCH"
-    ip -n "$ns" link set "$NAME-h${n}a" name eth0
+    if [[ -n "$delay" ]]; then
+      ip link set "$NAME-h${n}t" netns "$ns"
+      ip -n "$ns" link set "$NAME-h${n}t" name eth0
+    else
+      # The pair is made in the root namespace, then each end moves into its own.
+      ip link add "$NAME-h${n}a" type veth peer name "$NAME-h${n}b"
+      ip link set "$NAME-h${n}a" netns "$ns"
+      ip link set "$NAME-h${n}b" netns "$SWITCH"
+      ip -n "$ns" link set "$NAME-h${n}a" name eth0
+    fi
     ip -n "$ns" addr add "$subnet.$n/24" dev eth0
     ip -n "$ns" link set lo up
     ip -n "$ns" link set eth0 up
@@ -205,8 +250,10 @@ do_up() {
     # the kernel's 15 minutes, so a cut link ends the job's runtime connections (the
     # setting belongs to the host's network namespace; nothing machine-wide changes).
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=4
-    ip -n "$SWITCH" link set "$NAME-h${n}b" master br0
-    ip -n "$SWITCH" link set "$NAME-h${n}b" up
+    if [[ -z "$delay" ]]; then
+      ip -n "$SWITCH" link set "$NAME-h${n}b" master br0
+      ip -n "$SWITCH" link set "$NAME-h${n}b" up
+    fi
     if [[ -n "$rate" ]]; then
       ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$(tbf_burst "$rate")" \
         latency 100ms
@@ -227,6 +274,7 @@ do_up() {
     mv "$pidfile.tmp" "$pidfile"
   done
   echo "$rate" >"$STATE/rate"
+  echo "$delay" >"$STATE/delay"
 
   # The agent mpirun starts remote daemons with ("rsh HOST COMMAND..."): it enters
   # the host that owns HOST's address.

@@ -82,7 +82,9 @@ int MpiWorldSize() {
 }
 
 MpiHarness::MpiHarness(MpiTransportOptions options)
-    : MpiHarness("mpi", [options](MPI_Comm group) { return ConnectMpiTransport(group, options); }) {}
+    : MpiHarness("mpi", [options](MPI_Comm group) { return ConnectMpiTransport(group, options); }) {
+  measures_paths_ = true;
+}
 
 MpiHarness::MpiHarness(std::string name, MpiGroupConnect connect)
     : name_(std::move(name)), connect_(std::move(connect)) {}

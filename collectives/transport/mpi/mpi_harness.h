@@ -45,6 +45,8 @@ class MpiHarness final : public TransportHarness {
   MpiHarness(std::string name, MpiGroupConnect connect);
 
   std::string name() const override { return name_; }
+  // MPI's own transport measures its paths; one `connect` makes may not.
+  bool measures_paths() const override { return measures_paths_; }
   // Run returns FailedPrecondition for every rank when the job has fewer than
   // `world` processes.
   std::vector<absl::Status> Run(int world,
@@ -53,6 +55,7 @@ class MpiHarness final : public TransportHarness {
  private:
   const std::string name_;
   const MpiGroupConnect connect_;
+  bool measures_paths_ = false;
 };
 
 // MakeMpiHarnessFactory returns a TransportHarnessFactory of MpiHarness.

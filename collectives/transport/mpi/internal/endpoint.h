@@ -65,6 +65,9 @@ class Endpoint final : public Transport {
       ABSL_LOCKS_EXCLUDED(MpiLock()) override;
   void Abort(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(MpiLock()) override;
   NativeCollectives* native() override { return native_.get(); }
+  // EstimatePath: the shortest "request to send" -> "clear to send" round trip to
+  // `peer`, and the fastest rate at which a transfer's pieces came in from it.
+  PathEstimate EstimatePath(int peer) const ABSL_LOCKS_EXCLUDED(MpiLock()) override;
 
  private:
   enum class State { kPosted, kAwaitingClear, kTransferring, kDone };
@@ -89,6 +92,12 @@ class Endpoint final : public Transport {
     size_t pieces_done = 0;   // sends: pieces MPI has taken; receives: combined
     size_t next_to_post = 0;  // sends, and receives through slots, post a window ahead
     std::vector<bool> landed;
+    absl::Time asked_at;  // a send's: when it asked to send (its round trip's start)
+    // A receive's pieces landed so far, when the first did, and the bytes after it
+    // (the path's rate, NoteLanded).
+    size_t landed_pieces = 0;
+    absl::Time first_landed_at;
+    size_t landed_bytes_after_first = 0;
     std::vector<size_t> idle_slots;  // a send's slots MPI does not hold (PumpSends)
     // A send's pieces are staged here (MPI never holds the caller's send buffer): the
     // next piece takes the slot its last one freed. A combining receive's piece i
@@ -145,6 +154,12 @@ class Endpoint final : public Transport {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // TakeSlots gives a transferring op up to `window` slots; returns how many.
   size_t TakeSlots(Op& op, size_t window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  // WindowPieces: the slots of a transfer in pieces of `piece` bytes: the peer's send
+  // window, and at least kWindow pieces.
+  static size_t WindowPieces(size_t piece);
+  // NoteRoundTrip and NoteLanded measure the path to a peer (EstimatePath).
+  void NoteRoundTrip(int peer, absl::Duration round_trip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  void NoteLanded(Op& op, size_t piece) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // Direct: a receive whose pieces land in the caller's buffer itself (copies, and
   // combiners that may read their destination), all posted at once.
   static bool Direct(const Op& op);
@@ -209,6 +224,10 @@ class Endpoint final : public Transport {
   std::vector<std::deque<uint64_t>> sending_ ABSL_GUARDED_BY(MpiLock());
   std::vector<size_t> send_bytes_in_flight_ ABSL_GUARDED_BY(MpiLock());
   std::vector<size_t> send_pieces_in_flight_ ABSL_GUARDED_BY(MpiLock());
+  // By peer: whether it runs on another host (smaller pieces, kAcrossHostsPiece),
+  // and what is measured of the path to it.
+  std::vector<bool> across_hosts_ ABSL_GUARDED_BY(MpiLock());
+  std::vector<PathEstimate> path_ ABSL_GUARDED_BY(MpiLock());
   // By peer: the data tags it sends to us.
   std::vector<uint64_t> next_data_tag_ ABSL_GUARDED_BY(MpiLock());
   // By peer: set once it aborted or went silent.
