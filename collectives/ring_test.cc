@@ -90,6 +90,22 @@ TEST(RingTest, ALongPathWidensTheWindowToItsBandwidthDelayProduct) {
         return absl::OkStatus();
       });
   LOOM_EXPECT_OK(AllOk(statuses));
+  // A ring rank times the round trip to its right and the rate from its left: the
+  // window takes the one from each.
+  LOOM_EXPECT_OK(AllOk(RunAlgorithmRanks(
+      *WithPaths(MakeInprocHarness(),
+                 [](int rank, int peer) {
+                   if (peer == (rank + 1) % world) return PathEstimate{absl::Microseconds(100), 0};
+                   return PathEstimate{absl::ZeroDuration(), 1e8};
+                 }),
+      world, [&](const CallContext& ctx) -> absl::Status {
+        const int right = (ctx.rank() + 1) % world;
+        const int left = (ctx.rank() + world - 1) % world;
+        if (ChunksInFlight(ctx, 4096, {right}, 2) != 2) return absl::InternalError("right alone");
+        const int window = ChunksInFlight(ctx, 4096, {left, right}, 2);
+        return window == 6 ? absl::OkStatus()
+                           : absl::InternalError(absl::StrCat("left and right: window ", window));
+      })));
   // Without a path estimate the window is the least one.
   LOOM_EXPECT_OK(AllOk(RunAlgorithmRanks(*MakeInprocHarness(), world, [&](const CallContext& ctx) {
     return ChunksInFlight(ctx, 16, {(ctx.rank() + 1) % world}, 2) == 2

@@ -6,8 +6,9 @@
 #   collectives/benchmarks/link_speed.sh [HOSTS] (default 2)
 #   RATE=2gbit ROUNDS=2 collectives/benchmarks/link_speed.sh 3
 #   DELAY=2ms ALGOS="ring native" collectives/benchmarks/link_speed.sh 2   # a long link
+#   BENCHES="before=/path/a after=/path/b" ...   # builds side by side, in turn
 #
-# Prints "round algorithm bytes time_us busbw_GB/s" per row; bus bandwidth is
+# Prints "round [build] algorithm bytes time_us busbw_GB/s" per row; bus bandwidth is
 # collective_bench's (2(n-1)/n of the bytes per second), to compare with the rate.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,9 @@ trap '$CLUSTER down' EXIT
 
 ./bazelw build --config=opt //tools:collective_bench //tools/cluster:delay_line >&2
 BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
-BENCH="$BIN/tools/collective_bench"
+# label=path pairs of collective_bench builds to compare; each algorithm runs on
+# each in turn, so both see the same machine.
+BENCHES="${BENCHES:-}"
 LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up "$HOSTS" --rate="$RATE" \
   ${DELAY:+--delay="$DELAY"} --subnet=10.196.0 --ranks_per_host=1 >&2
 $CLUSTER exec h2 -- python3 "$PWD/collectives/benchmarks/tcp_stream.py" server 10.196.0.2 5001 268435456 &
@@ -34,10 +37,13 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     algo="${spec%%:*}"
     chunk=256K
     [[ "$spec" == *:* ]] && chunk="${spec#*:}"
-    $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" ${MPI_EXTRA:-} "$BENCH" --transport=mpi \
-      --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M --max_bytes=64M \
-      --step_factor=4 --iters=5 --warmup=2 --timeout=5m |
-      awk -v spec="$spec" -v round="$round" \
-        '/^ *[0-9]+ +[0-9]+ +f32/ { print round, spec, $1, $6, $8 }'
+    for build in ${BENCHES:-"=$BIN/tools/collective_bench"}; do
+      label="${build%%=*}"
+      $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" ${MPI_EXTRA:-} "${build#*=}" \
+        --transport=mpi --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M \
+        --max_bytes=64M --step_factor=4 --iters=5 --warmup=2 --timeout=5m |
+        awk -v spec="$spec" -v round="$round" -v label="${label:+$label }" \
+          '/^ *[0-9]+ +[0-9]+ +f32/ { print round, label spec, $1, $6, $8 }'
+    done
   done
 done

@@ -110,10 +110,12 @@ std::string Show(T value) {
   }
 }
 
-// PathTransport: `inner` with `path` as its estimate of every path.
+using PathsFn = std::function<PathEstimate(int rank, int peer)>;
+
+// PathTransport: `inner` with paths(rank, peer) as its estimate of each path.
 class PathTransport final : public Transport {
  public:
-  PathTransport(Transport& inner, PathEstimate path) : inner_(inner), path_(path) {}
+  PathTransport(Transport& inner, const PathsFn& paths) : inner_(inner), paths_(paths) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string name() const override { return inner_.name(); }
@@ -137,38 +139,43 @@ class PathTransport final : public Transport {
     return inner_.ReserveTags(first, last, user);
   }
   PathEstimate EstimatePath(int peer) const override {
-    return peer == rank() || peer < 0 || peer >= size() ? PathEstimate{} : path_;
+    return peer == rank() || peer < 0 || peer >= size() ? PathEstimate{} : paths_(rank(), peer);
   }
 
  private:
   Transport& inner_;
-  const PathEstimate path_;
+  const PathsFn& paths_;
 };
 
 class PathHarness final : public TransportHarness {
  public:
-  PathHarness(std::unique_ptr<TransportHarness> inner, PathEstimate path)
-      : inner_(std::move(inner)), path_(path) {}
+  PathHarness(std::unique_ptr<TransportHarness> inner, PathsFn paths)
+      : inner_(std::move(inner)), paths_(std::move(paths)) {}
   std::string name() const override { return inner_->name() + "+path"; }
   bool combines() const override { return inner_->combines(); }
   std::vector<absl::Status> Run(int world,
                                 const std::function<absl::Status(Transport&)>& body) override {
     return inner_->Run(world, [&](Transport& transport) {
-      PathTransport wrapped(transport, path_);
+      PathTransport wrapped(transport, paths_);
       return body(wrapped);
     });
   }
 
  private:
   std::unique_ptr<TransportHarness> inner_;
-  const PathEstimate path_;
+  const PathsFn paths_;
 };
 
 }  // namespace
 
 std::unique_ptr<TransportHarness> WithPath(std::unique_ptr<TransportHarness> inner,
                                            PathEstimate path) {
-  return std::make_unique<PathHarness>(std::move(inner), path);
+  return WithPaths(std::move(inner), [path](int, int) { return path; });
+}
+
+std::unique_ptr<TransportHarness> WithPaths(std::unique_ptr<TransportHarness> inner,
+                                            PathsFn paths) {
+  return std::make_unique<PathHarness>(std::move(inner), std::move(paths));
 }
 
 std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world,

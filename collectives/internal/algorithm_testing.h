@@ -74,6 +74,10 @@ std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world
 // estimate of the path to each peer (Transport::EstimatePath) and forwards the rest.
 std::unique_ptr<TransportHarness> WithPath(std::unique_ptr<TransportHarness> inner,
                                            PathEstimate path);
+// WithPaths: the same, with rank `rank`'s estimate of the path to `peer` given by
+// paths(rank, peer).
+std::unique_ptr<TransportHarness> WithPaths(std::unique_ptr<TransportHarness> inner,
+                                            std::function<PathEstimate(int rank, int peer)> paths);
 
 // AllOk folds per-rank statuses into one, naming the first failing rank.
 absl::Status AllOk(const std::vector<absl::Status>& statuses);

@@ -41,10 +41,16 @@ int NumChunks(const CallContext& ctx, size_t count, DType dtype) {
 
 int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_list<int> peers,
                    int least) {
-  size_t path_bytes = 0;
+  // The longest round trip and the fastest rate over the peers: a rank of a ring
+  // only receives from its left and only sends to its right, so one peer may have
+  // a rate measured and the other a round trip; the paths are taken to be alike.
+  PathEstimate path;
   for (const int peer : peers) {
-    path_bytes = std::max(path_bytes, ctx.transport->EstimatePath(peer).BytesInFlight());
+    const PathEstimate estimate = ctx.transport->EstimatePath(peer);
+    path.round_trip = std::max(path.round_trip, estimate.round_trip);
+    path.bytes_per_second = std::max(path.bytes_per_second, estimate.bytes_per_second);
   }
+  const size_t path_bytes = path.BytesInFlight();
   const size_t chunk = std::max<size_t>(chunk_bytes, 1);
   const size_t wanted = std::min<size_t>((2 * path_bytes + chunk - 1) / chunk + 1,
                                          static_cast<size_t>(kMaxChunksInFlight));

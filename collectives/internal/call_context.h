@@ -187,7 +187,9 @@ inline constexpr int kMaxChunksInFlight = 32;
 
 // ChunksInFlight returns how many chunks of `chunk_bytes` a pipelined algorithm keeps
 // posted towards `peers`: `least`, or more where the transport has measured a path
-// whose bandwidth-delay product they would not fill (Transport::EstimatePath). Each
+// whose bandwidth-delay product they would not fill (Transport::EstimatePath; the
+// longest round trip and fastest rate over `peers`, which may each be measured on
+// a different one). Each
 // chunk is a message whose handshake costs a round trip before its data moves, so a
 // window of w chunks keeps the link busy when (w - 1) chunks cover about two
 // bandwidth-delay products. At most kMaxChunksInFlight. Every rank of a call must

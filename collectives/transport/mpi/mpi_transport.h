@@ -23,13 +23,19 @@
 //   once it has a matching receive of that size, posts MPI receives for the data on
 //   MPI tags of its own choosing and answers "clear to send" with them; only then does
 //   the sender hand its data to MPI, in pieces of `chunk_bytes` copied into buffers
-//   of its own (up to 16 MiB in flight; the next piece goes as one completes). So a
+//   of its own (up to 1 MiB in flight to a peer; the next piece goes as one
+//   completes); to a peer on another host the pieces are at most 60 KiB, which
+//   Open MPI sends at once rather than through a rendezvous of its own. So a
 //   send whose deadline passes before the receiver is ready is withdrawn cleanly (MPI
 //   cannot cancel a send it was given), and a size mismatch fails both sides, as the
 //   contract asks. Copy receives take the pieces straight into their buffer;
 //   combining receives take them into the destination itself when the combiner
 //   `lands_in_place`, otherwise into a few reused chunk buffers, and combine each as
 //   it lands.
+//
+// Each endpoint measures the path to each peer (EstimatePath: the shortest round
+// trip of a request to send, the fastest rate a transfer came in at), from which the
+// ring sizes its window on a long link (collectives/internal/call_context.h).
 //
 // Waiting polls MPI (MPI_Improbe for envelopes, MPI_Testsome for data): it spins
 // `spin_iterations` polls, then yields the CPU between polls, then sleeps 50 us

@@ -447,7 +447,10 @@ void Endpoint::NoteLanded(Op& op, size_t piece) {
   const absl::Time now = absl::Now();
   const size_t bytes = std::min(op.piece, op.bytes - piece * op.piece);
   if (op.landed_pieces++ == 0) {
-    // The clock starts when the first piece is in: the rate is of the rest.
+    // "Clear to send" out, the first piece in: a round trip seen from this side (a
+    // peer this rank only receives from has no send of its own to time).
+    NoteRoundTrip(op.peer, now - op.cleared_at);
+    // The rate's clock starts when the first piece is in: the rate is of the rest.
     op.first_landed_at = now;
     return;
   }
@@ -463,8 +466,6 @@ void Endpoint::NoteLanded(Op& op, size_t piece) {
 PathEstimate Endpoint::EstimatePath(int peer) const {
   MutexLock lock(&MpiLock());
   if (peer < 0 || peer >= size_) return {};
-  // A receive measures the rate of what comes from the peer, a send the round trip
-  // to it; links are taken to be as fast both ways.
   return path_[peer];
 }
 
@@ -550,6 +551,7 @@ absl::Status Endpoint::StartTransfer(uint64_t id, Op& op, uint64_t send_id, uint
     LOOM_RETURN_IF_ERROR(PostData(op, id, piece, /*send=*/false, /*slot=*/piece));
   }
   op.next_to_post = first_posts;
+  op.cleared_at = absl::Now();
   answer.kind = Kind::kCts;
   answer.bytes = op.bytes;
   answer.data_tag = op.data_tag;

@@ -65,8 +65,10 @@ class Endpoint final : public Transport {
       ABSL_LOCKS_EXCLUDED(MpiLock()) override;
   void Abort(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(MpiLock()) override;
   NativeCollectives* native() override { return native_.get(); }
-  // EstimatePath: the shortest "request to send" -> "clear to send" round trip to
-  // `peer`, and the fastest rate at which a transfer's pieces came in from it.
+  // EstimatePath: the shortest round trip to `peer` ("request to send" -> "clear to
+  // send" on a send, "clear to send" -> first piece on a receive), and the fastest
+  // rate at which a transfer's pieces came in from it (zero for a peer this rank
+  // only sends to).
   PathEstimate EstimatePath(int peer) const ABSL_LOCKS_EXCLUDED(MpiLock()) override;
 
  private:
@@ -92,7 +94,8 @@ class Endpoint final : public Transport {
     size_t pieces_done = 0;   // sends: pieces MPI has taken; receives: combined
     size_t next_to_post = 0;  // sends, and receives through slots, post a window ahead
     std::vector<bool> landed;
-    absl::Time asked_at;  // a send's: when it asked to send (its round trip's start)
+    absl::Time asked_at;    // a send's: when it asked to send (a round trip's start)
+    absl::Time cleared_at;  // a receive's: when it cleared the send (the same, seen here)
     // A receive's pieces landed so far, when the first did, and the bytes after it
     // (the path's rate, NoteLanded).
     size_t landed_pieces = 0;
