@@ -10,12 +10,14 @@
 #   collectives/benchmarks/auto_across_hosts.sh [HOSTS] (default 2)
 #   RATE=2gbit ITERS=10 collectives/benchmarks/auto_across_hosts.sh 3
 #   RANKS_PER_HOST=2 collectives/benchmarks/auto_across_hosts.sh 2
+#   DELAY=2ms collectives/benchmarks/auto_across_hosts.sh 2   # a long link (delay line)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
 RATE="${RATE:-2gbit}"
 ITERS="${ITERS:-10}"
 RANKS_PER_HOST="${RANKS_PER_HOST:-1}"
+DELAY="${DELAY:-}"  # one-way delay of the link (cluster.sh --delay); empty: none
 RANKS=$((HOSTS * RANKS_PER_HOST))
 ALGOS="ring direct halving_doubling dbtree tree native"
 if ((RANKS_PER_HOST > 1)); then ALGOS="$ALGOS hierarchical"; fi
@@ -24,9 +26,11 @@ CLUSTER="$PWD/tools/cluster/cluster.sh --name=xauto"
 WORK="$(mktemp -d "$PWD/.auto_across_hosts.XXXXXX")"
 trap '$CLUSTER down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 
-./bazelw build --config=opt //tools:collective_bench >&2
-BENCH="$(./bazelw info --config=opt bazel-bin 2>/dev/null)/tools/collective_bench"
-$CLUSTER up "$HOSTS" --rate="$RATE" --subnet=10.197.0 --ranks_per_host="$RANKS_PER_HOST" >&2
+./bazelw build --config=opt //tools:collective_bench //tools/cluster:delay_line >&2
+BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
+BENCH="$BIN/tools/collective_bench"
+LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up "$HOSTS" --rate="$RATE" \
+  ${DELAY:+--delay="$DELAY"} --subnet=10.197.0 --ranks_per_host="$RANKS_PER_HOST" >&2
 run() {  # ROUND ALGO -> "round algo bytes chosen time_us"; the calibration line on stderr
   # shellcheck disable=SC2046  # mpirun-args is a list of words
   $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$RANKS" "$BENCH" --transport=mpi \

@@ -23,7 +23,9 @@ namespace {
 // The most bytes one MPI data message carries (MPI counts are ints; the options
 // keep chunk_bytes within it, and a clear to send naming more is refused).
 constexpr size_t kMaxPiece = size_t{1} << 30;
-// Chunks of a combining receive in flight at once, each in a buffer of its own.
+// The fewest pieces in flight at once: a combining receive's (each in a buffer of
+// its own) and a peer's send window's; both hold up to kSendWindowBytes of pieces
+// (WindowPieces), so small pieces do not make a small window.
 constexpr size_t kWindow = 4;
 // Bytes of data in flight to one peer at once, over all the sends to it (at least
 // kWindow pieces; PumpSends). Per peer, not per send: a caller with several large
