@@ -9,7 +9,9 @@
 #     --rate, eth0 sends at most that rate (tc tbf, its bucket 4 ms of the rate), so
 #     the link is slower than memory; with --delay, eth0 is instead a tap of the
 #     delay line (tools/cluster/delay_line.h, a hub that hands each frame on DELAY
-#     after it arrived: a long link, where the kernel has no netem);
+#     after it arrived: a long link, where the kernel has no netem; with --rate it
+#     also sends towards each host at the rate, frame by frame, as a switch port,
+#     so no tbf burst arrives at memory speed: --delay=0ms --rate=... for that alone);
 #   - its own UTS namespace (hostname hN, so Open MPI and Loom see distinct nodes),
 #     IPC namespace, and mount namespace with a private /dev/shm and /tmp (tmpfs), so
 #     shared memory and temporary files never cross a host boundary by accident.
@@ -178,13 +180,35 @@ delay_line_binary() {
   die "--delay needs the delay line: ./bazelw build //tools/cluster:delay_line (or set LOOM_DELAY_LINE to its path)"
 }
 
-# start_delay_line COUNT DELAY: starts the delay line with taps NAME-h1t..NAME-hCOUNTt
-# in this (the root) namespace and waits for them; do_up moves each into its host.
+# rate_bytes RATE: bytes a second of a tc rate (2gbit, 500mbit, ...).
+rate_bytes() {
+  local number="${1%bit}" scale=1
+  case "$number" in
+    *k) scale=1000; number="${number%k}" ;;
+    *m) scale=1000000; number="${number%m}" ;;
+    *g) scale=1000000000; number="${number%g}" ;;
+  esac
+  echo $((number * scale / 8))
+}
+
+# start_delay_line COUNT DELAY RATE: starts the delay line with taps
+# NAME-h1t..NAME-hCOUNTt in this (the root) namespace and waits for them; do_up moves
+# each into its host. With RATE it also sends towards each host at that rate, as a
+# switch port does, its buffer 8 ms of the rate beyond what the delay holds.
 start_delay_line() {
-  local count="$1" delay="$2" binary taps="" n
+  local count="$1" delay="$2" rate="$3" binary taps="" n pacing=()
   binary="$(delay_line_binary)"
   for ((n = 1; n <= count; ++n)); do taps="$taps${taps:+,}$NAME-h${n}t"; done
-  setsid "$binary" --taps="$taps" --delay="$delay" </dev/null >"$STATE/delay_line.log" 2>&1 &
+  if [[ -n "$rate" ]]; then
+    local bytes queue
+    bytes="$(rate_bytes "$rate")"
+    queue="$(awk -v b="$bytes" -v d="$delay" 'BEGIN {
+      s = d; if (d ~ /us$/) s = d / 1e6; else if (d ~ /ms$/) s = d / 1e3; else s = d + 0;
+      printf "%d", b * (s + 0.008) + 262144 }')"
+    pacing=(--rate_bytes_per_second="$bytes" --queue_bytes="$queue")
+  fi
+  setsid "$binary" --taps="$taps" --delay="$delay" "${pacing[@]}" </dev/null \
+    >"$STATE/delay_line.log" 2>&1 &
   echo $! >"$STATE/delay_line.pid"
   local waited=0
   until ip link show "$NAME-h${count}t" >/dev/null 2>&1; do
@@ -223,7 +247,7 @@ do_up() {
   echo "$subnet" >"$STATE/subnet"
 
   if [[ -n "$delay" ]]; then
-    start_delay_line "$count" "$delay"
+    start_delay_line "$count" "$delay" "$rate"
   else
     ip netns add "$SWITCH"
     ip -n "$SWITCH" link add br0 type bridge

@@ -3,7 +3,8 @@
 # link that holds every frame 10 ms each way. An MPI all-reduce of one float across
 # it takes at least the one-way delay (the frames really wait), a 16 MiB one gives
 # the reference's bits through TCP segments of up to 64 KiB (the taps keep the
-# kernel's offloads), and `down` leaves no tap and no delay line process. Bad
+# kernel's offloads) and takes at least its 8 MiB each way at the rate (the delay
+# line paces each host's port), and `down` leaves no tap and no delay line process. Bad
 # --delay values are refused, naming them. Times are bounded from below only.
 # Needs root (CI runs as root).
 #   cross_host_delay_test.sh CLUSTER_SH COLLECTIVE_BENCH
@@ -44,6 +45,8 @@ awk -v t="$us" 'BEGIN { exit !(t >= 10000) }' || fail "4 bytes took $us us, less
 read -r us wrong <<<"$(bench $((16 << 20)))"
 echo "all-reduce of 16 MiB across a 10 ms link: $us us, $wrong wrong"
 [[ "$wrong" == 0 ]] || fail "$wrong elements wrong"
+# 8 MiB each way at 250 MB/s is 33.6 ms, whatever tbf's bucket let through at once.
+awk -v t="$us" 'BEGIN { exit !(t >= 33554) }' || fail "16 MiB took $us us, faster than 2 Gbit/s"
 
 cluster down
 if ip -o link show | grep -q "xdelay-h"; then fail "taps left: $(ip -o link show | grep xdelay-h)"; fi

@@ -71,6 +71,10 @@ absl::StatusOr<std::unique_ptr<DelayLine>> DelayLine::Create(const DelayLineOpti
     return absl::InvalidArgumentError(absl::StrCat(
         "delay ", absl::FormatDuration(options.delay), " is not within 0..10s"));
   }
+  if (!(options.bytes_per_second >= 0) || options.bytes_per_second > 1e12) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rate ", options.bytes_per_second, " bytes/s is not within 0..1e12 (0: unlimited)"));
+  }
   if (options.queue_bytes_per_port < kMaxFrameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("queue_bytes_per_port ",
                                                    options.queue_bytes_per_port,
@@ -121,14 +125,22 @@ std::vector<uint8_t> DelayLine::TakeBuffer() {
   return buffer;
 }
 
-void DelayLine::Enqueue(size_t to, const uint8_t* data, size_t bytes, int64_t due_ns) {
+void DelayLine::Enqueue(size_t to, const uint8_t* data, size_t bytes, int64_t now_ns) {
   Port& port = ports_[to];
   if (port.queued_bytes + bytes > options_.queue_bytes_per_port) {
     ++counters_.frames_dropped;
     return;
   }
+  int64_t sent_ns = now_ns;
+  if (options_.bytes_per_second > 0) {
+    // Serialized behind the port's earlier frames, then on the wire for `delay`.
+    const double wire_ns = 1e9 * static_cast<double>(bytes - kHeaderBytes) /
+                           options_.bytes_per_second;
+    port.free_at_ns = std::max(port.free_at_ns, now_ns) + static_cast<int64_t>(wire_ns);
+    sent_ns = port.free_at_ns;
+  }
   Frame frame;
-  frame.due_ns = due_ns;
+  frame.due_ns = sent_ns + absl::ToInt64Nanoseconds(options_.delay);
   frame.bytes = TakeBuffer();
   frame.bytes.assign(data, data + bytes);
   port.queued_bytes += bytes;
@@ -136,7 +148,6 @@ void DelayLine::Enqueue(size_t to, const uint8_t* data, size_t bytes, int64_t du
 }
 
 absl::Status DelayLine::Receive(size_t from, int64_t now_ns) {
-  const int64_t due_ns = now_ns + absl::ToInt64Nanoseconds(options_.delay);
   for (;;) {
     const ssize_t got = read(ports_[from].fd, scratch_.data(), scratch_.size());
     if (got < 0) {
@@ -155,11 +166,11 @@ absl::Status DelayLine::Receive(size_t from, int64_t now_ns) {
     const bool group = (ethernet[0] & 1) != 0;
     auto known = port_of_mac_.find(Mac(ethernet));
     if (!group && known != port_of_mac_.end()) {
-      if (known->second != from) Enqueue(known->second, scratch_.data(), bytes, due_ns);
+      if (known->second != from) Enqueue(known->second, scratch_.data(), bytes, now_ns);
       continue;
     }
     for (size_t to = 0; to < ports_.size(); ++to) {
-      if (to != from) Enqueue(to, scratch_.data(), bytes, due_ns);
+      if (to != from) Enqueue(to, scratch_.data(), bytes, now_ns);
     }
   }
 }

@@ -1,8 +1,11 @@
 // DelayLine: an Ethernet hub whose ports are tap devices and which hands every frame
 // to its destination a fixed delay after it arrived: a long link (one way latency
 // `delay`) between emulated hosts, where the kernel has no netem (tools/cluster's
-// `--delay`). The hosts' own `tc tbf` still sets the rate; the delay line only holds
-// frames, in order, per port.
+// `--delay`). With a rate it is also the switch's port towards each host: frames
+// leave it one after another at that rate (serialized, not in bursts), queued up to
+// a switch buffer and dropped beyond it. The hosts' own `tc tbf` limits what they
+// send (and pushes back on their TCP); the delay line only holds frames, in order,
+// per port.
 //
 //   DelayLineOptions options;
 //   options.tap_names = {"loom-h1t", "loom-h2t"};   // made here, then moved by cluster.sh
@@ -44,6 +47,10 @@ struct DelayLineOptions {
   // Bytes queued per port before frames are dropped (a switch's buffer); the
   // default holds 1 s of 2 Gbit/s.
   size_t queue_bytes_per_port = size_t{256} << 20;
+  // Each port's rate towards its host, bytes a second (frames as the tap hands them
+  // over, headers included); 0: as fast as they come. Over the rate, frames wait
+  // their turn, and beyond queue_bytes_per_port of waiting they are dropped.
+  double bytes_per_second = 0;
 };
 
 struct DelayLineCounters {
@@ -74,13 +81,16 @@ class DelayLine {
     int fd = -1;
     std::deque<Frame> queue;
     size_t queued_bytes = 0;
+    int64_t free_at_ns = 0;  // with a rate: when the port's last frame is through
   };
 
   explicit DelayLine(const DelayLineOptions& options);
   absl::Status OpenTap(Port& port);
   // Reads every frame waiting on `from` and queues it to its destinations.
   absl::Status Receive(size_t from, int64_t now_ns);
-  void Enqueue(size_t to, const uint8_t* data, size_t bytes, int64_t due_ns);
+  // Enqueue queues a frame that arrived at `now_ns` to port `to`: due after the
+  // port's earlier frames at its rate (if any), plus the delay.
+  void Enqueue(size_t to, const uint8_t* data, size_t bytes, int64_t now_ns);
   // Writes the frames whose time has come; returns the earliest due time left
   // (INT64_MAX when every queue is empty).
   int64_t Deliver(int64_t now_ns);
