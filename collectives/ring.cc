@@ -37,10 +37,10 @@ constexpr int kMinChunksInFlight = 2;
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 // RequestQueue: one direction's posted requests (sends, or receives), oldest first,
-// at most `capacity` (<= kMaxChunksInFlight), held on the stack. Destroying a queue that still holds
-// requests (an early return on an error) cancels them: Wait with a deadline in the
-// past finishes, fails or withdraws each one (transport.h), after which no peer
-// touches their buffers. Cancelling at once rather than at the deadline returns the
+// at most `capacity` (<= kMaxChunksInFlight), held on the stack. Destroying a queue
+// that still holds requests (an early return on an error) cancels them: Wait with a
+// deadline in the past finishes, fails or withdraws each one (transport.h), after
+// which no peer touches their buffers. Cancelling at once rather than at the deadline returns the
 // error promptly; the call has failed anyway.
 class RequestQueue {
  public:

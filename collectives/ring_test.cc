@@ -78,9 +78,8 @@ TEST(RingTest, ALongPathWidensTheWindowToItsBandwidthDelayProduct) {
       *WithPath(MakeInprocHarness(), path), world, [&](const CallContext& ctx) -> absl::Status {
         const int right = (ctx.rank() + 1) % world;
         // 2 x 10,000 bytes over 4 KiB chunks, rounded up, and one more.
-        if (ChunksInFlight(ctx, 4096, {right}, 2) != 6) {
-          return absl::InternalError(absl::StrCat("window ", ChunksInFlight(ctx, 4096, {right}, 2)));
-        }
+        const int window = ChunksInFlight(ctx, 4096, {right}, 2);
+        if (window != 6) return absl::InternalError(absl::StrCat("window ", window));
         if (ChunksInFlight(ctx, 1 << 20, {right}, 2) != 2) return absl::InternalError("1 MiB");
         if (ChunksInFlight(ctx, 16, {right}, 2) != kMaxChunksInFlight) {
           return absl::InternalError("16 bytes");

@@ -7,6 +7,7 @@
 #   RATE=2gbit ROUNDS=2 collectives/benchmarks/link_speed.sh 3
 #   DELAY=2ms ALGOS="ring native" collectives/benchmarks/link_speed.sh 2   # a long link
 #   BENCHES="before=/path/a after=/path/b" ...   # builds side by side, in turn
+#   TRANSPORT=gloo collectives/benchmarks/link_speed.sh 2   # Loom over gloo (TCP) instead
 #
 # Prints "round [build] algorithm bytes time_us busbw_GB/s" per row; bus bandwidth is
 # collective_bench's (2(n-1)/n of the bytes per second), to compare with the rate.
@@ -18,8 +19,12 @@ ROUNDS="${ROUNDS:-2}"
 # One-way delay of the link (cluster.sh --delay, the delay line); empty: none.
 DELAY="${DELAY:-}"
 ALGOS="${ALGOS:-ring ring:1M ring:4M dbtree direct halving_doubling tree native}"
+TRANSPORT="${TRANSPORT:-mpi}"  # mpi, or gloo (its own TCP pairs; no native)
+[[ "$TRANSPORT" == mpi || "$TRANSPORT" == gloo ]] || { echo "TRANSPORT=$TRANSPORT: mpi or gloo" >&2; exit 2; }
+# gloo's rendezvous directories: outside /tmp, which each emulated host has its own of.
+STORES="$(mktemp -d "$PWD/.link_speed_gloo.XXXXXX")"
 CLUSTER="$PWD/tools/cluster/cluster.sh --name=xlink"
-trap '$CLUSTER down' EXIT
+trap '$CLUSTER down; rm -rf "$STORES"' EXIT
 
 ./bazelw build --config=opt //tools:collective_bench //tools/cluster:delay_line >&2
 BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
@@ -37,10 +42,16 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     algo="${spec%%:*}"
     chunk=256K
     [[ "$spec" == *:* ]] && chunk="${spec#*:}"
+    [[ "$TRANSPORT" == gloo && "$algo" == native ]] && continue
     for build in ${BENCHES:-"=$BIN/tools/collective_bench"}; do
       label="${build%%=*}"
+      transport=(--transport=mpi)
+      if [[ "$TRANSPORT" == gloo ]]; then
+        transport=(--transport=gloo --gloo_interface=eth0
+                   --gloo_store_dir="$(mktemp -d "$STORES/run.XXXXXX")")
+      fi
       $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" ${MPI_EXTRA:-} "${build#*=}" \
-        --transport=mpi --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M \
+        "${transport[@]}" --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M \
         --max_bytes=64M --step_factor=4 --iters=5 --warmup=2 --timeout=5m |
         awk -v spec="$spec" -v round="$round" -v label="${label:+$label }" \
           '/^ *[0-9]+ +[0-9]+ +f32/ { print round, label spec, $1, $6, $8 }'
