@@ -45,13 +45,17 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     [[ "$TRANSPORT" == gloo && "$algo" == native ]] && continue
     for build in ${BENCHES:-"=$BIN/tools/collective_bench"}; do
       label="${build%%=*}"
+      # Over gloo mpirun only starts the processes: each is told it is a rank of a
+      # launched job (tools/launcher.h) and meets the others in a fresh directory.
       transport=(--transport=mpi)
+      launched=()
       if [[ "$TRANSPORT" == gloo ]]; then
         transport=(--transport=gloo --gloo_interface=eth0
                    --gloo_store_dir="$(mktemp -d "$STORES/run.XXXXXX")")
+        launched=(sh -c 'LOOM_JOB_ID=xlink LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"')
       fi
-      $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" ${MPI_EXTRA:-} "${build#*=}" \
-        "${transport[@]}" --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M \
+      $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" ${MPI_EXTRA:-} "${launched[@]}" \
+        "${build#*=}" "${transport[@]}" --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M \
         --max_bytes=64M --step_factor=4 --iters=5 --warmup=2 --timeout=5m |
         awk -v spec="$spec" -v round="$round" -v label="${label:+$label }" \
           '/^ *[0-9]+ +[0-9]+ +f32/ { print round, label spec, $1, $6, $8 }'
