@@ -8,19 +8,23 @@
 #
 #   tools/cluster/train_across_hosts.sh [ROUNDS] (default 3)
 #   RATE=2gbit OUT=$PWD/runs tools/cluster/train_across_hosts.sh 1
+#   DELAY=2ms tools/cluster/train_across_hosts.sh 1   # a long link (the delay line)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS="${1:-3}"
 RATE="${RATE:-2gbit}"
+DELAY="${DELAY:-}"  # one-way delay of the link (cluster.sh --delay); empty: none
 CLUSTER="$PWD/tools/cluster/cluster.sh --name=xtrain"
 # The summaries live outside /tmp, which each emulated host has its own of.
 OUT="${OUT:-$(mktemp -d "$PWD/.train_across_hosts.XXXXXX")}"
 mkdir -p "$OUT"
 trap '$CLUSTER down >/dev/null 2>&1' EXIT
 
-./bazelw build --config=opt //tools:train >&2
-TRAIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)/tools/train"
-$CLUSTER up 2 --rate="$RATE" --subnet=10.196.0 --ranks_per_host=1 >&2
+./bazelw build --config=opt //tools:train //tools/cluster:delay_line >&2
+BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
+TRAIN="${TRAIN:-$BIN/tools/train}"  # TRAIN=PATH: another build of train
+LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up 2 --rate="$RATE" \
+  ${DELAY:+--delay="$DELAY"} --subnet=10.196.0 --ranks_per_host=1 >&2
 declare -A FLAGS=(
   [1x8]="--microbatches=1 --micro_batch=8"
   [4x2]="--microbatches=4 --micro_batch=2"
