@@ -207,8 +207,17 @@ start_delay_line() {
       printf "%d", b * (s + 0.008) + 262144 }')"
     pacing=(--rate_bytes_per_second="$bytes" --queue_bytes="$queue")
   fi
-  setsid "$binary" --taps="$taps" --delay="$delay" "${pacing[@]}" </dev/null \
-    >"$STATE/delay_line.log" 2>&1 &
+  # A machine without the /dev/net/tun node (a container's /dev) may still have the
+  # driver: the delay line then opens a node of its own in the state directory,
+  # which `down` removes with the rest, rather than one made in the machine's /dev.
+  local tun=/dev/net/tun
+  if [[ ! -c "$tun" ]]; then
+    tun="$STATE/tun"
+    mknod "$tun" c 10 200 2>/dev/null ||
+      die "--delay needs the tun driver: no /dev/net/tun, and mknod $tun (10:200) failed"
+  fi
+  setsid "$binary" --taps="$taps" --delay="$delay" --tun_device="$tun" "${pacing[@]}" \
+    </dev/null >"$STATE/delay_line.log" 2>&1 &
   echo $! >"$STATE/delay_line.pid"
   local waited=0
   until ip link show "$NAME-h${count}t" >/dev/null 2>&1; do

@@ -100,8 +100,10 @@ DelayLine::~DelayLine() {
 }
 
 absl::Status DelayLine::OpenTap(Port& port) {
-  port.fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
-  if (port.fd < 0) return Errno("open /dev/net/tun (needs root and the tun module)");
+  port.fd = open(options_.tun_device.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (port.fd < 0) {
+    return Errno(absl::StrCat("open ", options_.tun_device, " (needs root and the tun module)"));
+  }
   ifreq request;
   memset(&request, 0, sizeof(request));
   request.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;

@@ -42,6 +42,8 @@ namespace cluster {
 struct DelayLineOptions {
   // Tap devices to create (2..64 names of 1..15 characters, distinct).
   std::vector<std::string> tap_names;
+  // The tun clone device to open (a node of character device 10:200).
+  std::string tun_device = "/dev/net/tun";
   // One way: each frame leaves this long after it arrived (0..10 s).
   absl::Duration delay = absl::ZeroDuration();
   // Bytes queued per port before frames are dropped (a switch's buffer); the

@@ -20,6 +20,8 @@
 
 ABSL_FLAG(std::string, taps, "", "comma-separated names of the tap devices to create (2..64)");
 ABSL_FLAG(absl::Duration, delay, absl::ZeroDuration(), "one-way delay of every frame (0..10s)");
+ABSL_FLAG(std::string, tun_device, "/dev/net/tun",
+          "the tun clone device (character device 10:200) to open");
 ABSL_FLAG(double, rate_bytes_per_second, 0,
           "each port's rate towards its host, bytes a second (0: unlimited)");
 ABSL_FLAG(int64_t, queue_bytes, 256 << 20,
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
   loom::cluster::DelayLineOptions options;
   options.tap_names = absl::StrSplit(absl::GetFlag(FLAGS_taps), ',', absl::SkipEmpty());
   options.delay = absl::GetFlag(FLAGS_delay);
+  options.tun_device = absl::GetFlag(FLAGS_tun_device);
   options.bytes_per_second = absl::GetFlag(FLAGS_rate_bytes_per_second);
   const int64_t queue_bytes = absl::GetFlag(FLAGS_queue_bytes);
   if (queue_bytes <= 0) {
