@@ -151,19 +151,24 @@ do_down() {
   rm -rf "$STATE"
 }
 
-# tbf_burst RATE: tbf's bucket in bytes for RATE (2gbit, 500mbit, ...): 4 ms of the
-# rate, at least 64 KiB (one GSO packet). tbf needs about rate/HZ to reach its rate:
-# with the flat 64 KiB it had before, one TCP stream got 183 to 212 MB/s through a
-# 2gbit link (73-85% of 250 MB/s); with 1 MB, 240 MB/s (96%: the goodput after
-# headers).
-tbf_burst() {
+# rate_bytes RATE: bytes a second of a tc rate (2gbit, 500mbit, ...).
+rate_bytes() {
   local number="${1%bit}" scale=1
   case "$number" in
     *k) scale=1000; number="${number%k}" ;;
     *m) scale=1000000; number="${number%m}" ;;
     *g) scale=1000000000; number="${number%g}" ;;
   esac
-  local bytes=$((number * scale / 8 / 250))
+  echo $((number * scale / 8))
+}
+
+# tbf_burst RATE: tbf's bucket in bytes for RATE (2gbit, 500mbit, ...): 4 ms of the
+# rate, at least 64 KiB (one GSO packet). tbf needs about rate/HZ to reach its rate:
+# with the flat 64 KiB it had before, one TCP stream got 183 to 212 MB/s through a
+# 2gbit link (73-85% of 250 MB/s); with 1 MB, 240 MB/s (96%: the goodput after
+# headers).
+tbf_burst() {
+  local bytes=$(($(rate_bytes "$1") / 250))
   ((bytes < 65536)) && bytes=65536
   echo "$bytes"
 }
@@ -178,17 +183,6 @@ delay_line_binary() {
     [[ -n "$candidate" && -x "$candidate" ]] && { echo "$candidate"; return 0; }
   done
   die "--delay needs the delay line: ./bazelw build //tools/cluster:delay_line (or set LOOM_DELAY_LINE to its path)"
-}
-
-# rate_bytes RATE: bytes a second of a tc rate (2gbit, 500mbit, ...).
-rate_bytes() {
-  local number="${1%bit}" scale=1
-  case "$number" in
-    *k) scale=1000; number="${number%k}" ;;
-    *m) scale=1000000; number="${number%m}" ;;
-    *g) scale=1000000000; number="${number%g}" ;;
-  esac
-  echo $((number * scale / 8))
 }
 
 # start_delay_line COUNT DELAY RATE: starts the delay line with taps
