@@ -22,6 +22,7 @@ class GlooHarness final : public TransportHarness {
   std::string name() const override {
     return store_ == GlooStoreKind::kHash ? "gloo (hash store)" : "gloo (file store)";
   }
+  bool measures_paths() const override { return true; }
 
   std::vector<absl::Status> Run(int world,
                                 const std::function<absl::Status(Transport&)>& body) override {

@@ -57,7 +57,7 @@ TransportHarnessFactory MakeGlooMpirunHarnessFactory(std::string store_base,
     mine.interface = interface;
     return ConnectGlooTransport(mine);
   };
-  return MakeMpiHarnessFactory("gloo", std::move(connect));
+  return MakeMpiHarnessFactory("gloo", std::move(connect), /*measures_paths=*/true);
 }
 
 }  // namespace loom

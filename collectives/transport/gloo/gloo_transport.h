@@ -37,9 +37,11 @@
 //     into the caller's under the endpoint's lock, all at once: a receive is either
 //     untouched or complete, so cancelling it at its deadline is exact.
 //   - Sends to oneself never touch gloo.
-// The cost is one extra copy on each side, 1 MiB of posted frames per peer, and a
-// round trip for a payload above 256 KiB and for the acknowledgement of a send above
-// `eager_bytes`.
+// The cost is one extra copy on each side, 1 MiB of posted frames per peer (up to
+// 8 MiB on a long fat path: twice its measured bandwidth-delay product), and a round
+// trip for a payload above 256 KiB and for the acknowledgement of a send above
+// `eager_bytes`. Every heartbeat is also a ping; with the receivers' timing of what
+// arrives back to back it gives EstimatePath, from which the ring sizes its window.
 //
 // PEERS THAT FAIL. At connect every rank puts its identity (world rank, pid, host)
 // and beat interval in the store, and errors name peers by them. A beat thread sends

@@ -82,12 +82,12 @@ int MpiWorldSize() {
 }
 
 MpiHarness::MpiHarness(MpiTransportOptions options)
-    : MpiHarness("mpi", [options](MPI_Comm group) { return ConnectMpiTransport(group, options); }) {
-  measures_paths_ = true;
-}
+    : MpiHarness(
+          "mpi", [options](MPI_Comm group) { return ConnectMpiTransport(group, options); },
+          /*measures_paths=*/true) {}
 
-MpiHarness::MpiHarness(std::string name, MpiGroupConnect connect)
-    : name_(std::move(name)), connect_(std::move(connect)) {}
+MpiHarness::MpiHarness(std::string name, MpiGroupConnect connect, bool measures_paths)
+    : name_(std::move(name)), connect_(std::move(connect)), measures_paths_(measures_paths) {}
 
 std::vector<absl::Status> MpiHarness::Run(int world,
                                           const std::function<absl::Status(Transport&)>& body) {
@@ -126,8 +126,11 @@ TransportHarnessFactory MakeMpiHarnessFactory(MpiTransportOptions options) {
   return [options] { return std::make_unique<MpiHarness>(options); };
 }
 
-TransportHarnessFactory MakeMpiHarnessFactory(std::string name, MpiGroupConnect connect) {
-  return [name, connect] { return std::make_unique<MpiHarness>(name, connect); };
+TransportHarnessFactory MakeMpiHarnessFactory(std::string name, MpiGroupConnect connect,
+                                              bool measures_paths) {
+  return [name, connect, measures_paths] {
+    return std::make_unique<MpiHarness>(name, connect, measures_paths);
+  };
 }
 
 }  // namespace loom

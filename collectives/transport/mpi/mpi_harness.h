@@ -41,11 +41,11 @@ class MpiHarness final : public TransportHarness {
  public:
   // An MPI transport with `options` on each group.
   explicit MpiHarness(MpiTransportOptions options = {});
-  // The transport `connect` makes on each group, named `name`.
-  MpiHarness(std::string name, MpiGroupConnect connect);
+  // The transport `connect` makes on each group, named `name`; `measures_paths`
+  // says whether it measures its paths (Transport::EstimatePath).
+  MpiHarness(std::string name, MpiGroupConnect connect, bool measures_paths = false);
 
   std::string name() const override { return name_; }
-  // MPI's own transport measures its paths; one `connect` makes may not.
   bool measures_paths() const override { return measures_paths_; }
   // Run returns FailedPrecondition for every rank when the job has fewer than
   // `world` processes.
@@ -55,12 +55,13 @@ class MpiHarness final : public TransportHarness {
  private:
   const std::string name_;
   const MpiGroupConnect connect_;
-  bool measures_paths_ = false;
+  const bool measures_paths_;
 };
 
 // MakeMpiHarnessFactory returns a TransportHarnessFactory of MpiHarness.
 TransportHarnessFactory MakeMpiHarnessFactory(MpiTransportOptions options = {});
-TransportHarnessFactory MakeMpiHarnessFactory(std::string name, MpiGroupConnect connect);
+TransportHarnessFactory MakeMpiHarnessFactory(std::string name, MpiGroupConnect connect,
+                                              bool measures_paths = false);
 
 // MpiWorldSize returns the number of processes of the job (MPI_COMM_WORLD's size).
 int MpiWorldSize();

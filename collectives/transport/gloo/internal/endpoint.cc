@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "collectives/transport/gloo/internal/gloo_call.h"
 #include "collectives/transport/gloo/internal/sigpipe.h"
+#include "core/clock.h"
 
 namespace loom {
 namespace gloo_internal {
@@ -26,6 +27,11 @@ absl::Status Mismatch(int source, size_t sent, Tag tag, int destination, size_t 
 
 }  // namespace
 
+int FramesWanted(const PathEstimate& path) {
+  const size_t wanted = (2 * path.BytesInFlight() + kFrameBytes - 1) / kFrameBytes + 1;
+  return static_cast<int>(std::clamp<size_t>(wanted, kLeastFramesPosted, kMostFramesPosted));
+}
+
 std::string Endpoint::Op::Describe() const {
   return absl::StrCat(is_send ? "send to rank " : "receive from rank ", peer, " (tag ", tag, ", ",
                       bytes, " bytes)");
@@ -40,12 +46,14 @@ Endpoint::Endpoint(GlooContexts contexts, const GlooOptions& options,
       rank_(options.rank),
       size_(options.size),
       watch_("gloo", rank_, std::move(peers), options.heartbeat_timeout,
-             std::move(peer_intervals)) {
+             std::move(peer_intervals)),
+      paths_(options.size) {
   {
     MutexLock lock(&mu_);
     posted_.resize(size_);
     unexpected_.resize(size_);
     peer_gone_.assign(size_, absl::OkStatus());
+    echoes_.assign(size_, 0);
     waiting_on_.assign(size_ + 2, nullptr);
   }
   // The threads post receives (gloo then writes "ready" notices to the peer) and may
@@ -149,11 +157,20 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
   if (!status.ok()) return status;
   if (!Track(peer, buffer.get())) return false;
   bool completed = false;
+  const int64_t posted_at = NowNanos();
   status = GlooCall(absl::StrCat("receive of ", bytes, " bytes from rank ", peer), [&] {
     buffer->recv(peer, kPayloadSlot, 0, bytes);
     completed = buffer->waitRecv(nullptr, kForever);
   });
   Track(peer, nullptr);
+  if (status.ok() && completed) {
+    // The receive's "ready" went to the peer and the payload came back: a round trip,
+    // then the bytes at the path's rate. The pings' round trip can be longer than
+    // gloo's own (threads wake up for them), so at most half the time is taken off.
+    const absl::Duration elapsed = absl::Nanoseconds(NowNanos() - posted_at);
+    paths_.NoteTransfer(peer, bytes,
+                        std::max(elapsed - paths_.Estimate(peer).round_trip, elapsed / 2));
+  }
   if (!status.ok() || !completed) {
     // Still posted, or signalled by the loop thread: kept with its memory (Retired).
     Retired retired;
@@ -167,37 +184,64 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
 }
 
 void Endpoint::ReceiveLoop(int peer) {
-  // kFramesPosted frames, each with a receive posted; gloo fills them in posting
-  // order, so frame n % kFramesPosted holds the n-th message from `peer`.
-  // They outlive the thread (Retired).
+  // Frames, each with a receive posted; gloo fills them in posting order, so the
+  // front of `order` holds the next message from `peer`, and a frame that was read
+  // goes to its back. They start at kLeastFramesPosted and grow with the path
+  // (FramesWanted). They outlive the thread (Retired).
   Retired posted;
   std::vector<std::vector<std::byte>>& frames = posted.memory;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& buffers = posted.buffers;
-  frames.assign(kFramesPosted, std::vector<std::byte>(kFrameBytes));
-  buffers.resize(kFramesPosted);
-  absl::Status status = GlooCall(absl::StrCat("posting receives of frames from rank ", peer), [&] {
-    for (int i = 0; i < kFramesPosted; ++i) {
-      buffers[i] = context_->createUnboundBuffer(frames[i].data(), kFrameBytes);
-      buffers[i]->recv(peer, kEnvelopeSlot, 0, kFrameBytes);
-    }
-  });
+  std::deque<size_t> order;
+  auto post_new_frame = [&] {
+    return GlooCall(absl::StrCat("posting a receive of a frame from rank ", peer), [&] {
+      frames.emplace_back(kFrameBytes);
+      buffers.push_back(context_->createUnboundBuffer(frames.back().data(), kFrameBytes));
+      buffers.back()->recv(peer, kEnvelopeSlot, 0, kFrameBytes);
+      order.push_back(frames.size() - 1);
+    });
+  };
+  absl::Status status;
+  for (int i = 0; i < kLeastFramesPosted && status.ok(); ++i) status = post_new_frame();
   std::vector<std::byte> separate;  // a payload too large for the frame, kept for the next
-  for (uint64_t n = 0;; ++n) {
-    const size_t i = n % kFramesPosted;
+  // A train of data frames that came in back to back, each one after the first
+  // waited for (so the link brought it, not a queue in front of this thread): the
+  // bytes after the first over the time since it came are a rate sample. (The
+  // first's own time may hold the sender's pause before it.)
+  int64_t last_arrival = 0;
+  int64_t train_began = 0;  // 0: no train
+  size_t train_bytes = 0;
+  for (;;) {
+    const size_t i = order.front();
     if (separate.size() > kKeptPayloadBytes) std::vector<std::byte>().swap(separate);
     Envelope envelope;
     bool received = false;
+    const int64_t wait_began = NowNanos();
     if (status.ok() && Track(peer, buffers[i].get())) {
       status = GlooCall(absl::StrCat("receive of a frame from rank ", peer),
                         [&] { received = buffers[i]->waitRecv(nullptr, kForever); });
       Track(peer, nullptr);
     }
+    const int64_t arrived = NowNanos();
     if (status.ok() && received) {
       watch_.Heard(peer);  // Every frame counts as a beat, whatever its kind.
       absl::StatusOr<Envelope> decoded = Decode(frames[i]);
       status = decoded.status();
       if (decoded.ok()) envelope = *decoded;
     }
+    const bool data_frame =
+        status.ok() && received && envelope.kind == Kind::kData && envelope.PayloadInline();
+    if (data_frame && train_began != 0 && 2 * (arrived - wait_began) >= arrived - last_arrival) {
+      train_bytes += FrameBytes(envelope);
+      if (train_bytes >= PathMeter::kMinRateSampleBytes) {
+        paths_.NoteTransfer(peer, train_bytes, absl::Nanoseconds(arrived - train_began));
+        train_began = arrived;
+        train_bytes = 0;
+      }
+    } else {
+      train_began = data_frame ? arrived : 0;
+      train_bytes = 0;
+    }
+    last_arrival = arrived;
     absl::Span<const std::byte> payload;
     if (status.ok() && received) {
       if (envelope.PayloadInline()) {
@@ -207,6 +251,8 @@ void Endpoint::ReceiveLoop(int peer) {
         status = got.status();
         received = got.ok() && *got;
         payload = absl::MakeConstSpan(separate.data(), envelope.bytes);
+        train_began = 0;
+        train_bytes = 0;
       }
     }
     {
@@ -220,9 +266,15 @@ void Endpoint::ReceiveLoop(int peer) {
       // A posted receive takes the payload straight from the frame.
       Deliver(peer, envelope, payload);
     }
-    // The frame is read: it goes back to the end of the line of posted receives.
-    status = GlooCall(absl::StrCat("posting a receive of a frame from rank ", peer),
-                      [&] { buffers[i]->recv(peer, kEnvelopeSlot, 0, kFrameBytes); });
+    // The frame is read: it goes back to the end of the line of posted receives, and
+    // frames are added when the path has grown past them.
+    order.pop_front();
+    status = GlooCall(absl::StrCat("posting a receive of a frame from rank ", peer), [&] {
+      buffers[i]->recv(peer, kEnvelopeSlot, 0, kFrameBytes);
+      order.push_back(i);
+    });
+    const int wanted = FramesWanted(paths_.Estimate(peer));
+    while (status.ok() && static_cast<int>(frames.size()) < wanted) status = post_new_frame();
   }
 }
 
@@ -286,12 +338,17 @@ void Endpoint::BeatLoop() {
   }
 }
 
+void Endpoint::Ping(int peer) {
+  Envelope ping;
+  ping.kind = Kind::kBeat;
+  ping.send_id = static_cast<uint64_t>(NowNanos());
+  Post(peer, ping, {});  // Post skips gone peers.
+}
+
 void Endpoint::BeatAndJudge(bool beat) {
   if (beat) {
-    Envelope heartbeat;
-    heartbeat.kind = Kind::kBeat;
     for (int peer = 0; peer < size_; ++peer) {
-      if (peer != rank_) Post(peer, heartbeat, {});  // Post skips gone peers.
+      if (peer != rank_) Ping(peer);
     }
   }
   // Listening under the lock: a thread that held it for long kept this one from
@@ -516,7 +573,21 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
       return;
     }
     case Kind::kBeat:
-      return;  // Heard already, by the receiver thread.
+      // Heard already, by the receiver thread; a ping is echoed.
+      if (envelope.send_id != 0) {
+        Envelope echo;
+        echo.kind = Kind::kEcho;
+        echo.send_id = envelope.send_id;
+        Post(source, echo, {});
+      }
+      return;
+    case Kind::kEcho:
+      // This rank's clock when it pinged: the round trip, frames in front of the ping
+      // or its echo included (the meter keeps the shortest).
+      paths_.NoteRoundTrip(source, absl::Nanoseconds(NowNanos() -
+                                                      static_cast<int64_t>(envelope.send_id)));
+      if (++echoes_[source] < kStartPings) Ping(source);
+      return;
     case Kind::kClose:
       // Closing is no failure of the peer's: not recorded. Its requests fail all the
       // same, as nothing more comes from it.

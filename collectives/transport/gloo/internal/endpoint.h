@@ -1,12 +1,17 @@
 // Endpoint: one rank's gloo Transport (the protocol is described in
 // gloo_transport.h). It owns a connected gloo context and one receiver thread per
-// peer, which keeps kFramesPosted receives of frames posted, so a peer's small
-// messages land at once and gloo's sends never wait on the application. Messages are
+// peer, which keeps receives of frames posted (as many as the path to the peer
+// needs, FramesWanted), so a peer's small messages land at once and gloo's sends
+// never wait on the application. Messages are
 // handed to gloo by the thread that posts them, under the endpoint's lock (so their
 // order on the wire is the posting order); one completion thread waits for gloo to
 // finish sending each and frees it. All matching happens under that lock, in Deliver.
 // One beat thread sends every peer a heartbeat each beat interval and judges the
 // peers' silence (PeerWatch); every frame a receiver thread takes counts as a beat.
+// Each heartbeat is also a ping, whose echo times the round trip to the peer; the
+// receiver threads time the frames and payloads that come in back to back. Both go
+// to a PathMeter (EstimatePath), from which the algorithms size their windows and
+// the receivers the frames they keep posted.
 #ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 #define LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENDPOINT_H_
 
@@ -30,6 +35,7 @@
 #include "absl/types/span.h"
 #include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/gloo/internal/envelope.h"
+#include "collectives/transport/path_meter.h"
 #include "collectives/transport/peer_failure.h"
 #include "collectives/transport/peer_watch.h"
 #include "collectives/transport/transport.h"
@@ -38,10 +44,24 @@
 namespace loom {
 namespace gloo_internal {
 
-// Receives of frames each receiver thread keeps posted: a peer can send this many
-// messages of up to kInlineBytes back to back before one of them waits for this
-// rank's thread. They hold kFramesPosted x kFrameBytes (1 MiB) per peer.
-inline constexpr int kFramesPosted = 4;
+// Receives of frames each receiver thread keeps posted, at least and at most: a
+// peer can send this many messages of up to kInlineBytes back to back before one
+// of them waits for this rank's thread. A frame is busy for a round trip and more
+// (it lands, is read, is posted again, and gloo's "ready" notice goes back), so
+// over a 2 Gbit/s link with 4 ms round trips 4 frames (1 MiB) held the gloo ring at
+// 0.54-0.59 of the link. The receiver adds frames as the path's estimate asks
+// (FramesWanted), up to kMostFramesPosted x kFrameBytes (8 MiB) per peer.
+inline constexpr int kLeastFramesPosted = 4;
+inline constexpr int kMostFramesPosted = 32;
+
+// FramesWanted: the frames to keep posted for a path: twice its bandwidth-delay
+// product in frames, plus one, within [kLeastFramesPosted, kMostFramesPosted].
+int FramesWanted(const PathEstimate& path);
+
+// Pings sent back to back when an endpoint starts, each when the last one's echo
+// came (after them, one with each heartbeat): the first one may wait for the peer
+// to start its receivers, and algorithms size their windows from the first calls on.
+inline constexpr int kStartPings = 4;
 
 // gloo slots of the two per-pair streams: prefix 0x4C ("L") in the top byte, as
 // gloo::Slot::build would make it, clear of gloo's collectives (0x01..0x08).
@@ -81,6 +101,8 @@ class Endpoint final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "gloo"; }
+  // The shortest ping echo and the fastest arrivals from `peer` so far.
+  PathEstimate EstimatePath(int peer) const override { return paths_.Estimate(peer); }
 
   absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
                                    const Stamp& stamp) ABSL_LOCKS_EXCLUDED(mu_) override;
@@ -136,13 +158,16 @@ class Endpoint final : public Transport {
   void CompleteSends() ABSL_LOCKS_EXCLUDED(mu_);
   // BeatLoop: the beat thread, until closing.
   void BeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Beats every peer that is not gone, listens, and fails each one silent past its
-  // allowed time (PeerWatch::Judge).
+  // Beats (and pings) every peer that is not gone, listens, and fails each one
+  // silent past its allowed time (PeerWatch::Judge).
   void BeatAndJudge(bool beat) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Receives the payload that follows `envelope` from `peer`, when it is not inline;
   // false once closing aborted the wait; a status when gloo failed.
   absl::StatusOr<bool> ReceivePayload(int peer, const Envelope& envelope,
                                       std::vector<std::byte>* payload) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Ping sends `peer` a heartbeat that asks for an echo of this rank's clock.
+  void Ping(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Post hands a message to gloo for `peer`, or delivers it at once when it is this
   // rank; a gloo failure fails the peer.
@@ -185,6 +210,8 @@ class Endpoint final : public Transport {
   const int size_;
   // Who the peers are, and when each was last heard from. Thread-safe.
   PeerWatch watch_;
+  // What is measured of the path to each peer. Thread-safe.
+  PathMeter paths_;
 
   Mutex mu_;
   // Signalled on every change of state: an op finished, a message handed to gloo or
@@ -195,6 +222,7 @@ class Endpoint final : public Transport {
   std::vector<std::deque<uint64_t>> posted_ ABSL_GUARDED_BY(mu_);     // by peer, in order
   std::vector<std::deque<Arrival>> unexpected_ ABSL_GUARDED_BY(mu_);  // by peer, in order
   std::vector<absl::Status> peer_gone_ ABSL_GUARDED_BY(mu_);          // by peer
+  std::vector<int> echoes_ ABSL_GUARDED_BY(mu_);  // by peer: pings answered so far
   // Handed to gloo and not yet sent, oldest first (the completion thread waits on
   // the front).
   std::deque<std::unique_ptr<Outgoing>> in_flight_ ABSL_GUARDED_BY(mu_);

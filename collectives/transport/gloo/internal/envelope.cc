@@ -35,7 +35,7 @@ absl::StatusOr<Envelope> Decode(absl::Span<const std::byte> frame) {
   uint64_t words[8];
   std::memcpy(words, frame.data(), kHeadBytes);
   if (words[0] < static_cast<uint64_t>(Kind::kData) ||
-      words[0] > static_cast<uint64_t>(Kind::kClose)) {
+      words[0] > static_cast<uint64_t>(Kind::kEcho)) {
     return absl::InvalidArgumentError(absl::StrCat("gloo: unknown envelope kind ", words[0]));
   }
   Envelope envelope;

@@ -24,7 +24,8 @@ namespace gloo_internal {
 
 // Inline payloads go up to the Communicator's default pipeline chunk (256 KiB), so
 // the chunks of ring, tree and the other pipelined algorithms travel without the
-// round trip. A receiver keeps kFramesPosted frames per peer posted (endpoint.h).
+// round trip. A receiver keeps frames posted for each peer, as many as its path
+// needs (endpoint.h, FramesWanted).
 inline constexpr size_t kHeadBytes = 64;
 inline constexpr size_t kInlineBytes = size_t{256} << 10;
 inline constexpr size_t kFrameBytes = kHeadBytes + kInlineBytes;
@@ -36,8 +37,10 @@ enum class Kind : uint64_t {
                   // by one stamped `stamp` (bytes = kStampConflict)
   kWithdraw = 4,  // the sender gave send_id up at its deadline: drop it if unmatched
   kAbort = 5,     // the sender aborted; `bytes` of reason text
-  kBeat = 6,      // a heartbeat, for idle times (any frame from a peer counts as one)
+  kBeat = 6,      // a heartbeat, for idle times (any frame from a peer counts as one);
+                  // a send_id other than 0 asks for a kEcho of it (a ping)
   kClose = 7,     // the sender closes its endpoint: the end of its connection is no failure
+  kEcho = 8,      // a ping's send_id, returned: the sender's clock when it pinged
 };
 
 struct Envelope {

@@ -84,15 +84,18 @@ TEST(EnvelopeTest, AnAbortCarriesItsReasonInline) {
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(text.data()), text.size()), reason);
 }
 
-// Beats and goodbyes are bare heads: 64 bytes on the wire, nothing after them.
-TEST(EnvelopeTest, BeatsAndGoodbyesAreBareHeads) {
-  for (const Kind kind : {Kind::kBeat, Kind::kClose}) {
+// Beats, echoes and goodbyes are bare heads: 64 bytes on the wire, nothing after
+// them; a ping's clock reading (send_id) comes back whole in its echo.
+TEST(EnvelopeTest, BeatsEchoesAndGoodbyesAreBareHeads) {
+  for (const Kind kind : {Kind::kBeat, Kind::kClose, Kind::kEcho}) {
     Envelope envelope;
     envelope.kind = kind;
+    envelope.send_id = uint64_t{1795000000123456789};
     const std::vector<std::byte> frame = Encode(envelope, {});
     EXPECT_EQ(frame.size(), kHeadBytes);
     LOOM_ASSERT_OK_AND_ASSIGN(const Envelope decoded, Decode(frame));
     EXPECT_EQ(decoded.kind, kind);
+    EXPECT_EQ(decoded.send_id, envelope.send_id);
     EXPECT_FALSE(decoded.HasPayload());
   }
 }

@@ -53,8 +53,6 @@ constexpr size_t kCopyPiece = size_t{256} << 10;
 // with no delay they stayed at 0.96 (collectives/README.md, "A long link").
 // Pieces inside a host keep their size: vader copies large ones in one go.
 constexpr size_t kAcrossHostsPiece = size_t{60} << 10;
-// A path estimate's round trip and rate come from at least this much data.
-constexpr size_t kMinRateSampleBytes = size_t{128} << 10;
 // Envelopes handled per poll, so one busy peer cannot starve the data requests.
 constexpr int kEnvelopesPerPoll = 64;
 
@@ -129,7 +127,7 @@ Endpoint::Endpoint(MPI_Comm comm, uint64_t epoch, int tag_ub, const MpiTransport
       across_hosts_[peer] = !own_host.empty() && !peers[peer].host.empty() &&
                             peers[peer].host != own_host;
     }
-    path_.assign(size_, PathEstimate{});
+    paths_ = std::make_unique<PathMeter>(size_);
     posted_.resize(size_);
     unexpected_.resize(size_);
     next_data_tag_.assign(size_, 0);
@@ -437,38 +435,25 @@ size_t Endpoint::WindowPieces(size_t piece) {
   return std::max(kWindow, kSendWindowBytes / std::max<size_t>(piece, 1));
 }
 
-void Endpoint::NoteRoundTrip(int peer, absl::Duration round_trip) {
-  PathEstimate& path = path_[peer];
-  if (round_trip > absl::ZeroDuration() &&
-      (path.round_trip == absl::ZeroDuration() || round_trip < path.round_trip)) {
-    path.round_trip = round_trip;
-  }
-}
-
 void Endpoint::NoteLanded(Op& op, size_t piece) {
   const absl::Time now = absl::Now();
   const size_t bytes = std::min(op.piece, op.bytes - piece * op.piece);
   if (op.landed_pieces++ == 0) {
     // "Clear to send" out, the first piece in: a round trip seen from this side (a
     // peer this rank only receives from has no send of its own to time).
-    NoteRoundTrip(op.peer, now - op.cleared_at);
+    paths_->NoteRoundTrip(op.peer, now - op.cleared_at);
     // The rate's clock starts when the first piece is in: the rate is of the rest.
     op.first_landed_at = now;
     return;
   }
   op.landed_bytes_after_first += bytes;
-  if (op.landed_pieces != op.pieces || op.landed_bytes_after_first < kMinRateSampleBytes) return;
-  const double seconds = absl::ToDoubleSeconds(now - op.first_landed_at);
-  if (seconds <= 0) return;
-  PathEstimate& path = path_[op.peer];
-  path.bytes_per_second =
-      std::max(path.bytes_per_second, static_cast<double>(op.landed_bytes_after_first) / seconds);
+  if (op.landed_pieces != op.pieces) return;
+  paths_->NoteTransfer(op.peer, op.landed_bytes_after_first, now - op.first_landed_at);
 }
 
 PathEstimate Endpoint::EstimatePath(int peer) const {
-  MutexLock lock(&MpiLock());
-  if (peer < 0 || peer >= size_) return {};
-  return path_[peer];
+  MutexLock lock(&MpiLock());  // paths_ is made in the constructor, under the lock
+  return paths_->Estimate(peer);
 }
 
 bool Endpoint::Direct(const Op& op) {
@@ -785,7 +770,7 @@ absl::Status Endpoint::HandleEnvelope(int source, absl::Span<const std::byte> me
       }
       op.data_tag = envelope.data_tag;
       op.piece = envelope.piece;
-      NoteRoundTrip(source, absl::Now() - op.asked_at);
+      paths_->NoteRoundTrip(source, absl::Now() - op.asked_at);
       op.pieces = (op.bytes + op.piece - 1) / op.piece;
       op.state = State::kTransferring;
       const size_t slots = TakeSlots(op, WindowPieces(op.piece));

@@ -31,6 +31,7 @@
 #include "collectives/transport/mpi/internal/envelope.h"
 #include "collectives/transport/mpi/internal/mpi_call.h"
 #include "collectives/transport/mpi/mpi_transport.h"
+#include "collectives/transport/path_meter.h"
 #include "collectives/transport/peer_failure.h"
 #include "collectives/transport/peer_watch.h"
 #include "collectives/transport/transport.h"
@@ -160,8 +161,7 @@ class Endpoint final : public Transport {
   // WindowPieces: the slots of a transfer in pieces of `piece` bytes: the peer's send
   // window, and at least kWindow pieces.
   static size_t WindowPieces(size_t piece);
-  // NoteRoundTrip and NoteLanded measure the path to a peer (EstimatePath).
-  void NoteRoundTrip(int peer, absl::Duration round_trip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
+  // NoteLanded samples the path to a peer (paths_, EstimatePath).
   void NoteLanded(Op& op, size_t piece) ABSL_EXCLUSIVE_LOCKS_REQUIRED(MpiLock());
   // Direct: a receive whose pieces land in the caller's buffer itself (copies, and
   // combiners that may read their destination), all posted at once.
@@ -230,7 +230,7 @@ class Endpoint final : public Transport {
   // By peer: whether it runs on another host (smaller pieces, kAcrossHostsPiece),
   // and what is measured of the path to it.
   std::vector<bool> across_hosts_ ABSL_GUARDED_BY(MpiLock());
-  std::vector<PathEstimate> path_ ABSL_GUARDED_BY(MpiLock());
+  std::unique_ptr<PathMeter> paths_ ABSL_GUARDED_BY(MpiLock());
   // By peer: the data tags it sends to us.
   std::vector<uint64_t> next_data_tag_ ABSL_GUARDED_BY(MpiLock());
   // By peer: set once it aborted or went silent.
