@@ -43,7 +43,7 @@ absl::StatusOr<double> RoundTrip(Communicator& comm, int partner, size_t bytes, 
 
 absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
                                    size_t bytes, int batches, double batch_seconds, bool warm,
-                                   int calls_per_batch) {
+                                   int calls_per_batch, int64_t* agreed_calls) {
   if (kind != CollectiveKind::kAllReduce && kind != CollectiveKind::kReduceScatter &&
       kind != CollectiveKind::kAllGather && kind != CollectiveKind::kBroadcast) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -70,17 +70,29 @@ absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algo
   if (warm) LOOM_RETURN_IF_ERROR(once());  // Buffers faulted in, connections and paths set up.
   absl::Time start;
   int64_t calls[1] = {std::max(1, calls_per_batch)};
+  double first_call_seconds = 0;
   if (batch_seconds > 0) {
     start = absl::Now();
     LOOM_RETURN_IF_ERROR(once());
     const double first = absl::ToDoubleSeconds(absl::Now() - start);
+    first_call_seconds = first;
     calls[0] = std::clamp<int64_t>(std::llround(batch_seconds / std::max(first, 1e-9)), 1, 1000);
     CallOptions by_ring;
     by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
     LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(calls), /*root=*/0, by_ring));
   }
+  if (agreed_calls != nullptr) *agreed_calls = calls[0];
   double best = std::numeric_limits<double>::infinity();
-  for (int batch = 0; batch < std::max(1, batches); ++batch) {
+  int batch = 0;
+  if (batch_seconds > 0 && calls[0] == 1) {
+    // The timed call outlasted a batch, so a batch is that one call: it counts as
+    // the first. (Every rank has the same calls[0], so every rank skips it.) Over a
+    // link with 4 ms round trips most points are one call a batch, and this cut a
+    // quarter of the automatic calibration's calls.
+    best = first_call_seconds;
+    batch = 1;
+  }
+  for (; batch < std::max(1, batches); ++batch) {
     start = absl::Now();
     for (int64_t i = 0; i < calls[0]; ++i) LOOM_RETURN_IF_ERROR(once());
     best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(calls[0]));
@@ -170,11 +182,25 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
   if (curves) {
     for (CollectiveKind kind : options.curve_kinds) {
       for (Algorithm algorithm : Candidates(comm, kind)) {
+        // One warm call per algorithm: its first size sets up its connections and
+        // paths; each later size's timed call is the one that meets its buffers, and
+        // the batches after it (the lowest mean counts) are warm.
+        // Once a size's batch is one call (agreed by rank 0's broadcast), a larger
+        // one's is too: its batches are single calls with no timed call or broadcast
+        // first (over 4 ms round trips those cost about 5 ms a point).
+        bool warm = true;
+        int64_t calls = 0;
+        size_t last_bytes = 0;
         for (size_t bytes : options.curve_sizes) {
-          LOOM_ASSIGN_OR_RETURN(const double seconds,
-                                MeasureCall(comm, kind, algorithm, bytes, options.curve_batches,
-                                            options.curve_batch_seconds));
+          const bool one_call = calls == 1 && bytes >= last_bytes;
+          LOOM_ASSIGN_OR_RETURN(
+              const double seconds,
+              MeasureCall(comm, kind, algorithm, bytes, options.curve_batches,
+                          one_call ? 0.0 : options.curve_batch_seconds, warm, /*calls=*/1,
+                          one_call ? nullptr : &calls));
           measured.push_back(seconds);
+          warm = false;
+          last_bytes = bytes;
         }
       }
     }

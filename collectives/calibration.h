@@ -24,6 +24,7 @@
 #define LOOM_COLLECTIVES_CALIBRATION_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,14 +55,18 @@ struct CalibrationOptions {
 // MeasureCall returns the seconds of one call of `kind` (all_reduce, reduce_scatter,
 // all_gather or broadcast; InvalidArgument otherwise) by `algorithm` moving `bytes`
 // (as CostModel::Predict counts them) in f32, as this rank measured it: after a warm
-// call (unless `warm` is false: the caller ran the algorithm already), the lowest mean of `batches` batches, so that a stall of the machine or the
-// network in one batch does not price an algorithm out (a 4 KiB all-reduce measured
-// 1.4 ms once, against 19 us typical, across emulated hosts). With `batch_seconds` >
-// 0 rank 0 sizes the batches from one more timed call and broadcasts their length,
-// so every rank runs the same calls; with 0 each batch is `calls` calls. Collective.
+// call (unless `warm` is false: the caller ran the algorithm already), the lowest
+// mean of `batches` batches, so that a stall of the machine or the network in one
+// batch does not price an algorithm out (a 4 KiB all-reduce measured 1.4 ms once,
+// against 19 us typical, across emulated hosts). With `batch_seconds` > 0 rank 0
+// sizes the batches from one more timed call and broadcasts their length, so every
+// rank runs the same calls; where that length is one call, the timed call is the
+// first batch. With 0 each batch is `calls` calls. `agreed_calls`, when given, is
+// set to the calls a batch had (the same on every rank). Collective.
 absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
                                    size_t bytes, int batches, double batch_seconds,
-                                   bool warm = true, int calls = 1);
+                                   bool warm = true, int calls = 1,
+                                   int64_t* agreed_calls = nullptr);
 
 // Calibrate is collective: every rank of `comm` calls it. Returns the measured
 // model, or the communicator's error. A single-rank communicator measures gamma

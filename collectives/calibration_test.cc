@@ -1,6 +1,8 @@
 #include "collectives/calibration.h"
 
+#include <functional>
 #include <memory>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -47,6 +49,79 @@ TEST(CalibrationTest, EveryRankGetsTheSameMeasuredModel) {
   EXPECT_NE(c.inter_node_alpha, defaults.inter_node_alpha);
   LOOM_ASSERT_OK_AND_ASSIGN(CostModel parsed, CostModel::Parse(models[0]->Serialize()));
   EXPECT_EQ(parsed.Serialize(), models[0]->Serialize());
+}
+
+// RunRanks runs `body` on four thread ranks (2 per node), each with its communicator.
+template <typename Result>
+std::vector<absl::StatusOr<Result>> RunRanks(
+    const std::function<absl::StatusOr<Result>(Communicator&)>& body) {
+  std::vector<absl::StatusOr<Result>> results(4, absl::UnknownError("not run"));
+  absl::StatusOr<std::shared_ptr<InprocGroup>> group = InprocGroup::Create(4);
+  if (!group.ok()) return std::vector<absl::StatusOr<Result>>(4, group.status());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<Transport>> endpoint = (*group)->Endpoint(r);
+      if (!endpoint.ok()) { results[r] = endpoint.status(); return; }
+      CommunicatorOptions options;
+      options.ranks_per_node = 2;
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          Communicator::Create(std::move(*endpoint), options);
+      if (!comm.ok()) { results[r] = comm.status(); return; }
+      results[r] = body(**comm);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return results;
+}
+
+// Curves with batches of one call (a batch time no call fits in: the timed call is
+// the first batch, and larger sizes skip their timed call) and of many: every rank
+// runs the same calls (a rank that ran one more would hang its peers) and ends with
+// rank 0's curves, one positive point per size, unsorted sizes included.
+TEST(CalibrationTest, CurvesAgreeWhateverTheBatchLength) {
+  for (const double batch_seconds : {1e-9, 0.0, 2e-3}) {
+    SCOPED_TRACE(batch_seconds);
+    const std::vector<absl::StatusOr<CostModel>> models =
+        RunRanks<CostModel>([&](Communicator& comm) {
+          CalibrationOptions calibration;
+          calibration.latency_round_trips = 5;
+          calibration.bandwidth_bytes = 1 << 16;
+          calibration.bandwidth_round_trips = 2;
+          calibration.curve_sizes = {64 << 10, 4 << 10, 1 << 20, 16 << 10};
+          calibration.curve_kinds = {CollectiveKind::kAllReduce};
+          calibration.curve_batches = 2;
+          calibration.curve_batch_seconds = batch_seconds;
+          return Calibrate(comm, calibration);
+        });
+    for (int r = 0; r < 4; ++r) ASSERT_THAT(models[r], IsOk()) << r;
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(models[r]->Serialize(), models[0]->Serialize());
+    const auto curve = models[0]->curve(CollectiveKind::kAllReduce, Algorithm::kRing, 4, 2);
+    ASSERT_EQ(curve.size(), 4u);
+    for (const auto& [bytes, seconds] : curve) EXPECT_GT(seconds, 0) << bytes;
+  }
+}
+
+// MeasureCall tells each rank the calls its batches had: the same everywhere, one
+// where no call fits in a batch, and `calls` where the batch length is not measured.
+TEST(CalibrationTest, MeasureCallReportsTheAgreedCalls) {
+  for (const auto& [batch_seconds, expected] : std::vector<std::pair<double, int64_t>>{
+           {1e-9, 1}, {0.0, 3}}) {
+    const std::vector<absl::StatusOr<int64_t>> calls = RunRanks<int64_t>(
+        [&](Communicator& comm) -> absl::StatusOr<int64_t> {
+          int64_t agreed = -1;
+          LOOM_ASSIGN_OR_RETURN(const double seconds,
+                                MeasureCall(comm, CollectiveKind::kAllReduce, Algorithm::kRing,
+                                            64 << 10, /*batches=*/2, batch_seconds,
+                                            /*warm=*/true, /*calls=*/3, &agreed));
+          if (!(seconds > 0)) return absl::InternalError("no time measured");
+          return agreed;
+        });
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_THAT(calls[r], IsOk()) << r;
+      EXPECT_EQ(*calls[r], expected) << "rank " << r << ", batch " << batch_seconds << " s";
+    }
+  }
 }
 
 }  // namespace
