@@ -126,7 +126,7 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, CostModel* model
     best = std::min(best, seconds);
     curves.emplace_back(algorithm, CostModel::Curve(curve.begin(), curve.end()));
   }
-  // Rank 0's model is every rank's (Calibrate broadcast it), so every rank picks
+  // Every rank has the same model (Calibrate agreed on it), so every rank picks
   // the same finalists in the same order.
   std::vector<double> seconds;
   std::vector<Algorithm> finalists;
@@ -142,7 +142,8 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, CostModel* model
   if (seconds.empty()) return absl::OkStatus();
   CallOptions by_ring;
   by_ring.algorithm = Algorithm::kRing;
-  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(seconds), /*root=*/0, by_ring));
+  // The slowest rank's time, as Calibrate's curves (calibration.cc).
+  LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(seconds), ReduceOp::kMax, by_ring));
   for (size_t i = 0; i < finalists.size(); ++i) {
     for (auto& [algorithm, curve] : curves) {
       if (algorithm != finalists[i]) continue;

@@ -205,7 +205,17 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
       }
     }
   }
-  // Everyone adopts rank 0's numbers: identical models make identical choices.
+  // A call's price is its slowest rank's time. One rank alone can be early: over 4
+  // ms round trips rank 0 timed the binomial tree's 4 KiB all-reduce at 2.3 ms
+  // (its peer's part was on its way when its call began) where the peer took 4.3
+  // ms, and auto picked it at 0.6 of direct. Max is exact, so every rank gets the
+  // same numbers.
+  if (!measured.empty()) {
+    CallOptions by_ring;
+    by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
+    LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(measured), ReduceOp::kMax, by_ring));
+  }
+  // Everyone adopts rank 0's constants: identical models make identical choices.
   std::vector<double> values = {constants.alpha, constants.beta, constants.gamma,
                                 constants.inter_node_alpha, constants.inter_node_beta};
   values.insert(values.end(), measured.begin(), measured.end());

@@ -69,7 +69,8 @@ absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algo
                                    int64_t* agreed_calls = nullptr);
 
 // Calibrate is collective: every rank of `comm` calls it. Returns the measured
-// model, or the communicator's error. A single-rank communicator measures gamma
+// model (rank 0's constants; each curve point the slowest rank's time), or the
+// communicator's error. A single-rank communicator measures gamma
 // only and keeps the default alpha and beta.
 absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions& options = {});
 
