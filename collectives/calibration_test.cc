@@ -105,8 +105,11 @@ TEST(CalibrationTest, CurvesAgreeWhateverTheBatchLength) {
 // MeasureCall tells each rank the calls its batches had: the same everywhere, one
 // where no call fits in a batch, and `calls` where the batch length is not measured.
 TEST(CalibrationTest, MeasureCallReportsTheAgreedCalls) {
-  for (const auto& [batch_seconds, expected] : std::vector<std::pair<double, int64_t>>{
+  for (const auto& [batch, calls_expected] : std::vector<std::pair<double, int64_t>>{
            {1e-9, 1}, {0.0, 3}}) {
+    // (Copies: C++17 lambdas cannot capture structured bindings.)
+    const double batch_seconds = batch;
+    const int64_t expected = calls_expected;
     const std::vector<absl::StatusOr<int64_t>> calls = RunRanks<int64_t>(
         [&](Communicator& comm) -> absl::StatusOr<int64_t> {
           int64_t agreed = -1;
