@@ -9,7 +9,6 @@
 #include "absl/time/time.h"
 #include "collectives/transport/gloo/internal/gloo_call.h"
 #include "collectives/transport/gloo/internal/sigpipe.h"
-#include "core/clock.h"
 
 namespace loom {
 namespace gloo_internal {
@@ -18,6 +17,14 @@ namespace {
 // gloo closes every pair of a context when one of its waits times out, so the
 // threads' waits get none that could expire: they end when closing aborts them.
 constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365);
+
+// The clock of pings and arrival times: monotonic, so a step of the wall clock
+// never makes a round trip or a rate (the meter would keep a false shortest one).
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 absl::Status Mismatch(int source, size_t sent, Tag tag, int destination, size_t posted) {
   return absl::FailedPreconditionError(
@@ -157,7 +164,7 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
   if (!status.ok()) return status;
   if (!Track(peer, buffer.get())) return false;
   bool completed = false;
-  const int64_t posted_at = NowNanos();
+  const int64_t posted_at = SteadyNanos();
   status = GlooCall(absl::StrCat("receive of ", bytes, " bytes from rank ", peer), [&] {
     buffer->recv(peer, kPayloadSlot, 0, bytes);
     completed = buffer->waitRecv(nullptr, kForever);
@@ -167,7 +174,7 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
     // The receive's "ready" went to the peer and the payload came back: a round trip,
     // then the bytes at the path's rate. The pings' round trip can be longer than
     // gloo's own (threads wake up for them), so at most half the time is taken off.
-    const absl::Duration elapsed = absl::Nanoseconds(NowNanos() - posted_at);
+    const absl::Duration elapsed = absl::Nanoseconds(SteadyNanos() - posted_at);
     paths_.NoteTransfer(peer, bytes,
                         std::max(elapsed - paths_.Estimate(peer).round_trip, elapsed / 2));
   }
@@ -215,13 +222,13 @@ void Endpoint::ReceiveLoop(int peer) {
     if (separate.size() > kKeptPayloadBytes) std::vector<std::byte>().swap(separate);
     Envelope envelope;
     bool received = false;
-    const int64_t wait_began = NowNanos();
+    const int64_t wait_began = SteadyNanos();
     if (status.ok() && Track(peer, buffers[i].get())) {
       status = GlooCall(absl::StrCat("receive of a frame from rank ", peer),
                         [&] { received = buffers[i]->waitRecv(nullptr, kForever); });
       Track(peer, nullptr);
     }
-    const int64_t arrived = NowNanos();
+    const int64_t arrived = SteadyNanos();
     if (status.ok() && received) {
       watch_.Heard(peer);  // Every frame counts as a beat, whatever its kind.
       absl::StatusOr<Envelope> decoded = Decode(frames[i]);
@@ -341,7 +348,7 @@ void Endpoint::BeatLoop() {
 void Endpoint::Ping(int peer) {
   Envelope ping;
   ping.kind = Kind::kBeat;
-  ping.send_id = static_cast<uint64_t>(NowNanos());
+  ping.send_id = static_cast<uint64_t>(SteadyNanos());
   Post(peer, ping, {});  // Post skips gone peers.
 }
 
@@ -584,7 +591,7 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
     case Kind::kEcho:
       // This rank's clock when it pinged: the round trip, frames in front of the ping
       // or its echo included (the meter keeps the shortest).
-      paths_.NoteRoundTrip(source, absl::Nanoseconds(NowNanos() -
+      paths_.NoteRoundTrip(source, absl::Nanoseconds(SteadyNanos() -
                                                       static_cast<int64_t>(envelope.send_id)));
       if (++echoes_[source] < kStartPings) Ping(source);
       return;
