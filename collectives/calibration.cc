@@ -176,15 +176,46 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
       constants.inter_node_beta = constants.beta;
     }
   }
+  // Everyone adopts rank 0's constants: identical models make identical choices
+  // (and the curves below decide their warm calls from them alike).
+  std::vector<double> values = {constants.alpha, constants.beta, constants.gamma,
+                                constants.inter_node_alpha, constants.inter_node_beta};
+  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(values), /*root=*/0));
+  constants.alpha = values[0];
+  constants.beta = values[1];
+  constants.gamma = values[2];
+  constants.inter_node_alpha = values[3];
+  constants.inter_node_beta = values[4];
+  LOOM_ASSIGN_OR_RETURN(CostModel model, CostModel::FromConstants(constants));
   // Measured curves, where asked for.
   const bool curves = n > 1 && options.curve_sizes.size() >= 2;
+  const int per_node = comm.options().ranks_per_node;
   std::vector<double> measured;
   if (curves) {
+    // A warm call before every size, where the constants say those calls fit in
+    // curve_warm_seconds: without one, a point's first counted call is the first at
+    // its size, and one that starts after a pause can find the link's buffers empty
+    // (a 4 MiB all-reduce timed at 13.9 ms over a link that needs 16.8 ms for it,
+    // across hosts behind tc tbf: the ring was chosen at 0.86 of direct at 1 MiB).
+    bool warm_every_size = options.curve_warm_seconds < 0;
+    if (!warm_every_size) {
+      double warm_seconds = 0;
+      for (CollectiveKind kind : options.curve_kinds) {
+        for (size_t i = 1; i < options.curve_sizes.size(); ++i) {
+          for (const auto& [algorithm, seconds] :
+               model.Explain(kind, options.curve_sizes[i], n, per_node, /*allow_native=*/true)
+                   .predictions) {
+            warm_seconds += seconds;
+          }
+        }
+      }
+      warm_every_size = warm_seconds <= options.curve_warm_seconds;
+    }
     for (CollectiveKind kind : options.curve_kinds) {
       for (Algorithm algorithm : Candidates(comm, kind)) {
-        // One warm call per algorithm: its first size sets up its connections and
-        // paths; each later size's timed call is the one that meets its buffers, and
-        // the batches after it (the lowest mean counts) are warm.
+        // A warm call before an algorithm's first size sets up its connections and
+        // paths (before every size, as above, where that fits); the batches after it
+        // count (the lowest mean).
         // Once a size's batch is one call (agreed by rank 0's broadcast), a larger
         // one's is too: its batches are single calls with no timed call or broadcast
         // first (over 4 ms round trips those cost about 5 ms a point).
@@ -199,7 +230,7 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
                           one_call ? 0.0 : options.curve_batch_seconds, warm, /*calls=*/1,
                           one_call ? nullptr : &calls));
           measured.push_back(seconds);
-          warm = false;
+          warm = warm_every_size;
           last_bytes = bytes;
         }
       }
@@ -215,23 +246,12 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
     by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
     LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(measured), ReduceOp::kMax, by_ring));
   }
-  // Everyone adopts rank 0's constants: identical models make identical choices.
-  std::vector<double> values = {constants.alpha, constants.beta, constants.gamma,
-                                constants.inter_node_alpha, constants.inter_node_beta};
-  values.insert(values.end(), measured.begin(), measured.end());
-  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(values), /*root=*/0));
-  constants.alpha = values[0];
-  constants.beta = values[1];
-  constants.gamma = values[2];
-  constants.inter_node_alpha = values[3];
-  constants.inter_node_beta = values[4];
-  LOOM_ASSIGN_OR_RETURN(CostModel model, CostModel::FromConstants(constants));
   if (curves) {
-    size_t next = 5;
+    size_t next = 0;
     for (CollectiveKind kind : options.curve_kinds) {
       for (Algorithm algorithm : Candidates(comm, kind)) {
         CostModel::Curve curve;
-        for (size_t bytes : options.curve_sizes) curve.emplace_back(bytes, values[next++]);
+        for (size_t bytes : options.curve_sizes) curve.emplace_back(bytes, measured[next++]);
         LOOM_RETURN_IF_ERROR(model.SetCurve(kind, algorithm, n, comm.options().ranks_per_node,
                                             std::move(curve)));
       }

@@ -50,6 +50,12 @@ struct CalibrationOptions {
                                              CollectiveKind::kBroadcast};
   int curve_batches = 3;
   double curve_batch_seconds = 0.02;
+  // Negative: a warm call before every (kind, algorithm, size). Otherwise one only
+  // before each algorithm's first size, and before the others too when the measured
+  // constants price those calls (every candidate at every size but the first, as
+  // CostModel::Explain predicts them) within this many seconds. Over a 4 ms round
+  // trip they cost a third of the automatic calibration's 2 s (auto_calibration.h).
+  double curve_warm_seconds = -1;
 };
 
 // MeasureCall returns the seconds of one call of `kind` (all_reduce, reduce_scatter,

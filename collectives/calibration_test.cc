@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
@@ -80,8 +81,13 @@ std::vector<absl::StatusOr<Result>> RunRanks(
 // runs the same calls (a rank that ran one more would hang its peers) and ends with
 // rank 0's curves, one positive point per size, unsorted sizes included.
 TEST(CalibrationTest, CurvesAgreeWhateverTheBatchLength) {
-  for (const double batch_seconds : {1e-9, 0.0, 2e-3}) {
-    SCOPED_TRACE(batch_seconds);
+  // (batch seconds, warm-call seconds): warm calls before every size, before the
+  // first only (no budget for the rest), or as the constants price them.
+  for (const auto& [batch, warm] : std::vector<std::pair<double, double>>{
+           {1e-9, -1}, {1e-9, 0}, {0.0, 0}, {2e-3, 1e9}, {2e-3, 1e-3}}) {
+    const double batch_seconds = batch;
+    const double warm_seconds = warm;
+    SCOPED_TRACE(absl::StrCat("batch ", batch_seconds, " s, warm calls ", warm_seconds, " s"));
     const std::vector<absl::StatusOr<CostModel>> models =
         RunRanks<CostModel>([&](Communicator& comm) {
           CalibrationOptions calibration;
@@ -92,6 +98,7 @@ TEST(CalibrationTest, CurvesAgreeWhateverTheBatchLength) {
           calibration.curve_kinds = {CollectiveKind::kAllReduce};
           calibration.curve_batches = 2;
           calibration.curve_batch_seconds = batch_seconds;
+          calibration.curve_warm_seconds = warm_seconds;
           return Calibrate(comm, calibration);
         });
     for (int r = 0; r < 4; ++r) ASSERT_THAT(models[r], IsOk()) << r;
