@@ -208,6 +208,8 @@ expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buf
 expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buffer on each of 4 ranks" "${B[@]}" --transport=shm --ranks=4 --max_bytes=1T
 expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buffer on each of 2 ranks" "${B[@]}" --transport=mpi --ranks=4 --ranks_per_node=2 --max_bytes=1T
 expect collective_bench 2 "'99999999999999999999' is not a byte size" "${B[@]}" --max_bytes=99999999999999999999
+expect collective_bench 2 "--min_time=soon is not a duration like 0.2s or 500ms" "${B[@]}" --min_time=soon
+expect collective_bench 2 "--min_time=120s: must be 0..60s" "${B[@]}" --min_time=2m
 expect collective_bench 2 "--min_bytes=-1: '-1' is not a byte size" "${B[@]}" --min_bytes=-1
 expect collective_bench 2 "--min_bytes=lots: 'lots' is not a byte size" "${B[@]}" --min_bytes=lots
 expect collective_bench 2 "--min_bytes=0: the smallest size must be at least 1 byte" "${B[@]}" --min_bytes=0

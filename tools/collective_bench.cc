@@ -253,6 +253,12 @@ int64_t CountWrong(const Communicator& comm, const BenchOptions& options,
 
 }  // namespace
 
+int ItersForMinSeconds(int iters, double min_seconds, double call_seconds) {
+  if (!(min_seconds > 0)) return iters;
+  const double wanted = call_seconds > 0 ? std::ceil(min_seconds / call_seconds) : kMostIters;
+  return static_cast<int>(std::clamp(wanted, static_cast<double>(iters), static_cast<double>(std::max(iters, kMostIters))));
+}
+
 double BusFactor(CollectiveKind op, int ranks) {
   const double n = ranks;
   switch (op) {
@@ -281,6 +287,10 @@ absl::Status ValidateBenchOptions(const BenchOptions& options, int ranks, int ra
   }
   if (options.warmup < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--warmup=", options.warmup, " must be >= 0"));
+  }
+  if (!(options.min_seconds >= 0 && options.min_seconds <= kMostMinSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat("--min_time=", options.min_seconds,
+                                                   "s: must be 0..", kMostMinSeconds, "s"));
   }
   if (ranks > 0 && (options.root < 0 || options.root >= ranks)) {
     return absl::InvalidArgumentError(absl::StrCat("--root=", options.root, " is not a rank of ",
@@ -330,12 +340,22 @@ absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
     };
     fill();
     for (int i = 0; i < options.warmup; ++i) LOOM_RETURN_IF_ERROR(RunOnce(comm, options, in, out, shape, call));
-    LOOM_RETURN_IF_ERROR(comm.Barrier());
-    const absl::Time start = absl::Now();
-    for (int i = 0; i < options.iters; ++i) LOOM_RETURN_IF_ERROR(RunOnce(comm, options, in, out, shape, call));
-    double seconds[1] = {absl::ToDoubleSeconds(absl::Now() - start) / options.iters};
     CallOptions direct;
     direct.algorithm = Algorithm::kDirect;
+    int iters = options.iters;
+    if (options.min_seconds > 0) {
+      // Every rank must run the same count: size it from the slowest rank's call.
+      LOOM_RETURN_IF_ERROR(comm.Barrier());
+      const absl::Time probe = absl::Now();
+      LOOM_RETURN_IF_ERROR(RunOnce(comm, options, in, out, shape, call));
+      double probe_seconds[1] = {absl::ToDoubleSeconds(absl::Now() - probe)};
+      LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(probe_seconds), ReduceOp::kMax, direct));
+      iters = ItersForMinSeconds(options.iters, options.min_seconds, probe_seconds[0]);
+    }
+    LOOM_RETURN_IF_ERROR(comm.Barrier());
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < iters; ++i) LOOM_RETURN_IF_ERROR(RunOnce(comm, options, in, out, shape, call));
+    double seconds[1] = {absl::ToDoubleSeconds(absl::Now() - start) / iters};
     LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(seconds), ReduceOp::kMax, direct));
 
     BenchRow row;
@@ -349,6 +369,7 @@ absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
                         ? options.algorithm
                         : comm.Explain(options.op, model_bytes * (row.reduces && (options.dtype == DType::kF16 || options.dtype == DType::kBF16) ? 2 : 1)).chosen;
     row.time_us = seconds[0] * 1e6;
+    row.iters = iters;
     row.algbw_gbps = static_cast<double>(row.bytes) / seconds[0] / 1e9;
     row.busbw_gbps = row.algbw_gbps * BusFactor(options.op, comm.size());
     if (options.check) {
@@ -366,9 +387,13 @@ absl::StatusOr<std::vector<BenchRow>> RunCollectiveBench(Communicator& comm,
 }
 
 std::string FormatBenchTable(const std::vector<BenchRow>& rows, int ranks, const BenchOptions& options) {
-  std::string out = absl::StrFormat("# %s, %d ranks, %s, %s, %d iterations after %d warm-up%s, %s build\n",
+  const std::string iters =
+      options.min_seconds > 0
+          ? absl::StrFormat("%d iterations or more (each size at least %gs)", options.iters, options.min_seconds)
+          : absl::StrFormat("%d iterations", options.iters);
+  std::string out = absl::StrFormat("# %s, %d ranks, %s, %s, %s after %d warm-up%s, %s build\n",
                                     CollectiveKindName(options.op), ranks, DTypeName(options.dtype),
-                                    options.in_place ? "in place" : "out of place", options.iters,
+                                    options.in_place ? "in place" : "out of place", iters,
                                     options.warmup, options.check ? ", checked" : "", BuildMode());
   absl::StrAppend(&out, absl::StrFormat("%12s %12s %6s %6s %18s %10s %12s %12s %7s\n", "size(B)",
                                         "count", "type", "redop", "algo", "time(us)",
@@ -397,11 +422,11 @@ std::string FormatBenchJson(const std::vector<BenchRow>& rows, int ranks, const 
     absl::StrAppend(&out, i == 0 ? "\n  " : ",\n  ",
                     absl::StrFormat("{\"size\": %d, \"count\": %d, \"type\": \"%s\", \"redop\": \"%s\", "
                                     "\"algo\": \"%s\", \"time_us\": %.3f, \"algbw_gbps\": %.4f, "
-                                    "\"busbw_gbps\": %.4f, \"wrong\": %d}",
+                                    "\"busbw_gbps\": %.4f, \"wrong\": %d, \"iters\": %d}",
                                     row.bytes, row.count, DTypeName(row.dtype),
                                     row.reduces ? std::string(ReduceOpName(row.redop)) : "none",
                                     AlgorithmName(row.algorithm), row.time_us, row.algbw_gbps,
-                                    row.busbw_gbps, row.wrong));
+                                    row.busbw_gbps, row.wrong, row.iters));
   }
   absl::StrAppend(&out, "\n]}\n");
   return out;

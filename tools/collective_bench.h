@@ -42,6 +42,10 @@ struct BenchOptions {
   size_t max_bytes = size_t{64} << 20;
   int step_factor = 2;
   int iters = 20;
+  // When > 0, each size runs more than `iters` calls where they take less than this
+  // long: the count is sized from one timed call after the warm-up (the slowest
+  // rank's), so small sizes are judged over many calls, not a few microseconds.
+  double min_seconds = 0;
   int warmup = 5;
   bool check = false;
   bool in_place = false;
@@ -62,7 +66,17 @@ struct BenchRow {
   double algbw_gbps = 0;
   double busbw_gbps = 0;
   int64_t wrong = -1;  // -1: not checked
+  int iters = 0;       // timed calls (at least BenchOptions::iters)
 };
+
+// The longest --min_time a size may ask for, and the most calls it may take for it.
+inline constexpr double kMostMinSeconds = 60;
+inline constexpr int kMostIters = 1'000'000;
+
+// ItersForMinSeconds is how many calls fill `min_seconds` when one takes
+// `call_seconds`: at least `iters`, at most kMostIters (a call measured as 0 s gets
+// the most).
+int ItersForMinSeconds(int iters, double min_seconds, double call_seconds);
 
 // BusFactor returns nccl-tests' bus bandwidth factor of `op` on `ranks` ranks.
 double BusFactor(CollectiveKind op, int ranks);
@@ -71,7 +85,7 @@ double BusFactor(CollectiveKind op, int ranks);
 // ranks (0: not known yet, as under an mpirun the user started) of which
 // `ranks_per_host` share this machine's memory. InvalidArgument naming the flag and
 // its value for --min_bytes 0, --max_bytes below --min_bytes, --step_factor below 2,
-// --iters below 1, --warmup below 0, --root outside [0, ranks), and for buffers (an
+// --iters below 1, --warmup below 0, --min_time outside 0..kMostMinSeconds, --root outside [0, ranks), and for buffers (an
 // input and an output of --max_bytes on every rank of the host) whose byte count
 // overflows or passes this machine's physical memory.
 absl::Status ValidateBenchOptions(const BenchOptions& options, int ranks, int ranks_per_host);

@@ -58,6 +58,10 @@ ABSL_FLAG(std::string, min_bytes, "4K", "smallest size (bytes; K, M, G suffixes)
 ABSL_FLAG(std::string, max_bytes, "64M", "largest size");
 ABSL_FLAG(int, step_factor, 2, "size multiplier between rows");
 ABSL_FLAG(int, iters, 20, "timed iterations per size");
+// A string, as --timeout is (below).
+ABSL_FLAG(std::string, min_time, "0s",
+          "when positive (e.g. 0.2s), a size whose --iters calls take less runs more calls, sized "
+          "from one timed call, so fast sizes are judged over many calls (0s: exactly --iters)");
 ABSL_FLAG(int, warmup, 5, "untimed iterations per size");
 ABSL_FLAG(bool, check, false, "seed inputs and count wrong result elements");
 ABSL_FLAG(bool, in_place, false, "run the collectives in place");
@@ -132,6 +136,12 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   options.step_factor = absl::GetFlag(FLAGS_step_factor);
   options.iters = absl::GetFlag(FLAGS_iters);
   options.warmup = absl::GetFlag(FLAGS_warmup);
+  absl::Duration min_time;
+  if (!absl::ParseDuration(absl::GetFlag(FLAGS_min_time), &min_time)) {
+    return absl::InvalidArgumentError(absl::StrCat("--min_time=", absl::GetFlag(FLAGS_min_time),
+                                                   " is not a duration like 0.2s or 500ms"));
+  }
+  options.min_seconds = absl::ToDoubleSeconds(min_time);
   options.check = absl::GetFlag(FLAGS_check);
   options.in_place = absl::GetFlag(FLAGS_in_place);
   options.shared_buffers = absl::GetFlag(FLAGS_shared_buffers);

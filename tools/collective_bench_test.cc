@@ -1,5 +1,6 @@
 #include "tools/collective_bench.h"
 
+#include <cmath>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -67,6 +68,68 @@ TEST(RunCollectiveBenchTest, EveryOpChecksClean) {
       EXPECT_THAT(FormatBenchJson(rows, 3, options), HasSubstr("\"busbw_gbps\": "));
     }
   }
+}
+
+TEST(ItersForMinSecondsTest, FillsTheTimeWithinBounds) {
+  EXPECT_EQ(ItersForMinSeconds(20, 0, 1e-6), 20);      // off: exactly --iters
+  EXPECT_EQ(ItersForMinSeconds(20, 0.2, 1e-3), 200);   // 0.2 s of 1 ms calls
+  EXPECT_EQ(ItersForMinSeconds(20, 0.2, 0.3e-3), 667); // rounded up
+  EXPECT_EQ(ItersForMinSeconds(20, 0.2, 0.5), 20);     // slow calls keep --iters
+  EXPECT_EQ(ItersForMinSeconds(20, 0.2, 0), kMostIters);
+  EXPECT_EQ(ItersForMinSeconds(20, 60, 1e-12), kMostIters);
+  EXPECT_EQ(ItersForMinSeconds(kMostIters + 5, 0.2, 1e-3), kMostIters + 5);
+}
+
+TEST(ValidateBenchOptionsTest, MinTimeOutOfRangeIsNamed) {
+  BenchOptions options;
+  options.min_seconds = -1;
+  EXPECT_THAT(ValidateBenchOptions(options, 2, 1).message(), HasSubstr("--min_time=-1s"));
+  options.min_seconds = kMostMinSeconds + 1;
+  EXPECT_THAT(ValidateBenchOptions(options, 2, 1).message(), HasSubstr("--min_time=61s"));
+  options.min_seconds = std::nan("");
+  EXPECT_FALSE(ValidateBenchOptions(options, 2, 1).ok());
+}
+
+// With --min_time every rank runs the same, larger count (the run would hang
+// otherwise), and the JSON and the header say so.
+TEST(RunCollectiveBenchTest, MinTimeRunsMoreCallsOnEveryRank) {
+  BenchOptions options;
+  options.min_bytes = 4096;
+  options.max_bytes = 65536;
+  options.step_factor = 16;
+  options.iters = 2;
+  options.warmup = 1;
+  options.min_seconds = 0.2;
+  options.check = true;
+  LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(3));
+  std::vector<absl::StatusOr<std::vector<BenchRow>>> results(3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<Transport>> endpoint = group->Endpoint(r);
+      if (!endpoint.ok()) { results[r] = endpoint.status(); return; }
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(std::move(*endpoint));
+      if (!comm.ok()) { results[r] = comm.status(); return; }
+      results[r] = RunCollectiveBench(**comm, options);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int r = 0; r < 3; ++r) ASSERT_THAT(results[r], IsOk());
+  ASSERT_EQ(results[0]->size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const BenchRow& row = (*results[0])[i];
+    EXPECT_EQ(row.wrong, 0);
+    // An in-process all-reduce of 4 KiB takes far less than 100 ms, so 0.2 s of them
+    // is more than 2 calls on any machine this runs on, sanitizers included.
+    if (row.bytes == 4096) {
+      EXPECT_GT(row.iters, options.iters);
+    }
+    EXPECT_GE(row.iters, options.iters);
+    for (int r = 1; r < 3; ++r) EXPECT_EQ((*results[r])[i].iters, row.iters) << "rank " << r;
+  }
+  EXPECT_THAT(FormatBenchTable(*results[0], 3, options),
+              HasSubstr("2 iterations or more (each size at least 0.2s)"));
+  EXPECT_THAT(FormatBenchJson(*results[0], 3, options), HasSubstr("\"iters\": "));
 }
 
 }  // namespace

@@ -1,25 +1,33 @@
 #!/bin/bash
 # `--algo=auto` across emulated hosts with no flag or file, against every algorithm
-# (tools/cluster, RANKS_PER_HOST ranks per host (1), links at RATE): auto twice (the first run
-# measures the cost model, collectives/auto_calibration.h, the second reads the
-# cache), then every Loom algorithm and Open MPI's own once, all-reduce f32 at 4 KiB
-# .. 64 MiB (and hierarchical with several ranks per host). Prints each run's rows,
-# then per size auto's choice, its two times, the best single run and best / auto.
+# (tools/cluster, RANKS_PER_HOST ranks per host (1), links at RATE): auto once to measure
+# the cost model (collectives/auto_calibration.h), then ROUNDS rounds of auto (reading
+# the cache) and every Loom algorithm and Open MPI's own in turn, all-reduce f32 at
+# 4 KiB .. 64 MiB (and hierarchical with several ranks per host), each size at least
+# MIN_TIME. Prints each run's rows, then per size auto's choice, the calibrating run's
+# time and the cached runs' median, the algorithm with the best median, and best / auto
+# (medians, and the lowest..highest of the rounds).
 # Needs root.
 #
 #   collectives/benchmarks/auto_across_hosts.sh [HOSTS] (default 2)
 #   RATE=2gbit ITERS=10 collectives/benchmarks/auto_across_hosts.sh 3
 #   RANKS_PER_HOST=2 collectives/benchmarks/auto_across_hosts.sh 2
 #   DELAY=2ms collectives/benchmarks/auto_across_hosts.sh 2   # a long link (delay line)
+#   TRANSPORT=gloo collectives/benchmarks/auto_across_hosts.sh 2  # Loom over gloo (no native)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
 RATE="${RATE:-2gbit}"
 ITERS="${ITERS:-10}"
+ROUNDS="${ROUNDS:-3}"      # rounds of auto (from the cache) and every algorithm, in turn
+MIN_TIME="${MIN_TIME:-0.2s}"  # each size runs at least this long (collective_bench --min_time)
 RANKS_PER_HOST="${RANKS_PER_HOST:-1}"
 DELAY="${DELAY:-}"  # one-way delay of the link (cluster.sh --delay); empty: none
+TRANSPORT="${TRANSPORT:-mpi}"  # mpi, or gloo (its own TCP pairs; Open MPI only starts the ranks)
+[[ "$TRANSPORT" == mpi || "$TRANSPORT" == gloo ]] || { echo "TRANSPORT=$TRANSPORT: mpi or gloo" >&2; exit 2; }
 RANKS=$((HOSTS * RANKS_PER_HOST))
-ALGOS="ring direct halving_doubling dbtree tree native"
+ALGOS="ring direct halving_doubling dbtree tree"
+if [[ "$TRANSPORT" == mpi ]]; then ALGOS="$ALGOS native"; fi
 if ((RANKS_PER_HOST > 1)); then ALGOS="$ALGOS hierarchical"; fi
 CLUSTER="$PWD/tools/cluster/cluster.sh --name=xauto"
 # The cache and the rows live outside /tmp, which each emulated host has its own of.
@@ -32,33 +40,48 @@ BENCH="$BIN/tools/collective_bench"
 LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up "$HOSTS" --rate="$RATE" \
   ${DELAY:+--delay="$DELAY"} --subnet=10.197.0 --ranks_per_host="$RANKS_PER_HOST" >&2
 run() {  # ROUND ALGO -> "round algo bytes chosen time_us"; the calibration line on stderr
+  local transport=(--transport=mpi) launched=()
+  if [[ "$TRANSPORT" == gloo ]]; then
+    # mpirun only starts the processes: each is told it is a rank of a launched job
+    # (tools/launcher.h) and meets the others in a fresh directory.
+    transport=(--transport=gloo --gloo_interface=eth0 --gloo_store_dir="$(mktemp -d "$WORK/store.XXXXXX")")
+    launched=(sh -c 'LOOM_JOB_ID=xauto LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"')
+  fi
   # shellcheck disable=SC2046  # mpirun-args is a list of words
-  $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$RANKS" "$BENCH" --transport=mpi \
+  $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$RANKS" "${launched[@]}" "$BENCH" "${transport[@]}" \
     --op=all_reduce --algo="$2" --min_bytes=4K --max_bytes=64M --step_factor=4 \
-    --iters="$ITERS" --warmup=2 --timeout=5m --check --cost_model_cache="$WORK" |
+    --iters="$ITERS" --min_time="$MIN_TIME" --warmup=2 --timeout=5m --check --cost_model_cache="$WORK" |
     awk -v r="$1" -v a="$2" '/cost model/ { print > "/dev/stderr" }
       $1 ~ /^[0-9]+$/ && NF >= 9 { if ($9 != 0) { print "wrong elements:", $0 > "/dev/stderr"; exit 1 }
                                    print r, a, $1, $5, $6 }'
 }
 {
-  run 1 auto
-  run 2 auto
-  for algo in $ALGOS; do run 0 "$algo"; done
+  run 0 auto  # measures the cost model and caches it
+  for ((round = 1; round <= ROUNDS; ++round)); do
+    run "$round" auto  # from the cache
+    for algo in $ALGOS; do run "$round" "$algo"; done
+  done
 } | tee "$WORK/rows"
 python3 - "$WORK/rows" <<'PY'
-import sys
-best, auto = {}, {}
+import statistics, sys
+times = {}  # (algo, size) -> [us per round]; round 0 is auto's calibrating run
+chosen, calibrating = {}, {}
 for line in open(sys.argv[1]):
-    rnd, algo, size, chosen, us = line.split()
+    rnd, algo, size, choice, us = line.split()
     size, us = int(size), float(us)
     if rnd == "0":
-        if size not in best or us < best[size][1]:
-            best[size] = (algo, us)
-    else:
-        auto.setdefault(size, []).append((chosen, us))
-print("# size  auto's choice  auto us (runs)  best  best/auto")
-for size in sorted(best):
-    runs = auto[size]
-    print(size, runs[0][0], " / ".join(f"{u:.1f}" for _, u in runs), best[size][0],
-          f"{best[size][1]:.1f}", " / ".join(f"{best[size][1] / u:.2f}" for _, u in runs))
+        calibrating[size] = us
+        continue
+    times.setdefault((algo, size), []).append(us)
+    if algo == "auto":
+        chosen.setdefault(size, set()).add(choice)
+print("# size  auto's choice  auto us (calibrating run; median of the cached runs)  best (median)  best/auto (medians; lowest..highest round)")
+for size in sorted(calibrating):
+    medians = {a: statistics.median(t) for (a, s), t in times.items() if s == size and a != "auto"}
+    best = min(medians, key=medians.get)
+    auto = times[("auto", size)]
+    ratios = [b / a for a, b in zip(auto, times[(best, size)])]
+    print(size, "/".join(sorted(chosen[size])), f"{calibrating[size]:.1f}; {statistics.median(auto):.1f}",
+          best, f"{medians[best]:.1f}", f"{medians[best] / statistics.median(auto):.2f}",
+          f"({min(ratios):.2f}..{max(ratios):.2f})")
 PY
