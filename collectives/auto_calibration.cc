@@ -255,10 +255,12 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   }
 
   // 3. Measure, within the budget: the all-reduce curves of every candidate, each
-  // (algorithm, size) a timed call and two batches (a warm call before each
-  // algorithm's first size; the timed call is the first batch where it outlasts
-  // one: MeasureCall). A quarter of the budget goes to the batches; the calls
-  // outside them, the large sizes and the finalists' larger size take the rest.
+  // (algorithm, size) a timed call and three batches, priced by the middle one (a
+  // warm call before each algorithm's first size; the timed call is the first batch
+  // where it outlasts one: MeasureCall). The lowest of two single calls rewarded an
+  // algorithm whose calls vary: halving-doubling priced at 1 MiB within the tie of
+  // direct, and run at 0.87 of it. A quarter of the budget goes to the batches; the
+  // calls outside them, the large sizes and the finalists' larger size take the rest.
   const size_t algorithms = comm.Explain(CollectiveKind::kAllReduce, 1 << 20).predictions.size() +
                             (comm.HasNative() && !comm.options().deterministic ? 1 : 0);
   std::vector<size_t> sizes = options.curve_sizes;
@@ -270,7 +272,7 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   calibration.bandwidth_round_trips = 4;
   calibration.curve_sizes = sizes;
   calibration.curve_kinds = {CollectiveKind::kAllReduce};
-  calibration.curve_batches = 2;
+  calibration.curve_batches = 3;
   // A warm call before every size where they fit in a tenth of the budget: the
   // constants priced them at 0.09 s (3 hosts) and 0.14 s (2) on a 2 Gbit/s link, 0.35 s
   // with 2 ms each way, where they would cost 0.6 s.
@@ -278,7 +280,7 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   const double points = static_cast<double>(algorithms * sizes.size());
   calibration.curve_batch_seconds =
       std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.25 - kFixedSeconds) /
-      std::max(1.0, points * 2);
+      std::max(1.0, points * calibration.curve_batches);
   LOOM_ASSIGN_OR_RETURN(result.model, Calibrate(comm, calibration));
   LOOM_RETURN_IF_ERROR(ExtendTheFinalists(comm, sizes.back(), &result.model));
   comm.SetCostModel(result.model);

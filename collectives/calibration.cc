@@ -41,6 +41,13 @@ absl::StatusOr<double> RoundTrip(Communicator& comm, int partner, size_t bytes, 
 
 }  // namespace
 
+double LowerMedian(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t middle = (values.size() - 1) / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(middle), values.end());
+  return values[middle];
+}
+
 absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
                                    size_t bytes, int batches, double batch_seconds, bool warm,
                                    int calls_per_batch, int64_t* agreed_calls) {
@@ -82,22 +89,21 @@ absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algo
     LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(calls), /*root=*/0, by_ring));
   }
   if (agreed_calls != nullptr) *agreed_calls = calls[0];
-  double best = std::numeric_limits<double>::infinity();
-  int batch = 0;
+  std::vector<double> means;  // seconds per call, one per batch
+  means.reserve(static_cast<size_t>(std::max(1, batches)));
   if (batch_seconds > 0 && calls[0] == 1) {
     // The timed call outlasted a batch, so a batch is that one call: it counts as
     // the first. (Every rank has the same calls[0], so every rank skips it.) Over a
     // link with 4 ms round trips most points are one call a batch, and this cut a
     // quarter of the automatic calibration's calls.
-    best = first_call_seconds;
-    batch = 1;
+    means.push_back(first_call_seconds);
   }
-  for (; batch < std::max(1, batches); ++batch) {
+  while (static_cast<int>(means.size()) < std::max(1, batches)) {
     start = absl::Now();
     for (int64_t i = 0; i < calls[0]; ++i) LOOM_RETURN_IF_ERROR(once());
-    best = std::min(best, absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(calls[0]));
+    means.push_back(absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(calls[0]));
   }
-  return best;
+  return LowerMedian(std::move(means));
 }
 
 namespace {
@@ -215,7 +221,7 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
       for (Algorithm algorithm : Candidates(comm, kind)) {
         // A warm call before an algorithm's first size sets up its connections and
         // paths (before every size, as above, where that fits); the batches after it
-        // count (the lowest mean).
+        // count (the lower median of their means).
         // Once a size's batch is one call (agreed by rank 0's broadcast), a larger
         // one's is too: its batches are single calls with no timed call or broadcast
         // first (over 4 ms round trips those cost about 5 ms a point).

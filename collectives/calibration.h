@@ -40,8 +40,8 @@ struct CalibrationOptions {
   // Sizes (bytes, as CostModel::Predict counts them) of the measured curves; empty
   // (the default): the formulas alone. Each (kind, algorithm, size) runs
   // `curve_batches` batches of calls, each about `curve_batch_seconds` long (at least
-  // one call), and keeps the lowest mean; a curve up to 64 MiB over a 2 Gbit/s link
-  // takes minutes: measure once, Save, and Load.
+  // one call), and keeps the lower median of their means (MeasureCall); a curve up to
+  // 64 MiB over a 2 Gbit/s link takes minutes: measure once, Save, and Load.
   std::vector<size_t> curve_sizes;
   // The collectives whose curves are measured (the others keep their formulas).
   std::vector<CollectiveKind> curve_kinds = {CollectiveKind::kAllReduce,
@@ -61,10 +61,14 @@ struct CalibrationOptions {
 // MeasureCall returns the seconds of one call of `kind` (all_reduce, reduce_scatter,
 // all_gather or broadcast; InvalidArgument otherwise) by `algorithm` moving `bytes`
 // (as CostModel::Predict counts them) in f32, as this rank measured it: after a warm
-// call (unless `warm` is false: the caller ran the algorithm already), the lowest
-// mean of `batches` batches, so that a stall of the machine or the network in one
-// batch does not price an algorithm out (a 4 KiB all-reduce measured 1.4 ms once,
-// against 19 us typical, across emulated hosts). With `batch_seconds` > 0 rank 0
+// call (unless `warm` is false: the caller ran the algorithm already), the lower
+// median of the means of `batches` batches (LowerMedian: with 3, the middle one), so
+// that a stall of the machine or the network in one batch does not price an
+// algorithm out (a 4 KiB all-reduce measured 1.4 ms once, against 19 us typical,
+// across emulated hosts), and one lucky batch does not price it in: the lowest of
+// two single calls priced halving-doubling's 1 MiB all-reduce at 4.85 ms across 2
+// emulated hosts, where it took 5.66 ms a call over many (direct: 4.9 and 4.9), and
+// auto chose it at 0.87 of direct. With `batch_seconds` > 0 rank 0
 // sizes the batches from one more timed call and broadcasts their length, so every
 // rank runs the same calls; where that length is one call, the timed call is the
 // first batch. With 0 each batch is `calls` calls. `agreed_calls`, when given, is
@@ -73,6 +77,10 @@ absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algo
                                    size_t bytes, int batches, double batch_seconds,
                                    bool warm = true, int calls = 1,
                                    int64_t* agreed_calls = nullptr);
+
+// LowerMedian: the middle value, the lower of the two middle ones for an even count
+// (so the lower of two); 0 for none.
+double LowerMedian(std::vector<double> values);
 
 // Calibrate is collective: every rank of `comm` calls it. Returns the measured
 // model (rank 0's constants; each curve point the slowest rank's time), or the

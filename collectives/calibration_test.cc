@@ -134,5 +134,16 @@ TEST(CalibrationTest, MeasureCallReportsTheAgreedCalls) {
   }
 }
 
+// A point is the middle batch, not the luckiest: one stall does not price an
+// algorithm out, and one lucky batch does not price it in.
+TEST(CalibrationTest, LowerMedianIsTheMiddleBatch) {
+  EXPECT_EQ(LowerMedian({}), 0);
+  EXPECT_EQ(LowerMedian({3.0}), 3.0);
+  EXPECT_EQ(LowerMedian({5.0, 4.0}), 4.0);             // two: the lower, as before
+  EXPECT_EQ(LowerMedian({4.85, 5.9, 5.6}), 5.6);      // a lucky batch does not count
+  EXPECT_EQ(LowerMedian({1.0, 140.0, 1.1}), 1.1);     // nor a stalled one
+  EXPECT_EQ(LowerMedian({4.0, 1.0, 3.0, 2.0}), 2.0);
+}
+
 }  // namespace
 }  // namespace loom
