@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -328,6 +329,80 @@ absl::StatusOr<double> CostModel::Predict(CollectiveKind kind, Algorithm algorit
                                           CollectiveKindName(kind)));
 }
 
+bool CostModel::measured(CollectiveKind kind, Algorithm algorithm, int ranks,
+                         int ranks_per_node) const {
+  return !curve(kind, algorithm, ranks, ranks_per_node).empty();
+}
+
+size_t CostModel::TieBreak(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
+                           const std::vector<std::pair<Algorithm, double>>& predictions) const {
+  // The tied: the measured within kMeasuredTie of the fastest. Native only when no
+  // Loom algorithm ties (its own calls varied 72..123 ms at 16 MiB across hosts).
+  const double limit = predictions.front().second * (1 + kMeasuredTie);
+  std::vector<size_t> tied;
+  for (size_t i = 0; i < predictions.size() && predictions[i].second <= limit; ++i) {
+    if (measured(kind, predictions[i].first, ranks, ranks_per_node)) tied.push_back(i);
+  }
+  const bool loom_ties = std::any_of(tied.begin(), tied.end(), [&](size_t i) {
+    return predictions[i].first != Algorithm::kNative;
+  });
+  if (loom_ties) {
+    tied.erase(std::remove_if(tied.begin(), tied.end(),
+                              [&](size_t i) { return predictions[i].first == Algorithm::kNative; }),
+               tied.end());
+  }
+  if (tied.size() < 2) return tied.empty() ? 0 : tied.front();
+  // The sizes that judge the tie: this one and every measured size of the tied
+  // within a factor kTieNeighborhood of it. An algorithm's standing against the
+  // others changes slowly with the size, and one point's noise is as large as the
+  // tie: across 2 emulated hosts halving-doubling and direct were priced 5.02 and
+  // 5.19 ms at 1 MiB, while 256 KiB and 4 MiB priced direct 15% and 24% lower, and
+  // over many calls direct ran 1 MiB 13% faster.
+  std::vector<size_t> sizes = {bytes};
+  for (size_t i : tied) {
+    for (const auto& [size, seconds] : curve(kind, predictions[i].first, ranks, ranks_per_node)) {
+      if (size * kTieNeighborhood >= bytes && size <= bytes * kTieNeighborhood) sizes.push_back(size);
+    }
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  // Each one's score: its price over the best of the tied at each size, summed (the
+  // same sizes for all, so the sum orders as the mean).
+  std::vector<double> score(tied.size(), 0.0);
+  for (size_t size : sizes) {
+    std::vector<double> price(tied.size());
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t t = 0; t < tied.size(); ++t) {
+      const absl::StatusOr<double> seconds =
+          Predict(kind, predictions[tied[t]].first, size, ranks, ranks_per_node);
+      price[t] = seconds.ok() ? *seconds : std::numeric_limits<double>::infinity();
+      best = std::min(best, price[t]);
+    }
+    if (!std::isfinite(best)) continue;
+    for (size_t t = 0; t < tied.size(); ++t) {
+      score[t] += std::isfinite(price[t]) ? price[t] / std::max(best, 1e-12) : 2.0;
+    }
+  }
+  // The earliest in AlgorithmsFor of those within kMeasuredTie of the lowest score:
+  // where the other sizes do not tell them apart either, a fixed order, so that the
+  // choice does not flip with the noise.
+  const double lowest = *std::min_element(score.begin(), score.end());
+  const std::vector<Algorithm> order = AlgorithmsFor(kind);
+  auto rank_of = [&](Algorithm algorithm) {
+    const auto it = std::find(order.begin(), order.end(), algorithm);
+    return it == order.end() ? order.size() : static_cast<size_t>(it - order.begin());
+  };
+  size_t winner = tied.size();
+  for (size_t t = 0; t < tied.size(); ++t) {
+    if (score[t] > lowest * (1 + kMeasuredTie)) continue;
+    if (winner == tied.size() ||
+        rank_of(predictions[tied[t]].first) < rank_of(predictions[tied[winner]].first)) {
+      winner = t;
+    }
+  }
+  return tied[winner];
+}
+
 Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
                                bool allow_native) const {
   Explanation why;
@@ -352,26 +427,12 @@ Explanation CostModel::Explain(CollectiveKind kind, size_t bytes, int ranks, int
                    [](const auto& x, const auto& y) { return x.second < y.second; });
   if (why.predictions.empty()) return why;
   // Measured curves carry the noise of their measurement (an algorithm that ran fast
-  // in the calibration's calls ran 1.7x slower in the next process, across hosts):
-  // among the measured within kMeasuredTie of the fastest, the earliest in
-  // AlgorithmsFor wins, the engine's own last.
-  const std::vector<Algorithm> order = AlgorithmsFor(kind);
-  auto rank_of = [&](Algorithm algorithm) {
-    const auto it = std::find(order.begin(), order.end(), algorithm);
-    return it == order.end() ? order.size() : static_cast<size_t>(it - order.begin());
-  };
-  auto measured = [&](Algorithm algorithm) {
-    return !curve(kind, algorithm, ranks, ranks_per_node).empty();
-  };
+  // in the calibration's calls ran 1.7x slower in the next process, across hosts), so
+  // the measured within kMeasuredTie of the fastest tie, and a tie is broken by more
+  // measurements than the one at this size: TieBreak.
   size_t pick = 0;
-  if (measured(why.predictions.front().first)) {
-    const double limit = why.predictions.front().second * (1 + kMeasuredTie);
-    for (size_t i = 1; i < why.predictions.size() && why.predictions[i].second <= limit; ++i) {
-      if (measured(why.predictions[i].first) &&
-          rank_of(why.predictions[i].first) < rank_of(why.predictions[pick].first)) {
-        pick = i;
-      }
-    }
+  if (measured(kind, why.predictions.front().first, ranks, ranks_per_node)) {
+    pick = TieBreak(kind, bytes, ranks, ranks_per_node, why.predictions);
   }
   std::rotate(why.predictions.begin(), why.predictions.begin() + pick,
               why.predictions.begin() + pick + 1);

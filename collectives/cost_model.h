@@ -59,6 +59,8 @@ struct Explanation {
 
 // How close (relative) two measured prices must be for Explain to call them a tie.
 inline constexpr double kMeasuredTie = 0.05;
+// A tie at a size is judged over the measured sizes within this factor of it too.
+inline constexpr size_t kTieNeighborhood = 4;
 
 class CostModel {
  public:
@@ -109,10 +111,13 @@ class CostModel {
   // Explain prices every algorithm that implements `kind` and can run on this
   // layout, and native too where `allow_native` and a measured native curve of
   // `kind` exist, and picks the fastest (ties go to Loom's algorithms, then to the
-  // earlier in AlgorithmsFor). Where the fastest is priced by a measured curve, a
-  // measured algorithm within kMeasuredTie of it that comes earlier in AlgorithmsFor
-  // (native last) is picked instead: measurements are noisy, and a choice that
-  // flips with them helps no one. The chosen one comes first in `predictions`.
+  // earlier in AlgorithmsFor). Where the fastest is priced by a measured curve, the
+  // measured algorithms within kMeasuredTie of it tie (native only where no Loom
+  // algorithm does): one point's noise is as large as that. Each of the tied is
+  // scored over this size and the measured sizes within kTieNeighborhood of it
+  // (the mean of its prices' ratios to the best of the tied there), and the tie goes
+  // to the earliest in AlgorithmsFor of those within kMeasuredTie of the best score.
+  // The chosen one comes first in `predictions`.
   Explanation Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
                       bool allow_native = false) const;
 
@@ -128,6 +133,11 @@ class CostModel {
 
  private:
   explicit CostModel(const Constants& constants) : constants_(constants) {}
+  bool measured(CollectiveKind kind, Algorithm algorithm, int ranks, int ranks_per_node) const;
+  // TieBreak returns the index in `predictions` (sorted, fastest first; the first is
+  // measured) of the tie's winner, as Explain describes.
+  size_t TieBreak(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
+                  const std::vector<std::pair<Algorithm, double>>& predictions) const;
   Constants constants_;
   struct Measured {
     CollectiveKind kind;

@@ -85,3 +85,5 @@ for size in sorted(calibrating):
           best, f"{medians[best]:.1f}", f"{medians[best] / statistics.median(auto):.2f}",
           f"({min(ratios):.2f}..{max(ratios):.2f})")
 PY
+echo "# the cost model the calibrating run measured (and the cached runs read):"
+cat "$WORK"/cost_model-*.txt
