@@ -351,6 +351,19 @@ size_t CostModel::TieBreak(CollectiveKind kind, size_t bytes, int ranks, int ran
                               [&](size_t i) { return predictions[i].first == Algorithm::kNative; }),
                tied.end());
   }
+  // Beyond an algorithm's last measured size its price is an extension, not a
+  // measurement: of the tied, only those measured nearest this size stay. (The
+  // automatic calibration measures its 16 MiB point only for the finalists at 4 MiB;
+  // halving-doubling, 6% over direct there, came within the tie of direct's
+  // measured 16 MiB by extension and was chosen, and ran at 0.95 of it.)
+  auto reach = [&](size_t i) {
+    const auto points = curve(kind, predictions[i].first, ranks, ranks_per_node);
+    return std::min(points.back().first, bytes);
+  };
+  size_t farthest = 0;
+  for (size_t i : tied) farthest = std::max(farthest, reach(i));
+  tied.erase(std::remove_if(tied.begin(), tied.end(), [&](size_t i) { return reach(i) < farthest; }),
+             tied.end());
   if (tied.size() < 2) return tied.empty() ? 0 : tied.front();
   // The sizes that judge the tie: this one and every measured size of the tied
   // within a factor kTieNeighborhood of it. An algorithm's standing against the

@@ -113,7 +113,9 @@ class CostModel {
   // `kind` exist, and picks the fastest (ties go to Loom's algorithms, then to the
   // earlier in AlgorithmsFor). Where the fastest is priced by a measured curve, the
   // measured algorithms within kMeasuredTie of it tie (native only where no Loom
-  // algorithm does): one point's noise is as large as that. Each of the tied is
+  // algorithm does): one point's noise is as large as that. Of the tied, those
+  // whose curves end short of this size and of another's end drop out (their price
+  // here is an extension, not a measurement). Each of the tied is
   // scored over this size and the measured sizes within kTieNeighborhood of it
   // (the mean of its prices' ratios to the best of the tied there), and the tie goes
   // to the earliest in AlgorithmsFor of those within kMeasuredTie of the best score.

@@ -229,6 +229,18 @@ TEST(CostModelTest, MeasuredTiesAreJudgedOverTheNeighbouringSizes) {
                                 {{256 << 10, 1.443e-3}, {1 << 20, 5.292e-3}, {4 << 20, 18.72e-3}}));
   EXPECT_EQ(model.Explain(CollectiveKind::kAllReduce, 1 << 20, 2, 1).chosen,
             Algorithm::kHalvingDoubling);
+  // Past a curve's end its price is an extension: direct measured at 16 MiB (the
+  // finalist) keeps the tie from halving-doubling, extended from 4 MiB, there and
+  // beyond (at 64 MiB both are extensions; direct's reaches farther).
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kHalvingDoubling, 2, 1,
+                                {{256 << 10, 1.78e-3}, {1 << 20, 5.2e-3}, {4 << 20, 20.3e-3}}));
+  LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kDirect, 2, 1,
+                                {{256 << 10, 1.44e-3}, {1 << 20, 4.95e-3}, {4 << 20, 19.15e-3},
+                                 {16 << 20, 79.1e-3}}));
+  for (size_t bytes : {size_t{16} << 20, size_t{64} << 20}) {
+    const Explanation far = model.Explain(CollectiveKind::kAllReduce, bytes, 2, 1);
+    EXPECT_EQ(far.chosen, Algorithm::kDirect) << far.ToString();
+  }
   // Native, tied with a Loom algorithm, never takes the tie, however its neighbours look.
   LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kNative, 2, 1,
                                 {{256 << 10, 1.0e-3}, {1 << 20, 5.1e-3}, {4 << 20, 12e-3}}));
