@@ -103,7 +103,7 @@ absl::Status BroadcastText(Communicator& comm, std::string* text) {
 // How far past the largest curve size the finalists are measured, and how close to
 // the best there an algorithm must be to be one.
 constexpr size_t kFinalFactor = 4;
-constexpr double kFinalistSlack = 1.05;
+constexpr double kFinalistSlack = 1.10;
 
 // ExtendTheFinalists adds one point at kFinalFactor x `top` to the all-reduce curves
 // of the algorithms within kFinalistSlack of the best at `top`. Where the link is

@@ -52,11 +52,14 @@ struct AutoCalibrationOptions {
   // Sizes (bytes per rank) of the measured all-reduce curves, latency-bound to
   // bandwidth-bound; the model reads between them on log-log and extends the last
   // segment beyond. Two or more, each at least 4 bytes.
-  // The algorithms within 5% of the best at the largest are also measured at 4x it.
+  // The algorithms within 10% of the best at the largest are also measured at 4x it
+  // (one 4 MiB point varies by about 5% from calibration to calibration across 2
+  // emulated hosts, so 5% left the algorithm that was best at 16 MiB unmeasured there).
+  // The measurement runs each (algorithm, size) three times or more.
   std::vector<size_t> curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{256} << 10,
                                      size_t{1} << 20, size_t{4} << 20};
   // What the measurement may take; the batches are sized from it. The measurement
-  // runs each (algorithm, size) at least twice, so a slow link can take longer.
+  // runs each (algorithm, size) at least three times, so a slow link can take longer.
   absl::Duration budget = absl::Seconds(2);
 };
 

@@ -59,6 +59,9 @@ struct Explanation {
 
 // How close (relative) two measured prices must be for Explain to call them a tie.
 inline constexpr double kMeasuredTie = 0.05;
+// How much faster than Loom's measured algorithms the engine's own (native) must be
+// priced to be chosen: its speed changes from process to process.
+inline constexpr double kNativeTie = 0.2;
 // A tie at a size is judged over the measured sizes within this factor of it too.
 inline constexpr size_t kTieNeighborhood = 4;
 
@@ -112,8 +115,9 @@ class CostModel {
   // layout, and native too where `allow_native` and a measured native curve of
   // `kind` exist, and picks the fastest (ties go to Loom's algorithms, then to the
   // earlier in AlgorithmsFor). Where the fastest is priced by a measured curve, the
-  // measured algorithms within kMeasuredTie of it tie (native only where no Loom
-  // algorithm does): one point's noise is as large as that. Of the tied, those
+  // measured algorithms within kMeasuredTie of it tie (within kNativeTie where it
+  // is native, which takes a tie only where no Loom algorithm is in it): one point's
+  // noise is as large as that. Of the tied, those
   // whose curves end short of this size and of another's end drop out (their price
   // here is an extension, not a measurement). Each of the tied is
   // scored over this size and the measured sizes within kTieNeighborhood of it
