@@ -255,7 +255,8 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   }
 
   // 3. Measure, within the budget: the all-reduce curves of every candidate, each
-  // (algorithm, size) a timed call and three batches, priced by the middle one (a
+  // (algorithm, size) a timed call and three batches, priced by the middle one (two
+  // where the link's round trips would make a third dear: curve_round_trip_seconds; a
   // warm call before each algorithm's first size; the timed call is the first batch
   // where it outlasts one: MeasureCall). The lowest of two single calls rewarded an
   // algorithm whose calls vary: halving-doubling priced at 1 MiB within the tie of
@@ -273,10 +274,17 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   calibration.curve_sizes = sizes;
   calibration.curve_kinds = {CollectiveKind::kAllReduce};
   calibration.curve_batches = 3;
-  // A warm call before every size where they fit in a tenth of the budget: the
-  // constants priced them at 0.09 s (3 hosts) and 0.14 s (2) on a 2 Gbit/s link, 0.35 s
-  // with 2 ms each way, where they would cost 0.6 s.
-  calibration.curve_warm_seconds = absl::ToDoubleSeconds(options.budget) / 10;
+  // A warm call before each algorithm's first size only. A point's first call,
+  // right after the smaller size's, may find the link's buffers drained and run
+  // early (a 4 MiB all-reduce in 13.9 ms over a 2 Gbit/s link that needs 16.8 ms);
+  // with three batches the median leaves that one call out, where the lowest of two
+  // took it, and a warm call before every size cost 0.24 s of the 2 s on 3 hosts.
+  calibration.curve_warm_seconds = 0;
+  // Two batches where the third's round trips would cost more than a tenth of the
+  // budget: over 2 ms each way (4.25 ms round trips) the calibration took 2.4 s with
+  // three, 1.9 s with two; on a 2 Gbit/s link with 0.1 ms round trips three took
+  // 1.5 s on 2 hosts and 1.85 s on 3.
+  calibration.curve_round_trip_seconds = absl::ToDoubleSeconds(options.budget) / 10;
   const double points = static_cast<double>(algorithms * sizes.size());
   calibration.curve_batch_seconds =
       std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.25 - kFixedSeconds) /

@@ -204,6 +204,7 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
     // (a 4 MiB all-reduce timed at 13.9 ms over a link that needs 16.8 ms for it,
     // across hosts behind tc tbf: the ring was chosen at 0.86 of direct at 1 MiB).
     bool warm_every_size = options.curve_warm_seconds < 0;
+    int batches = options.curve_batches;
     if (!warm_every_size) {
       double warm_seconds = 0;
       for (CollectiveKind kind : options.curve_kinds) {
@@ -216,6 +217,15 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
         }
       }
       warm_every_size = warm_seconds <= options.curve_warm_seconds;
+    }
+    if (options.curve_round_trip_seconds > 0 && batches > 2) {
+      double points = 0;
+      for (CollectiveKind kind : options.curve_kinds) {
+        points += static_cast<double>(Candidates(comm, kind).size() * options.curve_sizes.size());
+      }
+      if (points * batches * 2 * constants.inter_node_alpha > options.curve_round_trip_seconds) {
+        batches = 2;
+      }
     }
     for (CollectiveKind kind : options.curve_kinds) {
       for (Algorithm algorithm : Candidates(comm, kind)) {
@@ -232,7 +242,7 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
           const bool one_call = calls == 1 && bytes >= last_bytes;
           LOOM_ASSIGN_OR_RETURN(
               const double seconds,
-              MeasureCall(comm, kind, algorithm, bytes, options.curve_batches,
+              MeasureCall(comm, kind, algorithm, bytes, batches,
                           one_call ? 0.0 : options.curve_batch_seconds, warm, /*calls=*/1,
                           one_call ? nullptr : &calls));
           measured.push_back(seconds);

@@ -56,6 +56,12 @@ struct CalibrationOptions {
   // CostModel::Explain predicts them) within this many seconds. Over a 4 ms round
   // trip they cost a third of the automatic calibration's 2 s (auto_calibration.h).
   double curve_warm_seconds = -1;
+  // Positive: curve_batches is cut to 2 (the lower of two) where the batches' round
+  // trips, priced by the measured constants (2 x inter_node_alpha a batch, every
+  // candidate at every size), would take longer than this. Over 4 ms round trips a
+  // third batch cost the automatic calibration 0.5 s of its 2 s; on a short link it
+  // costs the calls alone. Otherwise every point runs curve_batches.
+  double curve_round_trip_seconds = -1;
 };
 
 // MeasureCall returns the seconds of one call of `kind` (all_reduce, reduce_scatter,
