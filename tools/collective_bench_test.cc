@@ -15,6 +15,29 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// RunOnThreeRanks runs the bench with `options` on 3 in-process thread ranks; each
+// rank's rows or error, by rank.
+std::vector<absl::StatusOr<std::vector<BenchRow>>> RunOnThreeRanks(const BenchOptions& options) {
+  std::vector<absl::StatusOr<std::vector<BenchRow>>> results(3, absl::UnknownError("not run"));
+  absl::StatusOr<std::shared_ptr<InprocGroup>> group = InprocGroup::Create(3);
+  if (!group.ok()) {
+    results.assign(3, group.status());
+    return results;
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<Transport>> endpoint = (*group)->Endpoint(r);
+      if (!endpoint.ok()) { results[r] = endpoint.status(); return; }
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(std::move(*endpoint));
+      if (!comm.ok()) { results[r] = comm.status(); return; }
+      results[r] = RunCollectiveBench(**comm, options);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return results;
+}
+
 TEST(BusFactorTest, MatchesNcclTests) {
   EXPECT_DOUBLE_EQ(BusFactor(CollectiveKind::kAllReduce, 2), 1.0);
   EXPECT_DOUBLE_EQ(BusFactor(CollectiveKind::kAllReduce, 8), 1.75);
@@ -41,19 +64,7 @@ TEST(RunCollectiveBenchTest, EveryOpChecksClean) {
       options.check = true;
       options.in_place = dtype == DType::kBF16;
       options.root = 1;
-      LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(3));
-      std::vector<absl::StatusOr<std::vector<BenchRow>>> results(3, absl::UnknownError("not run"));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < 3; ++r) {
-        threads.emplace_back([&, r] {
-          absl::StatusOr<std::unique_ptr<Transport>> endpoint = group->Endpoint(r);
-          if (!endpoint.ok()) { results[r] = endpoint.status(); return; }
-          absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(std::move(*endpoint));
-          if (!comm.ok()) { results[r] = comm.status(); return; }
-          results[r] = RunCollectiveBench(**comm, options);
-        });
-      }
-      for (auto& thread : threads) thread.join();
+      const std::vector<absl::StatusOr<std::vector<BenchRow>>> results = RunOnThreeRanks(options);
       for (int r = 0; r < 3; ++r) ASSERT_THAT(results[r], IsOk()) << CollectiveKindName(op);
       const std::vector<BenchRow>& rows = *results[0];
       ASSERT_EQ(rows.size(), 4u) << CollectiveKindName(op);
@@ -101,19 +112,7 @@ TEST(RunCollectiveBenchTest, MinTimeRunsMoreCallsOnEveryRank) {
   options.warmup = 1;
   options.min_seconds = 0.2;
   options.check = true;
-  LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> group, InprocGroup::Create(3));
-  std::vector<absl::StatusOr<std::vector<BenchRow>>> results(3, absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      absl::StatusOr<std::unique_ptr<Transport>> endpoint = group->Endpoint(r);
-      if (!endpoint.ok()) { results[r] = endpoint.status(); return; }
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(std::move(*endpoint));
-      if (!comm.ok()) { results[r] = comm.status(); return; }
-      results[r] = RunCollectiveBench(**comm, options);
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  const std::vector<absl::StatusOr<std::vector<BenchRow>>> results = RunOnThreeRanks(options);
   for (int r = 0; r < 3; ++r) ASSERT_THAT(results[r], IsOk());
   ASSERT_EQ(results[0]->size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
