@@ -285,6 +285,9 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   // three, 1.9 s with two; on a 2 Gbit/s link with 0.1 ms round trips three took
   // 1.5 s on 2 hosts and 1.85 s on 3.
   calibration.curve_round_trip_seconds = absl::ToDoubleSeconds(options.budget) / 10;
+  // An algorithm at more than twice the best at the size before the largest is not
+  // run at the largest (Calibrate's curve_prune_factor): it could not be a finalist.
+  calibration.curve_prune_factor = 2;
   const double points = static_cast<double>(algorithms * sizes.size());
   calibration.curve_batch_seconds =
       std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.25 - kFixedSeconds) /

@@ -227,7 +227,12 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
         batches = 2;
       }
     }
+    const bool ascending = std::is_sorted(options.curve_sizes.begin(), options.curve_sizes.end());
+    const bool prune = options.curve_prune_factor > 0 && ascending;
     for (CollectiveKind kind : options.curve_kinds) {
+      // The least agreed price at the size before the largest, over the candidates
+      // measured so far (curve_prune_factor).
+      double best_before_top = std::numeric_limits<double>::infinity();
       for (Algorithm algorithm : Candidates(comm, kind)) {
         // A warm call before an algorithm's first size sets up its connections and
         // paths (before every size, as above, where that fits); the batches after it
@@ -238,7 +243,23 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
         bool warm = true;
         int64_t calls = 0;
         size_t last_bytes = 0;
-        for (size_t bytes : options.curve_sizes) {
+        for (size_t i = 0; i < options.curve_sizes.size(); ++i) {
+          const size_t bytes = options.curve_sizes[i];
+          if (prune && i + 1 == options.curve_sizes.size() && bytes > last_bytes) {
+            // Whether to run the largest size is decided on every rank alike: on
+            // the slowest rank's price of the size before it (direct: one round).
+            double previous[1] = {measured.back()};
+            CallOptions agree;
+            agree.algorithm = Algorithm::kDirect;
+            LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(previous), ReduceOp::kMax, agree));
+            const bool out = previous[0] > options.curve_prune_factor * best_before_top;
+            best_before_top = std::min(best_before_top, previous[0]);
+            if (out) {
+              measured.push_back(previous[0] * static_cast<double>(bytes) /
+                                 static_cast<double>(last_bytes));
+              continue;
+            }
+          }
           const bool one_call = calls == 1 && bytes >= last_bytes;
           LOOM_ASSIGN_OR_RETURN(
               const double seconds,

@@ -62,6 +62,17 @@ struct CalibrationOptions {
   // third batch cost the automatic calibration 0.5 s of its 2 s; on a short link it
   // costs the calls alone. Otherwise every point runs curve_batches.
   double curve_round_trip_seconds = -1;
+  // Positive, with ascending curve_sizes: an algorithm whose price at the size before
+  // the largest is more than this many times the least of the candidates measured
+  // before it there (all ranks' slowest, agreed) is not run at the largest; that point
+  // is priced as its previous one times the ratio of the sizes (time proportional to
+  // bytes: under alpha + beta x bytes no algorithm's time grows faster, so the price
+  // is not below what the call would take). Two times the best at 1 MiB is at least
+  // 1.27 times it at 4 MiB under the same model, so such an algorithm could not have
+  // been within 10% there either (auto_calibration.h measures those further). Over 2
+  // ms links the binomial tree's, the double tree's and Open MPI's own 4 MiB calls
+  // took 0.7 s of the automatic calibration's 3.1 s on 3 hosts. 0: every size runs.
+  double curve_prune_factor = 0;
 };
 
 // MeasureCall returns the seconds of one call of `kind` (all_reduce, reduce_scatter,

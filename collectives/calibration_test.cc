@@ -109,6 +109,52 @@ TEST(CalibrationTest, CurvesAgreeWhateverTheBatchLength) {
   }
 }
 
+// curve_prune_factor: a factor no price exceeds leaves every candidate measured
+// at the largest size; one every price exceeds runs only the first candidate
+// there, and prices the others' largest point as their previous one times the
+// sizes' ratio. Every rank runs the same calls and ends with the same curves.
+TEST(CalibrationTest, PrunedCandidatesArePricedInProportionToBytes) {
+  const std::vector<size_t> sizes = {4 << 10, 64 << 10, 256 << 10};
+  for (const double factor : {1e9, 1e-9}) {
+    SCOPED_TRACE(absl::StrCat("prune factor ", factor));
+    const std::vector<absl::StatusOr<CostModel>> models =
+        RunRanks<CostModel>([&](Communicator& comm) {
+          CalibrationOptions calibration;
+          calibration.latency_round_trips = 5;
+          calibration.bandwidth_bytes = 1 << 16;
+          calibration.bandwidth_round_trips = 2;
+          calibration.curve_sizes = sizes;
+          calibration.curve_kinds = {CollectiveKind::kAllReduce};
+          calibration.curve_batches = 2;
+          calibration.curve_batch_seconds = 1e-9;
+          calibration.curve_prune_factor = factor;
+          return Calibrate(comm, calibration);
+        });
+    for (int r = 0; r < 4; ++r) ASSERT_THAT(models[r], IsOk()) << r;
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(models[r]->Serialize(), models[0]->Serialize());
+    int measured_at_top = 0, priced_at_top = 0;
+    for (const Algorithm algorithm : AllAlgorithms()) {
+      const auto curve = models[0]->curve(CollectiveKind::kAllReduce, algorithm, 4, 2);
+      if (curve.empty()) continue;
+      ASSERT_EQ(curve.size(), sizes.size()) << AlgorithmName(algorithm);
+      const double proportional = curve[1].second * static_cast<double>(sizes[2]) /
+                                  static_cast<double>(sizes[1]);
+      if (curve[2].second == proportional) {
+        ++priced_at_top;
+      } else {
+        ++measured_at_top;
+      }
+    }
+    if (factor > 1) {
+      EXPECT_EQ(priced_at_top, 0);
+      EXPECT_GE(measured_at_top, 3);
+    } else {
+      EXPECT_EQ(measured_at_top, 1);  // the first candidate: nothing was measured before it
+      EXPECT_GE(priced_at_top, 2);
+    }
+  }
+}
+
 // MeasureCall tells each rank the calls its batches had: the same everywhere, one
 // where no call fits in a batch, and `calls` where the batch length is not measured.
 TEST(CalibrationTest, MeasureCallReportsTheAgreedCalls) {
