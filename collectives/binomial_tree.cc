@@ -67,11 +67,11 @@ struct BinomialNode {
 };
 
 // Chunks: a reduction's elements cut into chunks of about ctx.chunk_bytes, and where
-// a rank's children's chunks land: scratch, double buffered by chunk parity,
-// [parity][child][max_chunk].
+// a rank's children's chunks land: scratch, `buffers` chunks deep (chunk c in buffer
+// c % buffers), [buffer][child][max_chunk].
 struct Chunks {
   static absl::StatusOr<Chunks> Make(const CallContext& ctx, int fan_in, size_t count,
-                                     DType dtype, int slot = kTreeSlot) {
+                                     DType dtype, int slot = kTreeSlot, int buffers = 2) {
     Chunks c;
     c.count = count;
     c.dtype = dtype;
@@ -79,16 +79,18 @@ struct Chunks {
     c.chunks = NumChunks(ctx, count, dtype);
     c.max_chunk = Block(count, c.chunks, 0).count;
     c.fan_in = fan_in;
+    c.buffers = std::max(buffers, 1);
     if (fan_in > 0) {
-      LOOM_ASSIGN_OR_RETURN(c.children,
-                            ctx.scratch->Get(slot, 2 * fan_in * c.max_chunk * c.width));
+      LOOM_ASSIGN_OR_RETURN(
+          c.children, ctx.scratch->Get(slot, static_cast<size_t>(c.buffers) * fan_in *
+                                                 c.max_chunk * c.width));
     }
     return c;
   }
   BlockRange Range(int c) const { return Block(count, chunks, c); }
   // Where child i's part of chunk c lands.
   BufferView Child(int c, int i) const {
-    const size_t offset = (static_cast<size_t>(c % 2) * fan_in + i) * max_chunk;
+    const size_t offset = (static_cast<size_t>(c % buffers) * fan_in + i) * max_chunk;
     return BufferView(children.data() + offset * width, Range(c).count, dtype);
   }
 
@@ -98,6 +100,7 @@ struct Chunks {
   int chunks = 1;
   size_t max_chunk = 0;
   int fan_in = 0;
+  int buffers = 2;
   absl::Span<std::byte> children;
 };
 
@@ -191,14 +194,23 @@ absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, Reduce
 // Run one after the other, the two would move every byte of a link twice in turn
 // (half the link's rate at two ranks).
 //
-// A rank at depth d (the number of set bits of its vrank) forwards chunk t - kLag (d + 1)
-// down in iteration t. Its parent forwarded that chunk kLag iterations earlier, which
-// needed only chunks this rank had sent up kLag iterations before: no rank waits on a
-// chunk whose sending needs what it is about to send, and kLag chunks stay in flight
-// on each link. So a wait in iteration t depends only on what other ranks do in
-// iterations up to t, and two passes can take turns iteration by iteration (two
-// trees over two halves of the data, BinomialAllReduce) without waiting on each
-// other.
+// The window w (AgreedChunksInFlight: 2, or more over a long path that every rank
+// knows alike) sets how far each direction runs ahead:
+//   - up: a parent keeps receives for chunks t .. t + w - 1 posted from its children
+//     (w scratch buffers a child), and a child waits for its send of chunk t - w in
+//     iteration t (w + 1 sends outstanding);
+//   - down: a rank at depth d (the number of set bits of its vrank) forwards chunk
+//     t - L (d + 1) down in iteration t, L = 2w + 1. Its parent forwarded that chunk
+//     L iterations earlier, which needed only chunks this rank had sent up L
+//     iterations before; it posted its receive for the chunk in iteration s + w
+//     (once the up send of chunk s, which reads the same memory, had left), and
+//     waits for its own sends of chunk s - w to its children before sending s.
+// Every wait in iteration t is then for something another rank posted in an earlier
+// iteration, or for a child's work in the same iteration, which waits on nothing
+// later: no cycle, whatever w, as long as every rank uses the same w (a rank's lag
+// is a multiple of its parent's). So two passes can take turns iteration by
+// iteration (two trees over two halves of the data, BinomialAllReduce) without
+// waiting on each other. Up to w + 1 chunks are in flight on each link each way.
 //
 // Use: Start(), then Step(t) for t = 0 .. last(), then Finish().
 class TreeAllReducePass {
@@ -213,21 +225,36 @@ class TreeAllReducePass {
         output_(output),
         up_step_(first_step),
         down_step_(first_step + 1),
-        scratch_slot_(scratch_slot),
-        child_recvs_{InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)},
-        down_sends_{InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)},
-        up_sends_{InFlight<1>(ctx), InFlight<1>(ctx), InFlight<1>(ctx)} {}
+        scratch_slot_(scratch_slot) {}
   TreeAllReducePass(const TreeAllReducePass&) = delete;
   TreeAllReducePass& operator=(const TreeAllReducePass&) = delete;
 
   absl::Status Start() {
     const int fan_in = node_.num_children;
+    // The window from the chunk size every rank computes alike (the same count, so
+    // the same chunks), not beyond the chunks there are.
+    const int chunks = NumChunks(ctx_, input_.size(), input_.dtype());
+    const size_t chunk_bytes = Block(input_.size(), chunks, 0).count * DTypeSize(input_.dtype());
+    window_ = std::min(AgreedChunksInFlight(ctx_, chunk_bytes, /*least=*/2), std::max(chunks, 2));
     LOOM_ASSIGN_OR_RETURN(plan_, Chunks::Make(ctx_, fan_in, input_.size(), input_.dtype(),
-                                              scratch_slot_));
+                                              scratch_slot_, window_));
+    for (int i = 0; i < window_; ++i) {
+      child_recvs_.emplace_back(ctx_);
+      down_sends_.emplace_back(ctx_);
+    }
+    for (int i = 0; i <= window_; ++i) up_sends_.emplace_back(ctx_);
+    // A child runs up to w iterations ahead of its parent (it waits for its up send
+    // of chunk t - w), so a lag of 2w + 1 a level leaves w + 1 chunks in flight down
+    // (w + 1 alone left one: over a 4 ms round trip a window of 5 then moved 16 MiB
+    // in 166 ms, and 120 ms with this lag; the 2-chunk window took 270 ms).
+    const int lag = 2 * window_ + 1;
     const int depth = __builtin_popcountll(static_cast<uint64_t>(node_.vrank));
-    down_lag_ = node_.is_root() ? kLag : kLag * (depth + 1);
+    down_lag_ = node_.is_root() ? lag : lag * (depth + 1);
     if (node_.is_root() && fan_in == 0) return Copy(input_, output_);
-    return PostChildRecvs(0);
+    for (int c = 0; c + 1 < window_ && c < plan_.chunks; ++c) {
+      LOOM_RETURN_IF_ERROR(PostChildRecvs(c));
+    }
+    return absl::OkStatus();
   }
 
   // The last iteration this rank has work in.
@@ -241,8 +268,11 @@ class TreeAllReducePass {
     const int fan_in = node_.num_children;
     if (t < chunks) {
       const BlockRange range = plan_.Range(t);
-      if (t + 1 < chunks) LOOM_RETURN_IF_ERROR(PostChildRecvs(t + 1));
-      LOOM_RETURN_IF_ERROR(child_recvs_[t % 2].Wait());
+      // Chunk t + w - 1 lands where chunk t - 1 did (read in the last iteration).
+      if (const int ahead = t + window_ - 1; ahead < chunks) {
+        LOOM_RETURN_IF_ERROR(PostChildRecvs(ahead));
+      }
+      LOOM_RETURN_IF_ERROR(child_recvs_[t % window_].Wait());
       ConstBufferView up = Slice(input_, range);
       if (fan_in > 0) {
         const BufferView acc = Slice(output_, range);
@@ -253,12 +283,12 @@ class TreeAllReducePass {
         up = acc;
       }
       if (!node_.is_root()) {
-        LOOM_RETURN_IF_ERROR(up_sends_[t % kUpWindow].Send(up_step_, node_.parent(), up));
+        LOOM_RETURN_IF_ERROR(up_sends_[t % (window_ + 1)].Send(up_step_, node_.parent(), up));
       }
     }
-    const int sent = t - (kUpWindow - 1);
+    const int sent = t - window_;
     if (!node_.is_root() && sent >= 0 && sent < chunks) {
-      LOOM_RETURN_IF_ERROR(up_sends_[sent % kUpWindow].Wait());
+      LOOM_RETURN_IF_ERROR(up_sends_[sent % (window_ + 1)].Wait());
       down_recvs_.emplace_back(ctx_);
       LOOM_RETURN_IF_ERROR(down_recvs_.back().Recv(down_step_, node_.parent(),
                                                    Slice(output_, plan_.Range(sent))));
@@ -269,29 +299,25 @@ class TreeAllReducePass {
       LOOM_RETURN_IF_ERROR(down_recvs_.front().Wait());
       down_recvs_.pop_front();
     }
-    LOOM_RETURN_IF_ERROR(down_sends_[s % 2].Wait());  // chunk s - 2
+    LOOM_RETURN_IF_ERROR(down_sends_[s % window_].Wait());  // chunk s - w
     const ConstBufferView chunk = Slice(output_, plan_.Range(s));
     for (int i = node_.num_children - 1; i >= 0; --i) {
-      LOOM_RETURN_IF_ERROR(down_sends_[s % 2].Send(down_step_, node_.child(i), chunk));
+      LOOM_RETURN_IF_ERROR(down_sends_[s % window_].Send(down_step_, node_.child(i), chunk));
     }
     return absl::OkStatus();
   }
 
   absl::Status Finish() {
-    LOOM_RETURN_IF_ERROR(down_sends_[0].Wait());
-    return down_sends_[1].Wait();
+    absl::Status status;
+    for (auto& sends : down_sends_) status.Update(sends.Wait());
+    return status;
   }
 
  private:
-  static constexpr int kLag = 3;
-  // A chunk's result lands where its partial sum was sent from (the output), so its
-  // receive is posted once that send has left, kUpWindow - 1 iterations after it.
-  static constexpr int kUpWindow = 3;
-
   absl::Status PostChildRecvs(int c) {
     for (int i = 0; i < node_.num_children; ++i) {
       LOOM_RETURN_IF_ERROR(
-          child_recvs_[c % 2].Recv(up_step_, node_.child(i), plan_.Child(c, i)));
+          child_recvs_[c % window_].Recv(up_step_, node_.child(i), plan_.Child(c, i)));
     }
     return absl::OkStatus();
   }
@@ -305,10 +331,14 @@ class TreeAllReducePass {
   const uint32_t down_step_;
   const int scratch_slot_;
   Chunks plan_;
-  int down_lag_ = kLag;
-  InFlight<kMaxChildren> child_recvs_[2];
-  InFlight<kMaxChildren> down_sends_[2];
-  InFlight<1> up_sends_[kUpWindow];
+  int window_ = 2;
+  int down_lag_ = 3;
+  // Deques: InFlight is neither copied nor moved. Each is a ring, indexed by chunk:
+  // child_recvs_ and down_sends_ w deep, up_sends_ w + 1 (a chunk's result lands where
+  // its partial sum was sent from, so its receive is posted once that send has left).
+  std::deque<InFlight<kMaxChildren>> child_recvs_;
+  std::deque<InFlight<kMaxChildren>> down_sends_;
+  std::deque<InFlight<1>> up_sends_;
   std::deque<InFlight<1>> down_recvs_;  // one per chunk, in chunk order
 };
 

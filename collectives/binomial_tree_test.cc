@@ -59,6 +59,45 @@ TEST_P(BinomialTreeMatrixTest, MatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Shared, BinomialTreeMatrixTest, ::testing::ValuesIn(Cases()), CaseName);
 
+// Over a path every rank knows alike (CallContext::agreed_path: a 4 ms round trip at
+// 250 MB/s, and a shorter one) the all-reduce's passes keep up to kMaxChunksInFlight
+// chunks in flight: on 2..8 and 16 ranks, one tree and two or more, in chunks of
+// 4 KiB so that 65537 elements are many windows long.
+std::vector<AlgorithmCase> LongPathCases() {
+  std::vector<AlgorithmCase> cases;
+  const PathEstimate paths[] = {{absl::Milliseconds(4), 250e6}, {absl::Microseconds(100), 1e8}};
+  for (const AlgorithmCase& base : Matrix(BinomialTree())) {
+    if (base.kind != CollectiveKind::kAllReduce || base.world < 2) continue;
+    if (base.count < 1000 || base.dtype != DType::kF32) continue;
+    for (const PathEstimate& path : paths) {
+      AlgorithmCase c = base;
+      c.chunk_bytes = 4096;
+      c.path = path;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+class BinomialTreeLongPathTest : public ::testing::TestWithParam<AlgorithmCase> {};
+
+TEST_P(BinomialTreeLongPathTest, MatchesTheReference) {
+  LOOM_EXPECT_OK(CheckCase(BinomialTree(), GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(LongPath, BinomialTreeLongPathTest,
+                         ::testing::ValuesIn(LongPathCases()), CaseName);
+
+TEST(BinomialTreeTest, TheAgreedPathSetsTheWindow) {
+  CallContext ctx;
+  EXPECT_EQ(AgreedChunksInFlight(ctx, 4096, 2), 2);  // nothing known
+  ctx.agreed_path = {absl::Microseconds(100), 1e8};   // 10,000 bytes in flight
+  // 2 x 10,000 bytes over 4 KiB chunks, rounded up, and one more.
+  EXPECT_EQ(AgreedChunksInFlight(ctx, 4096, 2), 6);
+  EXPECT_EQ(AgreedChunksInFlight(ctx, 1 << 20, 2), 2);
+  EXPECT_EQ(AgreedChunksInFlight(ctx, 16, 2), kMaxChunksInFlight);
+}
+
 // A Scratch that outlives calls of different sizes and kinds, as in a communicator.
 TEST(BinomialTreeTest, CallsOfDifferentSizesShareScratchAndTags) {
   const int world = 6;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "collectives/reduce/reduce_kernels.h"
@@ -193,6 +194,13 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
   constants.inter_node_alpha = values[3];
   constants.inter_node_beta = values[4];
   LOOM_ASSIGN_OR_RETURN(CostModel model, CostModel::FromConstants(constants));
+  // The trees size their window from the communicator's model (the one path every
+  // rank holds alike: CallContext::agreed_path), so the curves are measured under
+  // the constants just measured, as a job that installs this model will run them.
+  // The caller's model is put back after.
+  const CostModel callers_model = comm.options().cost_model;
+  comm.SetCostModel(model);
+  absl::Cleanup put_back = [&comm, &callers_model] { comm.SetCostModel(callers_model); };
   // Measured curves, where asked for.
   const bool curves = n > 1 && options.curve_sizes.size() >= 2;
   const int per_node = comm.options().ranks_per_node;

@@ -364,6 +364,13 @@ absl::Status Communicator::Run(Call& call) {
   ctx.scratch = scratch_.get();
   ctx.ranks_per_node = options_.ranks_per_node;
   ctx.node_transport = options_.node_transport.get();
+  if (const CostModel& model = options_.cost_model; model.constants_given()) {
+    // The same model on every rank (the selector's choices depend on it alike), so
+    // the same path: the trees size their window from it.
+    const CostModel::Constants& c = model.constants();
+    ctx.agreed_path.round_trip = absl::Seconds(2 * c.inter_node_alpha);
+    ctx.agreed_path.bytes_per_second = 1 / c.inter_node_beta;
+  }
 
   FlightRecord record;
   record.seq = seq;

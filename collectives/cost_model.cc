@@ -160,7 +160,9 @@ absl::StatusOr<CostModel> CostModel::FromConstants(const Constants& constants) {
           absl::StrCat("cost model constant ", kKeys[i], " = ", value, " is not finite and positive"));
     }
   }
-  return CostModel(constants);
+  CostModel model(constants);
+  model.constants_given_ = true;
+  return model;
 }
 
 namespace {

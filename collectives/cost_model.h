@@ -84,6 +84,10 @@ class CostModel {
   static absl::StatusOr<CostModel> FromConstants(const Constants& constants);
 
   const Constants& constants() const { return constants_; }
+  // Whether the constants were measured or given (FromConstants, Parse: a
+  // calibration's or a user's), not Default()'s rough guesses. Only such a model's
+  // link sizes the trees' window (Communicator: CallContext::agreed_path).
+  bool constants_given() const { return constants_given_; }
 
   // A measured curve: an algorithm's time per call at a few sizes (bytes as Predict
   // counts them, seconds), on the layout (ranks, ranks per node) and links the model
@@ -145,6 +149,7 @@ class CostModel {
   size_t TieBreak(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,
                   const std::vector<std::pair<Algorithm, double>>& predictions) const;
   Constants constants_;
+  bool constants_given_ = false;
   struct Measured {
     CollectiveKind kind;
     Algorithm algorithm;

@@ -75,7 +75,9 @@ ABSL_FLAG(std::string, node_transport, "none",
           "shm (Loom's shm transport among the ranks of each node)");
 ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and trees");
 ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reductions");
-ABSL_FLAG(std::string, cost_model, "", "cost model file for --algo=auto (default constants otherwise)");
+ABSL_FLAG(std::string, cost_model, "",
+          "cost model file: --algo=auto chooses by it, and the binomial tree sizes its window "
+          "from its link (default constants otherwise)");
 ABSL_FLAG(bool, calibrate, false,
           "measure the cost model on this job's communicator first (each level's link, and "
           "every algorithm's time, the engine's own too where the transport has them, at "

@@ -180,7 +180,7 @@ std::unique_ptr<TransportHarness> WithPaths(std::unique_ptr<TransportHarness> in
 
 std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world,
                                             const RankBody& body, size_t chunk_bytes,
-                                            absl::Duration timeout) {
+                                            absl::Duration timeout, PathEstimate agreed_path) {
   return harness.Run(world, [&](Transport& transport) {
     Scratch scratch;
     CallContext ctx;
@@ -189,6 +189,7 @@ std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world
     ctx.deadline = absl::Now() + timeout;
     ctx.chunk_bytes = chunk_bytes;
     ctx.scratch = &scratch;
+    ctx.agreed_path = agreed_path;
     return body(ctx);
   });
 }
@@ -435,7 +436,8 @@ std::string Name(const AlgorithmCase& c) {
 absl::Status RunRanks(const AlgorithmCase& c, const RankBody& body) {
   std::unique_ptr<TransportHarness> harness = MakeInprocHarness();
   if (c.path.BytesInFlight() > 0) harness = WithPath(std::move(harness), c.path);
-  return AllOk(RunAlgorithmRanks(*harness, c.world, body, c.chunk_bytes));
+  return AllOk(RunAlgorithmRanks(*harness, c.world, body, c.chunk_bytes, absl::Seconds(60),
+                                 c.path));
 }
 
 CollectiveArgs ArgsOf(const AlgorithmCase& c) {

@@ -68,7 +68,8 @@ using RankBody = std::function<absl::Status(const CallContext& ctx)>;
 std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world,
                                             const RankBody& body,
                                             size_t chunk_bytes = size_t{256} << 10,
-                                            absl::Duration timeout = absl::Seconds(60));
+                                            absl::Duration timeout = absl::Seconds(60),
+                                            PathEstimate agreed_path = {});
 
 // WithPath wraps `inner` so that every rank's transport reports `path` as its
 // estimate of the path to each peer (Transport::EstimatePath) and forwards the rest.
@@ -144,7 +145,9 @@ struct AlgorithmCase {
   bool blocks = false;
   // What every rank's transport reports of the path to each peer (EstimatePath):
   // a long one makes the pipelined algorithms keep more chunks in flight
-  // (ChunksInFlight). Zeros: the inproc transport's own (nothing measured).
+  // (ChunksInFlight), and it is every rank's CallContext::agreed_path too (the
+  // trees' window, AgreedChunksInFlight). Zeros: the inproc transport's own
+  // (nothing measured).
   PathEstimate path = {};
 
   uint64_t seed() const;

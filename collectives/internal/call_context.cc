@@ -39,6 +39,21 @@ int NumChunks(const CallContext& ctx, size_t count, DType dtype) {
   return static_cast<int>(std::clamp<size_t>(chunks, 1, std::max<size_t>(count, 1)));
 }
 
+namespace {
+
+// WindowFor: chunks of `chunk_bytes` enough for twice `path`'s bandwidth-delay
+// product and one more, at least `least`, at most kMaxChunksInFlight.
+int WindowFor(const PathEstimate& path, size_t chunk_bytes, int least) {
+  const size_t path_bytes = path.BytesInFlight();
+  const size_t chunk = std::max<size_t>(chunk_bytes, 1);
+  const size_t wanted = std::min<size_t>((2 * path_bytes + chunk - 1) / chunk + 1,
+                                         static_cast<size_t>(kMaxChunksInFlight));
+  return std::clamp(static_cast<int>(wanted), std::min(least, kMaxChunksInFlight),
+                    kMaxChunksInFlight);
+}
+
+}  // namespace
+
 int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_list<int> peers,
                    int least) {
   // The longest round trip and the fastest rate over the peers: a rank of a ring
@@ -50,12 +65,11 @@ int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_
     path.round_trip = std::max(path.round_trip, estimate.round_trip);
     path.bytes_per_second = std::max(path.bytes_per_second, estimate.bytes_per_second);
   }
-  const size_t path_bytes = path.BytesInFlight();
-  const size_t chunk = std::max<size_t>(chunk_bytes, 1);
-  const size_t wanted = std::min<size_t>((2 * path_bytes + chunk - 1) / chunk + 1,
-                                         static_cast<size_t>(kMaxChunksInFlight));
-  return std::clamp(static_cast<int>(wanted), std::min(least, kMaxChunksInFlight),
-                    kMaxChunksInFlight);
+  return WindowFor(path, chunk_bytes, least);
+}
+
+int AgreedChunksInFlight(const CallContext& ctx, size_t chunk_bytes, int least) {
+  return WindowFor(ctx.agreed_path, chunk_bytes, least);
 }
 
 absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer,

@@ -133,6 +133,11 @@ struct CallContext {
   // This rank's endpoint among its node's ranks (CommunicatorOptions::node_transport),
   // for the hierarchical algorithm's intra-node phases; null: use `transport`.
   Transport* node_transport = nullptr;
+  // The path between hosts as every rank of the call holds it alike (the
+  // communicator's cost model, when its constants were measured or given: round trip
+  // 2 x inter_node_alpha, rate 1 / inter_node_beta), for the algorithms whose window
+  // must be the same on every rank (AgreedChunksInFlight). Zeros: none known.
+  PathEstimate agreed_path;
 
   int rank() const { return transport->rank(); }
   int size() const { return transport->size(); }
@@ -197,6 +202,11 @@ inline constexpr int kMaxChunksInFlight = 32;
 // (each side's window is its own).
 int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_list<int> peers,
                    int least);
+
+// AgreedChunksInFlight: the same window for ctx.agreed_path, so the same on every
+// rank of the call (the trees, whose ranks forward chunks a fixed number of
+// iterations after their parents, need one window everywhere). `least` without one.
+int AgreedChunksInFlight(const CallContext& ctx, size_t chunk_bytes, int least);
 
 // Delivery: how a receive writes what arrives (a Combiner for the transport; see
 // transport.h). kCopy: dst = theirs, the transport's own copy. kReduce:
