@@ -63,20 +63,12 @@ INSTANTIATE_TEST_SUITE_P(Shared, BinomialTreeMatrixTest, ::testing::ValuesIn(Cas
 // 250 MB/s, and a shorter one) the all-reduce's passes keep up to kMaxChunksInFlight
 // chunks in flight: on 2..8 and 16 ranks, one tree and two or more, in chunks of
 // 4 KiB so that 65537 elements are many windows long.
-std::vector<AlgorithmCase> LongPathCases() {
-  std::vector<AlgorithmCase> cases;
-  const PathEstimate paths[] = {{absl::Milliseconds(4), 250e6}, {absl::Microseconds(100), 1e8}};
-  for (const AlgorithmCase& base : Matrix(BinomialTree())) {
-    if (base.kind != CollectiveKind::kAllReduce || base.world < 2) continue;
-    if (base.count < 1000 || base.dtype != DType::kF32) continue;
-    for (const PathEstimate& path : paths) {
-      AlgorithmCase c = base;
-      c.chunk_bytes = 4096;
-      c.path = path;
-      cases.push_back(c);
-    }
+std::vector<AlgorithmCase> TreeLongPathCases() {
+  std::vector<AlgorithmCase> all_reduces;
+  for (const AlgorithmCase& c : Matrix(BinomialTree())) {
+    if (c.kind == CollectiveKind::kAllReduce) all_reduces.push_back(c);
   }
-  return cases;
+  return LongPathCases(all_reduces);
 }
 
 class BinomialTreeLongPathTest : public ::testing::TestWithParam<AlgorithmCase> {};
@@ -86,7 +78,7 @@ TEST_P(BinomialTreeLongPathTest, MatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LongPath, BinomialTreeLongPathTest,
-                         ::testing::ValuesIn(LongPathCases()), CaseName);
+                         ::testing::ValuesIn(TreeLongPathCases()), CaseName);
 
 TEST(BinomialTreeTest, TheAgreedPathSetsTheWindow) {
   CallContext ctx;

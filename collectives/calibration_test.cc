@@ -76,6 +76,20 @@ std::vector<absl::StatusOr<Result>> RunRanks(
   return results;
 }
 
+// QuickCurves: a short calibration of all-reduce curves at `sizes`, two batches a
+// point, for thread ranks.
+CalibrationOptions QuickCurves(std::vector<size_t> sizes, double batch_seconds) {
+  CalibrationOptions calibration;
+  calibration.latency_round_trips = 5;
+  calibration.bandwidth_bytes = 1 << 16;
+  calibration.bandwidth_round_trips = 2;
+  calibration.curve_sizes = std::move(sizes);
+  calibration.curve_kinds = {CollectiveKind::kAllReduce};
+  calibration.curve_batches = 2;
+  calibration.curve_batch_seconds = batch_seconds;
+  return calibration;
+}
+
 // Curves with batches of one call (a batch time no call fits in: the timed call is
 // the first batch, and larger sizes skip their timed call) and of many: every rank
 // runs the same calls (a rank that ran one more would hang its peers) and ends with
@@ -90,14 +104,8 @@ TEST(CalibrationTest, CurvesAgreeWhateverTheBatchLength) {
     SCOPED_TRACE(absl::StrCat("batch ", batch_seconds, " s, warm calls ", warm_seconds, " s"));
     const std::vector<absl::StatusOr<CostModel>> models =
         RunRanks<CostModel>([&](Communicator& comm) {
-          CalibrationOptions calibration;
-          calibration.latency_round_trips = 5;
-          calibration.bandwidth_bytes = 1 << 16;
-          calibration.bandwidth_round_trips = 2;
-          calibration.curve_sizes = {64 << 10, 4 << 10, 1 << 20, 16 << 10};
-          calibration.curve_kinds = {CollectiveKind::kAllReduce};
-          calibration.curve_batches = 2;
-          calibration.curve_batch_seconds = batch_seconds;
+          CalibrationOptions calibration =
+              QuickCurves({64 << 10, 4 << 10, 1 << 20, 16 << 10}, batch_seconds);
           calibration.curve_warm_seconds = warm_seconds;
           return Calibrate(comm, calibration);
         });
@@ -119,14 +127,7 @@ TEST(CalibrationTest, PrunedCandidatesArePricedInProportionToBytes) {
     SCOPED_TRACE(absl::StrCat("prune factor ", factor));
     const std::vector<absl::StatusOr<CostModel>> models =
         RunRanks<CostModel>([&](Communicator& comm) {
-          CalibrationOptions calibration;
-          calibration.latency_round_trips = 5;
-          calibration.bandwidth_bytes = 1 << 16;
-          calibration.bandwidth_round_trips = 2;
-          calibration.curve_sizes = sizes;
-          calibration.curve_kinds = {CollectiveKind::kAllReduce};
-          calibration.curve_batches = 2;
-          calibration.curve_batch_seconds = 1e-9;
+          CalibrationOptions calibration = QuickCurves(sizes, 1e-9);
           calibration.curve_prune_factor = factor;
           return Calibrate(comm, calibration);
         });

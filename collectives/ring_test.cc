@@ -55,20 +55,8 @@ std::vector<AlgorithmCase> Cases() {
 // up to kMaxChunksInFlight chunks in flight; every collective it has, on 2, 3 and 5
 // ranks, in chunks of 4 KiB so that 65537 elements are many windows long, with one
 // rank's window different from the others' (the ring does not need them alike).
-std::vector<AlgorithmCase> LongPathCases() {
-  std::vector<AlgorithmCase> cases;
-  const PathEstimate paths[] = {{absl::Milliseconds(4), 250e6}, {absl::Microseconds(100), 1e8}};
-  for (const AlgorithmCase& base : Matrix(Ring())) {
-    if (base.world != 2 && base.world != 3 && base.world != 5) continue;
-    if (base.count < 1000 || base.dtype != DType::kF32) continue;
-    for (const PathEstimate& path : paths) {
-      AlgorithmCase c = base;
-      c.chunk_bytes = 4096;
-      c.path = path;
-      cases.push_back(c);
-    }
-  }
-  return cases;
+std::vector<AlgorithmCase> RingLongPathCases() {
+  return LongPathCases(Matrix(Ring()), /*worlds=*/{2, 3, 5});
 }
 
 TEST(RingTest, ALongPathWidensTheWindowToItsBandwidthDelayProduct) {
@@ -117,7 +105,7 @@ class RingLongPathTest : public ::testing::TestWithParam<AlgorithmCase> {};
 
 TEST_P(RingLongPathTest, MatchesTheReference) { LOOM_EXPECT_OK(CheckCase(Ring(), GetParam())); }
 
-INSTANTIATE_TEST_SUITE_P(LongPath, RingLongPathTest, ::testing::ValuesIn(LongPathCases()),
+INSTANTIATE_TEST_SUITE_P(LongPath, RingLongPathTest, ::testing::ValuesIn(RingLongPathCases()),
                          CaseName);
 
 class RingMatrixTest : public ::testing::TestWithParam<AlgorithmCase> {};

@@ -830,6 +830,24 @@ std::vector<AlgorithmCase> Matrix(const AlgorithmUnderTest& algorithm,
   return cases;
 }
 
+std::vector<AlgorithmCase> LongPathCases(const std::vector<AlgorithmCase>& cases,
+                                         const std::vector<int>& worlds) {
+  std::vector<AlgorithmCase> out;
+  const PathEstimate paths[] = {{absl::Milliseconds(4), 250e6}, {absl::Microseconds(100), 1e8}};
+  for (const AlgorithmCase& base : cases) {
+    const bool on_world = worlds.empty() ? base.world > 1
+                                         : std::find(worlds.begin(), worlds.end(), base.world) != worlds.end();
+    if (!on_world || base.count < 1000 || base.dtype != DType::kF32) continue;
+    for (const PathEstimate& path : paths) {
+      AlgorithmCase c = base;
+      c.chunk_bytes = 4096;
+      c.path = path;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 std::vector<AlgorithmCase> DTypeOpMatrix(const AlgorithmUnderTest& algorithm,
                                          const DTypeOpOptions& options) {
   std::vector<AlgorithmCase> cases;

@@ -226,6 +226,13 @@ std::vector<size_t> MatrixCounts(int world);
 std::vector<AlgorithmCase> Matrix(const AlgorithmUnderTest& algorithm,
                                   const MatrixOptions& options = {});
 
+// LongPathCases: the f32 cases of `cases` with 1000 elements or more on `worlds`
+// (all worlds but 1 where empty), each in 4 KiB chunks over two paths: a 4 ms round
+// trip at 250 MB/s and a 100 us one at 100 MB/s (AlgorithmCase::path), so that the
+// pipelined algorithms run with windows of 32 and 6 chunks.
+std::vector<AlgorithmCase> LongPathCases(const std::vector<AlgorithmCase>& cases,
+                                         const std::vector<int>& worlds = {});
+
 // DTypeOpOptions: the worlds and counts on which DTypeOpMatrix runs every dtype x op.
 struct DTypeOpOptions {
   std::vector<int> worlds;
