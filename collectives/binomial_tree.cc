@@ -66,6 +66,11 @@ struct BinomialNode {
   int num_children = 0;
 };
 
+// BinomialTreeDepth: the deepest level of a binomial tree over n >= 1 ranks, the
+// most set bits of any vrank below n: floor(log2 n) (2^k - 1 is the least number
+// with k bits set).
+int BinomialTreeDepth(int n) { return 63 - __builtin_clzll(static_cast<uint64_t>(n)); }
+
 // Chunks: a reduction's elements cut into chunks of about ctx.chunk_bytes, and where
 // a rank's children's chunks land: scratch, `buffers` chunks deep (chunk c in buffer
 // c % buffers), [buffer][child][max_chunk].
@@ -190,27 +195,32 @@ absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, Reduce
 
 // TreeAllReducePass: TreeReduce to vrank 0 and TreeBroadcast back, in one loop, so
 // that both directions of every link carry data at once: in iteration t a rank
-// reduces chunk t and sends it up, and forwards a finished chunk of the result down.
+// reduces a chunk and sends it up, and forwards a finished chunk of the result down.
 // Run one after the other, the two would move every byte of a link twice in turn
 // (half the link's rate at two ranks).
 //
 // The window w (AgreedChunksInFlight: 2, or more over a long path that every rank
-// knows alike) sets how far each direction runs ahead:
-//   - up: a parent keeps receives for chunks t .. t + w - 1 posted from its children
-//     (w scratch buffers a child), and a child waits for its send of chunk t - w in
-//     iteration t (w + 1 sends outstanding);
-//   - down: a rank at depth d (the number of set bits of its vrank) forwards chunk
-//     t - L (d + 1) down in iteration t, L = 2w + 1. Its parent forwarded that chunk
-//     L iterations earlier, which needed only chunks this rank had sent up L
-//     iterations before; it posted its receive for the chunk in iteration s + w
-//     (once the up send of chunk s, which reads the same memory, had left), and
-//     waits for its own sends of chunk s - w to its children before sending s.
+// knows alike) sets how far each direction runs ahead. D is the tree's depth and d
+// a rank's (the number of set bits of its vrank):
+//   - up: a rank reduces and sends up chunk c in iteration c + w (D - d), w
+//     iterations after its children sent it. A parent keeps receives for chunks
+//     c .. c + w - 1 posted from its children (w scratch buffers a child), and a
+//     child waits for its send of chunk c in its iteration c + w (D - d + 1), w
+//     iterations after sending it (w + 1 sends outstanding). The parent posted that
+//     receive w - 1 iterations before, when it reduced chunk c - w + 1.
+//   - down: a rank forwards chunk s down in iteration s + w D + L (d + 1),
+//     L = 2w + 1, L iterations after its parent did. Its parent had reduced the
+//     chunk by then (the root in iteration s + w D); the rank posted its receive for
+//     it once the up send of the same memory had left (iteration s + w (D - d + 1)),
+//     and waits for its own sends of chunk s - w to its children before sending s.
 // Every wait in iteration t is then for something another rank posted in an earlier
-// iteration, or for a child's work in the same iteration, which waits on nothing
-// later: no cycle, whatever w, as long as every rank uses the same w (a rank's lag
-// is a multiple of its parent's). So two passes can take turns iteration by
-// iteration (two trees over two halves of the data, BinomialAllReduce) without
-// waiting on each other. Up to w + 1 chunks are in flight on each link each way.
+// iteration: no cycle, as long as every rank uses the same w (w >= 2). A rank's iteration t needs no other rank to
+// have finished its iteration t - 1, so passes that take turns iteration by
+// iteration (several trees over blocks of the data, ManyTreeAllReduce), where each
+// rank is a parent in one and a child in another, do not wait a round trip for each
+// other every iteration. (Reducing chunk t in iteration t at every level did: at 3
+// ranks 2 ms apart a tree per rank moved 16 MiB in 570 ms, and in 111 with the
+// w-iteration step a level.) Up to w + 1 chunks are in flight on each link each way.
 //
 // Use: Start(), then Step(t) for t = 0 .. last(), then Finish().
 class TreeAllReducePass {
@@ -243,13 +253,15 @@ class TreeAllReducePass {
       down_sends_.emplace_back(ctx_);
     }
     for (int i = 0; i <= window_; ++i) up_sends_.emplace_back(ctx_);
-    // A child runs up to w iterations ahead of its parent (it waits for its up send
-    // of chunk t - w), so a lag of 2w + 1 a level leaves w + 1 chunks in flight down
-    // (w + 1 alone left one: over a 4 ms round trip a window of 5 then moved 16 MiB
-    // in 166 ms, and 120 ms with this lag; the 2-chunk window took 270 ms).
+    // A child runs up to w iterations ahead of its parent's receives, so a lag of
+    // 2w + 1 a level down leaves w + 1 chunks in flight (w + 1 alone left one: over
+    // a 4 ms round trip a window of 5 then moved 16 MiB in 166 ms, and 120 ms with
+    // this lag; the 2-chunk window took 270 ms).
     const int lag = 2 * window_ + 1;
     const int depth = __builtin_popcountll(static_cast<uint64_t>(node_.vrank));
-    down_lag_ = node_.is_root() ? lag : lag * (depth + 1);
+    const int tree_depth = BinomialTreeDepth(node_.n);
+    up_delay_ = window_ * (tree_depth - depth);
+    down_lag_ = window_ * tree_depth + lag * (depth + 1);
     if (node_.is_root() && fan_in == 0) return Copy(input_, output_);
     for (int c = 0; c + 1 < window_ && c < plan_.chunks; ++c) {
       LOOM_RETURN_IF_ERROR(PostChildRecvs(c));
@@ -266,27 +278,27 @@ class TreeAllReducePass {
   absl::Status Step(int t) {
     const int chunks = plan_.chunks;
     const int fan_in = node_.num_children;
-    if (t < chunks) {
-      const BlockRange range = plan_.Range(t);
-      // Chunk t + w - 1 lands where chunk t - 1 did (read in the last iteration).
-      if (const int ahead = t + window_ - 1; ahead < chunks) {
+    if (const int c = t - up_delay_; c >= 0 && c < chunks) {
+      const BlockRange range = plan_.Range(c);
+      // Chunk c + w - 1 lands where chunk c - 1 did (read in the last such step).
+      if (const int ahead = c + window_ - 1; ahead < chunks) {
         LOOM_RETURN_IF_ERROR(PostChildRecvs(ahead));
       }
-      LOOM_RETURN_IF_ERROR(child_recvs_[t % window_].Wait());
+      LOOM_RETURN_IF_ERROR(child_recvs_[c % window_].Wait());
       ConstBufferView up = Slice(input_, range);
       if (fan_in > 0) {
         const BufferView acc = Slice(output_, range);
-        LOOM_RETURN_IF_ERROR(ReduceTo(op_, up, plan_.Child(t, 0), acc));
+        LOOM_RETURN_IF_ERROR(ReduceTo(op_, up, plan_.Child(c, 0), acc));
         for (int i = 1; i < fan_in; ++i) {
-          LOOM_RETURN_IF_ERROR(ReduceInto(op_, plan_.Child(t, i), acc));
+          LOOM_RETURN_IF_ERROR(ReduceInto(op_, plan_.Child(c, i), acc));
         }
         up = acc;
       }
       if (!node_.is_root()) {
-        LOOM_RETURN_IF_ERROR(up_sends_[t % (window_ + 1)].Send(up_step_, node_.parent(), up));
+        LOOM_RETURN_IF_ERROR(up_sends_[c % (window_ + 1)].Send(up_step_, node_.parent(), up));
       }
     }
-    const int sent = t - window_;
+    const int sent = t - up_delay_ - window_;
     if (!node_.is_root() && sent >= 0 && sent < chunks) {
       LOOM_RETURN_IF_ERROR(up_sends_[sent % (window_ + 1)].Wait());
       down_recvs_.emplace_back(ctx_);
@@ -332,7 +344,8 @@ class TreeAllReducePass {
   const int scratch_slot_;
   Chunks plan_;
   int window_ = 2;
-  int down_lag_ = 3;
+  int up_delay_ = 0;   // iterations from a chunk's index to this rank's reduce of it
+  int down_lag_ = 3;  // ... to this rank's forwarding of its result
   // Deques: InFlight is neither copied nor moved. Each is a ring, indexed by chunk:
   // child_recvs_ and down_sends_ w deep, up_sends_ w + 1 (a chunk's result lands where
   // its partial sum was sent from, so its receive is posted once that send has left).
