@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,7 +20,8 @@ namespace collectives_internal {
 namespace {
 
 constexpr int kNumTrees = 2;
-// Scratch slot of the children's chunks: [tree][parity][child][largest chunk].
+// Scratch slot of the children's chunks: [tree][buffer][child][largest chunk], chunk
+// c in buffer c % (lag + 1).
 constexpr int kChildChunksSlot = 0;
 // Sends of one round: per tree, one up and two down.
 constexpr int kMaxSendsPerRound = 3 * kNumTrees;
@@ -56,30 +58,40 @@ int Depth(int n, int rank, int tree) {
 }
 
 // HalfTree: one rank's part in moving one half of the data up and down one tree, in
-// chunks. Round i reduces chunk i + depth (children's partial sums into this rank's
-// input, then up to the parent) and passes chunk i - depth down (from the parent into
-// the output, then on to the children). A child is one level deeper, so the chunk a
-// rank reduces in round i left its children in round i - 1, and the chunk it passes
-// down in round i left its parent in round i - 1: no round waits on a peer's same
-// round, which keeps the two trees (and the ranks) from waiting on each other in a
-// cycle and keeps the pipeline full.
+// chunks, `lag` (g >= 1) rounds a level. Round i reduces chunk i + g d (children's
+// partial sums into this rank's input, then up to the parent) and passes chunk
+// i - g d down (from the parent into the output, then on to the children), d the
+// rank's depth. A child is one level deeper, so the chunk a rank reduces in round i
+// left its children in round i - g, and the chunk it passes down in round i left its
+// parent in round i - g. Receives are posted g rounds before the round that waits
+// for them (g + 1 buffers a child), and a round's sends are waited for g rounds
+// later, so each stream keeps about g chunks in flight. No round waits for
+// anything a peer posts in the same round or later: the two trees (and the ranks)
+// never wait on each other in a cycle, and over a long link a rank's round does not
+// wait a round trip for its peers' last round.
+//
+// g is 1 on a short path (two chunks in flight), more where the communicator's
+// agreed path needs more bytes in flight to fill the link (AgreedChunksInFlight).
 class HalfTree {
  public:
-  HalfTree(const CallContext& ctx, const CollectiveArgs& args, int tree, absl::Span<std::byte> tmp,
-           size_t tmp_chunk)
+  HalfTree(const CallContext& ctx, const CollectiveArgs& args, int tree, int lag,
+           absl::Span<std::byte> tmp, size_t tmp_chunk)
       : ctx_(ctx),
         op_(args.op),
         tree_(tree),
+        lag_(lag),
         links_(DoubleBinaryTreeLinks(ctx.size(), ctx.rank(), tree)),
-        depth_(Depth(ctx.size(), ctx.rank(), tree)),
+        depth_(static_cast<int64_t>(lag) * Depth(ctx.size(), ctx.rank(), tree)),
         input_(Slice(args.input, Block(args.count, kNumTrees, tree))),
         output_(Slice(args.output, Block(args.count, kNumTrees, tree))),
         chunks_(NumChunks(ctx, input_.size(), input_.dtype())),
         tmp_(tmp),
-        tmp_chunk_(tmp_chunk),
-        up_recvs_{InFlight<2>(ctx), InFlight<2>(ctx)},
-        down_recvs_{InFlight<1>(ctx), InFlight<1>(ctx)} {
+        tmp_chunk_(tmp_chunk) {
     while (num_children_ < 2 && links_.children[num_children_] >= 0) ++num_children_;
+    for (int b = 0; b <= lag_; ++b) {
+      up_recvs_.emplace_back(ctx);
+      down_recvs_.emplace_back(ctx);
+    }
   }
 
   bool active() const { return !input_.empty(); }
@@ -87,18 +99,19 @@ class HalfTree {
   int64_t last_round() const { return chunks_ - 1 + depth_; }
 
   // PostReceives posts what round i will wait for: the children's partial sums of
-  // chunk i + depth and the parent's result of chunk i - depth.
+  // chunk i + g d and the parent's result of chunk i - g d (depth_ is g d).
   absl::Status PostReceives(int64_t i) {
     const int64_t up = i + depth_;
     if (InRange(up)) {
       for (int c = 0; c < num_children_; ++c) {
         LOOM_RETURN_IF_ERROR(
-            up_recvs_[up % 2].Recv(UpStep(), links_.children[c], ChildChunk(up, c)));
+            up_recvs_[Buffer(up)].Recv(UpStep(), links_.children[c], ChildChunk(up, c)));
       }
     }
     const int64_t down = i - depth_;
     if (InRange(down) && links_.parent >= 0) {
-      LOOM_RETURN_IF_ERROR(down_recvs_[down % 2].Recv(DownStep(), links_.parent, Chunk(output_, down)));
+      LOOM_RETURN_IF_ERROR(
+          down_recvs_[Buffer(down)].Recv(DownStep(), links_.parent, Chunk(output_, down)));
     }
     return absl::OkStatus();
   }
@@ -110,7 +123,7 @@ class HalfTree {
       // Reduce: own input, then the children in order, into the output (or, on a
       // leaf, the input as it is), and pass the partial result up. At the root this
       // is the final value of the chunk, computed here once.
-      LOOM_RETURN_IF_ERROR(up_recvs_[up % 2].Wait());
+      LOOM_RETURN_IF_ERROR(up_recvs_[Buffer(up)].Wait());
       ConstBufferView partial = Chunk(input_, up);
       if (num_children_ > 0) {
         const BufferView acc = Chunk(output_, up);
@@ -129,7 +142,7 @@ class HalfTree {
     if (InRange(down)) {
       // Broadcast: the root's result of the chunk arrives from the parent (the root
       // computed it just above) and goes on to the children.
-      LOOM_RETURN_IF_ERROR(down_recvs_[down % 2].Wait());
+      LOOM_RETURN_IF_ERROR(down_recvs_[Buffer(down)].Wait());
       for (int c = 0; c < num_children_; ++c) {
         LOOM_RETURN_IF_ERROR(sends.Send(DownStep(), links_.children[c], Chunk(output_, down)));
       }
@@ -139,6 +152,8 @@ class HalfTree {
 
  private:
   bool InRange(int64_t chunk) const { return chunk >= 0 && chunk < chunks_; }
+  // The buffer (and request ring entry) of an in-range chunk.
+  size_t Buffer(int64_t chunk) const { return static_cast<size_t>(chunk % (lag_ + 1)); }
   // Steps: each tree has its own up and down streams; chunks of a stream match in order.
   uint32_t UpStep() const { return static_cast<uint32_t>(2 * tree_); }
   uint32_t DownStep() const { return static_cast<uint32_t>(2 * tree_ + 1); }
@@ -148,7 +163,7 @@ class HalfTree {
   }
   BufferView ChildChunk(int64_t chunk, int child) const {
     const DType dtype = input_.dtype();
-    const size_t slot = (static_cast<size_t>(tree_) * 2 + chunk % 2) * 2 + child;
+    const size_t slot = (static_cast<size_t>(tree_) * (lag_ + 1) + Buffer(chunk)) * 2 + child;
     return BufferView(tmp_.data() + slot * tmp_chunk_ * DTypeSize(dtype),
                       Block(input_.size(), chunks_, static_cast<int>(chunk)).count, dtype);
   }
@@ -156,17 +171,19 @@ class HalfTree {
   const CallContext& ctx_;
   const ReduceOp op_;
   const int tree_;
+  const int lag_;
   const BinaryTreeLinks links_;
-  const int depth_;
+  const int64_t depth_;  // rounds: lag x the rank's depth in this tree
   const ConstBufferView input_;
   const BufferView output_;
   const int chunks_;
   const absl::Span<std::byte> tmp_;
   const size_t tmp_chunk_;
   int num_children_ = 0;
-  // Double buffered by chunk parity: round i waits for chunk u while u + 1 is posted.
-  InFlight<2> up_recvs_[2];
-  InFlight<1> down_recvs_[2];
+  // Rings of lag + 1, indexed by chunk: round i waits for chunk u while u + 1 .. u + g
+  // are posted. Deques: InFlight is neither copied nor moved.
+  std::deque<InFlight<2>> up_recvs_;
+  std::deque<InFlight<1>> down_recvs_;
 };
 
 }  // namespace
@@ -208,31 +225,46 @@ absl::Status DoubleBinaryTreeAllReduce(const CallContext& ctx, const CollectiveA
     const size_t half = Block(args.count, kNumTrees, tree).count;
     tmp_chunk = std::max(tmp_chunk, Block(half, NumChunks(ctx, half, dtype), 0).count);
   }
-  LOOM_ASSIGN_OR_RETURN(
-      const absl::Span<std::byte> tmp,
-      ctx.scratch->Get(kChildChunksSlot, kNumTrees * 2 * 2 * tmp_chunk * DTypeSize(dtype)));
+  // The lag from chunks every rank cuts alike: w - 1 for a window of w chunks (2 on a
+  // short path: lag 1), never more than the chunks there are.
+  const int chunks = NumChunks(ctx, Block(args.count, kNumTrees, 0).count, dtype);
+  const int window = std::min(AgreedChunksInFlight(ctx, tmp_chunk * DTypeSize(dtype), /*least=*/2),
+                              std::max(chunks, 2));
+  const int lag = std::max(window - 1, 1);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> tmp,
+                        ctx.scratch->Get(kChildChunksSlot, static_cast<size_t>(kNumTrees) *
+                                                               (lag + 1) * 2 * tmp_chunk *
+                                                               DTypeSize(dtype)));
 
-  HalfTree trees[kNumTrees] = {HalfTree(ctx, args, 0, tmp, tmp_chunk),
-                               HalfTree(ctx, args, 1, tmp, tmp_chunk)};
+  HalfTree trees[kNumTrees] = {HalfTree(ctx, args, 0, lag, tmp, tmp_chunk),
+                               HalfTree(ctx, args, 1, lag, tmp, tmp_chunk)};
   int64_t first = INT64_MAX, last = INT64_MIN;
   for (const HalfTree& tree : trees) {
     if (!tree.active()) continue;  // count 1: half 1 is empty on every rank
     first = std::min(first, tree.first_round());
     last = std::max(last, tree.last_round());
   }
-  InFlight<kMaxSendsPerRound> sends(ctx);
-  for (int64_t i = first - 1; i <= last; ++i) {
+  // Round i's sends stay in flight until round i + lag. They are matched by receives
+  // their peers posted in round i (lag rounds before the round that consumes them),
+  // so waiting for them never waits for a later round. They are waited for before
+  // the round posts its receives: a rank's result of a chunk lands where it sent its
+  // partial sum of that chunk from, at least lag rounds before.
+  std::deque<InFlight<kMaxSendsPerRound>> sends;
+  for (int b = 0; b < lag; ++b) sends.emplace_back(ctx);
+  for (int64_t i = first - lag; i <= last; ++i) {
+    InFlight<kMaxSendsPerRound>& round_sends = sends[static_cast<size_t>(((i % lag) + lag) % lag)];
+    LOOM_RETURN_IF_ERROR(round_sends.Wait());  // round i - lag's
     for (HalfTree& tree : trees) {
-      if (tree.active()) LOOM_RETURN_IF_ERROR(tree.PostReceives(i + 1));
+      if (tree.active()) LOOM_RETURN_IF_ERROR(tree.PostReceives(i + lag));
     }
+    if (i < first) continue;
     for (HalfTree& tree : trees) {
-      if (tree.active()) LOOM_RETURN_IF_ERROR(tree.Run(i, sends));
+      if (tree.active()) LOOM_RETURN_IF_ERROR(tree.Run(i, round_sends));
     }
-    // A round's sends are matched by receives its peers posted at the start of the
-    // same round, so this wait never waits for a later round.
-    LOOM_RETURN_IF_ERROR(sends.Wait());
   }
-  return absl::OkStatus();
+  absl::Status status;
+  for (InFlight<kMaxSendsPerRound>& round_sends : sends) status.Update(round_sends.Wait());
+  return status;
 }
 
 }  // namespace collectives_internal

@@ -97,6 +97,19 @@ TEST_P(DoubleBinaryTreeMatrixTest, MatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Shared, DoubleBinaryTreeMatrixTest, ::testing::ValuesIn(Cases()),
                          CaseName);
 
+// Over a path every rank knows alike (CallContext::agreed_path) the trees run with a
+// lag of w - 1 rounds a level for a window of w chunks (5 and 31 rounds here), on
+// 2..8 and 16 ranks, in 4 KiB chunks so that 65537 elements are many windows long.
+class DoubleBinaryTreeLongPathTest : public ::testing::TestWithParam<AlgorithmCase> {};
+
+TEST_P(DoubleBinaryTreeLongPathTest, MatchesTheReference) {
+  LOOM_EXPECT_OK(CheckCase(DoubleBinaryTree(), GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(LongPath, DoubleBinaryTreeLongPathTest,
+                         ::testing::ValuesIn(LongPathCases(Matrix(DoubleBinaryTree()))),
+                         CaseName);
+
 // A Scratch that outlives calls of different sizes, as in a communicator, and one
 // chunk per element (the most rounds a call can have).
 TEST(DoubleBinaryTreeTest, CallsOfDifferentSizesShareScratchAndTags) {
