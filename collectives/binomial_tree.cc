@@ -71,6 +71,16 @@ struct BinomialNode {
 // with k bits set).
 int BinomialTreeDepth(int n) { return 63 - __builtin_clzll(static_cast<uint64_t>(n)); }
 
+// TreeWindow: how many chunks of `count` elements a tree keeps in flight on each
+// link: enough for the path every rank of the call agrees on (AgreedChunksInFlight:
+// 2 where none is known), never more than the chunks there are. Every rank computes
+// the same (the same count, so the same chunks), which the pipelines' lags need.
+int TreeWindow(const CallContext& ctx, size_t count, DType dtype) {
+  const int chunks = NumChunks(ctx, count, dtype);
+  const size_t chunk_bytes = Block(count, chunks, 0).count * DTypeSize(dtype);
+  return std::min(AgreedChunksInFlight(ctx, chunk_bytes, /*least=*/2), std::max(chunks, 2));
+}
+
 // Chunks: a reduction's elements cut into chunks of about ctx.chunk_bytes, and where
 // a rank's children's chunks land: scratch, `buffers` chunks deep (chunk c in buffer
 // c % buffers), [buffer][child][max_chunk].
@@ -111,86 +121,110 @@ struct Chunks {
 
 // TreeBroadcast: the root sends `source` down the tree; every other rank receives it
 // into `dest` and forwards it to its children, largest subtree first (so the deepest
-// subtree starts earliest). Chunk c + 1 is already posted while chunk c is forwarded,
-// and a chunk's sends stay in flight while the next chunk is handled.
+// subtree starts earliest). With a window of w chunks (TreeWindow), chunks
+// c + 1 .. c + w - 1 are already posted while chunk c is forwarded, and a chunk's
+// sends stay in flight until chunk c + w is sent.
 absl::Status TreeBroadcast(const CallContext& ctx, const BinomialNode& node,
                            ConstBufferView source, BufferView dest, uint32_t step) {
   const size_t count = node.is_root() ? source.size() : dest.size();
   const DType dtype = node.is_root() ? source.dtype() : dest.dtype();
   const int chunks = NumChunks(ctx, count, dtype);
-  InFlight<1> recvs[2] = {InFlight<1>(ctx), InFlight<1>(ctx)};
-  InFlight<kMaxChildren> sends[2] = {InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)};
+  const int window = TreeWindow(ctx, count, dtype);
+  // Rings indexed by chunk (c % window). Deques: InFlight is neither copied nor moved.
+  std::deque<InFlight<1>> recvs;
+  std::deque<InFlight<kMaxChildren>> sends;
+  for (int i = 0; i < window; ++i) {
+    recvs.emplace_back(ctx);
+    sends.emplace_back(ctx);
+  }
   auto post_recv = [&](int c) {
-    return recvs[c % 2].Recv(step, node.parent(), Slice(dest, Block(count, chunks, c)));
+    return recvs[c % window].Recv(step, node.parent(), Slice(dest, Block(count, chunks, c)));
   };
-  if (!node.is_root()) LOOM_RETURN_IF_ERROR(post_recv(0));
+  if (!node.is_root()) {
+    for (int c = 0; c + 1 < window && c < chunks; ++c) LOOM_RETURN_IF_ERROR(post_recv(c));
+  }
   for (int c = 0; c < chunks; ++c) {
     const BlockRange range = Block(count, chunks, c);
     if (!node.is_root()) {
-      if (c + 1 < chunks) LOOM_RETURN_IF_ERROR(post_recv(c + 1));
-      LOOM_RETURN_IF_ERROR(recvs[c % 2].Wait());
+      if (c + window - 1 < chunks) LOOM_RETURN_IF_ERROR(post_recv(c + window - 1));
+      LOOM_RETURN_IF_ERROR(recvs[c % window].Wait());
     }
     const ConstBufferView chunk = node.is_root() ? Slice(source, range) : Slice(dest, range);
-    LOOM_RETURN_IF_ERROR(sends[c % 2].Wait());  // chunk c - 2
+    LOOM_RETURN_IF_ERROR(sends[c % window].Wait());  // chunk c - w
     for (int i = node.num_children - 1; i >= 0; --i) {
-      LOOM_RETURN_IF_ERROR(sends[c % 2].Send(step, node.child(i), chunk));
+      LOOM_RETURN_IF_ERROR(sends[c % window].Send(step, node.child(i), chunk));
     }
   }
-  LOOM_RETURN_IF_ERROR(sends[0].Wait());
-  return sends[1].Wait();
+  absl::Status status;
+  for (InFlight<kMaxChildren>& chunk_sends : sends) status.Update(chunk_sends.Wait());
+  return status;
 }
 
 // TreeReduce: every rank reduces its children's partial results for a chunk into
 // its own input and sends the sum up (MPICH's binomial reduce); children are taken
 // smallest subtree first, the order in which their results become ready. An interior
 // rank accumulates into `result` when it has one (the root; every rank of an
-// all-reduce) and otherwise into two chunk buffers of scratch. On return the root's
+// all-reduce) and otherwise into w chunk buffers of scratch. With a window of w chunks
+// (TreeWindow) a parent keeps receives for chunks c .. c + w - 1 posted from each child
+// (w scratch buffers a child) and a child w sends in flight. On return the root's
 // `result` holds the reduction.
 absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
                         ConstBufferView input, BufferView result, uint32_t step) {
   const int fan_in = node.num_children;
   if (node.is_root() && fan_in == 0) return Copy(input, result);
-  LOOM_ASSIGN_OR_RETURN(const Chunks plan, Chunks::Make(ctx, fan_in, input.size(), input.dtype()));
+  const int window = TreeWindow(ctx, input.size(), input.dtype());
+  LOOM_ASSIGN_OR_RETURN(const Chunks plan, Chunks::Make(ctx, fan_in, input.size(), input.dtype(),
+                                                        kTreeSlot, window));
   const DType dtype = plan.dtype;
   const size_t width = plan.width;
   const int chunks = plan.chunks;
   const size_t max_chunk = plan.max_chunk;
   auto child_chunk = [&](int c, int i) { return plan.Child(c, i); };
-  absl::Span<std::byte> partial;  // [parity][max_chunk]
+  absl::Span<std::byte> partial;  // [c % window][max_chunk]
   if (result.empty() && fan_in > 0) {
-    LOOM_ASSIGN_OR_RETURN(partial, ctx.scratch->Get(kAccSlot, 2 * max_chunk * width));
+    LOOM_ASSIGN_OR_RETURN(partial, ctx.scratch->Get(kAccSlot, static_cast<size_t>(window) *
+                                                                  max_chunk * width));
   }
 
-  InFlight<kMaxChildren> recvs[2] = {InFlight<kMaxChildren>(ctx), InFlight<kMaxChildren>(ctx)};
-  InFlight<1> sends[2] = {InFlight<1>(ctx), InFlight<1>(ctx)};
+  // Rings indexed by chunk (c % window). Deques: InFlight is neither copied nor moved.
+  std::deque<InFlight<kMaxChildren>> recvs;
+  std::deque<InFlight<1>> sends;
+  for (int i = 0; i < window; ++i) {
+    recvs.emplace_back(ctx);
+    sends.emplace_back(ctx);
+  }
   auto post_recvs = [&](int c) -> absl::Status {
     for (int i = 0; i < fan_in; ++i) {
-      LOOM_RETURN_IF_ERROR(recvs[c % 2].Recv(step, node.child(i), child_chunk(c, i)));
+      LOOM_RETURN_IF_ERROR(recvs[c % window].Recv(step, node.child(i), child_chunk(c, i)));
     }
     return absl::OkStatus();
   };
-  LOOM_RETURN_IF_ERROR(post_recvs(0));
+  for (int c = 0; c + 1 < window && c < chunks; ++c) LOOM_RETURN_IF_ERROR(post_recvs(c));
   for (int c = 0; c < chunks; ++c) {
     const BlockRange range = plan.Range(c);
-    if (c + 1 < chunks) LOOM_RETURN_IF_ERROR(post_recvs(c + 1));
-    LOOM_RETURN_IF_ERROR(recvs[c % 2].Wait());
-    // The send of chunk c - 2 may still read this parity's partial buffer.
-    LOOM_RETURN_IF_ERROR(sends[c % 2].Wait());
+    // Chunk c + w - 1 lands where chunk c - 1 did (reduced in the last iteration).
+    if (c + window - 1 < chunks) LOOM_RETURN_IF_ERROR(post_recvs(c + window - 1));
+    LOOM_RETURN_IF_ERROR(recvs[c % window].Wait());
+    // The send of chunk c - w may still read this entry's partial buffer.
+    LOOM_RETURN_IF_ERROR(sends[c % window].Wait());
     ConstBufferView up = Slice(input, range);
     if (fan_in > 0) {
       const BufferView acc =
-          result.empty() ? BufferView(partial.data() + (c % 2) * max_chunk * width, range.count, dtype)
-                         : Slice(result, range);
+          result.empty()
+              ? BufferView(partial.data() + static_cast<size_t>(c % window) * max_chunk * width,
+                           range.count, dtype)
+              : Slice(result, range);
       LOOM_RETURN_IF_ERROR(ReduceTo(op, up, child_chunk(c, 0), acc));
       for (int i = 1; i < fan_in; ++i) {
         LOOM_RETURN_IF_ERROR(ReduceInto(op, child_chunk(c, i), acc));
       }
       up = acc;
     }
-    if (!node.is_root()) LOOM_RETURN_IF_ERROR(sends[c % 2].Send(step, node.parent(), up));
+    if (!node.is_root()) LOOM_RETURN_IF_ERROR(sends[c % window].Send(step, node.parent(), up));
   }
-  LOOM_RETURN_IF_ERROR(sends[0].Wait());
-  return sends[1].Wait();
+  absl::Status status;
+  for (InFlight<1>& chunk_sends : sends) status.Update(chunk_sends.Wait());
+  return status;
 }
 
 // TreeAllReducePass: TreeReduce to vrank 0 and TreeBroadcast back, in one loop, so
@@ -243,9 +277,7 @@ class TreeAllReducePass {
     const int fan_in = node_.num_children;
     // The window from the chunk size every rank computes alike (the same count, so
     // the same chunks), not beyond the chunks there are.
-    const int chunks = NumChunks(ctx_, input_.size(), input_.dtype());
-    const size_t chunk_bytes = Block(input_.size(), chunks, 0).count * DTypeSize(input_.dtype());
-    window_ = std::min(AgreedChunksInFlight(ctx_, chunk_bytes, /*least=*/2), std::max(chunks, 2));
+    window_ = TreeWindow(ctx_, input_.size(), input_.dtype());
     LOOM_ASSIGN_OR_RETURN(plan_, Chunks::Make(ctx_, fan_in, input_.size(), input_.dtype(),
                                               scratch_slot_, window_));
     for (int i = 0; i < window_; ++i) {

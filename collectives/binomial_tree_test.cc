@@ -60,16 +60,10 @@ TEST_P(BinomialTreeMatrixTest, MatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Shared, BinomialTreeMatrixTest, ::testing::ValuesIn(Cases()), CaseName);
 
 // Over a path every rank knows alike (CallContext::agreed_path: a 4 ms round trip at
-// 250 MB/s, and a shorter one) the all-reduce's passes keep up to kMaxChunksInFlight
-// chunks in flight: on 2..8 and 16 ranks, one tree and two or more, in chunks of
-// 4 KiB so that 65537 elements are many windows long.
-std::vector<AlgorithmCase> TreeLongPathCases() {
-  std::vector<AlgorithmCase> all_reduces;
-  for (const AlgorithmCase& c : Matrix(BinomialTree())) {
-    if (c.kind == CollectiveKind::kAllReduce) all_reduces.push_back(c);
-  }
-  return LongPathCases(all_reduces);
-}
+// 250 MB/s, and a shorter one) the broadcast, the reduce and the all-reduce's passes
+// keep up to kMaxChunksInFlight chunks in flight: on 2..8 and 16 ranks, one tree and
+// two or more, in chunks of 4 KiB so that 65537 elements are many windows long.
+std::vector<AlgorithmCase> TreeLongPathCases() { return LongPathCases(Matrix(BinomialTree())); }
 
 class BinomialTreeLongPathTest : public ::testing::TestWithParam<AlgorithmCase> {};
 
