@@ -11,10 +11,12 @@
 // broadcast back down it, half 1 on tree 1, both at once.
 //
 // Each half is cut into chunks of about ctx.chunk_bytes and pipelined: a rank at
-// depth d handles the reduction of chunk u in round u - d and the broadcast of
-// chunk w in round w + d, so in every round chunks flow up and other chunks flow
-// down both trees, and everything a round waits for was sent in the round before.
-// A call takes about chunks + 2 * depth rounds. Each element is reduced exactly once,
+// depth d handles the reduction of chunk u in round u - g d and the broadcast of
+// chunk v in round v + g d, so in every round chunks flow up and other chunks flow
+// down both trees, and everything a round waits for was sent g rounds before. The
+// lag g is 1 on a short path; where the communicator's cost model gives a long one
+// (CallContext::agreed_path), g chunks hold twice its bandwidth-delay product. A
+// call takes about chunks + 2 g depth rounds. Each element is reduced exactly once,
 // at its tree's root, and copied to everyone else, so every rank ends with the same
 // bits.
 //
