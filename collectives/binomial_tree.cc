@@ -71,16 +71,6 @@ struct BinomialNode {
 // with k bits set).
 int BinomialTreeDepth(int n) { return 63 - __builtin_clzll(static_cast<uint64_t>(n)); }
 
-// TreeWindow: how many chunks of `count` elements a tree keeps in flight on each
-// link: enough for the path every rank of the call agrees on (AgreedChunksInFlight:
-// 2 where none is known), never more than the chunks there are. Every rank computes
-// the same (the same count, so the same chunks), which the pipelines' lags need.
-int TreeWindow(const CallContext& ctx, size_t count, DType dtype) {
-  const int chunks = NumChunks(ctx, count, dtype);
-  const size_t chunk_bytes = Block(count, chunks, 0).count * DTypeSize(dtype);
-  return std::min(AgreedChunksInFlight(ctx, chunk_bytes, /*least=*/2), std::max(chunks, 2));
-}
-
 // Chunks: a reduction's elements cut into chunks of about ctx.chunk_bytes, and where
 // a rank's children's chunks land: scratch, `buffers` chunks deep (chunk c in buffer
 // c % buffers), [buffer][child][max_chunk].
@@ -121,7 +111,7 @@ struct Chunks {
 
 // TreeBroadcast: the root sends `source` down the tree; every other rank receives it
 // into `dest` and forwards it to its children, largest subtree first (so the deepest
-// subtree starts earliest). With a window of w chunks (TreeWindow), chunks
+// subtree starts earliest). With a window of w chunks (AgreedWindow), chunks
 // c + 1 .. c + w - 1 are already posted while chunk c is forwarded, and a chunk's
 // sends stay in flight until chunk c + w is sent.
 absl::Status TreeBroadcast(const CallContext& ctx, const BinomialNode& node,
@@ -129,7 +119,7 @@ absl::Status TreeBroadcast(const CallContext& ctx, const BinomialNode& node,
   const size_t count = node.is_root() ? source.size() : dest.size();
   const DType dtype = node.is_root() ? source.dtype() : dest.dtype();
   const int chunks = NumChunks(ctx, count, dtype);
-  const int window = TreeWindow(ctx, count, dtype);
+  const int window = AgreedWindow(ctx, count, dtype);
   // Rings indexed by chunk (c % window). Deques: InFlight is neither copied nor moved.
   std::deque<InFlight<1>> recvs;
   std::deque<InFlight<kMaxChildren>> sends;
@@ -165,14 +155,14 @@ absl::Status TreeBroadcast(const CallContext& ctx, const BinomialNode& node,
 // smallest subtree first, the order in which their results become ready. An interior
 // rank accumulates into `result` when it has one (the root; every rank of an
 // all-reduce) and otherwise into w chunk buffers of scratch. With a window of w chunks
-// (TreeWindow) a parent keeps receives for chunks c .. c + w - 1 posted from each child
+// (AgreedWindow) a parent keeps receives for chunks c .. c + w - 1 posted from each child
 // (w scratch buffers a child) and a child w sends in flight. On return the root's
 // `result` holds the reduction.
 absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, ReduceOp op,
                         ConstBufferView input, BufferView result, uint32_t step) {
   const int fan_in = node.num_children;
   if (node.is_root() && fan_in == 0) return Copy(input, result);
-  const int window = TreeWindow(ctx, input.size(), input.dtype());
+  const int window = AgreedWindow(ctx, input.size(), input.dtype());
   LOOM_ASSIGN_OR_RETURN(const Chunks plan, Chunks::Make(ctx, fan_in, input.size(), input.dtype(),
                                                         kTreeSlot, window));
   const DType dtype = plan.dtype;
@@ -248,11 +238,11 @@ absl::Status TreeReduce(const CallContext& ctx, const BinomialNode& node, Reduce
 //     it once the up send of the same memory had left (iteration s + w (D - d + 1)),
 //     and waits for its own sends of chunk s - w to its children before sending s.
 // Every wait in iteration t is then for something another rank posted in an earlier
-// iteration: no cycle, as long as every rank uses the same w (w >= 2). A rank's iteration t needs no other rank to
-// have finished its iteration t - 1, so passes that take turns iteration by
-// iteration (several trees over blocks of the data, ManyTreeAllReduce), where each
-// rank is a parent in one and a child in another, do not wait a round trip for each
-// other every iteration. (Reducing chunk t in iteration t at every level did: at 3
+// iteration: no cycle, as long as every rank uses the same w (w >= 2). A rank's
+// iteration t needs no other rank to have finished its iteration t - 1, so passes
+// that take turns iteration by iteration (several trees over blocks of the data,
+// ManyTreeAllReduce), where each rank is a parent in one and a child in another, do
+// not wait a round trip for each other every iteration. (Reducing chunk t in iteration t at every level did: at 3
 // ranks 2 ms apart a tree per rank moved 16 MiB in 570 ms, and in 111 with the
 // w-iteration step a level.) Up to w + 1 chunks are in flight on each link each way.
 //
@@ -275,9 +265,7 @@ class TreeAllReducePass {
 
   absl::Status Start() {
     const int fan_in = node_.num_children;
-    // The window from the chunk size every rank computes alike (the same count, so
-    // the same chunks), not beyond the chunks there are.
-    window_ = TreeWindow(ctx_, input_.size(), input_.dtype());
+    window_ = AgreedWindow(ctx_, input_.size(), input_.dtype());
     LOOM_ASSIGN_OR_RETURN(plan_, Chunks::Make(ctx_, fan_in, input_.size(), input_.dtype(),
                                               scratch_slot_, window_));
     for (int i = 0; i < window_; ++i) {

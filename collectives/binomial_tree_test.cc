@@ -82,6 +82,13 @@ TEST(BinomialTreeTest, TheAgreedPathSetsTheWindow) {
   EXPECT_EQ(AgreedChunksInFlight(ctx, 4096, 2), 6);
   EXPECT_EQ(AgreedChunksInFlight(ctx, 1 << 20, 2), 2);
   EXPECT_EQ(AgreedChunksInFlight(ctx, 16, 2), kMaxChunksInFlight);
+  // The trees' window for a call: never more than its chunks, never below 2.
+  ctx.chunk_bytes = 4096;
+  EXPECT_EQ(AgreedWindow(ctx, 1024 * 100, DType::kF32), 6);  // 100 chunks of 4 KiB
+  EXPECT_EQ(AgreedWindow(ctx, 1024 * 3, DType::kF32), 3);    // 3 chunks
+  EXPECT_EQ(AgreedWindow(ctx, 10, DType::kF32), 2);          // 1 chunk
+  ctx.agreed_path = {};
+  EXPECT_EQ(AgreedWindow(ctx, 1024 * 100, DType::kF32), 2);  // nothing known
 }
 
 // A Scratch that outlives calls of different sizes and kinds, as in a communicator.

@@ -225,12 +225,9 @@ absl::Status DoubleBinaryTreeAllReduce(const CallContext& ctx, const CollectiveA
     const size_t half = Block(args.count, kNumTrees, tree).count;
     tmp_chunk = std::max(tmp_chunk, Block(half, NumChunks(ctx, half, dtype), 0).count);
   }
-  // The lag from chunks every rank cuts alike: w - 1 for a window of w chunks (2 on a
-  // short path: lag 1), never more than the chunks there are.
-  const int chunks = NumChunks(ctx, Block(args.count, kNumTrees, 0).count, dtype);
-  const int window = std::min(AgreedChunksInFlight(ctx, tmp_chunk * DTypeSize(dtype), /*least=*/2),
-                              std::max(chunks, 2));
-  const int lag = std::max(window - 1, 1);
+  // The lag: w - 1 for the agreed window of w chunks of half 0, the same on every
+  // rank (2 on a short path: lag 1).
+  const int lag = AgreedWindow(ctx, Block(args.count, kNumTrees, 0).count, dtype) - 1;
   LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> tmp,
                         ctx.scratch->Get(kChildChunksSlot, static_cast<size_t>(kNumTrees) *
                                                                (lag + 1) * 2 * tmp_chunk *

@@ -72,6 +72,12 @@ int AgreedChunksInFlight(const CallContext& ctx, size_t chunk_bytes, int least) 
   return WindowFor(ctx.agreed_path, chunk_bytes, least);
 }
 
+int AgreedWindow(const CallContext& ctx, size_t count, DType dtype) {
+  const int chunks = NumChunks(ctx, count, dtype);
+  const size_t chunk_bytes = Block(count, chunks, 0).count * DTypeSize(dtype);
+  return std::min(AgreedChunksInFlight(ctx, chunk_bytes, /*least=*/2), std::max(chunks, 2));
+}
+
 absl::StatusOr<Request> PostSend(const CallContext& ctx, uint32_t step, int peer,
                                  ConstBufferView data) {
   const absl::Span<const std::byte> bytes = data.bytes();

@@ -208,6 +208,11 @@ int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_
 // iterations after their parents, need one window everywhere). `least` without one.
 int AgreedChunksInFlight(const CallContext& ctx, size_t chunk_bytes, int least);
 
+// AgreedWindow: the agreed window (at least 2) for `count` elements of `dtype` cut into
+// NumChunks chunks, never more than the chunks there are (nor below 2). The same on
+// every rank that passes the same count: the trees' pipelines set their lags by it.
+int AgreedWindow(const CallContext& ctx, size_t count, DType dtype);
+
 // Delivery: how a receive writes what arrives (a Combiner for the transport; see
 // transport.h). kCopy: dst = theirs, the transport's own copy. kReduce:
 // dst = op(mine, theirs), `mine` being this rank's operand of dst's size (dst itself
