@@ -7,18 +7,20 @@
 #   bazel/device/gpu_resident.sh PACK.tar.xz OUT_DIR [phases]
 #
 # phases (comma-separated, in this order by default): test (flash_attention_kernels_test,
-# gpt_kernels_test, device_gpt_model_test), bench (tokens/s and MFU at hidden 1024, 12
-# layers, seq 1024: bf16 with flash and with materialized attention), bench_f32 (the
+# gpt_kernels_test, device_gpt_model_test, gpu_adamw_test), bench (tokens/s and MFU at
+# hidden 1024, 12 layers, seq 1024, bf16 with flash attention; a bin/train_before in
+# the pack runs first, as the baseline), bench_materialized (the same with materialized
+# attention), bench_mb16 (micro-batch 16), bench_f32 (the
 # same in f32), parity (100 steps against --device=cpu, f32 and bf16, loss curves
 # compared step by step), parity_flash (bf16, head_dim 64, so flash attention runs),
 # ckpt (a GPU checkpoint resumed on the CPU and back), big (hidden 2048, 24 layers),
-# suite (the other GPU tests); and, only when named, profile (each kernel's time over
-# two bf16 steps at the bench shape, by Nsight Compute, summed by kernel) and largest
-# (a 2.5 B model). Every run has its own timeout; a summary ends the output.
+# suite (the other GPU tests); and, only when named, largest (a 2.5 B model) and, last,
+# profile (each kernel's time over two bf16 steps at the bench shape, by Nsight
+# Compute, summed by kernel). Every run has its own timeout; a summary ends the output.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tarball="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; out="$2"
-phases="${3:-test,bench,bench_f32,parity,parity_flash,ckpt,big,suite}"
+phases="${3:-test,bench,bench_materialized,bench_mb16,bench_f32,parity,parity_flash,ckpt,big,suite}"
 mkdir -p "$out"; out="$(cd "$out" && pwd)"
 pack="$(mktemp -d)"; tar -C "$pack" -xJf "$tarball" || { echo "cannot unpack $tarball"; exit 1; }
 work="$(mktemp -d)"; cd "$work" || exit 1
@@ -35,10 +37,10 @@ has() { [[ ",$phases," == *",$1,"* ]]; }
   nproc; grep -m1 'model name' /proc/cpuinfo; free -g | head -2
 } 2>&1 | tee "$out/machine.txt"
 
-run() {  # name seconds flags...
+run() {  # name seconds flags...   (TRAIN=binary to run another build's train)
   local name="$1" secs="$2"; shift 2
   local t0=$SECONDS
-  timeout -k 10 "$secs" "$train" "$@" --summary_json="$out/$name.json" --metrics="$out/$name.jsonl" \
+  timeout -k 10 "$secs" "${TRAIN:-$train}" "$@" --summary_json="$out/$name.json" --metrics="$out/$name.jsonl" \
     > "$out/$name.log" 2>&1
   local rc=$?
   note "== $name (rc=$rc, $((SECONDS - t0)) s): $*"
@@ -69,7 +71,7 @@ EOF
 
 one=(--dp=1 --tp=1 --pp=1 --zero=0 --offload=none)
 if has test; then
-  for t in flash_attention_kernels_test gpt_kernels_test device_gpt_model_test; do
+  for t in flash_attention_kernels_test gpt_kernels_test device_gpt_model_test gpu_adamw_test; do
     t0=$SECONDS
     (cd "$(mktemp -d)" && TEST_TMPDIR="$PWD" timeout -k 10 200 "$pack/bin/$t") > "$out/$t.log" 2>&1
     note "== $t (rc=$?, $((SECONDS - t0)) s)"
@@ -79,20 +81,23 @@ fi
 shape=(--hidden=1024 --heads=16 --layers=12 --seq_len=1024 --vocab=256 --micro_batch=8
        --microbatches=1 --nocompare_reference)
 if has bench; then
+  # A baseline build packed as bin/train_before (an earlier commit's train) runs first,
+  # on the same machine, so the two rows compare.
+  if [[ -x "$pack/bin/train_before" ]]; then
+    TRAIN="$pack/bin/train_before" run bench_bf16_before 150 "${one[@]}" "${shape[@]}" \
+      --dtype=bf16 --steps=12 --device=cuda
+  fi
   run bench_bf16 150 "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=12 --device=cuda
+fi
+if has bench_materialized; then
   run bench_bf16_materialized 150 "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=12 --device=cuda \
     --device_attention=materialized
 fi
-# Where a step's time goes: every kernel of two steps timed by Nsight Compute (one
-# metric, so one replay each), summed by kernel name.
-if has profile; then
-  ncu_bin="$(command -v ncu || find /usr/local/cuda/bin /opt/nvidia -name ncu -type f 2>/dev/null | head -1)"
-  t0=$SECONDS
-  timeout -k 10 150 "${ncu_bin:-ncu}" --clock-control none --metrics gpu__time_duration.sum --csv \
-    "$train" "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=2 --device=cuda \
-    > "$out/profile_flash.csv" 2> "$out/profile_flash.err"
-  note "== profile flash (rc=$?, $((SECONDS - t0)) s)"
-  python3 "$here/kernel_times.py" "$out/profile_flash.csv" 2>&1 | head -40 | sed 's/^/   /' | tee -a "$summary"
+# The same model at micro-batch 16 (16,384 tokens a step): the optimizer step and the
+# per-step work amortized over twice the tokens.
+if has bench_mb16; then
+  run bench_bf16_mb16 150 "${one[@]}" "${shape[@]}" --micro_batch=16 --dtype=bf16 --steps=8 \
+    --device=cuda
 fi
 if has bench_f32; then
   run bench_f32 120 "${one[@]}" "${shape[@]}" --steps=5 --device=cuda
@@ -134,12 +139,24 @@ if has suite; then
   t0=$SECONDS
   mkdir -p "$work/suite_pack/bin"; ln -s "$pack/lib" "$work/suite_pack/lib"
   for t in "$pack"/bin/*_test; do
-    [[ "$t" == *device_gpt_model_test || "$t" == *gpt_kernels_test || "$t" == *flash_attention_kernels_test ]] ||
+    [[ "$t" == *device_gpt_model_test || "$t" == *gpt_kernels_test ||
+       "$t" == *flash_attention_kernels_test || "$t" == *gpu_adamw_test ]] ||
       ln -s "$t" "$work/suite_pack/bin/"
   done
   LOOM_TEST_SECONDS=90 bash "$here/gpu_suite.sh" "$work/suite_pack" "$out/suite" tests \
     > "$out/suite.log" 2>&1
   note "== gpu suite ($((SECONDS - t0)) s)"; sed 's/^/   /' "$out/suite/summary.txt" | tee -a "$summary"
+fi
+# Where a step's time goes: every kernel of two steps timed by Nsight Compute (one
+# metric, so one replay each), summed by kernel name.
+if has profile; then
+  ncu_bin="$(command -v ncu || find /usr/local/cuda/bin /opt/nvidia -name ncu -type f 2>/dev/null | head -1)"
+  t0=$SECONDS
+  timeout -k 10 150 "${ncu_bin:-ncu}" --clock-control none --metrics gpu__time_duration.sum --csv \
+    "$train" "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=2 --device=cuda \
+    > "$out/profile_flash.csv" 2> "$out/profile_flash.err"
+  note "== profile flash (rc=$?, $((SECONDS - t0)) s)"
+  python3 "$here/kernel_times.py" "$out/profile_flash.csv" 2>&1 | head -40 | sed 's/^/   /' | tee -a "$summary"
 fi
 nvidia-smi --query-gpu=name,memory.used,temperature.gpu,clocks.sm --format=csv | tee -a "$summary"
 echo "== summary"; cat "$summary"

@@ -163,6 +163,9 @@ enum class Half { kNone, kBF16, kF16 };
 struct Case {
   size_t n;
   Half half;
+  // Elements before the spans start: 1 puts them off the 16-byte alignment the
+  // four-a-thread kernel needs, so the scalar kernel takes the whole step.
+  size_t offset = 0;
 };
 
 class GpuAdamWMatchesCpuTest : public ::testing::TestWithParam<Case> {};
@@ -173,26 +176,31 @@ TEST_P(GpuAdamWMatchesCpuTest, SameBitsAsTheCpuAdamW) {
   if (!HasDevice()) GTEST_SKIP() << "no CUDA device on this machine";
   const size_t n = GetParam().n;
   const Half half = GetParam().half;
+  const size_t off = GetParam().offset;
   std::vector<float> cpu_params = Seeded(n, 1 + n, -1.0f, 1.0f);
   LOOM_ASSERT_OK_AND_ASSIGN(AdamWState cpu_state, AdamWState::Create(n, StateFormat::kF32));
   std::vector<uint16_t> cpu_half(n), gpu_half(n);
 
   LOOM_ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create(0));
-  const size_t bytes = n * sizeof(float);
+  const size_t bytes = (n + off) * sizeof(float);
   LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer p, DeviceBuffer::Allocate(MemorySpace::kDevice, bytes));
   LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer g, DeviceBuffer::Allocate(MemorySpace::kDevice, bytes));
   LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer m, DeviceBuffer::Allocate(MemorySpace::kDevice, bytes));
   LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer v, DeviceBuffer::Allocate(MemorySpace::kDevice, bytes));
-  LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer h, DeviceBuffer::Allocate(MemorySpace::kDevice, n * 2));
-  ASSERT_THAT(p.CopyFromHost(Bytes(cpu_params)), IsOk());
-  const std::vector<float> zeros(n, 0.0f);
+  LOOM_ASSERT_OK_AND_ASSIGN(DeviceBuffer h, DeviceBuffer::Allocate(MemorySpace::kDevice, (n + off) * 2));
+  // The spans start `off` elements into each buffer.
+  const auto at = [off](DeviceBuffer& b) { return reinterpret_cast<float*>(b.data()) + off; };
+  std::vector<float> padded(off, 0.0f);
+  padded.insert(padded.end(), cpu_params.begin(), cpu_params.end());
+  ASSERT_THAT(p.CopyFromHost(Bytes(padded)), IsOk());
+  const std::vector<float> zeros(n + off, 0.0f);
   ASSERT_THAT(m.CopyFromHost(Bytes(zeros)), IsOk());
   ASSERT_THAT(v.CopyFromHost(Bytes(zeros)), IsOk());
   const GpuAdamWTensors t = {
-      absl::MakeSpan(reinterpret_cast<float*>(p.data()), n),
-      absl::MakeConstSpan(reinterpret_cast<const float*>(g.data()), n),
-      absl::MakeSpan(reinterpret_cast<float*>(m.data()), n),
-      absl::MakeSpan(reinterpret_cast<float*>(v.data()), n),
+      absl::MakeSpan(at(p), n),
+      absl::MakeConstSpan(at(g), n),
+      absl::MakeSpan(at(m), n),
+      absl::MakeSpan(at(v), n),
   };
   const auto half_of = [&](uint16_t* bits) -> HalfCopy {
     switch (half) {
@@ -219,24 +227,31 @@ TEST_P(GpuAdamWMatchesCpuTest, SameBitsAsTheCpuAdamW) {
     ASSERT_THAT(AdamWStep(hyper, absl::MakeSpan(cpu_params), scaled, cpu_state, AdamWOptions(),
                           half_of(cpu_half.data())),
                 IsOk());
-    ASSERT_THAT(g.CopyFromHost(Bytes(scaled)), IsOk());
+    std::vector<float> padded_grads(off, 0.0f);
+    padded_grads.insert(padded_grads.end(), scaled.begin(), scaled.end());
+    ASSERT_THAT(g.CopyFromHost(Bytes(padded_grads)), IsOk());
     // A cudaMemcpy from pageable memory may return before its DMA lands, ordered only
     // on the legacy stream, which `stream` (non-blocking) does not wait for.
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_THAT(GpuAdamWStep(hyper, t, stream, half_of(reinterpret_cast<uint16_t*>(h.data()))),
+    ASSERT_THAT(GpuAdamWStep(hyper, t, stream, half_of(reinterpret_cast<uint16_t*>(h.data()) + off)),
                 IsOk());
     ASSERT_THAT(stream.Synchronize(absl::Now() + absl::Seconds(30)), IsOk());
 
-    std::vector<float> gpu_params(n), gpu_m(n), gpu_v(n), cpu_m(n), cpu_v(n);
+    std::vector<float> gpu_params(n + off), gpu_m(n + off), gpu_v(n + off), cpu_m(n), cpu_v(n);
     ASSERT_THAT(p.CopyToHost(Bytes(gpu_params)), IsOk());
     ASSERT_THAT(m.CopyToHost(Bytes(gpu_m)), IsOk());
     ASSERT_THAT(v.CopyToHost(Bytes(gpu_v)), IsOk());
+    gpu_params.erase(gpu_params.begin(), gpu_params.begin() + off);
+    gpu_m.erase(gpu_m.begin(), gpu_m.begin() + off);
+    gpu_v.erase(gpu_v.begin(), gpu_v.begin() + off);
     ASSERT_THAT(cpu_state.ReadMoments(absl::MakeSpan(cpu_m), absl::MakeSpan(cpu_v)), IsOk());
     ExpectSameBits(cpu_params, gpu_params, "params");
     ExpectSameBits(cpu_m, gpu_m, "exp_avg");
     ExpectSameBits(cpu_v, gpu_v, "exp_avg_sq");
     if (half != Half::kNone) {
-      ASSERT_THAT(h.CopyToHost(Bytes(gpu_half)), IsOk());
+      std::vector<uint16_t> all_half(n + off);
+      ASSERT_THAT(h.CopyToHost(Bytes(all_half)), IsOk());
+      gpu_half.assign(all_half.begin() + off, all_half.end());
       EXPECT_EQ(cpu_half, gpu_half) << "half copy";
     }
     if (HasFailure()) break;
@@ -249,12 +264,14 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GpuAdamWMatchesCpuTest,
                          ::testing::Values(Case{1, Half::kNone}, Case{1000, Half::kBF16},
                                            Case{1000, Half::kF16},
                                            Case{(size_t{1} << 20) + 3, Half::kNone},
-                                           Case{(size_t{1} << 20) + 3, Half::kBF16}),
+                                           Case{(size_t{1} << 20) + 3, Half::kBF16},
+                                           Case{1001, Half::kBF16, 1}, Case{1001, Half::kF16, 1}),
                          [](const ::testing::TestParamInfo<Case>& param) {
                            const char* half = param.param.half == Half::kNone   ? "f32"
                                               : param.param.half == Half::kBF16 ? "bf16copy"
                                                                                 : "f16copy";
-                           return absl::StrCat("n", param.param.n, "_", half);
+                           return absl::StrCat("n", param.param.n, "_", half,
+                                               param.param.offset > 0 ? "_unaligned" : "");
                          });
 
 }  // namespace

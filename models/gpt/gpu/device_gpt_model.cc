@@ -549,13 +549,19 @@ class DeviceGptPass {
     LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::EmbedForward(Ids(l_.tokens), P(im_.token),
                                                       P(im_.position), F(x_first), b, s, h, st),
                                 "EmbedForward"));
+    // Each residual add runs in one pass with the layer norm that reads its sum (the
+    // next block's first, or the final one), so only the first norm runs alone.
+    if (c_.layers > 0) {
+      const LayerBuffers& first = l_.layers[0];
+      LOOM_RETURN_IF_ERROR(Kernel(
+          gpt_gpu::LayerNormForward(F(first.x0), P(im_.blocks[0].ln1g), P(im_.blocks[0].ln1b),
+                                    c_.layer_norm_eps, T(first.a1), F(first.mean1),
+                                    F(first.rstd1), rows, h, bf, st),
+          "LayerNormForward"));
+    }
     for (int64_t i = 0; i < c_.layers; ++i) {
       const LayerBuffers& lb = l_.layers[i];
       const BlockParams& bp = im_.blocks[i];
-      LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::LayerNormForward(F(lb.x0), P(bp.ln1g), P(bp.ln1b), c_.layer_norm_eps, T(lb.a1),
-                                    F(lb.mean1), F(lb.rstd1), rows, h, bf, st),
-          "LayerNormForward"));
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, 3 * h, h, 1.0f, T(lb.a1), h, W(bp.qkvw), h,
                                  0.0f, F(l_.qkv_raw), false, 3 * h));
       if (flash_) {
@@ -589,29 +595,37 @@ class DeviceGptPass {
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, h, h, 1.0f, T(lb.ctx), h, W(bp.outw), h, 0.0f,
                                  F(lb.x1), false, h));
       LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::BiasResidual(F(lb.x0), F(lb.x1), P(bp.outb), F(lb.x1), rows, h, st),
-          "BiasResidual"));
-      LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::LayerNormForward(F(lb.x1), P(bp.ln2g), P(bp.ln2b), c_.layer_norm_eps, T(lb.a2),
-                                    F(lb.mean2), F(lb.rstd2), rows, h, bf, st),
-          "LayerNormForward"));
+          gpt_gpu::BiasResidualLayerNorm(F(lb.x0), F(lb.x1), P(bp.outb), F(lb.x1), P(bp.ln2g),
+                                         P(bp.ln2b), c_.layer_norm_eps, T(lb.a2), F(lb.mean2),
+                                         F(lb.rstd2), rows, h, bf, st),
+          "BiasResidualLayerNorm"));
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, f, h, 1.0f, T(lb.a2), h, W(bp.fcw), h, 0.0f,
                                  T(lb.pre), true, f));
       LOOM_RETURN_IF_ERROR(Kernel(
           gpt_gpu::BiasGeluForward(T(lb.pre), P(bp.fcb), T(lb.g), rows, f, bf, st),
           "BiasGeluForward"));
-      const int64_t next = i + 1 < c_.layers ? l_.layers[i + 1].x0 : l_.x_final;
+      const bool last = i + 1 == c_.layers;
+      const int64_t next = last ? l_.x_final : l_.layers[i + 1].x0;
       LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, h, f, 1.0f, T(lb.g), f, W(bp.projw), f, 0.0f,
                                  F(next), false, h));
+      // The sum's norm: the next block's first, or the final one.
+      const LayerBuffers* nb = last ? nullptr : &l_.layers[i + 1];
+      const int gamma = last ? im_.final_gamma : im_.blocks[i + 1].ln1g;
+      const int beta = last ? im_.final_beta : im_.blocks[i + 1].ln1b;
       LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::BiasResidual(F(lb.x1), F(next), P(bp.projb), F(next), rows, h, st),
-          "BiasResidual"));
+          gpt_gpu::BiasResidualLayerNorm(
+              F(lb.x1), F(next), P(bp.projb), F(next), P(gamma), P(beta), c_.layer_norm_eps,
+              T(last ? l_.af : nb->a1), F(last ? l_.meanf : nb->mean1),
+              F(last ? l_.rstdf : nb->rstd1), rows, h, bf, st),
+          "BiasResidualLayerNorm"));
     }
-    LOOM_RETURN_IF_ERROR(Kernel(
-        gpt_gpu::LayerNormForward(F(l_.x_final), P(im_.final_gamma), P(im_.final_beta),
-                                  c_.layer_norm_eps, T(l_.af), F(l_.meanf), F(l_.rstdf), rows, h,
-                                  bf, st),
-        "LayerNormForward"));
+    if (c_.layers == 0) {
+      LOOM_RETURN_IF_ERROR(Kernel(
+          gpt_gpu::LayerNormForward(F(l_.x_final), P(im_.final_gamma), P(im_.final_beta),
+                                    c_.layer_norm_eps, T(l_.af), F(l_.meanf), F(l_.rstdf), rows,
+                                    h, bf, st),
+          "LayerNormForward"));
+    }
     LOOM_RETURN_IF_ERROR(gemm_(false, true, rows, v, h, 1.0f, T(l_.af), h, W(im_.head), h, 0.0f,
                                F(l_.logits), false, v));
     return Kernel(gpt_gpu::CrossEntropy(F(l_.logits), Ids(l_.targets), F(l_.row_loss),
@@ -649,11 +663,10 @@ class DeviceGptPass {
                                  G(bp.projw), false, f));
       LOOM_RETURN_IF_ERROR(gemm_(false, false, rows, f, h, 1.0f, dres_t, h, W(bp.projw), f, 0.0f,
                                  T(l_.dg), true, f));
-      LOOM_RETURN_IF_ERROR(
-          Kernel(gpt_gpu::GeluBackward(T(lb.pre), T(l_.dg), T(l_.dpre), rows * f, bf, st),
-                 "GeluBackward"));
-      LOOM_RETURN_IF_ERROR(Kernel(
-          gpt_gpu::ColumnSumAdd(T(l_.dpre), bf, G(bp.fcb), partial, rows, f, st), "ColumnSumAdd"));
+      LOOM_RETURN_IF_ERROR(Kernel(gpt_gpu::GeluBackwardBiasGrad(T(lb.pre), T(l_.dg), T(l_.dpre),
+                                                                G(bp.fcb), partial, rows, f, bf,
+                                                                st),
+                                  "GeluBackwardBiasGrad"));
       LOOM_RETURN_IF_ERROR(gemm_(true, false, f, h, rows, 1.0f, T(l_.dpre), f, T(lb.a2), h, 1.0f,
                                  G(bp.fcw), false, h));
       LOOM_RETURN_IF_ERROR(gemm_(false, false, rows, h, f, 1.0f, T(l_.dpre), f, W(bp.fcw), h, 0.0f,

@@ -167,10 +167,16 @@ __device__ __forceinline__ void StoreNormalized4(Bf16* y, const float (&v)[4]) {
   __nv_bfloat162 pairs[2] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3])};
   *reinterpret_cast<uint2*>(y) = *reinterpret_cast<const uint2*>(pairs);
 }
-template <typename T, int kMaxVec>
+// With kAdd, the row normalized is first made as BiasResidual makes it, x + add + bias
+// (in that order), and written to sum_out (which may alias x or add: each lane reads
+// its elements before it writes them): the residual add and the norm after it read
+// the stream once.
+template <typename T, int kMaxVec, bool kAdd = false>
 __global__ void LayerNormForwardWarpKernel(const float* x, const float* gamma, const float* beta,
                                            float eps, T* y, float* mean, float* rstd,
-                                           int64_t rows, int n4) {
+                                           int64_t rows, int n4, const float* add = nullptr,
+                                           const float* add_bias = nullptr,
+                                           float* sum_out = nullptr) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
@@ -181,6 +187,13 @@ __global__ void LayerNormForwardWarpKernel(const float* x, const float* gamma, c
   for (int k = 0; k < kMaxVec; ++k) {
     const int j = lane + 32 * k;
     v[k] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (kAdd && j < n4) {
+      const float4 a = reinterpret_cast<const float4*>(add + row * n4 * 4)[j];
+      const float4 b = reinterpret_cast<const float4*>(add_bias)[j];
+      v[k] = make_float4(v[k].x + a.x + b.x, v[k].y + a.y + b.y, v[k].z + a.z + b.z,
+                         v[k].w + a.w + b.w);
+      reinterpret_cast<float4*>(sum_out + row * n4 * 4)[j] = v[k];
+    }
     sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
   }
   const float n = static_cast<float>(n4 * 4);
@@ -238,6 +251,56 @@ __global__ void LayerNormBackwardKernel(const float* x, const float* gamma, cons
   }
 }
 
+// LayerNormBackwardKernel with a warp a row (n = 4 * n4 <= 128 * kMaxVec): dy * gamma
+// and xhat stay in registers between the two sums and the output, so x and dy are read
+// once. residual may alias dx: each lane reads its elements before it writes them.
+template <typename T, int kMaxVec>
+__global__ void LayerNormBackwardWarpKernel(const float* x, const float* gamma, const float* mean,
+                                            const float* rstd, const float* dy,
+                                            const float* residual, float* dx, T* dx_operand,
+                                            int64_t rows, int n4) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int64_t at = row * n4 * 4;
+  const float4* xr = reinterpret_cast<const float4*>(x + at);
+  const float4* dyr = reinterpret_cast<const float4*>(dy + at);
+  const float4* g4 = reinterpret_cast<const float4*>(gamma);
+  const float mu = mean[row], rs = rstd[row];
+  float4 g[kMaxVec], xh[kMaxVec];
+  float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    const int j = lane + 32 * k;
+    if (j < n4) {
+      const float4 d = dyr[j], gm = g4[j], xv = xr[j];
+      g[k] = make_float4(d.x * gm.x, d.y * gm.y, d.z * gm.z, d.w * gm.w);
+      xh[k] = make_float4((xv.x - mu) * rs, (xv.y - mu) * rs, (xv.z - mu) * rs, (xv.w - mu) * rs);
+      sg += (g[k].x + g[k].y) + (g[k].z + g[k].w);
+      sgx += (g[k].x * xh[k].x + g[k].y * xh[k].y) + (g[k].z * xh[k].z + g[k].w * xh[k].w);
+    }
+  }
+  const float n = static_cast<float>(n4 * 4);
+  const float mg = WarpSum(sg) / n, mgx = WarpSum(sgx) / n;
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    const int j = lane + 32 * k;
+    if (j < n4) {
+      float out[4] = {rs * (g[k].x - mg - xh[k].x * mgx), rs * (g[k].y - mg - xh[k].y * mgx),
+                      rs * (g[k].z - mg - xh[k].z * mgx), rs * (g[k].w - mg - xh[k].w * mgx)};
+      if (residual != nullptr) {
+        const float4 r = reinterpret_cast<const float4*>(residual + at)[j];
+        out[0] += r.x;
+        out[1] += r.y;
+        out[2] += r.z;
+        out[3] += r.w;
+      }
+      StoreNormalized4(dx + at + 4 * j, out);
+      if (dx_operand != nullptr) StoreNormalized4(dx_operand + at + 4 * j, out);
+    }
+  }
+}
+
 // Column partial sums over chunks of kRowChunk rows: block (32, 8) covers 32 columns
 // of one chunk. With mean/rstd (layer norm): partial[0] gets dy * xhat and
 // partial[1] dy; without: partial[0] gets x.
@@ -274,6 +337,82 @@ __global__ void ColumnPartialKernel(const T* v, const float* x, const float* mea
     partial[chunk * n + c] = ta;
     if (mean != nullptr) partial[(chunks + chunk) * n + c] = tb;
   }
+}
+
+// Four consecutive elements as floats (16-byte aligned f32, 8-byte aligned bf16).
+__device__ __forceinline__ void Load4(const float* p, float (&v)[4]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+__device__ __forceinline__ void Load4(const Bf16* p, float (&v)[4]) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  const float2 lo = __bfloat1622float2(pairs[0]), hi = __bfloat1622float2(pairs[1]);
+  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+}
+
+// The end of a 4-columns-a-thread partial (block (32, 8), thread (x, y) holding the
+// sums of columns c..c+3 over rows r0 + y, r0 + y + 8, ...): the 8 lanes of each
+// column added in order into partial[chunk * n + column], and the second sums (with
+// b) into partial[(chunks + chunk) * n + column]: ColumnPartialKernel's layout and
+// order.
+__device__ __forceinline__ void FinishPartial4(const float (&sa)[4], const float (&sb)[4],
+                                               bool with_b, float* partial, int64_t n,
+                                               int64_t c) {
+  __shared__ float a[8][4 * 32 + 4];
+  __shared__ float bsum[8][4 * 32 + 4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    a[threadIdx.y][4 * threadIdx.x + e] = sa[e];
+    bsum[threadIdx.y][4 * threadIdx.x + e] = sb[e];
+  }
+  __syncthreads();
+  if (threadIdx.y == 0 && c < n) {
+    const int64_t chunk = blockIdx.y, chunks = gridDim.y;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float ta = 0.0f, tb = 0.0f;
+      for (int k = 0; k < 8; ++k) {
+        ta += a[k][4 * threadIdx.x + e];
+        tb += bsum[k][4 * threadIdx.x + e];
+      }
+      partial[chunk * n + c + e] = ta;
+      if (with_b) partial[(chunks + chunk) * n + c + e] = tb;
+    }
+  }
+}
+
+// ColumnPartialKernel with 4 columns a thread (n a multiple of 4, rows aligned for
+// Load4): block (32, 8) covers 128 columns of one chunk, a warp reading 512 (f32) or
+// 256 (bf16) contiguous bytes a row where the scalar kernel read 128 or 64. Each
+// column is summed in the scalar kernel's order, and `partial` has its layout.
+template <typename T>
+__global__ void ColumnPartial4Kernel(const T* v, const float* x, const float* mean,
+                                     const float* rstd, float* partial, int64_t rows, int64_t n) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * 4;
+  const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(rows, r0 + kRowChunk);
+  float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (c < n) {
+#pragma unroll 4
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+      float value[4];
+      Load4(v + r * n + c, value);
+      if (mean != nullptr) {
+        float xv[4];
+        Load4(x + r * n + c, xv);
+        const float mu = mean[r], rs = rstd[r];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sa[e] += value[e] * (xv[e] - mu) * rs;
+          sb[e] += value[e];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sa[e] += value[e];
+      }
+    }
+  }
+  FinishPartial4(sa, sb, mean != nullptr, partial, n, c);
 }
 
 // Block (32, kFinishLanes) finishes 32 columns: lane y sums chunks y, y + kFinishLanes,
@@ -412,6 +551,42 @@ __global__ void GeluBackwardVectorKernel(const T* pre, const T* dg, T* dpre, I v
     for (int e = 0; e < 8; ++e) d[e] *= GeluGrad(x[e]);
     Store8(dpre + i * 8, d);
   }
+}
+
+// Four elements from floats, in T (Load4's alignment).
+__device__ __forceinline__ void Store4(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void Store4(Bf16* p, const float (&v)[4]) {
+  __nv_bfloat162 pairs[2] = {__floats2bfloat162_rn(v[0], v[1]), __floats2bfloat162_rn(v[2], v[3])};
+  *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(pairs);
+}
+
+// GeluBackward and the column partials of its output (the FC bias's gradient) in one
+// pass: the blocks of ColumnPartial4Kernel, each element's dpre computed as
+// GeluBackwardVectorKernel does and summed as stored (rounded to T), so the sums are
+// ColumnSumAdd's of the dpre written.
+template <typename T>
+__global__ void GeluBackwardPartial4Kernel(const T* pre, const T* dg, T* dpre, float* partial,
+                                           int64_t rows, int64_t n) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x) * 4;
+  const int64_t r0 = blockIdx.y * kRowChunk, r1 = min(rows, r0 + kRowChunk);
+  float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const float none[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (c < n) {
+#pragma unroll 4
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+      float x[4], d[4];
+      Load4(pre + r * n + c, x);
+      Load4(dg + r * n + c, d);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[e] = ToF(FromF<T>(d[e] * GeluGrad(x[e])));  // as stored
+      Store4(dpre + r * n + c, d);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sa[e] += d[e];
+    }
+  }
+  FinishPartial4(sa, none, false, partial, n, c);
 }
 
 // --- Heads -------------------------------------------------------------------------
@@ -581,26 +756,91 @@ cudaError_t EmbedBackward(const float* dx, const int32_t* tokens, float* dtoken,
 
 namespace {
 
+bool Aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// The warp-per-row kernels take rows of n = 4 * n4 <= 2048 floats, 16-byte aligned.
+bool ByWarps(int64_t rows, int64_t n) {
+  constexpr int kRowsPerBlock = kThreads / 32;
+  return n % 4 == 0 && n <= 2048 && (rows + kRowsPerBlock - 1) / kRowsPerBlock <= INT32_MAX;
+}
+unsigned WarpRowBlocks(int64_t rows) {
+  constexpr int kRowsPerBlock = kThreads / 32;
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+// LayerNormForwardWarpKernel where the row fits (false where it does not, and nothing
+// is launched); with `add`, its residual add first (kAdd).
 template <typename T>
 bool LayerNormByWarps(const float* x, const float* gamma, const float* beta, float eps, T* y,
-                      float* mean, float* rstd, int64_t rows, int64_t n, cudaStream_t stream) {
-  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(gamma) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(beta) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(y) % 8 == 0;
-  if (n % 4 != 0 || n > 2048 || !aligned) return false;
-  constexpr int kRowsPerBlock = kThreads / 32;
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (blocks > INT32_MAX) return false;
+                      float* mean, float* rstd, int64_t rows, int64_t n, cudaStream_t stream,
+                      const float* add = nullptr, const float* add_bias = nullptr,
+                      float* sum_out = nullptr) {
+  const bool aligned = Aligned(x, 16) && Aligned(gamma, 16) && Aligned(beta, 16) &&
+                       Aligned(y, 4 * sizeof(T)) &&
+                       (add == nullptr ||
+                        (Aligned(add, 16) && Aligned(add_bias, 16) && Aligned(sum_out, 16)));
+  if (!ByWarps(rows, n) || !aligned) return false;
+  const unsigned blocks = WarpRowBlocks(rows);
   const int n4 = static_cast<int>(n / 4);
-  if (n <= 1024) {
-    LayerNormForwardWarpKernel<T, 8><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        x, gamma, beta, eps, y, mean, rstd, rows, n4);
+  if (add != nullptr) {
+    if (n <= 1024) {
+      LayerNormForwardWarpKernel<T, 8, true><<<blocks, kThreads, 0, stream>>>(
+          x, gamma, beta, eps, y, mean, rstd, rows, n4, add, add_bias, sum_out);
+    } else {
+      LayerNormForwardWarpKernel<T, 16, true><<<blocks, kThreads, 0, stream>>>(
+          x, gamma, beta, eps, y, mean, rstd, rows, n4, add, add_bias, sum_out);
+    }
+  } else if (n <= 1024) {
+    LayerNormForwardWarpKernel<T, 8><<<blocks, kThreads, 0, stream>>>(x, gamma, beta, eps, y, mean,
+                                                                     rstd, rows, n4);
   } else {
-    LayerNormForwardWarpKernel<T, 16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        x, gamma, beta, eps, y, mean, rstd, rows, n4);
+    LayerNormForwardWarpKernel<T, 16><<<blocks, kThreads, 0, stream>>>(x, gamma, beta, eps, y,
+                                                                      mean, rstd, rows, n4);
   }
   return true;
+}
+
+template <typename T>
+bool LayerNormBackwardByWarps(const float* x, const float* gamma, const float* mean,
+                              const float* rstd, const float* dy, const float* residual, float* dx,
+                              T* dx_operand, int64_t rows, int64_t n, cudaStream_t stream) {
+  const bool aligned = Aligned(x, 16) && Aligned(gamma, 16) && Aligned(dy, 16) &&
+                       Aligned(residual, 16) && Aligned(dx, 16) &&
+                       Aligned(dx_operand, 4 * sizeof(T));
+  if (!ByWarps(rows, n) || !aligned) return false;
+  const unsigned blocks = WarpRowBlocks(rows);
+  const int n4 = static_cast<int>(n / 4);
+  if (n <= 1024) {
+    LayerNormBackwardWarpKernel<T, 8><<<blocks, kThreads, 0, stream>>>(
+        x, gamma, mean, rstd, dy, residual, dx, dx_operand, rows, n4);
+  } else {
+    LayerNormBackwardWarpKernel<T, 16><<<blocks, kThreads, 0, stream>>>(
+        x, gamma, mean, rstd, dy, residual, dx, dx_operand, rows, n4);
+  }
+  return true;
+}
+
+// ColumnPartial4Kernel where n and the rows allow it, else ColumnPartialKernel; then
+// the finish into out_a (and out_b with mean / rstd).
+template <typename T>
+cudaError_t ColumnSums(const T* v, const float* x, const float* mean, const float* rstd,
+                       float* out_a, float* out_b, float* partial, int64_t rows, int64_t n,
+                       cudaStream_t stream) {
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const bool vector = n % 4 == 0 && Aligned(v, 4 * sizeof(T)) && (x == nullptr || Aligned(x, 16));
+  if (vector) {
+    const dim3 grid(static_cast<unsigned>((n / 4 + 31) / 32), static_cast<unsigned>(chunks));
+    ColumnPartial4Kernel<T><<<grid, dim3(32, 8), 0, stream>>>(v, x, mean, rstd, partial, rows, n);
+  } else {
+    const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
+    ColumnPartialKernel<T><<<grid, dim3(32, 8), 0, stream>>>(v, x, mean, rstd, partial, rows, n);
+  }
+  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+  ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(partial, chunks, n,
+                                                                           out_a, out_b);
+  return Launched();
 }
 
 }  // namespace
@@ -625,11 +865,32 @@ cudaError_t LayerNormForward(const float* x, const float* gamma, const float* be
   return Launched();
 }
 
+cudaError_t BiasResidualLayerNorm(const float* x, const float* y, const float* bias, float* out,
+                                  const float* gamma, const float* beta, float eps, void* ln_y,
+                                  float* mean, float* rstd, int64_t rows, int64_t n, bool bf16,
+                                  cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const bool by_warps =
+      bf16 ? LayerNormByWarps(x, gamma, beta, eps, static_cast<Bf16*>(ln_y), mean, rstd, rows, n,
+                              stream, y, bias, out)
+           : LayerNormByWarps(x, gamma, beta, eps, static_cast<float*>(ln_y), mean, rstd, rows, n,
+                              stream, y, bias, out);
+  if (by_warps) return Launched();
+  if (cudaError_t e = BiasResidual(x, y, bias, out, rows, n, stream); e != cudaSuccess) return e;
+  return LayerNormForward(out, gamma, beta, eps, ln_y, mean, rstd, rows, n, bf16, stream);
+}
+
 cudaError_t LayerNormBackward(const float* x, const float* gamma, const float* mean,
                               const float* rstd, const float* dy, const float* residual, float* dx,
                               void* dx_operand, int64_t rows, int64_t n, bool bf16,
                               cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
+  const bool by_warps =
+      bf16 ? LayerNormBackwardByWarps(x, gamma, mean, rstd, dy, residual, dx,
+                                      static_cast<Bf16*>(dx_operand), rows, n, stream)
+           : LayerNormBackwardByWarps(x, gamma, mean, rstd, dy, residual, dx,
+                                      static_cast<float*>(dx_operand), rows, n, stream);
+  if (by_warps) return Launched();
   if (bf16) {
     LayerNormBackwardKernel<<<static_cast<unsigned>(rows), RowThreads(n), 0, stream>>>(
         x, gamma, mean, rstd, dy, residual, dx, static_cast<__nv_bfloat16*>(dx_operand), n);
@@ -648,31 +909,18 @@ cudaError_t LayerNormParamGrads(const float* x, const float* mean, const float* 
                                 const float* dy, float* dgamma, float* dbeta, float* partial,
                                 int64_t rows, int64_t n, cudaStream_t stream) {
   if (rows == 0 || n == 0) return cudaSuccess;
-  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
-  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
-  ColumnPartialKernel<float><<<grid, dim3(32, 8), 0, stream>>>(dy, x, mean, rstd, partial, rows, n);
-  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
-  ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(partial, chunks, n,
-                                                                           dgamma, dbeta);
-  return Launched();
+  return ColumnSums(dy, x, mean, rstd, dgamma, dbeta, partial, rows, n, stream);
 }
 
 cudaError_t ColumnSumAdd(const void* x, bool x_bf16, float* out, float* partial, int64_t rows,
                          int64_t n, cudaStream_t stream) {
   if (rows == 0 || n == 0) return cudaSuccess;
-  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
-  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks));
   if (x_bf16) {
-    ColumnPartialKernel<__nv_bfloat16><<<grid, dim3(32, 8), 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), nullptr, nullptr, nullptr, partial, rows, n);
-  } else {
-    ColumnPartialKernel<float><<<grid, dim3(32, 8), 0, stream>>>(
-        static_cast<const float*>(x), nullptr, nullptr, nullptr, partial, rows, n);
+    return ColumnSums(static_cast<const Bf16*>(x), nullptr, nullptr, nullptr, out, nullptr,
+                      partial, rows, n, stream);
   }
-  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
-  ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(partial, chunks, n,
-                                                                           out, nullptr);
-  return Launched();
+  return ColumnSums(static_cast<const float*>(x), nullptr, nullptr, nullptr, out, nullptr, partial,
+                    rows, n, stream);
 }
 
 cudaError_t BiasResidual(const float* x, const float* y, const float* bias, float* out,
@@ -772,6 +1020,40 @@ cudaError_t GeluBackward(const void* pre, const void* dg, void* dpre, int64_t co
   }
   return GeluBackwardAs(static_cast<const float*>(pre), static_cast<const float*>(dg),
                         static_cast<float*>(dpre), count, stream);
+}
+
+namespace {
+template <typename T>
+cudaError_t GeluBackwardBiasGradAs(const T* pre, const T* dg, T* dpre, float* dbias,
+                                   float* partial, int64_t rows, int64_t n, cudaStream_t stream) {
+  const bool vector = n % 4 == 0 && Aligned(pre, 4 * sizeof(T)) && Aligned(dg, 4 * sizeof(T)) &&
+                      Aligned(dpre, 4 * sizeof(T));
+  if (!vector) {
+    if (cudaError_t e = GeluBackwardAs(pre, dg, dpre, rows * n, stream); e != cudaSuccess) {
+      return e;
+    }
+    return ColumnSums(dpre, nullptr, nullptr, nullptr, dbias, nullptr, partial, rows, n, stream);
+  }
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  const dim3 grid(static_cast<unsigned>((n / 4 + 31) / 32), static_cast<unsigned>(chunks));
+  GeluBackwardPartial4Kernel<T><<<grid, dim3(32, 8), 0, stream>>>(pre, dg, dpre, partial, rows, n);
+  if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+  ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(partial, chunks, n,
+                                                                           dbias, nullptr);
+  return Launched();
+}
+}  // namespace
+
+cudaError_t GeluBackwardBiasGrad(const void* pre, const void* dg, void* dpre, float* dbias,
+                                 float* partial, int64_t rows, int64_t n, bool bf16,
+                                 cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  if (bf16) {
+    return GeluBackwardBiasGradAs(static_cast<const Bf16*>(pre), static_cast<const Bf16*>(dg),
+                                  static_cast<Bf16*>(dpre), dbias, partial, rows, n, stream);
+  }
+  return GeluBackwardBiasGradAs(static_cast<const float*>(pre), static_cast<const float*>(dg),
+                                static_cast<float*>(dpre), dbias, partial, rows, n, stream);
 }
 
 // Launches kernel<I, T> with I = uint32_t where `count` fits in 31 bits, else int64_t;

@@ -60,6 +60,14 @@ int64_t ColumnPartialFloats(int64_t rows, int64_t n);
 cudaError_t BiasResidual(const float* x, const float* y, const float* bias, float* out,
                          int64_t rows, int64_t n, cudaStream_t stream);
 
+// out = x + y + bias (BiasResidual; out may alias x or y), then LayerNormForward of
+// out into ln_y, mean and rstd: one pass over the rows where they fit a warp (n a
+// multiple of 4, at most 2048), the two kernels otherwise.
+cudaError_t BiasResidualLayerNorm(const float* x, const float* y, const float* bias, float* out,
+                                  const float* gamma, const float* beta, float eps, void* ln_y,
+                                  float* mean, float* rstd, int64_t rows, int64_t n, bool bf16,
+                                  cudaStream_t stream);
+
 // y [rows, n] (bf16) = x + bias (f32 x, bias [n]): the QKV product's bias, with the
 // rows kept in place for flash attention, which reads them by stride.
 cudaError_t BiasToBf16(const float* x, const float* bias, void* y, int64_t rows, int64_t n,
@@ -72,6 +80,11 @@ cudaError_t BiasGeluForward(void* pre, const float* bias, void* g, int64_t rows,
 // dpre = dg * GELU'(pre), all three in the operand type.
 cudaError_t GeluBackward(const void* pre, const void* dg, void* dpre, int64_t count, bool bf16,
                          cudaStream_t stream);
+// GeluBackward over [rows, n], and dbias[c] += the column sums of the dpre it writes
+// (ColumnSumAdd's, `partial` its scratch): the FC bias's gradient in the same pass.
+cudaError_t GeluBackwardBiasGrad(const void* pre, const void* dg, void* dpre, float* dbias,
+                                 float* partial, int64_t rows, int64_t n, bool bf16,
+                                 cudaStream_t stream);
 
 // qkv [s, b, 3h] (f32, a product's output) + bias -> q, k, v in head layout (operands).
 cudaError_t SplitQkv(const float* qkv, const float* bias, void* q, void* k, void* v, int64_t s,

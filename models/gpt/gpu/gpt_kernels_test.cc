@@ -146,6 +146,104 @@ TEST_P(GptKernelsTest, LayerNormForwardAndBackward) {
     ExpectNear(y.Get(), want_y, out_rel(), what + " layer norm y", bf16() ? 1e-3 : 1.0);
     ExpectNear(dx.Get(), want_dx, 2e-4, what + " layer norm dx");
     ExpectNear(dx_op.Get(), want_dx, out_rel() + 2e-4, what + " layer norm dx operand");
+    // In place, as the model calls it: dx is the residual's own memory.
+    Dev in_place(res, false);
+    ASSERT_EQ(gpt_gpu::LayerNormBackward(dx_.f(), dg.f(), mean.f(), rstd.f(), ddy.f(),
+                                         in_place.f(), in_place.f(), nullptr, rows, n, bf16(),
+                                         nullptr),
+              cudaSuccess);
+    ExpectNear(in_place.Get(), want_dx, 2e-4, what + " layer norm dx in place");
+  }
+}
+
+// The residual add and the layer norm after it in one pass: out = x + y + bias (into
+// y's memory, as the model calls it), and the norm of out. Widths that fit a warp (64
+// to 2048, multiples of 4) and two that take the two-kernel path (1002, 2052).
+TEST_P(GptKernelsTest, BiasResidualThenLayerNorm) {
+  for (const int64_t n : {64, 320, 1024, 1536, 1002, 2052}) {
+    const int64_t rows = 136;
+    const std::string what = absl::StrCat("n=", n, bf16() ? " bf16" : " f32");
+    const std::vector<float> x = Random(rows * n, kSeed + 11 + n, -2, 3);
+    const std::vector<float> y = Random(rows * n, kSeed + 12 + n, -1, 2);
+    const std::vector<float> bias = Random(n, kSeed + 13), gamma = Random(n, kSeed + 14, 0.5, 1.5),
+                             beta = Random(n, kSeed + 15);
+    Dev dx(x, false), dy(y, false), dbias(bias, false), dg(gamma, false), db(beta, false);
+    Dev ln(rows * n, bf16()), mean(rows, false), rstd(rows, false);
+    ASSERT_EQ(gpt_gpu::BiasResidualLayerNorm(dx.f(), dy.f(), dbias.f(), dy.f(), dg.f(), db.f(),
+                                             1e-5f, ln.p, mean.f(), rstd.f(), rows, n, bf16(),
+                                             nullptr),
+              cudaSuccess);
+    std::vector<double> want_sum(rows * n), want_ln(rows * n), want_mean(rows), want_rstd(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      double mu = 0, var = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        // The sum as f32 rounds it (x + y, then + bias): the norm is of that.
+        const float sum = (x[r * n + j] + y[r * n + j]) + bias[j];
+        want_sum[r * n + j] = static_cast<double>(sum);
+        mu += static_cast<double>(sum);
+      }
+      mu /= n;
+      for (int64_t j = 0; j < n; ++j) var += (want_sum[r * n + j] - mu) * (want_sum[r * n + j] - mu);
+      const double rs = 1 / std::sqrt(var / n + 1e-5);
+      for (int64_t j = 0; j < n; ++j) {
+        want_ln[r * n + j] =
+            (want_sum[r * n + j] - mu) * rs * static_cast<double>(gamma[j]) +
+            static_cast<double>(beta[j]);
+      }
+      want_mean[r] = mu;
+      want_rstd[r] = rs;
+    }
+    ExpectNear(dy.Get(), want_sum, 1e-7, what + " residual sum", 1.0);
+    ExpectNear(ln.Get(), want_ln, out_rel(), what + " its layer norm", bf16() ? 1e-3 : 1.0);
+    ExpectNear(mean.Get(), want_mean, 1e-5, what + " mean", 1.0);
+    ExpectNear(rstd.Get(), want_rstd, 1e-5, what + " rstd");
+  }
+}
+
+// Column sums (bias gradients) and the layer norm's parameter gradients, added to
+// what the outputs held: widths whose rows take 4 columns a thread (320, 1024, 4096)
+// and 1 (1002), over 300 rows (two whole 128-row chunks and a partial one).
+TEST_P(GptKernelsTest, ColumnSumsAndLayerNormParameterGradients) {
+  for (const int64_t n : {320, 1024, 4096, 1002}) {
+    const int64_t rows = 300;
+    const std::string what = absl::StrCat("n=", n, bf16() ? " bf16" : " f32");
+    std::vector<float> v = Random(rows * n, kSeed + 21 + n);
+    if (bf16()) {
+      for (float& e : v) e = RoundBf16(e);
+    }
+    const std::vector<float> x = Random(rows * n, kSeed + 22 + n, -2, 3);
+    const std::vector<float> mean = Random(rows, kSeed + 23, -0.5, 0.5),
+                             rstd = Random(rows, kSeed + 24, 0.5, 2);
+    const std::vector<float> start_a = Random(n, kSeed + 25), start_b = Random(n, kSeed + 26);
+    Dev dv(v, bf16()), dv32(v, false), dx(x, false), dmean(mean, false), drstd(rstd, false);
+    Dev sum(start_a, false), dgamma(start_a, false), dbeta(start_b, false);
+    Dev partial(static_cast<size_t>(gpt_gpu::ColumnPartialFloats(rows, n)), false);
+    ASSERT_EQ(gpt_gpu::ColumnSumAdd(dv.p, bf16(), sum.f(), partial.f(), rows, n, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(gpt_gpu::LayerNormParamGrads(dx.f(), dmean.f(), drstd.f(), dv32.f(), dgamma.f(),
+                                           dbeta.f(), partial.f(), rows, n, nullptr),
+              cudaSuccess);
+    std::vector<double> want_sum(start_a.begin(), start_a.end()),
+        want_gamma(start_a.begin(), start_a.end()), want_beta(start_b.begin(), start_b.end());
+    double scale = 0;  // the largest column's sum of magnitudes: the rounding's scale
+    for (int64_t c = 0; c < n; ++c) {
+      double magnitude = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double value = v[r * n + c];
+        const double xhat = (static_cast<double>(x[r * n + c]) - static_cast<double>(mean[r])) *
+                            static_cast<double>(rstd[r]);
+        want_sum[c] += value;
+        want_beta[c] += value;
+        want_gamma[c] += value * xhat;
+        magnitude += std::fabs(value * xhat);
+      }
+      scale = std::max(scale, magnitude);
+    }
+    // f32 sums of 300 terms: within 300 * 2^-24 of the magnitudes, stated against the
+    // largest (a column may cancel to near zero).
+    ExpectNear(sum.Get(), want_sum, 1e-4, what + " column sums", scale);
+    ExpectNear(dbeta.Get(), want_beta, 1e-4, what + " dbeta", scale);
+    ExpectNear(dgamma.Get(), want_gamma, 1e-4, what + " dgamma", scale);
   }
 }
 
@@ -189,8 +287,9 @@ TEST_P(GptKernelsTest, HeadsSplitAndMergeAreInverse) {
 }
 
 TEST_P(GptKernelsTest, BiasGeluAndItsGradient) {
-  // n = 1024 runs 8 elements a thread; 1000 (not a multiple of 8) one.
-  for (const int64_t n : {1024, 1000}) {
+  // n = 1024 runs 8 elements a thread; 1000 (not a multiple of 8) one; the fused
+  // gradient and bias sum take 4 columns a thread at both, and 1002 the two kernels.
+  for (const int64_t n : {1024, 1000, 1002}) {
     const int64_t rows = 160;
     const std::string what = absl::StrCat("n=", n, bf16() ? " bf16" : " f32");
     const std::vector<float> pre = Random(rows * n, kSeed + 5, -4, 4), bias = Random(n, 6);
@@ -217,6 +316,29 @@ TEST_P(GptKernelsTest, BiasGeluAndItsGradient) {
     ExpectNear(dpre.Get(), want_pre, out_rel() + 1e-5, what + " pre + bias", bf16() ? 1e-3 : 1.0);
     ExpectNear(g.Get(), want_g, out_rel() + 1e-5, what + " gelu", bf16() ? 1e-3 : 1.0);
     ExpectNear(dout.Get(), want_d, out_rel() + 1e-5, what + " gelu'", bf16() ? 1e-3 : 1.0);
+    // The gradient with the bias's column sums in one pass: the same dpre, bit for bit,
+    // and the sums of it as written added to what dbias held.
+    const std::vector<float> start = Random(n, kSeed + 8);
+    Dev fused(rows * n, bf16()), dbias_grad(start, false);
+    Dev partial(static_cast<size_t>(gpt_gpu::ColumnPartialFloats(rows, n)), false);
+    ASSERT_EQ(gpt_gpu::GeluBackwardBiasGrad(dpre.p, ddg.p, fused.p, dbias_grad.f(), partial.f(),
+                                            rows, n, bf16(), nullptr),
+              cudaSuccess);
+    const std::vector<float> unfused = dout.Get(), got = fused.Get();
+    EXPECT_EQ(std::memcmp(unfused.data(), got.data(), got.size() * sizeof(float)), 0)
+        << what << ": the fused gradient differs from GeluBackward's";
+    std::vector<double> want_bias(start.begin(), start.end());
+    double scale = 0;
+    for (int64_t c = 0; c < n; ++c) {
+      double magnitude = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double value = got[r * n + c];
+        want_bias[c] += value;
+        magnitude += std::fabs(value);
+      }
+      scale = std::max(scale, magnitude);
+    }
+    ExpectNear(dbias_grad.Get(), want_bias, 1e-4, what + " fc bias gradient", scale);
   }
 }
 
