@@ -81,12 +81,13 @@ fi
 shape=(--hidden=1024 --heads=16 --layers=12 --seq_len=1024 --vocab=256 --micro_batch=8
        --microbatches=1 --nocompare_reference)
 if has bench; then
-  # A baseline build packed as bin/train_before (an earlier commit's train) runs first,
-  # on the same machine, so the two rows compare.
-  if [[ -x "$pack/bin/train_before" ]]; then
-    TRAIN="$pack/bin/train_before" run bench_bf16_before 150 "${one[@]}" "${shape[@]}" \
+  # Baseline builds packed as bin/train_before* (earlier commits' train) run first, on
+  # the same machine, so the rows compare.
+  for before in "$pack"/bin/train_before*; do
+    [[ -x "$before" ]] || continue
+    TRAIN="$before" run "bench_bf16_${before##*/train_}" 150 "${one[@]}" "${shape[@]}" \
       --dtype=bf16 --steps=12 --device=cuda
-  fi
+  done
   run bench_bf16 150 "${one[@]}" "${shape[@]}" --dtype=bf16 --steps=12 --device=cuda
 fi
 if has bench_materialized; then
@@ -159,4 +160,6 @@ if has profile; then
   python3 "$here/kernel_times.py" "$out/profile_flash.csv" 2>&1 | head -40 | sed 's/^/   /' | tee -a "$summary"
 fi
 nvidia-smi --query-gpu=name,memory.used,temperature.gpu,clocks.sm --format=csv | tee -a "$summary"
-echo "== summary"; cat "$summary"
+# Every line above went to stdout as it came; the summary file keeps them (not printed
+# again: a device run returns only the output's tail).
+echo "== summary: $summary"

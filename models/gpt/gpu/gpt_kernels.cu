@@ -18,6 +18,11 @@ using Bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
 // Rows per partial of a column sum.
 constexpr int64_t kRowChunk = 128;
+// The layer norm's backward with its parameter gradients (LayerNormBackwardGradsKernel):
+// 8 warps a block, each walking 4 consecutive rows, so a block's partial covers 32 rows.
+constexpr int kGradsWarps = 8;
+constexpr int kGradsRowsPerWarp = 4;
+constexpr int64_t kGradsRows = kGradsWarps * kGradsRowsPerWarp;
 constexpr int kSquareBlocks = 256;
 
 __device__ __forceinline__ float ToF(float x) { return x; }
@@ -445,6 +450,106 @@ __global__ void ColumnFinishKernel(const float* partial, int64_t chunks, int64_t
   }
 }
 unsigned FinishBlocks(int64_t n) { return static_cast<unsigned>((n + 31) / 32); }
+
+// One warp's per-column sums over its rows (lane l holds columns 4 (l + 32 k) .. + 3)
+// added over the block's 8 warps in warp order, into partial[(which * chunks + chunk)
+// * n + column] (chunk = blockIdx.x): ColumnFinishKernel's layout. `stage` is the
+// block's [8][n] shared scratch; every thread of the block calls this.
+template <int kMaxVec>
+__device__ __forceinline__ void CombineWarps(const float4 (&acc)[kMaxVec], float* stage,
+                                             float* partial, int which, int n4) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = 4 * n4;
+  __syncthreads();  // the previous combine's reads are done
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    const int j = lane + 32 * k;
+    if (j < n4) reinterpret_cast<float4*>(stage + warp * n)[j] = acc[k];
+  }
+  __syncthreads();
+  const int64_t chunk = blockIdx.x, chunks = gridDim.x;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kGradsWarps; ++w) sum += stage[w * n + c];
+    partial[(which * chunks + chunk) * n + c] = sum;
+  }
+}
+
+// LayerNormBackwardWarpKernel over a block of 32 rows (8 warps of 4 consecutive rows,
+// n = 4 * n4 <= 128 * kMaxVec), with the column sums of dy * xhat, dy and (with_dx_sum)
+// dx gathered on the way: the parameter gradients and the bias gradient that reads dx
+// next cost no second pass over x, dy and dx. Partials 0, 1 and 2 of `partial`.
+template <typename T, int kMaxVec>
+__global__ void __launch_bounds__(kGradsWarps * 32)
+    LayerNormBackwardGradsKernel(const float* x, const float* gamma, const float* mean,
+                                 const float* rstd, const float* dy, const float* residual,
+                                 float* dx, T* dx_operand, float* partial, int64_t rows, int n4,
+                                 bool with_dx_sum) {
+  __shared__ __align__(16) float stage[kGradsWarps * 128 * kMaxVec];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float4* g4 = reinterpret_cast<const float4*>(gamma);
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 sum_dyx[kMaxVec], sum_dy[kMaxVec], sum_dx[kMaxVec];
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) sum_dyx[k] = sum_dy[k] = sum_dx[k] = zero;
+  const float n = static_cast<float>(n4 * 4);
+  for (int i = 0; i < kGradsRowsPerWarp; ++i) {
+    const int64_t row = blockIdx.x * kGradsRows + warp * kGradsRowsPerWarp + i;
+    if (row >= rows) break;  // the same for the whole warp
+    const int64_t at = row * n4 * 4;
+    const float4* xr = reinterpret_cast<const float4*>(x + at);
+    const float4* dyr = reinterpret_cast<const float4*>(dy + at);
+    const float mu = mean[row], rs = rstd[row];
+    float4 g[kMaxVec], xh[kMaxVec];
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxVec; ++k) {
+      const int j = lane + 32 * k;
+      if (j < n4) {
+        const float4 d = dyr[j], gm = g4[j], xv = xr[j];
+        g[k] = make_float4(d.x * gm.x, d.y * gm.y, d.z * gm.z, d.w * gm.w);
+        xh[k] =
+            make_float4((xv.x - mu) * rs, (xv.y - mu) * rs, (xv.z - mu) * rs, (xv.w - mu) * rs);
+        sg += (g[k].x + g[k].y) + (g[k].z + g[k].w);
+        sgx += (g[k].x * xh[k].x + g[k].y * xh[k].y) + (g[k].z * xh[k].z + g[k].w * xh[k].w);
+        sum_dyx[k].x += d.x * xh[k].x;
+        sum_dyx[k].y += d.y * xh[k].y;
+        sum_dyx[k].z += d.z * xh[k].z;
+        sum_dyx[k].w += d.w * xh[k].w;
+        sum_dy[k].x += d.x;
+        sum_dy[k].y += d.y;
+        sum_dy[k].z += d.z;
+        sum_dy[k].w += d.w;
+      }
+    }
+    const float mg = WarpSum(sg) / n, mgx = WarpSum(sgx) / n;
+#pragma unroll
+    for (int k = 0; k < kMaxVec; ++k) {
+      const int j = lane + 32 * k;
+      if (j < n4) {
+        float out[4] = {rs * (g[k].x - mg - xh[k].x * mgx), rs * (g[k].y - mg - xh[k].y * mgx),
+                        rs * (g[k].z - mg - xh[k].z * mgx), rs * (g[k].w - mg - xh[k].w * mgx)};
+        if (residual != nullptr) {
+          const float4 r = reinterpret_cast<const float4*>(residual + at)[j];
+          out[0] += r.x;
+          out[1] += r.y;
+          out[2] += r.z;
+          out[3] += r.w;
+        }
+        StoreNormalized4(dx + at + 4 * j, out);
+        if (dx_operand != nullptr) StoreNormalized4(dx_operand + at + 4 * j, out);
+        sum_dx[k].x += out[0];
+        sum_dx[k].y += out[1];
+        sum_dx[k].z += out[2];
+        sum_dx[k].w += out[3];
+      }
+    }
+  }
+  CombineWarps<kMaxVec>(sum_dyx, stage, partial, 0, n4);
+  CombineWarps<kMaxVec>(sum_dy, stage, partial, 1, n4);
+  if (with_dx_sum) CombineWarps<kMaxVec>(sum_dx, stage, partial, 2, n4);
+}
 
 // --- Element-wise ------------------------------------------------------------------
 
@@ -902,7 +1007,11 @@ cudaError_t LayerNormBackward(const float* x, const float* gamma, const float* m
 }
 
 int64_t ColumnPartialFloats(int64_t rows, int64_t n) {
-  return 2 * std::max<int64_t>(1, (rows + kRowChunk - 1) / kRowChunk) * n;
+  // Two sums a kRowChunk-row chunk (ColumnPartialKernel), or three a kGradsRows-row
+  // chunk (LayerNormBackwardGradsKernel).
+  const int64_t column = std::max<int64_t>(1, (rows + kRowChunk - 1) / kRowChunk) * 2;
+  const int64_t grads = std::max<int64_t>(1, (rows + kGradsRows - 1) / kGradsRows) * 3;
+  return std::max(column, grads) * n;
 }
 
 cudaError_t LayerNormParamGrads(const float* x, const float* mean, const float* rstd,
@@ -910,6 +1019,58 @@ cudaError_t LayerNormParamGrads(const float* x, const float* mean, const float* 
                                 int64_t rows, int64_t n, cudaStream_t stream) {
   if (rows == 0 || n == 0) return cudaSuccess;
   return ColumnSums(dy, x, mean, rstd, dgamma, dbeta, partial, rows, n, stream);
+}
+
+namespace {
+template <typename T>
+bool LayerNormBackwardWithGradsFused(const float* x, const float* gamma, const float* mean,
+                                     const float* rstd, const float* dy, const float* residual,
+                                     float* dx, T* dx_operand, float* dgamma, float* dbeta,
+                                     float* dx_sum, float* partial, int64_t rows, int64_t n,
+                                     cudaStream_t stream) {
+  const bool aligned = Aligned(x, 16) && Aligned(gamma, 16) && Aligned(dy, 16) &&
+                       Aligned(residual, 16) && Aligned(dx, 16) &&
+                       Aligned(dx_operand, 4 * sizeof(T));
+  const int64_t chunks = (rows + kGradsRows - 1) / kGradsRows;
+  if (n % 4 != 0 || n > 1024 || !aligned || chunks > INT32_MAX) return false;
+  LayerNormBackwardGradsKernel<T, 8><<<static_cast<unsigned>(chunks), kGradsWarps * 32, 0, stream>>>(
+      x, gamma, mean, rstd, dy, residual, dx, dx_operand, partial, rows, static_cast<int>(n / 4),
+      dx_sum != nullptr);
+  return true;
+}
+}  // namespace
+
+cudaError_t LayerNormBackwardWithGrads(const float* x, const float* gamma, const float* mean,
+                                       const float* rstd, const float* dy, const float* residual,
+                                       float* dx, void* dx_operand, float* dgamma, float* dbeta,
+                                       float* dx_sum, float* partial, int64_t rows, int64_t n,
+                                       bool bf16, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  const bool fused =
+      bf16 ? LayerNormBackwardWithGradsFused(x, gamma, mean, rstd, dy, residual, dx,
+                                             static_cast<Bf16*>(dx_operand), dgamma, dbeta, dx_sum,
+                                             partial, rows, n, stream)
+           : LayerNormBackwardWithGradsFused(x, gamma, mean, rstd, dy, residual, dx,
+                                             static_cast<float*>(dx_operand), dgamma, dbeta,
+                                             dx_sum, partial, rows, n, stream);
+  if (fused) {
+    if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+    const int64_t chunks = (rows + kGradsRows - 1) / kGradsRows;
+    ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(partial, chunks, n,
+                                                                             dgamma, dbeta);
+    if (cudaError_t e = Launched(); e != cudaSuccess) return e;
+    if (dx_sum != nullptr) {
+      ColumnFinishKernel<<<FinishBlocks(n), dim3(32, kFinishLanes), 0, stream>>>(
+          partial + 2 * chunks * n, chunks, n, dx_sum, nullptr);
+    }
+    return Launched();
+  }
+  // The three passes: the parameter gradients read dy before the backward writes dx.
+  cudaError_t e = LayerNormParamGrads(x, mean, rstd, dy, dgamma, dbeta, partial, rows, n, stream);
+  if (e != cudaSuccess) return e;
+  e = LayerNormBackward(x, gamma, mean, rstd, dy, residual, dx, dx_operand, rows, n, bf16, stream);
+  if (e != cudaSuccess || dx_sum == nullptr) return e;
+  return ColumnSumAdd(dx, false, dx_sum, partial, rows, n, stream);
 }
 
 cudaError_t ColumnSumAdd(const void* x, bool x_bf16, float* out, float* partial, int64_t rows,

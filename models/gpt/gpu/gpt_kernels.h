@@ -50,6 +50,16 @@ cudaError_t LayerNormParamGrads(const float* x, const float* mean, const float* 
                                 const float* dy, float* dgamma, float* dbeta, float* partial,
                                 int64_t rows, int64_t n, cudaStream_t stream);
 
+// LayerNormBackward, LayerNormParamGrads and, with dx_sum not null, dx_sum[c] += sum
+// over rows of the dx written (ColumnSumAdd of dx: the bias gradient that reads it) in
+// one pass over x, dy and dx where n is a multiple of 4 up to 1024, the three kernels
+// otherwise. `partial` is scratch of ColumnPartialFloats(rows, n) floats.
+cudaError_t LayerNormBackwardWithGrads(const float* x, const float* gamma, const float* mean,
+                                       const float* rstd, const float* dy, const float* residual,
+                                       float* dx, void* dx_operand, float* dgamma, float* dbeta,
+                                       float* dx_sum, float* partial, int64_t rows, int64_t n,
+                                       bool bf16, cudaStream_t stream);
+
 // out[c] += sum over rows of x[r, c]; x is f32 (x_bf16 false) or bf16. `partial`
 // is scratch of ColumnPartialFloats(rows, n) floats.
 cudaError_t ColumnSumAdd(const void* x, bool x_bf16, float* out, float* partial, int64_t rows,

@@ -156,6 +156,72 @@ TEST_P(GptKernelsTest, LayerNormForwardAndBackward) {
   }
 }
 
+// The layer norm's backward with its parameter gradients and the column sums of its
+// dx, in place (dx is the residual's memory) as the model calls it: widths that take
+// the one-pass kernel (64, 320, 1024) and the three kernels (1002, 1536), over 300
+// rows (9 blocks of 32 and one of 12: three warps of it with rows, five without).
+TEST_P(GptKernelsTest, LayerNormBackwardWithItsGradients) {
+  for (const int64_t n : {64, 320, 1024, 1002, 1536}) {
+    const int64_t rows = 300;
+    const bool with_sum = n != 320;  // 320 leaves dx_sum null
+    const std::string what = absl::StrCat("n=", n, bf16() ? " bf16" : " f32");
+    const std::vector<float> x = Random(rows * n, kSeed + 31 + n, -2, 3);
+    const std::vector<float> gamma = Random(n, kSeed + 32, 0.5, 1.5);
+    const std::vector<float> dy = Random(rows * n, kSeed + 33), res = Random(rows * n, kSeed + 34);
+    const std::vector<float> mean = Random(rows, kSeed + 35, -0.5, 0.5),
+                             rstd = Random(rows, kSeed + 36, 0.5, 2);
+    const std::vector<float> start_g = Random(n, kSeed + 37), start_b = Random(n, kSeed + 38),
+                             start_s = Random(n, kSeed + 39);
+    Dev dx_(x, false), dg(gamma, false), ddy(dy, false), dres(res, false), dmean(mean, false),
+        drstd(rstd, false), dgamma(start_g, false), dbeta(start_b, false), dsum(start_s, false),
+        dx_op(rows * n, bf16());
+    Dev partial(static_cast<size_t>(gpt_gpu::ColumnPartialFloats(rows, n)), false);
+    ASSERT_EQ(gpt_gpu::LayerNormBackwardWithGrads(
+                  dx_.f(), dg.f(), dmean.f(), drstd.f(), ddy.f(), dres.f(), dres.f(), dx_op.p,
+                  dgamma.f(), dbeta.f(), with_sum ? dsum.f() : nullptr, partial.f(), rows, n,
+                  bf16(), nullptr),
+              cudaSuccess);
+    std::vector<double> want_dx(rows * n), want_g(start_g.begin(), start_g.end()),
+        want_b(start_b.begin(), start_b.end()), want_s(start_s.begin(), start_s.end());
+    std::vector<double> magnitude(3, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double mu = mean[r], rs = rstd[r];
+      double mg = 0, mgx = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double xh = (static_cast<double>(x[r * n + j]) - mu) * rs;
+        const double g = static_cast<double>(dy[r * n + j]) * static_cast<double>(gamma[j]);
+        mg += g;
+        mgx += g * xh;
+      }
+      mg /= n;
+      mgx /= n;
+      for (int64_t j = 0; j < n; ++j) {
+        const double xh = (static_cast<double>(x[r * n + j]) - mu) * rs;
+        const double d = dy[r * n + j], g = d * static_cast<double>(gamma[j]);
+        const double out = rs * (g - mg - xh * mgx) + static_cast<double>(res[r * n + j]);
+        want_dx[r * n + j] = out;
+        want_g[j] += d * xh;
+        want_b[j] += d;
+        want_s[j] += out;
+        magnitude[0] += std::fabs(d * xh);
+        magnitude[1] += std::fabs(d);
+        magnitude[2] += std::fabs(out);
+      }
+    }
+    ExpectNear(dres.Get(), want_dx, 2e-4, what + " dx in place");
+    ExpectNear(dx_op.Get(), want_dx, out_rel() + 2e-4, what + " dx operand");
+    // Column sums of 300 rows in f32, stated against the mean column's magnitude.
+    ExpectNear(dgamma.Get(), want_g, 1e-4, what + " dgamma", magnitude[0] / n);
+    ExpectNear(dbeta.Get(), want_b, 1e-4, what + " dbeta", magnitude[1] / n);
+    if (with_sum) {
+      ExpectNear(dsum.Get(), want_s, 1e-4, what + " dx column sums", magnitude[2] / n);
+    } else {
+      ExpectNear(dsum.Get(), std::vector<double>(start_s.begin(), start_s.end()), 0,
+                 what + " dx_sum untouched when null", 1.0);
+    }
+  }
+}
+
 // The residual add and the layer norm after it in one pass: out = x + y + bias (into
 // y's memory, as the model calls it), and the norm of out. Widths that fit a warp (64
 // to 2048, multiples of 4) and two that take the two-kernel path (1002, 2052).
