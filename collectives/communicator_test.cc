@@ -550,6 +550,83 @@ TEST(CountersTest, CountCallsAndBytesPerCollective) {
   }));
 }
 
+// Over a transport that measures its paths, the ranks agree on one path for the
+// trees' windows: every rank ends with the longest round trip and the fastest rate any
+// of them measured, however differently each measured them. Ranks 0, 1, 2 measure
+// round trips of 2, 3 and 1 ms to every peer (the longest in the middle), and 1e8 *
+// (peer + 1) bytes/s to peer `peer`.
+TEST(AgreedPathTest, EveryRankAgreesOnTheLongestRoundTripAndFastestRate) {
+  constexpr int kWorld = 3;
+  std::unique_ptr<TransportHarness> harness =
+      collectives_internal::WithPaths(MakeInprocHarness(), [](int rank, int peer) {
+        return PathEstimate{absl::Milliseconds((rank + 1) % kWorld + 1), 1e8 * (peer + 1)};
+      });
+  // The longest round trip is rank 1's; the fastest rate, to peer 2, ranks 0 and 1 see.
+  const PathEstimate want{absl::Milliseconds(kWorld), 1e8 * kWorld};
+  ExpectAllOk(harness->Run(kWorld, [&](Transport& transport) -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(
+        std::unique_ptr<Communicator> comm,
+        Communicator::Create(std::shared_ptr<Transport>(&transport, [](Transport*) {}), {}));
+    // A call of fewer than 3 chunks (256 KiB each) does not agree.
+    std::vector<float> small(1000, 1.0f);
+    LOOM_RETURN_IF_ERROR(comm->AllReduce(absl::MakeSpan(small), ReduceOp::kSum));
+    if (comm->AgreedPath().BytesInFlight() != 0) {
+      return absl::InternalError("a 1000-element call agreed on a path");
+    }
+    // 1 MiB of f32 (4 chunks) through the binomial tree: agreed first, so the tree's
+    // window is the agreed path's (3 ms at 3e8 B/s: all 4 chunks), on every rank alike.
+    const size_t count = size_t{1} << 18;
+    std::vector<float> data(count);
+    for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>((i % 97) + comm->rank());
+    CallOptions tree;
+    tree.algorithm = Algorithm::kBinomialTree;
+    LOOM_RETURN_IF_ERROR(comm->AllReduce(absl::MakeSpan(data), ReduceOp::kSum, tree));
+    for (size_t i = 0; i < count; ++i) {
+      const float expected = static_cast<float>(3 * (i % 97) + 0 + 1 + 2);
+      if (data[i] != expected) {
+        return absl::InternalError(absl::StrCat("element ", i, " = ", data[i], ", want ", expected));
+      }
+    }
+    const PathEstimate got = comm->AgreedPath();
+    if (got.round_trip != want.round_trip || got.bytes_per_second != want.bytes_per_second) {
+      return absl::InternalError(absl::StrCat("rank ", comm->rank(), " agreed on ",
+                                              absl::FormatDuration(got.round_trip), " at ",
+                                              got.bytes_per_second, " B/s"));
+    }
+    // A cost model with constants names the path instead (no exchange).
+    CostModel::Constants c = CostModel::Default().constants();
+    c.inter_node_alpha = 0.5e-3;
+    c.inter_node_beta = 1 / 2.5e8;
+    LOOM_ASSIGN_OR_RETURN(CostModel model, CostModel::FromConstants(c));
+    comm->SetCostModel(model);
+    const PathEstimate modelled = comm->AgreedPath();
+    if (modelled.round_trip != absl::Milliseconds(1) ||
+        std::fabs(modelled.bytes_per_second - 2.5e8) > 1) {
+      return absl::InternalError(absl::StrCat("the model's path: ",
+                                              absl::FormatDuration(modelled.round_trip)));
+    }
+    return absl::OkStatus();
+  }));
+}
+
+// A transport that does not measure its paths (inproc) never exchanges: no path, and
+// the all-reduce moves only its own bytes.
+TEST(AgreedPathTest, ATransportThatDoesNotMeasureAgreesOnNothing) {
+  const size_t count = size_t{1} << 18;
+  ExpectAllOk(RunRanks(2, [&](Communicator& comm) -> absl::Status {
+    std::vector<float> data(count, 1.0f);
+    CallOptions ring;
+    ring.algorithm = Algorithm::kRing;
+    LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(data), ReduceOp::kSum, ring));
+    if (comm.AgreedPath().BytesInFlight() != 0) return absl::InternalError("a path agreed");
+    const CollectiveCounters counters = comm.Counters(CollectiveKind::kAllReduce);
+    if (counters.bytes_sent != count * 4) {
+      return absl::InternalError(absl::StrCat(counters.bytes_sent, " bytes sent"));
+    }
+    return absl::OkStatus();
+  }));
+}
+
 TEST(PointToPointTest, SendRecvMatchInOrder) {
   ExpectAllOk(RunRanks(3, [&](Communicator& comm) -> absl::Status {
     const int next = (comm.rank() + 1) % 3, prev = (comm.rank() + 2) % 3;
