@@ -1,12 +1,9 @@
 #include "collectives/communicator.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <utility>
-#include <vector>
 
 #include "absl/base/attributes.h"
 #include "absl/strings/match.h"
@@ -50,10 +47,6 @@ constexpr uint64_t kPointToPointSeq = 0xFFFF;
 constexpr uint32_t kFingerprintStep = kMaxSteps - 1;
 // The hello of a rooted call (see RootedHello) the one before it.
 constexpr uint32_t kHelloStep = kMaxSteps - 2;
-// The path agreement (Communicator::AgreePath) the one before that.
-constexpr uint32_t kPathStep = kMaxSteps - 3;
-// How many times the ranks exchange their path estimates while none of them has one.
-constexpr int kPathAgreements = 3;
 // Scratch slots of the communicator's own working buffers (algorithms use low ones).
 constexpr int kWideInputSlot = 60;
 constexpr int kWideOutputSlot = 61;
@@ -371,7 +364,13 @@ absl::Status Communicator::Run(Call& call) {
   ctx.scratch = scratch_.get();
   ctx.ranks_per_node = options_.ranks_per_node;
   ctx.node_transport = options_.node_transport.get();
-  ctx.agreed_path = AgreedPath();
+  if (const CostModel& model = options_.cost_model; model.constants_given()) {
+    // The same model on every rank (the selector's choices depend on it alike), so
+    // the same path: the trees size their window from it.
+    const CostModel::Constants& c = model.constants();
+    ctx.agreed_path.round_trip = absl::Seconds(2 * c.inter_node_alpha);
+    ctx.agreed_path.bytes_per_second = 1 / c.inter_node_beta;
+  }
 
   FlightRecord record;
   record.seq = seq;
@@ -387,11 +386,6 @@ absl::Status Communicator::Run(Call& call) {
   bool stamp_mismatch = false;
   if (options_.check == CommunicatorOptions::Check::kFull) {
     status = CheckFingerprints(call, ctx);
-  }
-  if (status.ok() && NeedsPathAgreement(call, ctx)) {
-    ++path_agreements_;
-    status = AgreePath(ctx);
-    ctx.agreed_path = AgreedPath();
   }
   if (status.ok()) status = ExecuteWithHello(call, ctx);
   if (!status.ok()) {
@@ -470,90 +464,6 @@ absl::Status Communicator::CheckFingerprints(const Call& call, const CallContext
                        mine.ToString(), " but rank ", peer, " called ", other.ToString()));
     }
   }
-  return absl::OkStatus();
-}
-
-PathEstimate Communicator::AgreedPath() const {
-  if (const CostModel& model = options_.cost_model; model.constants_given()) {
-    // The same model on every rank (the selector's choices depend on it alike), so
-    // the same path.
-    const CostModel::Constants& c = model.constants();
-    PathEstimate path;
-    path.round_trip = absl::Seconds(2 * c.inter_node_alpha);
-    path.bytes_per_second = 1 / c.inter_node_beta;
-    return path;
-  }
-  return agreed_path_;
-}
-
-// Every input is the same on every rank (the transport's kind, what the ranks agreed
-// before, how often, the call's count and chunking), so every rank decides alike and
-// all or none of them exchange.
-bool Communicator::NeedsPathAgreement(const Call& call, const CallContext& ctx) const {
-  if (options_.cost_model.constants_given() || size() < 2 || !transport_->MeasuresPaths() ||
-      agreed_path_.BytesInFlight() > 0 || path_agreements_ >= kPathAgreements) {
-    return false;
-  }
-  if (call.kind == CollectiveKind::kSendRecv || call.kind == CollectiveKind::kBarrier) return false;
-  // Only a call of 3 chunks or more has a window that a path could widen.
-  return collectives_internal::NumChunks(ctx, call.count, call.dtype) >= 3;
-}
-
-// Each rank sends every other rank its estimate of its paths (the longest round trip
-// and the fastest rate over its peers, as ChunksInFlight takes them) and keeps the
-// largest of each over all ranks: the same values on every rank.
-absl::Status Communicator::AgreePath(const CallContext& ctx) {
-  struct Wire {
-    int64_t round_trip_nanos = 0;
-    double bytes_per_second = 0;
-  };
-  static_assert(sizeof(Wire) == 16);
-  const int n = size(), me = rank();
-  Wire mine;
-  for (int peer = 0; peer < n; ++peer) {
-    if (peer == me) continue;
-    const PathEstimate e = transport_->EstimatePath(peer);
-    mine.round_trip_nanos = std::max(mine.round_trip_nanos, absl::ToInt64Nanoseconds(e.round_trip));
-    mine.bytes_per_second = std::max(mine.bytes_per_second, e.bytes_per_second);
-  }
-  std::vector<Wire> theirs(static_cast<size_t>(n));
-  std::vector<Request> posted;
-  posted.reserve(2 * static_cast<size_t>(n));
-  absl::Status status;
-  for (int peer = 0; peer < n && status.ok(); ++peer) {
-    if (peer == me) continue;
-    absl::StatusOr<Request> receive = collectives_internal::PostRecv(
-        ctx, kPathStep, peer,
-        BufferView(reinterpret_cast<std::byte*>(&theirs[static_cast<size_t>(peer)]), sizeof(Wire),
-                   DType::kU8));
-    if (receive.ok()) posted.push_back(*receive);
-    status = receive.status();
-  }
-  for (int peer = 0; peer < n && status.ok(); ++peer) {
-    if (peer == me) continue;
-    absl::StatusOr<Request> send = collectives_internal::PostSend(
-        ctx, kPathStep, peer,
-        ConstBufferView(reinterpret_cast<const std::byte*>(&mine), sizeof(Wire), DType::kU8));
-    if (send.ok()) posted.push_back(*send);
-    status = send.status();
-  }
-  // After a failure what was posted is withdrawn (a past deadline), not waited for.
-  const absl::Status waited =
-      ctx.transport->Wait(posted, status.ok() ? ctx.deadline : absl::InfinitePast());
-  LOOM_RETURN_IF_ERROR(status);
-  LOOM_RETURN_IF_ERROR(waited);
-  theirs[static_cast<size_t>(me)] = mine;
-  PathEstimate agreed;
-  for (const Wire& w : theirs) {
-    // A peer's values are taken only where they are sane (the same check on every rank).
-    if (w.round_trip_nanos > 0) {
-      agreed.round_trip = std::max(agreed.round_trip, absl::Nanoseconds(w.round_trip_nanos));
-    }
-    if (std::isfinite(w.bytes_per_second) && w.bytes_per_second > 0) {
-      agreed.bytes_per_second = std::max(agreed.bytes_per_second, w.bytes_per_second);
-    }
-  }
-  agreed_path_ = agreed;
   return absl::OkStatus();
 }
 

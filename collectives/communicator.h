@@ -225,14 +225,6 @@ class Communicator {
   bool HasNative() const;
   // TransportName returns the transport's name ("mpi", "gloo", "shm", ...).
   std::string TransportName() const;
-  // AgreedPath returns the path this communicator's trees size their windows by
-  // (binomial_tree.h, double_binary_tree.h), the same on every rank: the cost
-  // model's inter-node constants where it has them; else, over a transport that
-  // measures its paths (Transport::MeasuresPaths: MPI, gloo), the longest round trip
-  // and fastest rate any rank has measured, which the ranks exchange before one of
-  // their first calls of 3 chunks or more (until a path is known, 3 times at most:
-  // one message to every rank and back, once). Zeros: none known (2 chunks).
-  PathEstimate AgreedPath() const;
 
   // Counters returns this communicator's counters of one collective (kSendRecv for
   // Send and Recv).
@@ -249,9 +241,6 @@ class Communicator {
   // ExecuteWithHello: Execute, with the rooted calls' extra message (communicator.cc).
   absl::Status ExecuteWithHello(const Call& call, const collectives_internal::CallContext& ctx);
   absl::Status CheckFingerprints(const Call& call, const collectives_internal::CallContext& ctx);
-  // NeedsPathAgreement / AgreePath: see AgreedPath.
-  bool NeedsPathAgreement(const Call& call, const collectives_internal::CallContext& ctx) const;
-  absl::Status AgreePath(const collectives_internal::CallContext& ctx);
   absl::Status ExecuteReduction(const Call& call, const collectives_internal::CallContext& ctx);
   absl::Status ExecuteDeterministic(const Call& call, Algorithm algorithm,
                                     const collectives_internal::CallContext& ctx,
@@ -277,9 +266,6 @@ class Communicator {
   std::unique_ptr<collectives_internal::AlgorithmCache> algorithms_;
   absl::Status broken_;
   std::vector<uint64_t> sends_to_, receives_from_;  // point-to-point sequence per peer
-  // The path the ranks agreed on (AgreedPath), and how many times they exchanged it.
-  PathEstimate agreed_path_;
-  int path_agreements_ = 0;
 };
 
 }  // namespace loom

@@ -85,9 +85,8 @@ class CostModel {
 
   const Constants& constants() const { return constants_; }
   // Whether the constants were measured or given (FromConstants, Parse: a
-  // calibration's or a user's), not Default()'s rough guesses. Such a model's link
-  // sizes the trees' window (Communicator::AgreedPath) in place of the one the ranks
-  // measure and agree on.
+  // calibration's or a user's), not Default()'s rough guesses. Only such a model's
+  // link sizes the trees' window (Communicator: CallContext::agreed_path).
   bool constants_given() const { return constants_given_; }
 
   // A measured curve: an algorithm's time per call at a few sizes (bytes as Predict

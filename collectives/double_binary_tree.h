@@ -14,9 +14,8 @@
 // depth d handles the reduction of chunk u in round u - g d and the broadcast of
 // chunk v in round v + g d, so in every round chunks flow up and other chunks flow
 // down both trees, and everything a round waits for was sent g rounds before. The
-// lag g is 1 on a short path; where the communicator knows a long one (its cost
-// model's, or the path its ranks agreed on: Communicator::AgreedPath, passed as
-// CallContext::agreed_path), g chunks hold twice its bandwidth-delay product. A
+// lag g is 1 on a short path; where the communicator's cost model gives a long one
+// (CallContext::agreed_path), g chunks hold twice its bandwidth-delay product. A
 // call takes about chunks + 2 g depth rounds. Each element is reduced exactly once,
 // at its tree's root, and copied to everyone else, so every rank ends with the same
 // bits.

@@ -60,7 +60,6 @@ class GroupTransport final : public Transport {
     if (peer < 0 || peer >= size()) return {};
     return parent_->EstimatePath(ranks_[peer]);
   }
-  bool MeasuresPaths() const override { return parent_->MeasuresPaths(); }
 
   // ParentRank maps a rank of this view to the parent's numbering.
   int ParentRank(int rank) const { return ranks_[rank]; }

@@ -141,7 +141,6 @@ class PathTransport final : public Transport {
   PathEstimate EstimatePath(int peer) const override {
     return peer == rank() || peer < 0 || peer >= size() ? PathEstimate{} : paths_(rank(), peer);
   }
-  bool MeasuresPaths() const override { return true; }
 
  private:
   Transport& inner_;

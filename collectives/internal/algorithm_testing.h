@@ -72,8 +72,7 @@ std::vector<absl::Status> RunAlgorithmRanks(TransportHarness& harness, int world
                                             PathEstimate agreed_path = {});
 
 // WithPath wraps `inner` so that every rank's transport reports `path` as its
-// estimate of the path to each peer (Transport::EstimatePath, MeasuresPaths true) and
-// forwards the rest.
+// estimate of the path to each peer (Transport::EstimatePath) and forwards the rest.
 std::unique_ptr<TransportHarness> WithPath(std::unique_ptr<TransportHarness> inner,
                                            PathEstimate path);
 // WithPaths: the same, with rank `rank`'s estimate of the path to `peer` given by

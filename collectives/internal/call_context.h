@@ -133,12 +133,10 @@ struct CallContext {
   // This rank's endpoint among its node's ranks (CommunicatorOptions::node_transport),
   // for the hierarchical algorithm's intra-node phases; null: use `transport`.
   Transport* node_transport = nullptr;
-  // The path between hosts as every rank of the call holds it alike
-  // (Communicator::AgreedPath: the cost model's, when its constants were measured or
-  // given, round trip 2 x inter_node_alpha and rate 1 / inter_node_beta; else the
-  // longest round trip and fastest rate the ranks measured, exchanged), for the
-  // algorithms whose window must be the same on every rank (AgreedChunksInFlight).
-  // Zeros: none known.
+  // The path between hosts as every rank of the call holds it alike (the
+  // communicator's cost model, when its constants were measured or given: round trip
+  // 2 x inter_node_alpha, rate 1 / inter_node_beta), for the algorithms whose window
+  // must be the same on every rank (AgreedChunksInFlight). Zeros: none known.
   PathEstimate agreed_path;
 
   int rank() const { return transport->rank(); }

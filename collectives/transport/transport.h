@@ -276,11 +276,6 @@ class Transport {
     (void)peer;
     return {};
   }
-  // MeasuresPaths says whether EstimatePath reports what this backend measures of its
-  // paths from its own traffic (MPI and gloo do). A property of the backend, so the
-  // same on every rank of a group: a Communicator decides by it, alike on every rank,
-  // whether to agree on a path for the trees' windows.
-  virtual bool MeasuresPaths() const { return false; }
 
   // native returns the backend's own collectives over this group, or null when it
   // has none (inproc, shm). Owned by the transport. See native_collectives.h.

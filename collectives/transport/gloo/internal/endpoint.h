@@ -103,7 +103,6 @@ class Endpoint final : public Transport {
   std::string name() const override { return "gloo"; }
   // The shortest ping echo and the fastest arrivals from `peer` so far.
   PathEstimate EstimatePath(int peer) const override { return paths_.Estimate(peer); }
-  bool MeasuresPaths() const override { return true; }
 
   absl::StatusOr<Request> PostSend(int peer, Tag tag, absl::Span<const std::byte> data,
                                    const Stamp& stamp) ABSL_LOCKS_EXCLUDED(mu_) override;

@@ -71,7 +71,6 @@ class Endpoint final : public Transport {
   // rate at which a transfer's pieces came in from it (zero for a peer this rank
   // only sends to).
   PathEstimate EstimatePath(int peer) const ABSL_LOCKS_EXCLUDED(MpiLock()) override;
-  bool MeasuresPaths() const override { return true; }
 
  private:
   enum class State { kPosted, kAwaitingClear, kTransferring, kDone };
