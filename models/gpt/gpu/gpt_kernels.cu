@@ -256,22 +256,20 @@ __global__ void LayerNormBackwardKernel(const float* x, const float* gamma, cons
   }
 }
 
-// LayerNormBackwardKernel with a warp a row (n = 4 * n4 <= 128 * kMaxVec): dy * gamma
-// and xhat stay in registers between the two sums and the output, so x and dy are read
-// once. residual may alias dx: each lane reads its elements before it writes them.
-template <typename T, int kMaxVec>
-__global__ void LayerNormBackwardWarpKernel(const float* x, const float* gamma, const float* mean,
-                                            const float* rstd, const float* dy,
-                                            const float* residual, float* dx, T* dx_operand,
-                                            int64_t rows, int n4) {
+// One row of LayerNormBackwardKernel by one warp (n = 4 * n4 <= 128 * kMaxVec; lane l
+// holds columns 4 (l + 32 k) .. + 3): dy * gamma and xhat stay in registers between
+// the two sums and the output, so x and dy are read once. residual may alias dx: each
+// lane reads its elements before it writes them. With kGather the lane also adds its
+// columns' dy * xhat, dy and dx (as written) into sum_dyx, sum_dy and sum_dx.
+template <typename T, int kMaxVec, bool kGather>
+__device__ __forceinline__ void LayerNormBackwardRow(
+    const float* x, const float* gamma, float mu, float rs, const float* dy,
+    const float* residual, float* dx, T* dx_operand, int64_t at, int n4,
+    float4 (&sum_dyx)[kMaxVec], float4 (&sum_dy)[kMaxVec], float4 (&sum_dx)[kMaxVec]) {
   const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int64_t at = row * n4 * 4;
   const float4* xr = reinterpret_cast<const float4*>(x + at);
   const float4* dyr = reinterpret_cast<const float4*>(dy + at);
   const float4* g4 = reinterpret_cast<const float4*>(gamma);
-  const float mu = mean[row], rs = rstd[row];
   float4 g[kMaxVec], xh[kMaxVec];
   float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
@@ -283,6 +281,16 @@ __global__ void LayerNormBackwardWarpKernel(const float* x, const float* gamma, 
       xh[k] = make_float4((xv.x - mu) * rs, (xv.y - mu) * rs, (xv.z - mu) * rs, (xv.w - mu) * rs);
       sg += (g[k].x + g[k].y) + (g[k].z + g[k].w);
       sgx += (g[k].x * xh[k].x + g[k].y * xh[k].y) + (g[k].z * xh[k].z + g[k].w * xh[k].w);
+      if (kGather) {
+        sum_dyx[k].x += d.x * xh[k].x;
+        sum_dyx[k].y += d.y * xh[k].y;
+        sum_dyx[k].z += d.z * xh[k].z;
+        sum_dyx[k].w += d.w * xh[k].w;
+        sum_dy[k].x += d.x;
+        sum_dy[k].y += d.y;
+        sum_dy[k].z += d.z;
+        sum_dy[k].w += d.w;
+      }
     }
   }
   const float n = static_cast<float>(n4 * 4);
@@ -302,8 +310,27 @@ __global__ void LayerNormBackwardWarpKernel(const float* x, const float* gamma, 
       }
       StoreNormalized4(dx + at + 4 * j, out);
       if (dx_operand != nullptr) StoreNormalized4(dx_operand + at + 4 * j, out);
+      if (kGather) {
+        sum_dx[k].x += out[0];
+        sum_dx[k].y += out[1];
+        sum_dx[k].z += out[2];
+        sum_dx[k].w += out[3];
+      }
     }
   }
+}
+
+// LayerNormBackwardKernel with a warp a row (LayerNormBackwardRow).
+template <typename T, int kMaxVec>
+__global__ void LayerNormBackwardWarpKernel(const float* x, const float* gamma, const float* mean,
+                                            const float* rstd, const float* dy,
+                                            const float* residual, float* dx, T* dx_operand,
+                                            int64_t rows, int n4) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  float4 unused[kMaxVec];  // no sums gathered
+  LayerNormBackwardRow<T, kMaxVec, false>(x, gamma, mean[row], rstd[row], dy, residual, dx,
+                                          dx_operand, row * n4 * 4, n4, unused, unused, unused);
 }
 
 // Column partial sums over chunks of kRowChunk rows: block (32, 8) covers 32 columns
@@ -487,64 +514,16 @@ __global__ void __launch_bounds__(kGradsWarps * 32)
                                  float* dx, T* dx_operand, float* partial, int64_t rows, int n4,
                                  bool with_dx_sum) {
   __shared__ __align__(16) float stage[kGradsWarps * 128 * kMaxVec];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float4* g4 = reinterpret_cast<const float4*>(gamma);
+  const int warp = threadIdx.x >> 5;
   const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float4 sum_dyx[kMaxVec], sum_dy[kMaxVec], sum_dx[kMaxVec];
 #pragma unroll
   for (int k = 0; k < kMaxVec; ++k) sum_dyx[k] = sum_dy[k] = sum_dx[k] = zero;
-  const float n = static_cast<float>(n4 * 4);
   for (int i = 0; i < kGradsRowsPerWarp; ++i) {
     const int64_t row = blockIdx.x * kGradsRows + warp * kGradsRowsPerWarp + i;
     if (row >= rows) break;  // the same for the whole warp
-    const int64_t at = row * n4 * 4;
-    const float4* xr = reinterpret_cast<const float4*>(x + at);
-    const float4* dyr = reinterpret_cast<const float4*>(dy + at);
-    const float mu = mean[row], rs = rstd[row];
-    float4 g[kMaxVec], xh[kMaxVec];
-    float sg = 0.0f, sgx = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kMaxVec; ++k) {
-      const int j = lane + 32 * k;
-      if (j < n4) {
-        const float4 d = dyr[j], gm = g4[j], xv = xr[j];
-        g[k] = make_float4(d.x * gm.x, d.y * gm.y, d.z * gm.z, d.w * gm.w);
-        xh[k] =
-            make_float4((xv.x - mu) * rs, (xv.y - mu) * rs, (xv.z - mu) * rs, (xv.w - mu) * rs);
-        sg += (g[k].x + g[k].y) + (g[k].z + g[k].w);
-        sgx += (g[k].x * xh[k].x + g[k].y * xh[k].y) + (g[k].z * xh[k].z + g[k].w * xh[k].w);
-        sum_dyx[k].x += d.x * xh[k].x;
-        sum_dyx[k].y += d.y * xh[k].y;
-        sum_dyx[k].z += d.z * xh[k].z;
-        sum_dyx[k].w += d.w * xh[k].w;
-        sum_dy[k].x += d.x;
-        sum_dy[k].y += d.y;
-        sum_dy[k].z += d.z;
-        sum_dy[k].w += d.w;
-      }
-    }
-    const float mg = WarpSum(sg) / n, mgx = WarpSum(sgx) / n;
-#pragma unroll
-    for (int k = 0; k < kMaxVec; ++k) {
-      const int j = lane + 32 * k;
-      if (j < n4) {
-        float out[4] = {rs * (g[k].x - mg - xh[k].x * mgx), rs * (g[k].y - mg - xh[k].y * mgx),
-                        rs * (g[k].z - mg - xh[k].z * mgx), rs * (g[k].w - mg - xh[k].w * mgx)};
-        if (residual != nullptr) {
-          const float4 r = reinterpret_cast<const float4*>(residual + at)[j];
-          out[0] += r.x;
-          out[1] += r.y;
-          out[2] += r.z;
-          out[3] += r.w;
-        }
-        StoreNormalized4(dx + at + 4 * j, out);
-        if (dx_operand != nullptr) StoreNormalized4(dx_operand + at + 4 * j, out);
-        sum_dx[k].x += out[0];
-        sum_dx[k].y += out[1];
-        sum_dx[k].z += out[2];
-        sum_dx[k].w += out[3];
-      }
-    }
+    LayerNormBackwardRow<T, kMaxVec, true>(x, gamma, mean[row], rstd[row], dy, residual, dx,
+                                           dx_operand, row * n4 * 4, n4, sum_dyx, sum_dy, sum_dx);
   }
   CombineWarps<kMaxVec>(sum_dyx, stage, partial, 0, n4);
   CombineWarps<kMaxVec>(sum_dy, stage, partial, 1, n4);
