@@ -151,8 +151,12 @@ bool LaunchedByMpirun();
 
 struct MpiTransportOptions {
   // Messages of at most this many bytes travel inside their envelope and complete
-  // as buffered; in [0, 1048576]. Every rank passes the same.
-  size_t eager_bytes = 16 * 1024;
+  // as buffered; in [0, 1048576]. Every rank passes the same. The default and its
+  // envelope stay under Open MPI's TCP eager limit (64 KiB with its header), so MPI
+  // sends them at once too. A larger message is a rendezvous, a round trip before
+  // its data moves: between 3 hosts 2 ms apart a 64 KiB all-reduce by direct (21
+  // KiB messages) took 14.5 ms with 16 KiB here and 4.9 ms with 60 KiB.
+  size_t eager_bytes = size_t{60} << 10;
   // The bytes of one data message of a rendezvous (each piece a sender stages, and
   // each chunk a combining receive combines); a multiple of 4096 in [4096, 1 GiB].
   // Every rank passes the same.
