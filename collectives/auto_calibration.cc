@@ -112,8 +112,13 @@ constexpr double kFinalistSlack = 1.10;
 // curves would extend the 4 MiB figures; the others keep the extension of their last
 // segment. Two calls each, averaged, with no warm-up (each ran at `top` already):
 // the mean, since an algorithm whose time varies from call to call costs its mean
-// in a job (halving-doubling's first 16 MiB call took 71 ms, its mean 97 ms).
-absl::Status ExtendTheFinalists(Communicator& comm, size_t top, CostModel* model) {
+// in a job (halving-doubling's first 16 MiB call took 71 ms, its mean 97 ms). Where
+// two calls each, as the model prices them, would not fit in what is left of the
+// budget (`seconds_left`, this rank's; the least over the ranks decides), one call
+// each, and only for the cheapest that fit (two at least): over 2 ms links two
+// finalists' two 16 MiB calls took 0.6 s on 3 hosts, and the calibration 2.5 s.
+absl::Status ExtendTheFinalists(Communicator& comm, size_t top, double seconds_left,
+                                CostModel* model) {
   const int n = comm.size();
   const int per_node = comm.options().ranks_per_node;
   std::vector<std::pair<Algorithm, CostModel::Curve>> curves;
@@ -128,25 +133,41 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, CostModel* model
   }
   // Every rank has the same model (Calibrate agreed on it), so every rank picks
   // the same finalists in the same order.
-  std::vector<double> seconds;
   std::vector<Algorithm> finalists;
   for (const auto& [algorithm, curve] : curves) {
-    if (curve.back().second > kFinalistSlack * best) continue;
+    if (curve.back().second <= kFinalistSlack * best) finalists.push_back(algorithm);
+  }
+  if (finalists.empty()) return absl::OkStatus();
+  // A call's price at the larger size: its curve carried on (at least linearly).
+  std::map<Algorithm, double> price;
+  for (const auto& [algorithm, seconds] :
+       model->Explain(CollectiveKind::kAllReduce, top * kFinalFactor, n, per_node,
+                      /*allow_native=*/true)
+           .predictions) {
+    price[algorithm] = seconds;
+  }
+  std::vector<std::pair<Algorithm, double>> priced;
+  for (Algorithm algorithm : finalists) priced.emplace_back(algorithm, price[algorithm]);
+  double left[1] = {seconds_left};
+  CallOptions direct;
+  direct.algorithm = Algorithm::kDirect;  // one round: the link may be long
+  LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(left), ReduceOp::kMin, direct));
+  const FinalistCalls plan = PlanFinalistCalls(std::move(priced), left[0]);
+  std::vector<double> seconds;
+  for (Algorithm algorithm : plan.measured) {
     LOOM_ASSIGN_OR_RETURN(const double took,
                           MeasureCall(comm, CollectiveKind::kAllReduce, algorithm,
                                       top * kFinalFactor, /*batches=*/1, /*batch_seconds=*/0,
-                                      /*warm=*/false, /*calls=*/2));
-    finalists.push_back(algorithm);
+                                      /*warm=*/false, plan.calls));
     seconds.push_back(took);
   }
-  if (seconds.empty()) return absl::OkStatus();
   CallOptions by_ring;
   by_ring.algorithm = Algorithm::kRing;
   // The slowest rank's time, as Calibrate's curves (calibration.cc).
   LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(seconds), ReduceOp::kMax, by_ring));
-  for (size_t i = 0; i < finalists.size(); ++i) {
+  for (size_t i = 0; i < plan.measured.size(); ++i) {
     for (auto& [algorithm, curve] : curves) {
-      if (algorithm != finalists[i]) continue;
+      if (algorithm != plan.measured[i]) continue;
       curve.emplace_back(top * kFinalFactor, seconds[i]);
       LOOM_RETURN_IF_ERROR(
           model->SetCurve(CollectiveKind::kAllReduce, algorithm, n, per_node, curve));
@@ -156,6 +177,23 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, CostModel* model
 }
 
 }  // namespace
+
+FinalistCalls PlanFinalistCalls(std::vector<std::pair<Algorithm, double>> prices,
+                                double seconds_left) {
+  std::stable_sort(prices.begin(), prices.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
+  double one_call_each = 0;
+  for (const auto& [algorithm, seconds] : prices) one_call_each += seconds;
+  FinalistCalls plan;
+  plan.calls = 2 * one_call_each <= seconds_left ? 2 : 1;
+  double spent = 0;
+  for (const auto& [algorithm, seconds] : prices) {
+    spent += seconds;
+    if (plan.calls == 1 && plan.measured.size() >= 2 && spent > seconds_left) break;
+    plan.measured.push_back(algorithm);
+  }
+  return plan;
+}
 
 std::string CostModelCacheDir() {
   if (const char* dir = std::getenv("LOOM_CACHE_DIR"); dir != nullptr && *dir != '\0') return dir;
@@ -271,6 +309,10 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   calibration.latency_round_trips = 20;
   calibration.bandwidth_bytes = size_t{1} << 20;
   calibration.bandwidth_round_trips = 4;
+  // Fewer where a round trip is long (3 at least): 20 small ones over 4.3 ms round
+  // trips took 90 ms, and the large ones, each a rendezvous, 110.
+  calibration.latency_seconds = 0.025;
+  calibration.bandwidth_seconds = 0.05;
   calibration.curve_sizes = sizes;
   calibration.curve_kinds = {CollectiveKind::kAllReduce};
   calibration.curve_batches = 3;
@@ -293,7 +335,9 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
       std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.25 - kFixedSeconds) /
       std::max(1.0, points * calibration.curve_batches);
   LOOM_ASSIGN_OR_RETURN(result.model, Calibrate(comm, calibration));
-  LOOM_RETURN_IF_ERROR(ExtendTheFinalists(comm, sizes.back(), &result.model));
+  LOOM_RETURN_IF_ERROR(ExtendTheFinalists(
+      comm, sizes.back(), absl::ToDoubleSeconds(options.budget - (absl::Now() - start)),
+      &result.model));
   comm.SetCostModel(result.model);
   result.source = AutoCalibration::Source::kMeasured;
   if (comm.rank() == 0) {

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -85,6 +86,19 @@ struct AutoCalibration {
 // or parsed is measured over, not an error.
 absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
                                               const AutoCalibrationOptions& options = {});
+
+// PlanFinalistCalls: how AutoCalibrate measures its finalists (the algorithms within
+// 10% of the best at the largest curve size) at 4x that size, given each one's price
+// of a call there (its curve carried on) and the seconds left of the budget: two
+// calls each, cheapest first, where they all fit; else one call each for the
+// cheapest that fit, two at least (fewer only where there are fewer), so the choice
+// is still between measured algorithms. The others keep their curves' extension.
+struct FinalistCalls {
+  int calls = 2;
+  std::vector<Algorithm> measured;  // cheapest first
+};
+FinalistCalls PlanFinalistCalls(std::vector<std::pair<Algorithm, double>> prices,
+                                double seconds_left);
 
 // CostModelCacheDir returns the directory AutoCalibrate uses when options name none.
 std::string CostModelCacheDir();

@@ -162,6 +162,38 @@ TEST_F(AutoCalibrationTest, AnUnwritableCacheIsReportedNotFatal) {
   std::remove(dir_.c_str());
 }
 
+// The finalists' larger calls fit what is left of the budget: two calls each where
+// they all fit; else one each, cheapest first, as many as fit but two at least.
+TEST(PlanFinalistCallsTest, TwoCallsWhereTheyFitElseTheCheapestOnce) {
+  const std::vector<std::pair<Algorithm, double>> prices = {
+      {Algorithm::kRing, 0.125}, {Algorithm::kDirect, 0.0625}, {Algorithm::kHalvingDoubling, 0.25}};
+  using A = Algorithm;
+  const std::vector<A> cheapest_first = {A::kDirect, A::kRing, A::kHalvingDoubling};
+  struct Case {
+    double left;
+    int calls;
+    std::vector<A> measured;
+  };
+  for (const Case& c : std::vector<Case>{
+           {1.000, 2, cheapest_first},            // 2 x 0.4375 fits
+           {0.875, 2, cheapest_first},            // exactly
+           {0.870, 1, cheapest_first},            // once each: 0.4375 fits
+           {0.200, 1, {A::kDirect, A::kRing}},    // 0.1875 fits, 0.4375 does not
+           {0.01, 1, {A::kDirect, A::kRing}},     // two at least
+           {-0.5, 1, {A::kDirect, A::kRing}}}) {  // over the budget already
+    SCOPED_TRACE(absl::StrCat("left ", c.left, " s"));
+    const FinalistCalls plan = PlanFinalistCalls(prices, c.left);
+    EXPECT_EQ(plan.calls, c.calls);
+    EXPECT_EQ(plan.measured, c.measured);
+  }
+  const FinalistCalls one = PlanFinalistCalls({{A::kRing, 0.3}}, 0.0);
+  EXPECT_EQ(one.calls, 1);
+  EXPECT_EQ(one.measured, std::vector<A>{A::kRing});
+  // Equal prices keep the order they came in (every rank plans alike).
+  EXPECT_EQ(PlanFinalistCalls({{A::kRing, 0.1}, {A::kDirect, 0.1}}, 1.0).measured,
+            (std::vector<A>{A::kRing, A::kDirect}));
+}
+
 TEST_F(AutoCalibrationTest, BadOptionsAreRefusedNamingThem) {
   AutoCalibrationOptions one_size = options_;
   one_size.curve_sizes = {size_t{1} << 20};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -16,28 +17,40 @@
 namespace loom {
 namespace {
 
-// RoundTrip returns the mean seconds of a ping-pong of `bytes` between rank 0 and
-// `partner`; other ranks return 0 without taking part.
-absl::StatusOr<double> RoundTrip(Communicator& comm, int partner, size_t bytes, int trips) {
-  std::vector<std::byte> buffer(bytes);
-  const BufferView view(buffer.data(), bytes, DType::kU8);
+// RoundTrip returns the mean seconds of a ping-pong of `bytes` (at least 8) between
+// rank 0 and `partner`; other ranks return 0 without taking part. One unmeasured trip
+// first (page faults and connection set-up are not latency); with `seconds` > 0 its
+// time cuts the measured trips to about that long (3 at least, `trips` at most).
+// Every ping carries the trips still to come, so the partner needs no agreement first.
+absl::StatusOr<double> RoundTrip(Communicator& comm, int partner, size_t bytes, int trips,
+                                 double seconds) {
   if (comm.rank() != 0 && comm.rank() != partner) return 0.0;
-  // One unmeasured trip first: page faults and connection set-up are not latency.
-  for (int warm = 0; warm < 2; ++warm) {
-    const int n = warm == 0 ? 1 : trips;
-    const absl::Time start = absl::Now();
-    for (int i = 0; i < n; ++i) {
-      if (comm.rank() == 0) {
-        LOOM_RETURN_IF_ERROR(comm.Send(view, partner));
-        LOOM_RETURN_IF_ERROR(comm.Recv(view, partner));
-      } else {
-        LOOM_RETURN_IF_ERROR(comm.Recv(view, 0));
-        LOOM_RETURN_IF_ERROR(comm.Send(view, 0));
-      }
-    }
-    if (warm == 1) return absl::ToDoubleSeconds(absl::Now() - start) / n;
+  std::vector<std::byte> buffer(std::max(bytes, sizeof(uint64_t)));
+  const BufferView view(buffer.data(), buffer.size(), DType::kU8);
+  if (comm.rank() != 0) {
+    uint64_t to_come = 0;
+    do {
+      LOOM_RETURN_IF_ERROR(comm.Recv(view, 0));
+      std::memcpy(&to_come, buffer.data(), sizeof(to_come));
+      LOOM_RETURN_IF_ERROR(comm.Send(view, 0));
+    } while (to_come > 1);
+    return 0.0;
   }
-  return 0.0;
+  auto trip = [&](uint64_t to_come) -> absl::Status {
+    std::memcpy(buffer.data(), &to_come, sizeof(to_come));
+    LOOM_RETURN_IF_ERROR(comm.Send(view, partner));
+    return comm.Recv(view, partner);
+  };
+  absl::Time start = absl::Now();
+  LOOM_RETURN_IF_ERROR(trip(/*to_come=*/2));  // more follow: the count is not known yet
+  const double warm = absl::ToDoubleSeconds(absl::Now() - start);
+  int64_t n = std::max(1, trips);
+  if (seconds > 0) {
+    n = std::clamp<int64_t>(std::llround(seconds / std::max(warm, 1e-9)), std::min<int64_t>(3, n), n);
+  }
+  start = absl::Now();
+  for (int64_t i = n; i > 0; --i) LOOM_RETURN_IF_ERROR(trip(static_cast<uint64_t>(i)));
+  return absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(n);
 }
 
 }  // namespace
@@ -154,9 +167,11 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
     auto measure = [&](Communicator& over, int partner, double* alpha,
                        double* beta) -> absl::Status {
       LOOM_ASSIGN_OR_RETURN(const double small,
-                            RoundTrip(over, partner, 8, options.latency_round_trips));
+                            RoundTrip(over, partner, 8, options.latency_round_trips,
+                                      options.latency_seconds));
       LOOM_ASSIGN_OR_RETURN(const double large, RoundTrip(over, partner, options.bandwidth_bytes,
-                                                          options.bandwidth_round_trips));
+                                                          options.bandwidth_round_trips,
+                                                          options.bandwidth_seconds));
       if (over.rank() == 0) {
         *alpha = std::max(1e-9, small / 2);
         *beta = std::max(1e-13, (large / 2 - *alpha) / static_cast<double>(options.bandwidth_bytes));
@@ -164,7 +179,16 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
       return absl::OkStatus();
     };
     const int k = comm.options().ranks_per_node;
-    if (comm.options().node_transport != nullptr) {
+    const bool across_nodes = k > 0 && k < n;
+    // One rank a node: ranks 0 and 1 are the inter-node pair measured below, and no
+    // call goes inside a node, so alpha and beta take the inter-node numbers.
+    // Measuring the pair twice cost 0.2 s of the automatic calibration's 2 s over
+    // 2 ms links (20 round trips of 4.3 ms, and the large ones).
+    const bool one_rank_a_node =
+        across_nodes && k == 1 && comm.options().node_transport == nullptr;
+    if (one_rank_a_node) {
+      // (measured below)
+    } else if (comm.options().node_transport != nullptr) {
       // Inside a node the hierarchical algorithm runs over the node transport, so
       // that is where alpha and beta are measured: between the first two ranks of
       // every node at once (rank 0 keeps node 0's numbers).
@@ -176,8 +200,12 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
     } else {
       LOOM_RETURN_IF_ERROR(measure(comm, 1, &constants.alpha, &constants.beta));
     }
-    if (k > 0 && k < n) {
+    if (across_nodes) {
       LOOM_RETURN_IF_ERROR(measure(comm, k, &constants.inter_node_alpha, &constants.inter_node_beta));
+      if (one_rank_a_node) {
+        constants.alpha = constants.inter_node_alpha;
+        constants.beta = constants.inter_node_beta;
+      }
     } else {
       constants.inter_node_alpha = constants.alpha;
       constants.inter_node_beta = constants.beta;

@@ -37,6 +37,11 @@ struct CalibrationOptions {
   int latency_round_trips = 200;
   size_t bandwidth_bytes = size_t{4} << 20;
   int bandwidth_round_trips = 10;
+  // Positive: the latency (bandwidth) round trips are cut to about this many seconds,
+  // as the unmeasured first trip times one, 3 at least. Over 4.3 ms round trips the
+  // automatic calibration's 20 small ones took a twentieth of its 2 s.
+  double latency_seconds = 0;
+  double bandwidth_seconds = 0;
   // Sizes (bytes, as CostModel::Predict counts them) of the measured curves; empty
   // (the default): the formulas alone. Each (kind, algorithm, size) runs
   // `curve_batches` batches of calls, each about `curve_batch_seconds` long (at least

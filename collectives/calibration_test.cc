@@ -52,10 +52,11 @@ TEST(CalibrationTest, EveryRankGetsTheSameMeasuredModel) {
   EXPECT_EQ(parsed.Serialize(), models[0]->Serialize());
 }
 
-// RunRanks runs `body` on four thread ranks (2 per node), each with its communicator.
+// RunRanks runs `body` on four thread ranks (`ranks_per_node` a node), each with its
+// communicator.
 template <typename Result>
 std::vector<absl::StatusOr<Result>> RunRanks(
-    const std::function<absl::StatusOr<Result>(Communicator&)>& body) {
+    const std::function<absl::StatusOr<Result>(Communicator&)>& body, int ranks_per_node = 2) {
   std::vector<absl::StatusOr<Result>> results(4, absl::UnknownError("not run"));
   absl::StatusOr<std::shared_ptr<InprocGroup>> group = InprocGroup::Create(4);
   if (!group.ok()) return std::vector<absl::StatusOr<Result>>(4, group.status());
@@ -65,7 +66,7 @@ std::vector<absl::StatusOr<Result>> RunRanks(
       absl::StatusOr<std::unique_ptr<Transport>> endpoint = (*group)->Endpoint(r);
       if (!endpoint.ok()) { results[r] = endpoint.status(); return; }
       CommunicatorOptions options;
-      options.ranks_per_node = 2;
+      options.ranks_per_node = ranks_per_node;
       absl::StatusOr<std::unique_ptr<Communicator>> comm =
           Communicator::Create(std::move(*endpoint), options);
       if (!comm.ok()) { results[r] = comm.status(); return; }
@@ -177,6 +178,38 @@ TEST(CalibrationTest, MeasureCallReportsTheAgreedCalls) {
     for (int r = 0; r < 4; ++r) {
       ASSERT_THAT(calls[r], IsOk()) << r;
       EXPECT_EQ(*calls[r], expected) << "rank " << r << ", batch " << batch_seconds << " s";
+    }
+  }
+}
+
+// Round trips cut to their time (latency_seconds, bandwidth_seconds: 3 a
+// measurement here, where one takes microseconds) end together on both sides of each
+// pair: every ping says how many trips are still to come, and a partner that ran one
+// trip more or less than rank 0 would leave the curves after it waiting past their
+// deadline. With one rank a node, ranks 0 and 1 are the inter-node pair, measured
+// once: the intra-node constants are the same numbers.
+TEST(CalibrationTest, RoundTripsCutToTheirTimeEndTogether) {
+  for (const int per_node : {2, 1}) {
+    SCOPED_TRACE(absl::StrCat(per_node, " rank(s) a node"));
+    const std::vector<absl::StatusOr<CostModel>> models = RunRanks<CostModel>(
+        [&](Communicator& comm) {
+          CalibrationOptions calibration = QuickCurves({4 << 10, 64 << 10}, 1e-9);
+          calibration.latency_round_trips = 50;
+          calibration.bandwidth_round_trips = 20;
+          calibration.latency_seconds = 1e-9;
+          calibration.bandwidth_seconds = 1e-9;
+          return Calibrate(comm, calibration);
+        },
+        per_node);
+    for (int r = 0; r < 4; ++r) ASSERT_THAT(models[r], IsOk()) << r;
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(models[r]->Serialize(), models[0]->Serialize());
+    const CostModel::Constants& c = models[0]->constants();
+    EXPECT_GT(c.alpha, 0);
+    EXPECT_GT(c.inter_node_alpha, 0);
+    EXPECT_FALSE(models[0]->curve(CollectiveKind::kAllReduce, Algorithm::kRing, 4, per_node).empty());
+    if (per_node == 1) {
+      EXPECT_EQ(c.alpha, c.inter_node_alpha);
+      EXPECT_EQ(c.beta, c.inter_node_beta);
     }
   }
 }
