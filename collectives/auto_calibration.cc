@@ -104,19 +104,26 @@ absl::Status BroadcastText(Communicator& comm, std::string* text) {
 // the best there an algorithm must be to be one.
 constexpr size_t kFinalFactor = 4;
 constexpr double kFinalistSlack = 1.10;
+// The calls each finalist is measured with there (their mean).
+constexpr int kFinalistCalls = 2;
+// What such a call takes against its price (its curve carried on linearly, a lower
+// bound): the first calls at a new size took up to 1.6 times it across 3 emulated
+// hosts (89..165 ms against 94..97 ms medians at 16 MiB).
+constexpr double kFinalistCallOverPrice = 1.5;
 
-// ExtendTheFinalists adds one point at kFinalFactor x `top` to the all-reduce curves
-// of the algorithms within kFinalistSlack of the best at `top`. Where the link is
-// the limit an algorithm's losses can show only at the large sizes (halving-doubling
-// at 0.96 of the ring at 4 MiB measured 0.67 at 16 MiB over 2 Gbit/s), and the
-// curves would extend the 4 MiB figures; the others keep the extension of their last
-// segment. Two calls each, averaged, with no warm-up (each ran at `top` already):
+// ExtendTheFinalists adds one point at kFinalFactor x `top` to every all-reduce
+// curve: measured for the algorithms within kFinalistSlack of the best at `top`
+// (the finalists), derived for the others (below). Where the link is the limit an
+// algorithm's losses can show only at the large sizes (halving-doubling at 0.96 of
+// the ring at 4 MiB measured 0.67 at 16 MiB over 2 Gbit/s), and the curves would
+// extend the 4 MiB figures. Two calls each, averaged, with no warm-up (each ran at `top` already):
 // the mean, since an algorithm whose time varies from call to call costs its mean
-// in a job (halving-doubling's first 16 MiB call took 71 ms, its mean 97 ms). Where
-// two calls each, as the model prices them, would not fit in what is left of the
-// budget (`seconds_left`, this rank's; the least over the ranks decides), one call
-// each, and only for the cheapest that fit (two at least): over 2 ms links two
-// finalists' two 16 MiB calls took 0.6 s on 3 hosts, and the calibration 2.5 s.
+// in a job (halving-doubling's first 16 MiB call took 71 ms, its mean 97 ms). Only
+// the cheapest finalists whose two calls fit in what is left of the budget
+// (`seconds_left`, this rank's; the least over the ranks decides) are measured, two
+// at least (PlanFinalists). One call each was tried: single 16 MiB calls over
+// the 2 Gbit/s link took 89..165 ms where the same algorithms' medians were 94..97,
+// and auto chose an unmeasured algorithm at 0.87 of the best.
 absl::Status ExtendTheFinalists(Communicator& comm, size_t top, double seconds_left,
                                 CostModel* model) {
   const int n = comm.size();
@@ -147,52 +154,65 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, double seconds_l
     price[algorithm] = seconds;
   }
   std::vector<std::pair<Algorithm, double>> priced;
-  for (Algorithm algorithm : finalists) priced.emplace_back(algorithm, price[algorithm]);
+  for (Algorithm algorithm : finalists) {
+    priced.emplace_back(algorithm, kFinalistCallOverPrice * price[algorithm]);
+  }
   double left[1] = {seconds_left};
   CallOptions direct;
   direct.algorithm = Algorithm::kDirect;  // one round: the link may be long
   LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(left), ReduceOp::kMin, direct));
-  const FinalistCalls plan = PlanFinalistCalls(std::move(priced), left[0]);
+  const std::vector<Algorithm> measured = PlanFinalists(std::move(priced), left[0]);
   std::vector<double> seconds;
-  for (Algorithm algorithm : plan.measured) {
+  for (Algorithm algorithm : measured) {
     LOOM_ASSIGN_OR_RETURN(const double took,
                           MeasureCall(comm, CollectiveKind::kAllReduce, algorithm,
                                       top * kFinalFactor, /*batches=*/1, /*batch_seconds=*/0,
-                                      /*warm=*/false, plan.calls));
+                                      /*warm=*/false, kFinalistCalls));
     seconds.push_back(took);
   }
   CallOptions by_ring;
   by_ring.algorithm = Algorithm::kRing;
   // The slowest rank's time, as Calibrate's curves (calibration.cc).
   LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(seconds), ReduceOp::kMax, by_ring));
-  for (size_t i = 0; i < plan.measured.size(); ++i) {
-    for (auto& [algorithm, curve] : curves) {
-      if (algorithm != plan.measured[i]) continue;
-      curve.emplace_back(top * kFinalFactor, seconds[i]);
-      LOOM_RETURN_IF_ERROR(
-          model->SetCurve(CollectiveKind::kAllReduce, algorithm, n, per_node, curve));
+  // The curves not measured there grow from `top` as the least of the measured
+  // ones did, and at least linearly. A curve carried on linearly would be compared
+  // with measured points that carry what a link does to the first calls of a new
+  // size: on the 2 Gbit/s link two 16 MiB calls took 119..138 ms where the
+  // algorithms' medians were 94..97 (4 x their 4 MiB points), and auto chose the
+  // double binary tree, 13% slower than the best at 4 MiB and not measured at 16,
+  // at 0.86 of the best.
+  double growth = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < measured.size(); ++i) {
+    for (const auto& [algorithm, curve] : curves) {
+      if (algorithm == measured[i]) growth = std::min(growth, seconds[i] / curve.back().second);
     }
+  }
+  growth = std::max(growth, static_cast<double>(kFinalFactor));
+  for (auto& [algorithm, curve] : curves) {
+    const auto it = std::find(measured.begin(), measured.end(), algorithm);
+    const double at_top = curve.back().second;
+    curve.emplace_back(top * kFinalFactor,
+                       it != measured.end() ? seconds[static_cast<size_t>(it - measured.begin())]
+                                            : at_top * growth);
+    LOOM_RETURN_IF_ERROR(model->SetCurve(CollectiveKind::kAllReduce, algorithm, n, per_node, curve));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-FinalistCalls PlanFinalistCalls(std::vector<std::pair<Algorithm, double>> prices,
-                                double seconds_left) {
+std::vector<Algorithm> PlanFinalists(std::vector<std::pair<Algorithm, double>> prices,
+                                     double seconds_left) {
   std::stable_sort(prices.begin(), prices.end(),
                    [](const auto& a, const auto& b) { return a.second < b.second; });
-  double one_call_each = 0;
-  for (const auto& [algorithm, seconds] : prices) one_call_each += seconds;
-  FinalistCalls plan;
-  plan.calls = 2 * one_call_each <= seconds_left ? 2 : 1;
+  std::vector<Algorithm> measured;
   double spent = 0;
   for (const auto& [algorithm, seconds] : prices) {
-    spent += seconds;
-    if (plan.calls == 1 && plan.measured.size() >= 2 && spent > seconds_left) break;
-    plan.measured.push_back(algorithm);
+    spent += kFinalistCalls * seconds;
+    if (measured.size() >= 2 && spent > seconds_left) break;
+    measured.push_back(algorithm);
   }
-  return plan;
+  return measured;
 }
 
 std::string CostModelCacheDir() {

@@ -87,18 +87,14 @@ struct AutoCalibration {
 absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
                                               const AutoCalibrationOptions& options = {});
 
-// PlanFinalistCalls: how AutoCalibrate measures its finalists (the algorithms within
+// PlanFinalists: which finalists AutoCalibrate measures (of the algorithms within
 // 10% of the best at the largest curve size) at 4x that size, given each one's price
-// of a call there (its curve carried on) and the seconds left of the budget: two
-// calls each, cheapest first, where they all fit; else one call each for the
-// cheapest that fit, two at least (fewer only where there are fewer), so the choice
-// is still between measured algorithms. The others keep their curves' extension.
-struct FinalistCalls {
-  int calls = 2;
-  std::vector<Algorithm> measured;  // cheapest first
-};
-FinalistCalls PlanFinalistCalls(std::vector<std::pair<Algorithm, double>> prices,
-                                double seconds_left);
+// of a call there (its curve carried on) and the seconds left of the budget: the
+// cheapest first, two calls each, as many as fit, and two at least (fewer only where
+// there are fewer), so the choice is still between measured algorithms; returned
+// cheapest first. The others keep their curves' extension.
+std::vector<Algorithm> PlanFinalists(std::vector<std::pair<Algorithm, double>> prices,
+                                     double seconds_left);
 
 // CostModelCacheDir returns the directory AutoCalibrate uses when options name none.
 std::string CostModelCacheDir();

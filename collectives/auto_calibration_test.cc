@@ -148,6 +148,29 @@ TEST_F(AutoCalibrationTest, MeasuresOnceThenLoadsTheCacheUntilItIsStale) {
   EXPECT_EQ(again.results[0]->source, Source::kCache);
 }
 
+// Every all-reduce curve reaches 4x the largest size: the finalists measured there,
+// the others grown from their last point as the least of the finalists grew, and
+// at least linearly, so a curve carried on is not compared with measured points at
+// sizes none of it measured.
+TEST_F(AutoCalibrationTest, EveryCurveReachesTheFinalistsSize) {
+  const Ranks run = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(run);
+  const CostModel& model = run.results[0]->model;
+  int curves = 0;
+  for (const auto& [algorithm, seconds] :
+       model.Explain(CollectiveKind::kAllReduce, size_t{1} << 20, kRanks, 2, true).predictions) {
+    const auto curve = model.curve(CollectiveKind::kAllReduce, algorithm, kRanks, 2);
+    if (curve.empty()) continue;
+    ++curves;
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    ASSERT_GE(curve.size(), 2u);
+    EXPECT_EQ(curve.back().first, size_t{4} << 20);
+    EXPECT_EQ(curve[curve.size() - 2].first, size_t{1} << 20);
+    EXPECT_GT(curve.back().second, 0);
+  }
+  EXPECT_GE(curves, 2);
+}
+
 // A cache directory that cannot be made is reported in the result, and the run
 // still gets its measured model.
 TEST_F(AutoCalibrationTest, AnUnwritableCacheIsReportedNotFatal) {
@@ -162,35 +185,29 @@ TEST_F(AutoCalibrationTest, AnUnwritableCacheIsReportedNotFatal) {
   std::remove(dir_.c_str());
 }
 
-// The finalists' larger calls fit what is left of the budget: two calls each where
-// they all fit; else one each, cheapest first, as many as fit but two at least.
-TEST(PlanFinalistCallsTest, TwoCallsWhereTheyFitElseTheCheapestOnce) {
-  const std::vector<std::pair<Algorithm, double>> prices = {
-      {Algorithm::kRing, 0.125}, {Algorithm::kDirect, 0.0625}, {Algorithm::kHalvingDoubling, 0.25}};
+// The finalists' larger calls fit what is left of the budget: two calls each, the
+// cheapest first, as many as fit, two at least.
+TEST(PlanFinalistsTest, TheCheapestTwiceAsManyAsFitTwoAtLeast) {
   using A = Algorithm;
-  const std::vector<A> cheapest_first = {A::kDirect, A::kRing, A::kHalvingDoubling};
+  const std::vector<std::pair<A, double>> prices = {
+      {A::kRing, 0.125}, {A::kDirect, 0.0625}, {A::kHalvingDoubling, 0.25}};
   struct Case {
     double left;
-    int calls;
     std::vector<A> measured;
   };
   for (const Case& c : std::vector<Case>{
-           {1.000, 2, cheapest_first},            // 2 x 0.4375 fits
-           {0.875, 2, cheapest_first},            // exactly
-           {0.870, 1, cheapest_first},            // once each: 0.4375 fits
-           {0.200, 1, {A::kDirect, A::kRing}},    // 0.1875 fits, 0.4375 does not
-           {0.01, 1, {A::kDirect, A::kRing}},     // two at least
-           {-0.5, 1, {A::kDirect, A::kRing}}}) {  // over the budget already
+           {1.000, {A::kDirect, A::kRing, A::kHalvingDoubling}},  // 2 x 0.4375 fits
+           {0.875, {A::kDirect, A::kRing, A::kHalvingDoubling}},  // exactly
+           {0.870, {A::kDirect, A::kRing}},                       // 2 x 0.1875 fits
+           {0.100, {A::kDirect, A::kRing}},                       // two at least
+           {-0.50, {A::kDirect, A::kRing}}}) {                    // over the budget already
     SCOPED_TRACE(absl::StrCat("left ", c.left, " s"));
-    const FinalistCalls plan = PlanFinalistCalls(prices, c.left);
-    EXPECT_EQ(plan.calls, c.calls);
-    EXPECT_EQ(plan.measured, c.measured);
+    EXPECT_EQ(PlanFinalists(prices, c.left), c.measured);
   }
-  const FinalistCalls one = PlanFinalistCalls({{A::kRing, 0.3}}, 0.0);
-  EXPECT_EQ(one.calls, 1);
-  EXPECT_EQ(one.measured, std::vector<A>{A::kRing});
+  EXPECT_EQ(PlanFinalists({{A::kRing, 0.3}}, 0.0), std::vector<A>{A::kRing});
+  EXPECT_TRUE(PlanFinalists({}, 1.0).empty());
   // Equal prices keep the order they came in (every rank plans alike).
-  EXPECT_EQ(PlanFinalistCalls({{A::kRing, 0.1}, {A::kDirect, 0.1}}, 1.0).measured,
+  EXPECT_EQ(PlanFinalists({{A::kRing, 0.1}, {A::kDirect, 0.1}}, 1.0),
             (std::vector<A>{A::kRing, A::kDirect}));
 }
 
