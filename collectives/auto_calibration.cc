@@ -116,9 +116,10 @@ constexpr double kFinalistCallOverPrice = 1.5;
 // (the finalists), derived for the others (below). Where the link is the limit an
 // algorithm's losses can show only at the large sizes (halving-doubling at 0.96 of
 // the ring at 4 MiB measured 0.67 at 16 MiB over 2 Gbit/s), and the curves would
-// extend the 4 MiB figures. Two calls each, averaged, with no warm-up (each ran at `top` already):
-// the mean, since an algorithm whose time varies from call to call costs its mean
-// in a job (halving-doubling's first 16 MiB call took 71 ms, its mean 97 ms). Only
+// extend the 4 MiB figures. Two calls each, averaged, with no warm-up (each ran at
+// `top` already): the mean, since an algorithm whose time varies from call to call
+// costs its mean in a job (halving-doubling's first 16 MiB call took 71 ms, its
+// mean 97 ms). Only
 // the cheapest finalists whose two calls fit in what is left of the budget
 // (`seconds_left`, this rank's; the least over the ranks decides) are measured, two
 // at least (PlanFinalists). One call each was tried: single 16 MiB calls over

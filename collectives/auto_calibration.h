@@ -55,7 +55,9 @@ struct AutoCalibrationOptions {
   // segment beyond. Two or more, each at least 4 bytes.
   // The algorithms within 10% of the best at the largest are also measured at 4x it
   // (one 4 MiB point varies by about 5% from calibration to calibration across 2
-  // emulated hosts, so 5% left the algorithm that was best at 16 MiB unmeasured there).
+  // emulated hosts, so 5% left the algorithm that was best at 16 MiB unmeasured
+  // there), the cheapest first, as many as the budget leaves room for and two at
+  // least (PlanFinalists); the other curves grow to 4x it as the least of theirs did.
   // The measurement runs each (algorithm, size) three times or more.
   std::vector<size_t> curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{256} << 10,
                                      size_t{1} << 20, size_t{4} << 20};
