@@ -225,7 +225,12 @@ namespace {
 // and at least linear above the last: a large message's time is alpha + beta * bytes,
 // whose growth tends to linear, so a segment flattened by noise or latency (direct's
 // 1 to 4 MiB rose as bytes^0.93 across 3 hosts, and extended so it priced 64 MiB
-// at half its time) must not be carried on.
+// at half its time) must not be carried on. A segment that falls holds a smaller
+// size's point that noise raised (a call does not get faster as it grows), so up to
+// its larger size it is priced flat at the larger size's time, the bound that gives
+// the smaller: over gloo a stalled 4 KiB point of direct (1.56 ms; its runs took
+// 0.23..0.46) had priced it so up to 64 KiB, where it was measured at 0.33 ms, and
+// auto ran the binomial tree there at 0.57 of direct (2 emulated hosts).
 double Interpolate(absl::Span<const std::pair<size_t, double>> curve, size_t bytes) {
   bytes = std::max<size_t>(bytes, 1);
   const double x = std::log(static_cast<double>(bytes));
@@ -236,6 +241,7 @@ double Interpolate(absl::Span<const std::pair<size_t, double>> curve, size_t byt
   const double y0 = std::log(curve[hi - 1].second), y1 = std::log(curve[hi].second);
   const double slope = std::max(0.0, (y1 - y0) / (x1 - x0));
   if (bytes > curve.back().first) return std::exp(y1 + std::max(1.0, slope) * (x - x1));
+  if (y1 < y0) return std::exp(y1);
   return std::exp(y0 + slope * (x - x0));
 }
 

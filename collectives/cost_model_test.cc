@@ -160,6 +160,8 @@ TEST(CostModelTest, NativeCurveInterpolatesLogLog) {
 
 // Above its last point a curve grows at least linearly (a large message's time tends
 // to beta * bytes), whatever its last segment did; below its first, at least flat.
+// Where it falls, the smaller size's point is noise: up to the larger size it is
+// priced at the larger's time (a call does not get faster as it grows).
 TEST(CostModelTest, CurveGrowsAtLeastLinearlyBeyondItsLastPoint) {
   CostModel model = CostModel::Default();
   // 1 -> 4 MiB rose by 3.6x only (bytes^0.92).
@@ -171,9 +173,15 @@ TEST(CostModelTest, CurveGrowsAtLeastLinearlyBeyondItsLastPoint) {
   EXPECT_NEAR(at(2 << 20), 7.5e-3 * std::pow(27.0 / 7.5, 0.5), 1e-12);  // between: as measured
   EXPECT_NEAR(at(64 << 20), 27e-3 * 16, 1e-12);                          // beyond: linear
   LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kRing, 3, 0,
-                                {{4 << 10, 2e-4}, {64 << 10, 1e-4}}));  // noise: it fell
-  EXPECT_NEAR(*model.Predict(CollectiveKind::kAllReduce, Algorithm::kRing, 1 << 10, 3, 0), 2e-4,
-              1e-15);
+                                {{4 << 10, 2e-4}, {64 << 10, 1e-4}, {256 << 10, 4e-4}}));
+  auto ring = [&](size_t bytes) {
+    return *model.Predict(CollectiveKind::kAllReduce, Algorithm::kRing, bytes, 3, 0);
+  };
+  for (size_t bytes : {size_t{1} << 10, size_t{4} << 10, size_t{16} << 10, size_t{64} << 10}) {
+    EXPECT_NEAR(ring(bytes), 1e-4, 1e-15) << bytes;  // it fell: the 4 KiB point was noise
+  }
+  EXPECT_NEAR(ring(128 << 10), 2e-4, 1e-15);  // rising again: as measured
+  EXPECT_NEAR(ring(256 << 10), 4e-4, 1e-15);
 }
 
 // Measured prices within kMeasuredTie of the fastest are a tie, and a tie goes to
