@@ -137,7 +137,8 @@ struct GlooOptions {
   // of a frame, so the pipelined algorithms' 256 KiB chunks never wait for a round trip.
   size_t eager_bytes = size_t{256} << 10;
   // How long closing the endpoint waits for its queued messages (acknowledgements,
-  // buffered sends, abort notices) to leave before giving up on them.
+  // buffered sends, abort notices) to leave, and then for every peer's goodbye (or
+  // its end), before giving up on them and closing the connections.
   absl::Duration close_grace = absl::Seconds(2);
 };
 

@@ -91,6 +91,17 @@ Endpoint::~Endpoint() {
     while (!in_flight_.empty()) {
       if (!changed_.WaitWithDeadline(&mu_, flush_deadline)) break;
     }
+    // Then every peer's goodbye (or its end), within the same grace: a pair closed
+    // with bytes in it this rank has not read (a beat, a ready notice) is reset, and
+    // the peer's kernel then drops what the peer had not read yet, this rank's last
+    // messages and goodbye included. A peer still waiting for this rank's last
+    // message (a barrier's) failed with "connection reset by peer" where this rank
+    // had sent it (integrations/torch two_level_test, about 1 run in 10 or fewer).
+    for (int peer = 0; peer < size_; ++peer) {
+      while (peer != rank_ && peer_gone_[peer].ok() &&
+             changed_.WaitWithDeadline(&mu_, flush_deadline)) {
+      }
+    }
     closing_ = true;
     changed_.SignalAll();
     closing_changed_.SignalAll();
@@ -608,6 +619,7 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
 // --- Failure -----------------------------------------------------------------------
 
 void Endpoint::FailPeer(int peer, const absl::Status& status, std::optional<PeerFault> fault) {
+  changed_.SignalAll();  // a closing endpoint waits for its peers to be gone
   if (peer_gone_[peer].ok()) {
     peer_gone_[peer] = status;
     // After this endpoint aborted, a peer's end is an echo of that, not a cause; once
