@@ -96,7 +96,7 @@ Endpoint::~Endpoint() {
     // the peer's kernel then drops what the peer had not read yet, this rank's last
     // messages and goodbye included. A peer still waiting for this rank's last
     // message (a barrier's) failed with "connection reset by peer" where this rank
-    // had sent it (integrations/torch two_level_test, about 1 run in 10 or fewer).
+    // had sent it (integrations/torch two_level_test, once in a run of the suite).
     for (int peer = 0; peer < size_; ++peer) {
       while (peer != rank_ && peer_gone_[peer].ok() &&
              changed_.WaitWithDeadline(&mu_, flush_deadline)) {
