@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "collectives/algorithm_registry.h"
 #include "collectives/calibration.h"
 #include "core/atomic_file.h"
 #include "core/status_macros.h"
@@ -202,6 +204,49 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, double seconds_l
 
 }  // namespace
 
+absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* model) {
+  std::vector<std::pair<Algorithm, CostModel::Curve>> curves;
+  std::vector<Algorithm> algorithms = AlgorithmsFor(CollectiveKind::kAllReduce);
+  algorithms.push_back(Algorithm::kNative);  // the engine's own, where it was measured
+  for (const Algorithm algorithm : algorithms) {
+    const auto curve = model->curve(CollectiveKind::kAllReduce, algorithm, ranks, ranks_per_node);
+    if (curve.size() >= 2) curves.emplace_back(algorithm, CostModel::Curve(curve.begin(), curve.end()));
+  }
+  if (curves.empty()) return absl::OkStatus();
+  // The largest size every curve reaches and the least time there; the most time
+  // any curve took at its smallest size.
+  size_t top = std::numeric_limits<size_t>::max();
+  for (const auto& [algorithm, curve] : curves) top = std::min(top, curve.back().first);
+  double fastest_at_top = std::numeric_limits<double>::infinity();
+  double latency = 0;
+  for (const auto& [algorithm, curve] : curves) {
+    latency = std::max(latency, curve.front().second);
+    for (const auto& [bytes, seconds] : curve) {
+      if (bytes == top) fastest_at_top = std::min(fastest_at_top, seconds);
+    }
+  }
+  if (!std::isfinite(fastest_at_top) || top == 0) return absl::OkStatus();
+  // Under alpha + beta x bytes an algorithm's time at `bytes` is at least its beta x
+  // bytes, and no algorithm's beta is below (fastest_at_top - its alpha) / top, its
+  // alpha being at most what it took at its smallest size.
+  const double per_byte = std::max(0.0, fastest_at_top - latency) / static_cast<double>(top);
+  for (auto& [algorithm, curve] : curves) {
+    bool raised = false;
+    for (auto& [bytes, seconds] : curve) {
+      const double floor = per_byte * static_cast<double>(bytes);
+      if (bytes < top && seconds < floor) {
+        seconds = floor;
+        raised = true;
+      }
+    }
+    if (raised) {
+      LOOM_RETURN_IF_ERROR(model->SetCurve(CollectiveKind::kAllReduce, algorithm, ranks,
+                                           ranks_per_node, curve));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<Algorithm> PlanFinalists(std::vector<std::pair<Algorithm, double>> prices,
                                      double seconds_left) {
   std::stable_sort(prices.begin(), prices.end(),
@@ -356,6 +401,9 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
       std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.25 - kFixedSeconds) /
       std::max(1.0, points * calibration.curve_batches);
   LOOM_ASSIGN_OR_RETURN(result.model, Calibrate(comm, calibration));
+  // Every rank has the same curves (Calibrate agreed on them): the same floors.
+  LOOM_RETURN_IF_ERROR(
+      FloorAtTheLargestRate(n, comm.options().ranks_per_node, &result.model));
   LOOM_RETURN_IF_ERROR(ExtendTheFinalists(
       comm, sizes.back(), absl::ToDoubleSeconds(options.budget - (absl::Now() - start)),
       &result.model));

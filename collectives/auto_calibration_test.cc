@@ -211,6 +211,59 @@ TEST(PlanFinalistsTest, TheCheapestTwiceAsManyAsFitTwoAtLeast) {
             (std::vector<A>{A::kRing, A::kDirect}));
 }
 
+// A point faster per byte than the fastest call at the largest size (less the
+// smallest call's time) is raised to that floor; points at or above it, the largest
+// size, other layouts and a kind other than all-reduce are left as measured. The
+// figures are the calibration across 3 emulated hosts that chose halving-doubling
+// at 256 KiB (auto_calibration.h).
+TEST(FloorAtTheLargestRateTest, RaisesOnlyWhatTheLinkCouldNotCarry) {
+  using A = Algorithm;
+  const auto K = CollectiveKind::kAllReduce;
+  CostModel model = CostModel::Default();
+  const size_t k4 = 4 << 10, k256 = 256 << 10, m1 = 1 << 20, m4 = 4 << 20;
+  ASSERT_THAT(model.SetCurve(K, A::kRing, 3, 1,
+                             {{k4, 199e-6}, {k256, 1.475e-3}, {m1, 5.87e-3}, {m4, 23.9e-3}}),
+              IsOk());
+  ASSERT_THAT(model.SetCurve(K, A::kHalvingDoubling, 3, 1,
+                             {{k4, 277e-6}, {k256, 1.04e-3}, {m1, 5.61e-3}, {m4, 23.5e-3}}),
+              IsOk());
+  ASSERT_THAT(model.SetCurve(K, A::kDirect, 3, 1,
+                             {{k4, 65e-6}, {k256, 1.47e-3}, {m1, 5.79e-3}, {m4, 23.5e-3}}),
+              IsOk());
+  ASSERT_THAT(model.SetCurve(K, A::kNative, 3, 1, {{k4, 164e-6}, {k256, 0.5e-3}, {m4, 59.7e-3}}),
+              IsOk());
+  // Another layout and another kind, just as fast per byte: not this call's business.
+  ASSERT_THAT(model.SetCurve(K, A::kRing, 2, 1, {{k4, 1e-6}, {k256, 1e-6}, {m4, 1e-3}}), IsOk());
+  ASSERT_THAT(model.SetCurve(CollectiveKind::kAllGather, A::kRing, 3, 1,
+                             {{k4, 1e-6}, {k256, 1e-6}, {m4, 1e-3}}),
+              IsOk());
+  ASSERT_THAT(FloorAtTheLargestRate(3, 1, &model), IsOk());
+
+  // 23.5 ms at 4 MiB, less the most at 4 KiB (halving-doubling, 277 us): 5.54 ns a byte.
+  const double floor_256k = (23.5e-3 - 277e-6) / 16;  // 1.451 ms
+  const double floor_1m = (23.5e-3 - 277e-6) / 4;     // 5.81 ms
+  auto at = [&](A algorithm, size_t bytes) {
+    for (const auto& [size, seconds] : model.curve(K, algorithm, 3, 1)) {
+      if (size == bytes) return seconds;
+    }
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, k256), floor_256k);  // 1.04 ms: raised
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, m1), floor_1m);       // 5.61 ms: raised
+  EXPECT_DOUBLE_EQ(at(A::kNative, k256), floor_256k);            // the engine's too
+  EXPECT_DOUBLE_EQ(at(A::kRing, k256), 1.475e-3);                // above: as measured
+  EXPECT_DOUBLE_EQ(at(A::kDirect, k256), 1.47e-3);
+  EXPECT_DOUBLE_EQ(at(A::kDirect, m1), floor_1m);                // 5.79 ms: raised
+  EXPECT_DOUBLE_EQ(at(A::kRing, m1), 5.87e-3);
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, k4), 277e-6);         // under the floor's 23 us
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, m4), 23.5e-3);        // the largest: as measured
+  EXPECT_DOUBLE_EQ(model.curve(K, A::kRing, 2, 1)[1].second, 1e-6);
+  EXPECT_DOUBLE_EQ(model.curve(CollectiveKind::kAllGather, A::kRing, 3, 1)[1].second, 1e-6);
+  // No measured curve: nothing to do.
+  CostModel formulas = CostModel::Default();
+  EXPECT_THAT(FloorAtTheLargestRate(3, 1, &formulas), IsOk());
+}
+
 TEST_F(AutoCalibrationTest, BadOptionsAreRefusedNamingThem) {
   AutoCalibrationOptions one_size = options_;
   one_size.curve_sizes = {size_t{1} << 20};
