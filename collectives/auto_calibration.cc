@@ -230,14 +230,26 @@ absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* mod
   // bytes, and no algorithm's beta is below (fastest_at_top - its alpha) / top, its
   // alpha being at most what it took at its smallest size.
   const double per_byte = std::max(0.0, fastest_at_top - latency) / static_cast<double>(top);
+  auto floor_at = [&](size_t bytes) { return per_byte * static_cast<double>(bytes); };
+  // The least credible point (at or above the floor) at each size.
+  std::map<size_t, double> least_credible;
+  for (const auto& [algorithm, curve] : curves) {
+    for (const auto& [bytes, seconds] : curve) {
+      if (seconds < floor_at(bytes)) continue;
+      auto [it, fresh] = least_credible.emplace(bytes, seconds);
+      if (!fresh) it->second = std::min(it->second, seconds);
+    }
+  }
   for (auto& [algorithm, curve] : curves) {
     bool raised = false;
     for (auto& [bytes, seconds] : curve) {
-      const double floor = per_byte * static_cast<double>(bytes);
-      if (bytes < top && seconds < floor) {
-        seconds = floor;
-        raised = true;
-      }
+      if (bytes >= top || seconds >= floor_at(bytes)) continue;
+      // Not a measurement of the algorithm, only of the link's slack: it ties with
+      // the fastest credible point there (or sits on the floor where none is), and
+      // the tie is judged by its neighbours.
+      const auto credible = least_credible.find(bytes);
+      seconds = credible != least_credible.end() ? credible->second : floor_at(bytes);
+      raised = true;
     }
     if (raised) {
       LOOM_RETURN_IF_ERROR(model->SetCurve(CollectiveKind::kAllReduce, algorithm, ranks,

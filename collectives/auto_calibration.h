@@ -98,7 +98,7 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
 std::vector<Algorithm> PlanFinalists(std::vector<std::pair<Algorithm, double>> prices,
                                      double seconds_left);
 
-// FloorAtTheLargestRate raises each point of every measured all-reduce curve of
+// FloorAtTheLargestRate re-prices each point of every measured all-reduce curve of
 // `model` (on `ranks` ranks, `ranks_per_node` a node) that is faster than the link
 // allows: below `bytes` times the fastest time per byte at the largest size every
 // curve reaches, that time less the most any curve took at its smallest size (an
@@ -106,15 +106,18 @@ std::vector<Algorithm> PlanFinalists(std::vector<std::pair<Algorithm, double>> p
 // moves a smaller buffer faster per byte than that; across hosts a point under it
 // was measured while a link's queue or token bucket, refilled while it was idle,
 // carried a few calls at memory speed, or while the ranks' calls overlapped a
-// batch's edges. Across 3 emulated hosts at 2 Gbit/s two calibrations of three
-// priced halving-doubling's 256 KiB all-reduce at 1.04 and 1.12 ms, where the
-// link's rate bounds every algorithm to 1.40 ms and its runs took 1.58..1.76 ms,
-// and auto ran it at 0.86 and 0.88 of the ring. Points raised to the floor tie, and
-// the tie is judged by their neighbours, then by a fixed order, the ring first
-// (CostModel::Explain). Curves of fewer than two points, other layouts and other
-// kinds are left as they are. (Where a larger buffer costs more per byte for
-// another reason, cache misses on one host, the floor is higher than the truth,
-// but alike for every algorithm it raises: AutoCalibrate runs across hosts only.)
+// batch's edges. Such a point tells nothing of how the algorithm compares, so it is
+// priced as the fastest credible point at its size (the floor where there is none):
+// it ties with that one, and the tie is judged by the neighbouring sizes, then by a
+// fixed order, the ring first (CostModel::Explain). Across 3 emulated hosts at 2
+// Gbit/s two calibrations of three priced halving-doubling's 256 KiB all-reduce at
+// 1.04 and 1.12 ms, where the link's rate bounds every algorithm to 1.40 ms and its
+// runs took 1.58..1.76 ms, and auto ran it at 0.86 and 0.88 of the ring; raised to
+// the floor alone, a point still won by more than the tie (halving-doubling at
+// 1.399 ms against the ring's credible 1.475, run at 0.91 of it). Curves of fewer
+// than two points, other layouts and other kinds are left as they are. (Where a
+// larger buffer costs more per byte for another reason, cache misses on one host,
+// the floor is higher than the truth; AutoCalibrate runs across hosts only.)
 absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* model);
 
 // CostModelCacheDir returns the directory AutoCalibrate uses when options name none.

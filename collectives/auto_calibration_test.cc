@@ -211,9 +211,10 @@ TEST(PlanFinalistsTest, TheCheapestTwiceAsManyAsFitTwoAtLeast) {
             (std::vector<A>{A::kRing, A::kDirect}));
 }
 
-// A point faster per byte than the fastest call at the largest size (less the
-// smallest call's time) is raised to that floor; points at or above it, the largest
-// size, other layouts and a kind other than all-reduce are left as measured. The
+// A point faster per byte than the fastest call at the largest size (less the most
+// time at the smallest size) is priced as the fastest credible point at its size,
+// or at that floor where none is; points at or above it, the largest size, other
+// layouts and a kind other than all-reduce are left as measured. The
 // figures are the calibration across 3 emulated hosts that chose halving-doubling
 // at 256 KiB (auto_calibration.h).
 TEST(FloorAtTheLargestRateTest, RaisesOnlyWhatTheLinkCouldNotCarry) {
@@ -237,6 +238,11 @@ TEST(FloorAtTheLargestRateTest, RaisesOnlyWhatTheLinkCouldNotCarry) {
   ASSERT_THAT(model.SetCurve(CollectiveKind::kAllGather, A::kRing, 3, 1,
                              {{k4, 1e-6}, {k256, 1e-6}, {m4, 1e-3}}),
               IsOk());
+  // A size where no point is credible: the floor itself.
+  const size_t k512 = 512 << 10;
+  ASSERT_THAT(model.SetCurve(K, A::kDoubleBinaryTree, 3, 1,
+                             {{k4, 150e-6}, {k512, 1e-3}, {m4, 26e-3}}),
+              IsOk());
   ASSERT_THAT(FloorAtTheLargestRate(3, 1, &model), IsOk());
 
   // 23.5 ms at 4 MiB, less the most at 4 KiB (halving-doubling, 277 us): 5.54 ns a byte.
@@ -248,15 +254,21 @@ TEST(FloorAtTheLargestRateTest, RaisesOnlyWhatTheLinkCouldNotCarry) {
     }
     return -1.0;
   };
-  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, k256), floor_256k);  // 1.04 ms: raised
-  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, m1), floor_1m);       // 5.61 ms: raised
-  EXPECT_DOUBLE_EQ(at(A::kNative, k256), floor_256k);            // the engine's too
+  ASSERT_LT(floor_256k, 1.47e-3);
+  ASSERT_GT(floor_1m, 5.79e-3);
+  // 1.04 ms: priced as direct's 1.47, the fastest credible point there.
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, k256), 1.47e-3);
+  EXPECT_DOUBLE_EQ(at(A::kNative, k256), 1.47e-3);               // the engine's too
   EXPECT_DOUBLE_EQ(at(A::kRing, k256), 1.475e-3);                // above: as measured
   EXPECT_DOUBLE_EQ(at(A::kDirect, k256), 1.47e-3);
-  EXPECT_DOUBLE_EQ(at(A::kDirect, m1), floor_1m);                // 5.79 ms: raised
+  // At 1 MiB only the ring's 5.87 ms is credible: halving-doubling's 5.61 and
+  // direct's 5.79 are priced as it.
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, m1), 5.87e-3);
+  EXPECT_DOUBLE_EQ(at(A::kDirect, m1), 5.87e-3);
   EXPECT_DOUBLE_EQ(at(A::kRing, m1), 5.87e-3);
   EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, k4), 277e-6);         // under the floor's 23 us
   EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, m4), 23.5e-3);        // the largest: as measured
+  EXPECT_DOUBLE_EQ(at(A::kDoubleBinaryTree, k512), 2 * floor_256k);
   EXPECT_DOUBLE_EQ(model.curve(K, A::kRing, 2, 1)[1].second, 1e-6);
   EXPECT_DOUBLE_EQ(model.curve(CollectiveKind::kAllGather, A::kRing, 3, 1)[1].second, 1e-6);
   // No measured curve: nothing to do.
