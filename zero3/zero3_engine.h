@@ -272,6 +272,14 @@ class Zero3Engine : public ParameterSource {
   // (or in a kGradients pass); OutOfRange for a bad index; the collective's error
   // if its gather failed.
   absl::StatusOr<absl::Span<const float>> Acquire(int param) override;
+  // AcquireBf16: in bf16 compute, the bf16 values Acquire's are widened from (the
+  // compute shard at one rank, the gathered bucket at stage 3, the whole bf16 copy
+  // at stages 1 and 2), valid as long as Acquire's view, so that a bf16 product
+  // multiplies them without rounding Acquire's values again (the same bits: the
+  // widening is exact). It calls Acquire (the same checks and waits). Unimplemented
+  // in f32, for a persistent parameter and for a shard read from disk (staged for
+  // one bucket only): the caller rounds Acquire's values.
+  absl::StatusOr<absl::Span<const BFloat16>> AcquireBf16(int param) override;
   // AddGrad adds `grad` (the parameter's numel elements) to `param`'s gradient in
   // a kBackward or kGradients pass. Gradients arrive in reverse partition order:
   // reaching a bucket moves the pass past the later ones (their reduce-scatters

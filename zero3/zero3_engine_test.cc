@@ -697,6 +697,96 @@ TEST(Zero3EngineTest, ParameterOffloadToDiskChangesNoBit) {
   EXPECT_GT(disk->stats().reads, 0u);
 }
 
+// AcquireBf16 hands out, in every pass of every step, the bf16 values Acquire's are
+// the exact widening of, at every stage and dp (the one-rank shard, the gathered
+// bucket, the whole copy), and with the shards on disk where the gather lands in the
+// pool (dp 2); Unimplemented in f32, for persistent parameters and for a one-rank
+// shard staged from disk. Training with it changes no bit.
+TEST(Zero3EngineTest, AcquireBf16IsWhatAcquireWidens) {
+  const std::string dir = FreshTestDirectory("acquire_bf16");
+  std::unique_ptr<DiskTier> disk = MakeDisk(dir);
+  ASSERT_NE(disk, nullptr);
+  struct Case {
+    DType dtype;
+    int stage, dp;
+    bool on_disk;
+  };
+  std::vector<Case> cases = {{DType::kF32, 3, 1, false}, {DType::kF32, 3, 2, false},
+                             {DType::kBF16, 3, 1, true}, {DType::kBF16, 3, 2, true}};
+  for (const int stage : {1, 2, 3}) {
+    for (const int dp : {1, 2, 3}) cases.push_back({DType::kBF16, stage, dp, false});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype), " stage ", c.stage, " dp ", c.dp,
+                              c.on_disk ? " shards on disk" : ""));
+    LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition, Partition::Create(Specs(), Options(c.dp)));
+    Zero3Options options;
+    options.compute_dtype = c.dtype;
+    options.stage = c.stage;
+    options.prefetch_depth = 1;
+    if (c.on_disk) options.param_disk = disk.get();
+    const std::vector<float> initial = InitialParams(partition);
+    std::vector<std::vector<float>> params(c.dp);
+    std::vector<int> lent(c.dp, 0);
+    RunRanks(c.dp, [&](int rank, Communicator& comm) {
+      LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Zero3Engine> engine,
+                                Zero3Engine::Create(partition, &comm, initial, options));
+      auto check = [&](int p, absl::Span<const float> w) {
+        const absl::StatusOr<absl::Span<const BFloat16>> w16 = engine->AcquireBf16(p);
+        const bool expected = c.dtype == DType::kBF16 && !partition.slot(p).persistent &&
+                              !(c.on_disk && c.dp == 1 && c.stage == 3);
+        if (!expected) {
+          EXPECT_TRUE(absl::IsUnimplemented(w16.status())) << p << ": " << w16.status();
+          return;
+        }
+        ASSERT_THAT(w16, IsOk()) << p;
+        ASSERT_EQ(w16->size(), w.size()) << p;
+        for (size_t i = 0; i < w.size(); ++i) {
+          uint32_t widened = 0, acquired = 0;
+          const float wide = ToFloat((*w16)[i]);
+          std::memcpy(&widened, &wide, sizeof(widened));
+          std::memcpy(&acquired, &w[i], sizeof(acquired));
+          ASSERT_EQ(widened, acquired) << "parameter " << p << " element " << i;
+        }
+        ++lent[rank];
+      };
+      for (int step = 1; step <= 2; ++step) {
+        for (int pass = 0; pass < 2; ++pass) {
+          LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kForward));
+          for (int p = 0; p < partition.num_params(); ++p) {
+            LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
+            check(p, w);
+          }
+          LOOM_ASSERT_OK(engine->EndPass());
+          LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kBackward));
+          for (int p = partition.num_params() - 1; p >= 0; --p) {
+            LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
+            check(p, w);
+            std::vector<float> g(w.size());
+            for (size_t i = 0; i < w.size(); ++i) {
+              g[i] = Grad(w[i], rank, pass, p, static_cast<int64_t>(i));
+            }
+            LOOM_ASSERT_OK(engine->AddGrad(p, g));
+          }
+          LOOM_ASSERT_OK(engine->EndPass());
+        }
+        LOOM_ASSERT_OK(engine->Step(Hyper(step)));
+      }
+      LOOM_ASSERT_OK_AND_ASSIGN(params[rank], engine->GatherAll());
+    });
+    const std::vector<float> reference = Reference(partition, c.dtype, 2, 2, UseAll, c.stage);
+    for (int r = 0; r < c.dp; ++r) {
+      EXPECT_EQ(params[r], reference) << "rank " << r;
+      if (c.dtype == DType::kBF16 && !(c.on_disk && c.dp == 1 && c.stage == 3)) {
+        EXPECT_GT(lent[r], 0) << "rank " << r;
+      } else {
+        EXPECT_EQ(lent[r], 0) << "rank " << r;
+      }
+    }
+  }
+  EXPECT_EQ(CountFiles(dir), 0);
+}
+
 // Gradient offload (grad_disk) keeps each bucket's gradient shard on disk, added
 // into by every reduce-scatter and read by the norm and the step: the parameters
 // and the norms are bitwise those of the shards in memory, at stages 2 and 3, in

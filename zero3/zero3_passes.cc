@@ -399,6 +399,46 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
   return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
 }
 
+absl::StatusOr<absl::Span<const BFloat16>> Zero3Engine::AcquireBf16(int param) {
+  LOOM_RETURN_IF_ERROR(Acquire(param).status());
+  const ParamSlot& slot = partition_.slot(param);
+  auto none = [&](absl::string_view why) {
+    return absl::UnimplementedError(absl::StrCat(Who(), ": AcquireBf16(", param, " \"", slot.name,
+                                                 "\"): ", why));
+  };
+  if (options_.compute_dtype != DType::kBF16) return none("the engine computes in f32");
+  if (slot.persistent) return none("a persistent parameter is kept widened only");
+  const BucketState& bucket = *buckets_[slot.bucket];
+  const size_t padded = static_cast<size_t>(bucket.padded_numel);
+  // The values EnqueueGathers widened into the pool buffer Acquire's view lies in.
+  absl::Span<const BFloat16> whole;
+  if (options_.stage < 3) {
+    whole = bucket.whole_bf16;
+  } else {
+    // One rank widened its shard itself where that shard is the whole bucket (as
+    // EnqueueGathers decides); otherwise the all-gather landed in the buffer.
+    const size_t shard =
+        bucket.params_on_disk
+            ? static_cast<size_t>(disk_->ShardBytes(bucket.numel)) / sizeof(BFloat16)
+            : bucket.compute.size();
+    if (dp_->size() == 1 && shard >= padded) {
+      if (bucket.params_on_disk) {
+        return none("its shard was read from disk into a buffer the next bucket reuses");
+      }
+      whole = bucket.compute;
+    } else {
+      whole = shared_->pool[bucket.buffer].bf16;
+    }
+  }
+  const size_t end = static_cast<size_t>(slot.offset + slot.numel);
+  if (whole.size() < end) {
+    return RecordError(absl::InternalError(
+        absl::StrCat(Who(), ": AcquireBf16(", param, "): the bf16 copy holds ", whole.size(),
+                     " values, the parameter ends at ", end)));
+  }
+  return whole.subspan(static_cast<size_t>(slot.offset), static_cast<size_t>(slot.numel));
+}
+
 absl::Status Zero3Engine::EndPass() {
   if (pass_ == Zero3Pass::kNone) {
     return absl::FailedPreconditionError(absl::StrCat(Who(), ": EndPass outside a pass"));
