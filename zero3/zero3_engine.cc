@@ -367,6 +367,14 @@ bool Zero3Engine::LendsShard(const BucketState& bucket) const {
          bucket.weights.size() >= static_cast<size_t>(bucket.padded_numel);
 }
 
+bool Zero3Engine::WidensOwnShard(const BucketState& bucket) const {
+  const size_t shard =
+      bucket.params_on_disk
+          ? static_cast<size_t>(disk_->ShardBytes(bucket.numel)) / sizeof(BFloat16)
+          : bucket.compute.size();
+  return dp_->size() == 1 && shard >= static_cast<size_t>(bucket.padded_numel);
+}
+
 int64_t Zero3Engine::BufferBytes(int64_t numel) const {
   const bool bf16 = options_.compute_dtype == DType::kBF16;
   if (options_.stage < 3) return bf16 ? numel * 4 : 0;

@@ -368,6 +368,10 @@ class Zero3Engine : public ParameterSource {
   // in memory. The pool buffer is still taken and freed, so the window's bookkeeping
   // and every rank's calls stay as they are; it is just never written.
   bool LendsShard(const zero3_internal::BucketState& bucket) const;
+  // WidensOwnShard: whether a bf16 bucket at stage 3 is widened from this rank's own
+  // shard (one rank, whose shard is the whole bucket), not from an all-gather into
+  // its pool buffer. EnqueueGathers and AcquireBf16 decide by it alike.
+  bool WidensOwnShard(const zero3_internal::BucketState& bucket) const;
   int64_t BufferBytes(int64_t numel) const;  // one pool buffer's bytes for `numel`
   void EnqueueGathers();
   // KeepForNextPass marks the buckets of the pass's last window as kept: still

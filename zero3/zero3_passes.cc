@@ -136,8 +136,9 @@ void Zero3Engine::EnqueueGathers() {
       ++next_gather_;
       continue;
     }
-    bucket.gather_ticket =
-        worker_->Submit([this, dp, state, &buffer, bf16, gather, padded]() -> absl::Status {
+    const bool own_shard = bf16 && gather && WidensOwnShard(bucket);
+    bucket.gather_ticket = worker_->Submit(
+        [this, dp, state, &buffer, bf16, gather, padded, own_shard]() -> absl::Status {
           if (!gather) {
             return ConvertBF16ToF32(absl::MakeConstSpan(state->whole_bf16),
                                     absl::MakeSpan(buffer.widened).first(padded));
@@ -157,7 +158,7 @@ void Zero3Engine::EnqueueGathers() {
                     ? absl::MakeConstSpan(reinterpret_cast<const BFloat16*>(shard.data()),
                                           shard.size() / sizeof(BFloat16))
                     : absl::MakeConstSpan(state->compute);
-            if (dp->size() == 1 && in.size() >= padded) {
+            if (own_shard) {
               // One rank: its shard is the bucket; widened straight from it.
               return ConvertBF16ToF32(in.first(padded),
                                       absl::MakeSpan(buffer.widened).first(padded));
@@ -409,19 +410,14 @@ absl::StatusOr<absl::Span<const BFloat16>> Zero3Engine::AcquireBf16(int param) {
   if (options_.compute_dtype != DType::kBF16) return none("the engine computes in f32");
   if (slot.persistent) return none("a persistent parameter is kept widened only");
   const BucketState& bucket = *buckets_[slot.bucket];
-  const size_t padded = static_cast<size_t>(bucket.padded_numel);
   // The values EnqueueGathers widened into the pool buffer Acquire's view lies in.
   absl::Span<const BFloat16> whole;
   if (options_.stage < 3) {
     whole = bucket.whole_bf16;
   } else {
-    // One rank widened its shard itself where that shard is the whole bucket (as
-    // EnqueueGathers decides); otherwise the all-gather landed in the buffer.
-    const size_t shard =
-        bucket.params_on_disk
-            ? static_cast<size_t>(disk_->ShardBytes(bucket.numel)) / sizeof(BFloat16)
-            : bucket.compute.size();
-    if (dp_->size() == 1 && shard >= padded) {
+    // One rank widened its own shard where that shard is the whole bucket;
+    // otherwise the all-gather landed in the buffer.
+    if (WidensOwnShard(bucket)) {
       if (bucket.params_on_disk) {
         return none("its shard was read from disk into a buffer the next bucket reuses");
       }
