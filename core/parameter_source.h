@@ -140,9 +140,11 @@ class ParameterSource {
   virtual absl::StatusOr<absl::Span<const float>> Acquire(int param) = 0;
   // AcquireBf16 returns the same parameter's bf16 compute copy where the source keeps
   // one (mixed precision: Acquire's values are this copy widened), valid as long as
-  // Acquire's view, so that a bf16 product need not round the weights again; call it
-  // after Acquire(param). Unimplemented where the source keeps none (the default):
-  // the caller rounds Acquire's values itself.
+  // Acquire's view, so that a bf16 product need not round the weights again. It makes
+  // Acquire's checks and waits itself: a caller that only multiplies the bf16 copy
+  // need not call Acquire at all (a source that widens on demand, as zero3 does,
+  // then never widens that parameter). Unimplemented where the source keeps none
+  // (the default): the caller then rounds Acquire's values itself.
   virtual absl::StatusOr<absl::Span<const BFloat16>> AcquireBf16(int param) {
     return absl::UnimplementedError(
         absl::StrCat("this parameter source keeps no bf16 copy (parameter ", param, ")"));

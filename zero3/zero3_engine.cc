@@ -154,6 +154,7 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
   const int pool_size =
       UsesBuffers() ? std::min(slots_, std::max(partition_.num_buckets(), 1)) : 0;
   shared_->pool.resize(pool_size);
+  widened_.assign(static_cast<size_t>(partition_.num_params()), 0);
   for (int i = pool_size - 1; i >= 0; --i) {
     GatherBuffer& buffer = shared_->pool[i];
     const size_t n = max_numel;
@@ -365,6 +366,11 @@ bool Zero3Engine::LendsShard(const BucketState& bucket) const {
   return options_.stage == 3 && options_.compute_dtype == DType::kF32 && dp_->size() == 1 &&
          !bucket.params_on_disk &&
          bucket.weights.size() >= static_cast<size_t>(bucket.padded_numel);
+}
+
+bool Zero3Engine::WidensOnDemand(const BucketState& bucket) const {
+  return options_.compute_dtype == DType::kBF16 &&
+         (options_.stage < 3 || !bucket.params_on_disk || !WidensOwnShard(bucket));
 }
 
 bool Zero3Engine::WidensOwnShard(const BucketState& bucket) const {

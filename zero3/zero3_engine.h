@@ -226,6 +226,10 @@ struct Zero3Stats {
   int64_t gathered_numel_kept = 0;
   int64_t reduce_scatters = 0;         // reduce-scatter calls
   int64_t steps = 0;
+  // bf16 compute: elements widened to f32 for Acquire since Create, on demand (a
+  // parameter's first Acquire in a pass) or, for a shard read from disk, a whole
+  // bucket at its gather. A parameter only multiplied in bf16 (AcquireBf16) adds none.
+  int64_t widened_numel = 0;
 };
 
 // A Zero3Engine is a ParameterSource (core/parameter_source.h): a model that
@@ -276,7 +280,10 @@ class Zero3Engine : public ParameterSource {
   // compute shard at one rank, the gathered bucket at stage 3, the whole bf16 copy
   // at stages 1 and 2), valid as long as Acquire's view, so that a bf16 product
   // multiplies them without rounding Acquire's values again (the same bits: the
-  // widening is exact). It calls Acquire (the same checks and waits). Unimplemented
+  // widening is exact). It makes Acquire's checks and waits but not its widening:
+  // in bf16 compute a parameter is widened to f32 by its first Acquire of the pass
+  // (WidensOnDemand), so a projection the model only multiplies in bf16 is never
+  // widened. Unimplemented
   // in f32, for a persistent parameter and for a shard read from disk (staged for
   // one bucket only): the caller rounds Acquire's values.
   absl::StatusOr<absl::Span<const BFloat16>> AcquireBf16(int param) override;
@@ -372,6 +379,21 @@ class Zero3Engine : public ParameterSource {
   // shard (one rank, whose shard is the whole bucket), not from an all-gather into
   // its pool buffer. EnqueueGathers and AcquireBf16 decide by it alike.
   bool WidensOwnShard(const zero3_internal::BucketState& bucket) const;
+  // WidensOnDemand: whether a bf16 bucket's f32 values are widened per parameter
+  // by the first Acquire of each in the pass, rather than whole by EnqueueGathers:
+  // bf16 compute with its bf16 values in memory for the pass (stages 1 and 2: the
+  // whole copy; stage 3: the gathered buffer or the one rank's own shard; not a
+  // shard read from disk into staging the next bucket reuses). A bf16 product
+  // multiplies the bf16 copy (AcquireBf16), so only the parameters the model
+  // reads in f32 (layer norms, biases, embeddings) are widened at all.
+  bool WidensOnDemand(const zero3_internal::BucketState& bucket) const;
+  // Bf16Values: the bf16 values the bucket's f32 ones are widened from, whole
+  // (see AcquireBf16); Unimplemented naming `param` for a shard read from disk.
+  absl::StatusOr<absl::Span<const BFloat16>> Bf16Values(const zero3_internal::BucketState& bucket,
+                                                        int param) const;
+  // AcquireChecked is Acquire's checks, waits and bookkeeping; `widen` (Acquire,
+  // not AcquireBf16) widens the parameter on demand first (WidensOnDemand).
+  absl::StatusOr<absl::Span<const float>> AcquireChecked(int param, bool widen);
   int64_t BufferBytes(int64_t numel) const;  // one pool buffer's bytes for `numel`
   void EnqueueGathers();
   // KeepForNextPass marks the buckets of the pass's last window as kept: still
@@ -433,6 +455,9 @@ class Zero3Engine : public ParameterSource {
   std::vector<std::unique_ptr<zero3_internal::BucketState>> buckets_;
   std::unique_ptr<zero3_internal::BucketState> persistent_;
   std::vector<float> persistent_view_;  // bf16 compute: the persistent block widened
+  // WidensOnDemand: per parameter, whether its bucket's pool buffer holds its f32
+  // widening; cleared for a bucket's parameters when a buffer is filled for it.
+  std::vector<char> widened_;
   std::unique_ptr<zero3_internal::EngineShared> shared_;
   std::unique_ptr<CommWorker> worker_;
   // Where buckets' state lives on NVMe (the optimizer_disk, param_disk and

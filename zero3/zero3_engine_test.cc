@@ -787,6 +787,94 @@ TEST(Zero3EngineTest, AcquireBf16IsWhatAcquireWidens) {
   EXPECT_EQ(CountFiles(dir), 0);
 }
 
+// In bf16 a parameter is widened to f32 by its first Acquire in a pass, not with
+// its bucket: one a model only multiplies (AcquireBf16) is never widened. Over
+// stages 1-3 and dp 1-2, two steps of a forward that takes the matrices in bf16 only
+// and a backward that takes them in bf16 first and then in f32: the elements widened
+// are exactly the f32 acquisitions', and every widening is the bf16 copy's bits
+// (after a Step too, where a widening from before the Step must not be handed out).
+TEST(Zero3EngineTest, Bf16ParametersAreWidenedOnlyWhenAcquiredInF32) {
+  for (const int stage : {1, 2, 3}) {
+    for (const int dp : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("stage ", stage, " dp ", dp));
+      LOOM_ASSERT_OK_AND_ASSIGN(const Partition partition,
+                                Partition::Create(Specs(), Options(dp)));
+      Zero3Options options;
+      options.compute_dtype = DType::kBF16;
+      options.stage = stage;
+      options.prefetch_depth = 1;
+      const std::vector<float> initial = InitialParams(partition);
+      // The matrices (two dimensions) are the products' operands.
+      auto is_matrix = [&](int p) {
+        return partition.slot(p).shape.size() == 2 && !partition.slot(p).persistent;
+      };
+      int64_t f32_numel = 0;  // what one pass widens: the sharded parameters read in f32
+      for (int p = 0; p < partition.num_params(); ++p) {
+        if (!partition.slot(p).persistent) f32_numel += partition.slot(p).numel;
+      }
+      int64_t matrix_numel = 0;
+      for (int p = 0; p < partition.num_params(); ++p) {
+        if (is_matrix(p)) matrix_numel += partition.slot(p).numel;
+      }
+      ASSERT_GT(matrix_numel, 0);
+      RunRanks(dp, [&](int rank, Communicator& comm) {
+        LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Zero3Engine> engine,
+                                  Zero3Engine::Create(partition, &comm, initial, options));
+        auto same_bits = [](int p, absl::Span<const BFloat16> w16, absl::Span<const float> w) {
+          ASSERT_EQ(w16.size(), w.size()) << p;
+          for (size_t i = 0; i < w.size(); ++i) {
+            const float wide = ToFloat(w16[i]);
+            ASSERT_EQ(std::memcmp(&wide, &w[i], sizeof(float)), 0)
+                << "parameter " << p << " element " << i;
+          }
+        };
+        for (int step = 1; step <= 2; ++step) {
+          int64_t before = engine->Stats().widened_numel;
+          LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kForward));
+          for (int p = 0; p < partition.num_params(); ++p) {
+            if (is_matrix(p)) {
+              LOOM_ASSERT_OK(engine->AcquireBf16(p).status());
+              continue;
+            }
+            LOOM_ASSERT_OK_AND_ASSIGN(const absl::Span<const float> w, engine->Acquire(p));
+            if (!partition.slot(p).persistent) {
+              LOOM_ASSERT_OK_AND_ASSIGN(const absl::Span<const BFloat16> w16,
+                                        engine->AcquireBf16(p));
+              same_bits(p, w16, w);
+            }
+          }
+          LOOM_ASSERT_OK(engine->EndPass());
+          EXPECT_EQ(engine->Stats().widened_numel - before, f32_numel - matrix_numel);
+          before = engine->Stats().widened_numel;
+          LOOM_ASSERT_OK(engine->BeginPass(Zero3Pass::kBackward));
+          for (int p = partition.num_params() - 1; p >= 0; --p) {
+            if (is_matrix(p)) {
+              LOOM_ASSERT_OK_AND_ASSIGN(const absl::Span<const BFloat16> w16,
+                                        engine->AcquireBf16(p));
+              LOOM_ASSERT_OK_AND_ASSIGN(const absl::Span<const float> w, engine->Acquire(p));
+              same_bits(p, w16, w);
+              // A second Acquire in the pass widens nothing more.
+              LOOM_ASSERT_OK(engine->Acquire(p).status());
+            }
+            LOOM_ASSERT_OK_AND_ASSIGN(const absl::Span<const float> w, engine->Acquire(p));
+            std::vector<float> g(w.size());
+            for (size_t i = 0; i < w.size(); ++i) {
+              g[i] = Grad(w[i], rank, step, p, static_cast<int64_t>(i));
+            }
+            LOOM_ASSERT_OK(engine->AddGrad(p, g));
+          }
+          LOOM_ASSERT_OK(engine->EndPass());
+          // Every sharded parameter once: the buckets kept gathered from the forward
+          // (its last window: mlp.w2 and head.w here) hold matrices only, which the
+          // forward did not widen.
+          EXPECT_EQ(engine->Stats().widened_numel - before, f32_numel);
+          LOOM_ASSERT_OK(engine->Step(Hyper(step)));
+        }
+      });
+    }
+  }
+}
+
 // Gradient offload (grad_disk) keeps each bucket's gradient shard on disk, added
 // into by every reduce-scatter and read by the norm and the step: the parameters
 // and the norms are bitwise those of the shards in memory, at stages 2 and 3, in

@@ -137,8 +137,23 @@ void Zero3Engine::EnqueueGathers() {
       continue;
     }
     const bool own_shard = bf16 && gather && WidensOwnShard(bucket);
+    const bool on_demand = WidensOnDemand(bucket);
+    if (bf16) {
+      // A shard from disk is widened whole below; otherwise each parameter is
+      // widened by its first Acquire (Acquire waits for this gather first).
+      for (const int param : partition_.bucket(bucket.index).params) {
+        widened_[static_cast<size_t>(param)] = on_demand ? 0 : 1;
+      }
+    }
+    if (bf16 && !on_demand) stats_.widened_numel += bucket.padded_numel;
+    if (on_demand && (!gather || own_shard)) {
+      // Nothing to move: the bf16 values are in memory already.
+      bucket.gather_waited = true;
+      ++next_gather_;
+      continue;
+    }
     bucket.gather_ticket = worker_->Submit(
-        [this, dp, state, &buffer, bf16, gather, padded, own_shard]() -> absl::Status {
+        [this, dp, state, &buffer, bf16, gather, padded, own_shard, on_demand]() -> absl::Status {
           if (!gather) {
             return ConvertBF16ToF32(absl::MakeConstSpan(state->whole_bf16),
                                     absl::MakeSpan(buffer.widened).first(padded));
@@ -166,6 +181,7 @@ void Zero3Engine::EnqueueGathers() {
             const absl::Span<BFloat16> gathered = absl::MakeSpan(buffer.bf16).first(padded);
             LOOM_RETURN_IF_ERROR(
                 dp->AllGather(ConstBufferView::Of(in), BufferView::Of(gathered)));
+            if (on_demand) return absl::OkStatus();
             return ConvertBF16ToF32(absl::MakeConstSpan(buffer.bf16).first(padded),
                                     absl::MakeSpan(buffer.widened).first(padded));
           }
@@ -356,6 +372,10 @@ void Zero3Engine::DropKept() {
 }
 
 absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
+  return AcquireChecked(param, /*widen=*/true);
+}
+
+absl::StatusOr<absl::Span<const float>> Zero3Engine::AcquireChecked(int param, bool widen) {
   LOOM_RETURN_IF_ERROR(CheckParam("Acquire", param));
   const ParamSlot& slot = partition_.slot(param);
   const std::string what = absl::StrCat("Acquire(", param, " \"", slot.name, "\")");
@@ -392,7 +412,16 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
         RecordError(WaitTimed(bucket.gather_ticket, &stats_.gather_wait_seconds)));
     bucket.gather_waited = true;
   }
-  const GatherBuffer& buffer = shared_->pool[bucket.buffer];
+  GatherBuffer& buffer = shared_->pool[bucket.buffer];
+  if (widen && options_.compute_dtype == DType::kBF16 && !widened_[static_cast<size_t>(param)]) {
+    LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> whole, Bf16Values(bucket, param));
+    const size_t offset = static_cast<size_t>(slot.offset);
+    const size_t numel = static_cast<size_t>(slot.numel);
+    LOOM_RETURN_IF_ERROR(RecordError(ConvertBF16ToF32(
+        whole.subspan(offset, numel), absl::MakeSpan(buffer.widened).subspan(offset, numel))));
+    widened_[static_cast<size_t>(param)] = 1;
+    stats_.widened_numel += slot.numel;
+  }
   // One rank lends its shard (LendsShard); otherwise the gathered (bf16: widened) copy.
   const float* base = LendsShard(bucket)                         ? bucket.weights.data()
                       : options_.compute_dtype == DType::kBF16 ? buffer.widened.data()
@@ -400,39 +429,51 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::Acquire(int param) {
   return absl::MakeConstSpan(base + slot.offset, static_cast<size_t>(slot.numel));
 }
 
-absl::StatusOr<absl::Span<const BFloat16>> Zero3Engine::AcquireBf16(int param) {
-  LOOM_RETURN_IF_ERROR(Acquire(param).status());
+absl::StatusOr<absl::Span<const BFloat16>> Zero3Engine::Bf16Values(const BucketState& bucket,
+                                                                   int param) const {
   const ParamSlot& slot = partition_.slot(param);
-  auto none = [&](absl::string_view why) {
-    return absl::UnimplementedError(absl::StrCat(Who(), ": AcquireBf16(", param, " \"", slot.name,
-                                                 "\"): ", why));
-  };
-  if (options_.compute_dtype != DType::kBF16) return none("the engine computes in f32");
-  if (slot.persistent) return none("a persistent parameter is kept widened only");
-  const BucketState& bucket = *buckets_[slot.bucket];
-  // The values EnqueueGathers widened into the pool buffer Acquire's view lies in.
   absl::Span<const BFloat16> whole;
   if (options_.stage < 3) {
     whole = bucket.whole_bf16;
-  } else {
-    // One rank widened its own shard where that shard is the whole bucket;
-    // otherwise the all-gather landed in the buffer.
-    if (WidensOwnShard(bucket)) {
-      if (bucket.params_on_disk) {
-        return none("its shard was read from disk into a buffer the next bucket reuses");
-      }
-      whole = bucket.compute;
-    } else {
-      whole = shared_->pool[bucket.buffer].bf16;
+  } else if (WidensOwnShard(bucket)) {
+    // One rank: its own shard is the whole bucket (no all-gather).
+    if (bucket.params_on_disk) {
+      return absl::UnimplementedError(absl::StrCat(
+          Who(), ": AcquireBf16(", param, " \"", slot.name,
+          "\"): its shard was read from disk into a buffer the next bucket reuses"));
     }
+    whole = bucket.compute;
+  } else {
+    whole = shared_->pool[bucket.buffer].bf16;  // where the all-gather landed
   }
   const size_t end = static_cast<size_t>(slot.offset + slot.numel);
   if (whole.size() < end) {
-    return RecordError(absl::InternalError(
-        absl::StrCat(Who(), ": AcquireBf16(", param, "): the bf16 copy holds ", whole.size(),
-                     " values, the parameter ends at ", end)));
+    return absl::InternalError(absl::StrCat(Who(), ": AcquireBf16(", param,
+                                            "): the bf16 copy holds ", whole.size(),
+                                            " values, the parameter ends at ", end));
   }
-  return whole.subspan(static_cast<size_t>(slot.offset), static_cast<size_t>(slot.numel));
+  return whole;
+}
+
+absl::StatusOr<absl::Span<const BFloat16>> Zero3Engine::AcquireBf16(int param) {
+  // The same checks and waits as Acquire, without the widening: a bf16 product
+  // reads these values, so a projection's f32 widening is never made.
+  LOOM_RETURN_IF_ERROR(AcquireChecked(param, /*widen=*/false).status());
+  const ParamSlot& slot = partition_.slot(param);
+  if (options_.compute_dtype != DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat(Who(), ": AcquireBf16(", param, " \"",
+                                                 slot.name, "\"): the engine computes in f32"));
+  }
+  if (slot.persistent) {
+    return absl::UnimplementedError(
+        absl::StrCat(Who(), ": AcquireBf16(", param, " \"", slot.name,
+                     "\"): a persistent parameter is kept widened only"));
+  }
+  absl::StatusOr<absl::Span<const BFloat16>> whole = Bf16Values(*buckets_[slot.bucket], param);
+  if (!whole.ok()) {
+    return absl::IsUnimplemented(whole.status()) ? whole.status() : RecordError(whole.status());
+  }
+  return whole->subspan(static_cast<size_t>(slot.offset), static_cast<size_t>(slot.numel));
 }
 
 absl::Status Zero3Engine::EndPass() {

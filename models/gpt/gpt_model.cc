@@ -646,13 +646,18 @@ absl::Status GptModel::LendBlock(size_t k) {
   std::vector<absl::Span<const float>> views;
   std::vector<absl::Span<const BFloat16>> bf16_views;
   for (int i = 0; i < GptBlock::kNumParameters; ++i) {
-    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> view, lease.Get(base + i));
-    views.push_back(view);
     // Layer norms and biases stay f32; only the four projections multiply in bf16.
+    // A projection lent in bf16 is not asked for in f32: a source that widens on
+    // demand (zero3) then never widens it.
     absl::Span<const BFloat16> view16;
     if (GptBlock::IsProjectionWeight(i)) {
       LOOM_ASSIGN_OR_RETURN(view16, AcquireBf16(base + i));
     }
+    absl::Span<const float> view;
+    if (view16.empty()) {
+      LOOM_ASSIGN_OR_RETURN(view, lease.Get(base + i));
+    }
+    views.push_back(view);
     bf16_views.push_back(view16);
   }
   LOOM_RETURN_IF_ERROR(blocks_[k].BorrowWeights(views, bf16_views));
@@ -667,14 +672,18 @@ absl::Status GptModel::LendHead() {
                         LeaseUnit((options_.embedding ? 1 : 0) + blocks_.size()));
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> gamma, lease.Get(head));
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> beta, lease.Get(head + 1));
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> weight, lease.Get(head + 2));
   const size_t h = static_cast<size_t>(config_.hidden);
   if (gamma.size() != h || beta.size() != h) {
     return absl::InvalidArgumentError(absl::StrCat(kName, ": the source lent ", gamma.size(),
                                                    " and ", beta.size(),
                                                    " values of the final layer norm, not ", h));
   }
+  // As a block's projections: lent in bf16, the head's weight is not asked for in f32.
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> weight16, AcquireBf16(head + 2));
+  absl::Span<const float> weight;
+  if (weight16.empty()) {
+    LOOM_ASSIGN_OR_RETURN(weight, lease.Get(head + 2));
+  }
   LOOM_RETURN_IF_ERROR(lm_head_->BorrowWeights(weight, {}, weight16));
   lent_final_gamma_ = gamma;
   lent_final_beta_ = beta;

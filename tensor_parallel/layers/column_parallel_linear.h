@@ -133,7 +133,10 @@ class ColumnParallelLinear {
   // weights. `weight_bf16`, when given, is the weight's bf16 rounding (a mixed-
   // precision lender's compute copy, kept alive as `weight`): a kBf16 layer
   // multiplies by it instead of rounding `weight` for every product; f32 ignores
-  // it. InvalidArgument naming the counts for views of another size.
+  // it. `weight` may be empty when `weight_bf16` is given (a lender that keeps no
+  // f32 widening of it): the layer then multiplies in kBf16 only, and a kF32
+  // product is InvalidArgument (an empty A or B). InvalidArgument naming the
+  // counts for views of another size.
   absl::Status BorrowWeights(absl::Span<const float> weight, absl::Span<const float> bias,
                              absl::Span<const BFloat16> weight_bf16 = {});
   void ReturnWeights() { borrowed_ = {false, borrowed_.owned_dropped, {}, {}, {}}; }

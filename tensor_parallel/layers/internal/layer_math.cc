@@ -20,13 +20,15 @@ absl::Span<const float> F32Values(const Tensor& t, std::vector<float>& scratch) 
 absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
                     absl::Span<const float> bias, absl::Span<const BFloat16> weight_bf16,
                     int64_t weight_numel, int64_t bias_numel, const std::string& who) {
-  if (static_cast<int64_t>(weight.size()) != weight_numel ||
+  // A weight lent in bf16 only (weight empty) is multiplied in bf16 only.
+  const bool bf16_only = weight.empty() && static_cast<int64_t>(weight_bf16.size()) == weight_numel;
+  if ((!bf16_only && static_cast<int64_t>(weight.size()) != weight_numel) ||
       static_cast<int64_t>(bias.size()) != bias_numel) {
     return absl::InvalidArgumentError(absl::StrCat(
         who, ": BorrowWeights got ", weight.size(), " weight and ", bias.size(),
         " bias elements; this rank's shards have ", weight_numel, " and ", bias_numel));
   }
-  if (!weight_bf16.empty() && weight_bf16.size() != weight.size()) {
+  if (!bf16_only && !weight_bf16.empty() && weight_bf16.size() != weight.size()) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": BorrowWeights got ", weight.size(),
                                                    " weight elements but a bf16 copy of ",
                                                    weight_bf16.size()));

@@ -37,8 +37,9 @@ struct BorrowedWeights {
 
 // Borrow checks views of `weight_numel` and `bias_numel` elements (bias_numel 0:
 // the layer has no bias; the view must then be empty; weight_bf16 empty or of
-// weight_numel) and starts borrowing them. InvalidArgument naming `who` and the
-// counts otherwise.
+// weight_numel; `weight` may be empty when weight_bf16 is given, for a layer that
+// multiplies in bf16 only) and starts borrowing them. InvalidArgument naming `who`
+// and the counts otherwise.
 absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
                     absl::Span<const float> bias, absl::Span<const BFloat16> weight_bf16,
                     int64_t weight_numel, int64_t bias_numel, const std::string& who);
