@@ -152,6 +152,18 @@ class ParameterSource {
   // AddGrad adds `grad` (the parameter's element count) to `param`'s gradient, in
   // a kBackward or kGradients pass.
   virtual absl::Status AddGrad(int param, absl::Span<const float> grad) = 0;
+  // GradientSlot offers, in place of AddGrad, where `param`'s gradient lies, for a
+  // caller that computes it straight there (a weight product writing its output
+  // into it, with no tensor of its own and no pass adding it in): a span of the
+  // parameter's element count that the caller must overwrite whole before the
+  // pass moves past the parameter's unit (before the source touches a unit
+  // before it in pass order, or EndPass) — the same as AddGrad(param, values),
+  // with AddGrad's checks. Empty where the source has no such place (the
+  // default), or the parameter already has a gradient in this pass: AddGrad then.
+  virtual absl::StatusOr<absl::Span<float>> GradientSlot(int param) {
+    (void)param;
+    return absl::Span<float>();
+  }
   // EndPass finishes the pass (its collectives, for a distributed source) and
   // returns the pass's first error.
   virtual absl::Status EndPass() = 0;

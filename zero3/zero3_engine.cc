@@ -155,6 +155,7 @@ absl::Status Zero3Engine::Init(absl::Span<const float> initial) {
       UsesBuffers() ? std::min(slots_, std::max(partition_.num_buckets(), 1)) : 0;
   shared_->pool.resize(pool_size);
   widened_.assign(static_cast<size_t>(partition_.num_params()), 0);
+  grad_written_.assign(static_cast<size_t>(partition_.num_params()), 0);
   for (int i = pool_size - 1; i >= 0; --i) {
     GatherBuffer& buffer = shared_->pool[i];
     const size_t n = max_numel;

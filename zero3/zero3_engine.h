@@ -293,6 +293,10 @@ class Zero3Engine : public ParameterSource {
   // start), as Acquire does. FailedPrecondition outside a backward pass or after
   // the parameter's bucket was reduced; InvalidArgument for a wrong size.
   absl::Status AddGrad(int param, absl::Span<const float> grad) override;
+  // GradientSlot (core/parameter_source.h): the parameter's range of its bucket's
+  // gradient buffer, for its first gradient of the pass, with AddGrad's checks and
+  // bookkeeping; empty for a persistent parameter and for a second gradient.
+  absl::StatusOr<absl::Span<float>> GradientSlot(int param) override;
   // EndPass finishes the pass's collectives (see the top of this file) and returns
   // the first error of the pass, if any.
   absl::Status EndPass() override;
@@ -420,9 +424,15 @@ class Zero3Engine : public ParameterSource {
   absl::Status RefreshComputeCopies();
   absl::Status CheckShardSpans(absl::string_view what, size_t sharded, size_t persistent) const;
   void CountGathered(int64_t delta);
-  // TakeGradBuffer gives `bucket` a zeroed whole-bucket gradient buffer (recycled
-  // communication memory); AllocatePersistentGrad the persistent block's, once.
+  // TakeGradBuffer gives `bucket` a whole-bucket gradient buffer (recycled
+  // communication memory, not zeroed: AddGrad writes a parameter's first gradient
+  // and ZeroUnwritten, before the reduce, zeroes the padding and the parameters
+  // no gradient reached); AllocatePersistentGrad the persistent block's, once.
   absl::Status TakeGradBuffer(zero3_internal::BucketState& bucket);
+  void ZeroUnwritten(zero3_internal::BucketState& bucket);
+  // GradientRange: AddGrad's checks for `numel` elements of `param` (`call` names
+  // it in errors), the bucket's release and buffer; its range of the buffer.
+  absl::StatusOr<absl::Span<float>> GradientRange(const char* call, int param, size_t numel);
   absl::Status AllocatePersistentGrad();
   void CountGradBuffer(int64_t bytes);
   // AddIntoStoredGrad adds a reduce-scatter's average into the bucket's gradient
@@ -458,6 +468,9 @@ class Zero3Engine : public ParameterSource {
   // WidensOnDemand: per parameter, whether its bucket's pool buffer holds its f32
   // widening; cleared for a bucket's parameters when a buffer is filled for it.
   std::vector<char> widened_;
+  // Per parameter: whether AddGrad wrote its part of its bucket's gradient buffer
+  // since the buffer was taken (TakeGradBuffer clears a bucket's parameters).
+  std::vector<char> grad_written_;
   std::unique_ptr<zero3_internal::EngineShared> shared_;
   std::unique_ptr<CommWorker> worker_;
   // Where buckets' state lives on NVMe (the optimizer_disk, param_disk and

@@ -24,6 +24,7 @@
 #include "core/buffer_view.h"
 #include "core/half.h"
 #include "core/half_convert.h"
+#include "core/parallel_for.h"
 #include "core/status_macros.h"
 #include "zero3/internal/agreement.h"
 #include "zero3/internal/bucket_state.h"
@@ -51,6 +52,7 @@ absl::Status Zero3Engine::AddIntoStoredGrad(absl::Span<const float> average, Buc
 // which Step reduces.
 absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
   bucket.reduced = true;
+  if (!bucket.grad_buffer.empty()) ZeroUnwritten(bucket);
   if (options_.stage == 1) {
     if (!bucket.grad_buffer.empty()) {
       AddInto(bucket.grad_buffer, bucket);
@@ -62,7 +64,10 @@ absl::Status Zero3Engine::EnqueueReduce(BucketState& bucket) {
     return absl::OkStatus();
   }
   ++stats_.reduce_scatters;
-  if (bucket.grad_buffer.empty()) LOOM_RETURN_IF_ERROR(TakeGradBuffer(bucket));
+  if (bucket.grad_buffer.empty()) {
+    LOOM_RETURN_IF_ERROR(TakeGradBuffer(bucket));
+    ZeroUnwritten(bucket);
+  }
   Communicator* dp = dp_;
   BucketState* state = &bucket;
   EngineShared* shared = shared_.get();
@@ -118,7 +123,10 @@ absl::Status Zero3Engine::TakeGradBuffer(BucketState& bucket) {
   ++grad_buffers_held_;
   bucket.grad_buffer =
       bucket.grad_memory.As<float>().first(static_cast<size_t>(bucket.padded_numel));
-  std::fill(bucket.grad_buffer.begin(), bucket.grad_buffer.end(), 0.0f);
+  // Not zeroed: AddGrad writes each parameter's first gradient, ZeroUnwritten the rest.
+  for (const int param : partition_.bucket(bucket.index).params) {
+    grad_written_[static_cast<size_t>(param)] = 0;
+  }
   CountGradBuffer(bucket.padded_numel * 4);
   return absl::OkStatus();
 }
@@ -131,15 +139,51 @@ void Zero3Engine::CountGradBuffer(int64_t bytes) {
 }
 
 absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
-  LOOM_RETURN_IF_ERROR(CheckParam("AddGrad", param));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> dst, GradientRange("AddGrad", param, grad.size()));
   const ParamSlot& slot = partition_.slot(param);
-  const std::string what = absl::StrCat("AddGrad(", param, " \"", slot.name, "\")");
+  // On the rank's threads (core/parallel_for.h); each element is one addition, so
+  // the bits do not depend on the split. A bucket's buffer is not zeroed when taken:
+  // a parameter's first gradient of the pass is written, not added to the buffer,
+  // as g + 0 (0 + g's bits, -0 included), and what no gradient wrote is zeroed
+  // before the reduce (ZeroUnwritten).
+  char& written = grad_written_[static_cast<size_t>(param)];
+  const bool first = !slot.persistent && !written;
+  written = 1;
+  ParallelForEach(static_cast<int64_t>(grad.size()), kElementwiseGrain,
+                  [&](int64_t begin, int64_t end) {
+    if (first) {
+      for (int64_t i = begin; i < end; ++i) dst[i] = grad[i] + 0.0f;
+    } else {
+      for (int64_t i = begin; i < end; ++i) dst[i] += grad[i];
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Span<float>> Zero3Engine::GradientSlot(int param) {
+  LOOM_RETURN_IF_ERROR(CheckParam("GradientSlot", param));
+  const ParamSlot& slot = partition_.slot(param);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> dst,
+                        GradientRange("GradientSlot", param, static_cast<size_t>(slot.numel)));
+  // The persistent block is zeroed per pass and added into; a second gradient of
+  // the pass is added (AddGrad).
+  char& written = grad_written_[static_cast<size_t>(param)];
+  if (slot.persistent || written) return absl::Span<float>();
+  written = 1;
+  return dst;
+}
+
+absl::StatusOr<absl::Span<float>> Zero3Engine::GradientRange(const char* call, int param,
+                                                             size_t numel) {
+  LOOM_RETURN_IF_ERROR(CheckParam(call, param));
+  const ParamSlot& slot = partition_.slot(param);
+  const std::string what = absl::StrCat(call, "(", param, " \"", slot.name, "\")");
   if (!Reducing()) {
     return absl::FailedPreconditionError(
         absl::StrCat(Who(), ": ", what, " outside a backward pass"));
   }
-  if (static_cast<int64_t>(grad.size()) != slot.numel) {
-    return absl::InvalidArgumentError(absl::StrCat(Who(), ": ", what, " has ", grad.size(),
+  if (static_cast<int64_t>(numel) != slot.numel) {
+    return absl::InvalidArgumentError(absl::StrCat(Who(), ": ", what, " has ", numel,
                                                    " elements, the parameter has ", slot.numel));
   }
   if (!slot.persistent) MarkUsed(slot.bucket);
@@ -158,9 +202,22 @@ absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
   if (bucket.grad_buffer.empty()) {
     LOOM_RETURN_IF_ERROR(slot.persistent ? AllocatePersistentGrad() : TakeGradBuffer(bucket));
   }
-  float* dst = bucket.grad_buffer.data() + slot.offset;
-  for (size_t i = 0; i < grad.size(); ++i) dst[i] += grad[i];
-  return absl::OkStatus();
+  return bucket.grad_buffer.subspan(static_cast<size_t>(slot.offset),
+                                    static_cast<size_t>(slot.numel));
+}
+
+void Zero3Engine::ZeroUnwritten(BucketState& bucket) {
+  float* const buffer = bucket.grad_buffer.data();
+  int64_t covered = 0;  // elements before it are written or zeroed
+  for (const int param : partition_.bucket(bucket.index).params) {
+    const ParamSlot& slot = partition_.slot(param);
+    if (slot.offset > covered) std::fill(buffer + covered, buffer + slot.offset, 0.0f);
+    if (!grad_written_[static_cast<size_t>(param)]) {
+      std::fill(buffer + slot.offset, buffer + slot.offset + slot.numel, 0.0f);
+    }
+    covered = std::max(covered, slot.offset + slot.numel);
+  }
+  std::fill(buffer + covered, buffer + bucket.padded_numel, 0.0f);
 }
 
 int64_t Zero3Engine::ReducedShardStart(const BucketState& bucket) const {

@@ -215,22 +215,28 @@ absl::Status GptBlock::BackwardWeight(const GptBlockWeightGradWork& work) {
           g->size(), " values, not hidden ", h));
     }
   }
-  LOOM_RETURN_IF_ERROR(proj_.BackwardWeight(work.proj));
-  LOOM_RETURN_IF_ERROR(Give(kProjWeight, proj_.weight_grad()));
+  // A projection's weight gradient is written where the sink's source keeps it
+  // (Slot) when it offers a place, else handed over as before.
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> proj_into, Slot(kProjWeight));
+  LOOM_RETURN_IF_ERROR(proj_.BackwardWeight(work.proj, proj_into));
+  if (proj_into.empty()) LOOM_RETURN_IF_ERROR(Give(kProjWeight, proj_.weight_grad()));
   LOOM_RETURN_IF_ERROR(Give(kProjBias, proj_.bias_grad()));
   proj_.ReleaseWeightGradients();
-  LOOM_RETURN_IF_ERROR(fc_.BackwardWeight(work.fc));
-  LOOM_RETURN_IF_ERROR(Give(kFcWeight, fc_.weight_grad()));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> fc_into, Slot(kFcWeight));
+  LOOM_RETURN_IF_ERROR(fc_.BackwardWeight(work.fc, fc_into));
+  if (fc_into.empty()) LOOM_RETURN_IF_ERROR(Give(kFcWeight, fc_.weight_grad()));
   LOOM_RETURN_IF_ERROR(Give(kFcBias, fc_.bias_grad()));
   fc_.ReleaseWeightGradients();
   LOOM_RETURN_IF_ERROR(Give(kLn2Gamma, work.ln2_dgamma));
   LOOM_RETURN_IF_ERROR(Give(kLn2Beta, work.ln2_dbeta));
-  LOOM_RETURN_IF_ERROR(attn_.BackwardWeight(work.attn));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> qkv_into, Slot(kQkvWeight));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> out_into, Slot(kOutWeight));
+  LOOM_RETURN_IF_ERROR(attn_.BackwardWeight(work.attn, qkv_into, out_into));
   ColumnParallelLinear& qkv = attn_.mutable_qkv();
   RowParallelLinear& out = attn_.mutable_out();
-  LOOM_RETURN_IF_ERROR(Give(kQkvWeight, qkv.weight_grad()));
+  if (qkv_into.empty()) LOOM_RETURN_IF_ERROR(Give(kQkvWeight, qkv.weight_grad()));
   LOOM_RETURN_IF_ERROR(Give(kQkvBias, qkv.bias_grad()));
-  LOOM_RETURN_IF_ERROR(Give(kOutWeight, out.weight_grad()));
+  if (out_into.empty()) LOOM_RETURN_IF_ERROR(Give(kOutWeight, out.weight_grad()));
   LOOM_RETURN_IF_ERROR(Give(kOutBias, out.bias_grad()));
   qkv.ReleaseWeightGradients();
   out.ReleaseWeightGradients();
@@ -339,6 +345,11 @@ absl::Status GptBlock::Give(int k, absl::Span<const float> grad) {
   return AddInto(AccumulatorOf(k), grad);
 }
 
+absl::StatusOr<absl::Span<float>> GptBlock::Slot(int k) {
+  if (!sink_ || !slot_) return absl::Span<float>();
+  return slot_(k);
+}
+
 absl::Status GptBlock::Give(int k, const Tensor& grad) {
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> values, Values(grad));
   return Give(k, values);
@@ -410,8 +421,9 @@ absl::Status GptBlock::CheckWeights(const char* call) const {
       "(DropOwnedWeights) and none are lent; call BorrowWeights first"));
 }
 
-void GptBlock::SetGradSink(GradSink sink) {
+void GptBlock::SetGradSink(GradSink sink, GradSlot slot) {
   sink_ = std::move(sink);
+  slot_ = std::move(slot);
   for (int k = 0; k < kNumParameters; ++k) AccumulatorOf(k) = gpt_internal::GradAccumulator();
 }
 

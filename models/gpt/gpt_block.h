@@ -170,7 +170,11 @@ class GptBlock {
   // block's accumulators, which it frees (ZeroGrad then has none to zero, and
   // AppendParameters gives empty gradient views).
   using GradSink = std::function<absl::Status(int k, absl::Span<const float> grad)>;
-  void SetGradSink(GradSink sink);
+  // GradSlot, when given with the sink, offers where a projection's weight gradient
+  // lies (ParameterSource::GradientSlot): BackwardWeight's product then writes it
+  // there instead of handing it to the sink; an empty span means the sink.
+  using GradSlot = std::function<absl::StatusOr<absl::Span<float>>(int k)>;
+  void SetGradSink(GradSink sink, GradSlot slot = nullptr);
 
   // ZeroGrad sets every gradient accumulator to 0.
   void ZeroGrad();
@@ -190,6 +194,8 @@ class GptBlock {
   // Give hands parameter k's gradient to the sink, or adds it into its accumulator.
   absl::Status Give(int k, absl::Span<const float> grad);
   absl::Status Give(int k, const Tensor& grad);
+  // Slot: where projection weight k's gradient goes in place (GradSlot), or empty.
+  absl::StatusOr<absl::Span<float>> Slot(int k);
   gpt_internal::GradAccumulator& AccumulatorOf(int k);
 
   GptConfig config_;
@@ -198,6 +204,7 @@ class GptBlock {
   bool dropped_ = false;  // DropOwnedWeights ran
   std::vector<absl::Span<const float>> lent_;  // while borrowing: kNumParameters views
   GradSink sink_;
+  GradSlot slot_;
   // Layer norms (replicated) and their gradients.
   std::vector<float> ln1_gamma_, ln1_beta_, ln2_gamma_, ln2_beta_;
   gpt_internal::GradAccumulator ln1_gamma_grad_, ln1_beta_grad_, ln2_gamma_grad_,

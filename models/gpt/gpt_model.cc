@@ -377,9 +377,14 @@ absl::Status GptModel::HeadBackwardWeight(const GptWeightGradWork& work) {
         kName, ": weight-gradient work holds final layer-norm gradients of ",
         work.final_dgamma.size(), " and ", work.final_dbeta.size(), " values, not hidden ", h));
   }
-  LOOM_RETURN_IF_ERROR(lm_head_->BackwardWeight(work.head));
   const int head = HeadBase();
-  LOOM_RETURN_IF_ERROR(Give(head_grad_, head + 2, lm_head_->weight_grad()));
+  // Where the source keeps the head's gradient, its product writes it there.
+  absl::Span<float> into;
+  if (grads_ == GradientHome::kSource) {
+    LOOM_ASSIGN_OR_RETURN(into, source_->GradientSlot(head + 2));
+  }
+  LOOM_RETURN_IF_ERROR(lm_head_->BackwardWeight(work.head, into));
+  if (into.empty()) LOOM_RETURN_IF_ERROR(Give(head_grad_, head + 2, lm_head_->weight_grad()));
   lm_head_->ReleaseWeightGradients();
   LOOM_RETURN_IF_ERROR(Give(final_gamma_grad_, head, work.final_dgamma));
   LOOM_RETURN_IF_ERROR(Give(final_beta_grad_, head + 1, work.final_dbeta));
@@ -558,9 +563,11 @@ void GptModel::Borrow(ParameterSource* source, GradientHome grads,
     blocks_[k].DropOwnedWeights();
     if (grads == GradientHome::kSource) {
       const int base = BlockBase(k);
-      blocks_[k].SetGradSink([this, base](int i, absl::Span<const float> grad) {
-        return source_->AddGrad(base + i, grad);
-      });
+      blocks_[k].SetGradSink(
+          [this, base](int i, absl::Span<const float> grad) {
+            return source_->AddGrad(base + i, grad);
+          },
+          [this, base](int i) { return source_->GradientSlot(base + i); });
     }
   }
   if (lm_head_.has_value()) lm_head_->DropOwnedWeights();

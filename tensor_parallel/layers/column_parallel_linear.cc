@@ -178,10 +178,12 @@ std::vector<float> ColumnParallelLinear::BiasGradient(absl::Span<const float> g)
 }
 
 absl::Status ColumnParallelLinear::WeightGradient(const GemmBf16Input& g, const GemmBf16Input& x,
-                                                  absl::Span<const float> bias_grad) {
+                                                  absl::Span<const float> bias_grad,
+                                                  absl::Span<float> into) {
   const int64_t out_local = out_features_local();
   // dW_local = g^T x: [out_local, rows] x [rows, in].
-  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw, NewOutput({out_local, in_}));
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw,
+                        tp_layers_internal::WeightGradOutput(into, out_local, in_, kName));
   LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kYes, x, Transpose::kNo,
                                Dense(dw.values, out_local, in_)));
   weight_grad_ = std::move(dw.tensor);
@@ -245,13 +247,15 @@ absl::StatusOr<Tensor> ColumnParallelLinear::BackwardInput(const Tensor& grad_ou
   return dx;
 }
 
-absl::Status ColumnParallelLinear::BackwardWeight(const WeightGradWork& work) {
+absl::Status ColumnParallelLinear::BackwardWeight(const WeightGradWork& work,
+                                                  absl::Span<float> weight_grad_into) {
   const int64_t out_local = out_features_local();
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckWeightGradWork(
       kName, work, in_, out_local, has_bias_ ? out_local : 0));
   return WeightGradient(tp_layers_internal::WorkGradient(work, out_local),
                         tp_layers_internal::WorkInput(work, in_),
-                        tp_layers_internal::WorkBiasGradient(work, has_bias_ ? out_local : 0));
+                        tp_layers_internal::WorkBiasGradient(work, has_bias_ ? out_local : 0),
+                        weight_grad_into);
 }
 
 absl::Status ColumnParallelLinear::BorrowWeights(absl::Span<const float> weight,

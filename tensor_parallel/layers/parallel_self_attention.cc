@@ -232,9 +232,11 @@ absl::StatusOr<Tensor> ParallelSelfAttention::BackwardInput(const Tensor& grad_o
   return dx;
 }
 
-absl::Status ParallelSelfAttention::BackwardWeight(const AttentionWeightGradWork& work) {
-  LOOM_RETURN_IF_ERROR(out_.BackwardWeight(work.out));
-  return qkv_.BackwardWeight(work.qkv);
+absl::Status ParallelSelfAttention::BackwardWeight(const AttentionWeightGradWork& work,
+                                                   absl::Span<float> qkv_weight_grad_into,
+                                                   absl::Span<float> out_weight_grad_into) {
+  LOOM_RETURN_IF_ERROR(out_.BackwardWeight(work.out, out_weight_grad_into));
+  return qkv_.BackwardWeight(work.qkv, qkv_weight_grad_into);
 }
 
 absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ctx) {

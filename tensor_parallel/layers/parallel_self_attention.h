@@ -122,9 +122,12 @@ class ParallelSelfAttention {
   // does, moves the projections' weight-gradient inputs into `work` and forgets
   // the forward; BackwardWeight fills the projections' gradients from it, bitwise
   // as Backward would have, even after other Forwards. Errors as Backward and the
-  // projections' BackwardWeight.
+  // projections' BackwardWeight. The projections' weight gradients go where given
+  // (their BackwardWeight's weight_grad_into), else into their own tensors.
   absl::StatusOr<Tensor> BackwardInput(const Tensor& grad_output, AttentionWeightGradWork& work);
-  absl::Status BackwardWeight(const AttentionWeightGradWork& work);
+  absl::Status BackwardWeight(const AttentionWeightGradWork& work,
+                              absl::Span<float> qkv_weight_grad_into = {},
+                              absl::Span<float> out_weight_grad_into = {});
 
   // The projections, for their weights and gradients.
   const ColumnParallelLinear& qkv() const { return qkv_; }

@@ -148,13 +148,15 @@ std::vector<float> RowParallelLinear::BiasGradient(absl::Span<const float> g) co
 }
 
 absl::Status RowParallelLinear::WeightGradient(const GemmBf16Input& g, const GemmBf16Input& x,
-                                               absl::Span<const float> bias_grad) {
+                                               absl::Span<const float> bias_grad,
+                                               absl::Span<float> into) {
   // The whole gradient is on every rank (gathered under sequence parallelism), so
   // the bias gradient is complete here and needs no all-reduce.
   if (has_bias_) {
     LOOM_ASSIGN_OR_RETURN(bias_grad_, ToTensor({out_}, bias_grad));
   }
-  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw, NewOutput({out_, in_local_}));
+  LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output dw,
+                        tp_layers_internal::WeightGradOutput(into, out_, in_local_, kName));
   LOOM_RETURN_IF_ERROR(Product(gemm_precision(), g, Transpose::kYes, x, Transpose::kNo,
                                Dense(dw.values, out_, in_local_)));
   weight_grad_ = std::move(dw.tensor);
@@ -200,12 +202,14 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardInput(const Tensor& grad_outpu
   return dx;
 }
 
-absl::Status RowParallelLinear::BackwardWeight(const WeightGradWork& work) {
+absl::Status RowParallelLinear::BackwardWeight(const WeightGradWork& work,
+                                               absl::Span<float> weight_grad_into) {
   LOOM_RETURN_IF_ERROR(tp_layers_internal::CheckWeightGradWork(kName, work, in_local_, out_,
                                                                has_bias_ ? out_ : 0));
   return WeightGradient(tp_layers_internal::WorkGradient(work, out_),
                         tp_layers_internal::WorkInput(work, in_local_),
-                        tp_layers_internal::WorkBiasGradient(work, has_bias_ ? out_ : 0));
+                        tp_layers_internal::WorkBiasGradient(work, has_bias_ ? out_ : 0),
+                        weight_grad_into);
 }
 
 absl::Status RowParallelLinear::BorrowWeights(absl::Span<const float> weight,

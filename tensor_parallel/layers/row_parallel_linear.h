@@ -103,7 +103,11 @@ class RowParallelLinear {
   // between. Errors as Backward; BackwardWeight is InvalidArgument naming the sizes
   // for a work of another shape.
   absl::StatusOr<Tensor> BackwardInput(const Tensor& grad_output, WeightGradWork& work);
-  absl::Status BackwardWeight(const WeightGradWork& work);
+  //
+  // With `weight_grad_into` (the weight's element count, e.g. a source's
+  // GradientSlot) BackwardWeight's product writes the weight gradient there and
+  // weight_grad() stays empty (InvalidArgument naming the sizes for another count).
+  absl::Status BackwardWeight(const WeightGradWork& work, absl::Span<float> weight_grad_into = {});
 
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
@@ -169,7 +173,7 @@ class RowParallelLinear {
   // (each f32 or already bf16) and the bias gradient summed already; InputGradient
   // returns dx for g; BiasGradient sums the f32 g's rows (empty without a bias).
   absl::Status WeightGradient(const GemmBf16Input& g, const GemmBf16Input& x,
-                              absl::Span<const float> bias_grad);
+                              absl::Span<const float> bias_grad, absl::Span<float> into = {});
   absl::StatusOr<Tensor> InputGradient(const GemmBf16Input& g);
   std::vector<float> BiasGradient(absl::Span<const float> g) const;
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -129,6 +130,27 @@ LayerOps LinearOps(Layer& layer, WeightGradWork (&works)[2]) {
   return ops;
 }
 
+// LinearOpsInto is LinearOps with BackwardWeight writing the weight gradient into
+// `into` (as into a ParameterSource::GradientSlot), filled with NaN before each
+// call so that an element left unwritten shows; weight_grad() must stay empty.
+template <typename Layer>
+LayerOps LinearOpsInto(Layer& layer, WeightGradWork (&works)[2], std::vector<float>& into) {
+  LayerOps ops = LinearOps(layer, works);
+  ops.backward_weight = [&layer, &works, &into](int mb) {
+    into.assign(static_cast<size_t>(layer.weight().numel()),
+                std::numeric_limits<float>::quiet_NaN());
+    return layer.BackwardWeight(works[mb], absl::MakeSpan(into));
+  };
+  ops.weight_grads = [&layer, &into] {
+    EXPECT_EQ(layer.weight_grad().numel(), 0) << "a weight gradient written elsewhere is kept";
+    std::vector<Tensor> out;
+    out.push_back(*Tensor::FromValues(layer.weight().shape(), into));
+    out.push_back(layer.bias_grad().Clone());
+    return out;
+  };
+  return ops;
+}
+
 TEST_P(SplitBackwardTest, ColumnParallelLinear) {
   // Named copies, not a structured binding: clang 14 cannot capture those in lambdas.
   const auto tp = std::get<0>(GetParam());
@@ -155,10 +177,14 @@ TEST_P(SplitBackwardTest, ColumnParallelLinear) {
       const Tensor dy[2] = {RandomTensor({kSeq, kBatch, out}, 5),
                             RandomTensor({kSeq, kBatch, out}, 6)};
       WeightGradWork plain_works[2], works[2];
+      std::vector<float> into;
       for (const bool reversed : {false, true}) {
         LOOM_RETURN_IF_ERROR(CheckSplitMatchesBackward(LinearOps(plain, plain_works),
                                                        LinearOps(split, works), x, dy, reversed,
                                                        where));
+        LOOM_RETURN_IF_ERROR(CheckSplitMatchesBackward(LinearOps(plain, plain_works),
+                                                       LinearOpsInto(split, works, into), x, dy,
+                                                       reversed, where + " into a slot"));
       }
       return absl::OkStatus();
     }));
@@ -185,9 +211,13 @@ TEST_P(SplitBackwardTest, RowParallelLinear) {
     const Tensor dy[2] = {RandomTensor({rows, kBatch, kOut}, 15),
                           RandomTensor({rows, kBatch, kOut}, 16)};
     WeightGradWork plain_works[2], works[2];
+    std::vector<float> into;
     for (const bool reversed : {false, true}) {
       LOOM_RETURN_IF_ERROR(CheckSplitMatchesBackward(
           LinearOps(plain, plain_works), LinearOps(split, works), x, dy, reversed, where));
+      LOOM_RETURN_IF_ERROR(CheckSplitMatchesBackward(LinearOps(plain, plain_works),
+                                                     LinearOpsInto(split, works, into), x, dy,
+                                                     reversed, where + " into a slot"));
     }
     return absl::OkStatus();
   }));
@@ -342,6 +372,14 @@ TEST(SplitBackwardErrors, WorkOfAnotherShapeOrLayerIsRefused) {
     EXPECT_EQ(emb_work.ids, (std::vector<int64_t>{1, 2, 6}));
     EXPECT_THAT(fc.BackwardWeight(emb_work),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("and 3 ids")));
+    // A place for the weight gradient of another size is refused by its counts.
+    std::vector<float> wrong(static_cast<size_t>(fc.weight().numel()) + 1);
+    EXPECT_THAT(fc.BackwardWeight(work, absl::MakeSpan(wrong)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("ColumnParallelLinear: BackwardWeight was given ",
+                                                wrong.size(), " elements for the weight "
+                                                "gradient, which has ",
+                                                fc.out_features_local(), " x ", kIn))));
     LOOM_RETURN_IF_ERROR(fc.BackwardWeight(work));
     LOOM_RETURN_IF_ERROR(emb.BackwardWeight(emb_work));
     EXPECT_THAT(fc.BackwardInput(RandomTensor({3, fc.out_features_local()}, 44), work),

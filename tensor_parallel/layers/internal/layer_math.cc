@@ -161,6 +161,19 @@ absl::StatusOr<Tensor> ToTensor(std::vector<int64_t> shape, absl::Span<const flo
   return Tensor::FromValues(std::move(shape), values);
 }
 
+absl::StatusOr<Output> WeightGradOutput(absl::Span<float> into, int64_t rows, int64_t cols,
+                                        const std::string& who) {
+  if (into.empty()) return NewOutput({rows, cols});
+  if (static_cast<int64_t>(into.size()) != rows * cols) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": BackwardWeight was given ", into.size(),
+                                                   " elements for the weight gradient, which has ",
+                                                   rows, " x ", cols));
+  }
+  Output out;
+  out.values = into;
+  return out;
+}
+
 absl::StatusOr<Output> NewOutput(std::vector<int64_t> shape) {
   Output out;
   LOOM_ASSIGN_OR_RETURN(out.tensor, Tensor::CreateUninitialized(std::move(shape)));

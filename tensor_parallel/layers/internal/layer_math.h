@@ -126,6 +126,12 @@ struct Output {
   absl::Span<float> values;
 };
 absl::StatusOr<Output> NewOutput(std::vector<int64_t> shape);
+// WeightGradOutput returns where a weight gradient of rows x cols is written:
+// `into` when given (a caller's place for it, e.g. ParameterSource::GradientSlot;
+// the tensor is then empty), else a new tensor. InvalidArgument naming `who` and
+// the sizes when `into` holds another count.
+absl::StatusOr<Output> WeightGradOutput(absl::Span<float> into, int64_t rows, int64_t cols,
+                                        const std::string& who);
 
 // CheckActivation returns the rows (all dimensions but the last) of activation
 // `x` of layer `who`, or InvalidArgument naming the shape unless x is f32 of rank
