@@ -134,15 +134,16 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
   state_.output_shape.back() = out_local;
   // The product goes straight into the output tensor (no copy) unless it is gathered.
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output local, NewOutput(state_.output_shape));
-  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), state_.input.View(rows, in_), Transpose::kNo,
-                               WeightInput(gemm_precision(), borrowed_, Dense(w, out_local, in_)),
-                               Transpose::kYes, Dense(local.values, rows, out_local)));
+  std::vector<float> bias_scratch;
+  absl::Span<const float> b;
   if (has_bias_) {
-    std::vector<float> bias_scratch;
-    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
-                          ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
-    AddBias(local.values, b);
+    LOOM_ASSIGN_OR_RETURN(b, ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
   }
+  // The bias in the product (a bf16 one adds it in its epilogue; the same bits).
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::ProductWithBias(
+      gemm_precision(), state_.input.View(rows, in_), Transpose::kNo,
+      WeightInput(gemm_precision(), borrowed_, Dense(w, out_local, in_)), Transpose::kYes,
+      Dense(local.values, rows, out_local), b));
   if (options_.gather_output) {
     LOOM_ASSIGN_OR_RETURN(std::vector<float> y,
                           GatherLastDim(*tp_, local.values, rows, out_widths_, tally_));

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <string>
@@ -281,6 +282,38 @@ absl::Status GemmBf16(GemmBf16Input a, Transpose trans_a, GemmBf16Input b, Trans
   if (!d.has_value()) return absl::OkStatus();
   return Bf16Gemm(gemm_internal::Bf16Backend::kAuto, current_engine, a, trans_a, b, trans_b, c,
                   *d, alpha, beta);
+}
+
+absl::Status GemmBf16WithBias(GemmBf16Input a, Transpose trans_a, GemmBf16Input b,
+                              Transpose trans_b, MatrixView c, absl::Span<const float> bias) {
+  const ScopedComputeTimer timer(ComputeKind::kGemm);
+  if (static_cast<int64_t>(bias.size()) != c.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("GemmBf16WithBias: bias has ", bias.size(),
+                                                   " values; C has ", c.cols, " columns"));
+  }
+  LOOM_ASSIGN_OR_RETURN(const std::optional<Dims> d,
+                        CheckedProduct(a, trans_a, b, trans_b, c, 0.0f));
+  if (!d.has_value()) {
+    if (c.rows == 0 || c.cols == 0) return absl::OkStatus();
+  } else if (current_engine == nullptr) {
+    const absl::Status onednn = gemm_internal::OneDnnBf16Gemm(
+        a, trans_a, b, trans_b, c, 1.0f, 0.0f, ComputeThreads(), bias.data());
+    if (!absl::IsUnavailable(onednn)) return onednn;
+  }
+  if (d.has_value()) {
+    LOOM_RETURN_IF_ERROR(Bf16Gemm(gemm_internal::Bf16Backend::kAuto, current_engine, a, trans_a, b,
+                                  trans_b, c, *d, 1.0f, 0.0f));
+  }
+  // Off oneDNN (or k = 0, where C is 0): the addition after the product, by rows.
+  const size_t cols = static_cast<size_t>(c.cols);
+  ParallelForEach(c.rows, std::max<int64_t>(1, kElementwiseGrain / c.cols),
+                  [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      float* const row = c.data.data() + r * c.ld;
+      for (size_t j = 0; j < cols; ++j) row[j] += bias[j];
+    }
+  });
+  return absl::OkStatus();
 }
 
 namespace gemm_internal {

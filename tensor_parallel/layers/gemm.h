@@ -156,6 +156,19 @@ class GemmBf16Input {
 absl::Status GemmBf16(GemmBf16Input a, Transpose trans_a, GemmBf16Input b, Transpose trans_b,
                       MatrixView c, float alpha = 1.0f, float beta = 0.0f);
 
+// GemmBf16WithBias is GemmBf16 (alpha 1, beta 0) that also adds `bias`, n values, to
+// every row of C: C = op(A) op(B) + 1 bias^T, each element the f32 product plus its
+// bias in one f32 addition, so the bits of GemmBf16 followed by the addition. On
+// oneDNN the addition is the product's own epilogue (no second pass over C); off it,
+// it follows the product on the rank's threads. InvalidArgument as GemmBf16, or
+// naming both counts when bias does not hold n values.
+//
+//   // y [m,n] = bf16(x) bf16(w)^T + b, the bias of a linear layer
+//   LOOM_RETURN_IF_ERROR(GemmBf16WithBias(Dense(x, m, k), Transpose::kNo, Dense(w16, n, k),
+//                                         Transpose::kYes, Dense(y, m, n), b));
+absl::Status GemmBf16WithBias(GemmBf16Input a, Transpose trans_a, GemmBf16Input b,
+                              Transpose trans_b, MatrixView c, absl::Span<const float> bias);
+
 // GemmPrecisionName returns "f32" or "bf16" ("unknown" outside the enum).
 absl::string_view GemmPrecisionName(GemmPrecision precision);
 

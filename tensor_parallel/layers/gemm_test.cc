@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -635,6 +636,59 @@ TEST(GemmBf16Test, OneDnnAgreesWithTheFallbackAtGptShapes) {
     }
   }
   ASSERT_THAT(SetGemmThreads(before), IsOk());
+}
+
+// GemmBf16WithBias is GemmBf16 followed by adding the bias to every row, bit for
+// bit, on oneDNN (the bias in the product's epilogue) and off it: a sweep of shapes
+// (GPT's, odd sizes, padded C, one to several row parts, an empty inner dimension),
+// f32 or pre-rounded weights, at one and two GEMM threads. A bias of another length
+// is refused by its counts.
+TEST(GemmBf16Test, BiasInTheProductIsTheProductThenTheAddition) {
+  const Bf16Case cases[] = {{256, 768, 256, Transpose::kNo, Transpose::kYes, 0, 1.0f, 0.0f},
+                            {256, 1024, 256, Transpose::kNo, Transpose::kYes, 0, 1.0f, 0.0f},
+                            {256, 256, 1024, Transpose::kNo, Transpose::kYes, 0, 1.0f, 0.0f},
+                            {37, 29, 13, Transpose::kNo, Transpose::kYes, 3, 1.0f, 0.0f},
+                            {300, 45, 70, Transpose::kNo, Transpose::kNo, 5, 1.0f, 0.0f},
+                            {64, 17, 0, Transpose::kNo, Transpose::kYes, 0, 1.0f, 0.0f}};
+  const int before = GemmThreads();
+  unsigned seed = 91;
+  for (const Bf16Case& t : cases) {
+    for (const PreRounded pre : {PreRounded::kNone, PreRounded::kB}) {
+      for (const int threads : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(t.Name(), pre == PreRounded::kB ? ", bf16 weights" : "", ", ",
+                                  threads, " threads"));
+        ASSERT_THAT(SetGemmThreads(threads), IsOk());
+        const Bf16Operands op = MakeOperands(t, seed += 3);
+        const std::vector<float> bias = Random(static_cast<size_t>(t.n), seed + 100);
+        LOOM_ASSERT_OK_AND_ASSIGN(std::vector<float> expected,
+                                  RunBf16(Bf16Backend::kAuto, t, op, pre));
+        for (int64_t r = 0; r < t.m; ++r) {
+          for (int64_t j = 0; j < t.n; ++j) expected[r * (t.n + t.pad) + j] += bias[j];
+        }
+        std::vector<float> c = op.c0;
+        const std::vector<BFloat16> b16 = ToBf16(op.b);
+        const ConstMatrixView a{op.a, t.a_rows(), t.a_cols(), t.a_cols() + t.pad};
+        const ConstMatrixView b{op.b, t.b_rows(), t.b_cols(), t.b_cols() + t.pad};
+        const GemmBf16Input bi = pre == PreRounded::kB
+                                     ? GemmBf16Input(ConstBf16MatrixView{b16, b.rows, b.cols, b.ld})
+                                     : GemmBf16Input(b);
+        ASSERT_THAT(GemmBf16WithBias(a, t.ta, bi, t.tb,
+                                     MatrixView{absl::MakeSpan(c), t.m, t.n, t.n + t.pad}, bias),
+                    IsOk());
+        ASSERT_EQ(c.size(), expected.size());
+        for (size_t i = 0; i < c.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&c[i], &expected[i], sizeof(float)), 0)
+              << "element " << i << ": " << c[i] << ", expected " << expected[i];
+        }
+      }
+    }
+  }
+  ASSERT_THAT(SetGemmThreads(before), IsOk());
+  std::vector<float> a(6), c(4), short_bias(1);
+  EXPECT_THAT(GemmBf16WithBias(Dense(a, 2, 3), Transpose::kNo, Dense(a, 2, 3), Transpose::kYes,
+                               Dense(absl::MakeSpan(c), 2, 2), short_bias),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("GemmBf16WithBias: bias has 1 values; C has 2 columns")));
 }
 
 // Tensor-parallel ranks call Gemm at once from threads of one process: several

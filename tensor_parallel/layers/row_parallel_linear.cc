@@ -102,10 +102,18 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
   // The partial product goes straight into the output tensor, which the all-reduce
   // sums in place (under sequence parallelism the scatter returns a new piece).
   LOOM_ASSIGN_OR_RETURN(tp_layers_internal::Output whole, NewOutput(state_.output_shape));
-  LOOM_RETURN_IF_ERROR(Product(gemm_precision(), state_.input.View(rows, in_local_),
-                               Transpose::kNo,
-                               WeightInput(gemm_precision(), borrowed_, Dense(w, out_, in_local_)),
-                               Transpose::kYes, Dense(whole.values, rows, out_)));
+  std::vector<float> bias_scratch;
+  absl::Span<const float> b;
+  if (has_bias_) {
+    LOOM_ASSIGN_OR_RETURN(b, ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
+  }
+  // One rank sums nothing: its bias goes in the product (a bf16 one adds it in its
+  // epilogue, the same bits). Several add it once, after the sum.
+  const bool bias_in_product = tp_->size() == 1 && !sp;
+  LOOM_RETURN_IF_ERROR(tp_layers_internal::ProductWithBias(
+      gemm_precision(), state_.input.View(rows, in_local_), Transpose::kNo,
+      WeightInput(gemm_precision(), borrowed_, Dense(w, out_, in_local_)), Transpose::kYes,
+      Dense(whole.values, rows, out_), bias_in_product ? b : absl::Span<const float>()));
   Tensor out;
   if (sp) {
     state_.output_shape[0] =
@@ -120,12 +128,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& input) {
     LOOM_RETURN_IF_ERROR(AllReduceSum(*tp_, whole.values, tally_));
     out = std::move(whole.tensor);
   }
-  if (has_bias_) {
-    std::vector<float> bias_scratch;
-    LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> b,
-                          ComputeValues(borrowed_, true, bias_, bias_scratch, kName));
-    AddBias(*out.As<float>(), b);
-  }
+  if (has_bias_ && !bias_in_product) AddBias(*out.As<float>(), b);
   state_.valid = true;
   return out;
 }

@@ -104,6 +104,16 @@ absl::Status Product(GemmPrecision precision, const GemmBf16Input& a, Transpose 
   return Gemm(a.f32(), trans_a, b.f32(), trans_b, c, 1.0f, 0.0f, precision);
 }
 
+absl::Status ProductWithBias(GemmPrecision precision, const GemmBf16Input& a, Transpose trans_a,
+                             const GemmBf16Input& b, Transpose trans_b, MatrixView c,
+                             absl::Span<const float> bias) {
+  const bool bf16 = a.is_bf16() || b.is_bf16() || precision == GemmPrecision::kBf16;
+  if (bf16 && !bias.empty()) return GemmBf16WithBias(a, trans_a, b, trans_b, c, bias);
+  LOOM_RETURN_IF_ERROR(Product(precision, a, trans_a, b, trans_b, c));
+  if (!bias.empty()) AddBias(c.data.first(static_cast<size_t>(c.rows * c.cols)), bias);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<absl::Span<const float>> ComputeValues(const BorrowedWeights& borrowed, bool bias,
                                                       const Tensor& own,
                                                       std::vector<float>& scratch,

@@ -93,6 +93,13 @@ absl::StatusOr<GemmBf16Input> RoundedOperand(absl::Span<const float> values, int
 GemmBf16Input WeightInput(GemmPrecision precision, const BorrowedWeights& borrowed,
                           const ConstMatrixView& w);
 
+// ProductWithBias is Product followed by AddBias(c, bias), bitwise: a bf16 product
+// adds the bias in its own epilogue (GemmBf16WithBias: no second pass over C), an f32
+// one after it. An empty bias adds nothing.
+absl::Status ProductWithBias(GemmPrecision precision, const GemmBf16Input& a, Transpose trans_a,
+                             const GemmBf16Input& b, Transpose trans_b, MatrixView c,
+                             absl::Span<const float> bias);
+
 // Product computes C = op(A) op(B) (alpha 1, beta 0): Gemm in `precision` when both
 // inputs are f32, otherwise GemmBf16 (an input already rounded is a bf16 product's).
 absl::Status Product(GemmPrecision precision, const GemmBf16Input& a, Transpose trans_a,

@@ -81,10 +81,12 @@ struct Key {
   int64_t lda = 0, ldb = 0, ldc = 0;  // as stored: A [m,k] or [k,m], B [k,n] or [n,k]
   bool ta = false, tb = false;
   uint32_t alpha_bits = 0, beta_bits = 0;
+  bool bias = false;  // an f32 row of n values added to every row of C
 
   bool operator<(const Key& o) const {
-    return std::tie(m, n, k, lda, ldb, ldc, ta, tb, alpha_bits, beta_bits) <
-           std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ta, o.tb, o.alpha_bits, o.beta_bits);
+    return std::tie(m, n, k, lda, ldb, ldc, ta, tb, alpha_bits, beta_bits, bias) <
+           std::tie(o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ta, o.tb, o.alpha_bits, o.beta_bits,
+                    o.bias);
   }
 };
 
@@ -104,7 +106,7 @@ float FromBits(uint32_t bits) {
 // Unavailable when oneDNN offers no hardware kernel for the key.
 struct Primitive {
   dnnl_primitive_t primitive = nullptr;
-  dnnl_memory_desc_t src{}, weights{}, dst{}, scratchpad{};
+  dnnl_memory_desc_t src{}, weights{}, bias{}, dst{}, scratchpad{};
   size_t scratchpad_bytes = 0;
   std::string implementation;
   absl::Status status;
@@ -112,7 +114,7 @@ struct Primitive {
 
 std::string Describe(const Key& key) {
   return absl::StrCat(key.ta ? "T" : "N", key.tb ? "T" : "N", " ", key.m, "x", key.n, "x", key.k,
-                      " ld ", key.lda, ",", key.ldb, ",", key.ldc);
+                      " ld ", key.lda, ",", key.ldb, ",", key.ldc, key.bias ? " bias" : "");
 }
 
 template <typename T, dnnl_status_t (*Destroy)(T)>
@@ -124,8 +126,9 @@ using DnnlPtr = std::unique_ptr<std::remove_pointer_t<T>, DnnlDeleter<T, Destroy
 
 // CreatePrimitive makes the matmul for `key` on the calling thread, whose OpenMP thread count is
 // 1: src [m,k], weights [k,n] (transposes as strides), dst [m,n] with C's ld, alpha as output
-// scale, beta as a sum post-op (dst = alpha * src * weights + beta * dst), user scratchpad. Any
-// failure is Unavailable: the product then runs elsewhere.
+// scale, beta as a sum post-op (dst = alpha * src * weights + beta * dst), the bias (when the key
+// has one) as the matmul's own [1,n] f32 bias, user scratchpad. Any failure is Unavailable: the
+// product then runs elsewhere.
 absl::StatusOr<Primitive> CreatePrimitive(dnnl_engine_t engine, const Key& key) {
   Primitive p;
   const int64_t src_dims[2] = {key.m, key.k};
@@ -149,8 +152,16 @@ absl::StatusOr<Primitive> CreatePrimitive(dnnl_engine_t engine, const Key& key) 
   LOOM_RETURN_IF_ERROR(
       check(dnnl_memory_desc_init_by_strides(&p.dst, 2, dst_dims, dnnl_f32, dst_strides),
             "dnnl_memory_desc_init_by_strides(dst)"));
+  if (key.bias) {
+    const int64_t bias_dims[2] = {1, key.n};
+    const int64_t bias_strides[2] = {key.n, 1};
+    LOOM_RETURN_IF_ERROR(
+        check(dnnl_memory_desc_init_by_strides(&p.bias, 2, bias_dims, dnnl_f32, bias_strides),
+              "dnnl_memory_desc_init_by_strides(bias)"));
+  }
   dnnl_matmul_desc_t desc;
-  LOOM_RETURN_IF_ERROR(check(dnnl_matmul_desc_init(&desc, &p.src, &p.weights, nullptr, &p.dst),
+  LOOM_RETURN_IF_ERROR(check(dnnl_matmul_desc_init(&desc, &p.src, &p.weights,
+                                                   key.bias ? &p.bias : nullptr, &p.dst),
                              "dnnl_matmul_desc_init"));
   dnnl_primitive_attr_t raw_attr = nullptr;
   LOOM_RETURN_IF_ERROR(check(dnnl_primitive_attr_create(&raw_attr), "dnnl_primitive_attr_create"));
@@ -238,7 +249,7 @@ class ThreadState {
   }
 
   absl::Status Run(dnnl_engine_t engine, const Primitive& p, const void* a, const void* b,
-                   float* c) {
+                   const float* bias, float* c) {
     if (stream_ == nullptr) {
       LOOM_RETURN_IF_ERROR(
           LOOM_DNNL(dnnl_stream_create(&stream_, engine, dnnl_stream_default_flags)));
@@ -252,8 +263,9 @@ class ThreadState {
     auto bound = bound_.find(&p);
     if (bound == bound_.end()) {
       Memories created;
-      const dnnl_memory_desc_t* mds[4] = {&p.src, &p.weights, &p.dst, &p.scratchpad};
-      for (int i = 0; i < 4; ++i) {
+      const dnnl_memory_desc_t* mds[kMemories] = {&p.src, &p.weights, &p.dst, &p.scratchpad,
+                                                  &p.bias};
+      for (int i = 0; i < Used(p); ++i) {
         if (absl::Status s =
                 LOOM_DNNL(dnnl_memory_create(&created.all[i], mds[i], engine, DNNL_MEMORY_NONE));
             !s.ok()) {
@@ -264,22 +276,28 @@ class ThreadState {
       bound = bound_.emplace(&p, created).first;
     }
     const Memories& m = bound->second;
-    void* handles[4] = {const_cast<void*>(a), const_cast<void*>(b), c, scratchpad_.data()};
-    for (int i = 0; i < 4; ++i) {
+    void* handles[kMemories] = {const_cast<void*>(a), const_cast<void*>(b), c,
+                                scratchpad_.data(), const_cast<float*>(bias)};
+    const int used = Used(p);
+    for (int i = 0; i < used; ++i) {
       LOOM_RETURN_IF_ERROR(LOOM_DNNL(dnnl_memory_set_data_handle(m.all[i], handles[i])));
     }
-    const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m.all[0]},
-                                     {DNNL_ARG_WEIGHTS, m.all[1]},
-                                     {DNNL_ARG_DST, m.all[2]},
-                                     {DNNL_ARG_SCRATCHPAD, m.all[3]}};
-    LOOM_RETURN_IF_ERROR(LOOM_DNNL(dnnl_primitive_execute(p.primitive, stream_, 4, args)));
+    const dnnl_exec_arg_t args[kMemories] = {{DNNL_ARG_SRC, m.all[0]},
+                                             {DNNL_ARG_WEIGHTS, m.all[1]},
+                                             {DNNL_ARG_DST, m.all[2]},
+                                             {DNNL_ARG_SCRATCHPAD, m.all[3]},
+                                             {DNNL_ARG_BIAS, m.all[4]}};
+    LOOM_RETURN_IF_ERROR(LOOM_DNNL(dnnl_primitive_execute(p.primitive, stream_, used, args)));
     LOOM_RETURN_IF_ERROR(LOOM_DNNL(dnnl_stream_wait(stream_)));
     return absl::OkStatus();
   }
 
  private:
+  // src, weights, dst, scratchpad and the bias (its descriptor empty without one).
+  static constexpr int kMemories = 5;
+  static int Used(const Primitive& p) { return p.bias.ndims > 0 ? kMemories : kMemories - 1; }
   struct Memories {
-    dnnl_memory_t all[4] = {nullptr, nullptr, nullptr, nullptr};  // src, weights, dst, scratchpad
+    dnnl_memory_t all[kMemories] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   };
   static void Destroy(const Memories& memories) {
     for (dnnl_memory_t m : memories.all) {
@@ -381,7 +399,8 @@ absl::StatusOr<absl::Span<T>> Reserve(AlignedBuffer<T>& buffer, size_t size) {
 absl::Status OneDnnBf16Usable() { return GetRuntime().status; }
 
 absl::Status OneDnnBf16Gemm(const GemmBf16Input& a, Transpose trans_a, const GemmBf16Input& b,
-                            Transpose trans_b, MatrixView c, float alpha, float beta, int threads) {
+                            Transpose trans_b, MatrixView c, float alpha, float beta, int threads,
+                            const float* bias) {
   // Before anything touches OpenMP (ThreadSanitizer builds stop here).
   LOOM_RETURN_IF_ERROR(OneDnnBf16Usable());
   const bool ta = trans_a == Transpose::kYes, tb = trans_b == Transpose::kYes;
@@ -410,6 +429,7 @@ absl::Status OneDnnBf16Gemm(const GemmBf16Input& a, Transpose trans_a, const Gem
       key.tb = tb;
       key.alpha_bits = Bits(alpha);
       key.beta_bits = Bits(beta);
+      key.bias = bias != nullptr;
       LOOM_ASSIGN_OR_RETURN(const Primitive* p, Find(key));
       primitives.push_back(p);
     }
@@ -459,7 +479,7 @@ absl::Status OneDnnBf16Gemm(const GemmBf16Input& a, Transpose trans_a, const Gem
     const Part& part = parts[static_cast<size_t>(i)];
     const ScopedOmpThreads one(1);
     return StateOfThisThread().Run(engine, *primitives[static_cast<size_t>(i)], a_of(part),
-                                   b_data, c.data.data() + part.m0 * c.ld);
+                                   b_data, bias, c.data.data() + part.m0 * c.ld);
   });
 }
 

@@ -51,9 +51,12 @@ absl::Status OneDnnBf16Usable();
 // OneDnnBf16Usable, a part oneDNN refuses to create or offers only as its reference
 // implementation, or a full primitive cache (kMaxCachedPrimitives shapes); the caller then
 // computes it elsewhere. Internal naming the oneDNN call and its error string for a failure
-// after that; ResourceExhausted if scratch cannot grow.
+// after that; ResourceExhausted if scratch cannot grow. `bias`, when given (n values), is added
+// to every row of C in the product's epilogue (oneDNN's matmul bias: each element the f32
+// product plus its bias, one addition, so the bits of adding it after the product).
 absl::Status OneDnnBf16Gemm(const GemmBf16Input& a, Transpose trans_a, const GemmBf16Input& b,
-                            Transpose trans_b, MatrixView c, float alpha, float beta, int threads);
+                            Transpose trans_b, MatrixView c, float alpha, float beta, int threads,
+                            const float* bias = nullptr);
 
 // The fewest multiply-adds (m x n x k) a part gets (about 20 us on one core), so that handing it
 // to a helper costs little against it.
