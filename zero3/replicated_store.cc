@@ -228,9 +228,13 @@ absl::Status ReplicatedStore::AddGrad(int param, absl::Span<const float> grad) {
   }
   // On the rank's threads (core/parallel_for.h): each element is one addition, so the
   // bits do not depend on the split.
+  // Raw pointers: Debian's Abseil is hardened, so Span's operator[] checks every
+  // index and keeps the loop scalar.
+  float* const dst = into.data();
+  const float* const src = grad.data();
   ParallelForEach(static_cast<int64_t>(into.size()), kElementwiseGrain,
                   [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) into[i] += grad[i];
+    for (int64_t i = begin; i < end; ++i) dst[i] += src[i];
   });
   if (++adds == options_.grads_per_step && options_.reducer != nullptr) {
     const int bucket = bucket_of_[static_cast<size_t>(param)];

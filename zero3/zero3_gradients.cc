@@ -149,12 +149,16 @@ absl::Status Zero3Engine::AddGrad(int param, absl::Span<const float> grad) {
   char& written = grad_written_[static_cast<size_t>(param)];
   const bool first = !slot.persistent && !written;
   written = 1;
+  // Raw pointers: Debian's Abseil is hardened, so Span's operator[] checks every
+  // index and keeps the loop scalar.
+  float* const into = dst.data();
+  const float* const g = grad.data();
   ParallelForEach(static_cast<int64_t>(grad.size()), kElementwiseGrain,
                   [&](int64_t begin, int64_t end) {
     if (first) {
-      for (int64_t i = begin; i < end; ++i) dst[i] = grad[i] + 0.0f;
+      for (int64_t i = begin; i < end; ++i) into[i] = g[i] + 0.0f;
     } else {
-      for (int64_t i = begin; i < end; ++i) dst[i] += grad[i];
+      for (int64_t i = begin; i < end; ++i) into[i] += g[i];
     }
   });
   return absl::OkStatus();

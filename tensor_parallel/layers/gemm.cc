@@ -310,7 +310,8 @@ absl::Status GemmBf16WithBias(GemmBf16Input a, Transpose trans_a, GemmBf16Input 
                   [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
       float* const row = c.data.data() + r * c.ld;
-      for (size_t j = 0; j < cols; ++j) row[j] += bias[j];
+      const float* const add = bias.data();  // not Span's checked operator[] (hardened Abseil)
+      for (size_t j = 0; j < cols; ++j) row[j] += add[j];
     }
   });
   return absl::OkStatus();

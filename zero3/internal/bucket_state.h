@@ -165,8 +165,13 @@ inline int64_t DTypeBytes(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
 // communication thread beside the compute.
 inline void AddInto(absl::Span<const float> src, std::vector<float>& f32,
                     std::vector<BFloat16>& bf16) {
+  // Raw pointers in the loops: Debian's Abseil is built hardened, so Span's
+  // operator[] checks every index, which kept these loops scalar (4.8% of the
+  // samples of that bf16 step, on the communication thread).
+  const float* const in = src.data();
   if (!f32.empty()) {
-    for (size_t i = 0; i < src.size(); ++i) f32[i] += src[i];
+    float* const acc = f32.data();
+    for (size_t i = 0; i < src.size(); ++i) acc[i] += in[i];
     return;
   }
   constexpr size_t kBlock = 1024;
@@ -177,7 +182,7 @@ inline void AddInto(absl::Span<const float> src, std::vector<float>& f32,
     const absl::Span<float> block = absl::MakeSpan(sum, out.size());
     // The spans are of one size, so neither conversion can fail.
     ConvertBF16ToF32(out, block).IgnoreError();
-    for (size_t i = 0; i < block.size(); ++i) block[i] += src[start + i];
+    for (size_t i = 0; i < out.size(); ++i) sum[i] += in[start + i];
     ConvertF32ToBF16(block, out).IgnoreError();
   }
 }

@@ -28,10 +28,13 @@ absl::Status AddInto(GradAccumulator& accum, absl::Span<const float> grad) {
     return absl::InternalError(absl::StrCat("gradient of ", grad.size(),
                                             " values for an accumulator of ", accum.size()));
   }
-  const absl::Span<float> sum = accum.view();
+  // Raw pointers in the loop: Debian's Abseil is built hardened (ABSL_OPTION_HARDENED),
+  // so Span's operator[] checks every index and the loop would stay scalar.
+  float* const sum = accum.view().data();
+  const float* const g = grad.data();
   ParallelForEach(static_cast<int64_t>(grad.size()), kElementwiseGrain,
                   [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) sum[i] += grad[i];
+    for (int64_t i = begin; i < end; ++i) sum[i] += g[i];
   });
   return absl::OkStatus();
 }
@@ -84,9 +87,13 @@ std::vector<float> Add(absl::Span<const float> a, absl::Span<const float> b) {
 }
 
 void Add(absl::Span<const float> a, absl::Span<const float> b, absl::Span<float> out) {
+  // Raw pointers, as in AddInto: a hardened Span's operator[] keeps the loop scalar.
+  const float* const x = a.data();
+  const float* const y = b.data();
+  float* const z = out.data();
   ParallelForEach(static_cast<int64_t>(out.size()), kElementwiseGrain,
                   [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+    for (int64_t i = begin; i < end; ++i) z[i] = x[i] + y[i];
   });
 }
 

@@ -135,8 +135,11 @@ void AddBias(absl::Span<float> y, absl::Span<const float> bias) {
                   [&](int64_t first, int64_t last) {
     for (size_t i = static_cast<size_t>(first) * cols; i < static_cast<size_t>(last) * cols;
          i += cols) {
+      // Raw pointers: Debian's Abseil is hardened, and a Span's operator[] checks
+      // every index, which keeps the loop scalar.
       float* const row = y.data() + i;
-      for (size_t j = 0; j < cols; ++j) row[j] += bias[j];
+      const float* const b = bias.data();
+      for (size_t j = 0; j < cols; ++j) row[j] += b[j];
     }
   });
 }
