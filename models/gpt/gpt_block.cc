@@ -132,11 +132,13 @@ absl::StatusOr<Tensor> GptBlock::Forward(const Tensor& x) {
   LOOM_RETURN_IF_ERROR(LayerNormForward(state_.x1, Norm(kLn2Gamma), Norm(kLn2Beta),
                                         config_.layer_norm_eps, ln2_out.values,
                                         absl::MakeSpan(state_.mean2), absl::MakeSpan(state_.rstd2)));
-  LOOM_ASSIGN_OR_RETURN(Tensor fc_out, fc_.Forward(ln2_out.tensor));
-  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> fv, Values(fc_out));
-  state_.pre_gelu.assign(fv.begin(), fv.end());
-  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation gelu_out, NewActivation(fc_out.shape()));
-  LOOM_RETURN_IF_ERROR(GeluForward(state_.pre_gelu, gelu_out.values));
+  // The fc output is GELU's backward input: kept as the tensor it is, not copied
+  // (R x 4h floats per block and microbatch).
+  LOOM_ASSIGN_OR_RETURN(state_.pre_gelu, fc_.Forward(ln2_out.tensor));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> fv, Values(state_.pre_gelu));
+  LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation gelu_out,
+                        NewActivation(state_.pre_gelu.shape()));
+  LOOM_RETURN_IF_ERROR(GeluForward(fv, gelu_out.values));
   LOOM_ASSIGN_OR_RETURN(Tensor mlp_out, proj_.Forward(gelu_out.tensor));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> mv, Values(mlp_out));
   LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation y, NewActivation(state_.shape));
@@ -173,7 +175,8 @@ absl::StatusOr<Tensor> GptBlock::BackwardInput(const Tensor& dy, GptBlockWeightG
   LOOM_ASSIGN_OR_RETURN(Tensor d_gelu_out, proj_.BackwardInput(dy, work.proj));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dgv, Values(d_gelu_out));
   LOOM_ASSIGN_OR_RETURN(gpt_internal::Activation d_fc_out, NewActivation(d_gelu_out.shape()));
-  LOOM_RETURN_IF_ERROR(GeluBackward(state_.pre_gelu, dgv, d_fc_out.values));
+  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> pre_gelu, Values(state_.pre_gelu));
+  LOOM_RETURN_IF_ERROR(GeluBackward(pre_gelu, dgv, d_fc_out.values));
   LOOM_ASSIGN_OR_RETURN(Tensor d_ln2_out, fc_.BackwardInput(d_fc_out.tensor, work.fc));
   LOOM_ASSIGN_OR_RETURN(absl::Span<const float> dl2, Values(d_ln2_out));
   // A norm's backward: dx into `dx`, dgamma and dbeta into the work's vectors.
@@ -254,10 +257,10 @@ void GptBlock::ReleaseActivations() {
 
 size_t GptBlock::OwnState::bytes() const {
   size_t bytes = 0;
-  for (const std::vector<float>* v : {&x0, &mean1, &rstd1, &x1, &mean2, &rstd2, &pre_gelu}) {
+  for (const std::vector<float>* v : {&x0, &mean1, &rstd1, &x1, &mean2, &rstd2}) {
     bytes += Bytes(*v);
   }
-  return bytes;
+  return bytes + pre_gelu.size_bytes();
 }
 
 size_t GptBlock::saved_activation_bytes() const {

@@ -118,7 +118,9 @@ class GptBlock {
   // OwnState: the block's own part of a forward's state (the layer-norm inputs
   // with their statistics, the GELU input); the layers keep theirs.
   struct OwnState {
-    std::vector<float> x0, mean1, rstd1, x1, mean2, rstd2, pre_gelu;
+    std::vector<float> x0, mean1, rstd1, x1, mean2, rstd2;
+    // The fc layer's output itself, kept (not copied) for GELU's backward.
+    Tensor pre_gelu;
     std::vector<int64_t> shape;
     bool valid = false;
     size_t bytes() const;
