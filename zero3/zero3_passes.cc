@@ -414,11 +414,12 @@ absl::StatusOr<absl::Span<const float>> Zero3Engine::AcquireChecked(int param, b
   }
   GatherBuffer& buffer = shared_->pool[bucket.buffer];
   if (widen && options_.compute_dtype == DType::kBF16 && !widened_[static_cast<size_t>(param)]) {
-    LOOM_ASSIGN_OR_RETURN(const absl::Span<const BFloat16> whole, Bf16Values(bucket, param));
+    const absl::StatusOr<absl::Span<const BFloat16>> whole = Bf16Values(bucket, param);
+    if (!whole.ok()) return RecordError(whole.status());
     const size_t offset = static_cast<size_t>(slot.offset);
     const size_t numel = static_cast<size_t>(slot.numel);
     LOOM_RETURN_IF_ERROR(RecordError(ConvertBF16ToF32(
-        whole.subspan(offset, numel), absl::MakeSpan(buffer.widened).subspan(offset, numel))));
+        whole->subspan(offset, numel), absl::MakeSpan(buffer.widened).subspan(offset, numel))));
     widened_[static_cast<size_t>(param)] = 1;
     stats_.widened_numel += slot.numel;
   }
