@@ -75,6 +75,15 @@ float Grad(float w, int rank, int pass, int param, int64_t i) {
   return w * a + c;
 }
 
+// Grads: Grad for every element of parameter `param`'s acquired values `w`.
+std::vector<float> Grads(absl::Span<const float> w, int rank, int pass, int param) {
+  std::vector<float> g(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    g[i] = Grad(w[i], rank, pass, param, static_cast<int64_t>(i));
+  }
+  return g;
+}
+
 float RoundBF16(float x) { return ToFloat(ToBFloat16(x)); }
 
 // Which parameters rank `rank` uses: all, unless `skip_on_rank1` names one that
@@ -262,10 +271,7 @@ RunResult Train(const Partition& partition, const Zero3Options& options, int ste
         for (int p = partition.num_params() - 1; p >= 0; --p) {
           if (!uses(rank, p)) continue;
           LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
-          std::vector<float> g(w.size());
-          for (size_t i = 0; i < w.size(); ++i) {
-            g[i] = Grad(w[i], rank, pass, p, static_cast<int64_t>(i));
-          }
+          const std::vector<float> g = Grads(w, rank, pass, p);
           LOOM_ASSERT_OK(engine->AddGrad(p, g));
         }
         LOOM_ASSERT_OK(engine->EndPass());
@@ -593,8 +599,7 @@ void OneBackwardStep(const Partition& partition, int rank, Zero3Engine& engine, 
   LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
   for (int p = partition.num_params() - 1; p >= 0; --p) {
     LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
-    std::vector<float> g(w.size());
-    for (size_t i = 0; i < w.size(); ++i) g[i] = Grad(w[i], rank, 0, p, static_cast<int64_t>(i));
+    const std::vector<float> g = Grads(w, rank, 0, p);
     LOOM_ASSERT_OK(engine.AddGrad(p, g));
   }
   LOOM_ASSERT_OK(engine.EndPass());
@@ -762,10 +767,7 @@ TEST(Zero3EngineTest, AcquireBf16IsWhatAcquireWidens) {
           for (int p = partition.num_params() - 1; p >= 0; --p) {
             LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
             check(p, w);
-            std::vector<float> g(w.size());
-            for (size_t i = 0; i < w.size(); ++i) {
-              g[i] = Grad(w[i], rank, pass, p, static_cast<int64_t>(i));
-            }
+            const std::vector<float> g = Grads(w, rank, pass, p);
             LOOM_ASSERT_OK(engine->AddGrad(p, g));
           }
           LOOM_ASSERT_OK(engine->EndPass());
@@ -857,10 +859,7 @@ TEST(Zero3EngineTest, Bf16ParametersAreWidenedOnlyWhenAcquiredInF32) {
               LOOM_ASSERT_OK(engine->Acquire(p).status());
             }
             LOOM_ASSERT_OK_AND_ASSIGN(const absl::Span<const float> w, engine->Acquire(p));
-            std::vector<float> g(w.size());
-            for (size_t i = 0; i < w.size(); ++i) {
-              g[i] = Grad(w[i], rank, step, p, static_cast<int64_t>(i));
-            }
+            const std::vector<float> g = Grads(w, rank, step, p);
             LOOM_ASSERT_OK(engine->AddGrad(p, g));
           }
           LOOM_ASSERT_OK(engine->EndPass());
@@ -1196,10 +1195,7 @@ TEST(Zero3EngineTest, GradientSlotIsAddGradInPlace) {
           for (int p = partition.num_params() - 1; p >= 0; --p) {
             if (!uses(rank, p)) continue;
             LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine->Acquire(p));
-            std::vector<float> g(w.size());
-            for (size_t i = 0; i < w.size(); ++i) {
-              g[i] = Grad(w[i], rank, pass, p, static_cast<int64_t>(i));
-            }
+            const std::vector<float> g = Grads(w, rank, pass, p);
             if (p % 2 == 1) {
               LOOM_ASSERT_OK(engine->AddGrad(p, g));
               continue;
@@ -1325,10 +1321,7 @@ void BackwardPasses(Zero3Engine& engine, const Partition& partition, int rank, i
     LOOM_ASSERT_OK(engine.BeginPass(Zero3Pass::kBackward));
     for (int p = partition.num_params() - 1; p >= 0; --p) {
       LOOM_ASSERT_OK_AND_ASSIGN(absl::Span<const float> w, engine.Acquire(p));
-      std::vector<float> g(w.size());
-      for (size_t i = 0; i < w.size(); ++i) {
-        g[i] = Grad(w[i], rank, pass, p, static_cast<int64_t>(i));
-      }
+      const std::vector<float> g = Grads(w, rank, pass, p);
       LOOM_ASSERT_OK(engine.AddGrad(p, g));
     }
     LOOM_ASSERT_OK(engine.EndPass());
