@@ -3,6 +3,7 @@
 // inside it the dispatching entry points.
 #include "core/vector_math.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 
@@ -275,6 +276,37 @@ void AccumulateNormParamGradsKernel(const float* x, const float* dy, size_t n, f
   }
 }
 
+// Columns in blocks of four vectors held in registers over every row, so each row's
+// values are loaded once and `out` once per block; each column still adds its rows
+// in row order (the bits of the scalar loop).
+void AddRowsIntoKernel(const float* g, size_t rows, size_t stride, float* out, size_t n) {
+  const D d;
+  const size_t lanes = hn::Lanes(d);
+  size_t j = 0;
+  for (; j + 4 * lanes <= n; j += 4 * lanes) {
+    V a0 = hn::LoadU(d, out + j), a1 = hn::LoadU(d, out + j + lanes);
+    V a2 = hn::LoadU(d, out + j + 2 * lanes), a3 = hn::LoadU(d, out + j + 3 * lanes);
+    const float* row = g + j;
+    for (size_t r = 0; r < rows; ++r, row += stride) {
+      a0 = hn::Add(a0, hn::LoadU(d, row));
+      a1 = hn::Add(a1, hn::LoadU(d, row + lanes));
+      a2 = hn::Add(a2, hn::LoadU(d, row + 2 * lanes));
+      a3 = hn::Add(a3, hn::LoadU(d, row + 3 * lanes));
+    }
+    hn::StoreU(a0, d, out + j);
+    hn::StoreU(a1, d, out + j + lanes);
+    hn::StoreU(a2, d, out + j + 2 * lanes);
+    hn::StoreU(a3, d, out + j + 3 * lanes);
+  }
+  for (; j < n; j += lanes) {
+    const size_t count = std::min(lanes, n - j);
+    V a = LoadPart(out + j, count);
+    const float* row = g + j;
+    for (size_t r = 0; r < rows; ++r, row += stride) a = hn::Add(a, LoadPart(row, count));
+    StorePart(a, out + j, count);
+  }
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -297,6 +329,7 @@ HWY_EXPORT(NormGradientSumsKernel);
 HWY_EXPORT(NormalizeRowKernel);
 HWY_EXPORT(NormRowBackwardKernel);
 HWY_EXPORT(AccumulateNormParamGradsKernel);
+HWY_EXPORT(AddRowsIntoKernel);
 HWY_EXPORT(TargetName);
 
 }  // namespace vector_math_internal
@@ -400,6 +433,19 @@ absl::Status AccumulateNormParamGrads(absl::Span<const float> x, absl::Span<cons
   }
   HWY_DYNAMIC_DISPATCH(vmi::AccumulateNormParamGradsKernel)(x.data(), dy.data(), x.size(), mean,
                                                             rstd, dgamma.data(), dbeta.data());
+  return absl::OkStatus();
+}
+
+absl::Status AddRowsInto(absl::Span<const float> g, size_t stride, size_t column,
+                         absl::Span<float> out) {
+  if (stride == 0 || g.size() % stride != 0 || column > stride || out.size() > stride - column) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AddRowsInto: ", g.size(), " values in rows of ", stride, " have no columns ", column,
+        "..", column + out.size(), " (", out.size(), " sums)"));
+  }
+  if (out.empty() || g.empty()) return absl::OkStatus();
+  HWY_DYNAMIC_DISPATCH(vmi::AddRowsIntoKernel)(g.data() + column, g.size() / stride, stride,
+                                               out.data(), out.size());
   return absl::OkStatus();
 }
 

@@ -102,6 +102,15 @@ absl::Status AccumulateNormParamGrads(absl::Span<const float> x, absl::Span<cons
                                       float mean, float rstd, absl::Span<double> dgamma,
                                       absl::Span<double> dbeta);
 
+// AddRowsInto adds columns column .. column + out.size() of every row of g (rows of
+// `stride` values) into out: out[j] += g[r * stride + column + j], the rows in order,
+// so the bits equal the plain loop's on every target. It is the bias gradient (the
+// column sums of an output gradient), a part of the columns per thread.
+// InvalidArgument naming the sizes when g is not whole rows or the columns are not
+// within a row.
+absl::Status AddRowsInto(absl::Span<const float> g, size_t stride, size_t column,
+                         absl::Span<float> out);
+
 // VectorMathTarget names the instruction set the kernels dispatch to on this CPU
 // ("AVX3_ZEN4", "AVX3", "AVX2", "SSE4", "EMU128", ...), for reports.
 absl::string_view VectorMathTarget();

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status_matchers.h"
@@ -273,6 +274,29 @@ TEST_P(VectorMathTest, UnalignedSpansAndTailsGiveTheSameBits) {
   }
 }
 
+// The column sums of a row-major matrix, against the plain loop bit for bit: widths
+// below, at and above four vectors of every target, a column range inside the row,
+// rows from none to many, starting sums that are not zero.
+TEST_P(VectorMathTest, AddRowsIntoIsThePlainLoopBitForBit) {
+  uint32_t seed = 500;
+  for (size_t stride : {size_t{1}, size_t{5}, size_t{16}, size_t{67}, size_t{256}, size_t{1031}}) {
+    for (size_t rows : {size_t{0}, size_t{1}, size_t{3}, size_t{64}}) {
+      const std::vector<float> g = Inputs(rows * stride, 4.0f, ++seed);
+      for (const auto& [column, n] : {std::pair<size_t, size_t>{0, stride},
+                                     {stride / 3, stride - stride / 3 - stride / 5}}) {
+        std::vector<float> want = Inputs(n, 1.0f, seed + 7);
+        std::vector<float> got = want;
+        for (size_t r = 0; r < rows; ++r) {
+          for (size_t j = 0; j < n; ++j) want[j] += g[r * stride + column + j];
+        }
+        LOOM_ASSERT_OK(AddRowsInto(g, stride, column, absl::MakeSpan(got)));
+        EXPECT_EQ(got, want) << "stride " << stride << " rows " << rows << " columns " << column
+                             << ".." << column + n << " seed " << seed;
+      }
+    }
+  }
+}
+
 std::string TargetName(const ::testing::TestParamInfo<int64_t>& info) {
   std::string name = hwy::TargetName(info.param);
   for (char& c : name) {
@@ -300,6 +324,14 @@ TEST(VectorMathErrorsTest, SizeMismatchesNameTheSizes) {
   EXPECT_THAT(AccumulateNormParamGrads(x, y, 0.0f, 1.0f, absl::MakeSpan(d3), absl::MakeSpan(d3)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("AccumulateNormParamGrads: x has 3 values, dy 2, dgamma 3")));
+  std::vector<float> sums(2);
+  EXPECT_THAT(AddRowsInto(x, 2, 0, absl::MakeSpan(sums)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("AddRowsInto: 3 values in rows of 2 have no columns 0..2")));
+  EXPECT_THAT(AddRowsInto(x, 3, 2, absl::MakeSpan(sums)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no columns 2..4")));
+  EXPECT_THAT(AddRowsInto(x, 0, 0, absl::MakeSpan(sums)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rows of 0")));
   EXPECT_THAT(LayerNormGradientSums(x, y, x, 0.0f, 1.0f),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("LayerNormGradientSums: x has 3 values, dy 2, gamma 3")));

@@ -13,7 +13,7 @@
 namespace loom {
 
 using tp_layers_internal::AddBias;
-using tp_layers_internal::AllGatherV;
+using tp_layers_internal::AllGatherVInto;
 using tp_layers_internal::AllReduceSum;
 using tp_layers_internal::CheckActivation;
 using tp_layers_internal::ComputeValues;
@@ -115,9 +115,12 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& input) {
     int64_t per_position = 1;
     for (int d = 1; d + 1 < input.rank(); ++d) per_position *= input.dim(d);
     full_shape[0] = options_.sequence_length;
-    LOOM_ASSIGN_OR_RETURN(std::vector<float> whole,
-                          AllGatherV(*tp_, x, ShardCounts(options_.sequence_length, tp_->size(),
-                                                          options_.rule, per_position * in_), tally_));
+    const std::vector<int64_t> counts =
+        ShardCounts(options_.sequence_length, tp_->size(), options_.rule, per_position * in_);
+    LOOM_ASSIGN_OR_RETURN(AlignedBuffer<float> whole,
+                          AlignedBuffer<float>::CreateUninitialized(
+                              static_cast<size_t>(options_.sequence_length * per_position * in_)));
+    LOOM_RETURN_IF_ERROR(AllGatherVInto(*tp_, x, counts, tally_, whole.span()));
     LOOM_ASSIGN_OR_RETURN(state_.input, KeepOperand(std::move(whole), gemm_precision()));
   } else {
     LOOM_ASSIGN_OR_RETURN(state_.input, KeepOperand(x, gemm_precision()));

@@ -351,7 +351,8 @@ TEST(SplitBackwardErrors, WorkOfAnotherShapeOrLayerIsRefused) {
     EXPECT_EQ(work.bytes(), (3 * kIn + 3 * fc.out_features_local()) * sizeof(float));
     WeightGradWork short_work;
     short_work.rows = work.rows;
-    short_work.input = work.input;
+    LOOM_ASSIGN_OR_RETURN(short_work.input, AlignedBuffer<float>::Create(work.input.size()));
+    std::copy(work.input.span().begin(), work.input.span().end(), short_work.input.data());
     LOOM_ASSIGN_OR_RETURN(short_work.grad_output,
                           AlignedBuffer<float>::Create(work.grad_output.size() - 1));
     EXPECT_THAT(fc.BackwardWeight(short_work),

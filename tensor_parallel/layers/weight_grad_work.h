@@ -32,7 +32,7 @@ namespace loom {
 struct WeightGradWork {
   // Linear layers: the forward input as the weight product used it, [rows, in]
   // (gathered under sequence parallelism).
-  std::vector<float> input;
+  AlignedBuffer<float> input;
   // Embeddings: the ids looked up, one per row.
   std::vector<int64_t> ids;
   // The output gradient this rank's weight needs, [rows, out] (this rank's
@@ -51,7 +51,7 @@ struct WeightGradWork {
 
   // bytes returns the memory held until BackwardWeight.
   size_t bytes() const {
-    return input.capacity() * sizeof(float) + ids.capacity() * sizeof(int64_t) +
+    return input.size_bytes() + ids.capacity() * sizeof(int64_t) +
            grad_output.size_bytes() +
            (input_bf16.capacity() + grad_output_bf16.capacity()) * sizeof(BFloat16) +
            bias_grad.capacity() * sizeof(float);

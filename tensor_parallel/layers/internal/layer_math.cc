@@ -7,6 +7,7 @@
 #include "core/half_convert.h"
 #include "core/parallel_for.h"
 #include "core/status_macros.h"
+#include "core/vector_math.h"
 
 namespace loom {
 namespace tp_layers_internal {
@@ -42,7 +43,7 @@ absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
 
 GemmBf16Input LinearOperand::View(int64_t rows, int64_t cols) const {
   if (is_bf16) return ConstBf16MatrixView{bf16, rows, cols, cols};
-  return Dense(absl::MakeConstSpan(f32), rows, cols);
+  return Dense(f32.span(), rows, cols);
 }
 
 namespace {
@@ -60,19 +61,20 @@ absl::Status RoundOnThreads(absl::Span<const float> values, absl::Span<BFloat16>
 
 }  // namespace
 
-absl::StatusOr<LinearOperand> KeepOperand(std::vector<float> values, GemmPrecision precision) {
+absl::StatusOr<LinearOperand> KeepOperand(AlignedBuffer<float> values, GemmPrecision precision) {
   LinearOperand operand;
   if (precision != GemmPrecision::kBf16) {
     operand.f32 = std::move(values);
     return operand;
   }
-  return KeepOperand(absl::MakeConstSpan(values), precision);  // rounded; `values` freed
+  return KeepOperand(values.span(), precision);  // rounded; `values` freed
 }
 
 absl::StatusOr<LinearOperand> KeepOperand(absl::Span<const float> values,
                                           GemmPrecision precision) {
   if (precision != GemmPrecision::kBf16) {
-    return KeepOperand(std::vector<float>(values.begin(), values.end()), precision);
+    LOOM_ASSIGN_OR_RETURN(AlignedBuffer<float> copy, OwnedValues(values));
+    return KeepOperand(std::move(copy), precision);
   }
   LinearOperand operand;
   operand.is_bf16 = true;
@@ -153,12 +155,11 @@ std::vector<float> SumRows(absl::Span<const float> g, int64_t cols) {
   // do not depend on the thread count.
   ParallelForEach(cols, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(rows, 1)),
                   [&](int64_t first, int64_t last) {
-    float* const out = sums.data() + first;
-    const size_t n = static_cast<size_t>(last - first);
-    for (size_t i = static_cast<size_t>(first); i < g.size(); i += width) {
-      const float* const row = g.data() + i;
-      for (size_t j = 0; j < n; ++j) out[j] += row[j];
-    }
+    // Whole rows and columns within them by construction, so no error can come back.
+    AddRowsInto(g.first(static_cast<size_t>(rows) * width), width, static_cast<size_t>(first),
+                absl::MakeSpan(sums).subspan(static_cast<size_t>(first),
+                                             static_cast<size_t>(last - first)))
+        .IgnoreError();
   });
   return sums;
 }
@@ -264,7 +265,12 @@ absl::Status CheckGradient(const std::string& who, bool has_forward, const Tenso
 absl::StatusOr<AlignedBuffer<float>> OwnedValues(absl::Span<const float> view) {
   LOOM_ASSIGN_OR_RETURN(AlignedBuffer<float> out,
                         AlignedBuffer<float>::CreateUninitialized(view.size()));
-  std::copy(view.begin(), view.end(), out.data());
+  // On the rank's threads: a weight-gradient work keeps each linear layer's output
+  // gradient, a copy on the critical path between two products.
+  ParallelForEach(static_cast<int64_t>(view.size()), kElementwiseGrain,
+                  [&](int64_t first, int64_t last) {
+    std::copy(view.data() + first, view.data() + last, out.data() + first);
+  });
   return out;
 }
 
@@ -292,7 +298,7 @@ std::vector<float> WorkBiasGradient(const WeightGradWork& work, int64_t bias_col
 
 GemmBf16Input WorkInput(const WeightGradWork& work, int64_t in) {
   if (!work.input_bf16.empty()) return Dense(absl::MakeConstSpan(work.input_bf16), work.rows, in);
-  return Dense(absl::MakeConstSpan(work.input), work.rows, in);
+  return Dense(work.input.span(), work.rows, in);
 }
 
 GemmBf16Input WorkGradient(const WeightGradWork& work, int64_t out) {

@@ -49,14 +49,16 @@ absl::Status Borrow(BorrowedWeights& borrowed, absl::Span<const float> weight,
 // rounding, rounded once (what every product of them would round them to, in half
 // the memory).
 struct LinearOperand {
-  std::vector<float> f32;
+  // An AlignedBuffer: filled by a copy on the rank's threads, from the job's block
+  // cache (a std::vector would zero it first, or copy on one thread).
+  AlignedBuffer<float> f32;
   std::vector<BFloat16> bf16;
   bool is_bf16 = false;
 
   // View is the dense rows x cols matrix as a product input.
   GemmBf16Input View(int64_t rows, int64_t cols) const;
   size_t bytes() const {
-    return f32.capacity() * sizeof(float) + bf16.capacity() * sizeof(BFloat16);
+    return f32.size_bytes() + bf16.capacity() * sizeof(BFloat16);
   }
 };
 
@@ -75,8 +77,8 @@ struct LinearForwardState {
 
 // KeepOperand returns `values` (moved) as an operand of `precision`: kept for kF32,
 // rounded to bf16 (on the rank's threads; the f32 values freed) for kBf16.
-absl::StatusOr<LinearOperand> KeepOperand(std::vector<float> values, GemmPrecision precision);
-// The same from a view: copied for kF32, rounded for kBf16 (no f32 copy).
+absl::StatusOr<LinearOperand> KeepOperand(AlignedBuffer<float> values, GemmPrecision precision);
+// The same from a view: copied for kF32 (OwnedValues), rounded for kBf16 (no f32 copy).
 absl::StatusOr<LinearOperand> KeepOperand(absl::Span<const float> values,
                                           GemmPrecision precision);
 

@@ -33,13 +33,26 @@ std::vector<int64_t> ShardCounts(int64_t size, int shards, ShardRule rule, int64
 absl::StatusOr<std::vector<float>> AllGatherV(Communicator& comm, absl::Span<const float> local,
                                               absl::Span<const int64_t> counts, CommTally& tally) {
   std::vector<float> out(static_cast<size_t>(ElementsOrZero(counts)));
-  LOOM_RETURN_IF_ERROR(PaddedAllGather(comm, ConstBufferView::Of(local), counts,
-                                       BufferView::Of(absl::MakeSpan(out))));
+  LOOM_RETURN_IF_ERROR(AllGatherVInto(comm, local, counts, tally, absl::MakeSpan(out)));
+  return out;
+}
+
+absl::Status AllGatherVInto(Communicator& comm, absl::Span<const float> local,
+                            absl::Span<const int64_t> counts, CommTally& tally,
+                            absl::Span<float> out) {
+  const int64_t total = ElementsOrZero(counts);
+  if (static_cast<int64_t>(out.size()) != total) {
+    return absl::InvalidArgumentError(absl::StrCat("AllGatherV: the pieces hold ", total,
+                                                   " elements; the output has room for ",
+                                                   out.size()));
+  }
+  LOOM_RETURN_IF_ERROR(
+      PaddedAllGather(comm, ConstBufferView::Of(local), counts, BufferView::Of(out)));
   if (comm.size() > 1) {
     tally.all_gather_bytes += out.size() * sizeof(float);
     ++tally.calls;
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> ReduceScatterV(Communicator& comm, absl::Span<const float> full,

@@ -34,6 +34,11 @@ std::vector<int64_t> ShardCounts(int64_t size, int shards, ShardRule rule, int64
 // entries or local.size() != counts[comm.rank()]; otherwise the collective's error.
 absl::StatusOr<std::vector<float>> AllGatherV(Communicator& comm, absl::Span<const float> local,
                                               absl::Span<const int64_t> counts, CommTally& tally);
+// AllGatherVInto is AllGatherV into `out` (sum(counts) elements; InvalidArgument
+// naming both sizes otherwise).
+absl::Status AllGatherVInto(Communicator& comm, absl::Span<const float> local,
+                            absl::Span<const int64_t> counts, CommTally& tally,
+                            absl::Span<float> out);
 
 // ReduceScatterV sums `full` (sum(counts) elements on every rank) over the ranks
 // and returns this rank's piece, elements [sum(counts[0..r)), + counts[r]).
