@@ -159,22 +159,21 @@ absl::StatusOr<Tensor> ParallelSelfAttention::Forward(const Tensor& input) {
                                                    hidden_, "]"));
   }
   LOOM_ASSIGN_OR_RETURN(Tensor qkv, qkv_.Forward(input));  // [s, b, 3L], s gathered
-  const int64_t s = qkv.dim(0), b = qkv.dim(1), d = head_dim_, local = heads_.length;
-  const int64_t L = local * d;
-  LOOM_ASSIGN_OR_RETURN(absl::Span<const float> qkv_span, qkv.As<float>());
-  state_.qkv_values.assign(qkv_span.begin(), qkv_span.end());
+  const int64_t s = qkv.dim(0), b = qkv.dim(1);
+  state_.qkv = std::move(qkv);
   LOOM_RETURN_IF_ERROR(CoreForward(s, b));
   state_.seq = s;
   state_.batch = b;
   state_.valid = true;
-  LOOM_ASSIGN_OR_RETURN(Tensor ctx_tensor, tp_layers_internal::ToTensor({s, b, L}, state_.ctx));
-  return out_.Forward(ctx_tensor);
+  return out_.Forward(state_.ctx);
 }
 
 absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
   const int64_t d = head_dim_, local = heads_.length, L = local * d;
-  state_.ctx.assign(static_cast<size_t>(s * b * L), 0.0f);
+  LOOM_ASSIGN_OR_RETURN(state_.ctx, Tensor::Create({s, b, L}));
   state_.lse.assign(static_cast<size_t>(b * local * s), 0.0f);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> qkv_values, std::as_const(state_.qkv).As<float>());
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> ctx, state_.ctx.As<float>());
   const ScopedComputeTimer timer(ComputeKind::kAttention);  // the job's step breakdown
   const auto lse_of = [&](int64_t pair) {
     return absl::MakeSpan(state_.lse).subspan(static_cast<size_t>(pair * s), static_cast<size_t>(s));
@@ -184,9 +183,9 @@ absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
     heads.reserve(static_cast<size_t>(b * local));
     for (int64_t pair = 0; pair < b * local; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
-      const AttentionBlock block = HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d);
+      const AttentionBlock block = HeadBlock(qkv_values, s, b, L, bi, j * d, d);
       heads.push_back(RingAttentionHead{block.q, block.k, block.v,
-                                        HeadView(absl::MakeSpan(state_.ctx), s, b, L, bi, j * d, d),
+                                        HeadView(ctx, s, b, L, bi, j * d, d),
                                         lse_of(pair)});
     }
     if (options_.cp_comm == CpComm::kAllToAll) {
@@ -203,8 +202,8 @@ absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
     for (int64_t pair = first; pair < end; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
       LOOM_RETURN_IF_ERROR(FlashAttentionForward(
-          HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d),
-          HeadView(absl::MakeSpan(state_.ctx), s, b, L, bi, j * d, d), lse_of(pair),
+          HeadBlock(qkv_values, s, b, L, bi, j * d, d),
+          HeadView(ctx, s, b, L, bi, j * d, d), lse_of(pair),
           FlashOptions(options_)));
     }
     return absl::OkStatus();
@@ -244,22 +243,26 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
   const int64_t s = state_.seq, b = state_.batch, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
   const ScopedComputeTimer timer(ComputeKind::kAttention);
-  std::vector<float> dqkv(state_.qkv_values.size(), 0.0f);
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> qkv_values, std::as_const(state_.qkv).As<float>());
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> ctx, std::as_const(state_.ctx).As<float>());
+  // Made as the tensor returned: each pair writes its columns in place.
+  LOOM_ASSIGN_OR_RETURN(Tensor dqkv_tensor, Tensor::Create({s, b, 3 * L}));
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<float> dqkv, dqkv_tensor.As<float>());
   const auto lse_of = [&](int64_t pair) {
     return absl::MakeConstSpan(state_.lse).subspan(static_cast<size_t>(pair * s),
                                              static_cast<size_t>(s));
   };
   const auto grad_of = [&](int64_t bi, int64_t col) {
-    return HeadView(absl::MakeSpan(dqkv), s, b, 3 * L, bi, col, d);
+    return HeadView(dqkv, s, b, 3 * L, bi, col, d);
   };
   if (ContextParallel()) {
     std::vector<RingAttentionHeadGrad> heads;
     heads.reserve(static_cast<size_t>(b * local));
     for (int64_t pair = 0; pair < b * local; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
-      const AttentionBlock block = HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d);
+      const AttentionBlock block = HeadBlock(qkv_values, s, b, L, bi, j * d, d);
       heads.push_back(RingAttentionHeadGrad{
-          block.q, block.k, block.v, HeadView(absl::MakeConstSpan(state_.ctx), s, b, L, bi, j * d, d),
+          block.q, block.k, block.v, HeadView(ctx, s, b, L, bi, j * d, d),
           HeadView(dctx, s, b, L, bi, j * d, d), lse_of(pair), grad_of(bi, j * d),
           grad_of(bi, L + j * d), grad_of(bi, 2 * L + j * d)});
     }
@@ -273,22 +276,22 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
                                                  options_.cp_sequence_length,
                                                  RingOptions(options_), &ThreadRingBuffers()));
     }
-    return tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv);
+    return dqkv_tensor;
   }
   // As in Forward: each (batch, head) pair writes only its own columns of dqkv.
   const absl::Status done = ParallelFor(b * local, GemmThreads(), [&](int64_t first, int64_t end) {
     for (int64_t pair = first; pair < end; ++pair) {
       const int64_t bi = pair / local, j = pair % local;
       LOOM_RETURN_IF_ERROR(FlashAttentionBackward(
-          HeadBlock(state_.qkv_values, s, b, L, bi, j * d, d),
-          HeadView(absl::MakeConstSpan(state_.ctx), s, b, L, bi, j * d, d),
+          HeadBlock(qkv_values, s, b, L, bi, j * d, d),
+          HeadView(ctx, s, b, L, bi, j * d, d),
           HeadView(dctx, s, b, L, bi, j * d, d), lse_of(pair), grad_of(bi, j * d),
           grad_of(bi, L + j * d), grad_of(bi, 2 * L + j * d), FlashOptions(options_)));
     }
     return absl::OkStatus();
   });
   LOOM_RETURN_IF_ERROR(done);
-  return tp_layers_internal::ToTensor({s, b, 3 * L}, dqkv);
+  return dqkv_tensor;
 }
 
 }  // namespace loom

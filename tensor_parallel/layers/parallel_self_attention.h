@@ -143,9 +143,7 @@ class ParallelSelfAttention {
   // ReleaseActivations frees them; Backward then returns FailedPrecondition until
   // the next Forward.
   size_t saved_activation_bytes() const {
-    return (state_.qkv_values.capacity() + state_.ctx.capacity() + state_.lse.capacity()) *
-               sizeof(float) +
-           qkv_.saved_activation_bytes() + out_.saved_activation_bytes();
+    return state_.bytes() + qkv_.saved_activation_bytes() + out_.saved_activation_bytes();
   }
   void ReleaseActivations() {
     state_ = CoreState();
@@ -157,19 +155,21 @@ class ParallelSelfAttention {
   // context and log-sum-exp, and the projections' states), a microbatch's context
   // (TakeForwardState / RestoreForwardState as ColumnParallelLinear's).
   // CoreState: the core's part; the projections keep theirs.
+  // Q, K, V are the qkv projection's output itself and the context the tensor the
+  // out projection is given (moved and made in place: no copy of either).
   struct CoreState {
-    std::vector<float> qkv_values, ctx, lse;
+    Tensor qkv, ctx;
+    std::vector<float> lse;
     int64_t seq = 0, batch = 0;
     bool valid = false;
+    size_t bytes() const { return qkv.size_bytes() + ctx.size_bytes() + lse.capacity() * sizeof(float); }
   };
   struct ForwardState {
     CoreState core;
     ColumnParallelLinear::ForwardState qkv;
     RowParallelLinear::ForwardState out;
     size_t bytes() const {
-      return (core.qkv_values.capacity() + core.ctx.capacity() + core.lse.capacity()) *
-                 sizeof(float) +
-             qkv.bytes() + out.bytes();
+      return core.bytes() + qkv.bytes() + out.bytes();
     }
   };
   ForwardState TakeForwardState() {
@@ -194,7 +194,7 @@ class ParallelSelfAttention {
   // gradient of the heads' context, grad_ctx [s, b, local width].
   absl::StatusOr<Tensor> CoreBackward(const Tensor& grad_ctx);
   // The heads' forward over the whole sequence (flash attention, or ring attention
-  // under context parallelism): fills ctx_ and lse_ from qkv_values_.
+  // under context parallelism): fills ctx and lse from qkv.
   absl::Status CoreForward(int64_t s, int64_t b);
   bool ContextParallel() const {
     return options_.context_parallel != nullptr && options_.context_parallel->size() > 1;
