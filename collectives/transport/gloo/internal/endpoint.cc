@@ -396,7 +396,7 @@ void Endpoint::Finish(Op& op, absl::Status status) {
   op.done = true;
   op.waiting_ack = false;
   op.status = std::move(status);
-  changed_.SignalAll();
+  finished_.SignalAll();
 }
 
 void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::byte> payload) {
@@ -692,7 +692,7 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
     return true;
   };
   while (!all_done()) {
-    if (!changed_.WaitWithDeadline(&mu_, deadline)) break;
+    if (!finished_.WaitWithDeadline(&mu_, deadline)) break;
   }
   absl::Status result;
   for (const Request& request : requests) {
