@@ -12,6 +12,10 @@
 #     after it arrived: a long link, where the kernel has no netem; with --rate it
 #     also sends towards each host at the rate, frame by frame, as a switch port,
 #     so no tbf burst arrives at memory speed: --delay=0ms --rate=... for that alone);
+#   - with --own_cpus, its own share of this machine's CPUs (taskset on everything
+#     started on it: `exec` and mpirun's daemons): hosts 1..count take the CPUs in
+#     turn, C / count each (one each, wrapping around, when the hosts outnumber the
+#     CPUs). Without it every host runs on every CPU, as the kernel places threads;
 #   - its own UTS namespace (hostname hN, so Open MPI and Loom see distinct nodes),
 #     IPC namespace, and mount namespace with a private /dev/shm and /tmp (tmpfs), so
 #     shared memory and temporary files never cross a host boundary by accident.
@@ -23,7 +27,7 @@
 #
 # Usage (NAME defaults to "loom"; letters and digits, at most 8):
 #   cluster.sh [--name=NAME] up COUNT [--rate=2gbit] [--delay=2ms] [--subnet=10.199.0]
-#                                     [--ranks_per_host=R]
+#                                     [--ranks_per_host=R] [--own_cpus]
 #   cluster.sh [--name=NAME] exec hN -- CMD [ARGS...]   run CMD on host hN
 #   cluster.sh [--name=NAME] addr hN                   hN's address
 #   cluster.sh [--name=NAME] hosts                     h1 h2 ... (one per line)
@@ -99,9 +103,23 @@ holder_pid() {
 
 # enter hN: the nsenter prefix that runs a command in hN's namespaces.
 enter() {
-  local pid
+  local pid n
   pid="$(holder_pid "$1")"
+  n="$(host_index "$1")"
+  [[ -f "$STATE/h$n.cpus" ]] && echo -n "taskset -c $(cat "$STATE/h$n.cpus") "
   echo nsenter "--target=$pid" --net --uts --ipc --mount "--wd=$PWD" --
+}
+
+# host_cpus N COUNT: the CPUs host N of COUNT runs on with --own_cpus (a taskset list).
+host_cpus() {
+  local cpus
+  cpus="$(nproc)"
+  if (($2 >= cpus)); then
+    echo $((($1 - 1) % cpus))
+  else
+    local share=$((cpus / $2))
+    echo "$((($1 - 1) * share))-$(($1 * share - 1))"
+  fi
 }
 
 # host_pids hN: every process in hN's network namespace but its holder.
@@ -228,7 +246,7 @@ do_up() {
   local count="$1"
   shift
   [[ "$count" =~ ^[0-9]+$ ]] && ((count >= 1 && count <= 32)) || die "up $count: COUNT is 1..32"
-  local rate="" delay="" subnet="10.199.0" slots=1
+  local rate="" delay="" subnet="10.199.0" slots=1 own_cpus=0
   local arg
   for arg in "$@"; do
     case "$arg" in
@@ -236,6 +254,7 @@ do_up() {
       --delay=*) delay="${arg#--delay=}" ;;
       --subnet=*) subnet="${arg#--subnet=}" ;;
       --ranks_per_host=*) slots="${arg#--ranks_per_host=}" ;;
+      --own_cpus) own_cpus=1 ;;
       *) die "up: unknown option $arg" ;;
     esac
   done
@@ -299,6 +318,7 @@ do_up() {
       sleep 0.05
     done
     mv "$pidfile.tmp" "$pidfile"
+    ((own_cpus)) && host_cpus "$n" "$count" >"$STATE/h$n.cpus"
   done
   echo "$rate" >"$STATE/rate"
   echo "$delay" >"$STATE/delay"
@@ -312,6 +332,8 @@ host="\$1"
 shift
 n="\${host##*.}"
 [[ "\$host" == "$subnet.\$n" && -f "$STATE/h\$n.pid" ]] || { echo "cluster $NAME: no host at \$host" >&2; exit 255; }
+# With --own_cpus the host's daemon, and so its ranks, run on the host's CPUs only.
+[[ -f "$STATE/h\$n.cpus" ]] && set -- taskset -c "\$(cat "$STATE/h\$n.cpus")" "\$@"
 exec nsenter --target="\$(cat "$STATE/h\$n.pid")" --net --uts --ipc --mount -- sh -c "\$*"
 EOF
   chmod +x "$STATE/rsh"
