@@ -172,7 +172,8 @@ absl::Status ParallelSelfAttention::CoreForward(int64_t s, int64_t b) {
   const int64_t d = head_dim_, local = heads_.length, L = local * d;
   LOOM_ASSIGN_OR_RETURN(state_.ctx, Tensor::Create({s, b, L}));
   state_.lse.assign(static_cast<size_t>(b * local * s), 0.0f);
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> qkv_values, std::as_const(state_.qkv).As<float>());
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> qkv_values,
+                        std::as_const(state_.qkv).As<float>());
   LOOM_ASSIGN_OR_RETURN(const absl::Span<float> ctx, state_.ctx.As<float>());
   const ScopedComputeTimer timer(ComputeKind::kAttention);  // the job's step breakdown
   const auto lse_of = [&](int64_t pair) {
@@ -243,7 +244,8 @@ absl::StatusOr<Tensor> ParallelSelfAttention::CoreBackward(const Tensor& grad_ct
   const int64_t s = state_.seq, b = state_.batch, d = head_dim_, local = heads_.length;
   const int64_t L = local * d;
   const ScopedComputeTimer timer(ComputeKind::kAttention);
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> qkv_values, std::as_const(state_.qkv).As<float>());
+  LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> qkv_values,
+                        std::as_const(state_.qkv).As<float>());
   LOOM_ASSIGN_OR_RETURN(const absl::Span<const float> ctx, std::as_const(state_.ctx).As<float>());
   // Made as the tensor returned: each pair writes its columns in place.
   LOOM_ASSIGN_OR_RETURN(Tensor dqkv_tensor, Tensor::Create({s, b, 3 * L}));

@@ -162,7 +162,9 @@ class ParallelSelfAttention {
     std::vector<float> lse;
     int64_t seq = 0, batch = 0;
     bool valid = false;
-    size_t bytes() const { return qkv.size_bytes() + ctx.size_bytes() + lse.capacity() * sizeof(float); }
+    size_t bytes() const {
+      return qkv.size_bytes() + ctx.size_bytes() + lse.capacity() * sizeof(float);
+    }
   };
   struct ForwardState {
     CoreState core;
