@@ -109,6 +109,8 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOption
   self.interval = HeartbeatInterval(options.heartbeat_timeout);
   std::vector<std::vector<char>> identities(options.size);
   gloo_internal::GlooContexts contexts;
+  absl::StatusOr<std::unique_ptr<gloo_internal::LoopPoster>> posting =
+      absl::InternalError("gloo: not connected");
   const absl::Status connected = gloo_internal::GlooCall(
       absl::StrCat("connecting rank ", options.rank, " of ", options.size, " (prefix \"",
                    options.prefix, "\")"),
@@ -147,8 +149,11 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGlooTransport(const GlooOption
         contexts.upward = connect(upward);
         gloo::rendezvous::PrefixStore downward(options.prefix + "/downward", *store);
         contexts.downward = connect(downward);
+        posting = gloo_internal::LoopPoster::Create(device);
       });
   if (!connected.ok()) return connected;
+  if (!posting.ok()) return posting.status();
+  contexts.poster = *std::move(posting);
   std::vector<PeerIdentity> peers(options.size);
   std::vector<absl::Duration> intervals(options.size);
   for (int rank = 0; rank < options.size; ++rank) {

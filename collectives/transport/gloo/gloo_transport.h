@@ -26,8 +26,10 @@
 // GlooContexts: gloo's "ready to receive" notice would otherwise queue behind the
 // receiver's own outgoing data, and two ranks exchanging large payloads take turns).
 // Both slots carry the prefix 0x4C, clear of the prefixes 0x01..0x08 that gloo's own
-// collectives use. The thread that posts a message hands it to gloo (under the
-// endpoint's lock, so the wire order is the posting order); one thread per peer
+// collectives use. The thread that posts a message queues it (under the endpoint's
+// lock, so the wire order is the posting order) for gloo's own event-loop thread,
+// which makes every gloo send and receive posting (internal/loop_poster.h: no other
+// thread then holds a gloo pair's lock while bytes arrive); one thread per peer
 // receives, and one frees messages gloo has sent. gloo never holds a pointer into a
 // caller's buffer:
 //   - Send copies the bytes. Up to `eager_bytes` it completes at once (buffered);

@@ -49,6 +49,7 @@ Endpoint::Endpoint(GlooContexts contexts, const GlooOptions& options,
     : context_(std::move(contexts.frames)),
       upward_(std::move(contexts.upward)),
       downward_(std::move(contexts.downward)),
+      poster_(std::move(contexts.poster)),
       options_(options),
       rank_(options.rank),
       size_(options.size),
@@ -116,6 +117,9 @@ Endpoint::~Endpoint() {
     }
   }
   for (std::thread& thread : threads_) thread.join();
+  // Nothing is posted any more; what was queued and not yet run is dropped (its
+  // buffers are freed after the pairs close, with the rest).
+  poster_->Stop();
   // Closing the pairs tells the peers' receivers that this rank is gone. Messages
   // gloo never sent, and the receive buffers, are freed after it (in_flight_,
   // abandoned_ and retired_ go before context_).
@@ -176,10 +180,9 @@ absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope
   if (!Track(peer, buffer.get())) return false;
   bool completed = false;
   const int64_t posted_at = SteadyNanos();
-  status = GlooCall(absl::StrCat("receive of ", bytes, " bytes from rank ", peer), [&] {
-    buffer->recv(peer, kPayloadSlot, 0, bytes);
-    completed = buffer->waitRecv(nullptr, kForever);
-  });
+  PostReceive(peer, buffer.get(), kPayloadSlot, bytes);
+  status = GlooCall(absl::StrCat("receive of ", bytes, " bytes from rank ", peer),
+                    [&] { completed = buffer->waitRecv(nullptr, kForever); });
   Track(peer, nullptr);
   if (status.ok() && completed) {
     // The receive's "ready" went to the peer and the payload came back: a round trip,
@@ -211,12 +214,14 @@ void Endpoint::ReceiveLoop(int peer) {
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& buffers = posted.buffers;
   std::deque<size_t> order;
   auto post_new_frame = [&] {
-    return GlooCall(absl::StrCat("posting a receive of a frame from rank ", peer), [&] {
+    absl::Status created = GlooCall("createUnboundBuffer", [&] {
       frames.emplace_back(kFrameBytes);
       buffers.push_back(context_->createUnboundBuffer(frames.back().data(), kFrameBytes));
-      buffers.back()->recv(peer, kEnvelopeSlot, 0, kFrameBytes);
-      order.push_back(frames.size() - 1);
     });
+    if (!created.ok()) return created;
+    PostReceive(peer, buffers.back().get(), kEnvelopeSlot, kFrameBytes);
+    order.push_back(frames.size() - 1);
+    return absl::OkStatus();
   };
   absl::Status status;
   for (int i = 0; i < kLeastFramesPosted && status.ok(); ++i) status = post_new_frame();
@@ -287,10 +292,8 @@ void Endpoint::ReceiveLoop(int peer) {
     // The frame is read: it goes back to the end of the line of posted receives, and
     // frames are added when the path has grown past them.
     order.pop_front();
-    status = GlooCall(absl::StrCat("posting a receive of a frame from rank ", peer), [&] {
-      buffers[i]->recv(peer, kEnvelopeSlot, 0, kFrameBytes);
-      order.push_back(i);
-    });
+    PostReceive(peer, buffers[i].get(), kEnvelopeSlot, kFrameBytes);
+    order.push_back(i);
     const int wanted = FramesWanted(paths_.Estimate(peer));
     while (status.ok() && static_cast<int>(frames.size()) < wanted) status = post_new_frame();
   }
@@ -413,26 +416,69 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
     message->payload = TakePayloadMemory(payload.size());
     message->payload.assign(payload.begin(), payload.end());
   }
-  // Handed to gloo here, under the lock: the order on the wire is the posting order,
-  // and nothing waits for another thread to pass the message on.
-  const absl::Status status =
-      GlooCall(absl::StrCat("send of ", envelope.bytes, " bytes to rank ", peer), [&] {
-        message->frame_buffer =
-            context_->createUnboundBuffer(message->frame.data(), message->frame.size());
-        message->frame_buffer->send(peer, kEnvelopeSlot, 0, message->frame.size());
-        if (separate) {
-          message->payload_buffer =
-              PayloadContext(peer, /*sending=*/true)
-                  .createUnboundBuffer(message->payload.data(), message->payload.size());
-          message->payload_buffer->send(peer, kPayloadSlot, 0, message->payload.size());
-        }
-      });
-  if (!status.ok()) {
-    LoseConnection(peer, status);
+  const absl::Status created = GlooCall("createUnboundBuffer", [&] {
+    message->frame_buffer =
+        context_->createUnboundBuffer(message->frame.data(), message->frame.size());
+    if (separate) {
+      message->payload_buffer =
+          PayloadContext(peer, /*sending=*/true)
+              .createUnboundBuffer(message->payload.data(), message->payload.size());
+    }
+  });
+  if (!created.ok()) {
+    LoseConnection(peer, created);
     return;
   }
+  // Queued here, under the lock, so the order on the wire is the posting order; the
+  // loop thread sends (loop_poster.h). The message stays in in_flight_ (and its
+  // buffers with it) until gloo has sent it or, when it cannot, after the pairs close.
+  gloo::transport::UnboundBuffer* frame = message->frame_buffer.get();
+  gloo::transport::UnboundBuffer* separate_payload = message->payload_buffer.get();
+  const size_t frame_bytes = message->frame.size();
+  const size_t payload_bytes = message->payload.size();
+  poster_->Run([this, peer, frame, separate_payload, frame_bytes, payload_bytes] {
+    const absl::Status status = GlooCall("send", [&] {
+      frame->send(peer, kEnvelopeSlot, 0, frame_bytes);
+      if (separate_payload != nullptr) {
+        separate_payload->send(peer, kPayloadSlot, 0, payload_bytes);
+      }
+    });
+    if (!status.ok()) {
+      SendFailed(peer, frame, separate_payload,
+                 absl::Status(status.code(), absl::StrCat("send of ", frame_bytes + payload_bytes,
+                                                          " bytes to rank ", peer, ": ",
+                                                          status.message())));
+    }
+  });
   in_flight_.push_back(std::move(message));
   changed_.SignalAll();
+}
+
+void Endpoint::PostReceive(int peer, gloo::transport::UnboundBuffer* buffer, uint64_t slot,
+                           size_t bytes) {
+  poster_->Run([this, peer, buffer, slot, bytes] {
+    const absl::Status status =
+        GlooCall("receive", [&] { buffer->recv(peer, slot, 0, bytes); });
+    if (status.ok()) return;
+    buffer->abortWaitRecv();  // its thread's wait ends, and the thread with it
+    MutexLock lock(&mu_);
+    if (!closing_) {
+      LoseConnection(peer, absl::Status(status.code(),
+                                        absl::StrCat("posting a receive of ", bytes,
+                                                     " bytes from rank ", peer, ": ",
+                                                     status.message())));
+    }
+  });
+}
+
+void Endpoint::SendFailed(int peer, gloo::transport::UnboundBuffer* frame,
+                          gloo::transport::UnboundBuffer* payload, const absl::Status& status) {
+  // Sticky: a later waitSend on them returns false at once, so the message is
+  // abandoned rather than waited for.
+  frame->abortWaitSend();
+  if (payload != nullptr) payload->abortWaitSend();
+  MutexLock lock(&mu_);
+  if (!closing_) LoseConnection(peer, status);
 }
 
 absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const std::byte> data,

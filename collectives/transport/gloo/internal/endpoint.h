@@ -2,10 +2,10 @@
 // gloo_transport.h). It owns a connected gloo context and one receiver thread per
 // peer, which keeps receives of frames posted (as many as the path to the peer
 // needs, FramesWanted), so a peer's small messages land at once and gloo's sends
-// never wait on the application. Messages are
-// handed to gloo by the thread that posts them, under the endpoint's lock (so their
-// order on the wire is the posting order); one completion thread waits for gloo to
-// finish sending each and frees it. All matching happens under that lock, in Deliver.
+// never wait on the application. Every gloo send and receive is posted on gloo's own
+// loop thread (LoopPoster), queued under the endpoint's lock (so the order on the
+// wire is the posting order); one completion thread waits for gloo to
+// finish sending each message and frees it. All matching happens under that lock, in Deliver.
 // One beat thread sends every peer a heartbeat each beat interval and judges the
 // peers' silence (PeerWatch); every frame a receiver thread takes counts as a beat.
 // Each heartbeat is also a ping, whose echo times the round trip to the peer; the
@@ -35,6 +35,7 @@
 #include "absl/types/span.h"
 #include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/gloo/internal/envelope.h"
+#include "collectives/transport/gloo/internal/loop_poster.h"
 #include "collectives/transport/path_meter.h"
 #include "collectives/transport/peer_failure.h"
 #include "collectives/transport/peer_watch.h"
@@ -85,8 +86,10 @@ static_assert(kCombinePiece % kCombineAlignment == 0);
 // two hosts at 2 Gbit/s took 190..340 ms, not 140. So frames go over `frames`,
 // payloads from a lower rank to a higher one over `upward` and the other way over
 // `downward`: a payload socket carries data one way and only notices the other.
+// `poster` runs on the loop thread of the device the three share (loop_poster.h).
 struct GlooContexts {
   std::shared_ptr<gloo::Context> frames, upward, downward;
+  std::unique_ptr<LoopPoster> poster;
 };
 
 class Endpoint final : public Transport {
@@ -169,10 +172,20 @@ class Endpoint final : public Transport {
   // Ping sends `peer` a heartbeat that asks for an echo of this rank's clock.
   void Ping(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Post hands a message to gloo for `peer`, or delivers it at once when it is this
-  // rank; a gloo failure fails the peer.
+  // Post queues a message for gloo's loop thread to send to `peer`, or delivers it at
+  // once when it is this rank; a gloo failure fails the peer (SendFailed).
   void Post(int peer, const Envelope& envelope, absl::Span<const std::byte> payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PostReceive queues a receive into `buffer` (`bytes` long, on `slot`) from `peer`
+  // for the loop thread; when gloo refuses it, the wait on `buffer` is aborted and
+  // the peer fails.
+  void PostReceive(int peer, gloo::transport::UnboundBuffer* buffer, uint64_t slot, size_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // On the loop thread, after gloo refused to send `frame` (and `payload`, when there
+  // is one) to `peer`: the completion thread stops waiting for them, and the peer fails.
+  void SendFailed(int peer, gloo::transport::UnboundBuffer* frame,
+                  gloo::transport::UnboundBuffer* payload, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Deliver matches a message from `source` (its payload is read during the call only:
   // it is copied when no receive is posted for it yet).
   void Deliver(int source, const Envelope& envelope, absl::Span<const std::byte> payload)
@@ -205,6 +218,8 @@ class Endpoint final : public Transport {
 
   const std::shared_ptr<gloo::Context> context_;  // frames
   const std::shared_ptr<gloo::Context> upward_, downward_;  // payloads (GlooContexts)
+  // Stopped in the destructor once the threads are gone and before the pairs close.
+  const std::unique_ptr<LoopPoster> poster_;
   const GlooOptions options_;
   const int rank_;
   const int size_;
