@@ -105,6 +105,14 @@ absl::Status BroadcastText(Communicator& comm, std::string* text) {
 // How far past the largest curve size the finalists are measured, and how close to
 // the best there an algorithm must be to be one.
 constexpr size_t kFinalFactor = 4;
+// Points measured again (MeasureAgain): the batches, their length, and the share of
+// the budget they may take. A batch of 10 ms of back-to-back calls outlasts what a
+// link's token bucket carries at memory speed after an idle moment (4 ms of the rate
+// in tools/cluster's links), and the later batches find it drained; the median of
+// three is then the link's own time.
+constexpr int kAgainBatches = 3;
+constexpr double kAgainBatchSeconds = 0.01;
+constexpr double kAgainShareOfBudget = 0.15;
 constexpr double kFinalistSlack = 1.10;
 // The calls each finalist is measured with there (their mean).
 constexpr int kFinalistCalls = 2;
@@ -202,53 +210,163 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, double seconds_l
   return absl::OkStatus();
 }
 
+// MeasureAgain measures `points` again (PointsToMeasureAgain), each over
+// kAgainBatches batches of about kAgainBatchSeconds after a warm call, as many as fit
+// in `allowance` seconds (reckoned from the points' prices, so every rank plans the
+// same), smallest size first; each point takes the slowest rank's time. Returns the
+// points it measured.
+absl::StatusOr<std::vector<CurvePoint>> MeasureAgain(Communicator& comm,
+                                                     const std::vector<CurvePoint>& points,
+                                                     double allowance, CostModel* model) {
+  const int n = comm.size();
+  const int per_node = comm.options().ranks_per_node;
+  std::vector<CurvePoint> planned;
+  double spent = 0;
+  for (const CurvePoint& point : points) {
+    double price = 0;
+    for (const auto& [bytes, seconds] :
+         model->curve(CollectiveKind::kAllReduce, point.algorithm, n, per_node)) {
+      if (bytes == point.bytes) price = seconds;
+    }
+    // The warm call, the timed one, and the batches (each at least one call).
+    spent += 2 * price + kAgainBatches * std::max(kAgainBatchSeconds, price);
+    if (spent > allowance) break;
+    planned.push_back(point);
+  }
+  if (planned.empty()) return planned;
+  std::vector<double> seconds;
+  for (const CurvePoint& point : planned) {
+    LOOM_ASSIGN_OR_RETURN(const double took,
+                          MeasureCall(comm, CollectiveKind::kAllReduce, point.algorithm,
+                                      point.bytes, kAgainBatches, kAgainBatchSeconds,
+                                      /*warm=*/true));
+    seconds.push_back(took);
+  }
+  CallOptions by_ring;
+  by_ring.algorithm = Algorithm::kRing;
+  LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(seconds), ReduceOp::kMax, by_ring));
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const auto measured =
+        model->curve(CollectiveKind::kAllReduce, planned[i].algorithm, n, per_node);
+    CostModel::Curve curve(measured.begin(), measured.end());
+    for (auto& [bytes, at] : curve) {
+      if (bytes == planned[i].bytes) at = seconds[i];
+    }
+    LOOM_RETURN_IF_ERROR(model->SetCurve(CollectiveKind::kAllReduce, planned[i].algorithm, n,
+                                         per_node, curve));
+  }
+  return planned;
+}
+
 }  // namespace
 
-absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* model) {
+namespace {
+
+// The measured all-reduce curves of a layout and the floor drawn from them
+// (FloorAtTheLargestRate): no point below `top` is faster than per_byte x its bytes.
+struct LinkFloor {
   std::vector<std::pair<Algorithm, CostModel::Curve>> curves;
+  size_t top = 0;
+  double per_byte = 0;
+  bool drawn = false;  // false: no curve of two points or more
+
+  double At(size_t bytes) const { return per_byte * static_cast<double>(bytes); }
+  bool Under(size_t bytes, double seconds) const { return bytes < top && seconds < At(bytes); }
+};
+
+LinkFloor DrawFloor(int ranks, int ranks_per_node, const CostModel& model) {
+  LinkFloor floor;
   std::vector<Algorithm> algorithms = AlgorithmsFor(CollectiveKind::kAllReduce);
   algorithms.push_back(Algorithm::kNative);  // the engine's own, where it was measured
   for (const Algorithm algorithm : algorithms) {
-    const auto curve = model->curve(CollectiveKind::kAllReduce, algorithm, ranks, ranks_per_node);
-    if (curve.size() >= 2) curves.emplace_back(algorithm, CostModel::Curve(curve.begin(), curve.end()));
+    const auto curve = model.curve(CollectiveKind::kAllReduce, algorithm, ranks, ranks_per_node);
+    if (curve.size() >= 2) {
+      floor.curves.emplace_back(algorithm, CostModel::Curve(curve.begin(), curve.end()));
+    }
   }
-  if (curves.empty()) return absl::OkStatus();
+  if (floor.curves.empty()) return floor;
   // The largest size every curve reaches and the least time there; the most time
   // any curve took at its smallest size.
   size_t top = std::numeric_limits<size_t>::max();
-  for (const auto& [algorithm, curve] : curves) top = std::min(top, curve.back().first);
+  for (const auto& [algorithm, curve] : floor.curves) top = std::min(top, curve.back().first);
   double fastest_at_top = std::numeric_limits<double>::infinity();
   double latency = 0;
-  for (const auto& [algorithm, curve] : curves) {
+  for (const auto& [algorithm, curve] : floor.curves) {
     latency = std::max(latency, curve.front().second);
     for (const auto& [bytes, seconds] : curve) {
       if (bytes == top) fastest_at_top = std::min(fastest_at_top, seconds);
     }
   }
-  if (!std::isfinite(fastest_at_top) || top == 0) return absl::OkStatus();
+  if (!std::isfinite(fastest_at_top) || top == 0) return floor;
   // Under alpha + beta x bytes an algorithm's time at `bytes` is at least its beta x
   // bytes, and no algorithm's beta is below (fastest_at_top - its alpha) / top, its
   // alpha being at most what it took at its smallest size.
-  const double per_byte = std::max(0.0, fastest_at_top - latency) / static_cast<double>(top);
-  auto floor_at = [&](size_t bytes) { return per_byte * static_cast<double>(bytes); };
-  // The least credible point (at or above the floor) at each size.
-  std::map<size_t, double> least_credible;
-  for (const auto& [algorithm, curve] : curves) {
+  floor.top = top;
+  floor.per_byte = std::max(0.0, fastest_at_top - latency) / static_cast<double>(top);
+  floor.drawn = true;
+  return floor;
+}
+
+bool Contains(absl::Span<const CurvePoint> points, Algorithm algorithm, size_t bytes) {
+  return std::any_of(points.begin(), points.end(), [&](const CurvePoint& point) {
+    return point.algorithm == algorithm && point.bytes == bytes;
+  });
+}
+
+}  // namespace
+
+std::vector<CurvePoint> PointsToMeasureAgain(int ranks, int ranks_per_node,
+                                             const CostModel& model) {
+  const LinkFloor floor = DrawFloor(ranks, ranks_per_node, model);
+  std::vector<CurvePoint> points;
+  if (!floor.drawn) return points;
+  // Every size with a point under the floor: those points, and the fastest credible
+  // one there (the point they would be priced as).
+  std::map<size_t, std::vector<Algorithm>> under;
+  std::map<size_t, std::pair<double, Algorithm>> fastest_credible;
+  for (const auto& [algorithm, curve] : floor.curves) {
     for (const auto& [bytes, seconds] : curve) {
-      if (seconds < floor_at(bytes)) continue;
+      if (floor.Under(bytes, seconds)) {
+        under[bytes].push_back(algorithm);
+      } else if (bytes < floor.top) {
+        auto [it, fresh] = fastest_credible.emplace(bytes, std::make_pair(seconds, algorithm));
+        if (!fresh && seconds < it->second.first) it->second = {seconds, algorithm};
+      }
+    }
+  }
+  for (const auto& [bytes, algorithms] : under) {
+    for (const Algorithm algorithm : algorithms) points.push_back({algorithm, bytes});
+    const auto credible = fastest_credible.find(bytes);
+    if (credible != fastest_credible.end()) points.push_back({credible->second.second, bytes});
+  }
+  return points;
+}
+
+absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* model,
+                                   absl::Span<const CurvePoint> measured_again) {
+  LinkFloor floor = DrawFloor(ranks, ranks_per_node, *model);
+  if (!floor.drawn) return absl::OkStatus();
+  auto trusted = [&](Algorithm algorithm, size_t bytes, double seconds) {
+    return !floor.Under(bytes, seconds) || Contains(measured_again, algorithm, bytes);
+  };
+  // The least credible point (at or above the floor, or measured again) at each size.
+  std::map<size_t, double> least_credible;
+  for (const auto& [algorithm, curve] : floor.curves) {
+    for (const auto& [bytes, seconds] : curve) {
+      if (!trusted(algorithm, bytes, seconds)) continue;
       auto [it, fresh] = least_credible.emplace(bytes, seconds);
       if (!fresh) it->second = std::min(it->second, seconds);
     }
   }
-  for (auto& [algorithm, curve] : curves) {
+  for (auto& [algorithm, curve] : floor.curves) {
     bool raised = false;
     for (auto& [bytes, seconds] : curve) {
-      if (bytes >= top || seconds >= floor_at(bytes)) continue;
+      if (trusted(algorithm, bytes, seconds)) continue;
       // Not a measurement of the algorithm, only of the link's slack: it ties with
       // the fastest credible point there (or sits on the floor where none is), and
       // the tie is judged by its neighbours.
       const auto credible = least_credible.find(bytes);
-      seconds = credible != least_credible.end() ? credible->second : floor_at(bytes);
+      seconds = credible != least_credible.end() ? credible->second : floor.At(bytes);
       raised = true;
     }
     if (raised) {
@@ -296,6 +414,9 @@ std::string AutoCalibration::ToString() const {
     case Source::kMeasured:
       return absl::StrCat("cost model measured on ", layout, " in ",
                           absl::StrFormat("%.2f s", absl::ToDoubleSeconds(took)),
+                          measured_again > 0
+                              ? absl::StrCat(" (", measured_again, " points measured again)")
+                              : "",
                           save_error.empty() ? absl::StrCat(", saved to ", path)
                                              : absl::StrCat(", not saved: ", save_error));
   }
@@ -413,9 +534,21 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
       std::max(0.0, absl::ToDoubleSeconds(options.budget) * 0.25 - kFixedSeconds) /
       std::max(1.0, points * calibration.curve_batches);
   LOOM_ASSIGN_OR_RETURN(result.model, Calibrate(comm, calibration));
-  // Every rank has the same curves (Calibrate agreed on them): the same floors.
-  LOOM_RETURN_IF_ERROR(
-      FloorAtTheLargestRate(n, comm.options().ranks_per_node, &result.model));
+  // Every rank has the same curves (Calibrate agreed on them): the same points to
+  // measure again, and the same floors.
+  const int per_node = comm.options().ranks_per_node;
+  double left[1] = {absl::ToDoubleSeconds(options.budget - (absl::Now() - start))};
+  CallOptions direct;
+  direct.algorithm = Algorithm::kDirect;  // one round: the link may be long
+  LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(left), ReduceOp::kMin, direct));
+  LOOM_ASSIGN_OR_RETURN(
+      const std::vector<CurvePoint> measured_again,
+      MeasureAgain(comm, PointsToMeasureAgain(n, per_node, result.model),
+                   std::min(kAgainShareOfBudget * absl::ToDoubleSeconds(options.budget),
+                            left[0] / 2),
+                   &result.model));
+  result.measured_again = static_cast<int>(measured_again.size());
+  LOOM_RETURN_IF_ERROR(FloorAtTheLargestRate(n, per_node, &result.model, measured_again));
   LOOM_RETURN_IF_ERROR(ExtendTheFinalists(
       comm, sizes.back(), absl::ToDoubleSeconds(options.budget - (absl::Now() - start)),
       &result.model));

@@ -37,6 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
 
@@ -77,6 +78,7 @@ struct AutoCalibration {
   absl::Duration age;      // kCache: how old the file is
   absl::Duration took;     // the whole call, measurement included
   std::string save_error;  // kMeasured: why the cache file could not be written, if so
+  int measured_again = 0;  // kMeasured: points measured again (PointsToMeasureAgain)
 
   // One line for logs and reports, e.g. "cost model from cache (age 2h)...".
   std::string ToString() const;
@@ -98,6 +100,12 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
 std::vector<Algorithm> PlanFinalists(std::vector<std::pair<Algorithm, double>> prices,
                                      double seconds_left);
 
+// A point of a measured all-reduce curve.
+struct CurvePoint {
+  Algorithm algorithm;
+  size_t bytes = 0;
+};
+
 // FloorAtTheLargestRate re-prices each point of every measured all-reduce curve of
 // `model` (on `ranks` ranks, `ranks_per_node` a node) that is faster than the link
 // allows: below `bytes` times the fastest time per byte at the largest size every
@@ -118,7 +126,25 @@ std::vector<Algorithm> PlanFinalists(std::vector<std::pair<Algorithm, double>> p
 // than two points, other layouts and other kinds are left as they are. (Where a
 // larger buffer costs more per byte for another reason, cache misses on one host,
 // the floor is higher than the truth; AutoCalibrate runs across hosts only.)
-absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* model);
+//
+// `measured_again` (PointsToMeasureAgain) are left as they are, and count as credible.
+absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* model,
+                                   absl::Span<const CurvePoint> measured_again = {});
+
+// PointsToMeasureAgain: at each size with points FloorAtTheLargestRate would re-price
+// (under the floor), those points and the fastest credible one there, smallest size
+// first. AutoCalibrate measures them again over longer batches (three of about 10 ms
+// after a warm call; the calibration's own batches are a few calls) within 15% of its
+// budget, and takes what they measure as it is: a long run of back-to-back calls
+// drains what a link carried at memory speed, so what is still under the floor then
+// is the floor's error. Priced at the credible point alone, a true point could lose:
+// on 2 hosts x 2 ranks halving-doubling's 64 KiB measured 0.270 ms against a floor of
+// 0.271 (drawn from 4 MiB calls of 4 ranks on 2 cores), was priced as the ring's
+// 0.413, and auto ran the ring at 0.66 of it. And the credible point itself can be
+// the slow one: on 3 hosts the ring's 64 KiB point was 0.422 ms where every
+// algorithm's runs took 0.36..0.37.
+std::vector<CurvePoint> PointsToMeasureAgain(int ranks, int ranks_per_node,
+                                             const CostModel& model);
 
 // CostModelCacheDir returns the directory AutoCalibrate uses when options name none.
 std::string CostModelCacheDir();

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -274,6 +275,93 @@ TEST(FloorAtTheLargestRateTest, RaisesOnlyWhatTheLinkCouldNotCarry) {
   // No measured curve: nothing to do.
   CostModel formulas = CostModel::Default();
   EXPECT_THAT(FloorAtTheLargestRate(3, 1, &formulas), IsOk());
+}
+
+// The same calibration as above: at 256 KiB halving-doubling and native are under
+// the floor and direct is the fastest credible point; at 512 KiB only the double
+// tree has a point, under it; at 1 MiB halving-doubling and direct are under and the
+// ring is credible. Nothing at 4 KiB or at the largest size.
+CostModel TheThreeHostCalibration() {
+  using A = Algorithm;
+  const auto K = CollectiveKind::kAllReduce;
+  CostModel model = CostModel::Default();
+  const size_t k4 = 4 << 10, k256 = 256 << 10, k512 = 512 << 10, m1 = 1 << 20, m4 = 4 << 20;
+  EXPECT_THAT(model.SetCurve(K, A::kRing, 3, 1,
+                             {{k4, 199e-6}, {k256, 1.475e-3}, {m1, 5.87e-3}, {m4, 23.9e-3}}),
+              IsOk());
+  EXPECT_THAT(model.SetCurve(K, A::kHalvingDoubling, 3, 1,
+                             {{k4, 277e-6}, {k256, 1.04e-3}, {m1, 5.61e-3}, {m4, 23.5e-3}}),
+              IsOk());
+  EXPECT_THAT(model.SetCurve(K, A::kDirect, 3, 1,
+                             {{k4, 65e-6}, {k256, 1.47e-3}, {m1, 5.79e-3}, {m4, 23.5e-3}}),
+              IsOk());
+  EXPECT_THAT(model.SetCurve(K, A::kNative, 3, 1, {{k4, 164e-6}, {k256, 0.5e-3}, {m4, 59.7e-3}}),
+              IsOk());
+  EXPECT_THAT(model.SetCurve(K, A::kDoubleBinaryTree, 3, 1,
+                             {{k4, 150e-6}, {k512, 1e-3}, {m4, 26e-3}}),
+              IsOk());
+  return model;
+}
+
+std::set<std::pair<size_t, Algorithm>> AsSet(const std::vector<CurvePoint>& points) {
+  std::set<std::pair<size_t, Algorithm>> set;
+  for (const CurvePoint& point : points) set.emplace(point.bytes, point.algorithm);
+  return set;
+}
+
+TEST(PointsToMeasureAgainTest, ThoseUnderTheFloorAndTheCredibleOneTheyWouldBePricedAs) {
+  using A = Algorithm;
+  const CostModel model = TheThreeHostCalibration();
+  const std::vector<CurvePoint> points = PointsToMeasureAgain(3, 1, model);
+  const size_t k256 = 256 << 10, k512 = 512 << 10, m1 = 1 << 20;
+  const std::set<std::pair<size_t, Algorithm>> expected = {
+      {k256, A::kHalvingDoubling}, {k256, A::kNative}, {k256, A::kDirect},
+      {k512, A::kDoubleBinaryTree},
+      {m1, A::kHalvingDoubling},   {m1, A::kDirect},   {m1, A::kRing}};
+  EXPECT_EQ(AsSet(points), expected);
+  EXPECT_EQ(points.size(), expected.size());  // each once
+  for (size_t i = 1; i < points.size(); ++i) {
+    EXPECT_LE(points[i - 1].bytes, points[i].bytes) << "smallest size first, at " << i;
+  }
+  // Another layout: nothing measured there.
+  EXPECT_TRUE(PointsToMeasureAgain(2, 1, model).empty());
+  EXPECT_TRUE(PointsToMeasureAgain(3, 1, CostModel::Default()).empty());
+}
+
+// A point measured again stays as measured even under the floor, and counts as
+// credible: what is still under the floor and was not measured again is priced as it.
+TEST(FloorAtTheLargestRateTest, PointsMeasuredAgainAreTakenAsTheyAre) {
+  using A = Algorithm;
+  const auto K = CollectiveKind::kAllReduce;
+  CostModel model = TheThreeHostCalibration();
+  const size_t k256 = 256 << 10, m1 = 1 << 20;
+  // Measured again: halving-doubling's 256 KiB at 1.30 ms, still under the floor
+  // (1.451 ms); direct's at 1.46.
+  auto set_point = [&](A algorithm, size_t at, double seconds) {
+    const auto measured = model.curve(K, algorithm, 3, 1);
+    CostModel::Curve curve(measured.begin(), measured.end());
+    for (auto& [bytes, value] : curve) {
+      if (bytes == at) value = seconds;
+    }
+    ASSERT_THAT(model.SetCurve(K, algorithm, 3, 1, curve), IsOk());
+  };
+  set_point(A::kHalvingDoubling, k256, 1.30e-3);
+  set_point(A::kDirect, k256, 1.46e-3);
+  const std::vector<CurvePoint> again = {{A::kHalvingDoubling, k256}, {A::kDirect, k256}};
+  ASSERT_THAT(FloorAtTheLargestRate(3, 1, &model, again), IsOk());
+  auto at = [&](A algorithm, size_t bytes) {
+    for (const auto& [size, seconds] : model.curve(K, algorithm, 3, 1)) {
+      if (size == bytes) return seconds;
+    }
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, k256), 1.30e-3);  // as measured again
+  EXPECT_DOUBLE_EQ(at(A::kDirect, k256), 1.46e-3);
+  EXPECT_DOUBLE_EQ(at(A::kNative, k256), 1.30e-3);  // not measured again: the least credible
+  EXPECT_DOUBLE_EQ(at(A::kRing, k256), 1.475e-3);
+  // 1 MiB was not measured again: priced as before, as the ring's credible 5.87 ms.
+  EXPECT_DOUBLE_EQ(at(A::kHalvingDoubling, m1), 5.87e-3);
+  EXPECT_DOUBLE_EQ(at(A::kDirect, m1), 5.87e-3);
 }
 
 TEST_F(AutoCalibrationTest, BadOptionsAreRefusedNamingThem) {
