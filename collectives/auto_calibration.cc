@@ -210,53 +210,6 @@ absl::Status ExtendTheFinalists(Communicator& comm, size_t top, double seconds_l
   return absl::OkStatus();
 }
 
-// MeasureAgain measures `points` again (PointsToMeasureAgain), each over
-// kAgainBatches batches of about kAgainBatchSeconds after a warm call, as many as fit
-// in `allowance` seconds (reckoned from the points' prices, so every rank plans the
-// same), smallest size first; each point takes the slowest rank's time. Returns the
-// points it measured.
-absl::StatusOr<std::vector<CurvePoint>> MeasureAgain(Communicator& comm,
-                                                     const std::vector<CurvePoint>& points,
-                                                     double allowance, CostModel* model) {
-  const int n = comm.size();
-  const int per_node = comm.options().ranks_per_node;
-  std::vector<CurvePoint> planned;
-  double spent = 0;
-  for (const CurvePoint& point : points) {
-    double price = 0;
-    for (const auto& [bytes, seconds] :
-         model->curve(CollectiveKind::kAllReduce, point.algorithm, n, per_node)) {
-      if (bytes == point.bytes) price = seconds;
-    }
-    // The warm call, the timed one, and the batches (each at least one call).
-    spent += 2 * price + kAgainBatches * std::max(kAgainBatchSeconds, price);
-    if (spent > allowance) break;
-    planned.push_back(point);
-  }
-  if (planned.empty()) return planned;
-  std::vector<double> seconds;
-  for (const CurvePoint& point : planned) {
-    LOOM_ASSIGN_OR_RETURN(const double took,
-                          MeasureCall(comm, CollectiveKind::kAllReduce, point.algorithm,
-                                      point.bytes, kAgainBatches, kAgainBatchSeconds,
-                                      /*warm=*/true));
-    seconds.push_back(took);
-  }
-  CallOptions by_ring;
-  by_ring.algorithm = Algorithm::kRing;
-  LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(seconds), ReduceOp::kMax, by_ring));
-  for (size_t i = 0; i < planned.size(); ++i) {
-    const auto measured =
-        model->curve(CollectiveKind::kAllReduce, planned[i].algorithm, n, per_node);
-    CostModel::Curve curve(measured.begin(), measured.end());
-    for (auto& [bytes, at] : curve) {
-      if (bytes == planned[i].bytes) at = seconds[i];
-    }
-    LOOM_RETURN_IF_ERROR(model->SetCurve(CollectiveKind::kAllReduce, planned[i].algorithm, n,
-                                         per_node, curve));
-  }
-  return planned;
-}
 
 }  // namespace
 
@@ -340,6 +293,49 @@ std::vector<CurvePoint> PointsToMeasureAgain(int ranks, int ranks_per_node,
     if (credible != fastest_credible.end()) points.push_back({credible->second.second, bytes});
   }
   return points;
+}
+
+absl::StatusOr<std::vector<CurvePoint>> MeasureAgain(Communicator& comm,
+                                                     absl::Span<const CurvePoint> points,
+                                                     double allowance, CostModel* model) {
+  const int n = comm.size();
+  const int per_node = comm.options().ranks_per_node;
+  std::vector<CurvePoint> planned;
+  double spent = 0;
+  for (const CurvePoint& point : points) {
+    double price = 0;
+    for (const auto& [bytes, seconds] :
+         model->curve(CollectiveKind::kAllReduce, point.algorithm, n, per_node)) {
+      if (bytes == point.bytes) price = seconds;
+    }
+    // The warm call, the timed one, and the batches (each at least one call).
+    spent += 2 * price + kAgainBatches * std::max(kAgainBatchSeconds, price);
+    if (spent > allowance) break;
+    planned.push_back(point);
+  }
+  if (planned.empty()) return planned;
+  std::vector<double> seconds;
+  for (const CurvePoint& point : planned) {
+    LOOM_ASSIGN_OR_RETURN(const double took,
+                          MeasureCall(comm, CollectiveKind::kAllReduce, point.algorithm,
+                                      point.bytes, kAgainBatches, kAgainBatchSeconds,
+                                      /*warm=*/true));
+    seconds.push_back(took);
+  }
+  CallOptions by_ring;
+  by_ring.algorithm = Algorithm::kRing;
+  LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(seconds), ReduceOp::kMax, by_ring));
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const auto measured =
+        model->curve(CollectiveKind::kAllReduce, planned[i].algorithm, n, per_node);
+    CostModel::Curve curve(measured.begin(), measured.end());
+    for (auto& [bytes, at] : curve) {
+      if (bytes == planned[i].bytes) at = seconds[i];
+    }
+    LOOM_RETURN_IF_ERROR(model->SetCurve(CollectiveKind::kAllReduce, planned[i].algorithm, n,
+                                         per_node, curve));
+  }
+  return planned;
 }
 
 absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* model,

@@ -146,6 +146,17 @@ absl::Status FloorAtTheLargestRate(int ranks, int ranks_per_node, CostModel* mod
 std::vector<CurvePoint> PointsToMeasureAgain(int ranks, int ranks_per_node,
                                              const CostModel& model);
 
+// MeasureAgain measures `points` of `model`'s all-reduce curves on `comm`'s layout
+// again, each over three batches of about 10 ms after a warm call, as many as fit in
+// `allowance` seconds, first to last; each point's price (a warm and a timed call,
+// and each batch at least one call) is reckoned from its curve, so every rank plans
+// the same. Each measured point takes the slowest rank's time. Returns the points it
+// measured. A collective call: every rank of `comm` calls it with the same model,
+// points and allowance.
+absl::StatusOr<std::vector<CurvePoint>> MeasureAgain(Communicator& comm,
+                                                     absl::Span<const CurvePoint> points,
+                                                     double allowance, CostModel* model);
+
 // CostModelCacheDir returns the directory AutoCalibrate uses when options name none.
 std::string CostModelCacheDir();
 

@@ -364,6 +364,59 @@ TEST(FloorAtTheLargestRateTest, PointsMeasuredAgainAreTakenAsTheyAre) {
   EXPECT_DOUBLE_EQ(at(A::kDirect, m1), 5.87e-3);
 }
 
+// MeasureAgain on 4 in-process ranks: the planned points (those that fit in the
+// allowance, in order) take new, positive times, the same on every rank; the other
+// points and curves are left as they were.
+TEST(MeasureAgainTest, MeasuresWhatFitsAndEveryRankAgrees) {
+  using A = Algorithm;
+  const auto K = CollectiveKind::kAllReduce;
+  const size_t k4 = 4 << 10, k64 = 64 << 10, m1 = 1 << 20;
+  // Prices made up and far from what the calls take, so a measured point shows.
+  CostModel base = CostModel::Default();
+  ASSERT_THAT(base.SetCurve(K, A::kRing, kRanks, 0, {{k4, 1.0}, {k64, 1.0}, {m1, 1.0}}), IsOk());
+  ASSERT_THAT(base.SetCurve(K, A::kDirect, kRanks, 0, {{k4, 1e-9}, {k64, 1e-9}, {m1, 1.0}}),
+              IsOk());
+  const std::vector<CurvePoint> points = {{A::kDirect, k4}, {A::kDirect, k64}, {A::kRing, k64}};
+  // Each of the first two is reckoned at 3 x 10 ms (their prices are tiny); the
+  // ring's 64 KiB at 2 x 1 s + 3 x 1 s: 0.07 s lets the first two in, not the third.
+  const double allowance = 0.07;
+  std::vector<CostModel> models(kRanks, base);
+  std::vector<absl::StatusOr<std::vector<CurvePoint>>> measured(kRanks,
+                                                                absl::UnknownError("not run"));
+  absl::StatusOr<std::shared_ptr<InprocGroup>> group = InprocGroup::Create(kRanks);
+  ASSERT_THAT(group, IsOk());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<Transport>> endpoint = (*group)->Endpoint(r);
+      if (!endpoint.ok()) { measured[r] = endpoint.status(); return; }
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          Communicator::Create(std::move(*endpoint), CommunicatorOptions{});
+      if (!comm.ok()) { measured[r] = comm.status(); return; }
+      measured[r] = MeasureAgain(**comm, points, allowance, &models[r]);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_THAT(measured[r], IsOk()) << "rank " << r;
+    ASSERT_EQ(measured[r]->size(), 2u) << "rank " << r;
+    EXPECT_EQ((*measured[r])[0].bytes, k4);
+    EXPECT_EQ((*measured[r])[1].bytes, k64);
+    EXPECT_EQ((*measured[r])[1].algorithm, A::kDirect);
+    EXPECT_EQ(models[r].Serialize(), models[0].Serialize()) << "rank " << r << " disagrees";
+  }
+  const auto direct = models[0].curve(K, A::kDirect, kRanks, 0);
+  ASSERT_EQ(direct.size(), 3u);
+  EXPECT_GT(direct[0].second, 1e-9);  // measured: a real call takes longer than 1 ns
+  EXPECT_LT(direct[0].second, 1.0);
+  EXPECT_GT(direct[1].second, 1e-9);
+  EXPECT_LT(direct[1].second, 1.0);
+  EXPECT_DOUBLE_EQ(direct[2].second, 1.0);  // not planned
+  for (const auto& [bytes, seconds] : models[0].curve(K, A::kRing, kRanks, 0)) {
+    EXPECT_DOUBLE_EQ(seconds, 1.0) << bytes;  // did not fit
+  }
+}
+
 TEST_F(AutoCalibrationTest, BadOptionsAreRefusedNamingThem) {
   AutoCalibrationOptions one_size = options_;
   one_size.curve_sizes = {size_t{1} << 20};
