@@ -16,7 +16,10 @@
 //      (source kCache).
 //   3. Otherwise the constants and the all-reduce curves of every algorithm (and the
 //      engine's own, where the communicator may use it) are measured at
-//      `curve_sizes`, within about `budget`; rank 0 writes the cache file (atomic;
+//      `curve_sizes`, within about `budget`; points faster than the link allows
+//      are measured again over longer batches (PointsToMeasureAgain, MeasureAgain)
+//      and what is still under the floor then is re-priced (FloorAtTheLargestRate);
+//      the finalists are measured at 4x the largest size; rank 0 writes the cache file (atomic;
 //      failure to write it is reported, not fatal) and every rank adopts the same
 //      model (source kMeasured).
 // Every rank ends with the same model, so every rank picks the same algorithm.
@@ -24,8 +27,8 @@
 // Example (every rank):
 //   LOOM_ASSIGN_OR_RETURN(AutoCalibration calibration, AutoCalibrate(*comm));
 //   LOG(INFO) << calibration.ToString();
-//   // "cost model measured on 2 hosts (h1, h2; 1 rank per host, mpi) in 1.3 s,
-//   //  saved to /root/.cache/loom/cost_model-5d1c....txt"
+//   // "cost model measured on 2 hosts (mpi 2 ranks, 1 per host: h1,h2) in 1.73 s
+//   //  (5 points measured again), saved to /root/.cache/loom/cost_model-ec4e....txt"
 //   comm->Explain(CollectiveKind::kAllReduce, 16 << 20).ToString();  // "... (measured)"
 #ifndef LOOM_COLLECTIVES_AUTO_CALIBRATION_H_
 #define LOOM_COLLECTIVES_AUTO_CALIBRATION_H_
