@@ -20,8 +20,9 @@
 // every two ranks gloo carries frames on one slot: a 64-byte envelope (kind, Loom tag,
 // size, send id) followed by the payload when it is at most 256 KiB. Each rank keeps
 // four receives of frames posted per peer, so such a message is one gloo message that
-// lands at once. A larger payload follows its frame on a second slot, into a buffer
-// the receiver keeps for payloads (gloo moves it after that round trip), over one of
+// lands at once. A larger payload follows its frame on a second slot, cut into
+// pieces of 256 KiB, each into a receive the receiver keeps posted there once a large
+// payload has come from that peer (as many as for frames), over one of
 // two more gloo contexts, one per direction between two ranks (internal/endpoint.h,
 // GlooContexts: gloo's "ready to receive" notice would otherwise queue behind the
 // receiver's own outgoing data, and two ranks exchanging large payloads take turns).
@@ -39,10 +40,11 @@
 //     into the caller's under the endpoint's lock, all at once: a receive is either
 //     untouched or complete, so cancelling it at its deadline is exact.
 //   - Sends to oneself never touch gloo.
-// The cost is one extra copy on each side, 1 MiB of posted frames per peer (up to
-// 8 MiB on a long fat path: twice its measured bandwidth-delay product), and a round
-// trip for a payload above 256 KiB and for the acknowledgement of a send above
-// `eager_bytes`. Every heartbeat is also a ping; with the receivers' timing of what
+// The cost is one extra copy on each side (two on the receiving side for a payload
+// above 256 KiB: piece, whole, caller's), 1 MiB of posted frames per peer (up to 8 MiB
+// on a long fat path: twice its measured bandwidth-delay product) and as much for
+// payload pieces from a peer that sends large payloads, and a round trip for the
+// acknowledgement of a send above `eager_bytes`. Every heartbeat is also a ping; with the receivers' timing of what
 // arrives back to back it gives EstimatePath, from which the ring sizes its window.
 //
 // PEERS THAT FAIL. At connect every rank puts its identity (world rank, pid, host)

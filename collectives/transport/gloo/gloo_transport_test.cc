@@ -7,9 +7,12 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -253,6 +256,77 @@ TEST(GlooTransportTest, ExpiredLargeSendIsWithdrawn) {
       });
   LOOM_EXPECT_OK(results[0]);
   LOOM_EXPECT_OK(results[1]);
+}
+
+// SeededBytes: `bytes` bytes drawn from `seed`, distinct for each (rank, message).
+std::vector<std::byte> SeededBytes(uint64_t seed, int rank, size_t message, size_t bytes) {
+  std::mt19937_64 rng(seed ^ (static_cast<uint64_t>(rank) << 48) ^ (message << 32) ^ bytes);
+  std::vector<std::byte> out(bytes);
+  for (std::byte& b : out) b = static_cast<std::byte>(rng());
+  return out;
+}
+
+// Payloads above a frame travel in pieces of 256 KiB (internal/envelope.h) into
+// receives the receiver keeps posted. Sizes at and around piece boundaries, and one
+// of more pieces than a receiver ever keeps posted (kMostFramesPosted), go both ways
+// at once, each followed by a small message of the same tag, so that the order holds
+// across frames and pieces. One rank posts its receives before its sends, the other
+// after (its messages arrive before a receive is there). Once with the default
+// eager size (large sends wait for their receiver), once with every send buffered.
+TEST(GlooTransportTest, PayloadsInPiecesArriveWholeAndInOrder) {
+  const uint64_t seed = 20261128;
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  constexpr size_t kPiece = size_t{256} << 10;
+  const std::vector<size_t> sizes = {kPiece + 1, 2 * kPiece,      2 * kPiece + 1,
+                                     3 * kPiece - 4, 40 * kPiece + 5, kPiece + 4096};
+  for (const size_t eager : {size_t{256} << 10, size_t{16} << 20}) {
+    SCOPED_TRACE(absl::StrCat("eager_bytes ", eager));
+    GlooOptions options;
+    options.eager_bytes = eager;
+    const std::vector<absl::Status> results =
+        MakeGlooHarness(GlooStoreKind::kHash, options)
+            ->Run(2, [&](Transport& t) -> absl::Status {
+              const int peer = 1 - t.rank();
+              constexpr Tag kTag = 3;
+              // Message 2i is sizes[i] bytes, message 2i + 1 is 100 bytes.
+              std::vector<std::vector<std::byte>> out, expected, in;
+              for (size_t m = 0; m < 2 * sizes.size(); ++m) {
+                const size_t bytes = m % 2 == 0 ? sizes[m / 2] : 100;
+                out.push_back(SeededBytes(seed, t.rank(), m, bytes));
+                expected.push_back(SeededBytes(seed, peer, m, bytes));
+                in.emplace_back(bytes);
+              }
+              std::vector<Request> requests;
+              auto post_receives = [&]() -> absl::Status {
+                for (auto& buffer : in) {
+                  LOOM_ASSIGN_OR_RETURN(Request r, t.Recv(peer, kTag, absl::MakeSpan(buffer)));
+                  requests.push_back(r);
+                }
+                return absl::OkStatus();
+              };
+              if (t.rank() == 0) LOOM_RETURN_IF_ERROR(post_receives());
+              for (const auto& buffer : out) {
+                LOOM_ASSIGN_OR_RETURN(Request s, t.Send(peer, kTag, buffer));
+                requests.push_back(s);
+              }
+              if (t.rank() == 1) LOOM_RETURN_IF_ERROR(post_receives());
+              LOOM_RETURN_IF_ERROR(t.Wait(requests, absl::Now() + absl::Seconds(60)));
+              for (size_t m = 0; m < in.size(); ++m) {
+                if (in[m] != expected[m]) {
+                  return absl::InternalError(
+                      absl::StrCat("rank ", t.rank(), ": message ", m, " (", in[m].size(),
+                                   " bytes) from rank ", peer, " differs"));
+                }
+              }
+              // The large sends that waited for their receiver timed the path.
+              if (eager < sizes.back() && t.EstimatePath(peer).bytes_per_second <= 0) {
+                return absl::InternalError("no rate measured after the large sends");
+              }
+              return absl::OkStatus();
+            });
+    LOOM_EXPECT_OK(results[0]);
+    LOOM_EXPECT_OK(results[1]);
+  }
 }
 
 }  // namespace

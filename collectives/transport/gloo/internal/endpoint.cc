@@ -161,121 +161,128 @@ bool Endpoint::Track(size_t thread, gloo::transport::UnboundBuffer* buffer) {
 
 // --- The threads -------------------------------------------------------------------
 
-void Endpoint::Retire(Retired retired) {
-  MutexLock lock(&mu_);
-  retired_.push_back(std::move(retired));
+void Endpoint::NoteArrival(int peer, ArrivalTrain& train, int64_t wait_began, int64_t arrived,
+                           size_t bytes) {
+  if (bytes > 0 && train.began != 0 && 2 * (arrived - wait_began) >= arrived - train.last_arrival) {
+    train.bytes += bytes;
+    if (train.bytes >= PathMeter::kMinRateSampleBytes) {
+      paths_.NoteTransfer(peer, train.bytes, absl::Nanoseconds(arrived - train.began));
+      train.began = arrived;
+      train.bytes = 0;
+    }
+  } else {
+    train.began = bytes > 0 ? arrived : 0;
+    train.bytes = 0;
+  }
+  train.last_arrival = arrived;
 }
 
-absl::StatusOr<bool> Endpoint::ReceivePayload(int peer, const Envelope& envelope,
-                                              std::vector<std::byte>* payload) {
-  // The memory is kept from one payload to the next (ReceiveLoop): a fresh one is
-  // zeroed and faulted in page by page, which cost a 32 MiB receive about 10 ms.
-  const size_t bytes = envelope.bytes;
-  if (payload->size() < bytes) payload->resize(bytes);
-  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-  absl::Status status = GlooCall("createUnboundBuffer", [&] {
-    buffer = PayloadContext(peer, /*sending=*/false).createUnboundBuffer(payload->data(), bytes);
-  });
-  if (!status.ok()) return status;
-  if (!Track(peer, buffer.get())) return false;
-  bool completed = false;
-  const int64_t posted_at = SteadyNanos();
-  PostReceive(peer, buffer.get(), kPayloadSlot, bytes);
-  status = GlooCall(absl::StrCat("receive of ", bytes, " bytes from rank ", peer),
-                    [&] { completed = buffer->waitRecv(nullptr, kForever); });
+absl::Status Endpoint::Grow(int peer, Line& line, int wanted) {
+  while (static_cast<int>(line.size()) < wanted) {
+    std::vector<std::byte> memory(line.bytes);
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    const absl::Status created = GlooCall("createUnboundBuffer", [&] {
+      buffer = line.context->createUnboundBuffer(memory.data(), line.bytes);
+    });
+    if (!created.ok()) return created;
+    line.posted.memory.push_back(std::move(memory));  // the heap block stays where it is
+    line.posted.buffers.push_back(std::move(buffer));
+    PostReceive(peer, line.posted.buffers.back().get(), line.slot, line.bytes);
+    line.order.push_back(line.size() - 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Endpoint::WaitFront(int peer, Line& line) {
+  gloo::transport::UnboundBuffer* buffer = line.posted.buffers[line.order.front()].get();
+  if (!Track(peer, buffer)) return false;
+  bool landed = false;
+  const absl::Status status =
+      GlooCall(absl::StrCat("receive of a ", line.what, " from rank ", peer),
+               [&] { landed = buffer->waitRecv(nullptr, kForever); });
   Track(peer, nullptr);
-  if (status.ok() && completed) {
-    // The receive's "ready" went to the peer and the payload came back: a round trip,
-    // then the bytes at the path's rate. The pings' round trip can be longer than
-    // gloo's own (threads wake up for them), so at most half the time is taken off.
-    const absl::Duration elapsed = absl::Nanoseconds(SteadyNanos() - posted_at);
-    paths_.NoteTransfer(peer, bytes,
-                        std::max(elapsed - paths_.Estimate(peer).round_trip, elapsed / 2));
+  if (!status.ok()) return status;
+  return landed;
+}
+
+void Endpoint::Repost(int peer, Line& line) {
+  const size_t i = line.order.front();
+  line.order.pop_front();
+  PostReceive(peer, line.posted.buffers[i].get(), line.slot, line.bytes);
+  line.order.push_back(i);
+}
+
+absl::StatusOr<bool> Endpoint::ReceivePieces(int peer, const Envelope& envelope, Line& pieces,
+                                             std::vector<std::byte>* payload) {
+  // Receives for pieces are posted when the first large payload from the peer comes
+  // (its first pieces wait a round trip for them), and added as the path grows: a
+  // peer that never sends one costs no memory for them.
+  const absl::Status grown = Grow(peer, pieces, FramesWanted(paths_.Estimate(peer)));
+  if (!grown.ok()) return grown;
+  // The memory is kept from one payload to the next (ReceiveLoop), and filled without
+  // being zeroed first: a fresh one is faulted in page by page, which cost a 32 MiB
+  // receive about 10 ms.
+  payload->clear();
+  payload->reserve(envelope.bytes);
+  for (size_t offset = 0; offset < envelope.bytes; offset += kPieceBytes) {
+    const size_t bytes = std::min(kPieceBytes, envelope.bytes - offset);
+    const int64_t wait_began = SteadyNanos();
+    absl::StatusOr<bool> landed = WaitFront(peer, pieces);
+    if (!landed.ok() || !*landed) return landed;
+    NoteArrival(peer, pieces.train, wait_began, SteadyNanos(), bytes);
+    watch_.Heard(peer);
+    const absl::Span<const std::byte> piece = pieces.Front();
+    payload->insert(payload->end(), piece.begin(), piece.begin() + bytes);
+    Repost(peer, pieces);
   }
-  if (!status.ok() || !completed) {
-    // Still posted, or signalled by the loop thread: kept with its memory (Retired).
-    Retired retired;
-    retired.memory.push_back(std::move(*payload));
-    retired.buffers.push_back(std::move(buffer));
-    Retire(std::move(retired));
-    return status.ok() ? absl::StatusOr<bool>(false) : status;
-  }
-  watch_.Heard(peer);
   return true;
 }
 
 void Endpoint::ReceiveLoop(int peer) {
-  // Frames, each with a receive posted; gloo fills them in posting order, so the
-  // front of `order` holds the next message from `peer`, and a frame that was read
-  // goes to its back. They start at kLeastFramesPosted and grow with the path
-  // (FramesWanted). They outlive the thread (Retired).
-  Retired posted;
-  std::vector<std::vector<std::byte>>& frames = posted.memory;
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& buffers = posted.buffers;
-  std::deque<size_t> order;
-  auto post_new_frame = [&] {
-    absl::Status created = GlooCall("createUnboundBuffer", [&] {
-      frames.emplace_back(kFrameBytes);
-      buffers.push_back(context_->createUnboundBuffer(frames.back().data(), kFrameBytes));
-    });
-    if (!created.ok()) return created;
-    PostReceive(peer, buffers.back().get(), kEnvelopeSlot, kFrameBytes);
-    order.push_back(frames.size() - 1);
-    return absl::OkStatus();
-  };
-  absl::Status status;
-  for (int i = 0; i < kLeastFramesPosted && status.ok(); ++i) status = post_new_frame();
+  // Frames: kLeastFramesPosted at first, more as the path grows (FramesWanted).
+  // Payload pieces: posted with the first large payload (ReceivePieces). Both lines
+  // outlive the thread (Retired).
+  Line frames;
+  frames.context = context_.get();
+  frames.slot = kEnvelopeSlot;
+  frames.bytes = kFrameBytes;
+  frames.what = "frame";
+  Line pieces;
+  pieces.context = &PayloadContext(peer, /*sending=*/false);
+  pieces.slot = kPayloadSlot;
+  pieces.bytes = kPieceBytes;
+  pieces.what = "payload piece";
+  absl::Status status = Grow(peer, frames, kLeastFramesPosted);
   std::vector<std::byte> separate;  // a payload too large for the frame, kept for the next
-  // A train of data frames that came in back to back, each one after the first
-  // waited for (so the link brought it, not a queue in front of this thread): the
-  // bytes after the first over the time since it came are a rate sample. (The
-  // first's own time may hold the sender's pause before it.)
-  int64_t last_arrival = 0;
-  int64_t train_began = 0;  // 0: no train
-  size_t train_bytes = 0;
   for (;;) {
-    const size_t i = order.front();
-    if (separate.size() > kKeptPayloadBytes) std::vector<std::byte>().swap(separate);
+    if (separate.capacity() > kKeptPayloadBytes) std::vector<std::byte>().swap(separate);
     Envelope envelope;
     bool received = false;
     const int64_t wait_began = SteadyNanos();
-    if (status.ok() && Track(peer, buffers[i].get())) {
-      status = GlooCall(absl::StrCat("receive of a frame from rank ", peer),
-                        [&] { received = buffers[i]->waitRecv(nullptr, kForever); });
-      Track(peer, nullptr);
+    if (status.ok()) {
+      absl::StatusOr<bool> landed = WaitFront(peer, frames);
+      status = landed.status();
+      received = landed.ok() && *landed;
     }
     const int64_t arrived = SteadyNanos();
     if (status.ok() && received) {
       watch_.Heard(peer);  // Every frame counts as a beat, whatever its kind.
-      absl::StatusOr<Envelope> decoded = Decode(frames[i]);
+      absl::StatusOr<Envelope> decoded = Decode(frames.Front());
       status = decoded.status();
       if (decoded.ok()) envelope = *decoded;
     }
     const bool data_frame =
         status.ok() && received && envelope.kind == Kind::kData && envelope.PayloadInline();
-    if (data_frame && train_began != 0 && 2 * (arrived - wait_began) >= arrived - last_arrival) {
-      train_bytes += FrameBytes(envelope);
-      if (train_bytes >= PathMeter::kMinRateSampleBytes) {
-        paths_.NoteTransfer(peer, train_bytes, absl::Nanoseconds(arrived - train_began));
-        train_began = arrived;
-        train_bytes = 0;
-      }
-    } else {
-      train_began = data_frame ? arrived : 0;
-      train_bytes = 0;
-    }
-    last_arrival = arrived;
+    NoteArrival(peer, frames.train, wait_began, arrived, data_frame ? FrameBytes(envelope) : 0);
     absl::Span<const std::byte> payload;
     if (status.ok() && received) {
       if (envelope.PayloadInline()) {
-        payload = InlinePayload(frames[i], envelope);
+        payload = InlinePayload(frames.Front(), envelope);
       } else if (envelope.HasPayload()) {
-        absl::StatusOr<bool> got = ReceivePayload(peer, envelope, &separate);
+        absl::StatusOr<bool> got = ReceivePieces(peer, envelope, pieces, &separate);
         status = got.status();
         received = got.ok() && *got;
-        payload = absl::MakeConstSpan(separate.data(), envelope.bytes);
-        train_began = 0;
-        train_bytes = 0;
+        payload = absl::MakeConstSpan(separate);
       }
     }
     {
@@ -283,19 +290,17 @@ void Endpoint::ReceiveLoop(int peer) {
       const bool ended = closing_ || !status.ok() || !received;
       if (!closing_ && !status.ok()) LoseConnection(peer, status);
       if (ended) {
-        retired_.push_back(std::move(posted));
+        retired_.push_back(std::move(frames.posted));
+        retired_.push_back(std::move(pieces.posted));
         return;
       }
       // A posted receive takes the payload straight from the frame.
       Deliver(peer, envelope, payload);
     }
-    // The frame is read: it goes back to the end of the line of posted receives, and
-    // frames are added when the path has grown past them.
-    order.pop_front();
-    PostReceive(peer, buffers[i].get(), kEnvelopeSlot, kFrameBytes);
-    order.push_back(i);
-    const int wanted = FramesWanted(paths_.Estimate(peer));
-    while (status.ok() && static_cast<int>(frames.size()) < wanted) status = post_new_frame();
+    // The frame is read: it goes back to the end of the line, and frames are added
+    // when the path has grown past them.
+    Repost(peer, frames);
+    status = Grow(peer, frames, FramesWanted(paths_.Estimate(peer)));
   }
 }
 
@@ -321,7 +326,8 @@ void Endpoint::CompleteSends() {
     const absl::Status status = GlooCall(
         absl::StrCat("send of ", message->payload.size(), " bytes to rank ", message->peer), [&] {
           sent = message->frame_buffer->waitSend(nullptr, kForever);
-          if (sent && message->payload_buffer != nullptr) {
+          if (message->payload_buffer == nullptr) return;
+          for (size_t piece = PieceCount(message->payload.size()); sent && piece > 0; --piece) {
             sent = message->payload_buffer->waitSend(nullptr, kForever);
           }
         });
@@ -413,8 +419,11 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
   message->frame = Encode(envelope, payload);
   const bool separate = envelope.HasPayload() && !envelope.PayloadInline();
   if (separate) {
+    // Room for the whole payload (its address is the buffer's), filled piece by piece
+    // below.
     message->payload = TakePayloadMemory(payload.size());
-    message->payload.assign(payload.begin(), payload.end());
+    message->payload.clear();
+    message->payload.reserve(payload.size());
   }
   const absl::Status created = GlooCall("createUnboundBuffer", [&] {
     message->frame_buffer =
@@ -422,7 +431,7 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
     if (separate) {
       message->payload_buffer =
           PayloadContext(peer, /*sending=*/true)
-              .createUnboundBuffer(message->payload.data(), message->payload.size());
+              .createUnboundBuffer(message->payload.data(), payload.size());
     }
   });
   if (!created.ok()) {
@@ -435,21 +444,26 @@ void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::by
   gloo::transport::UnboundBuffer* frame = message->frame_buffer.get();
   gloo::transport::UnboundBuffer* separate_payload = message->payload_buffer.get();
   const size_t frame_bytes = message->frame.size();
-  const size_t payload_bytes = message->payload.size();
-  poster_->Run([this, peer, frame, separate_payload, frame_bytes, payload_bytes] {
-    const absl::Status status = GlooCall("send", [&] {
-      frame->send(peer, kEnvelopeSlot, 0, frame_bytes);
-      if (separate_payload != nullptr) {
-        separate_payload->send(peer, kPayloadSlot, 0, payload_bytes);
+  auto send = [this, peer, frame, separate_payload](uint64_t slot, size_t offset, size_t bytes) {
+    return [=] {
+      gloo::transport::UnboundBuffer* buffer = slot == kEnvelopeSlot ? frame : separate_payload;
+      const absl::Status status = GlooCall("send", [&] { buffer->send(peer, slot, offset, bytes); });
+      if (!status.ok()) {
+        SendFailed(peer, frame, separate_payload,
+                   absl::Status(status.code(), absl::StrCat("send of ", bytes, " bytes to rank ",
+                                                            peer, ": ", status.message())));
       }
-    });
-    if (!status.ok()) {
-      SendFailed(peer, frame, separate_payload,
-                 absl::Status(status.code(), absl::StrCat("send of ", frame_bytes + payload_bytes,
-                                                          " bytes to rank ", peer, ": ",
-                                                          status.message())));
-    }
-  });
+    };
+  };
+  poster_->Run(send(kEnvelopeSlot, 0, frame_bytes));
+  // Each piece leaves as soon as it is copied: the loop thread writes one while this
+  // thread copies the next.
+  for (size_t offset = 0; separate && offset < payload.size(); offset += kPieceBytes) {
+    const size_t bytes = std::min(kPieceBytes, payload.size() - offset);
+    message->payload.insert(message->payload.end(), payload.begin() + offset,
+                            payload.begin() + offset + bytes);
+    poster_->Run(send(kPayloadSlot, offset, bytes));
+  }
   in_flight_.push_back(std::move(message));
   changed_.SignalAll();
 }
@@ -509,6 +523,7 @@ absl::StatusOr<Request> Endpoint::PostSend(int peer, Tag tag, absl::Span<const s
   envelope.send_id = id;
   envelope.wants_ack = data.size() > options_.eager_bytes;
   posted.waiting_ack = envelope.wants_ack;
+  posted.posted_at = SteadyNanos();
   Post(peer, envelope, data);
   if (!envelope.wants_ack && !posted.done) Finish(posted, absl::OkStatus());  // Buffered.
   return Request{id};
@@ -610,6 +625,14 @@ void Endpoint::Deliver(int source, const Envelope& envelope, absl::Span<const st
       if (it == ops_.end() || !it->second.waiting_ack || it->second.peer != source) return;
       Op& op = it->second;
       if (envelope.kind == Kind::kAck) {
+        // Posted, moved, matched, answered: the bytes at the path's rate, and a round
+        // trip (or more: the receive may have come late, which only slows the sample).
+        // The pings' round trip can be longer than gloo's own (threads wake up for
+        // them), so at most half the time is taken off. The receiver's own samples
+        // need pieces it waited for (NoteArrival), which a busy receiver never has.
+        const absl::Duration elapsed = absl::Nanoseconds(SteadyNanos() - op.posted_at);
+        paths_.NoteTransfer(source, op.bytes,
+                            std::max(elapsed - paths_.Estimate(source).round_trip, elapsed / 2));
         Finish(op, absl::OkStatus());
       } else if (envelope.bytes == kStampConflict) {
         Finish(op, StampMismatchError("gloo", StampMismatch{rank_, source, op.tag, op.stamp,

@@ -127,6 +127,7 @@ class Endpoint final : public Transport {
     Combiner combiner;
     bool done = false;
     bool waiting_ack = false;  // a large send: done once the receiver answers
+    int64_t posted_at = 0;     // a large send: when it was posted (SteadyNanos)
     absl::Status status;
 
     std::string Describe() const;
@@ -143,6 +144,7 @@ class Endpoint final : public Transport {
     int peer = 0;
     std::vector<std::byte> frame;    // head and inline payload
     std::vector<std::byte> payload;  // when it does not fit in the frame
+    // The payload goes as PieceCount(payload.size()) sends of this one buffer.
     std::unique_ptr<gloo::transport::UnboundBuffer> frame_buffer, payload_buffer;
   };
 
@@ -157,6 +159,45 @@ class Endpoint final : public Transport {
   };
   void Retire(Retired retired) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Rate samples from messages that come in back to back on one line: a train of
+  // arrivals, each after the first waited for (so the link brought it, not a queue
+  // in front of the thread); the bytes after the first over the time since it came.
+  // (The first's own time may hold the sender's pause before it.)
+  struct ArrivalTrain {
+    int64_t last_arrival = 0;
+    int64_t began = 0;  // 0: no train
+    size_t bytes = 0;
+  };
+  // NoteArrival adds an arrival of `bytes` (0: one that breaks the train, not data)
+  // at `arrived`, waited for since `wait_began`, to `train`, and a sample of the
+  // path to `peer` when the train holds enough bytes.
+  void NoteArrival(int peer, ArrivalTrain& train, int64_t wait_began, int64_t arrived,
+                   size_t bytes);
+
+  // A line of receives that a receiver thread keeps posted from its peer on one slot,
+  // each of `bytes` into memory of its own: frames on kEnvelopeSlot, payload pieces
+  // on kPayloadSlot. gloo fills them in posting order, so the front of `order` holds
+  // the next message; one that was read goes back to the end (Repost).
+  struct Line {
+    gloo::Context* context = nullptr;
+    uint64_t slot = 0;
+    size_t bytes = 0;
+    const char* what = "";  // "frame", "payload piece": for errors
+    Retired posted;  // memory[i] and buffers[i]: receive i
+    std::deque<size_t> order;
+    ArrivalTrain train;
+
+    size_t size() const { return posted.buffers.size(); }
+    absl::Span<const std::byte> Front() const { return posted.memory[order.front()]; }
+  };
+  // Grow posts receives on `line` from `peer` until it holds `wanted`.
+  absl::Status Grow(int peer, Line& line, int wanted) ABSL_LOCKS_EXCLUDED(mu_);
+  // WaitFront waits for the front receive of `line` to land: true when it did, false
+  // when closing aborted the wait, gloo's error when it failed.
+  absl::StatusOr<bool> WaitFront(int peer, Line& line) ABSL_LOCKS_EXCLUDED(mu_);
+  // Repost posts the front receive of `line` again, at the end of the line.
+  void Repost(int peer, Line& line) ABSL_LOCKS_EXCLUDED(mu_);
+
   void ReceiveLoop(int peer) ABSL_LOCKS_EXCLUDED(mu_);
   void CompleteSends() ABSL_LOCKS_EXCLUDED(mu_);
   // BeatLoop: the beat thread, until closing.
@@ -164,10 +205,11 @@ class Endpoint final : public Transport {
   // Beats (and pings) every peer that is not gone, listens, and fails each one
   // silent past its allowed time (PeerWatch::Judge).
   void BeatAndJudge(bool beat) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Receives the payload that follows `envelope` from `peer`, when it is not inline;
-  // false once closing aborted the wait; a status when gloo failed.
-  absl::StatusOr<bool> ReceivePayload(int peer, const Envelope& envelope,
-                                      std::vector<std::byte>* payload) ABSL_LOCKS_EXCLUDED(mu_);
+  // Receives the pieces of the payload that follows `envelope` from `peer` (not
+  // inline) from `pieces`, into `payload` (resized to it); false once closing aborted
+  // the wait; a status when gloo failed.
+  absl::StatusOr<bool> ReceivePieces(int peer, const Envelope& envelope, Line& pieces,
+                                     std::vector<std::byte>* payload) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ping sends `peer` a heartbeat that asks for an echo of this rank's clock.
   void Ping(int peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

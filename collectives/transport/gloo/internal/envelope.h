@@ -5,9 +5,10 @@
 // from a dead one. Every envelope travels in a frame: a 64-byte head, then up to
 // kInlineBytes of payload inline, so such a message is one gloo message into a
 // receive of kFrameBytes the peer posted long before (gloo lets a message be shorter
-// than the receive it lands in). A larger payload follows its frame as a separate
-// gloo message on the payload slot, which costs a round trip: gloo moves it only once
-// the receiver has posted a receive of its size.
+// than the receive it lands in). A larger payload follows its frame on the payload
+// slot, cut into pieces of at most kPieceBytes, each one gloo message into a receive
+// the peer keeps posted there too (so it costs no round trip: gloo moves a message
+// only once the receiver has posted a receive for it).
 #ifndef LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENVELOPE_H_
 #define LOOM_COLLECTIVES_TRANSPORT_GLOO_INTERNAL_ENVELOPE_H_
 
@@ -29,6 +30,13 @@ namespace gloo_internal {
 inline constexpr size_t kHeadBytes = 64;
 inline constexpr size_t kInlineBytes = size_t{256} << 10;
 inline constexpr size_t kFrameBytes = kHeadBytes + kInlineBytes;
+
+// Pieces of a payload too large for its frame: kPieceBytes each, the last one the
+// rest. A piece is small enough that a few of them posted per peer cover a long
+// link's bandwidth-delay product (endpoint.h, FramesWanted), and large enough that
+// gloo's per-message work stays small beside moving it.
+inline constexpr size_t kPieceBytes = kInlineBytes;
+inline constexpr size_t PieceCount(size_t bytes) { return (bytes + kPieceBytes - 1) / kPieceBytes; }
 
 enum class Kind : uint64_t {
   kData = 1,      // tag, bytes, send_id, wants_ack; `bytes` of payload
