@@ -47,6 +47,11 @@ absl::StatusOr<Envelope> Decode(absl::Span<const std::byte> frame) {
   envelope.stamp.scope = words[5];
   envelope.stamp.words[0] = words[6];
   envelope.stamp.words[1] = words[7];
+  if (envelope.HasPayload() && envelope.bytes > kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo: a frame announces ", envelope.bytes,
+                                                   " bytes of payload, above the most, ",
+                                                   kMaxPayloadBytes));
+  }
   if (frame.size() < FrameBytes(envelope)) {
     return absl::InvalidArgumentError(absl::StrCat("gloo: a frame of ", frame.size(),
                                                    " bytes cannot hold its ", envelope.bytes,

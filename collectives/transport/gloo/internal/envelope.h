@@ -38,6 +38,11 @@ inline constexpr size_t kFrameBytes = kHeadBytes + kInlineBytes;
 inline constexpr size_t kPieceBytes = kInlineBytes;
 inline constexpr size_t PieceCount(size_t bytes) { return (bytes + kPieceBytes - 1) / kPieceBytes; }
 
+// The largest payload a frame may announce: its receiver reserves that much memory
+// before the pieces come, so a frame that claims more (a corrupt one) is refused by
+// Decode rather than failing the allocation.
+inline constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 40;
+
 enum class Kind : uint64_t {
   kData = 1,      // tag, bytes, send_id, wants_ack; `bytes` of payload
   kAck = 2,       // send_id was matched by a receive of its size
@@ -78,7 +83,8 @@ inline size_t FrameBytes(const Envelope& envelope) {
 std::vector<std::byte> Encode(const Envelope& envelope, absl::Span<const std::byte> payload);
 
 // Decode reads the head of a frame (at least kHeadBytes); InvalidArgument for an
-// unknown kind (naming it) or a frame shorter than its head says.
+// unknown kind (naming it), a payload above kMaxPayloadBytes, or a frame shorter than
+// its head says.
 absl::StatusOr<Envelope> Decode(absl::Span<const std::byte> frame);
 
 // InlinePayload: the payload inside a decoded frame; empty when it is not inline.

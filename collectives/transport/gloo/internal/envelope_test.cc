@@ -113,6 +113,18 @@ TEST(EnvelopeTest, ShortFramesAreRefused) {
                                       HasSubstr("frame of 10 bytes is shorter than its head")));
 }
 
+TEST(EnvelopeTest, PayloadsAboveTheMostAreRefused) {
+  Envelope envelope;
+  envelope.kind = Kind::kData;
+  envelope.bytes = kMaxPayloadBytes;
+  LOOM_ASSERT_OK_AND_ASSIGN(const Envelope decoded, Decode(Encode(envelope, {})));
+  EXPECT_EQ(decoded.bytes, kMaxPayloadBytes);
+  envelope.bytes = kMaxPayloadBytes + 1;
+  EXPECT_THAT(Decode(Encode(envelope, {})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("announces 1099511627777 bytes of payload")));
+}
+
 TEST(EnvelopeTest, UnknownKindsAreRefusedByNumber) {
   std::vector<std::byte> frame(kHeadBytes);
   frame[0] = std::byte{9};
