@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -223,7 +224,12 @@ absl::StatusOr<bool> Endpoint::ReceivePieces(int peer, const Envelope& envelope,
   // being zeroed first: a fresh one is faulted in page by page, which cost a 32 MiB
   // receive about 10 ms.
   payload->clear();
-  payload->reserve(envelope.bytes);
+  try {
+    payload->reserve(envelope.bytes);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("no memory for a payload of ",
+                                                     envelope.bytes, " bytes from rank ", peer));
+  }
   for (size_t offset = 0; offset < envelope.bytes; offset += kPieceBytes) {
     const size_t bytes = std::min(kPieceBytes, envelope.bytes - offset);
     const int64_t wait_began = SteadyNanos();
