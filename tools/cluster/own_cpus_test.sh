@@ -38,7 +38,18 @@ for hosts in 2 3; do
     [[ "$got" == "$want" ]] || fail "$hosts hosts, own CPUs: exec on h$n runs on [$got], expected [$want]"
     got="$(affinity_mpirun "h$n" "$hosts")"
     [[ "$got" == "$want" ]] || fail "$hosts hosts, own CPUs: a rank on h$n runs on [$got], expected [$want]"
-    echo "$hosts hosts, h$n: CPUs $(echo $want)"
+    # Its link hands packets on in order: eth0 receives on the host's first CPU
+    # (where the kernel has receive packet steering at all).
+    first="$(echo "$want" | head -1)"
+    rps="$(ip netns exec "xcpus-h$n" sh -c 'cat /sys/class/net/eth0/queues/rx-0/rps_cpus 2>/dev/null' || true)"
+    if [[ -n "$rps" ]]; then
+      rps="${rps//,/}"
+      rps="$(echo "$rps" | sed 's/^0*//')"
+      mask="$(printf '%x' $((1 << (first % 32))))"
+      for ((group = 0; group < first / 32; ++group)); do mask="${mask}00000000"; done
+      [[ "$rps" == "$mask" ]] || fail "$hosts hosts: h$n's eth0 steers its packets to [$rps], expected CPU $first [$mask]"
+    fi
+    echo "$hosts hosts, h$n: CPUs $(echo $want), packets in order on CPU $first"
   done
   expect_no_leftovers
 done
