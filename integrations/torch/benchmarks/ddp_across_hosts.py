@@ -14,7 +14,7 @@ os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
 import torch
 import torch.distributed as dist
 import loom_torch  # noqa: F401  (registers the "loom" backend)
-from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_steps import median_ddp_step  # this directory (the script's own)
 
 LABEL = sys.argv[1] if len(sys.argv) > 1 else "loom"
 WIDTH, LAYERS, BATCH = 1024, 4, 64
@@ -34,32 +34,14 @@ for i in range(220):
     expected = n * (n + 1) / 2
     assert small[0].item() == expected and small[-1].item() == expected, "4 KiB all_reduce is wrong"
 
-torch.manual_seed(0)
-layers = []
-for _ in range(LAYERS):
-    layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-model = torch.nn.Sequential(*layers)
-ddp = DDP(model)
-optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-g = torch.Generator().manual_seed(rank)
-x = torch.randn(BATCH, WIDTH, generator=g)
-y = torch.randn(BATCH, WIDTH, generator=g)
-steps = []
-for step in range(WARMUP + STEPS):
-    dist.barrier()
-    start = time.perf_counter()
-    optimizer.zero_grad()
-    torch.nn.functional.mse_loss(ddp(x), y).backward()
-    optimizer.step()
-    if step >= WARMUP:
-        steps.append(time.perf_counter() - start)
+ddp, step_seconds, _ = median_ddp_step(LAYERS, WIDTH, BATCH, WARMUP, STEPS)
 # DDP keeps the replicas equal: every rank's weights must match rank 0's.
 first = next(ddp.parameters()).detach().clone()
 reference = first.clone()
 dist.broadcast(reference, 0)
 assert torch.equal(first, reference), f"rank {rank}'s weights differ from rank 0's"
 if rank == 0:
-    print(f"RESULT {LABEL} step_ms {statistics.median(steps) * 1e3:.1f} "
+    print(f"RESULT {LABEL} step_ms {step_seconds * 1e3:.1f} "
           f"allreduce_4k_us {statistics.median(samples) * 1e6:.1f} "
           f"({loom_torch.explain('all_reduce', 4096).split(';')[0]})", flush=True)
 dist.destroy_process_group()

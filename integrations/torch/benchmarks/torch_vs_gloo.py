@@ -65,28 +65,9 @@ def worker(backend):
             assert x[0].item() == 3.0 and x[-1].item() == 3.0, f"{backend} all_reduce of {size} B is wrong"
             result[key][size] = statistics.median(samples) * 1e6
 
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers)
-    params = sum(p.numel() for p in model.parameters())
-    ddp = DDP(model)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(rank)
-    x = torch.randn(BATCH, WIDTH, generator=g)
-    y = torch.randn(BATCH, WIDTH, generator=g)
-    steps = []
-    for step in range(DDP_WARMUP + DDP_STEPS):
-        dist.barrier()
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x), y).backward()
-        optimizer.step()
-        if step >= DDP_WARMUP:
-            steps.append(time.perf_counter() - start)
-    result["ddp_step_ms"] = statistics.median(steps) * 1e3
+    from ddp_steps import median_ddp_step  # this directory (the script's own)
+    _, step_seconds, params = median_ddp_step(LAYERS, WIDTH, BATCH, DDP_WARMUP, DDP_STEPS)
+    result["ddp_step_ms"] = step_seconds * 1e3
     result["ddp_params"] = params
     if rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
