@@ -20,6 +20,7 @@
 #   CALIBRATIONS=4 ROUNDS=5 MAX_BYTES=1M collectives/benchmarks/auto_across_hosts.sh 3
 #   BENCH=/path/to/collective_bench ...   # a built binary (an A/B), not //tools:collective_bench
 #   OWN_CPUS=1 ...   # each host on its own share of the CPUs (cluster.sh up --own_cpus)
+#   CONGESTION=bbr ...   # the hosts' TCP congestion control (cluster.sh up --congestion)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
@@ -33,6 +34,7 @@ MIN_BYTES="${MIN_BYTES:-4K}"
 MAX_BYTES="${MAX_BYTES:-64M}"
 CALIBRATIONS="${CALIBRATIONS:-1}"  # independent cost models, each auto's own run per round
 OWN_CPUS="${OWN_CPUS:-0}"  # 1: cluster.sh up --own_cpus
+CONGESTION="${CONGESTION:-}"  # cluster.sh up --congestion; empty: its default
 TRANSPORT="${TRANSPORT:-mpi}"  # mpi, or gloo (its own TCP pairs; Open MPI only starts the ranks)
 [[ "$TRANSPORT" == mpi || "$TRANSPORT" == gloo ]] || { echo "TRANSPORT=$TRANSPORT: mpi or gloo" >&2; exit 2; }
 RANKS=$((HOSTS * RANKS_PER_HOST))
@@ -49,7 +51,8 @@ BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
 BENCH="${BENCH:-$BIN/tools/collective_bench}"
 LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up "$HOSTS" --rate="$RATE" \
   ${DELAY:+--delay="$DELAY"} --subnet=10.197.0 --ranks_per_host="$RANKS_PER_HOST" \
-  $( ((OWN_CPUS)) && echo --own_cpus) >&2
+  $( ((OWN_CPUS)) && echo --own_cpus) ${CONGESTION:+--congestion="$CONGESTION"} >&2
+echo "# hosts' TCP congestion control: $($CLUSTER congestion)"
 run() {  # ROUND ALGO [LABEL CACHE] -> "round label bytes chosen time_us"; the calibration line on stderr
   local transport=(--transport=mpi) launched=()
   if [[ "$TRANSPORT" == gloo ]]; then

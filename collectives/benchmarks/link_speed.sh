@@ -8,6 +8,7 @@
 #   DELAY=2ms ALGOS="ring native" collectives/benchmarks/link_speed.sh 2   # a long link
 #   BENCHES="before=/path/a after=/path/b" ...   # builds side by side, in turn
 #   TRANSPORT=gloo collectives/benchmarks/link_speed.sh 2   # Loom over gloo (TCP) instead
+#   CONGESTION=bbr ...   # the hosts' TCP congestion control (cluster.sh --congestion)
 #
 # Prints "round [build] algorithm bytes time_us busbw_GB/s" per row; bus bandwidth is
 # collective_bench's (2(n-1)/n of the bytes per second), to compare with the rate.
@@ -18,6 +19,8 @@ RATE="${RATE:-2gbit}"
 ROUNDS="${ROUNDS:-2}"
 # One-way delay of the link (cluster.sh --delay, the delay line); empty: none.
 DELAY="${DELAY:-}"
+# The hosts' TCP congestion control (cluster.sh up --congestion); empty: its default.
+CONGESTION="${CONGESTION:-}"
 ALGOS="${ALGOS:-ring ring:1M ring:4M dbtree direct halving_doubling tree native}"
 TRANSPORT="${TRANSPORT:-mpi}"  # mpi, or gloo (its own TCP pairs; no native)
 [[ "$TRANSPORT" == mpi || "$TRANSPORT" == gloo ]] || { echo "TRANSPORT=$TRANSPORT: mpi or gloo" >&2; exit 2; }
@@ -32,7 +35,9 @@ BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
 # each in turn, so both see the same machine.
 BENCHES="${BENCHES:-}"
 LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up "$HOSTS" --rate="$RATE" \
-  ${DELAY:+--delay="$DELAY"} --subnet=10.196.0 --ranks_per_host=1 >&2
+  ${DELAY:+--delay="$DELAY"} ${CONGESTION:+--congestion="$CONGESTION"} --subnet=10.196.0 \
+  --ranks_per_host=1 >&2
+echo "# hosts' TCP congestion control: $($CLUSTER congestion)"
 $CLUSTER exec h2 -- python3 "$PWD/collectives/benchmarks/tcp_stream.py" server 10.196.0.2 5001 268435456 &
 sleep 1
 $CLUSTER exec h1 -- python3 "$PWD/collectives/benchmarks/tcp_stream.py" client 10.196.0.2 5001 268435456

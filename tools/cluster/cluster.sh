@@ -12,6 +12,9 @@
 #     after it arrived: a long link, where the kernel has no netem; with --rate it
 #     also sends towards each host at the rate, frame by frame, as a switch port,
 #     so no tbf burst arrives at memory speed: --delay=0ms --rate=... for that alone);
+#   - its own TCP congestion control (--congestion, default cubic, or reno where the
+#     kernel allows no cubic in a namespace), not whatever this machine's default is
+#     (see choose_congestion);
 #   - with --own_cpus, its own share of this machine's CPUs (taskset on everything
 #     started on it: `exec` and mpirun's daemons): hosts 1..count take the CPUs in
 #     turn, C / count each (one each, wrapping around, when the hosts outnumber the
@@ -27,7 +30,8 @@
 #
 # Usage (NAME defaults to "loom"; letters and digits, at most 8):
 #   cluster.sh [--name=NAME] up COUNT [--rate=2gbit] [--delay=2ms] [--subnet=10.199.0]
-#                                     [--ranks_per_host=R] [--own_cpus]
+#                                     [--ranks_per_host=R] [--own_cpus] [--congestion=cubic]
+#   cluster.sh [--name=NAME] congestion                the hosts' TCP congestion control
 #   cluster.sh [--name=NAME] exec hN -- CMD [ARGS...]   run CMD on host hN
 #   cluster.sh [--name=NAME] addr hN                   hN's address
 #   cluster.sh [--name=NAME] hosts                     h1 h2 ... (one per line)
@@ -64,7 +68,7 @@ while [[ $# -gt 0 && "$1" == --* ]]; do
   shift
 done
 [[ "$NAME" =~ ^[a-z0-9]{1,8}$ ]] || die "--name=$NAME: use 1 to 8 lowercase letters or digits"
-[[ $# -ge 1 ]] || die "no command (up, exec, addr, hosts, hostfile, mpirun-args, pids, kill, link, down)"
+[[ $# -ge 1 ]] || die "no command (up, exec, addr, hosts, hostfile, mpirun-args, congestion, pids, kill, link, down)"
 COMMAND="$1"
 shift
 
@@ -143,6 +147,30 @@ keep_in_order() {
   ip netns exec "$1" sh -c 'for q in /sys/class/net/"$1"/queues/rx-*/rps_cpus; do
                               if [ -w "$q" ]; then echo "$2" > "$q"; fi; done' \
     sh "$2" "$(cpu_mask "$3")" 2>/dev/null || true
+}
+
+# choose_congestion REQUESTED: the TCP congestion control the hosts use, checked
+# against what a network namespace may set (net.ipv4.tcp_allowed_congestion_control,
+# which the machine decides). Without a request: cubic, Linux's and Debian's default,
+# or reno where cubic is not allowed (on a link that drops nothing they send alike).
+# A host must not inherit this machine's choice unseen: on a machine whose default is
+# bbr, without the fq qdisc, TCP paces each packet itself behind a bandwidth estimate
+# that swung from 0.3 to 12 Gbit/s on these links' 20 us round trip (ss -ti), and
+# held the tail of a message for milliseconds. gloo's all-reduces of 64..256 KiB
+# between 2 hosts then took 2..3 times as long, and varied from run to run, as with
+# reno (collectives/transport/gloo/README.md, "Congestion control").
+choose_congestion() {
+  local allowed
+  allowed=" $(sysctl -n net.ipv4.tcp_allowed_congestion_control 2>/dev/null || echo reno) "
+  if [[ -n "$1" ]]; then
+    [[ "$allowed" == *" $1 "* ]] ||
+      die "--congestion=$1: a host's namespace may use only what this machine allows there (net.ipv4.tcp_allowed_congestion_control:$allowed)"
+    echo "$1"
+  elif [[ "$allowed" == *" cubic "* ]]; then
+    echo cubic
+  else
+    echo reno
+  fi
 }
 
 # host_pids hN: every process in hN's network namespace but its holder.
@@ -269,7 +297,7 @@ do_up() {
   local count="$1"
   shift
   [[ "$count" =~ ^[0-9]+$ ]] && ((count >= 1 && count <= 32)) || die "up $count: COUNT is 1..32"
-  local rate="" delay="" subnet="10.199.0" slots=1 own_cpus=0
+  local rate="" delay="" subnet="10.199.0" slots=1 own_cpus=0 congestion=""
   local arg
   for arg in "$@"; do
     case "$arg" in
@@ -278,6 +306,10 @@ do_up() {
       --subnet=*) subnet="${arg#--subnet=}" ;;
       --ranks_per_host=*) slots="${arg#--ranks_per_host=}" ;;
       --own_cpus) own_cpus=1 ;;
+      --congestion=*)
+        congestion="${arg#--congestion=}"
+        [[ -n "$congestion" ]] || die "--congestion=: name a TCP congestion control (cubic, reno, bbr, ...)"
+        ;;
       *) die "up: unknown option $arg" ;;
     esac
   done
@@ -286,6 +318,7 @@ do_up() {
   [[ -z "$rate" || "$rate" =~ ^[0-9]+(k|m|g)?bit$ ]] || die "--rate=$rate: a tc rate such as 2gbit or 500mbit"
   [[ -z "$delay" || "$delay" =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] || die "--delay=$delay: a one-way delay such as 2ms or 500us"
   [[ -z "$delay" ]] || ((count >= 2)) || die "--delay joins 2 or more hosts, not $count"
+  congestion="$(choose_congestion "$congestion")"
   do_down
   mkdir -p "$STATE"
   echo "$count" >"$STATE/count"
@@ -319,6 +352,8 @@ do_up() {
     # the kernel's 15 minutes, so a cut link ends the job's runtime connections (the
     # setting belongs to the host's network namespace; nothing machine-wide changes).
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=4
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$congestion" ||
+      die "h$n: could not set its TCP congestion control to $congestion"
     if [[ -z "$delay" ]]; then
       ip -n "$SWITCH" link set "$NAME-h${n}b" master br0
       ip -n "$SWITCH" link set "$NAME-h${n}b" up
@@ -352,6 +387,7 @@ do_up() {
   done
   echo "$rate" >"$STATE/rate"
   echo "$delay" >"$STATE/delay"
+  echo "$congestion" >"$STATE/congestion"
 
   # The agent mpirun starts remote daemons with ("rsh HOST COMMAND..."): it enters
   # the host that owns HOST's address.
@@ -395,6 +431,10 @@ case "$COMMAND" in
   addr)
     [[ $# -eq 1 ]] || die "addr hN"
     echo "$(cat "$STATE/subnet").$(host_index "$1")"
+    ;;
+  congestion)
+    [[ -f "$STATE/congestion" ]] || die "cluster $NAME is not up"
+    cat "$STATE/congestion"
     ;;
   hosts)
     [[ -f "$STATE/count" ]] || die "cluster $NAME is not up"
@@ -440,5 +480,5 @@ case "$COMMAND" in
     [[ $# -eq 2 && ("$2" == up || "$2" == down) ]] || die "link hN up|down"
     ip -n "$NAME-h$(host_index "$1")" link set eth0 "$2"
     ;;
-  *) die "unknown command '$COMMAND' (up, exec, addr, hosts, hostfile, mpirun-args, pids, kill, link, down)" ;;
+  *) die "unknown command '$COMMAND' (up, exec, addr, hosts, hostfile, mpirun-args, congestion, pids, kill, link, down)" ;;
 esac
