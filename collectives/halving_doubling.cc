@@ -1,6 +1,7 @@
 #include "collectives/halving_doubling.h"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "collectives/direct.h"
 #include "collectives/group_transport.h"
 #include "collectives/internal/arg_checks.h"
+#include "collectives/internal/in_flight.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "core/buffer_view.h"
 #include "core/dtype.h"
@@ -121,16 +123,19 @@ struct Distances {
 // `source`, the unreduced input before the first exchange) and reduces the half it
 // keeps into `sums`. Afterwards sums holds the full reduction of this rank's slot
 // (Distances: its own, farthest first); nothing else of `sums` is meaningful.
-// `receive` holds at least the larger first half.
+// `receive` holds at least the larger first half. With `halvings` >= 0 it stops
+// after that many exchanges, sums then holding the reduction, over the ranks of
+// this rank's group of 2^halvings, of the slots it holds (Distances::Low).
 absl::Status ReduceScatterByHalving(const CallContext& ctx, const Slots& slots, ReduceOp op,
                                     ConstBufferView source, BufferView sums,
                                     absl::Span<std::byte> receive,
-                                    bool nearest_first = false) {
+                                    bool nearest_first = false, int halvings = -1) {
   const Fold& fold = slots.fold;
   const Distances distances(fold.p, nearest_first);
   const DType dtype = sums.dtype();
+  if (halvings < 0) halvings = distances.count();
   int64_t low = 0, width = fold.p;  // current range of slots: [low, low + width)
-  for (int k = 0; k < distances.count(); ++k) {
+  for (int k = 0; k < halvings; ++k) {
     const int64_t distance = distances.At(k);
     const bool upper = (fold.group_rank & distance) != 0;
     width /= 2;
@@ -151,14 +156,15 @@ absl::Status ReduceScatterByHalving(const CallContext& ctx, const Slots& slots, 
 // AllGatherByDoubling: the power-of-two group's all-gather by recursive doubling, the
 // halvings' exchanges in reverse: before each, a group rank holds the slots its
 // halvings had left it at that depth (Distances), and it swaps them with the partner
-// for their sibling range, doubling what it holds.
+// for their sibling range, doubling what it holds. The first `done` doublings are
+// skipped (MiddleExchange made them).
 absl::Status AllGatherByDoubling(const CallContext& ctx, const Slots& slots, BufferView data,
-                                 bool nearest_first = false) {
+                                 bool nearest_first = false, int done = 0) {
   const Fold& fold = slots.fold;
   const Distances distances(fold.p, nearest_first);
   const int64_t g = fold.group_rank;
-  uint32_t step = kDoublingStep;
-  for (int k = distances.count() - 1; k >= 0; --k, ++step) {
+  uint32_t step = kDoublingStep + static_cast<uint32_t>(done);
+  for (int k = distances.count() - 1 - done; k >= 0; --k, ++step) {
     const int64_t distance = distances.At(k);
     const int64_t width = fold.p >> (k + 1);  // what each of the two holds now
     const int64_t mine = distances.Low(g, k + 1);
@@ -168,6 +174,74 @@ absl::Status AllGatherByDoubling(const CallContext& ctx, const Slots& slots, Buf
                                   partner, Slice(data, slots.Range(theirs, theirs + width))));
   }
   return absl::OkStatus();
+}
+
+// The most chunks MiddleExchange cuts each direction into: as direct's exchanges (a
+// handful hides the staging and the fold; over shm each chunk costs a message).
+constexpr int kMaxMiddleChunks = 8;
+
+// MiddleExchange: an all-reduce's last halving and first doubling, which have the
+// same partner, as one pipelined exchange of one slot each way. Both directions are
+// cut into the same chunks (about ctx.chunk_bytes, at most kMaxMiddleChunks); the
+// partner's chunk c of the slot this rank keeps is reduced as it arrives (Delivery:
+// op(mine, theirs), as the whole-slot reduction did, so the same bits) and sent back
+// at once, while later chunks still move, and the partner's reduced chunks of the
+// other slot land in place. Before, the doubling waited for the whole halving and
+// its reduction: at 2 ranks, the whole all-reduce ran as two exchanges in turn, a
+// round trip and a reduction of half the buffer between them.
+// `source` holds this rank's operands (the input at 2 ranks, else `data`); `data`
+// receives the result.
+absl::Status MiddleExchange(const CallContext& ctx, const Slots& slots, ReduceOp op,
+                            ConstBufferView source, BufferView data) {
+  const Fold& fold = slots.fold;
+  const Distances distances(fold.p, /*nearest=*/true);
+  const int k = distances.count() - 1;
+  const int64_t distance = distances.At(k);
+  const int64_t g = fold.group_rank;
+  const int64_t low = distances.Low(g, k);  // two slots: [low, low + 2)
+  const bool upper = (g & distance) != 0;
+  const BlockRange keep = upper ? slots.Range(low + 1, low + 2) : slots.Range(low, low + 1);
+  const BlockRange give = upper ? slots.Range(low, low + 1) : slots.Range(low + 1, low + 2);
+  const int partner = fold.RealRank(static_cast<int>(g ^ distance));
+  // The same on both ends: each cuts the longer of the two slots.
+  const int chunks = std::min(
+      kMaxMiddleChunks, NumChunks(ctx, std::max(keep.count, give.count), data.dtype()));
+  const uint32_t halving = kHalvingStep + static_cast<uint32_t>(k);
+  const uint32_t doubling = kDoublingStep;
+  const ConstBufferView mine = Slice(source, keep);
+  const ConstBufferView given = Slice(source, give);
+  const BufferView kept = Slice(data, keep);
+  const BufferView returned = Slice(data, give);
+  std::array<Delivery, kMaxMiddleChunks> folds;
+  InFlight<2 * kMaxMiddleChunks> outgoing(ctx);
+  InFlight<2 * kMaxMiddleChunks> incoming(ctx);  // the folds, in chunk order, then the returns
+  // Sends first: a small one leaves at once, and the receives still come before
+  // this rank next looks for messages.
+  for (int c = 0; c < chunks; ++c) {
+    LOOM_RETURN_IF_ERROR(
+        outgoing.Send(halving, partner, Slice(given, Block(give.count, chunks, c))));
+  }
+  for (int c = 0; c < chunks; ++c) {
+    const BlockRange part = Block(keep.count, chunks, c);
+    folds[c] = Delivery::Reduce(op, Slice(mine, part));
+    LOOM_RETURN_IF_ERROR(incoming.Recv(halving, partner, Slice(kept, part), folds[c]));
+  }
+  for (int c = 0; c < chunks; ++c) {
+    // The returned chunk lands where this rank's chunk c was sent from (in place, or
+    // past the first halving): its receive is posted once that send is finished,
+    // so no transport reads memory a receive writes. The partner returns it only
+    // after it has it, so the receive is still posted before it comes.
+    LOOM_RETURN_IF_ERROR(outgoing.WaitOldest());
+    LOOM_RETURN_IF_ERROR(
+        incoming.Recv(doubling, partner, Slice(returned, Block(give.count, chunks, c))));
+    LOOM_RETURN_IF_ERROR(incoming.WaitOldest());  // the folds come first in `incoming`
+    LOOM_RETURN_IF_ERROR(folds[c].failure);
+    LOOM_RETURN_IF_ERROR(
+        outgoing.Send(doubling, partner, Slice(kept, Block(keep.count, chunks, c))));
+  }
+  const absl::Status sent = outgoing.Wait();
+  const absl::Status received = incoming.Wait();
+  return sent.ok() ? received : sent;
 }
 
 // PairedFold: an all-reduce's ranks when n = p + r is not a power of two. Each pair
@@ -384,10 +458,14 @@ absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveAr
                         ctx.scratch->Get(kReceiveSlot, receive_bytes));
   // Rabenseifner: reduce-scatter, then all-gather, both within the output; nearest
   // partner first, so that with several ranks per node the full-size exchanges stay
-  // in the node (Distances).
+  // in the node (Distances). The last halving and the first doubling share a partner
+  // and run as one pipelined exchange (MiddleExchange).
+  const int halvings = Distances(slots.fold.p, /*nearest=*/true).count();
   LOOM_RETURN_IF_ERROR(ReduceScatterByHalving(ctx, slots, args.op, args.input, args.output,
-                                              receive, /*nearest_first=*/true));
-  return AllGatherByDoubling(ctx, slots, args.output, /*nearest_first=*/true);
+                                              receive, /*nearest_first=*/true, halvings - 1));
+  const ConstBufferView operands = halvings == 1 ? args.input : ConstBufferView(args.output);
+  LOOM_RETURN_IF_ERROR(MiddleExchange(ctx, slots, args.op, operands, args.output));
+  return AllGatherByDoubling(ctx, slots, args.output, /*nearest_first=*/true, /*done=*/1);
 }
 
 absl::Status HalvingDoublingReduceScatter(const CallContext& ctx, const CollectiveArgs& args) {

@@ -30,10 +30,14 @@ AlgorithmUnderTest HalvingDoubling() {
 // halvings): its 65537-element all-reduces on 3, 5, 6 and 7 ranks take the radix
 // step, the smaller ones the fold. And every dtype x op on a power of two, a
 // non-power of two with one rank folded in and one with three, at a count that
-// leaves uneven blocks.
+// leaves uneven blocks. The first type runs in 4 KiB chunks in and out of place, so
+// the pipelined middle exchange (the last halving and the first doubling as one)
+// cuts each direction into its most chunks, of uneven sizes, with the input and the
+// output apart as well as shared.
 std::vector<AlgorithmCase> Cases() {
   MatrixOptions matrix;
   matrix.worlds = {1, 2, 3, 4, 5, 6, 7, 8, 16};
+  matrix.small_chunks = MatrixChunks::kFirstType;
   DTypeOpOptions types;
   types.worlds = {4, 5, 7};
   types.counts = {1001};

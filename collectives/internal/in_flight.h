@@ -1,5 +1,5 @@
-// InFlight: a fixed-capacity set of posted requests waited for together, shared by
-// the tree algorithms.
+// InFlight: a fixed-capacity set of posted requests waited for together, or the
+// oldest first, shared by the tree algorithms and halving-doubling's middle exchange.
 #ifndef LOOM_COLLECTIVES_INTERNAL_IN_FLIGHT_H_
 #define LOOM_COLLECTIVES_INTERNAL_IN_FLIGHT_H_
 
@@ -32,11 +32,24 @@ class InFlight {
   absl::Status Recv(uint32_t step, int peer, BufferView data) {
     return Add(PostRecv(ctx_, step, peer, data));
   }
-  // Wait waits for every request posted since the last Wait; the first error.
+  // A receive whose bytes arrive through `delivery` (which must outlive it).
+  absl::Status Recv(uint32_t step, int peer, BufferView data, const Delivery& delivery) {
+    return Add(PostRecv(ctx_, step, peer, data, delivery));
+  }
+  // WaitOldest waits for the oldest request not yet waited for (none: OK); it is
+  // finished when this returns, even when it fails.
+  absl::Status WaitOldest() {
+    if (waited_ == size_) return absl::OkStatus();
+    ++waited_;
+    return WaitAll(ctx_, absl::MakeConstSpan(requests_.data() + waited_ - 1, 1));
+  }
+  // Wait waits for every request posted since the last Wait and not waited for by
+  // WaitOldest; the first error.
   absl::Status Wait() {
+    const size_t first = waited_;
     const size_t posted = size_;
-    size_ = 0;
-    return WaitAll(ctx_, absl::MakeConstSpan(requests_.data(), posted));
+    size_ = waited_ = 0;
+    return WaitAll(ctx_, absl::MakeConstSpan(requests_.data() + first, posted - first));
   }
 
  private:
@@ -54,6 +67,7 @@ class InFlight {
   const CallContext& ctx_;
   std::array<Request, kCapacity> requests_{};
   size_t size_ = 0;
+  size_t waited_ = 0;  // requests_[0, waited_) are finished
 };
 
 }  // namespace collectives_internal
