@@ -41,8 +41,9 @@
 // In the all-reduce of a power of two the last halving and the first doubling have
 // the same partner; they run as one exchange cut into chunks (at most 8, of about
 // the pipeline chunk), each chunk of the kept slot reduced as it lands and sent back
-// at once, so the doubling starts while the halving still moves (at 2 ranks across
-// hosts 2 ms apart over gloo, 28.5 / 93.7 ms at 4 / 16 MiB became 20.4 / 83.9).
+// at once, so the doubling starts while the halving still moves; the halving chunks
+// go out a window at a time, sized from the measured path (at 2 ranks across hosts
+// 2 ms apart over gloo, 29.0 / 88.5 ms at 4 / 16 MiB became 20.9 / 85.5).
 // All of them keep every element's reduction in one place, so every rank ends with
 // the same bits.
 //

@@ -61,6 +61,12 @@ TEST_P(HalvingDoublingMatrixTest, MatchesTheReference) {
 INSTANTIATE_TEST_SUITE_P(Shared, HalvingDoublingMatrixTest, ::testing::ValuesIn(Cases()),
                          CaseName);
 
+// Over long paths the middle exchange sends its halving chunks a window at a time
+// (ChunksInFlight): all 8 chunks at once on the 4 ms path, 6 of 8 on the 100 us one,
+// against 2 where nothing is measured (the matrix above).
+INSTANTIATE_TEST_SUITE_P(LongPath, HalvingDoublingMatrixTest,
+                         ::testing::ValuesIn(LongPathCases(Matrix(HalvingDoubling()))), CaseName);
+
 // A Scratch that outlives calls of different sizes and kinds, as in a communicator.
 TEST(HalvingDoublingTest, CallsOfDifferentSizesAndKindsShareScratchAndTags) {
   const int world = 6;
