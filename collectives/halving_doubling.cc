@@ -10,7 +10,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "collectives/direct.h"
 #include "collectives/group_transport.h"
 #include "collectives/internal/arg_checks.h"
@@ -190,10 +189,10 @@ constexpr int kMaxMiddleChunks = 8;
 // the doubling waited for the whole halving and its reduction: at 2 ranks, the
 // whole all-reduce ran as two exchanges in turn, a round trip and a reduction of
 // half the buffer between them. Where the transport measures the path (between
-// hosts), this rank's halving chunks go out a window at a time (ChunksInFlight: 2 on
-// a short path, enough to cover the bandwidth-delay product on a long one): over
-// gloo all 8 at once made a 16 MiB all-reduce between 2 hosts 6% slower than one
-// whole message, where 2 at a time does as the ring does. The receives are all posted at once, so each side's window
+// hosts), this rank's halving chunks go out a window at a time (SendWindow: 2 on a
+// short path, enough to cover the bandwidth-delay product on a long one, all of
+// them over memory): over gloo all 8 at once made a 16 MiB all-reduce between 2
+// hosts 6% slower than one whole message, where 2 at a time does as the ring does. The receives are all posted at once, so each side's window
 // is its own. `source` holds this rank's operands (the input at 2 ranks, else
 // `data`); `data` receives the result.
 absl::Status MiddleExchange(const CallContext& ctx, const Slots& slots, ReduceOp op,
@@ -212,17 +211,8 @@ absl::Status MiddleExchange(const CallContext& ctx, const Slots& slots, ReduceOp
   const DType dtype = data.dtype();
   const size_t longer = std::max(keep.count, give.count);
   const int chunks = std::min(kMaxMiddleChunks, NumChunks(ctx, longer, dtype));
-  // A window only where the transport measures the path (between hosts: mpi, gloo).
-  // Over memory (shm) a send finishes when the receiver has copied it, and a window
-  // leaves the sender waiting: 64 MiB on 2 ranks over shm took 37..39 ms with a
-  // window of 2, against 24..30 ms with all 8 chunks posted (and 27..33 before).
-  const PathEstimate path = ctx.transport->EstimatePath(partner);
-  const bool measured = path.round_trip > absl::ZeroDuration() || path.bytes_per_second > 0;
   const int window =
-      measured ? std::min(chunks, ChunksInFlight(ctx, Block(longer, chunks, 0).count *
-                                                          DTypeSize(dtype),
-                                                 {partner}, /*least=*/2))
-               : chunks;
+      SendWindow(ctx, Block(longer, chunks, 0).count * DTypeSize(dtype), partner, chunks);
   const uint32_t halving = kHalvingStep + static_cast<uint32_t>(k);
   const uint32_t doubling = kDoublingStep;
   const ConstBufferView mine = Slice(source, keep);

@@ -68,6 +68,13 @@ int ChunksInFlight(const CallContext& ctx, size_t chunk_bytes, std::initializer_
   return WindowFor(path, chunk_bytes, least);
 }
 
+int SendWindow(const CallContext& ctx, size_t chunk_bytes, int peer, int chunks) {
+  const PathEstimate path = ctx.transport->EstimatePath(peer);
+  const bool measured = path.round_trip > absl::ZeroDuration() || path.bytes_per_second > 0;
+  if (!measured) return chunks;
+  return std::min(chunks, ChunksInFlight(ctx, chunk_bytes, {peer}, /*least=*/2));
+}
+
 int AgreedChunksInFlight(const CallContext& ctx, size_t chunk_bytes, int least) {
   return WindowFor(ctx.agreed_path, chunk_bytes, least);
 }
