@@ -192,9 +192,10 @@ constexpr int kMaxMiddleChunks = 8;
 // hosts), this rank's halving chunks go out a window at a time (SendWindow: 2 on a
 // short path, enough to cover the bandwidth-delay product on a long one, all of
 // them over memory): over gloo all 8 at once made a 16 MiB all-reduce between 2
-// hosts 6% slower than one whole message, where 2 at a time does as the ring does. The receives are all posted at once, so each side's window
-// is its own. `source` holds this rank's operands (the input at 2 ranks, else
-// `data`); `data` receives the result.
+// hosts 6% slower than one whole message, where 2 at a time does as the ring does.
+// The receives are all posted at once, so each side's window is its own. `source`
+// holds this rank's operands (the input at 2 ranks, else `data`); `data` receives
+// the result.
 absl::Status MiddleExchange(const CallContext& ctx, const Slots& slots, ReduceOp op,
                             ConstBufferView source, BufferView data) {
   const Fold& fold = slots.fold;
