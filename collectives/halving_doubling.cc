@@ -465,15 +465,18 @@ absl::Status HalvingDoublingAllReduce(const CallContext& ctx, const CollectiveAr
   }
   const Slots slots{Fold(ctx.size(), ctx.rank()), count, /*per_rank=*/false};
   if (slots.fold.r > 0) return PairedFoldAllReduce(ctx, args);
-  // The first halving receives the larger half.
-  const size_t receive_bytes = slots.Start(slots.fold.p / 2) * DTypeSize(args.input.dtype());
-  LOOM_ASSIGN_OR_RETURN(const absl::Span<std::byte> receive,
-                        ctx.scratch->Get(kReceiveSlot, receive_bytes));
   // Rabenseifner: reduce-scatter, then all-gather, both within the output; nearest
   // partner first, so that with several ranks per node the full-size exchanges stay
   // in the node (Distances). The last halving and the first doubling share a partner
   // and run as one pipelined exchange (MiddleExchange).
   const int halvings = Distances(slots.fold.p, /*nearest=*/true).count();
+  // The halvings before the middle receive into scratch, the first the larger half;
+  // the middle reduces as it receives, so at 2 ranks there is none.
+  absl::Span<std::byte> receive;
+  if (halvings > 1) {
+    const size_t receive_bytes = slots.Start(slots.fold.p / 2) * DTypeSize(args.input.dtype());
+    LOOM_ASSIGN_OR_RETURN(receive, ctx.scratch->Get(kReceiveSlot, receive_bytes));
+  }
   LOOM_RETURN_IF_ERROR(ReduceScatterByHalving(ctx, slots, args.op, args.input, args.output,
                                               receive, /*nearest_first=*/true, halvings - 1));
   const ConstBufferView operands = halvings == 1 ? args.input : ConstBufferView(args.output);
