@@ -4,8 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -62,60 +63,102 @@ double LowerMedian(std::vector<double> values) {
   return values[middle];
 }
 
-absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
-                                   size_t bytes, int batches, double batch_seconds, bool warm,
-                                   int calls_per_batch, int64_t* agreed_calls) {
+namespace {
+
+absl::Status CheckMeasurableKind(const char* who, CollectiveKind kind) {
   if (kind != CollectiveKind::kAllReduce && kind != CollectiveKind::kReduceScatter &&
       kind != CollectiveKind::kAllGather && kind != CollectiveKind::kBroadcast) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "MeasureCall: ", CollectiveKindName(kind),
+        who, ": ", CollectiveKindName(kind),
         " is not all_reduce, reduce_scatter, all_gather or broadcast"));
   }
-  const size_t n = static_cast<size_t>(comm.size());
-  const bool blocks = kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
-  const size_t count = std::max<size_t>(1, bytes / sizeof(float) / (blocks ? n : 1));
-  std::vector<float> input(kind == CollectiveKind::kReduceScatter ? n * count : count, 1.0f);
-  std::vector<float> output(kind == CollectiveKind::kAllGather ? n * count : count);
-  CallOptions call;
-  call.algorithm = algorithm;
-  const ConstBufferView in = ConstBufferView::Of(absl::MakeConstSpan(input));
-  const BufferView out = BufferView::Of(absl::MakeSpan(output));
-  auto once = [&]() -> absl::Status {
-    switch (kind) {
-      case CollectiveKind::kAllReduce: return comm.AllReduce(in, out, ReduceOp::kSum, call);
-      case CollectiveKind::kReduceScatter: return comm.ReduceScatter(in, out, ReduceOp::kSum, call);
-      case CollectiveKind::kAllGather: return comm.AllGather(in, out, call);
-      default: return comm.Broadcast(in, out, /*root=*/0, call);
+  return absl::OkStatus();
+}
+
+// TimedCalls: one collective of `kind` moving `bytes` (as CostModel::Predict counts
+// them) in f32, run by whichever algorithm is asked, on buffers made once. Calibrate
+// runs every candidate of a size on the same buffers.
+class TimedCalls {
+ public:
+  TimedCalls(Communicator& comm, CollectiveKind kind, size_t bytes) : comm_(comm), kind_(kind) {
+    const size_t n = static_cast<size_t>(comm.size());
+    const bool blocks = kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllGather;
+    const size_t count = std::max<size_t>(1, bytes / sizeof(float) / (blocks ? n : 1));
+    input_.assign(kind == CollectiveKind::kReduceScatter ? n * count : count, 1.0f);
+    output_.resize(kind == CollectiveKind::kAllGather ? n * count : count);
+  }
+
+  absl::Status Once(Algorithm algorithm) {
+    CallOptions call;
+    call.algorithm = algorithm;
+    const ConstBufferView in = ConstBufferView::Of(absl::MakeConstSpan(input_));
+    const BufferView out = BufferView::Of(absl::MakeSpan(output_));
+    switch (kind_) {
+      case CollectiveKind::kAllReduce: return comm_.AllReduce(in, out, ReduceOp::kSum, call);
+      case CollectiveKind::kReduceScatter: return comm_.ReduceScatter(in, out, ReduceOp::kSum, call);
+      case CollectiveKind::kAllGather: return comm_.AllGather(in, out, call);
+      default: return comm_.Broadcast(in, out, /*root=*/0, call);
     }
-  };
-  if (warm) LOOM_RETURN_IF_ERROR(once());  // Buffers faulted in, connections and paths set up.
-  absl::Time start;
-  int64_t calls[1] = {std::max(1, calls_per_batch)};
-  double first_call_seconds = 0;
-  if (batch_seconds > 0) {
-    start = absl::Now();
-    LOOM_RETURN_IF_ERROR(once());
-    const double first = absl::ToDoubleSeconds(absl::Now() - start);
-    first_call_seconds = first;
-    calls[0] = std::clamp<int64_t>(std::llround(batch_seconds / std::max(first, 1e-9)), 1, 1000);
-    CallOptions by_ring;
-    by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
-    LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(calls), /*root=*/0, by_ring));
   }
-  if (agreed_calls != nullptr) *agreed_calls = calls[0];
+
+  // The mean seconds of `calls` calls back to back.
+  absl::StatusOr<double> Batch(Algorithm algorithm, int64_t calls) {
+    const absl::Time start = absl::Now();
+    for (int64_t i = 0; i < calls; ++i) LOOM_RETURN_IF_ERROR(Once(algorithm));
+    return absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(calls);
+  }
+
+ private:
+  Communicator& comm_;
+  const CollectiveKind kind_;
+  std::vector<float> input_, output_;
+};
+
+// What a point's batches are: the calls in each (the same on every rank), and the
+// timed call's seconds where it counts as the first batch.
+struct BatchPlan {
+  int64_t calls = 1;
+  std::optional<double> first_batch;
+};
+
+// PlanBatches runs `algorithm`'s warm call (if `warm`) and, with `batch_seconds` > 0,
+// one timed call, from which rank 0 sizes the batches and broadcasts their length;
+// where that length is one call, the timed call is the first batch (every rank has
+// the same length, so every rank counts it). With 0 a batch is `calls_per_batch`.
+absl::StatusOr<BatchPlan> PlanBatches(Communicator& comm, TimedCalls& calls, Algorithm algorithm,
+                                      bool warm, double batch_seconds, int calls_per_batch) {
+  if (warm) LOOM_RETURN_IF_ERROR(calls.Once(algorithm));  // Buffers faulted in, connections and paths set up.
+  BatchPlan plan;
+  plan.calls = std::max(1, calls_per_batch);
+  if (batch_seconds <= 0) return plan;
+  LOOM_ASSIGN_OR_RETURN(const double first, calls.Batch(algorithm, 1));
+  int64_t agreed[1] = {std::clamp<int64_t>(std::llround(batch_seconds / std::max(first, 1e-9)), 1, 1000)};
+  CallOptions by_ring;
+  by_ring.algorithm = Algorithm::kRing;  // fixed: the model under measurement is not used
+  LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(agreed), /*root=*/0, by_ring));
+  plan.calls = agreed[0];
+  // The timed call outlasted a batch, so a batch is that one call: it counts as the
+  // first. Over a link with 4 ms round trips most points are one call a batch, and
+  // this cut a quarter of the automatic calibration's calls.
+  if (plan.calls == 1) plan.first_batch = first;
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algorithm algorithm,
+                                   size_t bytes, int batches, double batch_seconds, bool warm,
+                                   int calls_per_batch, int64_t* agreed_calls) {
+  LOOM_RETURN_IF_ERROR(CheckMeasurableKind("MeasureCall", kind));
+  TimedCalls calls(comm, kind, bytes);
+  LOOM_ASSIGN_OR_RETURN(const BatchPlan plan,
+                        PlanBatches(comm, calls, algorithm, warm, batch_seconds, calls_per_batch));
+  if (agreed_calls != nullptr) *agreed_calls = plan.calls;
   std::vector<double> means;  // seconds per call, one per batch
-  means.reserve(static_cast<size_t>(std::max(1, batches)));
-  if (batch_seconds > 0 && calls[0] == 1) {
-    // The timed call outlasted a batch, so a batch is that one call: it counts as
-    // the first. (Every rank has the same calls[0], so every rank skips it.) Over a
-    // link with 4 ms round trips most points are one call a batch, and this cut a
-    // quarter of the automatic calibration's calls.
-    means.push_back(first_call_seconds);
-  }
+  if (plan.first_batch.has_value()) means.push_back(*plan.first_batch);
   while (static_cast<int>(means.size()) < std::max(1, batches)) {
-    start = absl::Now();
-    for (int64_t i = 0; i < calls[0]; ++i) LOOM_RETURN_IF_ERROR(once());
-    means.push_back(absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(calls[0]));
+    LOOM_ASSIGN_OR_RETURN(const double mean, calls.Batch(algorithm, plan.calls));
+    means.push_back(mean);
   }
   return LowerMedian(std::move(means));
 }
@@ -266,46 +309,85 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
     const bool ascending = std::is_sorted(options.curve_sizes.begin(), options.curve_sizes.end());
     const bool prune = options.curve_prune_factor > 0 && ascending;
     for (CollectiveKind kind : options.curve_kinds) {
-      // The least agreed price at the size before the largest, over the candidates
-      // measured so far (curve_prune_factor).
-      double best_before_top = std::numeric_limits<double>::infinity();
-      for (Algorithm algorithm : Candidates(comm, kind)) {
-        // A warm call before an algorithm's first size sets up its connections and
-        // paths (before every size, as above, where that fits); the batches after it
-        // count (the lower median of their means).
-        // Once a size's batch is one call (agreed by rank 0's broadcast), a larger
-        // one's is too: its batches are single calls with no timed call or broadcast
-        // first (over 4 ms round trips those cost about 5 ms a point).
+      // What carries from one size to the next, per candidate: whether its next
+      // point starts with a warm call (a warm call before an algorithm's first size
+      // sets up its connections and paths; before every size, as above, where that
+      // fits), the calls its batches had (once a size's batch is one call, agreed
+      // by rank 0's broadcast, a larger one's is too: its batches are single calls
+      // with no timed call or broadcast first; over 4 ms round trips those cost
+      // about 5 ms a point), and its points so far.
+      struct Candidate {
+        Algorithm algorithm = Algorithm::kRing;
         bool warm = true;
         int64_t calls = 0;
         size_t last_bytes = 0;
-        for (size_t i = 0; i < options.curve_sizes.size(); ++i) {
-          const size_t bytes = options.curve_sizes[i];
-          if (prune && i + 1 == options.curve_sizes.size() && bytes > last_bytes) {
-            // Whether to run the largest size is decided on every rank alike: on
-            // the slowest rank's price of the size before it (direct: one round).
-            double previous[1] = {measured.back()};
-            CallOptions agree;
-            agree.algorithm = Algorithm::kDirect;
-            LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(previous), ReduceOp::kMax, agree));
-            const bool out = previous[0] > options.curve_prune_factor * best_before_top;
-            best_before_top = std::min(best_before_top, previous[0]);
-            if (out) {
-              measured.push_back(previous[0] * static_cast<double>(bytes) /
-                                 static_cast<double>(last_bytes));
-              continue;
+        std::vector<double> points;
+      };
+      std::vector<Candidate> candidates;
+      for (Algorithm algorithm : Candidates(comm, kind)) {
+        Candidate candidate;
+        candidate.algorithm = algorithm;
+        candidates.push_back(std::move(candidate));
+      }
+      for (size_t i = 0; i < options.curve_sizes.size(); ++i) {
+        const size_t bytes = options.curve_sizes[i];
+        std::vector<size_t> run;  // the candidates measured at this size
+        if (prune && i > 0 && i + 1 == options.curve_sizes.size() &&
+            bytes > options.curve_sizes[i - 1]) {
+          // curve_prune_factor, decided on every rank alike: on the slowest rank's
+          // prices of the size before (direct: one round).
+          std::vector<double> previous;
+          for (const Candidate& candidate : candidates) previous.push_back(candidate.points.back());
+          CallOptions agree;
+          agree.algorithm = Algorithm::kDirect;
+          LOOM_RETURN_IF_ERROR(comm.AllReduce(absl::MakeSpan(previous), ReduceOp::kMax, agree));
+          const double least = *std::min_element(previous.begin(), previous.end());
+          for (size_t c = 0; c < candidates.size(); ++c) {
+            if (previous[c] > least && previous[c] > options.curve_prune_factor * least) {
+              candidates[c].points.push_back(previous[c] * static_cast<double>(bytes) /
+                                             static_cast<double>(options.curve_sizes[i - 1]));
+            } else {
+              run.push_back(c);
             }
           }
-          const bool one_call = calls == 1 && bytes >= last_bytes;
-          LOOM_ASSIGN_OR_RETURN(
-              const double seconds,
-              MeasureCall(comm, kind, algorithm, bytes, batches,
-                          one_call ? 0.0 : options.curve_batch_seconds, warm, /*calls=*/1,
-                          one_call ? nullptr : &calls));
-          measured.push_back(seconds);
-          warm = warm_every_size;
-          last_bytes = bytes;
+        } else {
+          for (size_t c = 0; c < candidates.size(); ++c) run.push_back(c);
         }
+        TimedCalls calls(comm, kind, bytes);
+        std::vector<BatchPlan> plans(candidates.size());
+        std::vector<std::vector<double>> means(candidates.size());
+        for (size_t c : run) {
+          Candidate& candidate = candidates[c];
+          const bool one_call = candidate.calls == 1 && bytes >= candidate.last_bytes;
+          LOOM_ASSIGN_OR_RETURN(plans[c], PlanBatches(comm, calls, candidate.algorithm, candidate.warm,
+                                                      one_call ? 0.0 : options.curve_batch_seconds,
+                                                      /*calls_per_batch=*/1));
+          if (plans[c].first_batch.has_value()) means[c].push_back(*plans[c].first_batch);
+          candidate.calls = plans[c].calls;
+          candidate.warm = warm_every_size;
+          candidate.last_bytes = bytes;
+        }
+        // The batches take turns: round b runs one batch of each candidate, starting
+        // b candidates further along, so that a slow stretch of the machine falls on
+        // every candidate alike, not on the one measured in it. Measured one
+        // candidate after another, across emulated hosts on 2 cores, 13 of 132
+        // choices at 4..64 KiB (33 calibrations, gloo and mpi, 2 and 3 hosts) were
+        // an algorithm 10% or more slower than the best there (halving-doubling or
+        // the double tree at 4..16 KiB); taking turns, 1 of 132 (collectives/README.md,
+        // "The calibration's batches take turns").
+        const int rounds = std::max(1, batches);
+        for (int round = 0; round < rounds; ++round) {
+          for (size_t k = 0; k < run.size(); ++k) {
+            const size_t c = run[(static_cast<size_t>(round) + k) % run.size()];
+            if (static_cast<int>(means[c].size()) >= rounds) continue;
+            LOOM_ASSIGN_OR_RETURN(const double mean, calls.Batch(candidates[c].algorithm, plans[c].calls));
+            means[c].push_back(mean);
+          }
+        }
+        for (size_t c : run) candidates[c].points.push_back(LowerMedian(std::move(means[c])));
+      }
+      for (const Candidate& candidate : candidates) {
+        measured.insert(measured.end(), candidate.points.begin(), candidate.points.end());
       }
     }
   }

@@ -45,8 +45,10 @@ struct CalibrationOptions {
   // Sizes (bytes, as CostModel::Predict counts them) of the measured curves; empty
   // (the default): the formulas alone. Each (kind, algorithm, size) runs
   // `curve_batches` batches of calls, each about `curve_batch_seconds` long (at least
-  // one call), and keeps the lower median of their means (MeasureCall); a curve up to
-  // 64 MiB over a 2 Gbit/s link takes minutes: measure once, Save, and Load.
+  // one call), and keeps the lower median of their means (as MeasureCall); at each
+  // size the candidates' batches take turns (one of each, then the next round), so
+  // that a slow stretch of the machine weighs on every candidate alike. A curve up
+  // to 64 MiB over a 2 Gbit/s link takes minutes: measure once, Save, and Load.
   std::vector<size_t> curve_sizes;
   // The collectives whose curves are measured (the others keep their formulas).
   std::vector<CollectiveKind> curve_kinds = {CollectiveKind::kAllReduce,
@@ -68,8 +70,8 @@ struct CalibrationOptions {
   // costs the calls alone. Otherwise every point runs curve_batches.
   double curve_round_trip_seconds = -1;
   // Positive, with ascending curve_sizes: an algorithm whose price at the size before
-  // the largest is more than this many times the least of the candidates measured
-  // before it there (all ranks' slowest, agreed) is not run at the largest; that point
+  // the largest is more than this many times the least of the candidates there (all
+  // ranks' slowest, agreed) is not run at the largest (the least always is); that point
   // is priced as its previous one times the ratio of the sizes (time proportional to
   // bytes: under alpha + beta x bytes no algorithm's time grows faster, so the price
   // is not below what the call would take). Two times the best at 1 MiB is at least

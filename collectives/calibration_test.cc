@@ -1,5 +1,6 @@
 #include "collectives/calibration.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -119,7 +120,7 @@ TEST(CalibrationTest, CurvesAgreeWhateverTheBatchLength) {
 }
 
 // curve_prune_factor: a factor no price exceeds leaves every candidate measured
-// at the largest size; one every price exceeds runs only the first candidate
+// at the largest size; one every price exceeds runs only the cheapest candidate
 // there, and prices the others' largest point as their previous one times the
 // sizes' ratio. Every rank runs the same calls and ends with the same curves.
 TEST(CalibrationTest, PrunedCandidatesArePricedInProportionToBytes) {
@@ -151,10 +152,53 @@ TEST(CalibrationTest, PrunedCandidatesArePricedInProportionToBytes) {
       EXPECT_EQ(priced_at_top, 0);
       EXPECT_GE(measured_at_top, 3);
     } else {
-      EXPECT_EQ(measured_at_top, 1);  // the first candidate: nothing was measured before it
+      EXPECT_EQ(measured_at_top, 1);  // the cheapest at the size before
       EXPECT_GE(priced_at_top, 2);
     }
   }
+}
+
+// At each size the candidates' batches take turns, one batch of each a round, each
+// round starting one candidate further along, so that a slow stretch of the machine
+// weighs on all of them alike. Read from the flight recorder's 64 KiB calls: at
+// 4 KiB no call fits in a batch, so the batches at 64 KiB are single calls with no
+// timed call first; each candidate has its warm call (in candidate order), then
+// three rounds of batches.
+TEST(CalibrationTest, CandidatesBatchesTakeTurns) {
+  const std::vector<absl::StatusOr<std::vector<Algorithm>>> batches =
+      RunRanks<std::vector<Algorithm>>(
+          [&](Communicator& comm) -> absl::StatusOr<std::vector<Algorithm>> {
+            CalibrationOptions calibration = QuickCurves({4 << 10, 64 << 10}, 1e-9);
+            calibration.curve_batches = 3;
+            calibration.curve_warm_seconds = -1;  // a warm call before every size
+            LOOM_RETURN_IF_ERROR(Calibrate(comm, calibration).status());
+            std::vector<Algorithm> calls;  // the 64 KiB all-reduces, in order
+            for (const FlightRecord& record : comm.FlightRecorderSnapshot()) {
+              if (record.kind == CollectiveKind::kAllReduce && record.dtype == DType::kF32 &&
+                  record.count == (64 << 10) / sizeof(float)) {
+                calls.push_back(record.algorithm);
+              }
+            }
+            return calls;
+          });
+  for (int r = 0; r < 4; ++r) ASSERT_THAT(batches[r], IsOk()) << r;
+  const std::vector<Algorithm>& calls = *batches[0];
+  std::vector<Algorithm> candidates;
+  for (Algorithm algorithm : calls) {
+    if (std::find(candidates.begin(), candidates.end(), algorithm) == candidates.end()) {
+      candidates.push_back(algorithm);
+    }
+  }
+  const size_t n = candidates.size();
+  ASSERT_GE(n, 3u);
+  ASSERT_EQ(calls.size(), 4 * n);  // a warm call and three batches each
+  for (size_t round = 0; round < 3; ++round) {
+    for (size_t turn = 0; turn < n; ++turn) {
+      EXPECT_EQ(calls[(round + 1) * n + turn], candidates[(round + turn) % n])
+          << "round " << round << ", turn " << turn;
+    }
+  }
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(*batches[r], calls) << "rank " << r;
 }
 
 // MeasureCall tells each rank the calls its batches had: the same everywhere, one
