@@ -14,11 +14,14 @@
 #include <map>
 #include <sstream>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "collectives/algorithm_registry.h"
 #include "collectives/calibration.h"
@@ -100,6 +103,57 @@ absl::Status BroadcastText(Communicator& comm, std::string* text) {
   LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(bytes), /*root=*/0, by_ring));
   text->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   return absl::OkStatus();
+}
+
+// A cache file's lines after the key: "# calibrations: N", the merged model, and each
+// calibration's own model, its lines behind "#calibration K: " (comments to
+// CostModel::Parse, so the merged model parses from the whole text).
+constexpr char kCalibrationsPrefix[] = "# calibrations: ";
+constexpr char kCalibrationLinePrefix[] = "#calibration ";
+
+// CachedCalibrations returns the models of the calibrations a cache file's `text`
+// merged, in order: the text itself for a file written before files held them (one
+// calibration), none for a file whose count and sections disagree or do not parse.
+std::vector<CostModel> CachedCalibrations(const std::string& text) {
+  int count = 0;
+  std::vector<std::string> each;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::ConsumePrefix(&line, kCalibrationsPrefix)) {
+      if (!absl::SimpleAtoi(line, &count)) return {};
+    } else if (absl::ConsumePrefix(&line, kCalibrationLinePrefix)) {
+      const size_t colon = line.find(": ");
+      size_t k = 0;
+      if (colon == absl::string_view::npos || !absl::SimpleAtoi(line.substr(0, colon), &k) || k == 0 ||
+          k > each.size() + 1) {
+        return {};
+      }
+      if (k > each.size()) each.emplace_back();
+      absl::StrAppend(&each[k - 1], line.substr(colon + 2), "\n");
+    }
+  }
+  if (count == 0 && each.empty()) each.push_back(text);
+  if (count != 0 && static_cast<size_t>(count) != each.size()) return {};
+  std::vector<CostModel> models;
+  for (const std::string& one : each) {
+    absl::StatusOr<CostModel> model = CostModel::Parse(one);
+    if (!model.ok()) return {};
+    models.push_back(*std::move(model));
+  }
+  return models;
+}
+
+// CacheText: the file AutoCalibrate writes for `key`: the model, the median of
+// `calibrations`, then each of those.
+std::string CacheText(const std::string& key, const CostModel& model,
+                      const std::vector<CostModel>& calibrations) {
+  std::string text = absl::StrCat(kKeyPrefix, key, "\n", kCalibrationsPrefix, calibrations.size(), "\n",
+                                  model.Serialize());
+  for (size_t k = 0; k < calibrations.size(); ++k) {
+    for (absl::string_view line : absl::StrSplit(calibrations[k].Serialize(), '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&text, kCalibrationLinePrefix, k + 1, ": ", line, "\n");
+    }
+  }
+  return text;
 }
 
 // How far past the largest curve size the finalists are measured, and how close to
@@ -398,6 +452,14 @@ std::string CostModelCacheDir() {
   return "/tmp/loom-cache";
 }
 
+namespace {
+
+std::string MedianOf(int calibrations) {
+  return calibrations > 1 ? absl::StrCat(" (the median of ", calibrations, " calibrations)") : "";
+}
+
+}  // namespace
+
 std::string AutoCalibration::ToString() const {
   const std::string layout = absl::StrCat(hosts, " hosts (", key, ")");
   switch (source) {
@@ -406,7 +468,7 @@ std::string AutoCalibration::ToString() const {
     case Source::kCache:
       return absl::StrCat("cost model from cache, measured ", absl::FormatDuration(
                               absl::Floor(age, absl::Seconds(1))),
-                          " ago on ", layout, ": ", path);
+                          " ago on ", layout, ": ", path, MedianOf(calibrations));
     case Source::kMeasured:
       return absl::StrCat("cost model measured on ", layout, " in ",
                           absl::StrFormat("%.2f s", absl::ToDoubleSeconds(took)),
@@ -414,7 +476,8 @@ std::string AutoCalibration::ToString() const {
                               ? absl::StrCat(" (", measured_again, " points measured again)")
                               : "",
                           save_error.empty() ? absl::StrCat(", saved to ", path)
-                                             : absl::StrCat(", not saved: ", save_error));
+                                             : absl::StrCat(", not saved: ", save_error),
+                          MedianOf(calibrations));
   }
   return "cost model: ?";
 }
@@ -432,6 +495,10 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
         absl::StrCat("AutoCalibrate: budget ", absl::FormatDuration(options.budget),
                      " must be positive and max_age ", absl::FormatDuration(options.max_age),
                      " not negative"));
+  }
+  if (options.calibrations_merged < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "AutoCalibrate: calibrations_merged ", options.calibrations_merged, " must be 1 or more"));
   }
   const absl::Time start = absl::Now();
   const int n = comm.size();
@@ -472,10 +539,15 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   std::string cached;
   if (comm.rank() == 0) cached = ReadCache(result.path, result.key, options.max_age, &result.age);
   LOOM_RETURN_IF_ERROR(BroadcastText(comm, &cached));
+  // The calibrations the cache merged so far, when fewer than the options ask for:
+  // this one is measured and merged with them.
+  std::vector<CostModel> earlier;
   if (!cached.empty()) {
     absl::StatusOr<CostModel> model = CostModel::Parse(cached);
     // Every rank parses the same text, so every rank takes the same branch.
-    if (model.ok()) {
+    if (model.ok()) earlier = CachedCalibrations(cached);
+    if (!earlier.empty() && static_cast<int>(earlier.size()) >= options.calibrations_merged) {
+      result.calibrations = static_cast<int>(earlier.size());
       int64_t age_ms[1] = {absl::ToInt64Milliseconds(result.age)};
       LOOM_RETURN_IF_ERROR(comm.Broadcast(absl::MakeSpan(age_ms), /*root=*/0, by_ring));
       result.age = absl::Milliseconds(age_ms[0]);
@@ -548,13 +620,19 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   LOOM_RETURN_IF_ERROR(ExtendTheFinalists(
       comm, sizes.back(), absl::ToDoubleSeconds(options.budget - (absl::Now() - start)),
       &result.model));
+  // This calibration merged with the cache's earlier ones: every rank has the same
+  // text and the same measurement, so the same median.
+  earlier.push_back(result.model);
+  result.calibrations = static_cast<int>(earlier.size());
+  if (earlier.size() > 1) {
+    LOOM_ASSIGN_OR_RETURN(result.model, CostModel::Median(earlier));
+  }
   comm.SetCostModel(result.model);
   result.source = AutoCalibration::Source::kMeasured;
   if (comm.rank() == 0) {
     absl::Status saved = MakeDirs(dir);
     if (saved.ok()) {
-      saved = WriteFileAtomically(result.path, absl::StrCat(kKeyPrefix, result.key, "\n",
-                                                            result.model.Serialize()));
+      saved = WriteFileAtomically(result.path, CacheText(result.key, result.model, earlier));
     }
     if (!saved.ok()) result.save_error = std::string(saved.message());
   }

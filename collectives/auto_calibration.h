@@ -12,16 +12,18 @@
 //      rank order and the ranks per host. One host: nothing is measured, and the
 //      communicator keeps the model it has (source kFormula).
 //   2. Rank 0 looks for "<cache_dir>/cost_model-<key hash>.txt" written for the same
-//      key no longer than `max_age` ago. Found: every rank adopts rank 0's copy
-//      (source kCache).
+//      key no longer than `max_age` ago. Found, holding `calibrations_merged`
+//      calibrations: every rank adopts rank 0's copy (source kCache). Found with
+//      fewer: this job measures as in 3 and the cache becomes the median of them all.
 //   3. Otherwise the constants and the all-reduce curves of every algorithm (and the
 //      engine's own, where the communicator may use it) are measured at
 //      `curve_sizes`, within about `budget`; points faster than the link allows
 //      are measured again over longer batches (PointsToMeasureAgain, MeasureAgain)
 //      and what is still under the floor then is re-priced (FloorAtTheLargestRate);
-//      the finalists are measured at 4x the largest size; rank 0 writes the cache file (atomic;
-//      failure to write it is reported, not fatal) and every rank adopts the same
-//      model (source kMeasured).
+//      the finalists are measured at 4x the largest size; merged with the cache's
+//      earlier calibrations (the median of each point); rank 0 writes the cache file
+//      (atomic; failure to write it is reported, not fatal) and every rank adopts the
+//      same model (source kMeasured).
 // Every rank ends with the same model, so every rank picks the same algorithm.
 //
 // Example (every rank):
@@ -65,6 +67,14 @@ struct AutoCalibrationOptions {
   // The measurement runs each (algorithm, size) three times or more.
   std::vector<size_t> curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{256} << 10,
                                      size_t{1} << 20, size_t{4} << 20};
+  // How many jobs' calibrations the cache merges before later jobs only read it. A
+  // job that finds fewer measures as well, and the cache then holds the median of
+  // all of them (CostModel::Median) with each one beside it. One launch can run slow
+  // from start to end: across 3 emulated hosts on 2 cores one calibration's 4 KiB
+  // calls all took 2..4 times the algorithms' usual times, and the model it cached
+  // chose the double tree there, at 0.60 of the best, for every job after it. The
+  // median of three outvotes one such launch. 1: the first calibration is kept.
+  int calibrations_merged = 3;
   // What the measurement may take; the batches are sized from it. The measurement
   // runs each (algorithm, size) at least three times, so a slow link can take longer.
   absl::Duration budget = absl::Seconds(2);
@@ -82,6 +92,9 @@ struct AutoCalibration {
   absl::Duration took;     // the whole call, measurement included
   std::string save_error;  // kMeasured: why the cache file could not be written, if so
   int measured_again = 0;  // kMeasured: points measured again (PointsToMeasureAgain)
+  // kMeasured, kCache: how many calibrations (this one included, when measured) the
+  // model is the median of.
+  int calibrations = 0;
 
   // One line for logs and reports, e.g. "cost model from cache (age 2h)...".
   std::string ToString() const;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +105,7 @@ TEST_F(AutoCalibrationTest, OneHostKeepsTheFormulasAndWritesNothing) {
 // from the file, measuring nothing; a file too old, for other hosts, or unreadable
 // is measured over.
 TEST_F(AutoCalibrationTest, MeasuresOnceThenLoadsTheCacheUntilItIsStale) {
+  options_.calibrations_merged = 1;
   const Ranks first = CalibrateAll(two_hosts_, options_);
   ExpectAgreement(first);
   const AutoCalibration& measured = *first.results[0];
@@ -147,6 +149,97 @@ TEST_F(AutoCalibrationTest, MeasuresOnceThenLoadsTheCacheUntilItIsStale) {
   const Ranks again = CalibrateAll(two_hosts_, options_);
   ExpectAgreement(again);
   EXPECT_EQ(again.results[0]->source, Source::kCache);
+}
+
+// CacheSections reads the calibrations a cache file holds ("#calibration K: " lines).
+std::vector<CostModel> CacheSections(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> texts;
+  for (std::string line; std::getline(in, line);) {
+    const std::string prefix = "#calibration ";
+    if (line.rfind(prefix, 0) != 0) continue;
+    const size_t colon = line.find(": ");
+    const size_t k = std::stoul(line.substr(prefix.size(), colon - prefix.size()));
+    if (k > texts.size()) texts.resize(k);
+    texts[k - 1] += line.substr(colon + 2) + "\n";
+  }
+  std::vector<CostModel> models;
+  for (const std::string& text : texts) {
+    absl::StatusOr<CostModel> model = CostModel::Parse(text);
+    EXPECT_THAT(model, IsOk()) << text;
+    if (model.ok()) models.push_back(*model);
+  }
+  return models;
+}
+
+// The first three jobs each measure, and each leaves the cache the median of the
+// calibrations so far (each kept beside it); the fourth loads it. A file written
+// before caches held their calibrations counts as one; one whose count and sections
+// disagree is measured over.
+TEST_F(AutoCalibrationTest, ThreeCalibrationsMergeByTheirMedianThenTheCacheIsRead) {
+  ASSERT_EQ(options_.calibrations_merged, 3);  // the default
+  std::vector<std::string> models;
+  for (int job = 1; job <= 3; ++job) {
+    SCOPED_TRACE(absl::StrCat("job ", job));
+    const Ranks run = CalibrateAll(two_hosts_, options_);
+    ExpectAgreement(run);
+    const AutoCalibration& result = *run.results[0];
+    EXPECT_EQ(result.source, Source::kMeasured) << result.ToString();
+    EXPECT_EQ(result.calibrations, job);
+    const std::vector<CostModel> sections = CacheSections(result.path);
+    ASSERT_EQ(sections.size(), static_cast<size_t>(job));
+    for (size_t k = 0; k + 1 < sections.size(); ++k) {
+      EXPECT_EQ(sections[k].Serialize(), models[k]) << "calibration " << k + 1 << " was rewritten";
+    }
+    LOOM_ASSERT_OK_AND_ASSIGN(const CostModel median, CostModel::Median(sections));
+    EXPECT_EQ(result.model.Serialize(), median.Serialize());
+    if (job > 1) {
+      EXPECT_THAT(result.ToString(), HasSubstr(absl::StrCat("(the median of ", job, " calibrations)")));
+    }
+    models.push_back(sections.back().Serialize());
+  }
+  const Ranks fourth = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(fourth);
+  const AutoCalibration& read = *fourth.results[0];
+  EXPECT_EQ(read.source, Source::kCache) << read.ToString();
+  EXPECT_EQ(read.calibrations, 3);
+  EXPECT_THAT(read.ToString(), HasSubstr("(the median of 3 calibrations)"));
+
+  // A file of the key and a model alone (written before caches held their
+  // calibrations): one calibration, to which the next job adds its own.
+  const std::string key = read.key;
+  { std::ofstream(read.path) << "# key: " << key << "\n" << models[0]; }
+  const Ranks after_old = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(after_old);
+  EXPECT_EQ(after_old.results[0]->source, Source::kMeasured);
+  EXPECT_EQ(after_old.results[0]->calibrations, 2);
+  const std::vector<CostModel> sections = CacheSections(read.path);
+  ASSERT_EQ(sections.size(), 2u);
+  EXPECT_EQ(sections[0].Serialize(), models[0]);
+
+  // Three calibrations said, two there: measured over, as the first.
+  {
+    std::ifstream in(read.path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string contents = text.str();
+    const size_t count = contents.find("# calibrations: 2");
+    ASSERT_NE(count, std::string::npos);
+    contents.replace(count, 17, "# calibrations: 3");
+    std::ofstream(read.path) << contents;
+  }
+  const Ranks disagreeing = CalibrateAll(two_hosts_, options_);
+  ExpectAgreement(disagreeing);
+  EXPECT_EQ(disagreeing.results[0]->source, Source::kMeasured);
+  EXPECT_EQ(disagreeing.results[0]->calibrations, 1);
+
+  AutoCalibrationOptions none = options_;
+  none.calibrations_merged = 0;
+  const Ranks refused = CalibrateAll(two_hosts_, none);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_THAT(refused.results[r], StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("calibrations_merged 0")));
+  }
 }
 
 // Every all-reduce curve reaches 4x the largest size: the finalists measured there,

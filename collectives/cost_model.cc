@@ -6,7 +6,10 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -163,6 +166,58 @@ absl::StatusOr<CostModel> CostModel::FromConstants(const Constants& constants) {
   CostModel model(constants);
   model.constants_given_ = true;
   return model;
+}
+
+namespace {
+
+// The lower median of `values` (not empty).
+double LowerMedianOf(std::vector<double> values) {
+  const size_t middle = (values.size() - 1) / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(middle), values.end());
+  return values[middle];
+}
+
+}  // namespace
+
+absl::StatusOr<CostModel> CostModel::Median(absl::Span<const CostModel> models) {
+  if (models.empty()) return absl::InvalidArgumentError("CostModel::Median of no models");
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (!models[i].constants_given()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CostModel::Median: model ", i, " of ", models.size(), " has the default constants, not measured ones"));
+    }
+  }
+  Constants constants;
+  for (int field = 0; field < 5; ++field) {
+    std::vector<double> values;
+    for (const CostModel& model : models) {
+      Constants copy = model.constants_;
+      values.push_back(*Field(copy, field));
+    }
+    *Field(constants, field) = LowerMedianOf(std::move(values));
+  }
+  LOOM_ASSIGN_OR_RETURN(CostModel median, FromConstants(constants));
+  // Every curve any model has, in the order they first appear; each size's time
+  // over the models that measured it.
+  for (const CostModel& model : models) {
+    for (const Measured& measured : model.curves_) {
+      if (!median.curve(measured.kind, measured.algorithm, measured.ranks, measured.ranks_per_node).empty()) {
+        continue;
+      }
+      std::map<size_t, std::vector<double>> times;
+      for (const CostModel& other : models) {
+        for (const auto& [bytes, seconds] :
+             other.curve(measured.kind, measured.algorithm, measured.ranks, measured.ranks_per_node)) {
+          times[bytes].push_back(seconds);
+        }
+      }
+      Curve points;
+      for (auto& [bytes, seconds] : times) points.emplace_back(bytes, LowerMedianOf(std::move(seconds)));
+      LOOM_RETURN_IF_ERROR(median.SetCurve(measured.kind, measured.algorithm, measured.ranks,
+                                           measured.ranks_per_node, std::move(points)));
+    }
+  }
+  return median;
 }
 
 namespace {

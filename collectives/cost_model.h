@@ -83,6 +83,14 @@ class CostModel {
   // finite and positive.
   static absl::StatusOr<CostModel> FromConstants(const Constants& constants);
 
+  // Median: the model whose every constant and measured curve point is the lower
+  // median (the middle one; the lower of the two middle ones for an even count) of
+  // those of `models` that have it: several calibrations of the same layout, each one
+  // draw of the machine's weather (AutoCalibrate merges its launches so). A curve
+  // takes every size any of them measured. InvalidArgument for no models, or for a
+  // model whose constants were not measured or given.
+  static absl::StatusOr<CostModel> Median(absl::Span<const CostModel> models);
+
   const Constants& constants() const { return constants_; }
   // Whether the constants were measured or given (FromConstants, Parse: a
   // calibration's or a user's), not Default()'s rough guesses. Only such a model's

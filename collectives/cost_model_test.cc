@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
@@ -356,6 +359,51 @@ TEST(CostModelTest, CurvesSaveLoadAndRejectBadPoints) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("spiral")));
   EXPECT_THAT(CostModel::Parse(base + "curve all_reduce ring 4 0 4096=1e-5,8192:2e-5\n"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("point \"4096=1e-5\"")));
+}
+
+// Several calibrations merge by the lower median of each constant and each curve
+// point over the models that have it; a curve takes every size any of them measured;
+// one model is its own median.
+TEST(CostModelTest, MedianOfSeveralCalibrations) {
+  auto model = [](double alpha, std::vector<std::tuple<Algorithm, int, CostModel::Curve>> curves) {
+    CostModel::Constants constants;
+    constants.alpha = alpha;
+    constants.beta = 2 * alpha;
+    constants.gamma = 3 * alpha;
+    constants.inter_node_alpha = 4 * alpha;
+    constants.inter_node_beta = 5 * alpha;
+    absl::StatusOr<CostModel> made = CostModel::FromConstants(constants);
+    EXPECT_THAT(made, IsOk());
+    for (auto& [algorithm, per_node, points] : curves) {
+      EXPECT_THAT(made->SetCurve(CollectiveKind::kAllReduce, algorithm, 4, per_node, points), IsOk());
+    }
+    return *made;
+  };
+  using A = Algorithm;
+  const std::vector<CostModel> models = {
+      model(1e-5, {{A::kRing, 2, {{4096, 1e-4}, {65536, 5e-4}}}, {A::kDirect, 2, {{4096, 2e-4}, {65536, 6e-4}}}}),
+      model(3e-5, {{A::kRing, 2, {{4096, 3e-4}, {65536, 4e-4}, {262144, 9e-4}}}}),
+      model(2e-5, {{A::kRing, 2, {{4096, 2e-4}, {65536, 7e-4}}},
+                   {A::kDirect, 2, {{4096, 1e-4}, {65536, 8e-4}}},
+                   {A::kNative, 0, {{4096, 3e-4}, {65536, 3e-3}}}}),
+  };
+  LOOM_ASSERT_OK_AND_ASSIGN(const CostModel median, CostModel::Median(models));
+  EXPECT_EQ(median.constants().alpha, 2e-5);
+  EXPECT_EQ(median.constants().inter_node_beta, 5 * 2e-5);
+  using Points = std::vector<std::pair<size_t, double>>;
+  auto curve = [&](A algorithm, int per_node) {
+    const auto points = median.curve(CollectiveKind::kAllReduce, algorithm, 4, per_node);
+    return Points(points.begin(), points.end());
+  };
+  EXPECT_EQ(curve(A::kRing, 2), (Points{{4096, 2e-4}, {65536, 5e-4}, {262144, 9e-4}}));
+  EXPECT_EQ(curve(A::kDirect, 2), (Points{{4096, 1e-4}, {65536, 6e-4}}));  // the lower of two
+  EXPECT_EQ(curve(A::kNative, 0), (Points{{4096, 3e-4}, {65536, 3e-3}}));
+  EXPECT_TRUE(curve(A::kNative, 2).empty());
+  LOOM_ASSERT_OK_AND_ASSIGN(const CostModel one, CostModel::Median({models[1]}));
+  EXPECT_EQ(one.Serialize(), models[1].Serialize());
+  EXPECT_THAT(CostModel::Median({}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no models")));
+  EXPECT_THAT(CostModel::Median({models[0], CostModel::Default()}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model 1 of 2")));
 }
 
 }  // namespace
