@@ -1,8 +1,10 @@
 #!/bin/bash
 # `--algo=auto` across emulated hosts with no flag or file, against every algorithm
 # (tools/cluster, RANKS_PER_HOST ranks per host (1), links at RATE): auto once to measure
-# the cost model (collectives/auto_calibration.h), then ROUNDS rounds of auto (reading
-# the cache) and every Loom algorithm and Open MPI's own in turn, all-reduce f32 at
+# the cost model (collectives/auto_calibration.h), then ROUNDS rounds of auto (the first
+# two measure again and cache the median of the three calibrations, as a user's first
+# three jobs do; the rest read the cache) and every Loom algorithm and Open MPI's own
+# in turn, all-reduce f32 at
 # 4 KiB .. 64 MiB (and hierarchical with several ranks per host), each size at least
 # MIN_TIME. Prints each run's rows, then per size auto's choice, the calibrating run's
 # time and the cached runs' median, the algorithm with the best median, and best / auto
