@@ -203,6 +203,7 @@ B=(-- "$BENCH")
 expect collective_bench 2 "--max_bytes=67108864 is smaller than --min_bytes=1099511627776" "${B[@]}" --min_bytes=1T
 expect collective_bench 2 "--save_cost_model=m.txt saves what --calibrate measures; add --calibrate" "${B[@]}" --save_cost_model=m.txt
 expect collective_bench 2 "--cost_model_cache=/c is where --auto_calibrate keeps its models; it is off" "${B[@]}" --noauto_calibrate --cost_model_cache=/c
+expect collective_bench 2 "--cost_model_calibrations=0: the cache merges 1 calibration or more" "${B[@]}" --cost_model_calibrations=0
 expect collective_bench 2 "--calibrate measures a cost model; --cost_model=m.txt loads one" "${B[@]}" --calibrate --cost_model=m.txt
 expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buffer on each of 2 ranks" "${B[@]}" --max_bytes=1T
 expect collective_bench 2 "--max_bytes=1099511627776: an input and an output buffer on each of 4 ranks" "${B[@]}" --transport=shm --ranks=4 --max_bytes=1T

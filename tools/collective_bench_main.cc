@@ -92,6 +92,9 @@ ABSL_FLAG(bool, auto_calibrate, true,
 ABSL_FLAG(std::string, cost_model_cache, "",
           "the directory of --auto_calibrate's cache files; empty: $LOOM_CACHE_DIR, else "
           "$XDG_CACHE_HOME/loom, else $HOME/.cache/loom");
+ABSL_FLAG(int, cost_model_calibrations, 3,
+          "how many runs' calibrations --auto_calibrate's cache merges (their median) "
+          "before later runs only read it; 1: the first run's is kept");
 ABSL_FLAG(bool, json, false, "print JSON instead of the table");
 // A string, parsed with absl::ParseDuration: absl's Duration flags read through a
 // sequence lock whose fences ThreadSanitizer builds reject.
@@ -248,6 +251,11 @@ absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchO
         "--cost_model_cache=", absl::GetFlag(FLAGS_cost_model_cache),
         " is where --auto_calibrate keeps its models; it is off (--noauto_calibrate)"));
   }
+  if (absl::GetFlag(FLAGS_cost_model_calibrations) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--cost_model_calibrations=",
+                                                   absl::GetFlag(FLAGS_cost_model_calibrations),
+                                                   ": the cache merges 1 calibration or more"));
+  }
   if (!absl::GetFlag(FLAGS_save_cost_model).empty() && !absl::GetFlag(FLAGS_calibrate)) {
     return absl::InvalidArgumentError(absl::StrCat("--save_cost_model=",
                                                    absl::GetFlag(FLAGS_save_cost_model),
@@ -295,6 +303,7 @@ absl::Status RunRank(std::unique_ptr<Transport> transport, const BenchOptions& b
       !absl::GetFlag(FLAGS_calibrate) && absl::GetFlag(FLAGS_cost_model).empty()) {
     AutoCalibrationOptions automatic;
     automatic.cache_dir = absl::GetFlag(FLAGS_cost_model_cache);
+    automatic.calibrations_merged = absl::GetFlag(FLAGS_cost_model_calibrations);
     LOOM_ASSIGN_OR_RETURN(const AutoCalibration calibration, AutoCalibrate(*comm, automatic));
     absl::StrAppend(&calibrated, "# ", calibration.ToString(), "\n");
   }

@@ -4,9 +4,10 @@
 # inside a host and data parallel across (dp=2 tp=2), then pipeline stages across
 # (pp=2 tp=2). Each ends equal to its one-rank reference (within 2e-5 of the largest
 # parameter), and nothing is left on either host. The dp groups across hosts measure
-# their cost model the first time (collectives/auto_calibration.h), and the next
-# time (a second dp=2 run) measure again and cache the median of the two. Needs root
-# (CI runs as root).
+# their cost model the first time (collectives/auto_calibration.h), the next time (a
+# second dp=2 run) measure again and cache the median of the two, and a third dp=2
+# run told that two calibrations are enough (--cost_model_calibrations=2) reads it.
+# Needs root (CI runs as root).
 #   cross_host_train_test.sh CLUSTER_SH TRAIN
 set -euo pipefail
 source "$(dirname "$1")/cluster_testing.sh"
@@ -19,7 +20,8 @@ trap 'cluster down; rm -rf "$CACHE"' EXIT
 cluster up 2 --ranks_per_host=2
 # MESH|what the summary's "dp collectives:" line says (none: no line).
 for run in "--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts" "--dp=1 --tp=2 --pp=2|none" \
-           "--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts .*(the median of 2 calibrations)"; do
+           "--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts .*(the median of 2 calibrations)" \
+           "--dp=2 --tp=2 --pp=1 --cost_model_calibrations=2|cost model from cache.*(the median of 2 calibrations)"; do
   mesh="${run%%|*}"
   cost_model="${run#*|}"
   start=$SECONDS

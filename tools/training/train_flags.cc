@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, cost_model, "",
 ABSL_FLAG(std::string, cost_model_cache, "",
           "The directory of the cost models measured across hosts (empty: "
           "$LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else $HOME/.cache/loom).");
+ABSL_FLAG(int, cost_model_calibrations, 3,
+          "How many jobs' calibrations the cache of --cost_model_cache merges (their "
+          "median) before later jobs only read it; 1: the first job's is kept.");
 ABSL_FLAG(double, attention_gflops, 50,
           "With --cp_comm=auto: one rank's fused attention rate in GFLOP/s, which the "
           "ring's hops hide behind (50: one Zen 4 core).");
@@ -494,6 +497,12 @@ absl::StatusOr<TrainCommand> TrainCommandFromFlags(int argc, char** argv) {
   // A file the command line names that cannot be read or parsed is a usage error.
   command.options.cost_model = absl::GetFlag(FLAGS_cost_model);
   command.options.cost_model_cache = absl::GetFlag(FLAGS_cost_model_cache);
+  command.options.cost_model_calibrations = absl::GetFlag(FLAGS_cost_model_calibrations);
+  if (command.options.cost_model_calibrations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cost_model_calibrations=", command.options.cost_model_calibrations,
+        ": the cache merges 1 calibration or more"));
+  }
   LOOM_ASSIGN_OR_RETURN(const std::optional<CostModel> given_model,
                         LoadJobCostModel(command.options));
   // --cp_comm auto: the variant the cost model prices lower (cp_comm_choice.h), on a

@@ -117,6 +117,8 @@ TEST_F(TrainFlagsTest, BadValuesAreOneLineNamingTheFlag) {
       {{{"cp_comm", "ring"}, {"attention_gflops", "9"}}, "--attention_gflops is for --cp_comm=auto"},
       {{{"cost_model", "/nonexistent/model.txt"}}, "--cost_model /nonexistent/model.txt: "},
       {{{"attention_gflops", "0"}}, "--attention_gflops 0 must be > 0"},
+      {{{"cost_model_calibrations", "0"}},
+       "--cost_model_calibrations=0: the cache merges 1 calibration or more"},
       {{{"device_attention", "tiled"}},
        "--device_attention tiled is not auto, materialized or flash"},
       {{{"global_batch", "8"}}, "--global_batch and --plan_calibration go with --plan"},
@@ -164,11 +166,13 @@ TEST_F(TrainFlagsTest, CpCommAutoSaysWhy) {
 TEST_F(TrainFlagsTest, CostModelFileIsTheJobsModel) {
   const std::string path = ::testing::TempDir() + "/train_flags_cost_model.txt";
   LOOM_ASSERT_OK(CostModel::Default().Save(path));
-  Set({{"cost_model", path.c_str()}, {"cost_model_cache", "/somewhere"}});
+  Set({{"cost_model", path.c_str()}, {"cost_model_cache", "/somewhere"},
+       {"cost_model_calibrations", "1"}});
   absl::StatusOr<TrainCommand> command = Command();
   LOOM_ASSERT_OK(command.status());
   EXPECT_EQ(command->options.cost_model, path);
   EXPECT_EQ(command->options.cost_model_cache, "/somewhere");
+  EXPECT_EQ(command->options.cost_model_calibrations, 1);
   LOOM_ASSERT_OK_AND_ASSIGN(const std::optional<CostModel> model,
                             LoadJobCostModel(command->options));
   ASSERT_TRUE(model.has_value());

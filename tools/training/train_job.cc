@@ -182,6 +182,7 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   if (!given.has_value()) {
     AutoCalibrationOptions automatic;
     automatic.cache_dir = options.cost_model_cache;
+    automatic.calibrations_merged = options.cost_model_calibrations;
     for (Communicator* group : {w.dp.get(), w.cp.get()}) {
       if (group == nullptr || group->size() < 2) continue;
       absl::StatusOr<AutoCalibration> calibrated = AutoCalibrate(*group, automatic);

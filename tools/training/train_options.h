@@ -121,6 +121,9 @@ struct TrainJobOptions {
   // collectives/auto_calibration.h); a group inside one host keeps the formulas.
   std::string cost_model;
   std::string cost_model_cache;
+  // How many jobs' calibrations that cache merges (their median) before later jobs
+  // only read it (AutoCalibrationOptions::calibrations_merged).
+  int cost_model_calibrations = 3;
   // offload nvme: where the optimizer state goes (a directory per drive, ':'
   // separated); empty: a fresh directory under $TMPDIR (or /tmp), removed after.
   std::string nvme_dir;
