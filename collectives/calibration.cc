@@ -56,13 +56,6 @@ absl::StatusOr<double> RoundTrip(Communicator& comm, int partner, size_t bytes, 
 
 }  // namespace
 
-double LowerMedian(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t middle = (values.size() - 1) / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(middle), values.end());
-  return values[middle];
-}
-
 namespace {
 
 absl::Status CheckMeasurableKind(const char* who, CollectiveKind kind) {

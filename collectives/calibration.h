@@ -102,10 +102,6 @@ absl::StatusOr<double> MeasureCall(Communicator& comm, CollectiveKind kind, Algo
                                    bool warm = true, int calls = 1,
                                    int64_t* agreed_calls = nullptr);
 
-// LowerMedian: the middle value, the lower of the two middle ones for an even count
-// (so the lower of two); 0 for none.
-double LowerMedian(std::vector<double> values);
-
 // Calibrate is collective: every rank of `comm` calls it. Returns the measured
 // model (rank 0's constants; each curve point the slowest rank's time), or the
 // communicator's error. A single-rank communicator measures gamma

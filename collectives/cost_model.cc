@@ -168,16 +168,12 @@ absl::StatusOr<CostModel> CostModel::FromConstants(const Constants& constants) {
   return model;
 }
 
-namespace {
-
-// The lower median of `values` (not empty).
-double LowerMedianOf(std::vector<double> values) {
+double LowerMedian(std::vector<double> values) {
+  if (values.empty()) return 0;
   const size_t middle = (values.size() - 1) / 2;
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(middle), values.end());
   return values[middle];
 }
-
-}  // namespace
 
 absl::StatusOr<CostModel> CostModel::Median(absl::Span<const CostModel> models) {
   if (models.empty()) return absl::InvalidArgumentError("CostModel::Median of no models");
@@ -194,7 +190,7 @@ absl::StatusOr<CostModel> CostModel::Median(absl::Span<const CostModel> models) 
       Constants copy = model.constants_;
       values.push_back(*Field(copy, field));
     }
-    *Field(constants, field) = LowerMedianOf(std::move(values));
+    *Field(constants, field) = LowerMedian(std::move(values));
   }
   LOOM_ASSIGN_OR_RETURN(CostModel median, FromConstants(constants));
   // Every curve any model has, in the order they first appear; each size's time
@@ -212,7 +208,7 @@ absl::StatusOr<CostModel> CostModel::Median(absl::Span<const CostModel> models) 
         }
       }
       Curve points;
-      for (auto& [bytes, seconds] : times) points.emplace_back(bytes, LowerMedianOf(std::move(seconds)));
+      for (auto& [bytes, seconds] : times) points.emplace_back(bytes, LowerMedian(std::move(seconds)));
       LOOM_RETURN_IF_ERROR(median.SetCurve(measured.kind, measured.algorithm, measured.ranks,
                                            measured.ranks_per_node, std::move(points)));
     }

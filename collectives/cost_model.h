@@ -42,6 +42,11 @@
 
 namespace loom {
 
+// LowerMedian: the middle value, the lower of the two middle ones for an even count
+// (so the lower of two); 0 for none. (A calibration's point is the lower median of
+// its batches, and CostModel::Median merges calibrations by it.)
+double LowerMedian(std::vector<double> values);
+
 // Explanation: why the selector picked an algorithm.
 struct Explanation {
   CollectiveKind kind = CollectiveKind::kAllReduce;
