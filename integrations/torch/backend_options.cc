@@ -46,6 +46,11 @@ absl::Status ValidateBackendOptions(const BackendOptions& options) {
           "loom: host_id \"", absl::CEscape(options.host_id), "\" contains a tab or newline"));
     }
   }
+  if (options.cost_model_calibrations < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("loom: cost_model_calibrations ",
+                                                   options.cost_model_calibrations,
+                                                   " must be 1 or more"));
+  }
   return absl::OkStatus();
 }
 

@@ -89,9 +89,15 @@ struct BackendOptions {
   // first time and caches it (collectives/auto_calibration.h, in $LOOM_CACHE_DIR or
   // the default directory); a group on one host keeps the formulas.
   std::string cost_model;
+  // Without a file, across hosts: how many groups' calibrations the cache merges (their
+  // median, AutoCalibrationOptions::calibrations_merged) before later groups on the
+  // same hosts only read it. At least 1; 1 keeps the first calibration.
+  int cost_model_calibrations = 3;
 };
 
-// ValidateBackendOptions: InvalidArgument naming the field and its value.
+// ValidateBackendOptions: InvalidArgument naming the field and its value
+// (heartbeat_timeout below 200 ms, a host_id with a tab or newline,
+// cost_model_calibrations below 1).
 absl::Status ValidateBackendOptions(const BackendOptions& options);
 
 }  // namespace pytorch

@@ -143,6 +143,14 @@ TEST(BackendOptionsTest, TransportNamesAndHeartbeatBound) {
   options.heartbeat_timeout = absl::Milliseconds(10);
   EXPECT_THAT(ValidateBackendOptions(options),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("heartbeat_timeout 10ms")));
+  options.heartbeat_timeout = kDefaultHeartbeatTimeout;
+  EXPECT_EQ(options.cost_model_calibrations, 3);
+  options.cost_model_calibrations = 1;
+  LOOM_EXPECT_OK(ValidateBackendOptions(options));
+  options.cost_model_calibrations = 0;
+  EXPECT_THAT(ValidateBackendOptions(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("cost_model_calibrations 0 must be 1 or more")));
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     bool deterministic, const std::string& check, const std::string& transport,
     const std::string& host_id, const std::string& gloo_hostname,
     const std::string& gloo_interface, double heartbeat_timeout_seconds, int64_t chunk_bytes,
-    const std::string& shm_copy, const std::string& cost_model) {
+    const std::string& shm_copy, const std::string& cost_model, int cost_model_calibrations) {
   BackendOptions options;
   options.deterministic = deterministic;
   if (check == "full") {
@@ -73,6 +73,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
   options.chunk_bytes = static_cast<size_t>(chunk_bytes);
   options.shm_copy = ValueOrRaise(ParseShmCopy(shm_copy));
   options.cost_model = cost_model;
+  options.cost_model_calibrations = cost_model_calibrations;
   GroupSpec spec;
   spec.rank = rank;
   spec.size = size;
@@ -144,6 +145,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("gloo_hostname") = "", py::arg("gloo_interface") = "",
         py::arg("heartbeat_timeout") = 10.0, py::arg("chunk_bytes") = 0,
         py::arg("shm_copy") = "staged_or_mapped", py::arg("cost_model") = "",
+        py::arg("cost_model_calibrations") = 3,
         // The rendezvous waits on the store and on the other ranks.
         py::call_guard<py::gil_scoped_release>());
   m.def("layout", &loom::pytorch::Layout, py::arg("group"));

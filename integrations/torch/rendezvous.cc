@@ -252,7 +252,14 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
   // Across hosts without a file: measure (or load the cached) model on these hosts,
   // collectively, so every rank chooses alike.
   if (options.cost_model.empty() && group.layout.two_level && spec.size > 1) {
-    absl::StatusOr<AutoCalibration> calibrated = AutoCalibrate(*group.communicator);
+    AutoCalibrationOptions calibration;
+    calibration.calibrations_merged = options.cost_model_calibrations;
+    // The hosts are the layout's: a rank given a host id counts as that host here too
+    // (else ranks given two ids on one machine are two hosts to the layout and one
+    // host, kept on the formulas, to the calibration). Unset, the hostname, which names
+    // the cache alike across reboots (the default host id carries the boot id).
+    if (!options.host_id.empty()) calibration.host_name = options.host_id;
+    absl::StatusOr<AutoCalibration> calibrated = AutoCalibrate(*group.communicator, calibration);
     if (!calibrated.ok()) return InGroup(spec, "calibrating the cost model", calibrated.status());
     if (calibrated->source != AutoCalibration::Source::kFormula) {
       group.cost_model_source = calibrated->ToString();

@@ -1,8 +1,11 @@
 """The cost model Loom's `auto` chooses by, from a file (Options.cost_model,
 LOOM_TORCH_COST_MODEL): every rank reads it, describe() names it, explain() shows the
 choice it makes and that it was measured; calls still give the right sums. Without
-one, a group on one host keeps the formulas. A file that cannot be read fails the
-group's creation, naming the file. Two ranks on one host.
+one, a group on one host keeps the formulas, and a group across hosts measures one
+and caches it: the first LOOM_TORCH_COST_MODEL_CALIBRATIONS groups on the same hosts
+measure (the cache keeps their median), later ones read it. A file that cannot be
+read, or a count below 1, fails the group's creation, naming it. Two ranks, on one
+host or given two host ids (two emulated hosts, gloo between them over loopback).
 """
 
 import os
@@ -28,11 +31,13 @@ curve all_reduce direct 2 0 4096:1e-06,1048576:1e-06
 
 def worker(argv):
     case = argv[0]
+    if case.startswith("two_hosts"):
+        os.environ["LOOM_TORCH_HOST_ID"] = f"emulated-host-{os.environ['RANK']}"
     import torch
     import torch.distributed as dist
     import loom_torch
     print(f"pid {os.getpid()}", flush=True)
-    if case == "missing":
+    if case in ("missing", "two_hosts_refused"):
         try:
             dist.init_process_group("loom", timeout=timedelta(seconds=60))
         except RuntimeError as e:
@@ -46,7 +51,7 @@ def worker(argv):
                    and time.monotonic() < deadline):
                 time.sleep(0.05)
             return
-        raise AssertionError("a missing cost model file was accepted")
+        raise AssertionError(f"case {case}: the group was created")
     dist.init_process_group("loom", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     described = loom_torch.describe()
@@ -99,6 +104,52 @@ class CostModelTest(unittest.TestCase):
             self.assertIn("refused: ", r.stdout, result.describe())
             self.assertIn(path, r.stdout, result.describe())
             self.assertIn("cost_model", r.stdout, result.describe())
+        torch_testing.check_nothing_left(self, result)
+
+    def run_two_hosts(self, cache, calibrations=None):
+        env = {"LOOM_CACHE_DIR": cache}
+        if calibrations is not None:
+            env["LOOM_TORCH_COST_MODEL_CALIBRATIONS"] = str(calibrations)
+        result = torch_testing.run_ranks(__file__, 2, ["two_hosts"], timeout=120, env=env)
+        result.check_ok(self)
+        for r in result.ranks:
+            self.assertIn("sum ok", r.stdout, result.describe())
+            self.assertRegex(r.stdout, r"explain: all_reduce 1 MiB on 2 ranks: \w+ \(predicted [^,]+, measured\)",
+                             result.describe())
+        torch_testing.check_nothing_left(self, result)
+        return result
+
+    def test_across_hosts_the_cache_merges_the_set_number_of_calibrations(self):
+        with tempfile.TemporaryDirectory() as cache:
+            # The first group measures; so does the second (default: 3 are merged),
+            # and the cache then holds the median of both.
+            first = self.run_two_hosts(cache)
+            for r in first.ranks:
+                self.assertRegex(r.stdout, r"describe: .*; cost model measured on 2 hosts \(.*\) in [\d.]+ s.*, saved to ",
+                                 first.describe())
+                self.assertNotIn("the median of", r.stdout, first.describe())
+            second = self.run_two_hosts(cache)
+            for r in second.ranks:
+                self.assertRegex(r.stdout, r"cost model measured on 2 hosts .*\(the median of 2 calibrations\)",
+                                 second.describe())
+            # Two are enough for a group that asks for 2: it reads the cache.
+            third = self.run_two_hosts(cache, calibrations=2)
+            for r in third.ranks:
+                self.assertRegex(r.stdout, r"cost model from cache, measured \S+ ago on 2 hosts .*\(the median of 2 calibrations\)",
+                                 third.describe())
+            self.assertEqual(len(os.listdir(cache)), 1, os.listdir(cache))
+
+    def test_across_hosts_a_count_below_one_is_named(self):
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as done:
+            result = torch_testing.run_ranks(
+                __file__, 2, ["two_hosts_refused"], timeout=90,
+                env={"LOOM_CACHE_DIR": cache, "LOOM_TORCH_COST_MODEL_CALIBRATIONS": "0",
+                     "COST_MODEL_TEST_DONE": done})
+            self.assertEqual(os.listdir(cache), [])
+        result.check_ok(self)
+        for r in result.ranks:
+            self.assertIn("refused: ", r.stdout, result.describe())
+            self.assertIn("cost_model_calibrations 0 must be 1 or more", r.stdout, result.describe())
         torch_testing.check_nothing_left(self, result)
 
 

@@ -79,6 +79,9 @@ class Options:
     # hosts the first time (about 2 s) and caches it ($LOOM_CACHE_DIR, or
     # ~/.cache/loom); a group on one host keeps the formulas. describe() says which.
     cost_model: str = ""
+    # Without a file, across hosts: how many groups' calibrations the cache merges
+    # (their median) before later groups on the same hosts only read it; 1 or more.
+    cost_model_calibrations: int = 3
 
 
 def _flag(name: str, value: str) -> bool:
@@ -102,6 +105,12 @@ def options_from_environment(environ=None) -> Options:
     options.gloo_interface = env.get("LOOM_TORCH_GLOO_IFNAME", options.gloo_interface)
     options.shm_copy = env.get("LOOM_TORCH_SHM_COPY", options.shm_copy)
     options.cost_model = env.get("LOOM_TORCH_COST_MODEL", options.cost_model)
+    if "LOOM_TORCH_COST_MODEL_CALIBRATIONS" in env:
+        text = env["LOOM_TORCH_COST_MODEL_CALIBRATIONS"]
+        try:
+            options.cost_model_calibrations = int(text)
+        except ValueError:
+            raise ValueError(f"loom: LOOM_TORCH_COST_MODEL_CALIBRATIONS={text!r} is not a whole number")
     if "LOOM_TORCH_CHUNK_BYTES" in env:
         text = env["LOOM_TORCH_CHUNK_BYTES"]
         try:
@@ -134,7 +143,8 @@ def create(store, rank: int, size: int, timeout: timedelta, options: Optional[Op
         transport=options.transport, host_id=options.host_id,
         gloo_hostname=options.gloo_hostname, gloo_interface=options.gloo_interface,
         heartbeat_timeout=float(options.heartbeat_timeout), chunk_bytes=int(options.chunk_bytes),
-        shm_copy=options.shm_copy, cost_model=options.cost_model)
+        shm_copy=options.shm_copy, cost_model=options.cost_model,
+        cost_model_calibrations=int(options.cost_model_calibrations))
     _groups.add(group)
     return group
 
