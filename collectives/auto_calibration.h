@@ -58,15 +58,20 @@ struct AutoCalibrationOptions {
   absl::Duration max_age = absl::Hours(7 * 24);
   // Sizes (bytes per rank) of the measured all-reduce curves, latency-bound to
   // bandwidth-bound; the model reads between them on log-log and extends the last
-  // segment beyond. Two or more, each at least 4 bytes.
+  // segment beyond. Two or more, each at least 4 bytes. A factor of 4 apart: with
+  // nothing between 4 and 64 KiB, MPI's own all-reduce on 2 hosts x 2 ranks was read
+  // at 16 KiB as 0.19 ms from its two ends, where it takes 0.27 (Open MPI changes
+  // its algorithm in between): 16 of 24 calibrations chose it or direct there, at
+  // 0.86..0.89 of the binomial tree; with a 16 KiB point 47 of 48 chose the tree
+  // (collectives/README.md, "A curve point at 16 KiB").
   // The algorithms within 10% of the best at the largest are also measured at 4x it
   // (one 4 MiB point varies by about 5% from calibration to calibration across 2
   // emulated hosts, so 5% left the algorithm that was best at 16 MiB unmeasured
   // there), the cheapest first, as many as the budget leaves room for and two at
   // least (PlanFinalists); the other curves grow to 4x it as the least of theirs did.
   // The measurement runs each (algorithm, size) three times or more.
-  std::vector<size_t> curve_sizes = {size_t{4} << 10, size_t{64} << 10, size_t{256} << 10,
-                                     size_t{1} << 20, size_t{4} << 20};
+  std::vector<size_t> curve_sizes = {size_t{4} << 10,   size_t{16} << 10, size_t{64} << 10,
+                                     size_t{256} << 10, size_t{1} << 20,  size_t{4} << 20};
   // How many jobs' calibrations the cache merges before later jobs only read it. A
   // job that finds fewer measures as well, and the cache then holds the median of
   // all of them (CostModel::Median) with each one beside it. One launch can run slow

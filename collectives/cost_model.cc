@@ -441,10 +441,25 @@ size_t CostModel::TieBreak(CollectiveKind kind, size_t bytes, int ranks, int ran
   // tie: across 2 emulated hosts halving-doubling and direct were priced 5.02 and
   // 5.19 ms at 1 MiB, while 256 KiB and 4 MiB priced direct 15% and 24% lower, and
   // over many calls direct ran 1 MiB 13% faster.
+  // Only sizes where the all-reduces run the form they run at this one: with several
+  // ranks on each node, direct and the trees run by nodes from kNodeAwareBytes and
+  // flat below it, two different algorithms under one name. (On 2 hosts x 2 ranks
+  // the binomial tree's flat 16 KiB, the fastest there by 1.2x, carried its tie with
+  // direct at 64 KiB, where its node-aware form runs 1.3x slower than direct's.)
+  const bool form_changes = std::any_of(tied.begin(), tied.end(), [&](size_t i) {
+    return kind == CollectiveKind::kAllReduce && AllReduceRunsByNodes(predictions[i].first);
+  });
+  const auto same_form = [&](size_t size) {
+    return !form_changes ||
+           collectives_internal::AllReduceByNodes(ranks, ranks_per_node, size) ==
+               collectives_internal::AllReduceByNodes(ranks, ranks_per_node, bytes);
+  };
   std::vector<size_t> sizes = {bytes};
   for (size_t i : tied) {
     for (const auto& [size, seconds] : curve(kind, predictions[i].first, ranks, ranks_per_node)) {
-      if (size * kTieNeighborhood >= bytes && size <= bytes * kTieNeighborhood) sizes.push_back(size);
+      if (size * kTieNeighborhood >= bytes && size <= bytes * kTieNeighborhood && same_form(size)) {
+        sizes.push_back(size);
+      }
     }
   }
   std::sort(sizes.begin(), sizes.end());

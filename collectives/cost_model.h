@@ -138,7 +138,9 @@ class CostModel {
   // whose curves end short of this size and of another's end drop out (their price
   // here is an extension, not a measurement). Each of the tied is
   // scored over this size and the measured sizes within kTieNeighborhood of it
-  // (the mean of its prices' ratios to the best of the tied there), and the tie goes
+  // (the mean of its prices' ratios to the best of the tied there; of an all-reduce
+  // that runs by nodes from kNodeAwareBytes, only the sizes on this size's side of
+  // it, where the same form runs), and the tie goes
   // to the earliest in AlgorithmsFor of those within kMeasuredTie of the best score.
   // The chosen one comes first in `predictions`.
   Explanation Explain(CollectiveKind kind, size_t bytes, int ranks, int ranks_per_node,

@@ -270,6 +270,29 @@ TEST(CostModelTest, MeasuredTiesAreJudgedOverTheNeighbouringSizes) {
             Algorithm::kNative);
 }
 
+// With several ranks on each node, direct and the trees run flat below
+// kNodeAwareBytes and by nodes from it: a tie at 64 KiB is judged by the sizes that
+// run the same form, not by the flat 16 KiB. With one rank a node every size counts.
+TEST(CostModelTest, TiesAreJudgedOnlyBySizesOfTheSameForm) {
+  for (const int per_node : {1, 2}) {
+    CostModel model = CostModel::Default();
+    for (Algorithm slow : {Algorithm::kRing, Algorithm::kHalvingDoubling,
+                           Algorithm::kDoubleBinaryTree, Algorithm::kHierarchical}) {
+      LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, slow, 4, per_node,
+                                    {{16 << 10, 1e-3}, {64 << 10, 2e-3}, {256 << 10, 5e-3}}));
+    }
+    // 64 KiB: the tree 3% under direct (a tie). 16 KiB: the tree at half direct's
+    // time. 256 KiB: direct 20% under the tree.
+    LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kBinomialTree, 4,
+                                  per_node, {{16 << 10, 100e-6}, {64 << 10, 300e-6}, {256 << 10, 1e-3}}));
+    LOOM_ASSERT_OK(model.SetCurve(CollectiveKind::kAllReduce, Algorithm::kDirect, 4, per_node,
+                                  {{16 << 10, 200e-6}, {64 << 10, 310e-6}, {256 << 10, 0.8e-3}}));
+    const Explanation why = model.Explain(CollectiveKind::kAllReduce, 64 << 10, 4, per_node);
+    EXPECT_EQ(why.chosen, per_node == 1 ? Algorithm::kBinomialTree : Algorithm::kDirect)
+        << per_node << " per node: " << why.ToString();
+  }
+}
+
 // Native competes only where the caller allows it, and wins only where cheaper.
 TEST(CostModelTest, ExplainWeighsNativeOnlyWhereAllowed) {
   CostModel model = CostModel::Default();

@@ -28,7 +28,7 @@ cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
 RATE="${RATE:-2gbit}"
 ITERS="${ITERS:-10}"
-ROUNDS="${ROUNDS:-3}"      # rounds of auto (from the cache) and every algorithm, in turn
+ROUNDS="${ROUNDS:-3}"      # rounds of auto (from the cache) and every algorithm, in turn; 0: calibrate only
 MIN_TIME="${MIN_TIME:-0.2s}"  # each size runs at least this long (collective_bench --min_time)
 RANKS_PER_HOST="${RANKS_PER_HOST:-1}"
 DELAY="${DELAY:-}"  # one-way delay of the link (cluster.sh --delay); empty: none
@@ -81,7 +81,8 @@ run() {  # ROUND ALGO [LABEL CACHE] -> "round label bytes chosen time_us"; the c
     for algo in $ALGOS; do run "$round" "$algo"; done
   done
 } | tee "$WORK/rows"
-python3 - "$WORK/rows" <<'PY'
+# ROUNDS=0: the calibrations' choices (round 0's rows) and their models only.
+((ROUNDS > 0)) && python3 - "$WORK/rows" <<'PY'
 import statistics, sys
 times = {}  # (label, size) -> [us per round]; round 0 is each calibration's measuring run
 chosen, calibrating = {}, {}  # (autoC, size) -> choices; -> us
