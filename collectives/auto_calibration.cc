@@ -25,15 +25,13 @@
 #include "absl/time/clock.h"
 #include "collectives/algorithm_registry.h"
 #include "collectives/calibration.h"
+#include "collectives/node_layout.h"
 #include "core/atomic_file.h"
 #include "core/status_macros.h"
 
 namespace loom {
 namespace {
 
-// The bytes of a host name as every rank sends it (longer names are cut: the key
-// stays a key, and Linux allows 64).
-constexpr size_t kHostBytes = 64;
 // The first line of a cache file names its key; the model's own text follows.
 constexpr char kKeyPrefix[] = "# key: ";
 // The seconds of the fixed measurements (round trips, the kernel), about, at 2 Gbit/s.
@@ -47,13 +45,6 @@ uint64_t Fnv1a(const std::string& text) {
     hash *= 1099511628211ull;
   }
   return hash;
-}
-
-std::string ThisHost(const AutoCalibrationOptions& options) {
-  if (!options.host_name.empty()) return options.host_name;
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "?";
-  return host;
 }
 
 // MakeDirs creates `dir` and its parents (mode 0755).
@@ -506,21 +497,12 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   result.model = comm.options().cost_model;
 
   // 1. The hosts, in rank order, and the key.
-  std::vector<uint8_t> mine(kHostBytes, 0);
-  const std::string host = ThisHost(options);
-  std::memcpy(mine.data(), host.data(), std::min(host.size(), kHostBytes - 1));
-  std::vector<uint8_t> all(kHostBytes * static_cast<size_t>(n));
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::string> hosts,
+                        AllGatherHostNames(comm, options.host_name));
+  std::map<std::string, int> per_host;
+  for (const std::string& host : hosts) ++per_host[host];
   CallOptions by_ring;
   by_ring.algorithm = Algorithm::kRing;
-  LOOM_RETURN_IF_ERROR(comm.AllGather(ConstBufferView::Of(absl::MakeConstSpan(mine)),
-                                      BufferView::Of(absl::MakeSpan(all)), by_ring));
-  std::vector<std::string> hosts;
-  std::map<std::string, int> per_host;
-  for (int r = 0; r < n; ++r) {
-    const char* name = reinterpret_cast<const char*>(all.data() + kHostBytes * r);
-    hosts.emplace_back(name, strnlen(name, kHostBytes));
-    ++per_host[hosts.back()];
-  }
   result.hosts = static_cast<int>(per_host.size());
   result.ranks_per_host = per_host.begin()->second;
   for (const auto& [name, count] : per_host) {

@@ -7,9 +7,11 @@
 // of itself through the launcher (as //tools:launch would), each connecting to the
 // shared-memory transport; rank 0 prints the table.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,11 +27,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collectives/auto_calibration.h"
 #include "collectives/calibration.h"
 #include "collectives/communicator.h"
 #include "collectives/cost_model.h"
+#include "collectives/node_layout.h"
 #include "collectives/transport/gloo/gloo_transport.h"
 #include "collectives/transport/inproc/inproc_transport.h"
 #include "collectives/transport/heartbeat.h"
@@ -276,9 +280,8 @@ absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchO
 }
 
 // RunRank benchmarks on one rank's transport; rank 0 prints.
-absl::Status RunRank(std::unique_ptr<Transport> transport, const BenchOptions& bench,
+absl::Status RunRank(std::shared_ptr<Transport> shared, const BenchOptions& bench,
                      CommunicatorOptions options, const std::string& transport_name) {
-  std::shared_ptr<Transport> shared = std::move(transport);
   std::string calibrated;
   if (absl::GetFlag(FLAGS_calibrate)) {
     // Measured on a communicator of its own; the benchmark's then uses the model.
@@ -397,7 +400,37 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
     }
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectGlooTransport(gloo));
-  return RunRank(std::move(transport), bench, options, "gloo");
+  if (options.ranks_per_node > 0) return RunRank(std::move(transport), bench, options, "gloo");
+  // Gloo knows nothing of hosts: the ranks find which of them share one by their host
+  // names, and where each host holds k > 1 consecutive ranks, those connect Loom's shm
+  // transport among themselves, so that direct, the trees and hierarchical run by
+  // hosts with their intra-host phases in shared memory (as over MPI, RunMpiRank).
+  std::shared_ptr<Transport> shared = std::move(transport);
+  CommunicatorOptions with_nodes = options;
+  std::string name = "gloo";
+  {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> probe, Communicator::Create(shared, options));
+    LOOM_ASSIGN_OR_RETURN(const NodeLayout layout, FindNodeLayout(*probe));
+    if (layout.ranks_per_node > 1) {
+      // One shm job per host and run: rank 0's pid and clock, shared, name it.
+      int64_t nonce[1] = {probe->rank() == 0
+                              ? (static_cast<int64_t>(getpid()) << 32) ^ absl::ToUnixNanos(absl::Now())
+                              : 0};
+      LOOM_RETURN_IF_ERROR(probe->Broadcast(absl::MakeSpan(nonce), /*root=*/0));
+      ShmOptions node = process;
+      node.job_id = absl::StrCat(process.job_id.substr(0, 64), ".n", layout.node, ".",
+                                 absl::Hex(static_cast<uint64_t>(nonce[0])));
+      node.rank = layout.local_rank;
+      node.size = layout.ranks_per_node;
+      node.world_rank = process.rank;
+      node.host_ranks = layout.ranks_per_node;
+      LOOM_ASSIGN_OR_RETURN(with_nodes.node_transport, ConnectShmTransport(node));
+      with_nodes.ranks_per_node = layout.ranks_per_node;
+      name = absl::StrCat("gloo between ", layout.hosts, " hosts, shm inside each (",
+                          layout.ranks_per_node, " ranks a host)");
+    }
+  }
+  return RunRank(std::move(shared), bench, std::move(with_nodes), name);
 }
 
 // LaunchSelf re-runs this binary as `ranks` processes with the launcher's rendezvous

@@ -1,7 +1,7 @@
 #!/bin/bash
-# All-reduce bus bandwidth across emulated hosts (tools/cluster, one rank per host,
-# links limited with tc tbf) against the link: one TCP stream's goodput first, then
-# every Loom algorithm and Open MPI's own at 4, 16 and 64 MiB. Needs root.
+# All-reduce bus bandwidth across emulated hosts (tools/cluster, RANKS_PER_HOST ranks
+# per host (1), links limited with tc tbf) against the link: one TCP stream's goodput
+# first, then every Loom algorithm and Open MPI's own at 4, 16 and 64 MiB. Needs root.
 #
 #   collectives/benchmarks/link_speed.sh [HOSTS] (default 2)
 #   RATE=2gbit ROUNDS=2 collectives/benchmarks/link_speed.sh 3
@@ -9,9 +9,15 @@
 #   BENCHES="before=/path/a after=/path/b" ...   # builds side by side, in turn
 #   TRANSPORT=gloo collectives/benchmarks/link_speed.sh 2   # Loom over gloo (TCP) instead
 #   CONGESTION=bbr ...   # the hosts' TCP congestion control (cluster.sh --congestion)
+#   RANKS_PER_HOST=2 OWN_CPUS=1 collectives/benchmarks/link_speed.sh 2   # 2 x 2 ranks,
+#                        # each host on its own CPUs (cluster.sh up --own_cpus)
 #
-# Prints "round [build] algorithm bytes time_us busbw_GB/s" per row; bus bandwidth is
-# collective_bench's (2(n-1)/n of the bytes per second), to compare with the rate.
+# Prints "round [build] algorithm bytes time_us busbw_GB/s link_share" per row; bus
+# bandwidth is collective_bench's (2(n-1)/n of the bytes per second over n ranks), to
+# compare with the rate; link_share is what each host's link must carry at the least,
+# 2(h-1)/h of the bytes over h hosts (the same whatever the ranks per host: a node-aware
+# schedule sends each byte across once each way), per second, over the rate. With one
+# rank per host the two agree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
@@ -21,12 +27,27 @@ ROUNDS="${ROUNDS:-2}"
 DELAY="${DELAY:-}"
 # The hosts' TCP congestion control (cluster.sh up --congestion); empty: its default.
 CONGESTION="${CONGESTION:-}"
-ALGOS="${ALGOS:-ring ring:1M ring:4M dbtree direct halving_doubling tree native}"
+RANKS_PER_HOST="${RANKS_PER_HOST:-1}"
+OWN_CPUS="${OWN_CPUS:-0}"  # 1: cluster.sh up --own_cpus
+DEFAULT_ALGOS="ring ring:1M ring:4M dbtree direct halving_doubling tree native"
+((RANKS_PER_HOST > 1)) && DEFAULT_ALGOS="$DEFAULT_ALGOS hierarchical"
+ALGOS="${ALGOS:-$DEFAULT_ALGOS}"
 TRANSPORT="${TRANSPORT:-mpi}"  # mpi, or gloo (its own TCP pairs; no native)
 [[ "$TRANSPORT" == mpi || "$TRANSPORT" == gloo ]] || { echo "TRANSPORT=$TRANSPORT: mpi or gloo" >&2; exit 2; }
 # gloo's rendezvous directories: outside /tmp, which each emulated host has its own of.
 STORES="$(mktemp -d "$PWD/.link_speed_gloo.XXXXXX")"
 CLUSTER="$PWD/tools/cluster/cluster.sh --name=xlink"
+# rate_bytes_per_second RATE: tc's rate text (2gbit, 500mbit, 100kbit) in bytes per second.
+rate_bytes_per_second() {
+  local number="${1%%[a-z]*}" unit="${1##*[0-9]}"
+  case "$unit" in
+    gbit) echo $((number * 125000000)) ;;
+    mbit) echo $((number * 125000)) ;;
+    kbit) echo $((number * 125)) ;;
+    *) echo "RATE=$1: a number and gbit, mbit or kbit" >&2; exit 2 ;;
+  esac
+}
+rate_bytes_per_second "$RATE" >/dev/null
 trap '$CLUSTER down; rm -rf "$STORES"' EXIT
 
 ./bazelw build --config=opt //tools:collective_bench //tools/cluster:delay_line >&2
@@ -36,7 +57,7 @@ BIN="$(./bazelw info --config=opt bazel-bin 2>/dev/null)"
 BENCHES="${BENCHES:-}"
 LOOM_DELAY_LINE="$BIN/tools/cluster/delay_line" $CLUSTER up "$HOSTS" --rate="$RATE" \
   ${DELAY:+--delay="$DELAY"} ${CONGESTION:+--congestion="$CONGESTION"} --subnet=10.196.0 \
-  --ranks_per_host=1 >&2
+  --ranks_per_host="$RANKS_PER_HOST" $( ((OWN_CPUS)) && echo --own_cpus) >&2
 echo "# hosts' TCP congestion control: $($CLUSTER congestion)"
 $CLUSTER exec h2 -- python3 "$PWD/collectives/benchmarks/tcp_stream.py" server 10.196.0.2 5001 268435456 &
 sleep 1
@@ -59,11 +80,13 @@ for ((round = 1; round <= ROUNDS; ++round)); do
                    --gloo_store_dir="$(mktemp -d "$STORES/run.XXXXXX")")
         launched=(sh -c 'LOOM_JOB_ID=xlink LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"')
       fi
-      $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$HOSTS" ${MPI_EXTRA:-} "${launched[@]}" \
+      $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$((HOSTS * RANKS_PER_HOST))" ${MPI_EXTRA:-} "${launched[@]}" \
         "${build#*=}" "${transport[@]}" --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M \
         --max_bytes=64M --step_factor=4 --iters=5 --warmup=2 --timeout=5m |
-        awk -v spec="$spec" -v round="$round" -v label="${label:+$label }" \
-          '/^ *[0-9]+ +[0-9]+ +f32/ { print round, label spec, $1, $6, $8 }'
+        awk -v spec="$spec" -v round="$round" -v label="${label:+$label }" -v hosts="$HOSTS" \
+          -v rate="$(rate_bytes_per_second "$RATE")" \
+          '/^ *[0-9]+ +[0-9]+ +f32/ { share = 2 * (hosts - 1) / hosts * $1 / ($6 * 1e-6) / rate
+                                     print round, label spec, $1, $6, $8, sprintf("%.2f", share) }'
     done
   done
 done

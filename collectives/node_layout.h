@@ -1,0 +1,53 @@
+// NodeLayout: which ranks of a communicator share a host, found from the ranks' own
+// host names, for transports that do not know it (gloo: one TCP pair per pair of
+// ranks, wherever they run). With it a program gives the Communicator its node layout
+// (CommunicatorOptions::ranks_per_node and a node transport), so that direct, the
+// trees and hierarchical run by nodes and bytes cross each host's link once each way.
+//
+// Example (every rank of a gloo job, after connecting):
+//   LOOM_ASSIGN_OR_RETURN(auto probe, Communicator::Create(transport, {}));
+//   LOOM_ASSIGN_OR_RETURN(NodeLayout layout, FindNodeLayout(*probe));
+//   // hosts h1,h1,h2,h2: layout.ranks_per_node == 2, layout.node == rank / 2,
+//   // layout.local_rank == rank % 2; hosts h1,h2,h1,h2 or h1,h1,h1,h2: 0 (no layout
+//   // the Communicator can use; it runs node-blind).
+#ifndef LOOM_COLLECTIVES_NODE_LAYOUT_H_
+#define LOOM_COLLECTIVES_NODE_LAYOUT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+
+namespace loom {
+
+// A host name as the ranks exchange it: at most this many bytes (longer names are cut,
+// so two names alike in their first 63 bytes count as one host).
+inline constexpr size_t kHostNameBytes = 64;
+
+// AllGatherHostNames: every rank's `host_name` (empty: gethostname()), in rank order,
+// on every rank. A collective call (one all-gather of kHostNameBytes per rank, by the
+// ring, whatever the communicator's model would choose).
+absl::StatusOr<std::vector<std::string>> AllGatherHostNames(Communicator& comm,
+                                                            const std::string& host_name = "");
+
+struct NodeLayout {
+  // Ranks per node when there are two or more hosts and every host holds the same
+  // number k > 1 of consecutive ranks (CommunicatorOptions::ranks_per_node's layout);
+  // 0 otherwise.
+  int ranks_per_node = 0;
+  int node = 0;        // with ranks_per_node > 0: this rank's host, rank / k
+  int local_rank = 0;  // and its rank there, rank % k
+  int hosts = 1;       // distinct host names
+  std::vector<std::string> host_names;  // every rank's, in rank order
+};
+
+// PlanNodeLayout: the layout of ranks on `host_names` (rank order), seen by `rank`.
+NodeLayout PlanNodeLayout(const std::vector<std::string>& host_names, int rank);
+
+// FindNodeLayout: AllGatherHostNames, then PlanNodeLayout for this rank.
+absl::StatusOr<NodeLayout> FindNodeLayout(Communicator& comm, const std::string& host_name = "");
+
+}  // namespace loom
+
+#endif  // LOOM_COLLECTIVES_NODE_LAYOUT_H_

@@ -1,0 +1,70 @@
+#include "collectives/node_layout.h"
+
+#include <string>
+#include <vector>
+
+#include "collectives/inproc_ranks_testing.h"
+#include "core/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::ElementsAre;
+
+TEST(NodeLayoutTest, ConsecutiveRanksOfEqualHostsMakeNodes) {
+  const std::vector<std::string> hosts = {"h1", "h1", "h1", "h2", "h2", "h2"};
+  for (int rank = 0; rank < 6; ++rank) {
+    const NodeLayout layout = PlanNodeLayout(hosts, rank);
+    EXPECT_EQ(layout.ranks_per_node, 3);
+    EXPECT_EQ(layout.hosts, 2);
+    EXPECT_EQ(layout.node, rank / 3);
+    EXPECT_EQ(layout.local_rank, rank % 3);
+  }
+}
+
+TEST(NodeLayoutTest, LayoutsTheCommunicatorCannotUseAreNone) {
+  const std::vector<std::vector<std::string>> none = {
+      {"h1", "h1", "h1", "h1"},  // one host
+      {"h1", "h2", "h3", "h4"},  // one rank a host: node-blind is the layout
+      {"h1", "h2", "h1", "h2"},  // not consecutive
+      {"h1", "h1", "h1", "h2"},  // uneven
+      {"h1", "h1", "h2", "h2", "h1", "h1"},  // a host in two runs
+      {"h1", "h1", "h2"},        // k does not divide the size
+      {},
+  };
+  for (const auto& hosts : none) {
+    const NodeLayout layout = PlanNodeLayout(hosts, 0);
+    EXPECT_EQ(layout.ranks_per_node, 0) << ::testing::PrintToString(hosts);
+    EXPECT_EQ(layout.node, 0);
+    EXPECT_EQ(layout.local_rank, 0);
+  }
+  EXPECT_EQ(PlanNodeLayout({"h1", "h2", "h1", "h2"}, 3).hosts, 2);
+}
+
+// Over real ranks (threads over the inproc transport), each naming its own host:
+// every rank gets every name in rank order, long names cut alike, and the layout.
+TEST(NodeLayoutTest, EveryRankFindsTheSameLayout) {
+  const std::string long_name(100, 'x');
+  RunInprocRanks(4, [&](int rank, Communicator& comm) {
+    const std::string mine = rank < 2 ? "alpha" : long_name;
+    LOOM_ASSERT_OK_AND_ASSIGN(const NodeLayout layout, FindNodeLayout(comm, mine));
+    const std::string cut = long_name.substr(0, kHostNameBytes - 1);
+    EXPECT_THAT(layout.host_names, ElementsAre("alpha", "alpha", cut, cut));
+    EXPECT_EQ(layout.ranks_per_node, 2);
+    EXPECT_EQ(layout.node, rank / 2);
+    EXPECT_EQ(layout.local_rank, rank % 2);
+  });
+  // Empty: this machine's host name, the same for every thread: one host.
+  RunInprocRanks(3, [](int, Communicator& comm) {
+    LOOM_ASSERT_OK_AND_ASSIGN(const NodeLayout layout, FindNodeLayout(comm));
+    EXPECT_EQ(layout.hosts, 1);
+    EXPECT_EQ(layout.ranks_per_node, 0);
+    ASSERT_EQ(layout.host_names.size(), 3u);
+    EXPECT_FALSE(layout.host_names[0].empty());
+  });
+}
+
+}  // namespace
+}  // namespace loom

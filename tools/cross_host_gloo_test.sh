@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# collective_bench over gloo on two emulated hosts with two ranks each (tools/cluster):
+# gloo knows nothing of hosts, so the ranks find theirs by name, and those sharing a
+# host connect Loom's shm transport among themselves (collectives/node_layout.h).
+# Fails unless the run says so, if any algorithm's all-reduce (below and above the
+# size where direct and the trees turn node-aware) differs from the reference, or
+# if a process, file or segment is left on a host. With ranks h1,h2,h1,h2 (not
+# consecutive) the layout cannot be used: the run says plain gloo and is still right.
+# Needs root (CI runs as root).
+#   cross_host_gloo_test.sh CLUSTER_SH COLLECTIVE_BENCH
+set -euo pipefail
+source "$(dirname "$1")/cluster_testing.sh"
+cluster_test_start "$1" xgloo
+BENCH="$(realpath "$2")"
+# The gloo rendezvous directory is seen by every host: beside the test's files.
+STORES="$(mktemp -d "${TEST_TMPDIR:-$PWD}/gloo-stores.XXXXXX")"
+trap 'cluster down; rm -rf "$STORES"' EXIT
+
+# bench ALGO [MPIRUN_ARGS...]: the run's output; fails the test if the run fails or
+# any element is wrong (collective_bench --check compares with the reference).
+bench() {
+  local algo="$1" log
+  shift
+  log="$(mktemp)"
+  # mpirun only starts the processes: each is a rank of a launched job (tools/launcher.h).
+  if ! on h1 timeout --kill-after=10 120 mpirun $(cluster mpirun-args) "$@" -np 4 \
+      sh -c 'LOOM_JOB_ID=xgloo LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"' \
+      "$BENCH" --transport=gloo --gloo_interface=eth0 --gloo_store_dir="$(mktemp -d "$STORES/run.XXXXXX")" \
+      --op=all_reduce --algo="$algo" --min_bytes=4K --max_bytes=1M --step_factor=16 --iters=3 \
+      --warmup=1 --check --noauto_calibrate --timeout=60s >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    fail "collective_bench --transport=gloo --algo=$algo"
+  fi
+  awk '$1 ~ /^[0-9]+$/ && NF >= 9 && $9 != 0 { print "wrong elements:", $0; bad = 1 }
+       END { exit bad }' "$log" >&2 || { cat "$log" >&2; fail "--algo=$algo: wrong elements"; }
+  cat "$log"
+  rm -f "$log"
+}
+
+cluster up 2 --ranks_per_host=2
+for algo in direct binomial_tree double_binary_tree hierarchical ring halving_doubling; do
+  out="$(bench "$algo")"
+  grep -q "^# transport gloo between 2 hosts, shm inside each (2 ranks a host)" <<<"$out" ||
+    { echo "$out" >&2; fail "--algo=$algo: the ranks did not run with their hosts' layout"; }
+  # 4 KiB, 64 KiB and 1 MiB: below and from the node-aware size.
+  [[ "$(awk '$1 ~ /^[0-9]+$/ && NF >= 9' <<<"$out" | wc -l)" == 3 ]] ||
+    { echo "$out" >&2; fail "--algo=$algo: not three sizes"; }
+  echo "$algo: ok"
+done
+expect_no_leftovers
+
+# Ranks alternating between the hosts: no layout the Communicator can use.
+out="$(bench direct --map-by node)"
+grep -q "^# transport gloo$" <<<"$out" ||
+  { echo "$out" >&2; fail "ranks h1,h2,h1,h2 were given a node layout"; }
+expect_no_leftovers
+echo "PASS"
