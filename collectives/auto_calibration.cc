@@ -508,8 +508,19 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
   for (const auto& [name, count] : per_host) {
     if (count != result.ranks_per_host) result.ranks_per_host = 0;
   }
+  // The communicator's node layout too: curves belong to it (CostModel::SetCurve's
+  // ranks per node), and the same hosts may run node-blind (gloo before it found its
+  // hosts) or by nodes, with or without a node transport.
+  const CommunicatorOptions& layout = comm.options();
+  const std::string nodes =
+      layout.ranks_per_node > 0
+          ? absl::StrCat(", ", layout.ranks_per_node, " per node",
+                         layout.node_transport != nullptr
+                             ? absl::StrCat(" over ", layout.node_transport->name())
+                             : "")
+          : "";
   result.key = absl::StrCat(comm.TransportName(), " ", n, " ranks, ", result.ranks_per_host,
-                            " per host: ", absl::StrJoin(hosts, ","));
+                            " per host", nodes, ": ", absl::StrJoin(hosts, ","));
   if (result.hosts == 1) {
     result.took = absl::Now() - start;
     return result;

@@ -91,7 +91,9 @@ struct AutoCalibration {
   CostModel model = CostModel::Default();
   int hosts = 1;
   int ranks_per_host = 0;  // 0: not the same on every host
-  std::string key;         // "mpi 1:h1,h2": the transport, ranks per host, hosts
+  // "mpi 4 ranks, 2 per host, 2 per node over shm: h1,h1,h2,h2": the transport, the
+  // ranks, per host (by name), the communicator's node layout, the hosts.
+  std::string key;
   std::string path;        // the cache file (kCache, kMeasured)
   absl::Duration age;      // kCache: how old the file is
   absl::Duration took;     // the whole call, measurement included

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "core/buffer_view.h"
 #include "core/status_macros.h"
 
@@ -21,10 +22,22 @@ std::string ThisHostName() {
 
 }  // namespace
 
+std::string SentHostName(const std::string& host_name) {
+  if (host_name.size() < kHostNameBytes) return host_name;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const unsigned char c : host_name) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  constexpr size_t kHexDigits = 16;
+  return absl::StrCat(host_name.substr(0, kHostNameBytes - 2 - kHexDigits), "~",
+                      absl::Hex(hash, absl::kZeroPad16));
+}
+
 absl::StatusOr<std::vector<std::string>> AllGatherHostNames(Communicator& comm,
                                                             const std::string& host_name) {
   const int n = comm.size();
-  const std::string host = host_name.empty() ? ThisHostName() : host_name;
+  const std::string host = SentHostName(host_name.empty() ? ThisHostName() : host_name);
   std::vector<uint8_t> mine(kHostNameBytes, 0);
   std::memcpy(mine.data(), host.data(), std::min(host.size(), kHostNameBytes - 1));
   std::vector<uint8_t> all(kHostNameBytes * static_cast<size_t>(n));

@@ -21,11 +21,16 @@
 
 namespace loom {
 
-// A host name as the ranks exchange it: at most this many bytes (longer names are cut,
-// so two names alike in their first 63 bytes count as one host).
+// A host name as the ranks exchange it: at most this many bytes with its terminator.
 inline constexpr size_t kHostNameBytes = 64;
 
-// AllGatherHostNames: every rank's `host_name` (empty: gethostname()), in rank order,
+// SentHostName: `host_name` as AllGatherHostNames sends it: itself when shorter than
+// kHostNameBytes, else its first 46 bytes, "~" and 16 hex digits of a hash of all of
+// it (63 bytes), so that long names that differ only at their ends stay apart.
+std::string SentHostName(const std::string& host_name);
+
+// AllGatherHostNames: every rank's `host_name` (empty: gethostname()), as
+// SentHostName makes it, in rank order,
 // on every rank. A collective call (one all-gather of kHostNameBytes per rank, by the
 // ring, whatever the communicator's model would choose).
 absl::StatusOr<std::vector<std::string>> AllGatherHostNames(Communicator& comm,

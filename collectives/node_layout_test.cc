@@ -44,14 +44,21 @@ TEST(NodeLayoutTest, LayoutsTheCommunicatorCannotUseAreNone) {
 }
 
 // Over real ranks (threads over the inproc transport), each naming its own host:
-// every rank gets every name in rank order, long names cut alike, and the layout.
+// every rank gets every name in rank order, long ones shortened alike, and the layout.
 TEST(NodeLayoutTest, EveryRankFindsTheSameLayout) {
-  const std::string long_name(100, 'x');
-  RunInprocRanks(4, [&](int rank, Communicator& comm) {
-    const std::string mine = rank < 2 ? "alpha" : long_name;
+  // Two names of 100 bytes alike in their first 99: two hosts, not one.
+  const std::string long_a = std::string(99, 'x') + "a";
+  const std::string long_b = std::string(99, 'x') + "b";
+  const std::string sent_a = SentHostName(long_a);
+  const std::string sent_b = SentHostName(long_b);
+  EXPECT_EQ(sent_a.size(), kHostNameBytes - 1);
+  EXPECT_NE(sent_a, sent_b);
+  EXPECT_EQ(SentHostName("alpha"), "alpha");
+  RunInprocRanks(6, [&](int rank, Communicator& comm) {
+    const std::string mine = rank < 2 ? "alpha" : rank < 4 ? long_a : long_b;
     LOOM_ASSERT_OK_AND_ASSIGN(const NodeLayout layout, FindNodeLayout(comm, mine));
-    const std::string cut = long_name.substr(0, kHostNameBytes - 1);
-    EXPECT_THAT(layout.host_names, ElementsAre("alpha", "alpha", cut, cut));
+    EXPECT_THAT(layout.host_names, ElementsAre("alpha", "alpha", sent_a, sent_a, sent_b, sent_b));
+    EXPECT_EQ(layout.hosts, 3);
     EXPECT_EQ(layout.ranks_per_node, 2);
     EXPECT_EQ(layout.node, rank / 2);
     EXPECT_EQ(layout.local_rank, rank % 2);

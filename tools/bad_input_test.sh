@@ -240,8 +240,8 @@ expect collective_bench 2 "--ranks_per_node=-1 must be >= 0" "${B[@]}" --ranks_p
 expect collective_bench 2 "--shm_copy=pigeon is not auto, cma or staged" "${B[@]}" --transport=shm --shm_copy=pigeon
 expect collective_bench 2 "--shm_staging_bytes=1K (1024 bytes) is not in [65536, 268435456]" "${B[@]}" --transport=shm --shm_staging_bytes=1K
 expect collective_bench 2 "--shm_staging_bytes=1T (1099511627776 bytes) is not in" "${B[@]}" --transport=shm --shm_staging_bytes=1T
-expect collective_bench 2 "--node_transport=foo is not none or shm" "${B[@]}" --transport=mpi --node_transport=foo
-expect collective_bench 2 "--node_transport=shm is for --transport=mpi, not inproc" "${B[@]}" --node_transport=shm
+expect collective_bench 2 "--node_transport=foo is not auto, none or shm" "${B[@]}" --transport=mpi --node_transport=foo
+expect collective_bench 2 "--node_transport=shm is for --transport=mpi or gloo, not inproc" "${B[@]}" --node_transport=shm
 expect collective_bench 2 "--cost_model=$TMP/missing.txt: " "${B[@]}" --cost_model="$TMP/missing.txt"
 expect collective_bench 2 "--check=sometimes is not true or false" "${B[@]}" --check=sometimes
 expect collective_bench 2 "unexpected argument \"stray\"" "${B[@]}" stray

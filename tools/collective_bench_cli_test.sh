@@ -45,7 +45,7 @@ echo "$out" | grep -q "# transport mpi, shm inside nodes" || { echo "two levels:
 rows="$(echo "$out" | awk '!/^#/ && NF >= 9 && $1 != "size(B)" && $5 == "hierarchical" && $9 == "0"' | wc -l)"
 [ "$rows" -eq 3 ] || { echo "two levels: want 3 correct hierarchical rows, got $rows"; exit 1; }
 if "$bench" --transport=mpi --ranks=2 --node_transport=nvlink 2> "$TEST_TMPDIR/err.txt"; then echo "bad node_transport accepted"; exit 1; fi
-grep -q -- "--node_transport=nvlink is not none or shm" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
+grep -q -- "--node_transport=nvlink is not auto, none or shm" "$TEST_TMPDIR/err.txt" || { cat "$TEST_TMPDIR/err.txt"; exit 1; }
 
 # The gloo transport: processes over Gloo's TCP pairs, checked; the rendezvous
 # directory is gone afterwards.

@@ -26,6 +26,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -74,9 +75,11 @@ ABSL_FLAG(bool, shared_buffers, false,
           "peers map instead of using CMA)");
 ABSL_FLAG(int, root, 0, "root of broadcast and reduce");
 ABSL_FLAG(int, ranks_per_node, 0, "node layout for hierarchical (0: one node)");
-ABSL_FLAG(std::string, node_transport, "none",
-          "mpi: what hierarchical's intra-node phases run over: none (MPI, like the rest) or "
-          "shm (Loom's shm transport among the ranks of each node)");
+ABSL_FLAG(std::string, node_transport, "auto",
+          "what the intra-node phases (hierarchical's, and direct's and the trees' by nodes) "
+          "run over: shm (Loom's shm transport among the ranks of each node), none (the "
+          "transport itself; over gloo also node-blind) or auto (mpi: none; gloo: shm among "
+          "the ranks found to share a host, else none)");
 ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and trees");
 ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reductions");
 ABSL_FLAG(std::string, cost_model, "",
@@ -240,13 +243,13 @@ absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchO
                      transport == "shm" ? " (the shm transport's limit)" : ""));
   }
   const std::string inside = absl::GetFlag(FLAGS_node_transport);
-  if (inside != "none" && inside != "shm") {
+  if (inside != "auto" && inside != "none" && inside != "shm") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--node_transport=", inside, " is not none or shm"));
+        absl::StrCat("--node_transport=", inside, " is not auto, none or shm"));
   }
-  if (inside == "shm" && transport != "mpi") {
+  if (inside == "shm" && transport != "mpi" && transport != "gloo") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--node_transport=shm is for --transport=mpi, not ", transport));
+        absl::StrCat("--node_transport=shm is for --transport=mpi or gloo, not ", transport));
   }
   // (Also the first read of these two, here on the main thread: absl fills a flag's
   // default at its first read, and RunRank's threads reading it first race.)
@@ -359,9 +362,9 @@ absl::Status RunMpiRank(const BenchOptions& bench, CommunicatorOptions options) 
                           ConnectNodeShmTransport(MPI_COMM_WORLD, options.ranks_per_node, shm));
     return RunRank(std::move(transport), bench, options, "mpi, shm inside nodes");
   }
-  if (inside != "none") {
+  if (inside != "none" && inside != "auto") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--node_transport=", inside, " is not none or shm"));
+        absl::StrCat("--node_transport=", inside, " is not auto, none or shm"));
   }
   return RunRank(std::move(transport), bench, options, "mpi");
 }
@@ -400,7 +403,10 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
     }
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, ConnectGlooTransport(gloo));
-  if (options.ranks_per_node > 0) return RunRank(std::move(transport), bench, options, "gloo");
+  const std::string inside = absl::GetFlag(FLAGS_node_transport);
+  if (options.ranks_per_node > 0 || inside == "none") {
+    return RunRank(std::move(transport), bench, options, "gloo");
+  }
   // Gloo knows nothing of hosts: the ranks find which of them share one by their host
   // names, and where each host holds k > 1 consecutive ranks, those connect Loom's shm
   // transport among themselves, so that direct, the trees and hierarchical run by
@@ -411,7 +417,7 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
   {
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> probe, Communicator::Create(shared, options));
     LOOM_ASSIGN_OR_RETURN(const NodeLayout layout, FindNodeLayout(*probe));
-    if (layout.ranks_per_node > 1) {
+    if (layout.ranks_per_node > 1 && layout.ranks_per_node <= kMaxShmRanks) {
       // One shm job per host and run: rank 0's pid and clock, shared, name it.
       int64_t nonce[1] = {probe->rank() == 0
                               ? (static_cast<int64_t>(getpid()) << 32) ^ absl::ToUnixNanos(absl::Now())
@@ -424,10 +430,29 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
       node.size = layout.ranks_per_node;
       node.world_rank = process.rank;
       node.host_ranks = layout.ranks_per_node;
-      LOOM_ASSIGN_OR_RETURN(with_nodes.node_transport, ConnectShmTransport(node));
-      with_nodes.ranks_per_node = layout.ranks_per_node;
-      name = absl::StrCat("gloo between ", layout.hosts, " hosts, shm inside each (",
-                          layout.ranks_per_node, " ranks a host)");
+      // Ranks with one host name may still not share /dev/shm (containers on one
+      // machine with the host's name): with auto, every rank falls back to plain gloo
+      // unless all of them connected.
+      if (inside == "auto") node.connect_timeout = std::min(node.connect_timeout, absl::Seconds(10));
+      absl::StatusOr<std::unique_ptr<Transport>> connected = ConnectShmTransport(node);
+      if (inside == "shm" && !connected.ok()) return connected.status();
+      int32_t all_connected[1] = {connected.ok() ? 1 : 0};
+      LOOM_RETURN_IF_ERROR(probe->AllReduce(absl::MakeSpan(all_connected), ReduceOp::kMin));
+      if (all_connected[0] == 1) {
+        with_nodes.node_transport = *std::move(connected);
+        with_nodes.ranks_per_node = layout.ranks_per_node;
+        name = absl::StrCat("gloo between ", layout.hosts, " hosts, shm inside each (",
+                            layout.ranks_per_node, " ranks a host)");
+      } else {
+        name = absl::StrCat("gloo (node-blind: shm inside a host did not connect",
+                            connected.ok() ? " on every rank" : absl::StrCat(": ", connected.status().message()),
+                            ")");
+      }
+    } else if (inside == "shm") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--node_transport=shm: the ranks' hosts (", absl::StrJoin(layout.host_names, ","),
+          ") are not 2 or more hosts of the same number (2..", kMaxShmRanks,
+          ") of consecutive ranks"));
     }
   }
   return RunRank(std::move(shared), bench, std::move(with_nodes), name);

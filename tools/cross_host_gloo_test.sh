@@ -5,7 +5,10 @@
 # Fails unless the run says so, if any algorithm's all-reduce (below and above the
 # size where direct and the trees turn node-aware) differs from the reference, or
 # if a process, file or segment is left on a host. With ranks h1,h2,h1,h2 (not
-# consecutive) the layout cannot be used: the run says plain gloo and is still right.
+# consecutive) the layout cannot be used: the run says plain gloo and is still right,
+# and --node_transport=shm is refused naming the hosts. Ranks that share a host name
+# but not /dev/shm (h1,h2 both named "pair0"; containers on one machine) fall back to
+# plain gloo, every rank alike. --node_transport=none keeps plain gloo.
 # Needs root (CI runs as root).
 #   cross_host_gloo_test.sh CLUSTER_SH COLLECTIVE_BENCH
 set -euo pipefail
@@ -18,6 +21,9 @@ trap 'cluster down; rm -rf "$STORES"' EXIT
 
 # bench ALGO [MPIRUN_ARGS...]: the run's output; fails the test if the run fails or
 # any element is wrong (collective_bench --check compares with the reference).
+# RANK_PREFIX: a command each rank runs under; FLAGS: more collective_bench flags.
+RANK_PREFIX=()
+FLAGS=()
 bench() {
   local algo="$1" log
   shift
@@ -25,7 +31,7 @@ bench() {
   # mpirun only starts the processes: each is a rank of a launched job (tools/launcher.h).
   if ! on h1 timeout --kill-after=10 120 mpirun $(cluster mpirun-args) "$@" -np 4 \
       sh -c 'LOOM_JOB_ID=xgloo LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"' \
-      "$BENCH" --transport=gloo --gloo_interface=eth0 --gloo_store_dir="$(mktemp -d "$STORES/run.XXXXXX")" \
+      "${RANK_PREFIX[@]}" "$BENCH" "${FLAGS[@]}" --transport=gloo --gloo_interface=eth0 --gloo_store_dir="$(mktemp -d "$STORES/run.XXXXXX")" \
       --op=all_reduce --algo="$algo" --min_bytes=4K --max_bytes=1M --step_factor=16 --iters=3 \
       --warmup=1 --check --noauto_calibrate --timeout=60s >"$log" 2>&1; then
     tail -20 "$log" >&2
@@ -53,5 +59,28 @@ expect_no_leftovers
 out="$(bench direct --map-by node)"
 grep -q "^# transport gloo$" <<<"$out" ||
   { echo "$out" >&2; fail "ranks h1,h2,h1,h2 were given a node layout"; }
+FLAGS=(--node_transport=shm)
+log="$(mktemp)"
+if (bench direct --map-by node) >"$log" 2>&1; then cat "$log" >&2; fail "--node_transport=shm ran without a layout"; fi
+grep -q "node_transport=shm: the ranks' hosts (h1,h2,h1,h2) are not 2 or more hosts" "$log" ||
+  { cat "$log" >&2; fail "--node_transport=shm without a layout: not the expected error"; }
+rm -f "$log"
+FLAGS=(--node_transport=none)
+out="$(bench direct)"
+grep -q "^# transport gloo$" <<<"$out" || { echo "$out" >&2; fail "--node_transport=none found a layout"; }
+expect_no_leftovers
+
+# Ranks 0,1 (on h1 and h2) named pair0, ranks 2,3 pair1: a layout by name whose
+# "hosts" share no /dev/shm. Each rank runs in a UTS namespace of its own.
+FLAGS=()
+cat >"$STORES/named_by_pair.sh" <<'EOS'
+#!/bin/sh
+exec unshare --uts sh -c 'hostname "pair$((OMPI_COMM_WORLD_RANK / 2))" && exec "$0" "$@"' "$@"
+EOS
+chmod +x "$STORES/named_by_pair.sh"
+RANK_PREFIX=("$STORES/named_by_pair.sh")
+out="$(bench direct --map-by node)"
+grep -q "^# transport gloo (node-blind: shm inside a host did not connect" <<<"$out" ||
+  { echo "$out" >&2; fail "ranks named alike without a shared /dev/shm did not fall back to plain gloo"; }
 expect_no_leftovers
 echo "PASS"

@@ -34,20 +34,22 @@ DEFAULT_ALGOS="ring ring:1M ring:4M dbtree direct halving_doubling tree native"
 ALGOS="${ALGOS:-$DEFAULT_ALGOS}"
 TRANSPORT="${TRANSPORT:-mpi}"  # mpi, or gloo (its own TCP pairs; no native)
 [[ "$TRANSPORT" == mpi || "$TRANSPORT" == gloo ]] || { echo "TRANSPORT=$TRANSPORT: mpi or gloo" >&2; exit 2; }
+# rate_bytes_per_second RATE: tc's rate text (2gbit, 500mbit, 100kbit, 64000bit), as
+# cluster.sh takes it, in bytes per second.
+rate_bytes_per_second() {
+  [[ "$1" =~ ^([0-9]+)(k|m|g)?bit$ ]] || { echo "RATE=$1: a whole number and bit, kbit, mbit or gbit" >&2; exit 2; }
+  local bits="${BASH_REMATCH[1]}"
+  case "${BASH_REMATCH[2]}" in
+    g) bits=$((bits * 1000000000)) ;;
+    m) bits=$((bits * 1000000)) ;;
+    k) bits=$((bits * 1000)) ;;
+  esac
+  echo $((bits / 8))
+}
+rate_bytes_per_second "$RATE" >/dev/null
 # gloo's rendezvous directories: outside /tmp, which each emulated host has its own of.
 STORES="$(mktemp -d "$PWD/.link_speed_gloo.XXXXXX")"
 CLUSTER="$PWD/tools/cluster/cluster.sh --name=xlink"
-# rate_bytes_per_second RATE: tc's rate text (2gbit, 500mbit, 100kbit) in bytes per second.
-rate_bytes_per_second() {
-  local number="${1%%[a-z]*}" unit="${1##*[0-9]}"
-  case "$unit" in
-    gbit) echo $((number * 125000000)) ;;
-    mbit) echo $((number * 125000)) ;;
-    kbit) echo $((number * 125)) ;;
-    *) echo "RATE=$1: a number and gbit, mbit or kbit" >&2; exit 2 ;;
-  esac
-}
-rate_bytes_per_second "$RATE" >/dev/null
 trap '$CLUSTER down; rm -rf "$STORES"' EXIT
 
 ./bazelw build --config=opt //tools:collective_bench //tools/cluster:delay_line >&2

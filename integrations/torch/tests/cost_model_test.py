@@ -139,6 +139,14 @@ class CostModelTest(unittest.TestCase):
                                  third.describe())
             self.assertEqual(len(os.listdir(cache)), 1, os.listdir(cache))
 
+    def test_the_count_from_the_environment(self):
+        import loom_torch
+        self.assertEqual(loom_torch.options_from_environment({}).cost_model_calibrations, 3)
+        options = loom_torch.options_from_environment({"LOOM_TORCH_COST_MODEL_CALIBRATIONS": "2"})
+        self.assertEqual(options.cost_model_calibrations, 2)
+        with self.assertRaisesRegex(ValueError, "LOOM_TORCH_COST_MODEL_CALIBRATIONS='abc'"):
+            loom_torch.options_from_environment({"LOOM_TORCH_COST_MODEL_CALIBRATIONS": "abc"})
+
     def test_across_hosts_a_count_below_one_is_named(self):
         with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as done:
             result = torch_testing.run_ranks(

@@ -136,6 +136,8 @@ def create(store, rank: int, size: int, timeout: timedelta, options: Optional[Op
         options = options_from_environment()
     if not isinstance(options, Options):
         raise TypeError(f"loom: pg_options must be loom_torch.Options, got {type(options).__name__}")
+    if int(options.cost_model_calibrations) > 2**31 - 1:  # below 1: Loom names it
+        raise ValueError(f"loom: cost_model_calibrations {options.cost_model_calibrations} is above 2**31 - 1")
     group = _C.create_process_group(
         store, rank, size, timeout,
         world_rank=world_rank, group_name=group_name,
