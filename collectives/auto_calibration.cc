@@ -1,7 +1,6 @@
 #include "collectives/auto_calibration.h"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>

@@ -92,6 +92,16 @@ def _flag(name: str, value: str) -> bool:
     raise ValueError(f"loom: {name}={value!r} is not a boolean (1/0, true/false, yes/no, on/off)")
 
 
+def _number(env, name: str, parse, what: str, default):
+    """env[name] read by `parse` (int, float), or `default` where unset."""
+    if name not in env:
+        return default
+    try:
+        return parse(env[name])
+    except ValueError:
+        raise ValueError(f"loom: {name}={env[name]!r} is not {what}")
+
+
 def options_from_environment(environ=None) -> Options:
     """Options from the LOOM_TORCH_* environment variables (the defaults where unset)."""
     env = os.environ if environ is None else environ
@@ -105,24 +115,12 @@ def options_from_environment(environ=None) -> Options:
     options.gloo_interface = env.get("LOOM_TORCH_GLOO_IFNAME", options.gloo_interface)
     options.shm_copy = env.get("LOOM_TORCH_SHM_COPY", options.shm_copy)
     options.cost_model = env.get("LOOM_TORCH_COST_MODEL", options.cost_model)
-    if "LOOM_TORCH_COST_MODEL_CALIBRATIONS" in env:
-        text = env["LOOM_TORCH_COST_MODEL_CALIBRATIONS"]
-        try:
-            options.cost_model_calibrations = int(text)
-        except ValueError:
-            raise ValueError(f"loom: LOOM_TORCH_COST_MODEL_CALIBRATIONS={text!r} is not a whole number")
-    if "LOOM_TORCH_CHUNK_BYTES" in env:
-        text = env["LOOM_TORCH_CHUNK_BYTES"]
-        try:
-            options.chunk_bytes = int(text)
-        except ValueError:
-            raise ValueError(f"loom: LOOM_TORCH_CHUNK_BYTES={text!r} is not a number of bytes")
-    if "LOOM_TORCH_HEARTBEAT_TIMEOUT" in env:
-        text = env["LOOM_TORCH_HEARTBEAT_TIMEOUT"]
-        try:
-            options.heartbeat_timeout = float(text)
-        except ValueError:
-            raise ValueError(f"loom: LOOM_TORCH_HEARTBEAT_TIMEOUT={text!r} is not a number of seconds")
+    options.cost_model_calibrations = _number(env, "LOOM_TORCH_COST_MODEL_CALIBRATIONS", int,
+                                              "a whole number", options.cost_model_calibrations)
+    options.chunk_bytes = _number(env, "LOOM_TORCH_CHUNK_BYTES", int, "a number of bytes",
+                                  options.chunk_bytes)
+    options.heartbeat_timeout = _number(env, "LOOM_TORCH_HEARTBEAT_TIMEOUT", float,
+                                        "a number of seconds", options.heartbeat_timeout)
     return options
 
 
