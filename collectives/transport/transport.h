@@ -99,6 +99,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -258,6 +259,37 @@ class Transport {
 
   // Abort fails every pending and later request with `reason`; see the contract.
   virtual void Abort(const absl::Status& reason) = 0;
+
+  // TryWait is Wait without the cancelling, for a caller that waits on this endpoint
+  // and on another one at once (RoutedTransport: shm inside a host, gloo across). It
+  // moves messages as Wait does (every pending request, named or not) and returns:
+  //   - true once every named request has finished: they are then forgotten, as after
+  //     Wait, and the first error among them is returned instead of true;
+  //   - false at `until` (a past `until` makes one pass, without blocking) or soon
+  //     after a Wake, if some named request is still pending: then none is forgotten
+  //     nor cancelled, and the caller may TryWait or Wait on them again.
+  // With no request named it waits for a Wake or `until`, moving messages meanwhile,
+  // and returns false. NotFound for an unknown or already waited request (nothing is
+  // then forgotten); Unimplemented for a backend without it (mpi, nccl: the default).
+  virtual absl::StatusOr<bool> TryWait(absl::Span<const Request> requests, absl::Time until);
+
+  // Wake makes the TryWait blocked on this endpoint (or, if none is, the next one)
+  // return after one more pass. Callable from any thread, cheap when nobody sleeps.
+  // A no-op for a backend without TryWait.
+  virtual void Wake() {}
+
+  // SetFinishListener asks the backend to call `listener` each time one of this
+  // endpoint's requests finishes on a thread of its own (a peer's thread for inproc,
+  // gloo's receiver threads), not inside this endpoint's Wait or TryWait, so a caller
+  // blocked on another endpoint can be woken (a Wake there). It runs under the
+  // backend's locks: it must be quick and must not call this endpoint. Set it before
+  // the first request is posted. Returns false when this backend's requests never
+  // finish without its own thread (shm, mpi: they move only inside Wait), so nobody
+  // would call it.
+  virtual bool SetFinishListener(std::function<void()> listener) {
+    (void)listener;
+    return false;
+  }
 
   // AllocateBuffer returns `bytes` of zeroed, page-aligned host memory that this
   // transport moves at its best: shm's peers map it instead of copying through the

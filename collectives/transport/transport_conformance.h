@@ -9,10 +9,12 @@
 #define LOOM_COLLECTIVES_TRANSPORT_TRANSPORT_CONFORMANCE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -531,6 +533,101 @@ TEST_P(TransportConformanceTest, RejectsBadPeersAndUnknownRequests) {
     }
     return absl::OkStatus();
   });
+}
+
+// TryWait leaves a pending request pending (nothing forgotten or cancelled) and
+// forgets a finished one, below and above every backend's eager limit.
+TEST_P(TransportConformanceTest, TryWaitLeavesPendingRequestsAndForgetsFinishedOnes) {
+  if (world() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
+    if (t.rank() >= 2) return absl::OkStatus();
+    // Every rank asks first, so both give up together where TryWait is missing.
+    const absl::StatusOr<bool> probe = t.TryWait({}, absl::InfinitePast());
+    if (!probe.ok()) return probe.status();
+    if (*probe) return absl::InternalError("TryWait naming nothing returned true");
+    const absl::Time give_up = transport_conformance::Soon();
+    for (const size_t bytes : {size_t{64}, size_t{1} << 20}) {
+      const Tag data_tag = 100 + bytes % 7, go_tag = 200 + bytes % 7;
+      std::vector<std::byte> go(1);
+      if (t.rank() == 0) {
+        std::vector<std::byte> buffer(bytes, std::byte{0x5A});
+        LOOM_ASSIGN_OR_RETURN(Request recv, t.Recv(1, data_tag, AsWritableBytes(buffer)));
+        LOOM_ASSIGN_OR_RETURN(bool early, t.TryWait({recv}, absl::InfinitePast()));
+        if (early) return absl::InternalError("a receive finished before its peer sent");
+        LOOM_ASSIGN_OR_RETURN(bool still, t.TryWait({recv}, absl::Now() + absl::Milliseconds(20)));
+        if (still) return absl::InternalError("a receive finished before its peer sent");
+        LOOM_ASSIGN_OR_RETURN(Request say_go, t.Send(1, go_tag, AsBytes(go)));
+        LOOM_RETURN_IF_ERROR(t.Wait({say_go}, give_up));
+        bool done = false;
+        while (!done) {
+          if (absl::Now() > give_up) return absl::InternalError("the receive never finished");
+          LOOM_ASSIGN_OR_RETURN(done, t.TryWait({recv}, absl::Now() + absl::Milliseconds(10)));
+        }
+        LOOM_RETURN_IF_ERROR(transport_conformance::ExpectPayload(buffer, 1, 0, data_tag));
+        const absl::Status again = t.Wait({recv}, give_up);
+        if (again.code() != absl::StatusCode::kNotFound) {
+          return absl::InternalError(
+              absl::StrCat("a request TryWait finished was not forgotten: ", again.ToString()));
+        }
+      } else {
+        LOOM_ASSIGN_OR_RETURN(Request heard, t.Recv(0, go_tag, AsWritableBytes(go)));
+        LOOM_RETURN_IF_ERROR(t.Wait({heard}, give_up));
+        const std::vector<std::byte> payload = transport_conformance::Payload(1, 0, data_tag, bytes);
+        LOOM_ASSIGN_OR_RETURN(Request send, t.Send(0, data_tag, AsBytes(payload)));
+        bool done = false;
+        while (!done) {
+          if (absl::Now() > give_up) return absl::InternalError("the send never finished");
+          LOOM_ASSIGN_OR_RETURN(done, t.TryWait({send}, absl::Now() + absl::Milliseconds(10)));
+        }
+      }
+    }
+    const absl::StatusOr<bool> unknown = t.TryWait({Request{987654}}, absl::InfinitePast());
+    if (unknown.status().code() != absl::StatusCode::kNotFound) {
+      return absl::InternalError(absl::StrCat("TryWait on an unknown request gave ",
+                                              unknown.status().ToString()));
+    }
+    return absl::OkStatus();
+  });
+  if (absl::IsUnimplemented(results[0])) GTEST_SKIP() << results[0];
+  for (int r = 0; r < world(); ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
+}
+
+// Wake ends a TryWait that names nothing: one called before it, and one called from
+// another thread while it waits.
+TEST_P(TransportConformanceTest, WakeEndsATryWaitNamingNothing) {
+  const std::vector<absl::Status> results = RunEach([](Transport& t) -> absl::Status {
+    const absl::StatusOr<bool> probe = t.TryWait({}, absl::InfinitePast());
+    if (!probe.ok()) return probe.status();
+    for (const bool from_another_thread : {false, true}) {
+      std::atomic<bool> back{false};
+      std::thread waker;
+      if (from_another_thread) {
+        waker = std::thread([&] {
+          absl::SleepFor(absl::Milliseconds(20));  // Most likely asleep by now.
+          while (!back.load()) {
+            t.Wake();
+            std::this_thread::yield();
+          }
+        });
+      } else {
+        t.Wake();
+      }
+      const absl::Time start = absl::Now();
+      const absl::StatusOr<bool> woken = t.TryWait({}, start + absl::Seconds(30));
+      back.store(true);
+      if (waker.joinable()) waker.join();
+      if (!woken.ok()) return woken.status();
+      if (*woken) return absl::InternalError("TryWait naming nothing returned true");
+      if (absl::Now() - start > absl::Seconds(10)) {
+        return absl::InternalError(absl::StrCat("Wake did not end the TryWait (",
+                                                from_another_thread ? "another thread" : "before",
+                                                ")"));
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (absl::IsUnimplemented(results[0])) GTEST_SKIP() << results[0];
+  for (int r = 0; r < world(); ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
 }
 
 // Many small ring steps with more ranks than cores: waits must block, not livelock.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,12 +41,17 @@ struct Op {
   Mutex mu;
   CondVar cv;
   absl::Status status;  // Written once, before `done` is set.
+  // The owning endpoint's finish listener (Transport::SetFinishListener), if any:
+  // called under `mu` after `done` is set, so an owner that takes `mu` once after
+  // seeing `done` knows the call has returned. Shared, so it outlives the endpoint.
+  std::shared_ptr<const std::function<void()>> listener;
 
   void Finish(absl::Status result) ABSL_LOCKS_EXCLUDED(mu) {
     status = std::move(result);
     {
       MutexLock lock(&mu);
       done.store(true, std::memory_order_release);
+      if (listener != nullptr) (*listener)();
     }
     cv.SignalAll();
   }
@@ -205,6 +211,7 @@ class InprocTransport final : public Transport {
       std::shared_ptr<Op> op = std::move(it->second);
       requests_.erase(it);
       if (!WaitUntil(*op, deadline)) Cancel(*op, deadline);
+      if (op->listener != nullptr) MutexLock lock(&op->mu);  // Its listener call has returned.
       // Moved, not copied: the peer thread may drop the last reference to `op` (its
       // match) later, and a Status rep shared between two threads is reference
       // counted inside the uninstrumented libabsl, where TSan cannot follow it.
@@ -213,12 +220,78 @@ class InprocTransport final : public Transport {
     return first_error;
   }
 
+  absl::StatusOr<bool> TryWait(absl::Span<const Request> requests, absl::Time until) override {
+    std::vector<Op*> ops;
+    ops.reserve(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto it = requests_.find(requests[i].id);
+      const bool twice = std::any_of(requests.begin(), requests.begin() + i,
+                                     [&](const Request& r) { return r.id == requests[i].id; });
+      if (it == requests_.end() || twice) {
+        return absl::NotFoundError(absl::StrCat("inproc rank ", rank_, ": request ",
+                                                requests[i].id,
+                                                " is unknown, already waited or named twice"));
+      }
+      ops.push_back(it->second.get());
+    }
+    while (true) {
+      Op* pending = ops.empty() ? idle_.get() : nullptr;
+      for (Op* op : ops) {
+        if (!op->done.load(std::memory_order_acquire)) {
+          pending = op;
+          break;
+        }
+      }
+      if (pending == nullptr) break;
+      if (woken_.exchange(false) || absl::Now() >= until) return false;
+      // Sleep on the pending op (the idle one, never finished, when none is named) until
+      // it finishes, `until`, or Wake signals it.
+      {
+        MutexLock lock(&blocked_mu_);
+        blocked_on_ = pending;
+      }
+      {
+        MutexLock lock(&pending->mu);
+        if (!pending->done.load(std::memory_order_acquire) && !woken_.load()) {
+          pending->cv.WaitWithDeadline(&pending->mu, until);
+        }
+      }
+      MutexLock lock(&blocked_mu_);
+      blocked_on_ = nullptr;
+    }
+    absl::Status first_error;
+    for (const Request& request : requests) {
+      auto it = requests_.find(request.id);
+      std::shared_ptr<Op> op = std::move(it->second);
+      requests_.erase(it);
+      if (op->listener != nullptr) MutexLock lock(&op->mu);  // Its listener call has returned.
+      if (!op->status.ok() && first_error.ok()) first_error = std::move(op->status);
+    }
+    if (!first_error.ok()) return first_error;
+    return true;
+  }
+
+  void Wake() override {
+    woken_.store(true);
+    MutexLock lock(&blocked_mu_);
+    if (blocked_on_ == nullptr) return;
+    MutexLock op_lock(&blocked_on_->mu);
+    blocked_on_->cv.SignalAll();
+  }
+
+  bool SetFinishListener(std::function<void()> listener) override {
+    listener_ = listener ? std::make_shared<const std::function<void()>>(std::move(listener))
+                         : nullptr;
+    return true;
+  }
+
   void Abort(const absl::Status& reason) override {
     group_->MarkDead(rank_, reason.ok() ? absl::AbortedError("aborted") : reason);
   }
 
  private:
   absl::StatusOr<Request> Post(std::shared_ptr<Op> op) {
+    op->listener = listener_;
     const int peer = op->is_send ? op->dst : op->src;
     if (peer < 0 || peer >= size()) {
       return absl::InvalidArgumentError(absl::StrCat("inproc rank ", rank_, ": peer ", peer,
@@ -302,6 +375,13 @@ class InprocTransport final : public Transport {
   const int rank_;
   uint64_t next_id_ = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Op>> requests_;
+  std::shared_ptr<const std::function<void()>> listener_;
+  // TryWait: an op never finished, slept on when no request is named; the op a
+  // TryWait sleeps on, for Wake to signal; and Wake's flag.
+  const std::unique_ptr<Op> idle_ = std::make_unique<Op>();
+  Mutex blocked_mu_;
+  Op* blocked_on_ ABSL_GUARDED_BY(blocked_mu_) = nullptr;
+  std::atomic<bool> woken_{false};
 };
 
 }  // namespace

@@ -412,6 +412,7 @@ void Endpoint::Finish(Op& op, absl::Status status) {
   op.waiting_ack = false;
   op.status = std::move(status);
   finished_.SignalAll();
+  if (finish_listener_) finish_listener_();
 }
 
 void Endpoint::Post(int peer, const Envelope& envelope, absl::Span<const std::byte> payload) {
@@ -799,6 +800,54 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
     ops_.erase(it);
   }
   return result;
+}
+
+absl::StatusOr<bool> Endpoint::TryWait(absl::Span<const Request> requests, absl::Time until) {
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const bool twice = std::any_of(requests.begin(), requests.begin() + i,
+                                   [&](const Request& r) { return r.id == requests[i].id; });
+    if (twice || ops_.find(requests[i].id) == ops_.end()) {
+      return absl::NotFoundError(absl::StrCat("gloo rank ", rank_, ": request ", requests[i].id,
+                                              " is unknown, already waited or named twice"));
+    }
+  }
+  // With nothing named, only a Wake or `until` ends the wait.
+  auto all_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (requests.empty()) return false;
+    for (const Request& request : requests) {
+      if (!ops_.at(request.id).done) return false;
+    }
+    return true;
+  };
+  while (!all_done()) {
+    if (woken_) {
+      woken_ = false;
+      return false;
+    }
+    // Requests move on gloo's and this endpoint's threads: nothing to do but sleep.
+    if (!finished_.WaitWithDeadline(&mu_, until) && !all_done()) return false;
+  }
+  absl::Status result;
+  for (const Request& request : requests) {
+    auto it = ops_.find(request.id);
+    if (result.ok() && !it->second.status.ok()) result = it->second.status;
+    ops_.erase(it);
+  }
+  if (!result.ok()) return result;
+  return true;
+}
+
+void Endpoint::Wake() {
+  MutexLock lock(&mu_);
+  woken_ = true;
+  finished_.SignalAll();
+}
+
+bool Endpoint::SetFinishListener(std::function<void()> listener) {
+  MutexLock lock(&mu_);
+  finish_listener_ = std::move(listener);
+  return true;
 }
 
 }  // namespace gloo_internal

@@ -158,17 +158,21 @@ absl::StatusOr<Request> ShmEndpoint::PostRecv(int peer, Tag tag, absl::Span<std:
   return request;
 }
 
+void ShmEndpoint::FindNamed(absl::Span<const Request> requests, absl::Span<Operation*> ops) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Operation* op = requests_.Find(requests[i]);
+    if (op != nullptr && op->named_by_wait) op = nullptr;  // Named twice.
+    if (op != nullptr) op->named_by_wait = true;
+    ops[i] = op;
+  }
+}
+
 absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time deadline) {
   // nullptr marks a request that is unknown or named twice. Inline storage of the
   // final size: a Wait is on the latency path of every small message.
   absl::FixedArray<Operation*, 16> ops(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    Operation* op = requests_.Find(requests[i]);
-    if (op != nullptr && op->named_by_wait) op = nullptr;  // Named twice.
-    if (op != nullptr) op->named_by_wait = true;           // Erased below, so never reset.
-    ops[i] = op;
-  }
-  WaitUntilFinished(ops, deadline);
+  FindNamed(requests, absl::MakeSpan(ops));  // Erased below, so never unmarked.
+  WaitUntilFinished(ops, deadline, WaitEnd::kCancelAtDeadline);
   absl::Status first_error;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (ops[i] == nullptr) {
@@ -184,11 +188,50 @@ absl::Status ShmEndpoint::Wait(absl::Span<const Request> requests, absl::Time de
   return first_error;
 }
 
-void ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline) {
+absl::StatusOr<bool> ShmEndpoint::TryWait(absl::Span<const Request> requests, absl::Time until) {
+  absl::FixedArray<Operation*, 16> ops(requests.size());
+  FindNamed(requests, absl::MakeSpan(ops));
+  auto unmark = [&] {
+    for (Operation* op : ops) {
+      if (op != nullptr) op->named_by_wait = false;
+    }
+  };
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (ops[i] != nullptr) continue;
+    unmark();
+    return absl::NotFoundError(absl::StrCat("shm rank ", rank_, ": request ", requests[i].id,
+                                            " is unknown, already waited or named twice"));
+  }
+  if (!WaitUntilFinished(ops, until, WaitEnd::kReturnAtUntilOrWake)) {
+    unmark();
+    return false;
+  }
+  absl::Status first_error;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (first_error.ok() && !ops[i]->status.ok()) first_error = ops[i]->status;
+    requests_.Remove(requests[i]);
+  }
+  if (!first_error.ok()) return first_error;
+  return true;
+}
+
+void ShmEndpoint::Wake() {
+  wake_requested_.store(true, std::memory_order_release);
+  Ring(self_header_);
+}
+
+bool ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline,
+                                    WaitEnd end) {
+  const bool trying = end == WaitEnd::kReturnAtUntilOrWake;
+  // A TryWait naming nothing waits for its Wake (or `until`) instead.
+  const bool wait_for_wake = trying && ops.empty();
+  auto finished = [&] { return !wait_for_wake && AllFinished(ops); };
   int idle_polls = 0;
   uint32_t polls = 0;
   // Set at the first look at the clock: most small waits end before it.
   absl::Time next_peer_check = absl::InfiniteFuture();
+  // A TryWait with its `until` already past makes one pass.
+  const bool one_pass = trying && loom::Now() >= deadline;
   while (true) {
     if (!abort_handled_ && abort_requested_.load(std::memory_order_acquire)) HandleAbort();
     if (Progress()) {
@@ -196,7 +239,10 @@ void ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time
     } else {
       ++idle_polls;
     }
-    if (AllFinished(ops)) return;
+    if (finished()) return true;
+    if (trying && (one_pass || wake_requested_.exchange(false, std::memory_order_acq_rel))) {
+      return false;
+    }
     const bool spun_out = idle_polls > spin_iterations_;
     if (!spun_out && ++polls % kPollsPerClockRead != 0) {
       if (yield_while_spinning_) {
@@ -211,18 +257,20 @@ void ShmEndpoint::WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time
     if (now >= next_peer_check) {
       CheckPeers();
       next_peer_check = now + kPeerCheckInterval;
-      if (AllFinished(ops)) return;
+      if (finished()) return true;
     }
     if (now >= deadline) {
+      if (trying) return false;
       CancelUnfinished(ops, deadline);
-      return;
+      return true;
     }
     // After a sleep without news the next idle poll sleeps again; news restarts the spin.
     if (spun_out) {
       bool sends_queued = false;
       for (const auto& outbox : outboxes_) sends_queued |= outbox->has_queued();
-      Block(ops, std::min(deadline,
-                          now + (sends_queued ? kMaxSleepWithQueuedSends : kMaxSleep)));
+      Block(ops,
+            std::min(deadline, now + (sends_queued ? kMaxSleepWithQueuedSends : kMaxSleep)),
+            /*wakeable=*/trying);
     }
   }
 }
@@ -238,12 +286,16 @@ bool ShmEndpoint::Progress() {
   return changed;
 }
 
-void ShmEndpoint::Block(absl::Span<Operation* const> ops, absl::Time until) {
+void ShmEndpoint::Block(absl::Span<Operation* const> ops, absl::Time until, bool wakeable) {
   Sleeper sleeper(self_header_);
   const uint32_t ticket = sleeper.Prepare();
   // The re-check after announcing the sleep: anything published before a producer
-  // saw the flag down is visible here.
-  if (!Progress() && !AllFinished(ops) && !abort_requested_.load(std::memory_order_acquire)) {
+  // saw the flag down is visible here (a Wake included: it raises its flag, then
+  // rings).
+  const bool progressed = Progress();
+  const bool ops_done = !(wakeable && ops.empty()) && AllFinished(ops);
+  if (!progressed && !ops_done && !abort_requested_.load(std::memory_order_acquire) &&
+      !(wakeable && wake_requested_.load(std::memory_order_acquire))) {
     sleeper.Sleep(ticket, until - loom::Now());
   }
   sleeper.Finish();

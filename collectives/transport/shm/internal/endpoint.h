@@ -45,6 +45,9 @@ class ShmEndpoint final : public Transport {
   absl::StatusOr<Request> PostRecv(int peer, Tag tag, absl::Span<std::byte> data,
                                    Combiner combiner, const Stamp& stamp) override;
   absl::Status Wait(absl::Span<const Request> requests, absl::Time deadline) override;
+  absl::StatusOr<bool> TryWait(absl::Span<const Request> requests, absl::Time until) override;
+  // Wake raises wake_requested_ and rings this rank's own doorbell if it sleeps.
+  void Wake() override;
   void Abort(const absl::Status& reason) ABSL_LOCKS_EXCLUDED(abort_mu_) override;
   // AllocateBuffer returns a SharedBuffer: peers map it and copy with memcpy.
   absl::StatusOr<CommBuffer> AllocateBuffer(size_t bytes) override;
@@ -60,10 +63,21 @@ class ShmEndpoint final : public Transport {
     return PostableError(peer);
   }
   absl::Status PostableError(int peer) ABSL_LOCKS_EXCLUDED(abort_mu_);
-  void WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline);
+  // FindNamed looks up the named requests, marking each named_by_wait; nullptr for one
+  // that is unknown or named twice.
+  void FindNamed(absl::Span<const Request> requests, absl::Span<Operation*> ops);
+  // How WaitUntilFinished ends: Wait's way (cancel what is pending at the deadline)
+  // or TryWait's (return false at `until` or at a Wake, cancelling nothing).
+  enum class WaitEnd { kCancelAtDeadline, kReturnAtUntilOrWake };
+  // WaitUntilFinished returns true once every op has finished (with kReturnAtUntilOrWake
+  // and no op, never: it waits for a Wake or `until`).
+  bool WaitUntilFinished(absl::Span<Operation* const> ops, absl::Time deadline, WaitEnd end);
   // Progress runs one pass over every live peer; true if anything changed.
   bool Progress();
-  void Block(absl::Span<Operation* const> ops, absl::Time until);
+  // Block sleeps on the doorbell until `until` unless the re-check after announcing
+  // the sleep finds work: progress, `ops` all finished (when `sleep_while_all_finished`
+  // is false), an abort or (`wakeable`) a Wake.
+  void Block(absl::Span<Operation* const> ops, absl::Time until, bool wakeable);
   // RingPeersWithNews wakes the sleeping peers whose links have news. Inline: every
   // poll asks, and usually none has.
   void RingPeersWithNews() {
@@ -96,6 +110,8 @@ class ShmEndpoint final : public Transport {
   Mutex abort_mu_;
   absl::Status abort_status_ ABSL_GUARDED_BY(abort_mu_);
   bool abort_handled_ = false;  // Driving thread only.
+  // Set by Wake (any thread), taken by the TryWait it ends.
+  std::atomic<bool> wake_requested_{false};
 };
 
 }  // namespace shm_internal
