@@ -25,6 +25,14 @@ class TransportHarness {
   // Whether the transport measures the paths to its peers (Transport::EstimatePath:
   // MPI's round trips and rates); the others report zeros.
   virtual bool measures_paths() const { return false; }
+  // Whether rank `from` of a group of `world` measures its path to `to`: all or none
+  // for one backend, but a routed transport measures only the far ones.
+  virtual bool measures_path(int from, int to, int world) const {
+    (void)from;
+    (void)to;
+    (void)world;
+    return measures_paths();
+  }
   // Run starts `world` ranks, calls `body` with each rank's endpoint concurrently,
   // and returns every rank's result in rank order.
   virtual std::vector<absl::Status> Run(int world,
