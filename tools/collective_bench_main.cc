@@ -41,6 +41,7 @@
 #include "collectives/transport/mpi/mpi_transport.h"
 #include "collectives/transport/mpi/mpirun.h"
 #include "collectives/transport/mpi/node_shm.h"
+#include "collectives/transport/routed/routed_transport.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/status_macros.h"
 #include "tools/cli.h"
@@ -80,6 +81,11 @@ ABSL_FLAG(std::string, node_transport, "auto",
           "run over: shm (Loom's shm transport among the ranks of each node), none (the "
           "transport itself; over gloo also node-blind) or auto (mpi: none; gloo: shm among "
           "the ranks found to share a host, else none)");
+ABSL_FLAG(bool, route_by_host, true,
+          "gloo with the ranks' hosts found (--node_transport=auto or shm): every algorithm's "
+          "messages to ranks of the same host go over Loom's shm transport, those to other "
+          "hosts over gloo (a routed gloo+shm transport), not only the node-aware phases'; "
+          "false: over gloo, through TCP on loopback");
 ABSL_FLAG(std::string, chunk_bytes, "256K", "pipelining chunk of the ring and trees");
 ABSL_FLAG(bool, deterministic, false, "rank-order (bitwise reproducible) reductions");
 ABSL_FLAG(std::string, cost_model, "",
@@ -250,6 +256,11 @@ absl::Status ValidateFlags(const std::string& transport, int ranks, const BenchO
   if (inside == "shm" && transport != "mpi" && transport != "gloo") {
     return absl::InvalidArgumentError(
         absl::StrCat("--node_transport=shm is for --transport=mpi or gloo, not ", transport));
+  }
+  if (!absl::GetFlag(FLAGS_route_by_host) && (transport != "gloo" || inside == "none")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--route_by_host=false is for --transport=gloo with its hosts found (--node_transport="
+        "auto or shm), not --transport=", transport, " --node_transport=", inside));
   }
   // (Also the first read of these two, here on the main thread: absl fills a flag's
   // default at its first read, and RunRank's threads reading it first race.)
@@ -443,6 +454,20 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
         with_nodes.ranks_per_node = layout.ranks_per_node;
         name = absl::StrCat("gloo between ", layout.hosts, " hosts, shm inside each (",
                             layout.ranks_per_node, " ranks a host)");
+        if (absl::GetFlag(FLAGS_route_by_host)) {
+          // A second shm job on each host, for the node-blind algorithms' messages to
+          // the ranks of their own host: the routed transport's near one (the node
+          // transport above belongs to the Communicator's node-aware phases).
+          ShmOptions near = node;
+          near.job_id = absl::StrCat(node.job_id, ".r");
+          LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> near_end, ConnectShmTransport(near));
+          std::vector<int> on_host(layout.ranks_per_node);
+          for (int i = 0; i < layout.ranks_per_node; ++i) {
+            on_host[i] = layout.node * layout.ranks_per_node + i;
+          }
+          LOOM_ASSIGN_OR_RETURN(shared, MakeRoutedTransport(shared, std::move(near_end), on_host));
+          absl::StrAppend(&name, ", routed");
+        }
       } else {
         name = absl::StrCat("gloo (node-blind: shm inside a host did not connect",
                             connected.ok() ? " on every rank" : absl::StrCat(": ", connected.status().message()),

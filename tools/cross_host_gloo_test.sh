@@ -8,7 +8,9 @@
 # consecutive) the layout cannot be used: the run says plain gloo and is still right,
 # and --node_transport=shm is refused naming the hosts. Ranks that share a host name
 # but not /dev/shm (h1,h2 both named "pair0"; containers on one machine) fall back to
-# plain gloo, every rank alike. --node_transport=none keeps plain gloo.
+# plain gloo, every rank alike. --node_transport=none keeps plain gloo. With the layout,
+# every algorithm's messages to a rank of the same host go over shm (routed), unless
+# --route_by_host=false.
 # Needs root (CI runs as root).
 #   cross_host_gloo_test.sh CLUSTER_SH COLLECTIVE_BENCH
 set -euo pipefail
@@ -46,13 +48,21 @@ bench() {
 cluster up 2 --ranks_per_host=2
 for algo in direct binomial_tree double_binary_tree hierarchical ring halving_doubling; do
   out="$(bench "$algo")"
-  grep -q "^# transport gloo between 2 hosts, shm inside each (2 ranks a host)" <<<"$out" ||
-    { echo "$out" >&2; fail "--algo=$algo: the ranks did not run with their hosts' layout"; }
+  grep -q "^# transport gloo between 2 hosts, shm inside each (2 ranks a host), routed$" <<<"$out" ||
+    { echo "$out" >&2; fail "--algo=$algo: the ranks did not run with their hosts' layout, routed"; }
   # 4 KiB, 64 KiB and 1 MiB: below and from the node-aware size.
   [[ "$(awk '$1 ~ /^[0-9]+$/ && NF >= 9' <<<"$out" | wc -l)" == 3 ]] ||
     { echo "$out" >&2; fail "--algo=$algo: not three sizes"; }
   echo "$algo: ok"
 done
+# Not routed: the node-blind algorithms' messages inside a host go over gloo.
+FLAGS=(--route_by_host=false)
+for algo in ring halving_doubling; do
+  out="$(bench "$algo")"
+  grep -q "^# transport gloo between 2 hosts, shm inside each (2 ranks a host)$" <<<"$out" ||
+    { echo "$out" >&2; fail "--algo=$algo --route_by_host=false: not the plain layout"; }
+done
+FLAGS=()
 expect_no_leftovers
 
 # Ranks alternating between the hosts: no layout the Communicator can use.

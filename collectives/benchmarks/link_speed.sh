@@ -11,6 +11,7 @@
 #   CONGESTION=bbr ...   # the hosts' TCP congestion control (cluster.sh --congestion)
 #   RANKS_PER_HOST=2 OWN_CPUS=1 collectives/benchmarks/link_speed.sh 2   # 2 x 2 ranks,
 #                        # each host on its own CPUs (cluster.sh up --own_cpus)
+#   MIN_BYTES=4K MAX_BYTES=1M ITERS=50 ...   # other sizes (every 4x; default 4M..64M, 5 iterations)
 #
 # Prints "round [build] algorithm bytes time_us busbw_GB/s link_share" per row; bus
 # bandwidth is collective_bench's (2(n-1)/n of the bytes per second over n ranks), to
@@ -29,6 +30,9 @@ DELAY="${DELAY:-}"
 CONGESTION="${CONGESTION:-}"
 RANKS_PER_HOST="${RANKS_PER_HOST:-1}"
 OWN_CPUS="${OWN_CPUS:-0}"  # 1: cluster.sh up --own_cpus
+MIN_BYTES="${MIN_BYTES:-4M}"
+MAX_BYTES="${MAX_BYTES:-64M}"
+ITERS="${ITERS:-5}"  # timed iterations per size (more for small sizes)
 DEFAULT_ALGOS="ring ring:1M ring:4M dbtree direct halving_doubling tree native"
 ((RANKS_PER_HOST > 1)) && DEFAULT_ALGOS="$DEFAULT_ALGOS hierarchical"
 ALGOS="${ALGOS:-$DEFAULT_ALGOS}"
@@ -83,8 +87,8 @@ for ((round = 1; round <= ROUNDS; ++round)); do
         launched=(sh -c 'LOOM_JOB_ID=xlink LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"')
       fi
       $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$((HOSTS * RANKS_PER_HOST))" ${MPI_EXTRA:-} "${launched[@]}" \
-        "${build#*=}" "${transport[@]}" --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes=4M \
-        --max_bytes=64M --step_factor=4 --iters=5 --warmup=2 --timeout=5m |
+        "${build#*=}" "${transport[@]}" --op=all_reduce --algo="$algo" --chunk_bytes="$chunk" --min_bytes="$MIN_BYTES" \
+        --max_bytes="$MAX_BYTES" --step_factor=4 --iters="$ITERS" --warmup=2 --timeout=5m |
         awk -v spec="$spec" -v round="$round" -v label="${label:+$label }" -v hosts="$HOSTS" \
           -v rate="$(rate_bytes_per_second "$RATE")" \
           '/^ *[0-9]+ +[0-9]+ +f32/ { share = 2 * (hosts - 1) / hosts * $1 / ($6 * 1e-6) / rate
