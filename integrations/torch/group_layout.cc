@@ -36,8 +36,10 @@ std::string GroupLayout::Describe() const {
   if (!two_level) return absl::StrCat("shm among ", local_size, " ranks on one host");
   const char* between = mpi ? "mpi" : "gloo";
   if (ranks_per_node > 0) {
+    // Over gloo every algorithm's messages inside a host take shm (routed); over MPI
+    // the node-aware phases' do, and MPI's own shared memory the others'.
     return absl::StrCat(between, " between ", hosts, " hosts, shm inside each (", ranks_per_node,
-                        " ranks per host)");
+                        " ranks per host", mpi ? "" : ", every algorithm", ")");
   }
   return absl::StrCat(between, " among all ranks (", hosts, hosts == 1 ? " host" : " hosts",
                       ", no shm level)");

@@ -43,7 +43,7 @@ TEST(GroupLayoutTest, ConsecutiveEqualHostsGetTwoLevels) {
   EXPECT_EQ(layout.node, 1);
   EXPECT_EQ(layout.local_rank, 1);
   EXPECT_EQ(layout.local_size, 2);
-  EXPECT_EQ(layout.Describe(), "gloo between 3 hosts, shm inside each (2 ranks per host)");
+  EXPECT_EQ(layout.Describe(), "gloo between 3 hosts, shm inside each (2 ranks per host, every algorithm)");
 }
 
 TEST(GroupLayoutTest, UnevenOrInterleavedHostsGetGlooAlone) {

@@ -39,7 +39,7 @@ def worker(argv):
     print(f"pid {os.getpid()}", flush=True)
     dist.init_process_group("loom", timeout=timedelta(seconds=60))
     world = dist.get_world_size()
-    want = {"two_hosts": "gloo between 2 hosts, shm inside each (2 ranks per host)",
+    want = {"two_hosts": "gloo between 2 hosts, shm inside each (2 ranks per host, every algorithm)",
             "mpi_two_hosts": "mpi between 2 hosts, shm inside each (2 ranks per host)",
             "gloo_only": "gloo among all ranks (1 host, no shm level)"}[mode]
     assert loom_torch.layout() == want, loom_torch.layout()
