@@ -242,6 +242,8 @@ expect collective_bench 2 "--shm_staging_bytes=1K (1024 bytes) is not in [65536,
 expect collective_bench 2 "--shm_staging_bytes=1T (1099511627776 bytes) is not in" "${B[@]}" --transport=shm --shm_staging_bytes=1T
 expect collective_bench 2 "--node_transport=foo is not auto, none or shm" "${B[@]}" --transport=mpi --node_transport=foo
 expect collective_bench 2 "--node_transport=shm is for --transport=mpi or gloo, not inproc" "${B[@]}" --node_transport=shm
+expect collective_bench 2 "--route_by_host=false is for --transport=gloo with its hosts found (--node_transport=auto or shm), not --transport=mpi --node_transport=auto" "${B[@]}" --transport=mpi --route_by_host=false
+expect collective_bench 2 "--route_by_host=false is for --transport=gloo with its hosts found (--node_transport=auto or shm), not --transport=gloo --node_transport=none" "${B[@]}" --transport=gloo --node_transport=none --route_by_host=false
 expect collective_bench 2 "--cost_model=$TMP/missing.txt: " "${B[@]}" --cost_model="$TMP/missing.txt"
 expect collective_bench 2 "--check=sometimes is not true or false" "${B[@]}" --check=sometimes
 expect collective_bench 2 "unexpected argument \"stray\"" "${B[@]}" stray
