@@ -56,13 +56,21 @@ absl::Status EndTogether(Transport& t) {
   constexpr Tag kEndTag = kCommunicatorTagsBegin - 1;
   std::vector<std::byte> out(1), in(t.size());
   std::vector<Request> requests;
-  for (int peer = 0; peer < t.size(); ++peer) {
-    LOOM_ASSIGN_OR_RETURN(Request send, t.Send(peer, kEndTag, out));
-    requests.push_back(send);
-    LOOM_ASSIGN_OR_RETURN(Request recv, t.Recv(peer, kEndTag, absl::MakeSpan(&in[peer], 1)));
-    requests.push_back(recv);
+  absl::Status posted;
+  for (int peer = 0; peer < t.size() && posted.ok(); ++peer) {
+    absl::StatusOr<Request> send = t.Send(peer, kEndTag, out);
+    absl::StatusOr<Request> recv = t.Recv(peer, kEndTag, absl::MakeSpan(&in[peer], 1));
+    for (const absl::StatusOr<Request>* request : {&send, &recv}) {
+      if (request->ok()) {
+        requests.push_back(**request);
+      } else {
+        posted.Update(request->status());
+      }
+    }
   }
-  return t.Wait(requests, absl::Now() + absl::Seconds(5));
+  // Whatever was posted is waited for (or cancelled) before its buffers go.
+  const absl::Status waited = t.Wait(requests, absl::Now() + absl::Seconds(posted.ok() ? 5 : 0));
+  return posted.ok() ? waited : posted;
 }
 
 class RoutedInprocHarness final : public TransportHarness {
