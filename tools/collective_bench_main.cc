@@ -422,62 +422,82 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
   // names, and where each host holds k > 1 consecutive ranks, those connect Loom's shm
   // transport among themselves, so that direct, the trees and hierarchical run by
   // hosts with their intra-host phases in shared memory (as over MPI, RunMpiRank).
+  // Messages between two ranks of one host take shm for every other algorithm too
+  // (a routed transport, unless --route_by_host=false), whatever the layout.
   std::shared_ptr<Transport> shared = std::move(transport);
   CommunicatorOptions with_nodes = options;
   std::string name = "gloo";
   {
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> probe, Communicator::Create(shared, options));
     LOOM_ASSIGN_OR_RETURN(const NodeLayout layout, FindNodeLayout(*probe));
-    if (layout.ranks_per_node > 1 && layout.ranks_per_node <= kMaxShmRanks) {
-      // One shm job per host and run: rank 0's pid and clock, shared, name it.
-      int64_t nonce[1] = {probe->rank() == 0
-                              ? (static_cast<int64_t>(getpid()) << 32) ^ absl::ToUnixNanos(absl::Now())
-                              : 0};
-      LOOM_RETURN_IF_ERROR(probe->Broadcast(absl::MakeSpan(nonce), /*root=*/0));
-      ShmOptions node = process;
-      node.job_id = absl::StrCat(process.job_id.substr(0, 64), ".n", layout.node, ".",
-                                 absl::Hex(static_cast<uint64_t>(nonce[0])));
-      node.rank = layout.local_rank;
-      node.size = layout.ranks_per_node;
-      node.world_rank = process.rank;
-      node.host_ranks = layout.ranks_per_node;
-      // Ranks with one host name may still not share /dev/shm (containers on one
-      // machine with the host's name): with auto, every rank falls back to plain gloo
-      // unless all of them connected.
-      if (inside == "auto") node.connect_timeout = std::min(node.connect_timeout, absl::Seconds(10));
-      absl::StatusOr<std::unique_ptr<Transport>> connected = ConnectShmTransport(node);
-      if (inside == "shm" && !connected.ok()) return connected.status();
-      int32_t all_connected[1] = {connected.ok() ? 1 : 0};
-      LOOM_RETURN_IF_ERROR(probe->AllReduce(absl::MakeSpan(all_connected), ReduceOp::kMin));
-      if (all_connected[0] == 1) {
-        with_nodes.node_transport = *std::move(connected);
-        with_nodes.ranks_per_node = layout.ranks_per_node;
-        name = absl::StrCat("gloo between ", layout.hosts, " hosts, shm inside each (",
-                            layout.ranks_per_node, " ranks a host)");
-        if (absl::GetFlag(FLAGS_route_by_host)) {
-          // A second shm job on each host, for the node-blind algorithms' messages to
-          // the ranks of their own host: the routed transport's near one (the node
-          // transport above belongs to the Communicator's node-aware phases).
-          ShmOptions near = node;
-          near.job_id = absl::StrCat(node.job_id, ".r");
-          LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Transport> near_end, ConnectShmTransport(near));
-          std::vector<int> on_host(layout.ranks_per_node);
-          for (int i = 0; i < layout.ranks_per_node; ++i) {
-            on_host[i] = layout.node * layout.ranks_per_node + i;
-          }
-          LOOM_ASSIGN_OR_RETURN(shared, MakeRoutedTransport(shared, std::move(near_end), on_host));
-          absl::StrAppend(&name, ", routed");
-        }
-      } else {
-        name = absl::StrCat("gloo (node-blind: shm inside a host did not connect",
-                            connected.ok() ? " on every rank" : absl::StrCat(": ", connected.status().message()),
-                            ")");
-      }
-    } else if (inside == "shm") {
+    const bool blocks = layout.ranks_per_node > 1 && layout.ranks_per_node <= kMaxShmRanks;
+    if (!blocks && inside == "shm") {
       return absl::FailedPreconditionError(absl::StrCat(
           "--node_transport=shm: the ranks' hosts (", absl::StrJoin(layout.host_names, ","),
           ") are not 2 or more hosts of the same number (2..", kMaxShmRanks,
           ") of consecutive ranks"));
+    }
+    // The ranks of this host, in rank order, and whether any host holds two or more.
+    std::vector<int> on_host;
+    for (int r = 0; r < process.size; ++r) {
+      if (layout.host_names[r] == layout.host_names[process.rank]) on_host.push_back(r);
+    }
+    const bool shared_hosts = layout.hosts > 1 && layout.hosts < process.size &&
+                              static_cast<int>(on_host.size()) <= kMaxShmRanks;
+    const bool route = absl::GetFlag(FLAGS_route_by_host) && shared_hosts;
+    if (!blocks && !route) return RunRank(std::move(shared), bench, options, "gloo");
+    // One shm job per host and run: rank 0's pid and clock, shared, name it (with the
+    // host's first rank).
+    int64_t nonce[1] = {probe->rank() == 0
+                            ? (static_cast<int64_t>(getpid()) << 32) ^ absl::ToUnixNanos(absl::Now())
+                            : 0};
+    LOOM_RETURN_IF_ERROR(probe->Broadcast(absl::MakeSpan(nonce), /*root=*/0));
+    ShmOptions host = process;
+    host.job_id = absl::StrCat(process.job_id.substr(0, 64), ".h", on_host[0], ".",
+                               absl::Hex(static_cast<uint64_t>(nonce[0])));
+    host.rank = static_cast<int>(std::find(on_host.begin(), on_host.end(), process.rank) -
+                                 on_host.begin());
+    host.size = static_cast<int>(on_host.size());
+    host.world_rank = process.rank;
+    host.host_ranks = host.size;
+    // Ranks with one host name may still not share /dev/shm (containers on one machine
+    // with the host's name): with auto, every rank falls back to plain gloo unless all
+    // of them connected.
+    if (inside == "auto") host.connect_timeout = std::min(host.connect_timeout, absl::Seconds(10));
+    // ConnectOnHost: this host's shm job `suffix`, or its error.
+    auto connect_on_host = [&](const char* suffix) {
+      ShmOptions job = host;
+      absl::StrAppend(&job.job_id, suffix);
+      return ConnectShmTransport(job);
+    };
+    absl::StatusOr<std::unique_ptr<Transport>> node = blocks
+        ? connect_on_host(".n") : absl::StatusOr<std::unique_ptr<Transport>>(nullptr);
+    absl::StatusOr<std::unique_ptr<Transport>> near = route && node.ok()
+        ? connect_on_host(".r") : absl::StatusOr<std::unique_ptr<Transport>>(nullptr);
+    if (inside == "shm" && !node.ok()) return node.status();
+    const absl::Status connected = node.ok() ? near.status() : node.status();
+    int32_t all_connected[1] = {connected.ok() ? 1 : 0};
+    LOOM_RETURN_IF_ERROR(probe->AllReduce(absl::MakeSpan(all_connected), ReduceOp::kMin));
+    if (all_connected[0] == 0) {
+      name = absl::StrCat("gloo (node-blind: shm inside a host did not connect",
+                          connected.ok() ? " on every rank" : absl::StrCat(": ", connected.message()),
+                          ")");
+    } else {
+      if (blocks) {
+        with_nodes.node_transport = *std::move(node);
+        with_nodes.ranks_per_node = layout.ranks_per_node;
+        name = absl::StrCat("gloo between ", layout.hosts, " hosts, shm inside each (",
+                            layout.ranks_per_node, " ranks a host)");
+      } else {
+        name = absl::StrCat("gloo between ", layout.hosts,
+                            " hosts (not in equal blocks of consecutive ranks), shm inside each");
+      }
+      if (route) {
+        // The node transport above belongs to the Communicator's node-aware phases;
+        // this second job carries every other message between two ranks of a host.
+        LOOM_ASSIGN_OR_RETURN(shared, MakeRoutedTransport(shared, *std::move(near), on_host));
+        absl::StrAppend(&name, ", routed");
+      }
     }
   }
   return RunRank(std::move(shared), bench, std::move(with_nodes), name);

@@ -5,8 +5,9 @@
 # Fails unless the run says so, if any algorithm's all-reduce (below and above the
 # size where direct and the trees turn node-aware) differs from the reference, or
 # if a process, file or segment is left on a host. With ranks h1,h2,h1,h2 (not
-# consecutive) the layout cannot be used: the run says plain gloo and is still right,
-# and --node_transport=shm is refused naming the hosts. Ranks that share a host name
+# consecutive) the layout cannot be used: the run is routed without it (and plain gloo
+# with --route_by_host=false), still right, and --node_transport=shm is refused naming
+# the hosts. Ranks that share a host name
 # but not /dev/shm (h1,h2 both named "pair0"; containers on one machine) fall back to
 # plain gloo, every rank alike. --node_transport=none keeps plain gloo. With the layout,
 # every algorithm's messages to a rank of the same host go over shm (routed), unless
@@ -65,10 +66,18 @@ done
 FLAGS=()
 expect_no_leftovers
 
-# Ranks alternating between the hosts: no layout the Communicator can use.
+# Ranks alternating between the hosts: no layout the Communicator can use, but the
+# messages between the two ranks of a host still take shm (routed), and every
+# algorithm is still right.
+for algo in direct halving_doubling ring; do
+  out="$(bench "$algo" --map-by node)"
+  grep -q "^# transport gloo between 2 hosts (not in equal blocks of consecutive ranks), shm inside each, routed$" <<<"$out" ||
+    { echo "$out" >&2; fail "--algo=$algo, ranks h1,h2,h1,h2: not routed without a node layout"; }
+done
+FLAGS=(--route_by_host=false)
 out="$(bench direct --map-by node)"
 grep -q "^# transport gloo$" <<<"$out" ||
-  { echo "$out" >&2; fail "ranks h1,h2,h1,h2 were given a node layout"; }
+  { echo "$out" >&2; fail "ranks h1,h2,h1,h2 with --route_by_host=false: not plain gloo"; }
 FLAGS=(--node_transport=shm)
 log="$(mktemp)"
 if (bench direct --map-by node) >"$log" 2>&1; then cat "$log" >&2; fail "--node_transport=shm ran without a layout"; fi
