@@ -39,7 +39,11 @@ std::string GroupLayout::Describe() const {
     // Over gloo every algorithm's messages inside a host take shm (routed); over MPI
     // the node-aware phases' do, and MPI's own shared memory the others'.
     return absl::StrCat(between, " between ", hosts, " hosts, shm inside each (", ranks_per_node,
-                        " ranks per host", mpi ? "" : ", every algorithm", ")");
+                        " ranks per host", routed ? ", every algorithm" : "", ")");
+  }
+  if (routed) {
+    return absl::StrCat(between, " among all ranks (", hosts,
+                        " hosts, not in equal blocks: shm between two ranks of a host)");
   }
   return absl::StrCat(between, " among all ranks (", hosts, hosts == 1 ? " host" : " hosts",
                       ", no shm level)");
@@ -71,6 +75,9 @@ absl::StatusOr<GroupLayout> PlanGroupLayout(absl::Span<const RankIdentity> ranks
   layout.node = host[rank];
   layout.local_size = count[layout.node];
   for (int r = 0; r < rank; ++r) layout.local_rank += host[r] == layout.node ? 1 : 0;
+  for (int r = 0; r < size; ++r) {
+    if (host[r] == layout.node) layout.host_ranks.push_back(r);
+  }
   if (layout.hosts > 1 && choice == TransportChoice::kShm) {
     return absl::FailedPreconditionError(absl::StrCat(
         "loom: transport shm needs every rank on one host, but the group's ", size,
@@ -94,6 +101,7 @@ absl::StatusOr<GroupLayout> PlanGroupLayout(absl::Span<const RankIdentity> ranks
   bool regular = choice != TransportChoice::kGloo && k > 1 && size % k == 0;
   for (int r = 0; regular && r < size; ++r) regular = host[r] == r / k;
   layout.ranks_per_node = regular ? k : 0;
+  layout.routed = !layout.mpi && choice != TransportChoice::kGloo && layout.hosts < size;
   return layout;
 }
 

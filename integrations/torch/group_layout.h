@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -59,6 +60,12 @@ struct GroupLayout {
   int node = 0;
   int local_rank = 0;
   int local_size = 1;
+  // Two levels over gloo with shm allowed, and some host holding two or more ranks:
+  // every message between two ranks of a host takes shm (a routed transport,
+  // collectives/transport/routed), whether or not the hosts hold equal blocks.
+  bool routed = false;
+  // The group ranks on this rank's host, in rank order (local_rank indexes it).
+  std::vector<int> host_ranks;
 
   std::string Describe() const;
 };

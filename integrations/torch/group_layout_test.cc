@@ -44,24 +44,33 @@ TEST(GroupLayoutTest, ConsecutiveEqualHostsGetTwoLevels) {
   EXPECT_EQ(layout.local_rank, 1);
   EXPECT_EQ(layout.local_size, 2);
   EXPECT_EQ(layout.Describe(), "gloo between 3 hosts, shm inside each (2 ranks per host, every algorithm)");
+  EXPECT_TRUE(layout.routed);
+  EXPECT_EQ(layout.host_ranks, (std::vector<int>{2, 3}));
 }
 
-TEST(GroupLayoutTest, UnevenOrInterleavedHostsGetGlooAlone) {
+TEST(GroupLayoutTest, UnevenOrInterleavedHostsGetNoNodeLevelButRouteInsideAHost) {
   for (const std::vector<std::string>& hosts :
-       {std::vector<std::string>{"a", "b", "a", "b"}, std::vector<std::string>{"a", "a", "a", "b"},
-        std::vector<std::string>{"a", "b"}}) {
+       {std::vector<std::string>{"a", "b", "a", "b"}, std::vector<std::string>{"a", "a", "a", "b"}}) {
     const std::vector<RankIdentity> ranks = OnHosts(hosts);
     LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout layout, PlanGroupLayout(ranks, 1, TransportChoice::kAuto));
     EXPECT_TRUE(layout.two_level);
     EXPECT_EQ(layout.ranks_per_node, 0) << hosts.size();
-    EXPECT_THAT(layout.Describe(), HasSubstr("no shm level"));
+    EXPECT_TRUE(layout.routed);
+    EXPECT_EQ(layout.Describe(),
+              "gloo among all ranks (2 hosts, not in equal blocks: shm between two ranks of a host)");
   }
-  // Interleaved: rank 2 is the second of host "a".
+  // One rank a host: nothing to route.
+  LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout single,
+                            PlanGroupLayout(OnHosts({"a", "b"}), 1, TransportChoice::kAuto));
+  EXPECT_FALSE(single.routed);
+  EXPECT_THAT(single.Describe(), HasSubstr("no shm level"));
+  // Interleaved: rank 2 is the second of host "a", whose ranks are 0 and 2.
   LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout layout,
                        PlanGroupLayout(OnHosts({"a", "b", "a", "b"}), 2, TransportChoice::kAuto));
   EXPECT_EQ(layout.node, 0);
   EXPECT_EQ(layout.local_rank, 1);
   EXPECT_EQ(layout.local_size, 2);
+  EXPECT_EQ(layout.host_ranks, (std::vector<int>{0, 2}));
 }
 
 TEST(GroupLayoutTest, MpiConnectsHostsWhenMpirunStartedEveryRank) {
@@ -69,6 +78,7 @@ TEST(GroupLayoutTest, MpiConnectsHostsWhenMpirunStartedEveryRank) {
       GroupLayout layout,
       PlanGroupLayout(OnHosts({"a", "a", "b", "b"}, /*mpi=*/true), 0, TransportChoice::kAuto));
   EXPECT_TRUE(layout.mpi);
+  EXPECT_FALSE(layout.routed);  // MPI's own shared memory carries the rest.
   EXPECT_EQ(layout.Describe(), "mpi between 2 hosts, shm inside each (2 ranks per host)");
   // One host under mpirun is still shm alone.
   LOOM_ASSERT_OK_AND_ASSIGN(layout, PlanGroupLayout(OnHosts({"a", "a"}, /*mpi=*/true), 1,
@@ -96,6 +106,7 @@ TEST(GroupLayoutTest, GlooChoiceDropsTheShmLevelEvenOnOneHost) {
                        PlanGroupLayout(OnHosts({"a", "a"}), 0, TransportChoice::kGloo));
   EXPECT_TRUE(layout.two_level);
   EXPECT_EQ(layout.ranks_per_node, 0);
+  EXPECT_FALSE(layout.routed);
   EXPECT_EQ(layout.Describe(), "gloo among all ranks (1 host, no shm level)");
 }
 

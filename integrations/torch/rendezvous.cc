@@ -244,28 +244,26 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
       }
       comm.ranks_per_node = group.layout.ranks_per_node;
       comm.node_transport = std::move(*node);
-      if (!group.layout.mpi) {
-        // Over gloo, every algorithm's messages to a rank of the same host go over a
-        // second shm job too, not over TCP on loopback (routed_transport.h); MPI has
-        // shared memory of its own inside a host.
-        const std::string near_job = absl::StrCat(node_job, ".r");
-        absl::StatusOr<std::unique_ptr<Transport>> near =
-            ConnectShm(near_job, group.layout.local_rank, group.layout.local_size, node_spec,
-                       options, deadline);
-        if (!near.ok()) {
-          return InGroup(spec, absl::StrCat("shm connect inside host ", group.layout.node,
-                                            " (job ", near_job, ")"),
-                         near.status());
-        }
-        std::vector<int> on_host(group.layout.ranks_per_node);
-        for (int i = 0; i < group.layout.ranks_per_node; ++i) {
-          on_host[i] = group.layout.node * group.layout.ranks_per_node + i;
-        }
-        absl::StatusOr<std::unique_ptr<Transport>> routed =
-            MakeRoutedTransport(std::move(group.transport), std::move(*near), on_host);
-        if (!routed.ok()) return InGroup(spec, "routing by host", routed.status());
-        group.transport = std::move(*routed);
+    }
+    if (group.layout.routed) {
+      // Over gloo, every message between two ranks of a host goes over a shm job of
+      // that host's ranks, not over TCP on loopback (routed_transport.h); MPI has
+      // shared memory of its own inside a host.
+      const std::string near_job = absl::StrCat(*job, ".n", group.layout.node, ".r");
+      GroupSpec near_spec = spec;
+      near_spec.host_ranks = std::max(spec.host_ranks, group.layout.local_size);
+      absl::StatusOr<std::unique_ptr<Transport>> near =
+          ConnectShm(near_job, group.layout.local_rank, group.layout.local_size, near_spec,
+                     options, deadline);
+      if (!near.ok()) {
+        return InGroup(spec, absl::StrCat("shm connect inside host ", group.layout.node,
+                                          " (job ", near_job, ")"),
+                       near.status());
       }
+      absl::StatusOr<std::unique_ptr<Transport>> routed = MakeRoutedTransport(
+          std::move(group.transport), std::move(*near), group.layout.host_ranks);
+      if (!routed.ok()) return InGroup(spec, "routing by host", routed.status());
+      group.transport = std::move(*routed);
     }
   }
   absl::StatusOr<std::unique_ptr<Communicator>> communicator =

@@ -1,8 +1,9 @@
 """The cross-host layout, on one machine: ranks given different host ids
 (LOOM_TORCH_HOST_ID) are connected as hosts are, by Loom's gloo transport (TCP,
 over loopback here) between them with Loom's shm transport inside each, and the
-collectives match the seeded references. The same under mpirun, where MPI connects
-the hosts; and transport=gloo (Gloo alone, no shm).
+collectives match the seeded references. The same with ranks alternating between
+the hosts (no node level, but shm between two ranks of a host), under mpirun, where
+MPI connects the hosts, and with transport=gloo (Gloo alone, no shm).
 
 This is an emulation: the "hosts" share one kernel, so it tests the rendezvous, the
 layout and the two transports together, not a network between machines (see
@@ -30,6 +31,8 @@ def worker(argv):
     rank = int(os.environ["RANK"])
     if mode in ("two_hosts", "mpi_two_hosts"):
         os.environ["LOOM_TORCH_HOST_ID"] = f"emulated-host-{rank // 2}"
+    elif mode == "alternating_hosts":
+        os.environ["LOOM_TORCH_HOST_ID"] = f"emulated-host-{rank % 2}"
     else:
         os.environ["LOOM_TORCH_TRANSPORT"] = "gloo"
     import torch
@@ -41,6 +44,8 @@ def worker(argv):
     world = dist.get_world_size()
     want = {"two_hosts": "gloo between 2 hosts, shm inside each (2 ranks per host, every algorithm)",
             "mpi_two_hosts": "mpi between 2 hosts, shm inside each (2 ranks per host)",
+            "alternating_hosts":
+                "gloo among all ranks (2 hosts, not in equal blocks: shm between two ranks of a host)",
             "gloo_only": "gloo among all ranks (1 host, no shm level)"}[mode]
     assert loom_torch.layout() == want, loom_torch.layout()
     checks = 0
@@ -146,6 +151,9 @@ class TwoLevelTest(unittest.TestCase):
 
     def test_two_emulated_hosts_gloo_between_shm_inside(self):
         self.run_mode("two_hosts", 4)
+
+    def test_ranks_alternating_between_emulated_hosts_routed_inside_each(self):
+        self.run_mode("alternating_hosts", 4)
 
     def test_gloo_transport_alone(self):
         self.run_mode("gloo_only", 2)
