@@ -230,18 +230,23 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
       return InGroup(spec, group.layout.mpi ? "mpi connect" : "gloo connect", between.status());
     }
     group.transport = std::move(*between);
-    if (group.layout.ranks_per_node > 0) {
-      const std::string node_job = absl::StrCat(*job, ".n", group.layout.node);
-      GroupSpec node_spec = spec;
-      node_spec.host_ranks = std::max(spec.host_ranks, group.layout.local_size);
-      absl::StatusOr<std::unique_ptr<Transport>> node =
-          ConnectShm(node_job, group.layout.local_rank, group.layout.local_size, node_spec,
-                     options, deadline);
-      if (!node.ok()) {
+    // ConnectOnHost: this rank's endpoint of shm job `name`, among the ranks of its host.
+    auto connect_on_host = [&](const std::string& name) -> absl::StatusOr<std::unique_ptr<Transport>> {
+      GroupSpec on_host = spec;
+      on_host.host_ranks = std::max(spec.host_ranks, group.layout.local_size);
+      absl::StatusOr<std::unique_ptr<Transport>> shm = ConnectShm(
+          name, group.layout.local_rank, group.layout.local_size, on_host, options, deadline);
+      if (!shm.ok()) {
         return InGroup(spec, absl::StrCat("shm connect inside host ", group.layout.node, " (job ",
-                                          node_job, ")"),
-                       node.status());
+                                          name, ")"),
+                       shm.status());
       }
+      return shm;
+    };
+    if (group.layout.ranks_per_node > 0) {
+      absl::StatusOr<std::unique_ptr<Transport>> node =
+          connect_on_host(absl::StrCat(*job, ".n", group.layout.node));
+      if (!node.ok()) return node.status();
       comm.ranks_per_node = group.layout.ranks_per_node;
       comm.node_transport = std::move(*node);
     }
@@ -249,17 +254,9 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
       // Over gloo, every message between two ranks of a host goes over a shm job of
       // that host's ranks, not over TCP on loopback (routed_transport.h); MPI has
       // shared memory of its own inside a host.
-      const std::string near_job = absl::StrCat(*job, ".n", group.layout.node, ".r");
-      GroupSpec near_spec = spec;
-      near_spec.host_ranks = std::max(spec.host_ranks, group.layout.local_size);
       absl::StatusOr<std::unique_ptr<Transport>> near =
-          ConnectShm(near_job, group.layout.local_rank, group.layout.local_size, near_spec,
-                     options, deadline);
-      if (!near.ok()) {
-        return InGroup(spec, absl::StrCat("shm connect inside host ", group.layout.node,
-                                          " (job ", near_job, ")"),
-                       near.status());
-      }
+          connect_on_host(absl::StrCat(*job, ".n", group.layout.node, ".r"));
+      if (!near.ok()) return near.status();
       absl::StatusOr<std::unique_ptr<Transport>> routed = MakeRoutedTransport(
           std::move(group.transport), std::move(*near), group.layout.host_ranks);
       if (!routed.ok()) return InGroup(spec, "routing by host", routed.status());
