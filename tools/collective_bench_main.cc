@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -437,13 +438,18 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
           ") are not 2 or more hosts of the same number (2..", kMaxShmRanks,
           ") of consecutive ranks"));
     }
-    // The ranks of this host, in rank order, and whether any host holds two or more.
+    // The ranks of this host, in rank order, and whether any host holds two or more
+    // (decided from every host's count, so that every rank decides alike).
     std::vector<int> on_host;
+    std::map<std::string, int> per_host;
     for (int r = 0; r < process.size; ++r) {
       if (layout.host_names[r] == layout.host_names[process.rank]) on_host.push_back(r);
+      ++per_host[layout.host_names[r]];
     }
-    const bool shared_hosts = layout.hosts > 1 && layout.hosts < process.size &&
-                              static_cast<int>(on_host.size()) <= kMaxShmRanks;
+    int most_on_a_host = 0;
+    for (const auto& [host_name, count] : per_host) most_on_a_host = std::max(most_on_a_host, count);
+    const bool shared_hosts =
+        layout.hosts > 1 && most_on_a_host > 1 && most_on_a_host <= kMaxShmRanks;
     const bool route = absl::GetFlag(FLAGS_route_by_host) && shared_hosts;
     if (!blocks && !route) return RunRank(std::move(shared), bench, options, "gloo");
     // One shm job per host and run: rank 0's pid and clock, shared, name it (with the
@@ -474,8 +480,8 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
         ? connect_on_host(".n") : absl::StatusOr<std::unique_ptr<Transport>>(nullptr);
     absl::StatusOr<std::unique_ptr<Transport>> near = route && node.ok()
         ? connect_on_host(".r") : absl::StatusOr<std::unique_ptr<Transport>>(nullptr);
-    if (inside == "shm" && !node.ok()) return node.status();
     const absl::Status connected = node.ok() ? near.status() : node.status();
+    if (inside == "shm" && !connected.ok()) return connected;
     int32_t all_connected[1] = {connected.ok() ? 1 : 0};
     LOOM_RETURN_IF_ERROR(probe->AllReduce(absl::MakeSpan(all_connected), ReduceOp::kMin));
     if (all_connected[0] == 0) {

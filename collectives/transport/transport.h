@@ -279,13 +279,15 @@ class Transport {
   virtual void Wake() {}
 
   // SetFinishListener asks the backend to call `listener` each time one of this
-  // endpoint's requests finishes on a thread of its own (a peer's thread for inproc,
-  // gloo's receiver threads), not inside this endpoint's Wait or TryWait, so a caller
-  // blocked on another endpoint can be woken (a Wake there). It runs under the
-  // backend's locks: it must be quick and must not call this endpoint. Set it before
-  // the first request is posted. Returns false when this backend's requests never
-  // finish without its own thread (shm, mpi: they move only inside Wait), so nobody
-  // would call it.
+  // endpoint's requests finishes, so that a caller blocked on another endpoint can be
+  // woken (a Wake there) when one finishes on a thread of the backend's own (a peer's
+  // thread for inproc, gloo's receiver threads). It may also run on this endpoint's
+  // own thread (a request finished while posting, cancelled or aborted): harmless
+  // for a Wake. It runs under the backend's locks: it must be quick and must not call
+  // this endpoint. There is one listener: a second call replaces the first, for the
+  // requests posted after it (an empty function removes it). Returns false when this
+  // backend's requests never finish without its own thread (shm, mpi: they move only
+  // inside Wait), so nobody would need it.
   virtual bool SetFinishListener(std::function<void()> listener) {
     (void)listener;
     return false;

@@ -1,6 +1,7 @@
 #include "collectives/transport/routed/routed_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -94,7 +95,7 @@ class RoutedTransport final : public Transport {
       Forget(requests);
       return status;
     }
-    if (!Drive(routes, deadline)) {
+    if (!Drive(routes, deadline, /*trying=*/false)) {
       // At the deadline: each transport cancels what it still holds.
       for (Transport* via : {near_.get(), static_cast<Transport*>(far_.get())}) {
         std::vector<Request> inner = Unfinished(routes, via);
@@ -108,13 +109,18 @@ class RoutedTransport final : public Transport {
 
   absl::StatusOr<bool> TryWait(absl::Span<const Request> requests, absl::Time until) override {
     LOOM_ASSIGN_OR_RETURN(std::vector<Route*> routes, Find(requests));
-    if (!Drive(routes, until)) return false;
+    if (!Drive(routes, until, /*trying=*/true)) return false;
     if (requests.empty()) return false;  // Woken, or `until` came.
     LOOM_RETURN_IF_ERROR(Collect(requests, routes));
     return true;
   }
 
-  void Wake() override { near_->Wake(); }
+  // The near endpoint is where a TryWait sleeps; woken_ tells this Wake from the far
+  // listener's, which only make Drive look again.
+  void Wake() override {
+    woken_.store(true);
+    near_->Wake();
+  }
 
   void Abort(const absl::Status& reason) override {
     near_->Abort(reason);
@@ -191,8 +197,9 @@ class RoutedTransport final : public Transport {
     return inner;
   }
 
-  // MarkFinished records that `via` finished its unfinished routes, the first of
-  // them carrying `status` (a transport reports only the first error of a group).
+  // MarkFinished records that `via` finished its unfinished routes (cancelled at
+  // the deadline), the first of them carrying `status`: what Wait reports is the
+  // group's first error anyway.
   static void MarkFinished(absl::Span<Route* const> routes, const Transport* via,
                            const absl::Status& status) {
     bool first = true;
@@ -204,37 +211,53 @@ class RoutedTransport final : public Transport {
     }
   }
 
-  // Drive moves both transports until every route has finished (true) or `until`
-  // passes or a Wake came (false); with no route, until either of those (false).
-  bool Drive(absl::Span<Route* const> routes, absl::Time until) {
-    Transport* const far = far_.get();
-    Transport* const near = near_.get();
-    while (true) {
-      std::vector<Request> far_pending = Unfinished(routes, far);
-      if (!far_pending.empty()) {
-        // Far requests finish on the far transport's threads: a look, no wait.
-        const absl::StatusOr<bool> done = far->TryWait(far_pending, absl::InfinitePast());
-        if (!done.ok() || *done) MarkFinished(routes, far, done.status());
+  static bool AllFinished(absl::Span<Route* const> routes) {
+    return std::all_of(routes.begin(), routes.end(), [](const Route* r) { return r->finished; });
+  }
+
+  // LookAtFar takes each far request that has finished, with its own status (one at
+  // a time: a transport reports only the first error of a group). No waiting: far
+  // requests finish on the far transport's threads.
+  void LookAtFar(absl::Span<Route* const> routes) {
+    for (Route* route : routes) {
+      if (route->via != far_.get() || route->finished) continue;
+      const absl::StatusOr<bool> done = far_->TryWait({route->inner}, absl::InfinitePast());
+      if (!done.ok() || *done) {
+        route->finished = true;
+        route->status = done.status();
       }
-      std::vector<Request> near_pending = Unfinished(routes, near);
-      if (!routes.empty() && near_pending.empty() && Unfinished(routes, far).empty()) return true;
-      // Sleep in the near endpoint, moving its messages, until its requests finish, a
-      // far request finishes (its listener Wakes it) or `until`.
-      const absl::StatusOr<bool> done = near->TryWait(near_pending, until);
-      if (!near_pending.empty() && (!done.ok() || *done)) {
-        MarkFinished(routes, near, done.status());
+    }
+  }
+
+  // Drive moves both transports until every route has finished (true), or `until`
+  // passes, or (`trying`: a TryWait's) this endpoint's Wake came (false); with no
+  // route, until either of the last two (false).
+  bool Drive(absl::Span<Route* const> routes, absl::Time until, bool trying) {
+    while (true) {
+      LookAtFar(routes);
+      Route* near_next = nullptr;
+      for (Route* route : routes) {
+        if (route->via == near_.get() && !route->finished) {
+          near_next = route;
+          break;
+        }
+      }
+      if (!routes.empty() && near_next == nullptr && AllFinished(routes)) return true;
+      // Sleep in the near endpoint, moving all its messages, until its first pending
+      // request here finishes (its own status, as above), a far request finishes (the
+      // far listener Wakes it), a Wake, or `until`.
+      std::vector<Request> named;
+      if (near_next != nullptr) named.push_back(near_next->inner);
+      const absl::StatusOr<bool> done = near_->TryWait(named, until);
+      if (near_next != nullptr && (!done.ok() || *done)) {
+        near_next->finished = true;
+        near_next->status = done.status();
         continue;
       }
-      if (routes.empty() || absl::Now() >= until) {
-        // One last look at the far requests, so a TryWait past its `until` still
-        // reports what finished.
-        far_pending = Unfinished(routes, far);
-        if (!far_pending.empty()) {
-          const absl::StatusOr<bool> last = far->TryWait(far_pending, absl::InfinitePast());
-          if (!last.ok() || *last) MarkFinished(routes, far, last.status());
-        }
-        return !routes.empty() && Unfinished(routes, near).empty() &&
-               Unfinished(routes, far).empty();
+      const bool woken = trying && woken_.exchange(false);
+      if (woken || absl::Now() >= until) {
+        LookAtFar(routes);  // What finished meanwhile is reported.
+        return !routes.empty() && AllFinished(routes);
       }
     }
   }
@@ -262,6 +285,7 @@ class RoutedTransport final : public Transport {
   const std::shared_ptr<WakeTarget> wake_target_;
   uint64_t next_id_ = 1;
   absl::flat_hash_map<uint64_t, Route> routes_;
+  std::atomic<bool> woken_{false};  // Set by Wake, taken by the TryWait it ends.
 };
 
 }  // namespace

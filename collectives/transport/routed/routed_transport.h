@@ -25,8 +25,10 @@
 // TryWait and Wake (shm, inproc). A Wait then sleeps in the near endpoint's TryWait,
 // named requests or none, so near messages keep moving; each far request that
 // finishes Wakes it through the far transport's finish listener, and the far requests
-// are looked at with a TryWait that does not block. A Wait naming near requests only
-// is the near endpoint's own Wait (the far one needs no help).
+// are looked at, one at a time (each with its own status), with a TryWait that does
+// not block. A Wait naming near requests only is the near endpoint's own Wait (the far
+// one needs no help). A TryWait of this endpoint ends at its `until` or at its own Wake
+// (the far listener's Wakes only make it look again).
 //
 // Everything else of the contract (transport.h) holds as each transport gives it:
 // matching, sizes and stamps are per peer, so per transport; requests are routed
@@ -46,7 +48,9 @@ namespace loom {
 
 // MakeRoutedTransport joins `far`, an endpoint over the whole group, and `near`, one
 // over the ranks of this host: near rank i is group rank `near_ranks[i]`
-// (near_ranks[near->rank()] is far->rank()). InvalidArgument naming the values when
+// (near_ranks[near->rank()] is far->rank()). `far` may be shared with others that use
+// it on the same thread (a Communicator that found the hosts), but its finish
+// listener is this endpoint's from now on: one routed transport per far endpoint. InvalidArgument naming the values when
 // they do not fit together (sizes, ranks out of range or repeated, this rank not
 // where near says); FailedPrecondition when `far` cannot report finished requests
 // (SetFinishListener) or `near` has no TryWait.

@@ -120,5 +120,36 @@ TEST(RoutedTransportTest, AFarFinishWakesAWaitAtOnce) {
   EXPECT_EQ(got[0], 5);
 }
 
+// A TryWait that returns false (a near receive still pending) after two far receives
+// finished, one well and one with a size mismatch: a Wait on each afterwards reports
+// each one's own status.
+TEST(RoutedTransportTest, RequestsFinishedInATryWaitKeepTheirOwnStatus) {
+  LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> far, InprocGroup::Create(3));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::shared_ptr<InprocGroup> near, InprocGroup::Create(2));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> routed,
+                            MakeRoutedTransport(EndpointOf(far, 0), EndpointOf(near, 0), {0, 1}));
+  std::unique_ptr<Transport> far_of_2 = EndpointOf(far, 2);
+  std::unique_ptr<Transport> near_of_1 = EndpointOf(near, 1);
+  std::vector<int> good(1, -1), bad(2, -1), never(1, -1);
+  LOOM_ASSERT_OK_AND_ASSIGN(Request x, routed->Recv(2, 5, AsWritableBytes(good)));
+  LOOM_ASSERT_OK_AND_ASSIGN(Request y, routed->Recv(2, 6, AsWritableBytes(bad)));
+  LOOM_ASSERT_OK_AND_ASSIGN(Request z, routed->Recv(1, 7, AsWritableBytes(never)));
+  const std::vector<int> one = {42}, three = {1, 2, 3};
+  LOOM_ASSERT_OK_AND_ASSIGN(Request s1, far_of_2->Send(0, 5, AsBytes(one)));
+  LOOM_ASSERT_OK_AND_ASSIGN(Request s2, far_of_2->Send(0, 6, AsBytes(three)));  // 12 bytes into 8
+  EXPECT_THAT(far_of_2->Wait({s1}, Soon()), IsOk());
+  EXPECT_THAT(far_of_2->Wait({s2}, Soon()), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                     HasSubstr("12 bytes")));
+  LOOM_ASSERT_OK_AND_ASSIGN(bool all, routed->TryWait({x, y, z}, absl::Now() + absl::Milliseconds(50)));
+  EXPECT_FALSE(all);
+  EXPECT_THAT(routed->Wait({x}, Soon()), IsOk());
+  EXPECT_EQ(good[0], 42);
+  EXPECT_THAT(routed->Wait({y}, Soon()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("12 bytes")));
+  EXPECT_THAT(routed->Wait({z}, absl::InfinitePast()),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 1")));
+  (void)near_of_1;
+}
+
 }  // namespace
 }  // namespace loom

@@ -75,8 +75,8 @@ class ShmEndpoint final : public Transport {
   // Progress runs one pass over every live peer; true if anything changed.
   bool Progress();
   // Block sleeps on the doorbell until `until` unless the re-check after announcing
-  // the sleep finds work: progress, `ops` all finished (when `sleep_while_all_finished`
-  // is false), an abort or (`wakeable`) a Wake.
+  // the sleep finds work: progress, `ops` all finished (with `wakeable`, a TryWait's
+  // sleep, only when some are named), an abort or (`wakeable`) a Wake.
   void Block(absl::Span<Operation* const> ops, absl::Time until, bool wakeable);
   // RingPeersWithNews wakes the sleeping peers whose links have news. Inline: every
   // poll asks, and usually none has.
