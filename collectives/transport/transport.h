@@ -177,6 +177,15 @@ struct Request {
   uint64_t id = 0;
 };
 
+// NamedBefore: whether requests[i] is also named earlier in `requests` (a wait that
+// names a request twice fails it as unknown).
+inline bool NamedBefore(absl::Span<const Request> requests, size_t i) {
+  for (size_t j = 0; j < i; ++j) {
+    if (requests[j].id == requests[i].id) return true;
+  }
+  return false;
+}
+
 // Pieces a Combiner sees start at multiples of this many bytes of the message.
 inline constexpr size_t kCombineAlignment = 64;
 

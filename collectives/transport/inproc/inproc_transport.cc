@@ -225,8 +225,7 @@ class InprocTransport final : public Transport {
     ops.reserve(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
       auto it = requests_.find(requests[i].id);
-      const bool twice = std::any_of(requests.begin(), requests.begin() + i,
-                                     [&](const Request& r) { return r.id == requests[i].id; });
+      const bool twice = NamedBefore(requests, i);
       if (it == requests_.end() || twice) {
         return absl::NotFoundError(absl::StrCat("inproc rank ", rank_, ": request ",
                                                 requests[i].id,

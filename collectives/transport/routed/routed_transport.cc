@@ -177,8 +177,7 @@ class RoutedTransport final : public Transport {
     routes.reserve(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
       auto it = routes_.find(requests[i].id);
-      const bool twice = std::any_of(requests.begin(), requests.begin() + i,
-                                     [&](const Request& r) { return r.id == requests[i].id; });
+      const bool twice = NamedBefore(requests, i);
       if (it == routes_.end() || twice) {
         return absl::NotFoundError(absl::StrCat(name(), " rank ", rank(), ": request ",
                                                 requests[i].id,

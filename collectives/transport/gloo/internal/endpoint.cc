@@ -805,8 +805,7 @@ absl::Status Endpoint::Wait(absl::Span<const Request> requests, absl::Time deadl
 absl::StatusOr<bool> Endpoint::TryWait(absl::Span<const Request> requests, absl::Time until) {
   MutexLock lock(&mu_);
   for (size_t i = 0; i < requests.size(); ++i) {
-    const bool twice = std::any_of(requests.begin(), requests.begin() + i,
-                                   [&](const Request& r) { return r.id == requests[i].id; });
+    const bool twice = NamedBefore(requests, i);
     if (twice || ops_.find(requests[i].id) == ops_.end()) {
       return absl::NotFoundError(absl::StrCat("gloo rank ", rank_, ": request ", requests[i].id,
                                               " is unknown, already waited or named twice"));
