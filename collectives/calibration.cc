@@ -216,6 +216,9 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
     };
     const int k = comm.options().ranks_per_node;
     const bool across_nodes = k > 0 && k < n;
+    // Rank 0 and the ranks after it in node order: its node's next (order[1]) and the
+    // next node's first (order[k]). Rank 0 is always the first in node order.
+    const std::vector<int>& order = comm.NodeOrder();
     // One rank a node: ranks 0 and 1 are the inter-node pair measured below, and no
     // call goes inside a node, so alpha and beta take the inter-node numbers.
     // Measuring the pair twice cost 0.2 s of the automatic calibration's 2 s over
@@ -234,10 +237,11 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
                             Communicator::Create(comm.options().node_transport, node_options));
       if (node->size() > 1) LOOM_RETURN_IF_ERROR(measure(*node, 1, &constants.alpha, &constants.beta));
     } else {
-      LOOM_RETURN_IF_ERROR(measure(comm, 1, &constants.alpha, &constants.beta));
+      LOOM_RETURN_IF_ERROR(measure(comm, order[1], &constants.alpha, &constants.beta));
     }
     if (across_nodes) {
-      LOOM_RETURN_IF_ERROR(measure(comm, k, &constants.inter_node_alpha, &constants.inter_node_beta));
+      LOOM_RETURN_IF_ERROR(
+          measure(comm, order[k], &constants.inter_node_alpha, &constants.inter_node_beta));
       if (one_rank_a_node) {
         constants.alpha = constants.inter_node_alpha;
         constants.beta = constants.inter_node_beta;

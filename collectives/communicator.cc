@@ -15,6 +15,7 @@
 #include "collectives/group_transport.h"
 #include "collectives/internal/algorithm_cache.h"
 #include "collectives/internal/call_context.h"
+#include "collectives/internal/node_order.h"
 #include "collectives/reduce/reduce_kernels.h"
 #include "collectives/ring.h"
 #include "core/clock.h"
@@ -188,9 +189,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
                                                    transport->size()));
   }
   if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk_bytes 0");
+  return Make(std::move(transport), std::move(options), 1);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Make(
+    std::shared_ptr<Transport> transport, CommunicatorOptions options, uint64_t id) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<int> order,
+                        collectives_internal::ResolveNodeOrder(transport->size(), &options));
+  std::shared_ptr<Transport> algorithm_transport;
+  if (!std::is_sorted(order.begin(), order.end())) {
+    LOOM_ASSIGN_OR_RETURN(algorithm_transport, GroupTransport::Create(transport, order));
+  }
   if (options.node_transport != nullptr) {
     const int k = options.ranks_per_node;
-    const int expected_rank = k > 0 ? transport->rank() % k : 0;
+    const int place = algorithm_transport != nullptr ? algorithm_transport->rank() : transport->rank();
+    const int expected_rank = k > 0 ? place % k : 0;
     if (k <= 0 || options.node_transport->size() != k ||
         options.node_transport->rank() != expected_rank) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -199,21 +212,29 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
           k, " ranks per node (it must be rank ", expected_rank, " in ", k, ")"));
     }
   }
-  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), std::move(options), 1));
+  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), std::move(options),
+                                                        id, std::move(order),
+                                                        std::move(algorithm_transport)));
 }
 
 Communicator::Communicator(std::shared_ptr<Transport> transport, CommunicatorOptions options,
-                           uint64_t id)
+                           uint64_t id, std::vector<int> node_order,
+                           std::shared_ptr<Transport> algorithm_transport)
     : options_(std::move(options)),
       id_(id & kIdMask),
       default_budget_nanos_(DeadlineBudgetNanos(options_.timeout)),
       transport_(std::move(transport)),
+      node_order_(std::move(node_order)),
+      node_position_(node_order_.size()),
+      algorithm_transport_(std::move(algorithm_transport)),
       counters_(std::make_unique<CallCounters[]>(kCounterKinds)),
       scratch_(std::make_unique<Scratch>(transport_.get())),
       recorder_(options_.flight_recorder_capacity),
       algorithms_(std::make_unique<AlgorithmCache>()),
       sends_to_(transport_->size(), 0),
-      receives_from_(transport_->size(), 0) {}
+      receives_from_(transport_->size(), 0) {
+  for (size_t i = 0; i < node_order_.size(); ++i) node_position_[node_order_[i]] = static_cast<int>(i);
+}
 
 Communicator::~Communicator() = default;
 
@@ -491,7 +512,17 @@ absl::Status Communicator::Execute(const Call& call, const CallContext& ctx) {
   args.output = call.output;
   args.send_counts = call.send_counts;
   args.recv_counts = call.recv_counts;
+  // The transport's own collectives keep the caller's numbering (MPI places ranks itself).
+  if (renumbered() && call.algorithm != Algorithm::kNative) return RunInNodeOrder(call, ctx, args);
   return call.fn(ctx, args);
+}
+
+absl::Status Communicator::RunInNodeOrder(const Call& call, const CallContext& ctx,
+                                          const CollectiveArgs& args) {
+  CallContext in_order = ctx;
+  in_order.transport = algorithm_transport_.get();
+  return collectives_internal::RunInNodeOrder(call.fn, in_order, node_order_, node_position_,
+                                              args);
 }
 
 absl::Status Communicator::ExecuteReduction(const Call& call, const CallContext& ctx) {
@@ -524,7 +555,10 @@ absl::Status Communicator::ExecuteReduction(const Call& call, const CallContext&
     }
   }
   if (options_.deterministic) {
+    // Folds in the caller's rank order, as promised: not renumbered.
     LOOM_RETURN_IF_ERROR(ExecuteDeterministic(call, call.algorithm, ctx, args));
+  } else if (renumbered() && call.algorithm != Algorithm::kNative) {
+    LOOM_RETURN_IF_ERROR(RunInNodeOrder(call, ctx, args));
   } else {
     LOOM_RETURN_IF_ERROR(call.fn(ctx, args));
   }
@@ -809,36 +843,36 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Split(absl::Span<con
   id &= kIdMask;
   if (id == 0 || id == id_) id = (id_ + 1) & kIdMask;
   CommunicatorOptions child = options_;
-  // A child keeps a node layout only where its members fill nodes evenly, in
-  // node-major order; otherwise the hierarchical algorithm does not apply to it.
+  // A child keeps the node layout of its members where they span two or more nodes
+  // (renumbered node by node where they are not in that order already); with every
+  // node holding as many members, that is its ranks_per_node (ResolveNodeOrder).
   child.ranks_per_node = 0;
-  if (options_.ranks_per_node > 0) {
-    const int k = options_.ranks_per_node;
-    const size_t members = ranks.size();
-    size_t per_node = 1;
-    while (per_node < members && ranks[per_node] / k == ranks[0] / k) ++per_node;
-    bool even = members % per_node == 0;
-    std::vector<int> nodes_seen;
-    for (size_t start = 0; even && start < members; start += per_node) {
-      const int node = ranks[start] / k;
-      even = std::find(nodes_seen.begin(), nodes_seen.end(), node) == nodes_seen.end();
-      nodes_seen.push_back(node);
-      for (size_t i = start; even && i < start + per_node; ++i) even = ranks[i] / k == node;
+  child.node_of_rank.clear();
+  const int k = options_.ranks_per_node;
+  if (!options_.node_of_rank.empty() || k > 0) {
+    auto node_of = [&](int r) { return options_.node_of_rank.empty() ? r / k : options_.node_of_rank[r]; };
+    bool two_nodes = false;
+    for (int r : ranks) {
+      child.node_of_rank.push_back(node_of(r));
+      two_nodes = two_nodes || child.node_of_rank.back() != child.node_of_rank.front();
     }
-    if (even && per_node < members) child.ranks_per_node = static_cast<int>(per_node);
+    if (!two_nodes) child.node_of_rank.clear();
   }
-  // The node transport connects whole nodes: a child keeps it only where each of its
-  // nodes is a whole node of the parent's, its ranks in the same order.
+  // The node transport connects whole nodes: a child keeps it only where its nodes
+  // are whole nodes of the parent's, each rank at the same place in its node.
   child.node_transport = nullptr;
-  if (options_.node_transport != nullptr && child.ranks_per_node == options_.ranks_per_node) {
-    bool whole_nodes = true;
-    const int k = options_.ranks_per_node;
-    for (size_t i = 0; whole_nodes && i < ranks.size(); ++i) {
-      whole_nodes = ranks[i] % k == static_cast<int>(i % k);
+  std::vector<int> child_order;
+  if (options_.node_transport != nullptr && !child.node_of_rank.empty()) {
+    CommunicatorOptions resolved = child;
+    LOOM_ASSIGN_OR_RETURN(child_order, collectives_internal::ResolveNodeOrder(
+                                           static_cast<int>(ranks.size()), &resolved));
+    bool whole_nodes = resolved.ranks_per_node == k;
+    for (size_t i = 0; whole_nodes && i < child_order.size(); ++i) {
+      whole_nodes = static_cast<int>(i) % k == node_position_[ranks[child_order[i]]] % k;
     }
     if (whole_nodes) child.node_transport = options_.node_transport;
   }
-  return std::unique_ptr<Communicator>(new Communicator(std::move(view), std::move(child), id));
+  return Make(std::move(view), std::move(child), id);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::SplitByMesh(const Mesh& mesh,

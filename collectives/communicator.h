@@ -95,8 +95,22 @@ struct CommunicatorOptions {
   // Node layout for the hierarchical algorithm and the cost model: ranks
   // i*k .. i*k+k-1 share node i. 0: one node.
   int ranks_per_node = 0;
+  // Node layout in any order (a launcher that deals ranks round-robin over hosts:
+  // h1,h2,h1,h2): node_of_rank[r] names rank r's node (any int; equal ints, one node).
+  // The communicator's algorithms then number the ranks node by node (nodes in the
+  // order of their lowest rank, ranks in order within one: NodeOrder()), so that
+  // the ring crosses each node's link once each way and the node-aware algorithms
+  // run by nodes whatever order the ranks were launched in. Every call keeps the
+  // caller's numbering (roots, blocks, peers); reduce-scatter, all-gather, gather,
+  // scatter and the all-to-alls pay one local copy of their blocks for it. With
+  // every node holding the same number k of ranks, ranks_per_node must be 0 or k
+  // and Create sets it to k; with unequal nodes ranks_per_node must be 0 and stays
+  // 0 (the ranks are still numbered node by node). Empty: ranks_per_node's layout.
+  // Deterministic reductions fold in the caller's rank order as promised.
+  std::vector<int> node_of_rank;
   // Optional: this rank's endpoint among the ranks of its node (size ranks_per_node,
-  // rank = rank % ranks_per_node), over a transport that is faster inside a node
+  // rank = rank % ranks_per_node, or with node_of_rank this rank's place among its
+  // node's ranks in rank order), over a transport that is faster inside a node
   // than the communicator's own (Loom's shm inside a host, when the communicator
   // runs over MPI). The hierarchical algorithm then runs its intra-node phases over
   // it and only its inter-node phase over the communicator's transport; every other
@@ -220,6 +234,10 @@ class Communicator {
   // no other thread calls or explains on this communicator, and on every rank with
   // the same model, as options.cost_model is given.
   void SetCostModel(CostModel model);
+  // NodeOrder: the ranks node by node, as the algorithms number them (NodeOrder()[i]
+  // is the rank the algorithms call i): 0, 1, ..., size()-1 unless
+  // options().node_of_rank puts ranks of one node apart.
+  const std::vector<int>& NodeOrder() const { return node_order_; }
   // HasNative returns whether the transport has collectives of its own, so that
   // Algorithm::kNative can run (MPI, NCCL; not inproc, shm or a split's group).
   bool HasNative() const;
@@ -235,7 +253,13 @@ class Communicator {
  private:
   struct Call;
 
-  Communicator(std::shared_ptr<Transport> transport, CommunicatorOptions options, uint64_t id);
+  // Make resolves options.node_of_rank (communicator_node_order.cc), checks the node
+  // transport against it and builds the communicator; Create and Split end in it.
+  static absl::StatusOr<std::unique_ptr<Communicator>> Make(std::shared_ptr<Transport> transport,
+                                                            CommunicatorOptions options,
+                                                            uint64_t id);
+  Communicator(std::shared_ptr<Transport> transport, CommunicatorOptions options, uint64_t id,
+               std::vector<int> node_order, std::shared_ptr<Transport> algorithm_transport);
   absl::Status Run(Call& call);
   absl::Status Execute(const Call& call, const collectives_internal::CallContext& ctx);
   // ExecuteWithHello: Execute, with the rooted calls' extra message (communicator.cc).
@@ -251,12 +275,23 @@ class Communicator {
   absl::Status PointToPoint(bool send, std::byte* data, size_t count, DType dtype, int peer,
                             const CallOptions& call);
 
+  // RunInNodeOrder: call.fn on `args` (in the caller's numbering) over the
+  // algorithms' numbering (internal/node_order.h).
+  absl::Status RunInNodeOrder(const Call& call, const collectives_internal::CallContext& ctx,
+                              const collectives_internal::CollectiveArgs& args);
+  bool renumbered() const { return algorithm_transport_ != nullptr; }
+
   CommunicatorOptions options_;  // cost_model changes by SetCostModel only
   const uint64_t id_;  // 24 bits: the top of every tag
   // The default deadline budget of a call, CoarseResolution() + options_.timeout, in
   // nanoseconds (see Run).
   const int64_t default_budget_nanos_;
   std::shared_ptr<Transport> transport_;
+  // The ranks node by node, and each rank's place in that order (its inverse).
+  std::vector<int> node_order_, node_position_;
+  // transport_ renumbered into node_order_ (a GroupTransport view); null where
+  // node_order_ is the identity.
+  std::shared_ptr<Transport> algorithm_transport_;
   std::unique_ptr<collectives_internal::CallCounters[]> counters_;  // by CollectiveKind
   std::unique_ptr<collectives_internal::Scratch> scratch_;
   FlightRecorder recorder_;
