@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -58,19 +59,31 @@ NodeLayout PlanNodeLayout(const std::vector<std::string>& host_names, int rank) 
   NodeLayout layout;
   layout.host_names = host_names;
   const int n = static_cast<int>(host_names.size());
-  layout.hosts = static_cast<int>(std::set<std::string>(host_names.begin(), host_names.end()).size());
+  std::map<std::string, int> number;  // host name -> node, by first rank
+  std::vector<int> count;
+  for (const std::string& name : host_names) {
+    const auto [it, added] = number.emplace(name, static_cast<int>(count.size()));
+    if (added) count.push_back(0);
+    layout.node_of_rank.push_back(it->second);
+    ++count[it->second];
+  }
+  layout.hosts = std::max(1, static_cast<int>(count.size()));
+  if (rank >= 0 && rank < n) {
+    layout.node = layout.node_of_rank[rank];
+    for (int r = 0; r < rank; ++r) layout.local_rank += layout.node_of_rank[r] == layout.node;
+  }
   if (n == 0 || layout.hosts < 2) return layout;
-  // k: the first host's run of consecutive ranks; every run must be as long, and
-  // every run a host of its own (a host seen again later is not consecutive).
-  int k = 1;
-  while (k < n && host_names[k] == host_names[0]) ++k;
-  if (k < 2 || n % k != 0 || n / k != layout.hosts) return layout;
+  const int k = count[0];
+  for (int c : count) {
+    if (c != k) return layout;
+  }
+  if (k < 2) return layout;
+  layout.ranks_per_host = k;
+  // In blocks: rank r on host r / k.
   for (int r = 0; r < n; ++r) {
-    if (host_names[r] != host_names[r - r % k]) return layout;
+    if (layout.node_of_rank[r] != r / k) return layout;
   }
   layout.ranks_per_node = k;
-  layout.node = rank / k;
-  layout.local_rank = rank % k;
   return layout;
 }
 

@@ -8,8 +8,12 @@
 //   LOOM_ASSIGN_OR_RETURN(auto probe, Communicator::Create(transport, {}));
 //   LOOM_ASSIGN_OR_RETURN(NodeLayout layout, FindNodeLayout(*probe));
 //   // hosts h1,h1,h2,h2: layout.ranks_per_node == 2, layout.node == rank / 2,
-//   // layout.local_rank == rank % 2; hosts h1,h2,h1,h2 or h1,h1,h1,h2: 0 (no layout
-//   // the Communicator can use; it runs node-blind).
+//   // layout.local_rank == rank % 2;
+//   // hosts h1,h2,h1,h2: ranks_per_node 0 (not in blocks) but ranks_per_host 2 and
+//   // node_of_rank {0,1,0,1}: CommunicatorOptions::node_of_rank numbers them host by
+//   // host; h1,h1,h1,h2: ranks_per_host 0 (hosts of 3 and 1), node_of_rank {0,0,0,1}.
+//   CommunicatorOptions options;
+//   options.node_of_rank = layout.node_of_rank;
 #ifndef LOOM_COLLECTIVES_NODE_LAYOUT_H_
 #define LOOM_COLLECTIVES_NODE_LAYOUT_H_
 
@@ -41,10 +45,16 @@ struct NodeLayout {
   // number k > 1 of consecutive ranks (CommunicatorOptions::ranks_per_node's layout);
   // 0 otherwise.
   int ranks_per_node = 0;
-  int node = 0;        // with ranks_per_node > 0: this rank's host, rank / k
-  int local_rank = 0;  // and its rank there, rank % k
+  // Ranks per host when there are two or more hosts and each holds the same number
+  // k > 1, in any order; 0 otherwise.
+  int ranks_per_host = 0;
+  int node = 0;        // this rank's host, numbered as node_of_rank numbers it
+  int local_rank = 0;  // and its place among that host's ranks, in rank order
   int hosts = 1;       // distinct host names
   std::vector<std::string> host_names;  // every rank's, in rank order
+  // Every rank's host, numbered in the order of each host's lowest rank (rank 0's is
+  // 0): the layout CommunicatorOptions::node_of_rank takes, whatever the order.
+  std::vector<int> node_of_rank;
 };
 
 // PlanNodeLayout: the layout of ranks on `host_names` (rank order), seen by `rank`.

@@ -37,10 +37,37 @@ TEST(NodeLayoutTest, LayoutsTheCommunicatorCannotUseAreNone) {
   for (const auto& hosts : none) {
     const NodeLayout layout = PlanNodeLayout(hosts, 0);
     EXPECT_EQ(layout.ranks_per_node, 0) << ::testing::PrintToString(hosts);
-    EXPECT_EQ(layout.node, 0);
+    EXPECT_EQ(layout.node, 0);  // rank 0's host is always node 0
     EXPECT_EQ(layout.local_rank, 0);
   }
   EXPECT_EQ(PlanNodeLayout({"h1", "h2", "h1", "h2"}, 3).hosts, 2);
+}
+
+TEST(NodeLayoutTest, EveryLayoutNumbersItsHostsForTheCommunicator) {
+  // Round-robin over hosts: not blocks, but every host holds 2.
+  const std::vector<std::string> dealt = {"h2", "h1", "h2", "h1"};
+  for (int rank = 0; rank < 4; ++rank) {
+    const NodeLayout layout = PlanNodeLayout(dealt, rank);
+    EXPECT_EQ(layout.ranks_per_node, 0);
+    EXPECT_EQ(layout.ranks_per_host, 2);
+    EXPECT_THAT(layout.node_of_rank, ElementsAre(0, 1, 0, 1));
+    EXPECT_EQ(layout.node, rank % 2);
+    EXPECT_EQ(layout.local_rank, rank / 2);
+  }
+  // Blocks: both.
+  NodeLayout layout = PlanNodeLayout({"a", "a", "b", "b"}, 3);
+  EXPECT_EQ(layout.ranks_per_node, 2);
+  EXPECT_EQ(layout.ranks_per_host, 2);
+  EXPECT_THAT(layout.node_of_rank, ElementsAre(0, 0, 1, 1));
+  // Hosts of 3 and 1: numbered, no count.
+  layout = PlanNodeLayout({"h1", "h1", "h2", "h1"}, 3);
+  EXPECT_EQ(layout.ranks_per_host, 0);
+  EXPECT_THAT(layout.node_of_rank, ElementsAre(0, 0, 1, 0));
+  EXPECT_EQ(layout.node, 0);
+  EXPECT_EQ(layout.local_rank, 2);
+  // One rank a host, and one host: no count either.
+  EXPECT_EQ(PlanNodeLayout({"h1", "h2", "h3"}, 0).ranks_per_host, 0);
+  EXPECT_EQ(PlanNodeLayout({"h1", "h1"}, 0).ranks_per_host, 0);
 }
 
 // Over real ranks (threads over the inproc transport), each naming its own host:

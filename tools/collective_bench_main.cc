@@ -420,23 +420,24 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
     return RunRank(std::move(transport), bench, options, "gloo");
   }
   // Gloo knows nothing of hosts: the ranks find which of them share one by their host
-  // names, and where each host holds k > 1 consecutive ranks, those connect Loom's shm
-  // transport among themselves, so that direct, the trees and hierarchical run by
-  // hosts with their intra-host phases in shared memory (as over MPI, RunMpiRank).
-  // Messages between two ranks of one host take shm for every other algorithm too
-  // (a routed transport, unless --route_by_host=false), whatever the layout.
+  // names, and the Communicator numbers them host by host (node_of_rank, whatever
+  // order they were launched in). Where each host holds the same number k > 1 of
+  // ranks, those connect Loom's shm transport among themselves, so that direct, the
+  // trees and hierarchical run by hosts with their intra-host phases in shared
+  // memory (as over MPI, RunMpiRank). Messages between two ranks of one host take
+  // shm for every other algorithm too (a routed transport, unless
+  // --route_by_host=false), whatever the layout.
   std::shared_ptr<Transport> shared = std::move(transport);
   CommunicatorOptions with_nodes = options;
   std::string name = "gloo";
   {
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> probe, Communicator::Create(shared, options));
     LOOM_ASSIGN_OR_RETURN(const NodeLayout layout, FindNodeLayout(*probe));
-    const bool blocks = layout.ranks_per_node > 1 && layout.ranks_per_node <= kMaxShmRanks;
-    if (!blocks && inside == "shm") {
+    const bool nodes = layout.ranks_per_host > 1 && layout.ranks_per_host <= kMaxShmRanks;
+    if (!nodes && inside == "shm") {
       return absl::FailedPreconditionError(absl::StrCat(
           "--node_transport=shm: the ranks' hosts (", absl::StrJoin(layout.host_names, ","),
-          ") are not 2 or more hosts of the same number (2..", kMaxShmRanks,
-          ") of consecutive ranks"));
+          ") are not 2 or more hosts of the same number (2..", kMaxShmRanks, ") of ranks"));
     }
     // The ranks of this host, in rank order, and whether any host holds two or more
     // (decided from every host's count, so that every rank decides alike).
@@ -448,10 +449,18 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
     }
     int most_on_a_host = 0;
     for (const auto& [host_name, count] : per_host) most_on_a_host = std::max(most_on_a_host, count);
+    // Numbered host by host where a host holds two or more: the ring then crosses each
+    // host's link once each way (one rank a host leaves nothing to number).
+    if (layout.hosts > 1 && most_on_a_host > 1) with_nodes.node_of_rank = layout.node_of_rank;
+    const bool renumbered =
+        !std::is_sorted(layout.node_of_rank.begin(), layout.node_of_rank.end());
+    const std::string numbered = renumbered ? ", numbered by host" : "";
     const bool shared_hosts =
         layout.hosts > 1 && most_on_a_host > 1 && most_on_a_host <= kMaxShmRanks;
     const bool route = absl::GetFlag(FLAGS_route_by_host) && shared_hosts;
-    if (!blocks && !route) return RunRank(std::move(shared), bench, options, "gloo");
+    if (!nodes && !route) {
+      return RunRank(std::move(shared), bench, with_nodes, absl::StrCat("gloo", numbered));
+    }
     // One shm job per host and run: rank 0's pid and clock, shared, name it (with the
     // host's first rank).
     int64_t nonce[1] = {probe->rank() == 0
@@ -476,7 +485,9 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
       absl::StrAppend(&job.job_id, suffix);
       return ConnectShmTransport(job);
     };
-    absl::StatusOr<std::unique_ptr<Transport>> node = blocks
+    // The node transport's ranks: each host's in rank order, the place the
+    // Communicator gives them among their node's (CommunicatorOptions::node_transport).
+    absl::StatusOr<std::unique_ptr<Transport>> node = nodes
         ? connect_on_host(".n") : absl::StatusOr<std::unique_ptr<Transport>>(nullptr);
     absl::StatusOr<std::unique_ptr<Transport>> near = route && node.ok()
         ? connect_on_host(".r") : absl::StatusOr<std::unique_ptr<Transport>>(nullptr);
@@ -485,18 +496,19 @@ absl::Status RunGloo(const BenchOptions& bench, const CommunicatorOptions& optio
     int32_t all_connected[1] = {connected.ok() ? 1 : 0};
     LOOM_RETURN_IF_ERROR(probe->AllReduce(absl::MakeSpan(all_connected), ReduceOp::kMin));
     if (all_connected[0] == 0) {
+      // Host names that do not share /dev/shm may not share a host either: node-blind.
+      with_nodes.node_of_rank.clear();
       name = absl::StrCat("gloo (node-blind: shm inside a host did not connect",
                           connected.ok() ? " on every rank" : absl::StrCat(": ", connected.message()),
                           ")");
     } else {
-      if (blocks) {
+      if (nodes) {
         with_nodes.node_transport = *std::move(node);
-        with_nodes.ranks_per_node = layout.ranks_per_node;
         name = absl::StrCat("gloo between ", layout.hosts, " hosts, shm inside each (",
-                            layout.ranks_per_node, " ranks a host)");
+                            layout.ranks_per_host, " ranks a host", numbered, ")");
       } else {
         name = absl::StrCat("gloo between ", layout.hosts,
-                            " hosts (not in equal blocks of consecutive ranks), shm inside each");
+                            " hosts (of unequal sizes", numbered, "), shm inside each");
       }
       if (route) {
         // The node transport above belongs to the Communicator's node-aware phases;

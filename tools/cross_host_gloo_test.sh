@@ -5,9 +5,10 @@
 # Fails unless the run says so, if any algorithm's all-reduce (below and above the
 # size where direct and the trees turn node-aware) differs from the reference, or
 # if a process, file or segment is left on a host. With ranks h1,h2,h1,h2 (not
-# consecutive) the layout cannot be used: the run is routed without it (and plain gloo
-# with --route_by_host=false), still right, and --node_transport=shm is refused naming
-# the hosts. Ranks that share a host name
+# consecutive) the Communicator numbers them host by host and runs as on blocks, with
+# the node transport and routed (unrouted with --route_by_host=false). With 3 ranks,
+# h1,h1,h2 (hosts of unequal sizes), the run is routed without a node transport, and
+# --node_transport=shm is refused naming the hosts. Ranks that share a host name
 # but not /dev/shm (h1,h2 both named "pair0"; containers on one machine) fall back to
 # plain gloo, every rank alike. --node_transport=none keeps plain gloo. With the layout,
 # every algorithm's messages to a rank of the same host go over shm (routed), unless
@@ -32,7 +33,7 @@ bench() {
   shift
   log="$(mktemp)"
   # mpirun only starts the processes: each is a rank of a launched job (tools/launcher.h).
-  if ! on h1 timeout --kill-after=10 120 mpirun $(cluster mpirun-args) "$@" -np 4 \
+  if ! on h1 timeout --kill-after=10 120 mpirun $(cluster mpirun-args) "$@" -np "${NP:-4}" \
       sh -c 'LOOM_JOB_ID=xgloo LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"' \
       "${RANK_PREFIX[@]}" "$BENCH" "${FLAGS[@]}" --transport=gloo --gloo_interface=eth0 --gloo_store_dir="$(mktemp -d "$STORES/run.XXXXXX")" \
       --op=all_reduce --algo="$algo" --min_bytes=4K --max_bytes=1M --step_factor=16 --iters=3 \
@@ -66,23 +67,32 @@ done
 FLAGS=()
 expect_no_leftovers
 
-# Ranks alternating between the hosts: no layout the Communicator can use, but the
-# messages between the two ranks of a host still take shm (routed), and every
-# algorithm is still right.
-for algo in direct halving_doubling ring; do
+# Ranks alternating between the hosts: the Communicator numbers them host by host,
+# so every algorithm runs as on blocks; the node transport connects each host's two
+# ranks, and the messages between them take shm (routed). Every algorithm is right.
+for algo in direct hierarchical halving_doubling ring; do
   out="$(bench "$algo" --map-by node)"
-  grep -q "^# transport gloo between 2 hosts (not in equal blocks of consecutive ranks), shm inside each, routed$" <<<"$out" ||
-    { echo "$out" >&2; fail "--algo=$algo, ranks h1,h2,h1,h2: not routed without a node layout"; }
+  grep -q "^# transport gloo between 2 hosts, shm inside each (2 ranks a host, numbered by host), routed$" <<<"$out" ||
+    { echo "$out" >&2; fail "--algo=$algo, ranks h1,h2,h1,h2: not numbered by host and routed"; }
 done
 FLAGS=(--route_by_host=false)
+out="$(bench ring --map-by node)"
+grep -q "^# transport gloo between 2 hosts, shm inside each (2 ranks a host, numbered by host)$" <<<"$out" ||
+  { echo "$out" >&2; fail "ranks h1,h2,h1,h2 with --route_by_host=false: not numbered by host, unrouted"; }
+FLAGS=(--node_transport=shm)
 out="$(bench direct --map-by node)"
-grep -q "^# transport gloo$" <<<"$out" ||
-  { echo "$out" >&2; fail "ranks h1,h2,h1,h2 with --route_by_host=false: not plain gloo"; }
+grep -q "^# transport gloo between 2 hosts, shm inside each (2 ranks a host, numbered by host), routed$" <<<"$out" ||
+  { echo "$out" >&2; fail "--node_transport=shm, ranks h1,h2,h1,h2: no node transport"; }
+# Hosts of 3 ranks: h1,h1,h2. No node transport; routed; --node_transport=shm refused.
+FLAGS=()
+out="$(NP=3 bench ring)"
+grep -q "^# transport gloo between 2 hosts (of unequal sizes), shm inside each, routed$" <<<"$out" ||
+  { echo "$out" >&2; fail "ranks h1,h1,h2: not routed without a node transport"; }
 FLAGS=(--node_transport=shm)
 log="$(mktemp)"
-if (bench direct --map-by node) >"$log" 2>&1; then cat "$log" >&2; fail "--node_transport=shm ran without a layout"; fi
-grep -q "node_transport=shm: the ranks' hosts (h1,h2,h1,h2) are not 2 or more hosts" "$log" ||
-  { cat "$log" >&2; fail "--node_transport=shm without a layout: not the expected error"; }
+if (NP=3 bench direct) >"$log" 2>&1; then cat "$log" >&2; fail "--node_transport=shm ran on hosts of 2 and 1 ranks"; fi
+grep -q "node_transport=shm: the ranks' hosts (h1,h1,h2) are not 2 or more hosts of the same number" "$log" ||
+  { cat "$log" >&2; fail "--node_transport=shm on hosts of unequal sizes: not the expected error"; }
 rm -f "$log"
 FLAGS=(--node_transport=none)
 out="$(bench direct)"

@@ -1,5 +1,6 @@
 #include "integrations/torch/group_layout.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -35,15 +36,16 @@ absl::StatusOr<RankIdentity> ParseRankIdentity(absl::string_view text) {
 std::string GroupLayout::Describe() const {
   if (!two_level) return absl::StrCat("shm among ", local_size, " ranks on one host");
   const char* between = mpi ? "mpi" : "gloo";
+  const char* numbered = numbered_by_host ? ", numbered by host" : "";
   if (ranks_per_node > 0) {
     // Over gloo every algorithm's messages inside a host take shm (routed); over MPI
     // the node-aware phases' do, and MPI's own shared memory the others'.
     return absl::StrCat(between, " between ", hosts, " hosts, shm inside each (", ranks_per_node,
-                        " ranks per host", routed ? ", every algorithm" : "", ")");
+                        " ranks per host", numbered, routed ? ", every algorithm" : "", ")");
   }
   if (routed) {
-    return absl::StrCat(between, " among all ranks (", hosts,
-                        " hosts, not in equal blocks: shm between two ranks of a host)");
+    return absl::StrCat(between, " among all ranks (", hosts, " hosts of unequal sizes", numbered,
+                        ": shm between two ranks of a host)");
   }
   return absl::StrCat(between, " among all ranks (", hosts, hosts == 1 ? " host" : " hosts",
                       ", no shm level)");
@@ -98,9 +100,14 @@ absl::StatusOr<GroupLayout> PlanGroupLayout(absl::Span<const RankIdentity> ranks
   }
   layout.mpi = choice != TransportChoice::kGloo && without_mpi.empty();
   const int k = count[0];
-  bool regular = choice != TransportChoice::kGloo && k > 1 && size % k == 0;
-  for (int r = 0; regular && r < size; ++r) regular = host[r] == r / k;
-  layout.ranks_per_node = regular ? k : 0;
+  bool equal = choice != TransportChoice::kGloo && k > 1;
+  for (int c : count) equal = equal && c == k;
+  layout.ranks_per_node = equal ? k : 0;
+  // One rank a host leaves nothing to number (and no node level, as before).
+  if (choice != TransportChoice::kGloo && layout.hosts > 1 && layout.hosts < size) {
+    layout.node_of_rank = host;
+    layout.numbered_by_host = !std::is_sorted(host.begin(), host.end());
+  }
   layout.routed = !layout.mpi && choice != TransportChoice::kGloo && layout.hosts < size;
   return layout;
 }

@@ -4,9 +4,10 @@
 //   - one host: Loom's shm transport among all ranks;
 //   - several hosts: two levels, MPI (under mpirun) or Gloo over TCP between hosts
 //     and shm inside each host, when every host holds the same number k > 1 of
-//     consecutive ranks (the layout CommunicatorOptions::ranks_per_node describes;
-//     torchrun's and mpirun's by slot are); otherwise MPI or Gloo among all ranks,
-//     without the shm level;
+//     ranks, in blocks (torchrun's and mpirun's by slot) or in any order (mpirun
+//     --map-by node: the Communicator then numbers them host by host,
+//     CommunicatorOptions::node_of_rank); otherwise MPI or Gloo among all ranks,
+//     without the shm level, still numbered host by host;
 //   - TransportChoice::kGloo: Gloo among all ranks, without the shm level.
 //
 // Example (4 ranks, two per host):
@@ -14,6 +15,7 @@
 //                                    {"b", "b", 20, -1}, {"b", "b", 21, -1}};
 //   GroupLayout layout = *PlanGroupLayout(ids, 2, TransportChoice::kAuto);
 //   // layout.two_level == true, layout.hosts == 2, layout.ranks_per_node == 2,
+//   // layout.node_of_rank == {0, 0, 1, 1},
 //   // layout.node == 1, layout.local_rank == 0, layout.local_size == 2
 //   layout.Describe();  // "gloo between 2 hosts, shm inside each (2 ranks per host)"
 #ifndef LOOM_INTEGRATIONS_TORCH_GROUP_LAYOUT_H_
@@ -51,10 +53,17 @@ struct GroupLayout {
   bool mpi = false;
   // Distinct host ids, numbered in order of their first rank.
   int hosts = 1;
-  // Two levels: ranks per host when every host holds that many (more than one)
-  // consecutive ranks and shm is allowed (then shm carries the intra-host phases);
-  // 0 otherwise.
+  // Two levels: ranks per host when every host holds that many (more than one), in
+  // any order, and shm is allowed (then shm carries the intra-host phases); 0
+  // otherwise.
   int ranks_per_node = 0;
+  // Two levels with shm allowed and a host of two or more ranks: every rank's host
+  // number, for
+  // CommunicatorOptions::node_of_rank (the Communicator numbers the ranks host by
+  // host); empty otherwise (transport gloo keeps the launcher's order).
+  std::vector<int> node_of_rank;
+  // node_of_rank puts ranks of one host apart (the Communicator renumbers them).
+  bool numbered_by_host = false;
   // This rank's host number, its rank among the group's ranks on that host and
   // their number (in group-rank order).
   int node = 0;

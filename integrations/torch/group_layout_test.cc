@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -45,24 +46,40 @@ TEST(GroupLayoutTest, ConsecutiveEqualHostsGetTwoLevels) {
   EXPECT_EQ(layout.local_size, 2);
   EXPECT_EQ(layout.Describe(), "gloo between 3 hosts, shm inside each (2 ranks per host, every algorithm)");
   EXPECT_TRUE(layout.routed);
+  EXPECT_EQ(layout.node_of_rank, (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  EXPECT_FALSE(layout.numbered_by_host);
   EXPECT_EQ(layout.host_ranks, (std::vector<int>{2, 3}));
 }
 
-TEST(GroupLayoutTest, UnevenOrInterleavedHostsGetNoNodeLevelButRouteInsideAHost) {
+TEST(GroupLayoutTest, InterleavedHostsAreNumberedByHostAndUnevenOnesRouteInsideAHost) {
+  // Interleaved, equal hosts: two levels, the Communicator numbers them by host.
+  LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout dealt, PlanGroupLayout(OnHosts({"a", "b", "a", "b"}), 1,
+                                                               TransportChoice::kAuto));
+  EXPECT_EQ(dealt.ranks_per_node, 2);
+  EXPECT_EQ(dealt.node_of_rank, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_TRUE(dealt.numbered_by_host);
+  EXPECT_TRUE(dealt.routed);
+  EXPECT_EQ(dealt.Describe(),
+            "gloo between 2 hosts, shm inside each (2 ranks per host, numbered by host, every "
+            "algorithm)");
+  // Uneven: no node level, numbered, routed.
   for (const std::vector<std::string>& hosts :
-       {std::vector<std::string>{"a", "b", "a", "b"}, std::vector<std::string>{"a", "a", "a", "b"}}) {
+       {std::vector<std::string>{"a", "b", "a", "a"}, std::vector<std::string>{"a", "a", "a", "b"}}) {
     const std::vector<RankIdentity> ranks = OnHosts(hosts);
     LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout layout, PlanGroupLayout(ranks, 1, TransportChoice::kAuto));
     EXPECT_TRUE(layout.two_level);
-    EXPECT_EQ(layout.ranks_per_node, 0) << hosts.size();
+    EXPECT_EQ(layout.ranks_per_node, 0) << hosts[1];
     EXPECT_TRUE(layout.routed);
     EXPECT_EQ(layout.Describe(),
-              "gloo among all ranks (2 hosts, not in equal blocks: shm between two ranks of a host)");
+              absl::StrCat("gloo among all ranks (2 hosts of unequal sizes",
+                           hosts[1] == "b" ? ", numbered by host" : "",
+                           ": shm between two ranks of a host)"));
   }
   // One rank a host: nothing to route.
   LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout single,
                             PlanGroupLayout(OnHosts({"a", "b"}), 1, TransportChoice::kAuto));
   EXPECT_FALSE(single.routed);
+  EXPECT_TRUE(single.node_of_rank.empty());  // nothing to number
   EXPECT_THAT(single.Describe(), HasSubstr("no shm level"));
   // Interleaved: rank 2 is the second of host "a", whose ranks are 0 and 2.
   LOOM_ASSERT_OK_AND_ASSIGN(GroupLayout layout,
@@ -88,6 +105,7 @@ TEST(GroupLayoutTest, MpiConnectsHostsWhenMpirunStartedEveryRank) {
   LOOM_ASSERT_OK_AND_ASSIGN(layout, PlanGroupLayout(OnHosts({"a", "b"}, /*mpi=*/true), 1,
                                                     TransportChoice::kGloo));
   EXPECT_FALSE(layout.mpi);
+  EXPECT_TRUE(layout.node_of_rank.empty());  // gloo keeps the launcher's order
   EXPECT_EQ(layout.Describe(), "gloo among all ranks (2 hosts, no shm level)");
 }
 

@@ -247,9 +247,11 @@ absl::StatusOr<GroupConnection> ConnectGroup(RendezvousStore& store, const Group
       absl::StatusOr<std::unique_ptr<Transport>> node =
           connect_on_host(absl::StrCat(*job, ".n", group.layout.node));
       if (!node.ok()) return node.status();
-      comm.ranks_per_node = group.layout.ranks_per_node;
       comm.node_transport = std::move(*node);
     }
+    // Numbered host by host (ranks_per_node follows from it in Communicator::Create),
+    // whatever order the launcher dealt the ranks in.
+    comm.node_of_rank = group.layout.node_of_rank;
     if (group.layout.routed) {
       // Over gloo, every message between two ranks of a host goes over a shm job of
       // that host's ranks, not over TCP on loopback (routed_transport.h); MPI has

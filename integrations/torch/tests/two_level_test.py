@@ -2,7 +2,8 @@
 (LOOM_TORCH_HOST_ID) are connected as hosts are, by Loom's gloo transport (TCP,
 over loopback here) between them with Loom's shm transport inside each, and the
 collectives match the seeded references. The same with ranks alternating between
-the hosts (no node level, but shm between two ranks of a host), under mpirun, where
+the hosts (the communicator numbers them host by host: the same node level and shm
+between two ranks of a host), under mpirun, where
 MPI connects the hosts, and with transport=gloo (Gloo alone, no shm).
 
 This is an emulation: the "hosts" share one kernel, so it tests the rendezvous, the
@@ -45,7 +46,7 @@ def worker(argv):
     want = {"two_hosts": "gloo between 2 hosts, shm inside each (2 ranks per host, every algorithm)",
             "mpi_two_hosts": "mpi between 2 hosts, shm inside each (2 ranks per host)",
             "alternating_hosts":
-                "gloo among all ranks (2 hosts, not in equal blocks: shm between two ranks of a host)",
+                "gloo between 2 hosts, shm inside each (2 ranks per host, numbered by host, every algorithm)",
             "gloo_only": "gloo among all ranks (1 host, no shm level)"}[mode]
     assert loom_torch.layout() == want, loom_torch.layout()
     checks = 0
@@ -152,7 +153,7 @@ class TwoLevelTest(unittest.TestCase):
     def test_two_emulated_hosts_gloo_between_shm_inside(self):
         self.run_mode("two_hosts", 4)
 
-    def test_ranks_alternating_between_emulated_hosts_routed_inside_each(self):
+    def test_ranks_alternating_between_emulated_hosts_numbered_by_host(self):
         self.run_mode("alternating_hosts", 4)
 
     def test_gloo_transport_alone(self):
