@@ -1,6 +1,8 @@
 // The Communicator over MPI across hosts: this test runs as an mpirun job whose
-// ranks sit on several hosts in equal blocks (collectives/cross_host_mpi_test.sh
-// starts it on 2 and 3 emulated hosts of tools/cluster, 2 ranks each). Its cases
+// ranks sit on several hosts, in equal blocks or dealt round-robin (`--map-by node`;
+// collectives/cross_host_mpi_test.sh starts it on 2 and 3 emulated hosts of
+// tools/cluster, 2 ranks each, and dealt on 2). The Communicator is given every
+// rank's host (MpiNodeOfRank) and numbers them host by host. Its cases
 // come from the job's own layout, so the hierarchical algorithm's node phases run
 // inside real hosts and its inter-node phase across them: every collective, every
 // algorithm and MPI's own (native), over MPI alone and with Loom's shm transport
@@ -14,6 +16,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -30,10 +33,13 @@
 #include "collectives/transport/mpi/node_shm.h"
 #include "core/status_macros.h"
 #include "core/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace loom {
 namespace {
+
+using ::testing::HasSubstr;
 
 // The job's layout as mpirun set it in every rank's environment (read before MPI
 // starts, when the cases are made).
@@ -69,19 +75,42 @@ std::vector<std::string> AllHostnames() {
   return names;
 }
 
-// The ranks sit on hosts in blocks of RanksPerHost(), and MPI finds that layout
-// (MPI_Comm_split_type) as the hierarchical algorithm will use it.
-TEST(CrossHostLayoutTest, MpiFindsTheHostsInEqualBlocks) {
+// Whether the ranks sit on hosts in blocks (mpirun's default by slot), from their
+// host names.
+bool InBlocks(const std::vector<std::string>& hosts, int per_host) {
+  for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
+    if (hosts[r] != hosts[r / per_host * per_host]) return false;
+  }
+  return true;
+}
+
+// MPI finds the layout (MPI_Comm_split_type) as the host names show it: every rank's
+// host, numbered by its lowest rank; in blocks also the count the hierarchical
+// algorithm takes, which dealt ranks are refused naming the way out.
+TEST(CrossHostLayoutTest, MpiFindsEveryRanksHost) {
   const std::vector<std::string> hosts = AllHostnames();
   const int per_host = RanksPerHost();
+  LOOM_ASSERT_OK_AND_ASSIGN(const std::vector<int> node_of_rank, MpiNodeOfRank(MPI_COMM_WORLD));
+  ASSERT_EQ(node_of_rank.size(), hosts.size());
+  int next = 0;
   for (int r = 0; r < JobSize(); ++r) {
-    EXPECT_EQ(hosts[r], hosts[r / per_host * per_host])
-        << "rank " << r << ": " << absl::StrJoin(hosts, ",");
-    if (r >= per_host) {
-      EXPECT_NE(hosts[r], hosts[r - per_host]) << "rank " << r << ": " << absl::StrJoin(hosts, ",");
+    const int first = static_cast<int>(std::find(hosts.begin(), hosts.end(), hosts[r]) - hosts.begin());
+    if (first == r) {
+      EXPECT_EQ(node_of_rank[r], next++) << absl::StrJoin(hosts, ",");
+    } else {
+      EXPECT_EQ(node_of_rank[r], node_of_rank[first]) << absl::StrJoin(hosts, ",");
     }
   }
-  EXPECT_THAT(MpiRanksPerNode(MPI_COMM_WORLD), IsOkAndHolds(per_host));
+  // The script says which layout it launched, so that a launch that fell back to
+  // blocks cannot pass for dealt.
+  EXPECT_EQ(InBlocks(hosts, per_host), EnvOr("LOOM_TEST_LAYOUT", "blocks") != "dealt")
+      << absl::StrJoin(hosts, ",");
+  if (InBlocks(hosts, per_host)) {
+    EXPECT_THAT(MpiRanksPerNode(MPI_COMM_WORLD), IsOkAndHolds(per_host));
+  } else {
+    EXPECT_THAT(MpiRanksPerNode(MPI_COMM_WORLD),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("--map-by slot")));
+  }
 }
 
 // What carries the bytes: MPI; MPI across hosts with Loom's shm inside each; gloo.
@@ -120,14 +149,18 @@ TEST_P(CrossHostCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
   const int per_host = RanksPerHost();
   const std::vector<absl::Status> results = harness->Run(world, [&](Transport& t) -> absl::Status {
     CommunicatorOptions options;
-    options.ranks_per_node = per_host;
+    LOOM_ASSIGN_OR_RETURN(options.node_of_rank, MpiNodeOfRank(MPI_COMM_WORLD));
     if (over == Over::kMpiShmInside) {
       LOOM_ASSIGN_OR_RETURN(options.node_transport,
-                            ConnectNodeShmTransport(MPI_COMM_WORLD, options.ranks_per_node));
+                            ConnectNodeShmTransport(MPI_COMM_WORLD, options.node_of_rank));
     }
     options.timeout = absl::Seconds(60);
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                           Communicator::Create(Borrow(t), options));
+    if (comm->options().ranks_per_node != per_host) {
+      return absl::InternalError(absl::StrCat("ranks_per_node ", comm->options().ranks_per_node,
+                                              " from node_of_rank, not ", per_host));
+    }
     // MPI's own collectives are the one engine's; gloo's transport has none.
     std::vector<Algorithm> extra;
     if (over != Over::kGloo) extra.push_back(Algorithm::kNative);
@@ -135,7 +168,7 @@ TEST_P(CrossHostCommunicatorTest, EveryAlgorithmAndCountMatchesTheReference) {
                                                              Counts(kind, world));
   });
   for (int r = 0; r < world; ++r) {
-    EXPECT_THAT(results[r], IsOk()) << "rank " << r << " on host " << r / RanksPerHost() + 1;
+    EXPECT_THAT(results[r], IsOk()) << "rank " << r;
   }
 }
 

@@ -357,10 +357,19 @@ absl::Status RunInproc(int ranks, const BenchOptions& bench, const CommunicatorO
 }
 
 // RunMpiRank benchmarks this process's rank of the mpirun job over MPI_COMM_WORLD;
-// the node layout comes from MPI (or --ranks_per_node, which emulates nodes).
+// the node layout comes from MPI (or --ranks_per_node, which emulates nodes). Ranks
+// not in blocks by host (--map-by node) are numbered host by host (node_of_rank).
 absl::Status RunMpiRank(const BenchOptions& bench, CommunicatorOptions options) {
-  LOOM_ASSIGN_OR_RETURN(options.ranks_per_node,
-                        MpiRanksPerNode(MPI_COMM_WORLD, options.ranks_per_node));
+  std::string numbered;
+  absl::StatusOr<int> per_node = MpiRanksPerNode(MPI_COMM_WORLD, options.ranks_per_node);
+  if (per_node.ok()) {
+    options.ranks_per_node = *per_node;
+  } else if (absl::IsFailedPrecondition(per_node.status())) {
+    LOOM_ASSIGN_OR_RETURN(options.node_of_rank, MpiNodeOfRank(MPI_COMM_WORLD));
+    numbered = ", numbered by host";
+  } else {
+    return per_node.status();
+  }
   // --heartbeat_timeout, checked before mpirun started (ValidateFlags).
   ShmOptions shm;
   LOOM_RETURN_IF_ERROR(ApplyShmFlags(shm));
@@ -371,14 +380,17 @@ absl::Status RunMpiRank(const BenchOptions& bench, CommunicatorOptions options) 
   const std::string inside = absl::GetFlag(FLAGS_node_transport);
   if (inside == "shm") {
     LOOM_ASSIGN_OR_RETURN(options.node_transport,
-                          ConnectNodeShmTransport(MPI_COMM_WORLD, options.ranks_per_node, shm));
-    return RunRank(std::move(transport), bench, options, "mpi, shm inside nodes");
+                          options.node_of_rank.empty()
+                              ? ConnectNodeShmTransport(MPI_COMM_WORLD, options.ranks_per_node, shm)
+                              : ConnectNodeShmTransport(MPI_COMM_WORLD, options.node_of_rank, shm));
+    return RunRank(std::move(transport), bench, options,
+                   absl::StrCat("mpi, shm inside nodes", numbered));
   }
   if (inside != "none" && inside != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("--node_transport=", inside, " is not auto, none or shm"));
   }
-  return RunRank(std::move(transport), bench, options, "mpi");
+  return RunRank(std::move(transport), bench, options, absl::StrCat("mpi", numbered));
 }
 
 // RunMpi runs this rank inside an MPI session. Only a clean run finalizes: a rank that

@@ -256,6 +256,48 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(MPI_Comm com
   return endpoint;
 }
 
+namespace {
+
+// HostLeadersAndSizes: for every rank r of `comm`, the lowest rank on its host and how
+// many ranks that host holds, at [2r] and [2r + 1]. Collective; the caller holds
+// MpiLock.
+absl::StatusOr<std::vector<int>> HostLeadersAndSizes(MPI_Comm comm, int rank, int size) {
+  MPI_Comm local = MPI_COMM_NULL;
+  LOOM_MPI_RETURN_IF_ERROR(
+      MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+      "MPI_Comm_split_type");
+  int local_size = 0;
+  MPI_Comm_size(local, &local_size);
+  // Each rank learns its host's first rank (the rank of local rank 0 in `comm`: the
+  // split is keyed by rank).
+  int leader = rank;
+  MPI_Bcast(&leader, 1, MPI_INT, 0, local);
+  MPI_Comm_free(&local);
+  std::vector<int> mine = {leader, local_size}, all(2 * static_cast<size_t>(size));
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Allgather(mine.data(), 2, MPI_INT, all.data(), 2, MPI_INT, comm),
+                           "MPI_Allgather");
+  return all;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int>> MpiNodeOfRank(MPI_Comm comm) {
+  MutexLock lock(&MpiLock());
+  int rank = 0, size = 0;
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int> all, HostLeadersAndSizes(comm, rank, size));
+  // Hosts numbered by their lowest rank's turn: leaders appear in rank order.
+  std::vector<int> node_of_rank(static_cast<size_t>(size)), number_of_leader(size, -1);
+  int hosts = 0;
+  for (int r = 0; r < size; ++r) {
+    int& number = number_of_leader[all[2 * r]];
+    if (number < 0) number = hosts++;
+    node_of_rank[r] = number;
+  }
+  return node_of_rank;
+}
+
 absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) {
   MutexLock lock(&MpiLock());
   int rank = 0, size = 0;
@@ -268,20 +310,7 @@ absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node) 
                                                    size, " ranks"));
   }
   if (override_ranks_per_node > 0) return override_ranks_per_node;
-  MPI_Comm local = MPI_COMM_NULL;
-  LOOM_MPI_RETURN_IF_ERROR(
-      MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
-      "MPI_Comm_split_type");
-  int local_rank = 0, local_size = 0;
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_size(local, &local_size);
-  // Each rank learns its host's first rank (the rank of local rank 0 in `comm`).
-  int leader = rank;
-  MPI_Bcast(&leader, 1, MPI_INT, 0, local);
-  MPI_Comm_free(&local);
-  std::vector<int> mine = {leader, local_size}, all(2 * size);
-  LOOM_MPI_RETURN_IF_ERROR(MPI_Allgather(mine.data(), 2, MPI_INT, all.data(), 2, MPI_INT, comm),
-                           "MPI_Allgather");
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int> all, HostLeadersAndSizes(comm, rank, size));
   const int k = all[1];
   for (int r = 0; r < size; ++r) {
     if (all[2 * r + 1] != k || all[2 * r] != r / k * k) {

@@ -89,6 +89,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -193,8 +194,15 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectMpiTransportSplit(
 // emulates nodes of that many ranks instead (for testing a two-level layout on one
 // host); it must divide the size. FailedPrecondition when hosts hold different
 // numbers of ranks or a host's ranks are not consecutive (launch with
-// `--map-by slot`, or pass an override); InvalidArgument for a bad override.
+// `--map-by slot`, pass an override, or use MpiNodeOfRank); InvalidArgument for a
+// bad override.
 absl::StatusOr<int> MpiRanksPerNode(MPI_Comm comm, int override_ranks_per_node = 0);
+
+// MpiNodeOfRank returns every rank's host for CommunicatorOptions::node_of_rank, in
+// any layout (`mpirun --map-by node` deals ranks round-robin: h1,h2,h1,h2): hosts
+// numbered in the order of their lowest rank, found with MPI_Comm_split_type
+// (MPI_COMM_TYPE_SHARED). Collective over `comm`.
+absl::StatusOr<std::vector<int>> MpiNodeOfRank(MPI_Comm comm);
 
 }  // namespace loom
 

@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -18,6 +20,23 @@ using mpi_internal::MpiLock;
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm,
                                                                    int ranks_per_node,
                                                                    ShmOptions shm) {
+  int size = 0;
+  {
+    MutexLock lock(&MpiLock());
+    LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  }
+  if (ranks_per_node <= 0 || size % ranks_per_node != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("node shm transport: ranks per node ",
+                                                   ranks_per_node, " does not divide the ",
+                                                   size, " ranks"));
+  }
+  std::vector<int> node_of_rank(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) node_of_rank[r] = r / ranks_per_node;
+  return ConnectNodeShmTransport(comm, node_of_rank, std::move(shm));
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(
+    MPI_Comm comm, absl::Span<const int> node_of_rank, ShmOptions shm) {
   int rank = 0, size = 0;
   // The job's shm id: rank 0's pid and clock make it unique on its host, and the
   // other hosts' jobs differ by node number.
@@ -26,10 +45,9 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm
     MutexLock lock(&MpiLock());
     LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
     LOOM_MPI_RETURN_IF_ERROR(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-    if (ranks_per_node <= 0 || size % ranks_per_node != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("node shm transport: ranks per node ",
-                                                     ranks_per_node, " does not divide the ",
-                                                     size, " ranks"));
+    if (node_of_rank.size() != static_cast<size_t>(size)) {
+      return absl::InvalidArgumentError(absl::StrCat("node shm transport: ", node_of_rank.size(),
+                                                     " nodes for ", size, " ranks"));
     }
     if (rank == 0) {
       std::snprintf(base.data(), base.size(), "mpi-%ld-%lld", static_cast<long>(getpid()),
@@ -47,9 +65,16 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm
     MPI_Comm_free(&host);
     LOOM_MPI_RETURN_IF_ERROR(code, "MPI_Comm_size");
   }
-  shm.job_id = absl::StrCat(base.data(), "-n", rank / ranks_per_node);
-  shm.rank = rank % ranks_per_node;
-  shm.size = ranks_per_node;
+  const int node = node_of_rank[rank];
+  int place = 0, members = 0;
+  for (int r = 0; r < size; ++r) {
+    if (node_of_rank[r] != node) continue;
+    if (r < rank) ++place;
+    ++members;
+  }
+  shm.job_id = absl::StrCat(base.data(), "-n", node);
+  shm.rank = place;
+  shm.size = members;
   if (shm.world_rank < 0) {
     int world_rank = 0;
     MutexLock lock(&MpiLock());

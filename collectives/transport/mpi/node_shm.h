@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "collectives/transport/transport.h"
 
@@ -36,6 +37,13 @@ namespace loom {
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(MPI_Comm comm,
                                                                    int ranks_per_node,
                                                                    ShmOptions shm = {});
+
+// The same for nodes in any order (MpiNodeOfRank's, CommunicatorOptions::node_of_rank):
+// node `node_of_rank[r]` holds rank r, and this rank is its place among its node's
+// ranks in rank order, as the Communicator numbers it. InvalidArgument when
+// node_of_rank does not have a node for every rank of `comm`.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectNodeShmTransport(
+    MPI_Comm comm, absl::Span<const int> node_of_rank, ShmOptions shm = {});
 
 }  // namespace loom
 
