@@ -518,8 +518,13 @@ absl::StatusOr<AutoCalibration> AutoCalibrate(Communicator& comm,
                              ? absl::StrCat(" over ", layout.node_transport->name())
                              : "")
           : "";
+  // Ranks numbered node by node (node_of_rank) run other schedules than the same
+  // ranks in the caller's order: a model of one is not the other's.
+  const std::vector<int>& order = comm.NodeOrder();
+  const std::string numbered =
+      std::is_sorted(order.begin(), order.end()) ? "" : ", numbered by node";
   result.key = absl::StrCat(comm.TransportName(), " ", n, " ranks, ", result.ranks_per_host,
-                            " per host", nodes, ": ", absl::StrJoin(hosts, ","));
+                            " per host", nodes, numbered, ": ", absl::StrJoin(hosts, ","));
   if (result.hosts == 1) {
     result.took = absl::Now() - start;
     return result;

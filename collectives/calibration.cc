@@ -214,19 +214,33 @@ absl::StatusOr<CostModel> Calibrate(Communicator& comm, const CalibrationOptions
       }
       return absl::OkStatus();
     };
-    const int k = comm.options().ranks_per_node;
-    const bool across_nodes = k > 0 && k < n;
+    int k = comm.options().ranks_per_node;
     // Rank 0 and the ranks after it in node order: its node's next (order[1]) and the
     // next node's first (order[k]). Rank 0 is always the first in node order.
     const std::vector<int>& order = comm.NodeOrder();
+    const std::vector<int>& nodes = comm.options().node_of_rank;
+    if (k == 0 && !nodes.empty()) {
+      // Nodes of unequal sizes: no node layout for the model, whose one alpha and
+      // beta then price every step. The ring numbered by node is held up by its
+      // steps across nodes, so those are measured: rank 0 with the first rank of
+      // the next node (where there is one).
+      const int second = static_cast<int>(
+          std::find_if(order.begin(), order.end(), [&](int r) { return nodes[r] != nodes[0]; }) -
+          order.begin());
+      if (second < n) {
+        LOOM_RETURN_IF_ERROR(measure(comm, order[second], &constants.alpha, &constants.beta));
+        k = -1;  // measured: neither branch below
+      }
+    }
+    const bool across_nodes = k > 0 && k < n;
     // One rank a node: ranks 0 and 1 are the inter-node pair measured below, and no
     // call goes inside a node, so alpha and beta take the inter-node numbers.
     // Measuring the pair twice cost 0.2 s of the automatic calibration's 2 s over
     // 2 ms links (20 round trips of 4.3 ms, and the large ones).
     const bool one_rank_a_node =
         across_nodes && k == 1 && comm.options().node_transport == nullptr;
-    if (one_rank_a_node) {
-      // (measured below)
+    if (one_rank_a_node || k < 0) {
+      // (measured below, or above for nodes of unequal sizes)
     } else if (comm.options().node_transport != nullptr) {
       // Inside a node the hierarchical algorithm runs over the node transport, so
       // that is where alpha and beta are measured: between the first two ranks of

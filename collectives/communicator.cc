@@ -202,6 +202,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Make(
   }
   if (options.node_transport != nullptr) {
     const int k = options.ranks_per_node;
+    if (k <= 0 && !options.node_of_rank.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node_transport needs nodes of equal sizes, but node_of_rank [",
+          absl::StrJoin(options.node_of_rank, ","), "] has nodes of different sizes"));
+    }
+    // This rank's place among its node's ranks (rank % k in blocks).
     const int place = algorithm_transport != nullptr ? algorithm_transport->rank() : transport->rank();
     const int expected_rank = k > 0 ? place % k : 0;
     if (k <= 0 || options.node_transport->size() != k ||
@@ -555,8 +561,15 @@ absl::Status Communicator::ExecuteReduction(const Call& call, const CallContext&
     }
   }
   if (options_.deterministic) {
-    // Folds in the caller's rank order, as promised: not renumbered.
-    LOOM_RETURN_IF_ERROR(ExecuteDeterministic(call, call.algorithm, ctx, args));
+    // Folds in the caller's rank order, as promised: not renumbered, and so without
+    // the node layout, which is in the algorithms' order (the rank-order blocks use
+    // neither today).
+    CallContext in_caller_order = ctx;
+    if (renumbered()) {
+      in_caller_order.ranks_per_node = 0;
+      in_caller_order.node_transport = nullptr;
+    }
+    LOOM_RETURN_IF_ERROR(ExecuteDeterministic(call, call.algorithm, in_caller_order, args));
   } else if (renumbered() && call.algorithm != Algorithm::kNative) {
     LOOM_RETURN_IF_ERROR(RunInNodeOrder(call, ctx, args));
   } else {

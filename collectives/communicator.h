@@ -93,7 +93,8 @@ struct CommunicatorOptions {
   enum class Check : uint8_t { kSequence, kFull };
   Check check = Check::kSequence;
   // Node layout for the hierarchical algorithm and the cost model: ranks
-  // i*k .. i*k+k-1 share node i. 0: one node.
+  // i*k .. i*k+k-1 share node i (with node_of_rank: k ranks on every node, in the
+  // algorithms' node order). 0: one node.
   int ranks_per_node = 0;
   // Node layout in any order (a launcher that deals ranks round-robin over hosts:
   // h1,h2,h1,h2): node_of_rank[r] names rank r's node (any int; equal ints, one node).
@@ -253,7 +254,7 @@ class Communicator {
  private:
   struct Call;
 
-  // Make resolves options.node_of_rank (communicator_node_order.cc), checks the node
+  // Make resolves options.node_of_rank (internal/node_order.h), checks the node
   // transport against it and builds the communicator; Create and Split end in it.
   static absl::StatusOr<std::unique_ptr<Communicator>> Make(std::shared_ptr<Transport> transport,
                                                             CommunicatorOptions options,

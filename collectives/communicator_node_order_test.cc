@@ -385,12 +385,17 @@ TEST(NodeOrderTest, EveryCollectiveAndAlgorithmMatchesTheReferenceOnEveryLayout)
     // Counts: empty, one, fewer than ranks, uneven, and above the 256 KiB chunk.
     const std::vector<size_t> counts = {0, 1, world - 1, 1001,
                                         kUnderSanitizer ? size_t{20011} : size_t{70001}};
+    // Every dtype in and out of place (16-bit floats widen to f32 first: their in-place
+    // reduce-scatter is a block of the widened input), each at two of the counts.
+    const DType dtypes[] = {DType::kI32, DType::kF32, DType::kBF16, DType::kF16};
     ExpectAllOk(RunLayout(nodes, NodesOf(nodes), [&](Communicator& comm) -> absl::Status {
       for (Algorithm algorithm : algorithms) {
         for (size_t i = 0; i < counts.size(); ++i) {
-          const DType dtype = i % 3 == 0 ? DType::kI32 : i % 3 == 1 ? DType::kF32 : DType::kBF16;
-          LOOM_RETURN_IF_ERROR(CheckEveryKind(comm, algorithm, counts[i], i % 2 == 1, dtype,
-                                              seed + i));
+          for (bool in_place : {false, true}) {
+            const DType dtype = dtypes[(i + (in_place ? 2 : 0)) % 4];
+            LOOM_RETURN_IF_ERROR(CheckEveryKind(comm, algorithm, counts[i], in_place, dtype,
+                                                seed + i));
+          }
         }
       }
       return absl::OkStatus();
@@ -513,6 +518,58 @@ TEST(NodeOrderTest, SplitsKeepTheirMembersNodes) {
     }
     return absl::OkStatus();
   }), "splits");
+}
+
+TEST(NodeOrderTest, SplitsOfWholeNodesKeepTheNodeTransport) {
+  // World {0,1,0,1}: node 0 holds ranks 0 and 2, node 1 ranks 1 and 3; node
+  // transports numbered in rank order. A split {1,0,3,2} holds whole nodes with each
+  // rank at its place: it keeps the node transport, and hierarchical sends nothing
+  // inside a node over the world's transport. A split {2,1,0,3} puts rank 2 first on
+  // its node: it drops it.
+  const std::vector<int> nodes = {0, 1, 0, 1};
+  const size_t count = 3 << 15;
+  const RankInputs inputs = MakeInputs(DType::kF32, ReduceOp::kSum, 4, count, 23);
+  CallOptions call;
+  call.algorithm = Algorithm::kHierarchical;
+  for (const std::vector<int>& members : {std::vector<int>{1, 0, 3, 2}, std::vector<int>{2, 1, 0, 3}}) {
+    const bool keeps = members[0] == 1;
+    SCOPED_TRACE(absl::StrCat("split [", absl::StrJoin(members, ","), "]"));
+    Traffic traffic;
+    ExpectAllOk(RunLayout(nodes, NodesOf(nodes), [&](Communicator& comm) -> absl::Status {
+      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child, comm.Split(members));
+      if ((child->options().node_transport != nullptr) != keeps) {
+        return absl::InternalError(absl::StrCat("node transport kept: ",
+                                                child->options().node_transport != nullptr));
+      }
+      if (child->options().ranks_per_node != 2) return absl::InternalError("ranks_per_node");
+      // The child's rank c holds world rank members[c]'s input.
+      std::vector<std::byte> mine = inputs.data[members[child->rank()]];
+      LOOM_RETURN_IF_ERROR(child->AllReduce(ViewOf(mine, DType::kF32),
+                                            MutableViewOf(mine, DType::kF32), ReduceOp::kSum, call));
+      return ExpectReduction(inputs, ReduceOp::kSum, 0, ViewOf(mine, DType::kF32));
+    }, &traffic, /*node_groups=*/true), "split");
+    EXPECT_GT(traffic.cross.load(), 0u);
+    if (keeps) {
+      EXPECT_EQ(traffic.within.load(), 0u);
+    } else {
+      EXPECT_GT(traffic.within.load(), 0u);
+    }
+  }
+}
+
+TEST(NodeOrderTest, ANodeTransportOnNodesOfUnequalSizesIsRefusedNamingThem) {
+  absl::StatusOr<std::shared_ptr<InprocGroup>> world = InprocGroup::Create(3);
+  absl::StatusOr<std::shared_ptr<InprocGroup>> node = InprocGroup::Create(2);
+  ASSERT_THAT(world.status(), IsOk());
+  ASSERT_THAT(node.status(), IsOk());
+  LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> endpoint, (*world)->Endpoint(0));
+  LOOM_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Transport> on_node, (*node)->Endpoint(0));
+  CommunicatorOptions options = NodesOf({0, 1, 0});
+  options.node_transport = std::move(on_node);
+  EXPECT_THAT(Communicator::Create(std::move(endpoint), options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("node_transport needs nodes of equal sizes, but node_of_rank "
+                                 "[0,1,0] has nodes of different sizes")));
 }
 
 TEST(NodeOrderTest, DeterministicReductionsStillFoldInTheCallersRankOrder) {
