@@ -23,6 +23,7 @@
 #   BENCH=/path/to/collective_bench ...   # a built binary (an A/B), not //tools:collective_bench
 #   OWN_CPUS=1 ...   # each host on its own share of the CPUs (cluster.sh up --own_cpus)
 #   CONGESTION=bbr ...   # the hosts' TCP congestion control (cluster.sh up --congestion)
+#   MPI_EXTRA="--map-by node" ...   # more mpirun flags (ranks dealt round-robin over hosts)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HOSTS="${1:-2}"
@@ -64,7 +65,7 @@ run() {  # ROUND ALGO [LABEL CACHE] -> "round label bytes chosen time_us"; the c
     launched=(sh -c 'LOOM_JOB_ID=xauto LOOM_WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOOM_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"')
   fi
   # shellcheck disable=SC2046  # mpirun-args is a list of words
-  $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$RANKS" "${launched[@]}" "$BENCH" "${transport[@]}" \
+  $CLUSTER exec h1 -- mpirun $($CLUSTER mpirun-args) -np "$RANKS" ${MPI_EXTRA:-} "${launched[@]}" "$BENCH" "${transport[@]}" \
     --op=all_reduce --algo="$2" --min_bytes="$MIN_BYTES" --max_bytes="$MAX_BYTES" --step_factor=4 \
     --iters="$ITERS" --min_time="$MIN_TIME" --warmup=2 --timeout=5m --check --cost_model_cache="${4:-$WORK/cache1}" |
     awk -v r="$1" -v a="${3:-$2}" '/cost model/ { print > "/dev/stderr" }
