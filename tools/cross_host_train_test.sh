@@ -7,6 +7,8 @@
 # their cost model the first time (collectives/auto_calibration.h), the next time (a
 # second dp=2 run) measure again and cache the median of the two, and a third dp=2
 # run told that two calibrations are enough (--cost_model_calibrations=2) reads it.
+# Then the same ranks dealt over the hosts (mpirun --map-by node): the job numbers
+# them by host, at dp=2 tp=2 (tp inside a host, the cached model read) and at dp=4.
 # Needs root (CI runs as root).
 #   cross_host_train_test.sh CLUSTER_SH TRAIN
 set -euo pipefail
@@ -18,17 +20,27 @@ CACHE="$(mktemp -d "${TEST_TMPDIR:-$PWD}/cost-model-cache.XXXXXX")"
 trap 'cluster down; rm -rf "$CACHE"' EXIT
 
 cluster up 2 --ranks_per_host=2
-# MESH|what the summary's "dp collectives:" line says (none: no line).
-for run in "--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts" "--dp=1 --tp=2 --pp=2|none" \
-           "--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts .*(the median of 2 calibrations)" \
-           "--dp=2 --tp=2 --pp=1 --cost_model_calibrations=2|cost model from cache.*(the median of 2 calibrations)"; do
-  mesh="${run%%|*}"
-  cost_model="${run#*|}"
+# MPIRUN FLAGS|MESH|what the summary's "dp collectives:" line says (none: no line)|its
+# "hosts:" line. --map-by node deals the ranks over the hosts (h1, h2, h1, h2); the job
+# numbers them by host (tools/training/job_hosts.h), so that tp stays inside a host
+# and the dp group of 4 is told its hosts (2 per node).
+BLOCKS="2 hosts of 2 ranks, in blocks"
+DEALT="2 hosts of 2 ranks; mpi dealt them, the job numbers them by host (job ranks 0 1 | 2 3 are mpi ranks 0 2 | 1 3)"
+for run in "|--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts|$BLOCKS" \
+           "|--dp=1 --tp=2 --pp=2|none|$BLOCKS" \
+           "|--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts .*(the median of 2 calibrations)|$BLOCKS" \
+           "|--dp=2 --tp=2 --pp=1 --cost_model_calibrations=2|cost model from cache.*(the median of 2 calibrations)|$BLOCKS" \
+           "--map-by node|--dp=2 --tp=2 --pp=1 --cost_model_calibrations=2|cost model from cache|$DEALT" \
+           "--map-by node|--dp=4 --tp=1 --pp=1 --cost_model_calibrations=1|cost model measured on 2 hosts (mpi 4 ranks, 2 per host, 2 per node: |$DEALT"; do
+  IFS='|' read -r mapping mesh cost_model hosts_line <<<"$run"
   start=$SECONDS
-  out="$(on h1 timeout --kill-after=10 300 mpirun $(cluster mpirun-args) -np 4 \
+  # shellcheck disable=SC2086  # $mapping and $mesh hold several flags
+  out="$(on h1 timeout --kill-after=10 300 mpirun $(cluster mpirun-args) $mapping -np 4 \
          "$TRAIN" --transport=mpi $mesh --microbatches=2 --steps=3 \
          --cost_model_cache="$CACHE" 2>&1)" ||
-    fail "train $mesh across 2 hosts: $out"
+    fail "train $mapping $mesh across 2 hosts: $out"
+  mesh="$mapping $mesh"
+  grep -qF "hosts: $hosts_line" <<<"$out" || fail "'hosts: $hosts_line' ($mesh): $out"
   if [[ "$cost_model" == none ]]; then
     ! grep -q "^dp collectives:" <<<"$out" || fail "a cost model line without a dp group ($mesh): $out"
   else

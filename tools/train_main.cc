@@ -117,12 +117,12 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
     return absl::OkStatus();
   }
   // A process that is one rank: its place in the job.
-  ProcessRank me{0, world, nullptr};
+  ProcessRank me{0, JobHosts::OneHost(world), nullptr};
   if (transport == RankTransport::kShm) {
     LOOM_ASSIGN_OR_RETURN(me, JoinShmJob(command.launch));
   } else if (transport == RankTransport::kMpi) {
     LOOM_ASSIGN_OR_RETURN(*mpi, MpiSession::Start(&argc, &argv));
-    me = JoinMpiJob(command.launch, **mpi);
+    LOOM_ASSIGN_OR_RETURN(me, JoinMpiJob(command.launch, **mpi));
   }
   const bool prints = me.rank == 0;
   LOOM_RETURN_IF_ERROR(SetGemmThreads(threads_per_rank));
@@ -141,7 +141,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   if (me.connect) {
     LOOM_ASSIGN_OR_RETURN(
         std::optional<TrainSummary> mine,
-        RunTrainJobProcess(o, me.rank, me.size, RankTransportName(transport), me.connect,
+        RunTrainJobProcess(o, me.rank, me.hosts, RankTransportName(transport), me.connect,
                            [&](const StepReport& r) { log.Record(r); }));
     if (!mine.has_value()) return absl::OkStatus();  // not rank 0: nothing to report
     summary = std::move(*mine);
@@ -150,7 +150,7 @@ absl::Status Run(int argc, char** argv, int* exit_code, std::unique_ptr<MpiSessi
   }
   const MfuReport mfu = JobMfu(
       o, summary, peaks,
-      CoresUsed(ranks_on_host, threads_per_rank, UsableCpus(), std::max(1, me.size / ranks_on_host)),
+      CoresUsed(ranks_on_host, threads_per_rank, UsableCpus(), me.hosts.hosts()),
       threads_per_rank);
   PrintTrainSummary(command, summary, mfu, std::cout);
   std::optional<ReferenceComparison> reference;

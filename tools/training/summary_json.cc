@@ -85,6 +85,7 @@ std::string TrainSummaryJson(const TrainCommand& command, const TrainSummary& s,
   j["device"] = ComputeDeviceName(o.device);
   j["device_gemm_products"] = s.device_gemm_products;
   if (!s.cost_model_source.empty()) j["cost_model_source"] = s.cost_model_source;
+  if (!s.hosts.empty()) j["hosts"] = s.hosts;
   if (!s.device_description.empty()) {
     const DeviceMfu device = ComputeDeviceMfu(o.model, s);
     j["device_description"] = s.device_description;

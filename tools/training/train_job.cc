@@ -137,14 +137,16 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobRank(
     shm.size = size;
     return ConnectShmTransport(shm);
   };
-  return RunTrainJobProcess(options, process.rank, process.size, "shm", connect, on_step);
+  return RunTrainJobProcess(options, process.rank, JobHosts::OneHost(process.size), "shm", connect,
+                            on_step);
 }
 
 absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
-    const TrainJobOptions& options, int rank, int size, absl::string_view transport,
+    const TrainJobOptions& options, int rank, const JobHosts& hosts, absl::string_view transport,
     const GroupConnector& connect, const std::function<void(const StepReport&)>& on_step) {
   LOOM_ASSIGN_OR_RETURN(const std::unique_ptr<JobSetup> setup, SetupJob(options));
   const int world = JobWorldSize(options);
+  const int size = hosts.size();
   if (size != world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--transport ", transport, ": the job has ", size, " processes, --dp ", options.dp,
@@ -158,21 +160,27 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   comm_options.timeout = kCollectiveTimeout;
   LOOM_ASSIGN_OR_RETURN(std::optional<CostModel> given, LoadJobCostModel(options));
   if (given.has_value()) comm_options.cost_model = *given;
-  auto make = [&](absl::StatusOr<std::unique_ptr<Transport>> endpoint)
+  // Each group is told which of its members share a host (job_hosts.h): its
+  // algorithms then cross the link as little as they can, and its calibration
+  // measures the link, not a host's shared memory.
+  auto make = [&](absl::string_view dimension, absl::StatusOr<std::unique_ptr<Transport>> endpoint)
       -> absl::StatusOr<std::unique_ptr<Communicator>> {
     if (!endpoint.ok()) return endpoint.status();
     w.endpoints.push_back(std::move(*endpoint));
-    return Communicator::Create(w.endpoints.back(), comm_options);
+    CommunicatorOptions group_options = comm_options;
+    LOOM_ASSIGN_OR_RETURN(group_options.node_of_rank,
+                          GroupNodeOfRank(mesh, at.rank, dimension, hosts));
+    return Communicator::Create(w.endpoints.back(), group_options);
   };
   // Every process joins its groups in the same order (an MPI split is collective
   // over the world): the world, tp, the parameters' dp x cp group, the cp ring (when
   // cp > 1), pp.
-  LOOM_ASSIGN_OR_RETURN(w.world, make(connect("w", 0, at.rank, world)));
-  LOOM_ASSIGN_OR_RETURN(w.tp, make(connect("t", at.tp_group, at.t, options.tp)));
-  LOOM_ASSIGN_OR_RETURN(w.dp, make(connect("d", at.dpcp_group, at.dpcp_index,
-                                           ParameterGroupSize(options))));
+  LOOM_ASSIGN_OR_RETURN(w.world, make("world", connect("w", 0, at.rank, world)));
+  LOOM_ASSIGN_OR_RETURN(w.tp, make("tp", connect("t", at.tp_group, at.t, options.tp)));
+  LOOM_ASSIGN_OR_RETURN(w.dp, make("dp-cp", connect("d", at.dpcp_group, at.dpcp_index,
+                                                    ParameterGroupSize(options))));
   if (options.cp > 1) {
-    LOOM_ASSIGN_OR_RETURN(w.cp, make(connect("c", at.cp_group, at.c, options.cp)));
+    LOOM_ASSIGN_OR_RETURN(w.cp, make("cp", connect("c", at.cp_group, at.c, options.cp)));
   }
   LOOM_ASSIGN_OR_RETURN(w.pp, connect("p", at.pp_group, at.s, options.pp));
   // Without a file, the groups that carry the gradients and cp's hops price their
@@ -209,6 +217,7 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   if (at.rank == 0) {
     summary.emplace();
     summary->cost_model_source = cost_model_source;
+    summary->hosts = hosts.Describe(transport);
   }
   absl::Status status;
   if (UsesDisk(options)) {

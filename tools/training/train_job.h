@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "collectives/transport/transport.h"
+#include "tools/training/job_hosts.h"
 #include "tools/training/train_options.h"
 #include "tools/training/validate.h"
 
@@ -65,14 +66,16 @@ absl::StatusOr<TrainSummary> RunTrainJob(const TrainJobOptions& options,
 using GroupConnector = std::function<absl::StatusOr<std::unique_ptr<Transport>>(
     absl::string_view dimension, int group, int rank, int size)>;
 
-// RunTrainJobProcess runs world rank `rank` of a job of `size` processes as this
+// RunTrainJobProcess runs job rank `rank` of a job of hosts.size() processes as this
 // process, its groups joined by `connect` (separate transports per dimension, as
-// with threads). World rank 0 returns the summary, the other ranks nullopt. A rank
-// that fails aborts its transports, so the others fail at once (Unavailable naming
-// it) instead of at their deadlines. InvalidArgument when `size` is not
-// dp x pp x cp x tp, naming `transport` (the flag's value) and the counts.
+// with threads). `hosts` numbers the processes by host (job_hosts.h): the mesh places
+// job ranks, and each group's Communicator is told which of its members share a host.
+// Job rank 0 returns the summary, the other ranks nullopt. A rank that fails aborts
+// its transports, so the others fail at once (Unavailable naming it) instead of at
+// their deadlines. InvalidArgument when the job's size is not dp x pp x cp x tp,
+// naming `transport` (the flag's value) and the counts.
 absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
-    const TrainJobOptions& options, int rank, int size, absl::string_view transport,
+    const TrainJobOptions& options, int rank, const JobHosts& hosts, absl::string_view transport,
     const GroupConnector& connect, const std::function<void(const StepReport&)>& on_step);
 
 // RunTrainJobRank is RunTrainJobProcess over shm (--transport shm): `process` names

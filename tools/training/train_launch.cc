@@ -6,11 +6,13 @@
 #include <iostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "collectives/transport/shm/shm_transport.h"
 #include "core/posix.h"
+#include "core/status_macros.h"
 #include "tools/cli.h"
 #include "tools/launcher.h"
 #include "tools/training/job_checkpoint.h"
@@ -102,7 +104,7 @@ absl::StatusOr<ProcessRank> JoinShmJob(const TrainLaunchOptions& launch) {
   process->heartbeat_timeout = launch.heartbeat_timeout;
   ProcessRank me;
   me.rank = process->rank;
-  me.size = process->size;
+  me.hosts = JobHosts::OneHost(process->size);
   me.connect = [process = *process](absl::string_view dimension, int group, int group_rank,
                                     int group_size) -> absl::StatusOr<std::unique_ptr<Transport>> {
     ShmOptions shm = process;
@@ -114,10 +116,16 @@ absl::StatusOr<ProcessRank> JoinShmJob(const TrainLaunchOptions& launch) {
   return me;
 }
 
-ProcessRank JoinMpiJob(const TrainLaunchOptions& launch, const MpiSession& session) {
+absl::StatusOr<ProcessRank> JoinMpiJob(const TrainLaunchOptions& launch,
+                                       const MpiSession& session) {
   ProcessRank me;
-  me.rank = session.world_rank();
-  me.size = session.world_size();
+  LOOM_ASSIGN_OR_RETURN(const std::vector<int> host_of_process, MpiNodeOfRank(MPI_COMM_WORLD));
+  if (static_cast<int>(host_of_process.size()) != session.world_size()) {
+    return absl::InternalError(absl::StrCat("MpiNodeOfRank named ", host_of_process.size(),
+                                            " hosts' ranks for a world of ", session.world_size()));
+  }
+  LOOM_ASSIGN_OR_RETURN(me.hosts, JobHosts::Number(host_of_process));
+  me.rank = me.hosts.JobRankOf(session.world_rank());
   // The group number is the split's color, the rank in the group its key.
   MpiTransportOptions mpi_options;
   mpi_options.heartbeat_timeout = launch.heartbeat_timeout;

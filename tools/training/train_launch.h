@@ -7,7 +7,7 @@
 //
 //   if (launcher) return LaunchTrainRanks(command, argc, argv);   // the job's exit code
 //   LOOM_ASSIGN_OR_RETURN(ProcessRank me, JoinShmJob(command.launch));
-//   RunTrainJobProcess(command.options, me.rank, me.size, "shm", me.connect, on_step);
+//   RunTrainJobProcess(command.options, me.rank, me.hosts, "shm", me.connect, on_step);
 #ifndef LOOM_TOOLS_TRAINING_TRAIN_LAUNCH_H_
 #define LOOM_TOOLS_TRAINING_TRAIN_LAUNCH_H_
 
@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/transport/mpi/mpi_transport.h"
+#include "tools/training/job_hosts.h"
 #include "tools/training/train_command.h"
 #include "tools/training/train_job.h"
 
@@ -34,10 +35,11 @@ std::optional<std::pair<int, int64_t>> SmallerDataParallel(int dp, int64_t micro
 // directory the job made is removed.
 int LaunchTrainRanks(const TrainCommand& command, int argc, char** argv);
 
-// One process's place in a job of processes.
+// One process's place in a job of processes: its job rank (numbered by host,
+// job_hosts.h), the job's hosts, and how it joins its groups.
 struct ProcessRank {
   int rank = 0;
-  int size = 1;
+  JobHosts hosts = JobHosts::OneHost(1);
   GroupConnector connect;
 };
 
@@ -45,8 +47,11 @@ struct ProcessRank {
 absl::StatusOr<ProcessRank> JoinShmJob(const TrainLaunchOptions& launch);
 
 // JoinMpiJob: a rank of the mpirun job `session` belongs to; each line of a mesh
-// dimension is an MPI_Comm_split of the world.
-ProcessRank JoinMpiJob(const TrainLaunchOptions& launch, const MpiSession& session);
+// dimension is an MPI_Comm_split of the world, keyed by job rank. The hosts come from
+// MpiNodeOfRank: a job that mpirun dealt over its hosts (--map-by node) is numbered
+// host by host. Collective over MPI_COMM_WORLD; errors as MpiNodeOfRank's.
+absl::StatusOr<ProcessRank> JoinMpiJob(const TrainLaunchOptions& launch,
+                                       const MpiSession& session);
 
 }  // namespace loom
 

@@ -350,6 +350,9 @@ struct TrainSummary {
   // Where world rank 0's data-parallel group got its cost model (AutoCalibration's
   // line, or the --cost_model file); empty: the formulas.
   std::string cost_model_source;
+  // The job's hosts and how it numbered their processes (JobHosts::Describe); empty
+  // on one host.
+  std::string hosts;
   // Mean over ranks and steps (the first step, which warms up, left out when there
   // are more), in seconds.
   StepBreakdown step_breakdown_s;

@@ -22,6 +22,7 @@ namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -155,6 +156,11 @@ TEST(TrainReportTest, HeaderSummaryAndFilesSayWhatTheRunWas) {
   PrintTrainSummary(command, summary, MfuReport(), closing);
   EXPECT_THAT(closing.str(), HasSubstr("final loss 2.5000 (uniform guess log V = 4.1589"));
   EXPECT_THAT(closing.str(), HasSubstr("measured 1000 bytes, 1.00 times the estimate"));
+  EXPECT_THAT(closing.str(), Not(HasSubstr("hosts:")));  // one host: no line
+  summary.hosts = "2 hosts of 2 ranks, in blocks";
+  std::ostringstream across;
+  PrintTrainSummary(command, summary, MfuReport(), across);
+  EXPECT_THAT(across.str(), HasSubstr("\nhosts: 2 hosts of 2 ranks, in blocks\n"));
   ReferenceComparison reference;
   reference.reference_final_loss = 2.5;
   reference.max_abs_param_diff = 2e-6;
@@ -171,6 +177,7 @@ TEST(TrainReportTest, HeaderSummaryAndFilesSayWhatTheRunWas) {
   const nlohmann::json json = nlohmann::json::parse(ReadAll(command.outputs.summary_json));
   EXPECT_EQ(json["final_loss"].get<double>(), 2.5);
   EXPECT_EQ(json["cp"], 2);
+  EXPECT_EQ(json["hosts"], "2 hosts of 2 ranks, in blocks");
   EXPECT_THAT(written.str(), HasSubstr("summary: " + command.outputs.summary_json));
   // An unwritable path names the flag.
   command.outputs.summary_json = dir + "/missing/summary.json";

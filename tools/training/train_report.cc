@@ -124,6 +124,7 @@ void PrintTrainSummary(const TrainCommand& command, const TrainSummary& s, const
       estimated_activations > 0
           ? static_cast<double>(s.peak_activation_bytes_per_rank) / estimated_activations
           : 0.0);
+  if (!s.hosts.empty()) out << "hosts: " << s.hosts << "\n";
   if (!s.cost_model_source.empty()) out << "dp collectives: " << s.cost_model_source << "\n";
   if (o.device == ComputeDevice::kCuda && !s.device_description.empty()) {
     out << "device: " << s.device_description << "\n" << DeviceMfuLine(o.model, s) << "\n";
