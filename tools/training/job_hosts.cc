@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
-#include "tools/training/job_mesh.h"
 
 namespace loom {
 namespace {
@@ -111,20 +110,35 @@ absl::StatusOr<std::vector<int>> GroupNodeOfRank(const Mesh& mesh, int rank,
     return absl::InvalidArgumentError(absl::StrCat("GroupNodeOfRank: dimension \"", dimension,
                                                    "\" is none of tp, cp, dp-cp, world"));
   }
-  // A place's group along `dimension`, and its rank there (as the job connects it).
-  auto group_of = [&](const RankPlace& at) {
-    if (dimension == "tp") return std::make_pair(at.tp_group, at.t);
-    if (dimension == "cp") return std::make_pair(at.cp_group, at.c);
-    if (dimension == "dp-cp") return std::make_pair(at.dpcp_group, at.dpcp_index);
-    return std::make_pair(0, at.rank);
-  };
-  LOOM_ASSIGN_OR_RETURN(const RankPlace mine, PlaceRank(mesh, rank));
-  const int group = group_of(mine).first;
-  std::map<int, int> host_of_member;  // group rank -> host
-  for (int r = 0; r < world; ++r) {
-    LOOM_ASSIGN_OR_RETURN(const RankPlace at, PlaceRank(mesh, r));
-    const auto [g, index] = group_of(at);
-    if (g == group) host_of_member[index] = hosts.host_of_rank()[r];
+  if (rank < 0 || rank >= world) {
+    return absl::OutOfRangeError(
+        absl::StrCat("GroupNodeOfRank: rank ", rank, " is outside the mesh of ", world));
+  }
+  // The group's members, and each one's rank in the group as the job connects it.
+  std::vector<int64_t> members;
+  if (dimension == "world") {
+    for (int r = 0; r < world; ++r) members.push_back(r);
+  } else {
+    LOOM_ASSIGN_OR_RETURN(members, mesh.Group(rank, dimension));
+  }
+  LOOM_ASSIGN_OR_RETURN(const int64_t cp, mesh.DimSize("cp"));
+  std::map<int64_t, int> host_of_member;  // group rank -> host
+  for (const int64_t member : members) {
+    int64_t index = member;
+    if (dimension == "tp" || dimension == "cp") {
+      LOOM_ASSIGN_OR_RETURN(index, mesh.Coordinate(member, dimension));
+    } else if (dimension == "dp-cp") {
+      LOOM_ASSIGN_OR_RETURN(const int64_t d, mesh.Coordinate(member, "dp"));
+      LOOM_ASSIGN_OR_RETURN(const int64_t c, mesh.Coordinate(member, "cp"));
+      index = d * cp + c;
+    }
+    host_of_member[index] = hosts.host_of_rank()[member];
+  }
+  if (static_cast<int64_t>(host_of_member.size()) != static_cast<int64_t>(members.size()) ||
+      host_of_member.rbegin()->first != static_cast<int64_t>(members.size()) - 1) {
+    return absl::InternalError(absl::StrCat("GroupNodeOfRank: the ", dimension, " group of rank ",
+                                            rank, " does not number its members 0..",
+                                            members.size() - 1));
   }
   std::vector<int> node_of_rank;
   std::set<int> distinct;
