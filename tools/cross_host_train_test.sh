@@ -9,6 +9,7 @@
 # run told that two calibrations are enough (--cost_model_calibrations=2) reads it.
 # Then the same ranks dealt over the hosts (mpirun --map-by node): the job numbers
 # them by host, at dp=2 tp=2 (tp inside a host, the cached model read) and at dp=4.
+# Last, tp=4 over both hosts: the summary says that its tp group spans them.
 # Needs root (CI runs as root).
 #   cross_host_train_test.sh CLUSTER_SH TRAIN
 set -euo pipefail
@@ -31,7 +32,8 @@ for run in "|--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts|$BLOCKS" \
            "|--dp=2 --tp=2 --pp=1|cost model measured on 2 hosts .*(the median of 2 calibrations)|$BLOCKS" \
            "|--dp=2 --tp=2 --pp=1 --cost_model_calibrations=2|cost model from cache.*(the median of 2 calibrations)|$BLOCKS" \
            "--map-by node|--dp=2 --tp=2 --pp=1 --cost_model_calibrations=2|cost model from cache|$DEALT" \
-           "--map-by node|--dp=4 --tp=1 --pp=1 --cost_model_calibrations=1|cost model measured on 2 hosts (mpi 4 ranks, 2 per host, 2 per node: |$DEALT"; do
+           "--map-by node|--dp=4 --tp=1 --pp=1 --cost_model_calibrations=1|cost model measured on 2 hosts (mpi 4 ranks, 2 per host, 2 per node: |$DEALT" \
+           "|--dp=1 --tp=4 --pp=1|none|$BLOCKS; 1 of 1 tp groups span hosts: each layer's tp all-reduces cross the link (give every host a multiple of --tp 4 ranks)"; do
   IFS='|' read -r mapping mesh cost_model hosts_line <<<"$run"
   start=$SECONDS
   # shellcheck disable=SC2086  # $mapping and $mesh hold several flags

@@ -150,4 +150,26 @@ absl::StatusOr<std::vector<int>> GroupNodeOfRank(const Mesh& mesh, int rank,
   return node_of_rank;
 }
 
+absl::StatusOr<std::string> TensorParallelAcrossHosts(const Mesh& mesh, const JobHosts& hosts) {
+  if (hosts.size() != mesh.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("TensorParallelAcrossHosts: ", hosts.size(),
+                                                   " ranks on hosts, but the mesh has ",
+                                                   mesh.world_size()));
+  }
+  LOOM_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> groups, mesh.AllGroups("tp"));
+  int spanning = 0;
+  for (const std::vector<int64_t>& group : groups) {
+    for (const int64_t member : group) {
+      if (hosts.host_of_rank()[member] != hosts.host_of_rank()[group.front()]) {
+        ++spanning;
+        break;
+      }
+    }
+  }
+  if (spanning == 0) return std::string();
+  return absl::StrCat("; ", spanning, " of ", groups.size(), " tp groups span hosts: each layer's ",
+                      "tp all-reduces cross the link (give every host a multiple of --tp ",
+                      groups.front().size(), " ranks)");
+}
+
 }  // namespace loom

@@ -21,6 +21,7 @@
 //                              //  them by host (job ranks 0 1 | 2 3 are mpi ranks 0 2 | 1 3)"
 //   LOOM_ASSIGN_OR_RETURN(std::vector<int> tp, GroupNodeOfRank(mesh, 0, "tp", hosts));
 //   // {}: the tp group {0, 1} is on one host. The world: {0, 0, 1, 1}.
+//   TensorParallelAcrossHosts(mesh, hosts);   // "": every tp group on one host
 #ifndef LOOM_TOOLS_TRAINING_JOB_HOSTS_H_
 #define LOOM_TOOLS_TRAINING_JOB_HOSTS_H_
 
@@ -72,6 +73,12 @@ class JobHosts {
 absl::StatusOr<std::vector<int>> GroupNodeOfRank(const Mesh& mesh, int rank,
                                                  absl::string_view dimension,
                                                  const JobHosts& hosts);
+
+// TensorParallelAcrossHosts returns, for the job's summary, how many of the mesh's
+// tp groups span more than one host ("; 2 of 2 tp groups span hosts: ..."), since
+// each of their layer's all-reduces then crosses the link; empty when every tp group
+// is on one host. InvalidArgument when `hosts` is not the mesh's size.
+absl::StatusOr<std::string> TensorParallelAcrossHosts(const Mesh& mesh, const JobHosts& hosts);
 
 }  // namespace loom
 

@@ -70,6 +70,24 @@ TEST(JobHostsTest, HostsAreAnyIntsNumberedByTheirLowestProcess) {
   EXPECT_EQ(each.Describe("mpi"), "2 hosts of 1 rank, in blocks");
 }
 
+TEST(JobHostsTest, TensorParallelGroupsThatSpanHostsAreCounted) {
+  LOOM_ASSERT_OK_AND_ASSIGN(const Mesh tp2, JobMeshOf(Sized(2, 1, 1, 2)));
+  // Numbered by host, 2 hosts of 2 keep both tp groups inside; of 1 + 3, one spans.
+  LOOM_ASSERT_OK_AND_ASSIGN(const JobHosts dealt, JobHosts::Number({0, 1, 0, 1}));
+  EXPECT_THAT(TensorParallelAcrossHosts(tp2, dealt), IsOkAndHolds(""));
+  LOOM_ASSERT_OK_AND_ASSIGN(const JobHosts uneven, JobHosts::Number({0, 1, 1, 1}));
+  EXPECT_THAT(TensorParallelAcrossHosts(tp2, uneven),
+              IsOkAndHolds("; 1 of 2 tp groups span hosts: each layer's tp all-reduces cross "
+                           "the link (give every host a multiple of --tp 2 ranks)"));
+  LOOM_ASSERT_OK_AND_ASSIGN(const JobHosts four, JobHosts::Number({0, 1, 2, 3}));
+  EXPECT_THAT(TensorParallelAcrossHosts(tp2, four), IsOkAndHolds(HasSubstr("2 of 2 tp groups")));
+  EXPECT_THAT(TensorParallelAcrossHosts(tp2, JobHosts::OneHost(4)), IsOkAndHolds(""));
+  LOOM_ASSERT_OK_AND_ASSIGN(const Mesh tp1, JobMeshOf(Sized(4, 1, 1, 1)));
+  EXPECT_THAT(TensorParallelAcrossHosts(tp1, four), IsOkAndHolds(""));
+  EXPECT_THAT(TensorParallelAcrossHosts(tp2, JobHosts::OneHost(3)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("3 ranks on hosts")));
+}
+
 TEST(JobHostsTest, LongListsEndInAnEllipsis) {
   std::vector<int> dealt(40);
   for (int p = 0; p < 40; ++p) dealt[p] = p % 2;

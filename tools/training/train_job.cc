@@ -217,7 +217,8 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   if (at.rank == 0) {
     summary.emplace();
     summary->cost_model_source = cost_model_source;
-    summary->hosts = hosts.Describe(transport);
+    LOOM_ASSIGN_OR_RETURN(const std::string tp_across, TensorParallelAcrossHosts(mesh, hosts));
+    summary->hosts = absl::StrCat(hosts.Describe(transport), tp_across);
   }
   absl::Status status;
   if (UsesDisk(options)) {
