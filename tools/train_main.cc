@@ -13,8 +13,9 @@
 // with the same flags; a process that finds LOOM_JOB_ID in its environment is one
 // rank. World rank 0 prints; a failing rank stops the job and is named.
 // With --transport=mpi the ranks are the processes of an Open MPI job: under mpirun
-// (`mpirun -np 8 train --transport=mpi`, across hosts too) each process is the rank
-// MPI gives it; run directly, train re-runs itself under a one-host mpirun.
+// (`mpirun -np 8 train --transport=mpi`, across hosts too) each process is one rank,
+// numbered host by host (tools/training/job_hosts.h: MPI's order when mpirun placed
+// the ranks in blocks); run directly, train re-runs itself under a one-host mpirun.
 //
 // The steps, each in tools/training: flags -> TrainCommand (train_flags.h, which
 // validates all of it), paths checked (train_paths.h), ranks launched or joined

@@ -58,6 +58,13 @@ TEST(JobHostsTest, HostsAreAnyIntsNumberedByTheirLowestProcess) {
   EXPECT_EQ(blocks.Describe("mpi"), "2 hosts of 2, 1 ranks, in blocks");
   LOOM_ASSERT_OK_AND_ASSIGN(const JobHosts dealt, JobHosts::Number({5, 9, 5, 2, 9, 2}));
   EXPECT_THAT(dealt.process_of_rank(), ElementsAre(0, 2, 1, 4, 3, 5));
+  // Dealt over 2 hosts in threes: not its own inverse (process 1 is job rank 3, job
+  // rank 1 is process 2), so JobRankOf and process_of_rank tell apart.
+  LOOM_ASSERT_OK_AND_ASSIGN(const JobHosts threes, JobHosts::Number({0, 1, 0, 1, 0, 1}));
+  EXPECT_THAT(threes.process_of_rank(), ElementsAre(0, 2, 4, 1, 3, 5));
+  EXPECT_EQ(threes.JobRankOf(1), 3);
+  EXPECT_EQ(threes.JobRankOf(2), 1);
+  EXPECT_EQ(threes.JobRankOf(4), 2);
   EXPECT_THAT(dealt.host_of_rank(), ElementsAre(0, 0, 1, 1, 2, 2));
   EXPECT_EQ(dealt.Describe("gloo"),
             "3 hosts of 2 ranks; gloo dealt them, the job numbers them by host "
@@ -112,14 +119,14 @@ TEST(JobHostsTest, BadInput) {
   EXPECT_THAT(GroupNodeOfRank(mesh, 4, "tp", four), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("4")));
 }
 
-// The group's own rank of world rank `r` along `dimension`, from the mesh's coordinates.
+// The rank job rank `r` has in its group along `dimension`, as the job connects
+// the group (train_job.cc: PlaceRank's t, dpcp_index, c and rank).
 int GroupRank(const Mesh& mesh, int64_t r, const std::string& dimension) {
-  if (dimension == "world") return static_cast<int>(r);
-  if (dimension == "dp-cp") {
-    return static_cast<int>(*mesh.Coordinate(r, "dp") * *mesh.DimSize("cp") +
-                            *mesh.Coordinate(r, "cp"));
-  }
-  return static_cast<int>(*mesh.Coordinate(r, dimension));
+  const RankPlace at = *PlaceRank(mesh, static_cast<int>(r));
+  if (dimension == "tp") return at.t;
+  if (dimension == "cp") return at.c;
+  if (dimension == "dp-cp") return at.dpcp_index;
+  return at.rank;
 }
 
 // Seeded meshes and host layouts (equal and unequal hosts, dealt, in blocks and

@@ -2,8 +2,9 @@
 //   - LaunchTrainRanks: run directly with --transport shm, train starts its ranks
 //     itself (tools/launcher.h), restarting them from the latest checkpoint after a
 //     failure (--max_restarts), at a smaller dp with --elastic_dp;
-//   - JoinShmJob / JoinMpiJob: a process that is one rank learns its world rank and
-//     how it joins each mesh dimension's groups (GroupConnector, train_job.h).
+//   - JoinShmJob / JoinMpiJob: a process that is one rank learns its job rank (its
+//     launcher's rank, numbered host by host: job_hosts.h), the job's hosts, and how
+//     it joins each mesh dimension's groups (GroupConnector, train_job.h).
 //
 //   if (launcher) return LaunchTrainRanks(command, argc, argv);   // the job's exit code
 //   LOOM_ASSIGN_OR_RETURN(ProcessRank me, JoinShmJob(command.launch));
