@@ -161,8 +161,8 @@ absl::StatusOr<std::optional<TrainSummary>> RunTrainJobProcess(
   LOOM_ASSIGN_OR_RETURN(std::optional<CostModel> given, LoadJobCostModel(options));
   if (given.has_value()) comm_options.cost_model = *given;
   // Each group is told which of its members share a host (job_hosts.h): its
-  // algorithms then cross the link as little as they can, and its calibration
-  // measures the link, not a host's shared memory.
+  // algorithms then cross the link as little as they can, and its calibration and
+  // cost-model curves are those of its node layout (so many ranks per node).
   auto make = [&](absl::string_view dimension, absl::StatusOr<std::unique_ptr<Transport>> endpoint)
       -> absl::StatusOr<std::unique_ptr<Communicator>> {
     if (!endpoint.ok()) return endpoint.status();
